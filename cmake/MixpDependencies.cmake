@@ -1,0 +1,14 @@
+# Every dependency is a Debian package installed by scripts/bootstrap.sh; nothing is vendored.
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(dnnl CONFIG REQUIRED)          # libdnnl-dev: CPU GEMM/conv
+find_package(ZLIB REQUIRED)                 # zlib1g-dev: gzip'd IDX files
+find_package(nlohmann_json CONFIG REQUIRED) # nlohmann-json3-dev: safetensors headers, JSON output
+find_package(fmt CONFIG REQUIRED)           # libfmt-dev
+find_package(CLI11 CONFIG REQUIRED)         # libcli11-dev: the CLI
+if(MIXP_BUILD_TESTS)
+  find_package(GTest CONFIG REQUIRED)       # libgtest-dev
+endif()
+if(MIXP_BUILD_BENCH)
+  find_package(benchmark CONFIG REQUIRED)   # libbenchmark-dev
+endif()
