@@ -1,0 +1,44 @@
+// What the CPU can do, read once with cpuid/xgetbv. Kernels in the arch tier are chosen from this
+// at run time (DESIGN.md 6.6); `mixp doctor` prints it.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace mixp {
+
+struct CpuFeatures {
+  std::string vendor;
+  std::string model;  // brand string, e.g. "AMD EPYC 9R14 96-Core Processor"
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512dq = false;
+  bool avx512_bf16 = false;
+  bool avx512_fp16 = false;
+  bool avx512_vnni = false;
+  bool avx_vnni = false;
+  bool amx_tile = false;
+  bool amx_bf16 = false;
+  bool amx_int8 = false;
+  // True when the OS saves the AVX-512 / AMX state (XCR0), so the instructions may be used.
+  bool os_avx512 = false;
+  bool os_amx = false;
+
+  // The tier the SIMD kernels use: AVX-512 (F+BW+VL+DQ, OS-enabled), AVX2 (+FMA+F16C), scalar.
+  bool use_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq && os_avx512; }
+  bool use_avx2() const { return avx2 && fma && f16c; }
+  // Names of the features present, in a fixed order (for doctor and logs).
+  std::vector<std::string> names() const;
+};
+
+// Detected once; thread-safe. MIXP_CPU_TIER=scalar|avx2|avx512 caps the tier (for tests/benchmarks).
+const CpuFeatures& cpu_features();
+
+enum class SimdTier { scalar, avx2, avx512 };
+SimdTier simd_tier();
+const char* to_string(SimdTier t);
+
+}  // namespace mixp
