@@ -1,0 +1,273 @@
+// CpuBackend pointwise kernels: contiguous (or row-broadcast) fast paths as plain loops that GCC
+// vectorizes at -O3, split across OpenMP threads above a size threshold; everything else goes to
+// the strided ref kernels.
+#include <omp.h>
+
+#include <bit>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/kernel_util.h"
+
+namespace mixp {
+using namespace kern;
+
+namespace {
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelGrain = 1 << 15;
+
+inline bool parallel_worth(int64_t n) { return n >= kParallelGrain && omp_get_max_threads() > 1; }
+
+template <class F>
+void parallel_chunks(int64_t n, F&& f) {
+  if (!parallel_worth(n)) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t lo = std::min<int64_t>(n, t * chunk), hi = std::min<int64_t>(n, lo + chunk);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+bool f32(const Tensor& t) { return t.dtype() == DType::fp32; }
+
+// fp32 -> bf16 round-to-nearest-even with NaN kept quiet (FORMATS.md: check NaN first).
+inline uint16_t bf16_rne(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+}  // namespace
+
+void CpuBackend::copy(Tensor& dst, const Tensor& src) { convert(dst, src, Round::nearest_even, Overflow::ieee, 0); }
+
+void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) {
+  const int64_t n = dst.numel();
+  if (dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
+    const DType dd = dst.dtype(), sd = src.dtype();
+    if (dd == sd) {
+      char* d = static_cast<char*>(dst.data_ptr());
+      const char* s = static_cast<const char*>(src.data_ptr());
+      const int64_t es = static_cast<int64_t>(dst.element_size());
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::memcpy(d + lo * es, s + lo * es, static_cast<size_t>((hi - lo) * es)); });
+      return;
+    }
+    if (sd == DType::fp32 && dd == DType::fp64) {
+      const float* s = ptr<float>(src);
+      double* d = ptr<double>(dst);
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = s[i]; });
+      return;
+    }
+    if (sd == DType::fp64 && dd == DType::fp32 && round == Round::nearest_even && overflow == Overflow::ieee) {
+      const double* s = ptr<double>(src);
+      float* d = ptr<float>(dst);
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(s[i]); });
+      return;
+    }
+    if (sd == DType::bf16 && dd == DType::fp32) {
+      const uint16_t* s = static_cast<const uint16_t*>(src.data_ptr());
+      uint32_t* d = static_cast<uint32_t*>(dst.data_ptr());
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<uint32_t>(s[i]) << 16; });
+      return;
+    }
+    if (sd == DType::fp32 && dd == DType::bf16 && round == Round::nearest_even) {
+      // RNE never overflows to inf from a finite fp32 except above bf16 max, where IEEE says inf;
+      // saturate clamps those.
+      const float* s = ptr<float>(src);
+      uint16_t* d = static_cast<uint16_t*>(dst.data_ptr());
+      const bool sat = overflow == Overflow::saturate;
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          uint16_t b = bf16_rne(s[i]);
+          if (sat && (b & 0x7FFFu) == 0x7F80u && std::isfinite(s[i])) b = static_cast<uint16_t>((b & 0x8000u) | 0x7F7Fu);
+          d[i] = b;
+        }
+      });
+      return;
+    }
+    // TODO(convert.h): route the remaining float pairs through the bulk SIMD converters once
+    // include/mixp/format/convert.h is on main.
+  }
+  RefBackend::convert(dst, src, round, overflow, seed);
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  if (!dst.is_contiguous()) return RefBackend::fill(dst, value);
+  const int64_t n = dst.numel();
+  if (f32(dst)) {
+    float* d = ptr<float>(dst);
+    const float v = static_cast<float>(value);
+    parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::fill(d + lo, d + hi, v); });
+  } else if (dst.dtype() == DType::fp64) {
+    double* d = ptr<double>(dst);
+    parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::fill(d + lo, d + hi, value); });
+  } else if (value == 0.0) {
+    std::memset(dst.data_ptr(), 0, dst.nbytes());  // zero is all-zero bits in every format
+  } else {
+    RefBackend::fill(dst, value);
+  }
+}
+
+void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
+  if (f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
+    float* d = ptr<float>(dst);
+    const float* s = ptr<float>(src);
+    const float a = static_cast<float>(alpha);
+    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) d[i] += a * s[i];
+    });
+    return;
+  }
+  RefBackend::add_inplace(dst, src, alpha);
+}
+
+namespace {
+template <UnaryOp OP>
+void unary_loop(float* d, const float* s, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) d[i] = unary_fwd<float>(OP, s[i]);
+}
+template <UnaryOp OP>
+void unary_bwd_loop(float* gi, const float* g, const float* x, const float* y, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) gi[i] = unary_bwd<float>(OP, g[i], x ? x[i] : 0.f, y ? y[i] : 0.f);
+}
+
+template <class F>
+void dispatch_unary(UnaryOp op, F&& f) {
+  switch (op) {
+    case UnaryOp::neg: return f(std::integral_constant<UnaryOp, UnaryOp::neg>{});
+    case UnaryOp::exp: return f(std::integral_constant<UnaryOp, UnaryOp::exp>{});
+    case UnaryOp::log: return f(std::integral_constant<UnaryOp, UnaryOp::log>{});
+    case UnaryOp::sqrt: return f(std::integral_constant<UnaryOp, UnaryOp::sqrt>{});
+    case UnaryOp::relu: return f(std::integral_constant<UnaryOp, UnaryOp::relu>{});
+    case UnaryOp::gelu: return f(std::integral_constant<UnaryOp, UnaryOp::gelu>{});
+    case UnaryOp::tanh: return f(std::integral_constant<UnaryOp, UnaryOp::tanh>{});
+    case UnaryOp::sigmoid: return f(std::integral_constant<UnaryOp, UnaryOp::sigmoid>{});
+  }
+}
+}  // namespace
+
+void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::unary(op, dst, src);
+  float* d = ptr<float>(dst);
+  const float* s = ptr<float>(src);
+  dispatch_unary(op, [&](auto opc) {
+    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { unary_loop<decltype(opc)::value>(d, s, lo, hi); });
+  });
+}
+
+void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
+  const bool need_x = unary_bwd_needs_src(op), need_y = unary_bwd_needs_dst(op);
+  const bool ok = f32(dsrc) && f32(ddst) && dsrc.is_contiguous() && ddst.is_contiguous() &&
+                  (!need_x || (f32(src) && src.is_contiguous())) && (!need_y || (f32(dst) && dst.is_contiguous()));
+  if (!ok) return RefBackend::unary_backward(op, dsrc, ddst, src, dst);
+  float* gi = ptr<float>(dsrc);
+  const float* g = ptr<float>(ddst);
+  const float* x = need_x ? ptr<float>(src) : nullptr;
+  const float* y = need_y ? ptr<float>(dst) : nullptr;
+  dispatch_unary(op, [&](auto opc) {
+    parallel_chunks(dsrc.numel(), [&](int64_t lo, int64_t hi) { unary_bwd_loop<decltype(opc)::value>(gi, g, x, y, lo, hi); });
+  });
+}
+
+namespace {
+// Inner loops of a binary op over one row, with each operand's inner stride 1 or 0.
+template <BinaryOp OP>
+void binary_row(float* d, const float* a, int64_t sa, const float* b, int64_t sb, int64_t n) {
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const float bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const float av = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, av, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i * sa], b[i * sb]);
+  }
+}
+template <class F>
+void dispatch_binary(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::add: return f(std::integral_constant<BinaryOp, BinaryOp::add>{});
+    case BinaryOp::sub: return f(std::integral_constant<BinaryOp, BinaryOp::sub>{});
+    case BinaryOp::mul: return f(std::integral_constant<BinaryOp, BinaryOp::mul>{});
+    case BinaryOp::div: return f(std::integral_constant<BinaryOp, BinaryOp::div>{});
+  }
+}
+// Offset of the start of row r (all dims but the last) in a strided tensor of dst's shape.
+inline int64_t row_start(const Shape& shape, const Shape& strides, int64_t r) {
+  int64_t off = 0;
+  for (int d = shape.size() - 2; d >= 0; --d) {
+    off += (r % shape[d]) * strides[d];
+    r /= shape[d];
+  }
+  return off;
+}
+}  // namespace
+
+void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
+  if (!(f32(dst) && f32(a) && f32(b) && dst.is_contiguous()) || dst.dim() == 0) return RefBackend::binary(op, dst, a, b);
+  const int nd = dst.dim();
+  const int64_t inner = dst.shape()[nd - 1];
+  const int64_t sa = a.strides()[nd - 1], sb = b.strides()[nd - 1];
+  const bool same_contig = a.is_contiguous() && b.is_contiguous();
+  float* d = ptr<float>(dst);
+  const float* pa = ptr<float>(a);
+  const float* pb = ptr<float>(b);
+  dispatch_binary(op, [&](auto opc) {
+    constexpr BinaryOp OP = decltype(opc)::value;
+    if (same_contig) {
+      parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { binary_row<OP>(d + lo, pa + lo, 1, pb + lo, 1, hi - lo); });
+      return;
+    }
+    const int64_t rows = inner ? dst.numel() / inner : 0;
+    auto run_rows = [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        binary_row<OP>(d + r * inner, pa + row_start(dst.shape(), a.strides(), r), sa,
+                       pb + row_start(dst.shape(), b.strides(), r), sb, inner);
+      }
+    };
+    if (parallel_worth(dst.numel()) && rows > 1) {
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) run_rows(r, r + 1);
+    } else {
+      run_rows(0, rows);
+    }
+  });
+}
+
+void CpuBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::scalar(op, dst, src, s);
+  float* d = ptr<float>(dst);
+  const float* x = ptr<float>(src);
+  const float sv = static_cast<float>(s);
+  parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
+    switch (op) {
+      case ScalarOp::add:
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) d[i] = x[i] + sv;
+        break;
+      case ScalarOp::mul:
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) d[i] = x[i] * sv;
+        break;
+      case ScalarOp::rsub:
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) d[i] = sv - x[i];
+        break;
+      default:
+        for (int64_t i = lo; i < hi; ++i) d[i] = scalar_fwd<float>(op, x[i], sv);
+    }
+  });
+}
+
+}  // namespace mixp
