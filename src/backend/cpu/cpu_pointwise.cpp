@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
 
 namespace mixp {
@@ -125,40 +126,12 @@ void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
   RefBackend::add_inplace(dst, src, alpha);
 }
 
-namespace {
-template <UnaryOp OP>
-void unary_loop(float* d, const float* s, int64_t lo, int64_t hi) {
-#pragma omp simd
-  for (int64_t i = lo; i < hi; ++i) d[i] = unary_fwd<float>(OP, s[i]);
-}
-template <UnaryOp OP>
-void unary_bwd_loop(float* gi, const float* g, const float* x, const float* y, int64_t lo, int64_t hi) {
-#pragma omp simd
-  for (int64_t i = lo; i < hi; ++i) gi[i] = unary_bwd<float>(OP, g[i], x ? x[i] : 0.f, y ? y[i] : 0.f);
-}
-
-template <class F>
-void dispatch_unary(UnaryOp op, F&& f) {
-  switch (op) {
-    case UnaryOp::neg: return f(std::integral_constant<UnaryOp, UnaryOp::neg>{});
-    case UnaryOp::exp: return f(std::integral_constant<UnaryOp, UnaryOp::exp>{});
-    case UnaryOp::log: return f(std::integral_constant<UnaryOp, UnaryOp::log>{});
-    case UnaryOp::sqrt: return f(std::integral_constant<UnaryOp, UnaryOp::sqrt>{});
-    case UnaryOp::relu: return f(std::integral_constant<UnaryOp, UnaryOp::relu>{});
-    case UnaryOp::gelu: return f(std::integral_constant<UnaryOp, UnaryOp::gelu>{});
-    case UnaryOp::tanh: return f(std::integral_constant<UnaryOp, UnaryOp::tanh>{});
-    case UnaryOp::sigmoid: return f(std::integral_constant<UnaryOp, UnaryOp::sigmoid>{});
-  }
-}
-}  // namespace
-
 void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
   if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::unary(op, dst, src);
   float* d = ptr<float>(dst);
   const float* s = ptr<float>(src);
-  dispatch_unary(op, [&](auto opc) {
-    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { unary_loop<decltype(opc)::value>(d, s, lo, hi); });
-  });
+  const auto& k = vec::kernels();
+  parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { k.unary(op, d + lo, s + lo, hi - lo); });
 }
 
 void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
@@ -170,8 +143,9 @@ void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, co
   const float* g = ptr<float>(ddst);
   const float* x = need_x ? ptr<float>(src) : nullptr;
   const float* y = need_y ? ptr<float>(dst) : nullptr;
-  dispatch_unary(op, [&](auto opc) {
-    parallel_chunks(dsrc.numel(), [&](int64_t lo, int64_t hi) { unary_bwd_loop<decltype(opc)::value>(gi, g, x, y, lo, hi); });
+  const auto& k = vec::kernels();
+  parallel_chunks(dsrc.numel(), [&](int64_t lo, int64_t hi) {
+    k.unary_bwd(op, gi + lo, g + lo, x ? x + lo : nullptr, y ? y + lo : nullptr, hi - lo);
   });
 }
 
