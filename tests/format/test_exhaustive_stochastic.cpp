@@ -138,6 +138,10 @@ TEST(StochasticRounding, ExactThresholds) {
   // 2^-40 is 2^-16 of fp16's min subnormal: up iff r >= 2^32 - 2^16.
   EXPECT_EQ(sr(kFp16, std::ldexp(1.0, -40), 0xFFFEFFFFu), 0x0000u);
   EXPECT_EQ(sr(kFp16, std::ldexp(1.0, -40), 0xFFFF0000u), 0x0001u);
+  // 32-bit resolution (docs/formats.md), not llm.c's 16: 1 + 2^-20 is 2^-17 of an e4m3 ulp
+  // above 1, so it rounds up iff r >= 2^32 - 2^15.
+  EXPECT_EQ(sr(kFp8E4M3, 1.0 + std::ldexp(1.0, -20), 0xFFFF7FFFu), 0x38u);
+  EXPECT_EQ(sr(kFp8E4M3, 1.0 + std::ldexp(1.0, -20), 0xFFFF8000u), 0x39u);
   EXPECT_EQ(sr(kFp8E4M3, -std::ldexp(1.5, -9), 0x7FFFFFFFu), 0x81u);
   EXPECT_EQ(sr(kFp8E4M3, -std::ldexp(1.5, -9), 0x80000000u), 0x82u);
 }
