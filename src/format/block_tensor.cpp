@@ -107,6 +107,18 @@ void check_channel_rank(const std::vector<int64_t>& shape) {
 const Int8Config kSymmetric{QDType::qint8, QScheme::symmetric, false};
 const Int8Config kAffine{QDType::qint8, QScheme::affine, false};
 
+// Fake int8 quantization under any rounding mode (fake_quantize_int8 is PyTorch's, nearest
+// only): NaN stays NaN, inf saturates. `param_of(i)` gives value i's parameters.
+template <class ParamOf>
+void fake_int8(std::span<float> x, const BlockSpec& spec, ParamOf&& param_of) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) continue;
+    const QParams& p = param_of(i);
+    const uint32_t rb = spec.round == Round::stochastic ? sr_bits(spec.seed, i) : 0;
+    x[i] = dequantize_int8_value(quantize_int8_value(x[i], p, spec.round, rb), p);
+  }
+}
+
 QParams params_from(const BlockTensor& t, size_t i) {
   QParams p;
   p.scale = detail::load_f32_le(&t.scales[i * 4]);
@@ -286,7 +298,7 @@ void fake_quantize_block(std::span<float> x, const std::vector<int64_t>& shape,
       const MinMax mm = finite_minmax(x);
       const QParams p =
           compute_qparams(mm.min, mm.max, sc.family == Family::int8_affine ? kAffine : kSymmetric);
-      fake_quantize_int8(x, p, {});
+      fake_int8(x, spec, [&](size_t) -> const QParams& { return p; });
       return;
     }
     case Family::int8_channel: {
@@ -300,7 +312,9 @@ void fake_quantize_block(std::span<float> x, const std::vector<int64_t>& shape,
         }
       }
       const auto p = compute_qparams_per_channel(mm, kSymmetric);
-      fake_quantize_int8_per_channel(x, shape, 0, p, {});
+      fake_int8(x, spec, [&](size_t i) -> const QParams& {
+        return p[static_cast<size_t>(static_cast<int64_t>(i) / std::max<int64_t>(inner, 1))];
+      });
       return;
     }
   }
