@@ -17,7 +17,8 @@ BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, uint64_t se
                            bool drop_last)
     : n_(dataset_size), batch_(batch_size), seed_(seed), shuffle_(shuffle), drop_last_(drop_last) {
   if (n_ <= 0) throw std::invalid_argument(fmt::format("BatchSampler: dataset size {} <= 0", n_));
-  if (batch_ <= 0) throw std::invalid_argument(fmt::format("BatchSampler: batch size {} <= 0", batch_));
+  if (batch_ <= 0)
+    throw std::invalid_argument(fmt::format("BatchSampler: batch size {} <= 0", batch_));
   if (drop_last_ && batch_ > n_) {
     throw std::invalid_argument(fmt::format(
         "BatchSampler: batch size {} is larger than the data set ({} samples) and drop_last is "
@@ -60,7 +61,9 @@ std::span<const int64_t> BatchSampler::next() {
   return out;
 }
 
-SamplerState BatchSampler::state() const { return {seed_, epoch_, pos_, n_, batch_}; }
+SamplerState BatchSampler::state() const {
+  return {seed_, epoch_, pos_, n_, batch_};
+}
 
 void BatchSampler::restore(const SamplerState& s) {
   if (s.dataset_size != n_ || s.batch_size != batch_) {
@@ -86,22 +89,22 @@ void gather_rows(std::span<const float> table, int64_t row_size, std::span<const
   const int64_t rows = int64_t(table.size()) / row_size;
   const size_t rs = size_t(row_size);
   if (out.size() < indices.size() * rs) {
-    throw std::invalid_argument(fmt::format(
-        "gather: output buffer holds {} values, {} rows of {} need {}", out.size(),
-        indices.size(), row_size, indices.size() * rs));
+    throw std::invalid_argument(
+        fmt::format("gather: output buffer holds {} values, {} rows of {} need {}", out.size(),
+                    indices.size(), row_size, indices.size() * rs));
   }
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t r = indices[i];
     if (r < 0 || r >= rows) {
-      throw std::out_of_range(fmt::format("gather: index {} (batch row {}) outside [0, {})", r, i,
-                                          rows));
+      throw std::out_of_range(
+          fmt::format("gather: index {} (batch row {}) outside [0, {})", r, i, rows));
     }
     std::memcpy(out.data() + i * rs, table.data() + size_t(r) * rs, rs * sizeof(float));
   }
 }
 
-void gather_batch(const ImageDataset& ds, std::span<const int64_t> indices,
-                  std::span<float> images, std::span<int32_t> labels) {
+void gather_batch(const ImageDataset& ds, std::span<const int64_t> indices, std::span<float> images,
+                  std::span<int32_t> labels) {
   if (labels.size() < indices.size()) {
     throw std::invalid_argument(fmt::format("gather_batch: label buffer holds {} values, need {}",
                                             labels.size(), indices.size()));

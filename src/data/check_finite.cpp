@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 
 #include "mixp/data/error.h"
 

@@ -1,6 +1,6 @@
-// IDX and gzip reading. Gzip is inflated with zlib's inflate() directly rather than gzread() so that
-// errors can name the compressed byte offset and tell truncation (input ran out) from corruption
-// (zlib's Z_DATA_ERROR, which includes a CRC-32 or length mismatch in the gzip trailer).
+// IDX and gzip reading. Gzip is inflated with zlib's inflate() directly rather than gzread() so
+// that errors can name the compressed byte offset and tell truncation (input ran out) from
+// corruption (zlib's Z_DATA_ERROR, which includes a CRC-32 or length mismatch in the gzip trailer).
 #include "mixp/data/idx.h"
 
 #include <fmt/format.h>
@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kReinstallHint =
-    "the file is damaged; re-download it, or for Fashion-MNIST reinstall it with "
+    "re-download the file, or for Fashion-MNIST reinstall it with "
     "`apt-get install --reinstall dataset-fashion-mnist`";
 
 std::vector<uint8_t> read_raw(const fs::path& path) {
@@ -30,7 +30,8 @@ std::vector<uint8_t> read_raw(const fs::path& path) {
     throw DataError(fmt::format("'{}' is a folder, expected a file", path.string()));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("cannot open '{}' for reading (permissions?)", path.string()));
+  if (!in)
+    throw DataError(fmt::format("cannot open '{}' for reading (permissions?)", path.string()));
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
@@ -41,7 +42,9 @@ std::vector<uint8_t> read_raw(const fs::path& path) {
   return bytes;
 }
 
-bool is_gzip(std::span<const uint8_t> b) { return b.size() >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
+bool is_gzip(std::span<const uint8_t> b) {
+  return b.size() >= 2 && b[0] == 0x1f && b[1] == 0x8b;
+}
 
 uint32_t be32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
@@ -49,8 +52,15 @@ uint32_t be32(const uint8_t* p) {
 
 bool known_type(uint8_t t) {
   switch (t) {
-    case 0x08: case 0x09: case 0x0B: case 0x0C: case 0x0D: case 0x0E: return true;
-    default: return false;
+    case 0x08:
+    case 0x09:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x0E:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -58,10 +68,16 @@ bool known_type(uint8_t t) {
 
 size_t idx_type_size(IdxType t) {
   switch (t) {
-    case IdxType::u8: case IdxType::i8: return 1;
-    case IdxType::i16: return 2;
-    case IdxType::i32: case IdxType::f32: return 4;
-    case IdxType::f64: return 8;
+    case IdxType::u8:
+    case IdxType::i8:
+      return 1;
+    case IdxType::i16:
+      return 2;
+    case IdxType::i32:
+    case IdxType::f32:
+      return 4;
+    case IdxType::f64:
+      return 8;
   }
   return 0;
 }
@@ -89,8 +105,8 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name
   // in arbitrary bytes, so only believe ISIZE up to a 16:1 ratio; doubling handles the rest.
   if (in.size() >= 18) {
     const uint8_t* t = in.data() + in.size() - 4;
-    const uint64_t isize = uint32_t(t[0]) | (uint32_t(t[1]) << 8) | (uint32_t(t[2]) << 16) |
-                           (uint32_t(t[3]) << 24);
+    const uint64_t isize =
+        uint32_t(t[0]) | (uint32_t(t[1]) << 8) | (uint32_t(t[2]) << 16) | (uint32_t(t[3]) << 24);
     const uint64_t guess = isize <= uint64_t(in.size()) * 16 ? isize : uint64_t(in.size()) * 4;
     out.resize(static_cast<size_t>(guess) + 1);
   }
@@ -121,17 +137,17 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name
         break;
       }
       if (!is_gzip(rest)) {
-        throw DataError(fmt::format(
-            "{}: {} unexpected bytes after the end of the gzip data at byte {}; {}", name,
-            rest.size(), at, kReinstallHint));
+        throw DataError(
+            fmt::format("{}: {} unexpected bytes after the end of the gzip data at byte {}; {}",
+                        name, rest.size(), at, kReinstallHint));
       }
       inflateReset(&zs);
       continue;
     }
     if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT || ret == Z_STREAM_ERROR) {
-      throw DataError(fmt::format("{}: corrupt gzip data near compressed byte {} of {} ({}); {}",
-                                  name, consumed(), in.size(), zs.msg ? zs.msg : "invalid data",
-                                  kReinstallHint));
+      throw DataError(
+          fmt::format("{}: corrupt gzip data, detected at compressed byte {} of {} ({}); {}", name,
+                      consumed(), in.size(), zs.msg ? zs.msg : "invalid data", kReinstallHint));
     }
     if (ret == Z_MEM_ERROR) {
       throw DataError(fmt::format("{}: out of memory while decompressing", name));
@@ -157,9 +173,10 @@ std::vector<uint8_t> read_maybe_gzip(const fs::path& path) {
 
 IdxArray parse_idx(std::vector<uint8_t> bytes, const std::string& name) {
   if (bytes.size() < 4) {
-    throw DataError(fmt::format("{}: only {} bytes, too short for an IDX header (4 bytes of magic "
-                                "number); the file is empty or truncated",
-                                name, bytes.size()));
+    throw DataError(
+        fmt::format("{}: only {} bytes, too short for an IDX header (4 bytes of magic "
+                    "number); the file is empty or truncated",
+                    name, bytes.size()));
   }
   const uint32_t magic = be32(bytes.data());
   if (bytes[0] != 0 || bytes[1] != 0 || !known_type(bytes[2]) || bytes[3] == 0) {
@@ -174,9 +191,10 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, const std::string& name) {
   const size_t ndims = bytes[3];
   const size_t header = 4 + 4 * ndims;
   if (bytes.size() < header) {
-    throw DataError(fmt::format("{}: truncated IDX header: {} dimensions need {} header bytes but "
-                                "the file has {}",
-                                name, ndims, header, bytes.size()));
+    throw DataError(
+        fmt::format("{}: truncated IDX header: {} dimensions need {} header bytes but "
+                    "the file has {}",
+                    name, ndims, header, bytes.size()));
   }
   // Multiply with an overflow guard: 4 dims of up to 2^32 - 1 overflow 64 bits.
   const size_t esize = idx_type_size(a.type);
@@ -211,15 +229,15 @@ IdxArray read_idx(const fs::path& path) {
 void write_idx(const fs::path& path, IdxType type, std::span<const int64_t> dims,
                std::span<const uint8_t> payload, bool gzip) {
   if (dims.empty() || dims.size() > 255) {
-    throw std::invalid_argument(fmt::format("write_idx('{}'): {} dimensions, need 1..255",
-                                            path.string(), dims.size()));
+    throw std::invalid_argument(
+        fmt::format("write_idx('{}'): {} dimensions, need 1..255", path.string(), dims.size()));
   }
   std::vector<uint8_t> out{0, 0, uint8_t(type), uint8_t(dims.size())};
   uint64_t n = idx_type_size(type);
   for (int64_t d : dims) {
     if (d < 0 || d > int64_t(UINT32_MAX)) {
-      throw std::invalid_argument(fmt::format("write_idx('{}'): dimension {} out of range",
-                                              path.string(), d));
+      throw std::invalid_argument(
+          fmt::format("write_idx('{}'): dimension {} out of range", path.string(), d));
     }
     n *= uint64_t(d);
     for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(uint32_t(d) >> s));

@@ -47,7 +47,9 @@ float be_float(const uint8_t* p) {
 
 }  // namespace
 
-std::span<const std::string_view> fashion_mnist_class_names() { return kClassNames; }
+std::span<const std::string_view> fashion_mnist_class_names() {
+  return kClassNames;
+}
 
 IdxPair find_idx_pair(const fs::path& dir, Split split) {
   std::error_code ec;
@@ -84,9 +86,9 @@ ImageDataset load_idx_dataset(const fs::path& images_file, const fs::path& label
     throw std::invalid_argument(fmt::format("num_classes {} outside [0, 65536]", opt.num_classes));
   }
   if (opt.normalize && !(std::isfinite(opt.mean) && std::isfinite(opt.stddev) && opt.stddev > 0)) {
-    throw std::invalid_argument(fmt::format(
-        "normalization needs a finite mean and a finite std > 0, got mean {} std {}", opt.mean,
-        opt.stddev));
+    throw std::invalid_argument(
+        fmt::format("normalization needs a finite mean and a finite std > 0, got mean {} std {}",
+                    opt.mean, opt.stddev));
   }
   const std::string iname = fmt::format("'{}'", images_file.string());
   const std::string lname = fmt::format("'{}'", labels_file.string());
@@ -106,13 +108,14 @@ ImageDataset load_idx_dataset(const fs::path& images_file, const fs::path& label
         lname, lab.magic()));
   }
   if (img.dims[0] != lab.dims[0]) {
-    throw DataError(fmt::format("{} holds {} images but {} holds {} labels; the two files must "
-                                "come from the same data set and split",
-                                iname, img.dims[0], lname, lab.dims[0]));
+    throw DataError(
+        fmt::format("{} holds {} images but {} holds {} labels; the two files must "
+                    "come from the same data set and split",
+                    iname, img.dims[0], lname, lab.dims[0]));
   }
   if (img.dims[1] == 0 || img.dims[2] == 0) {
-    throw DataError(fmt::format("{}: images of {}x{} pixels; need at least 1x1", iname,
-                                img.dims[1], img.dims[2]));
+    throw DataError(fmt::format("{}: images of {}x{} pixels; need at least 1x1", iname, img.dims[1],
+                                img.dims[2]));
   }
 
   ImageDataset ds;

@@ -34,9 +34,10 @@ std::string read_text_file(const fs::path& p) {
 
 std::string missing_hint(const fs::path& p) {
   if (p == fs::path(kDefaultCorpusDir)) {
-    return fmt::format("the default corpus comes from Debian's package: `apt-get install {}`; or "
-                       "pass --data FILE|DIR with your own text",
-                       kDefaultCorpusPackage);
+    return fmt::format(
+        "the default corpus comes from Debian's package: `apt-get install {}`; or "
+        "pass --data FILE|DIR with your own text",
+        kDefaultCorpusPackage);
   }
   return fmt::format("pass --data FILE|DIR with text (e.g. {} from `apt-get install {}`)",
                      kDefaultCorpusDir, kDefaultCorpusPackage);
@@ -49,8 +50,8 @@ TextCorpus TextCorpus::load(const fs::path& path, const CorpusOptions& opt) {
   c.source_ = path.string();
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    throw DataError(fmt::format("text corpus '{}' does not exist; {}", path.string(),
-                                missing_hint(path)));
+    throw DataError(
+        fmt::format("text corpus '{}' does not exist; {}", path.string(), missing_hint(path)));
   }
   std::string text;
   if (fs::is_directory(path, ec)) {
@@ -67,9 +68,10 @@ TextCorpus TextCorpus::load(const fs::path& path, const CorpusOptions& opt) {
       return a.filename().string() < b.filename().string();
     });
     if (c.files_.empty()) {
-      throw DataError(fmt::format("text corpus folder '{}' has no text files (symbolic links, "
-                                  "hidden and *.dat files are skipped); {}",
-                                  path.string(), missing_hint(path)));
+      throw DataError(
+          fmt::format("text corpus folder '{}' has no text files (symbolic links, "
+                      "hidden and *.dat files are skipped); {}",
+                      path.string(), missing_hint(path)));
     }
     for (const auto& f : c.files_) text += read_text_file(f);
   } else {
@@ -90,8 +92,7 @@ TextCorpus TextCorpus::from_text(std::string_view text, const CorpusOptions& opt
 
 void TextCorpus::build(std::string_view text, const CorpusOptions& opt) {
   if (!(opt.val_fraction >= 0 && opt.val_fraction < 1)) {
-    throw std::invalid_argument(
-        fmt::format("val_fraction {} outside [0, 1)", opt.val_fraction));
+    throw std::invalid_argument(fmt::format("val_fraction {} outside [0, 1)", opt.val_fraction));
   }
   if (text.empty()) {
     throw DataError(fmt::format("text corpus '{}' is empty; give it some text", source_));
@@ -118,9 +119,10 @@ std::vector<int32_t> TextCorpus::encode(std::string_view text) const {
   for (size_t i = 0; i < text.size(); ++i) {
     const int32_t id = id_of_[uint8_t(text[i])];
     if (id < 0) {
-      throw DataError(fmt::format("byte 0x{:02X} at position {} is not in the vocabulary of "
-                                  "corpus '{}' ({} symbols)",
-                                  uint8_t(text[i]), i, source_, vocab_.size()));
+      throw DataError(
+          fmt::format("byte 0x{:02X} at position {} is not in the vocabulary of "
+                      "corpus '{}' ({} symbols)",
+                      uint8_t(text[i]), i, source_, vocab_.size()));
     }
     ids[i] = id;
   }
@@ -131,9 +133,10 @@ std::string TextCorpus::decode(std::span<const int32_t> ids) const {
   std::string s(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size()) {
-      throw DataError(fmt::format("token id {} at position {} is outside the vocabulary [0, {}) "
-                                  "of corpus '{}'",
-                                  ids[i], i, vocab_size(), source_));
+      throw DataError(
+          fmt::format("token id {} at position {} is outside the vocabulary [0, {}) "
+                      "of corpus '{}'",
+                      ids[i], i, vocab_size(), source_));
     }
     s[i] = char(vocab_[size_t(ids[i])]);
   }
@@ -158,15 +161,15 @@ void TextCorpus::require_context(int64_t context) const {
   }
 }
 
-void TextCorpus::check_batch_args(int64_t batch, int64_t context, size_t in_size,
-                                  size_t tgt_size, const char* fn) const {
+void TextCorpus::check_batch_args(int64_t batch, int64_t context, size_t in_size, size_t tgt_size,
+                                  const char* fn) const {
   if (batch <= 0) throw std::invalid_argument(fmt::format("{}: batch {} must be > 0", fn, batch));
   require_context(context);
   const size_t need = size_t(batch * context);
   if (in_size < need || tgt_size < need) {
-    throw std::invalid_argument(fmt::format(
-        "{}: buffers of {} and {} values are too small for batch {} x context {} = {}", fn,
-        in_size, tgt_size, batch, context, need));
+    throw std::invalid_argument(
+        fmt::format("{}: buffers of {} and {} values are too small for batch {} x context {} = {}",
+                    fn, in_size, tgt_size, batch, context, need));
   }
 }
 
@@ -238,7 +241,8 @@ TextBatch TextCorpus::val_batch(int64_t index, int64_t batch, int64_t context) c
 }
 
 std::string synthetic_corpus(int64_t length, uint64_t seed) {
-  if (length < 0) throw std::invalid_argument(fmt::format("synthetic_corpus: length {} < 0", length));
+  if (length < 0)
+    throw std::invalid_argument(fmt::format("synthetic_corpus: length {} < 0", length));
   static constexpr std::string_view kSubjects[] = {"the cat", "a dog", "my friend", "the robot",
                                                    "our teacher"};
   static constexpr std::string_view kVerbs[] = {"sees", "likes", "paints", "finds", "follows"};

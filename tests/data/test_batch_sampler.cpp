@@ -16,8 +16,8 @@
 namespace mixp::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::data_error;
+using ::testing::HasSubstr;
 
 bool is_permutation_of_iota(std::vector<int64_t> p) {
   std::sort(p.begin(), p.end());

@@ -13,8 +13,8 @@
 namespace mixp::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::data_error;
+using ::testing::HasSubstr;
 using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
@@ -55,7 +55,8 @@ TEST(Idx, MultiMemberGzipAndZeroPadding) {
   plain.insert(plain.end(), payload.begin(), payload.end());
   std::vector<uint8_t> both;
   for (auto [lo, hi] : {std::pair<size_t, size_t>{0, 100}, {100, plain.size()}}) {
-    write_bytes(d / "part", std::vector<uint8_t>(plain.begin() + long(lo), plain.begin() + long(hi)));
+    write_bytes(d / "part",
+                std::vector<uint8_t>(plain.begin() + long(lo), plain.begin() + long(hi)));
     gzFile f = gzopen((d / "part.gz").c_str(), "wb");
     const auto part = read_bytes(d / "part");
     gzwrite(f, part.data(), unsigned(part.size()));
@@ -109,8 +110,8 @@ TEST(Idx, TruncatedPayloadAndTrailingBytes) {
 
 TEST(Idx, HugeDimensionsDoNotOverflow) {
   TempDir d;
-  write_bytes(d / "huge", {0, 0, 8, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                           0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1});
+  write_bytes(d / "huge", {0,    0,    8,    4,    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                           0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1});
   EXPECT_THAT(data_error([&] { read_idx(d / "huge"); }), HasSubstr("more than 2^62"));
 }
 
@@ -136,7 +137,7 @@ TEST(Idx, CorruptGzip) {
   crc[crc.size() - 6] ^= 0x55;
   write_bytes(d / "crc.gz", crc);
   std::string m = data_error([&] { read_idx(d / "crc.gz"); });
-  EXPECT_THAT(m, HasSubstr("corrupt gzip data near compressed byte"));
+  EXPECT_THAT(m, HasSubstr("corrupt gzip data, detected at compressed byte"));
   EXPECT_THAT(m, HasSubstr("incorrect data check"));
   // Garbage in the middle of the deflate stream: zlib reports invalid codes or distances, or the
   // CRC catches it; either way a DataError about the gzip data of this file.
@@ -151,7 +152,7 @@ TEST(Idx, CorruptGzip) {
   hdr[2] = 0x07;  // compression method must be 8 (deflate)
   write_bytes(d / "hdr.gz", hdr);
   EXPECT_THAT(data_error([&] { read_idx(d / "hdr.gz"); }),
-              HasSubstr("corrupt gzip data near compressed byte"));
+              HasSubstr("corrupt gzip data, detected at compressed byte"));
   // Non-gzip bytes after the stream.
   auto tail = full;
   tail.push_back('x');

@@ -15,11 +15,13 @@
 namespace mixp::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::data_error;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
-uint8_t pixel(size_t i) { return uint8_t((i * 7 + i / 13) % 256); }
+uint8_t pixel(size_t i) {
+  return uint8_t((i * 7 + i / 13) % 256);
+}
 
 void write_images(const std::filesystem::path& p, int64_t n, int64_t r, int64_t c, bool gz) {
   std::vector<uint8_t> px(size_t(n * r * c));
@@ -139,7 +141,8 @@ TEST(ImageDataset, FloatImagesWithNaNAreRefused) {
   EXPECT_THAT(m, HasSubstr("pixel value nan at sample 1, row 1, col 3 (byte 76) is not finite"));
   // Without the NaN, float32 images are taken as they are.
   v[15] = 0.25f;
-  for (size_t i = 0; i < 4; ++i) be[15 * 4 + i] = uint8_t(std::bit_cast<uint32_t>(0.25f) >> (24 - 8 * i));
+  for (size_t i = 0; i < 4; ++i)
+    be[15 * 4 + i] = uint8_t(std::bit_cast<uint32_t>(0.25f) >> (24 - 8 * i));
   write_idx(d / "i", IdxType::f32, std::vector<int64_t>{3, 2, 4}, be, false);
   const ImageDataset ds = load_idx_dataset(d / "i", d / "l");
   EXPECT_EQ(ds.images, v);

@@ -10,8 +10,8 @@
 namespace mixp::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::data_error;
+using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::write_text;
 
@@ -95,13 +95,15 @@ TEST(TextCorpus, SampleBatchReachesBothEnds) {
   std::mt19937_64 rng(5);
   std::set<int32_t> firsts;
   for (int i = 0; i < 200; ++i) firsts.insert(c.sample_batch(rng, 1, 4).inputs[0]);
-  EXPECT_EQ(firsts, (std::set<int32_t>{0, 1, 2, 3, 4, 5}));  // starts a..f; f+4 = j is the last target
+  EXPECT_EQ(firsts,
+            (std::set<int32_t>{0, 1, 2, 3, 4, 5}));  // starts a..f; f+4 = j is the last target
 }
 
 TEST(TextCorpus, ValidationBatchesAreSequential) {
   CorpusOptions o;
   o.val_fraction = 0.5;
-  const std::string text = std::string(50, 'x') + "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN";
+  const std::string text =
+      std::string(50, 'x') + "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN";
   const TextCorpus c = TextCorpus::from_text(text, o);
   ASSERT_EQ(c.val_tokens().size(), 50u);
   EXPECT_EQ(c.num_val_windows(7), 7);  // (50 - 1) / 7

@@ -70,15 +70,15 @@ class BatchSampler {
   std::vector<int64_t> order_;
 };
 
-// Copies the samples `indices` of `ds` into `images` (indices.size() * sample_size floats, row after
-// row) and `labels` (indices.size() values). The buffers may be larger; the rest is untouched.
-// Throws std::out_of_range for an index outside [0, ds.count) and std::invalid_argument for
-// buffers that are too small.
-void gather_batch(const ImageDataset& ds, std::span<const int64_t> indices,
-                  std::span<float> images, std::span<int32_t> labels);
+// Copies the samples `indices` of `ds` into `images` (indices.size() * sample_size floats, row
+// after row) and `labels` (indices.size() values). The buffers may be larger; the rest is
+// untouched. Throws std::out_of_range for an index outside [0, ds.count) and std::invalid_argument
+// for buffers that are too small.
+void gather_batch(const ImageDataset& ds, std::span<const int64_t> indices, std::span<float> images,
+                  std::span<int32_t> labels);
 
 // The same for any row-major float table of `row_size` values per row.
-void gather_rows(std::span<const float> table, int64_t row_size,
-                 std::span<const int64_t> indices, std::span<float> out);
+void gather_rows(std::span<const float> table, int64_t row_size, std::span<const int64_t> indices,
+                 std::span<float> out);
 
 }  // namespace mixp::data

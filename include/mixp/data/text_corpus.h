@@ -2,9 +2,9 @@
 //
 // Source: one text file, or a folder whose top-level regular files are concatenated in byte-wise
 // name order. In a folder, symbolic links are skipped (fortune's `*.u8` are links to the text
-// files), as are `*.dat` files (strfile(1) indexes) and hidden files; files containing NUL bytes are
-// refused as binary. Text is kept exactly as it is, fortune's "%" separator lines included.
-// The default corpus is /usr/share/games/fortunes from Debian's `fortunes-min` package.
+// files), as are `*.dat` files (strfile(1) indexes) and hidden files; files containing NUL bytes
+// are refused as binary. Text is kept exactly as it is, fortune's "%" separator lines included. The
+// default corpus is /usr/share/games/fortunes from Debian's `fortunes-min` package.
 //
 // Tokens: the vocabulary is the sorted set of byte values present in the whole corpus; token id i
 // stands for vocab()[i]. The last `val_fraction` (default 10%) of the tokens, rounded down, are the
@@ -50,7 +50,7 @@ class TextCorpus {
   const std::vector<std::filesystem::path>& files() const { return files_; }
 
   int vocab_size() const { return int(vocab_.size()); }
-  const std::vector<uint8_t>& vocab() const { return vocab_; }  // id -> byte, ascending
+  const std::vector<uint8_t>& vocab() const { return vocab_; }   // id -> byte, ascending
   int32_t token_of(uint8_t byte) const { return id_of_[byte]; }  // -1 when absent
   // Throws DataError naming the position of the first byte outside the vocabulary.
   std::vector<int32_t> encode(std::string_view text) const;
