@@ -37,7 +37,7 @@ class ImageBatches final : public BatchSource {
       source_ = "synthetic images";
     } else {
       const std::filesystem::path dir =
-          c.data == kFashionMnistData ? std::filesystem::path(data::kFashionMnistDir) : c.data;
+          c.data == kFashionMnistData ? std::filesystem::path(data::kFashionMnistDir) : std::filesystem::path(c.data);
       opt.limit = c.test_limit;
       test_ = data::load_fashion_mnist(dir, data::Split::test, opt);
       if (load_train) {

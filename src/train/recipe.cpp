@@ -73,8 +73,11 @@ std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const Recipe
     if (std::find(planned.begin(), planned.end(), n) != planned.end()) {
       throw ConfigError("precision '" + n + "' is not available yet; available: " + join(avail));
     }
+    std::vector<std::string> later;
+    for (const auto& p : planned)
+      if (std::find(avail.begin(), avail.end(), p) == avail.end()) later.push_back(p);
     throw ConfigError("unknown precision '" + n + "'; available: " + join(avail) +
-                      " (planned: " + join(planned) + ")");
+                      " (not yet available: " + join(later) + ")");
   }
   // fp32 and fp64 compute everything in one type: nothing to override per layer and no loss
   // scale to tune. Refusing these options says so instead of silently ignoring them.

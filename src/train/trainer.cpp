@@ -1,6 +1,7 @@
 #include "mixp/train/trainer.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "mixp/backend/backend.h"
@@ -12,10 +13,25 @@ namespace mixp::train {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Finds an unusable --save folder before training rather than after it.
+void check_save_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() +
+                      ": it exists and is not a folder; name a folder");
+  }
+  std::filesystem::path parent = std::filesystem::absolute(dir, ec).parent_path();
+  if (!std::filesystem::is_directory(parent, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() + ": its parent folder " +
+                      parent.string() + " does not exist; create it first");
+  }
+}
 }  // namespace
 
 void Trainer::Impl::build() {
   lm = is_language_model(cfg.model.name);
+  if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
   if (cfg.threads > 0) set_num_threads(cfg.threads);
   recipe = make_recipe(cfg.precision, {.layer_precision = cfg.layer_precision,
                                        .loss_scale_init = cfg.loss_scale_init,
@@ -44,10 +60,12 @@ void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64
   std::string where = fmt::format("step {} (epoch {}", step + 1, source->epoch());
   if (window > 1 && micro >= 0) where += fmt::format(", micro-batch {} of {}", micro + 1, window);
   where += ")";
+  const std::string v = std::isnan(value) ? "NaN" : (value > 0 ? "inf" : "-inf");
   throw TrainError(fmt::format(
-      "{}: the {} is {} in precision {}; training stopped (no checkpoint written). Lower the "
-      "learning rate (now {:g}), clip gradients (--clip 1.0), or check the data for extreme values",
-      where, what, value, cfg.precision, detail::schedule_lr(cfg, step, total)));
+      "{}: the {} is {} in precision {}; training stopped{}. Lower the learning rate (now {:g}), "
+      "clip gradients (--clip 1.0), or check the data for extreme values",
+      where, what, v, cfg.precision, cfg.save_dir.empty() ? "" : " and no checkpoint was written",
+      detail::schedule_lr(cfg, step, total)));
 }
 
 StepInfo Trainer::Impl::run_step() {

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "batch_source.h"
+#include "mixp/io/safetensors.h"
+#include "tensor_bytes.h"
 #include "mixp/nn/module.h"
 #include "mixp/optim/optimizer.h"
 #include "mixp/train/metrics.h"

@@ -113,13 +113,19 @@ TEST(Recipe, AvailableAndPlanned) {
               std::string::npos);
   }
   try {
-    make_recipe("fp32", {.layer_precision = "attn=bf16"});
+    RecipeOptions lp;
+    lp.layer_precision = "attn=bf16";
+    make_recipe("fp32", lp);
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("needs a mixed-precision recipe"), std::string::npos);
   }
-  EXPECT_THROW(make_recipe("fp32", {.loss_scale_init = 1024.0}), ConfigError);
-  EXPECT_THROW(make_recipe("fp64", {.growth_interval = 100}), ConfigError);
+  RecipeOptions ls;
+  ls.loss_scale_init = 1024.0;
+  EXPECT_THROW(make_recipe("fp32", ls), ConfigError);
+  RecipeOptions gi;
+  gi.growth_interval = 100;
+  EXPECT_THROW(make_recipe("fp64", gi), ConfigError);
 }
 
 TEST(Metrics, MedianExcludesTheFirstStep) {
@@ -196,7 +202,9 @@ TEST(JsonlLog, OneObjectPerLineWithTheContractFields) {
     EXPECT_EQ(j["step"], n + 1);
     EXPECT_EQ(j["loss_scale"], 1.0);
     EXPECT_EQ(j["skipped"], false);
-    if (n == 1) EXPECT_TRUE(j["loss"].is_null());
+    if (n == 1) {
+      EXPECT_TRUE(j["loss"].is_null());
+    }
     ++n;
   }
   EXPECT_EQ(n, 2);
