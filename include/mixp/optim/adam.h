@@ -23,8 +23,8 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  std::optional<double> weight_decay;  // unset: 0 for Adam, 0.01 for AdamW
-  PrecisionOptions precision;
+  std::optional<double> weight_decay{};  // unset: 0 for Adam, 0.01 for AdamW
+  PrecisionOptions precision{};
 };
 
 class Adam : public Optimizer {

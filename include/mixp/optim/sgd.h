@@ -19,7 +19,7 @@ struct SGDOptions {
   double dampening = 0.0;
   bool nesterov = false;  // needs momentum > 0 and dampening 0 (PyTorch)
   double weight_decay = 0.0;
-  PrecisionOptions precision;
+  PrecisionOptions precision{};
 };
 
 class SGD : public Optimizer {
