@@ -28,12 +28,18 @@ constexpr MxElementInfo kInfo[] = {
 
 const FloatFormat& float_format_of(MxElement e) {
   switch (e) {
-    case MxElement::fp8_e4m3: return kFp8E4M3;
-    case MxElement::fp8_e5m2: return kFp8E5M2;
-    case MxElement::fp6_e2m3: return kFp6E2M3;
-    case MxElement::fp6_e3m2: return kFp6E3M2;
-    case MxElement::fp4_e2m1: return kFp4E2M1;
-    case MxElement::int8: break;
+    case MxElement::fp8_e4m3:
+      return kFp8E4M3;
+    case MxElement::fp8_e5m2:
+      return kFp8E5M2;
+    case MxElement::fp6_e2m3:
+      return kFp6E2M3;
+    case MxElement::fp6_e3m2:
+      return kFp6E3M2;
+    case MxElement::fp4_e2m1:
+      return kFp4E2M1;
+    case MxElement::int8:
+      break;
   }
   throw std::logic_error("MXINT8 has no float format");
 }
@@ -71,10 +77,13 @@ void store_code(uint8_t* data, MxElement e, int64_t i, uint32_t code) {
 
 uint32_t load_code(const uint8_t* data, MxElement e, int64_t i) {
   switch (e) {
-    case MxElement::fp4_e2m1: return detail::get_nibble(data, i, /*low_first=*/true);
+    case MxElement::fp4_e2m1:
+      return detail::get_nibble(data, i, /*low_first=*/true);
     case MxElement::fp6_e2m3:
-    case MxElement::fp6_e3m2: return data[i] & 0x3Fu;  // the top two bits are padding
-    default: return data[i];
+    case MxElement::fp6_e3m2:
+      return data[i] & 0x3Fu;  // the top two bits are padding
+    default:
+      return data[i];
   }
 }
 
@@ -119,7 +128,9 @@ float decode_scaled(MxElement e, uint32_t code, e8m0 s) {
 
 }  // namespace
 
-const MxElementInfo& mx_info(MxElement e) { return kInfo[static_cast<size_t>(e)]; }
+const MxElementInfo& mx_info(MxElement e) {
+  return kInfo[static_cast<size_t>(e)];
+}
 
 e8m0 mx_shared_scale(uint32_t amax_bits, MxElement e) {
   amax_bits &= kAbsMask;
@@ -180,9 +191,9 @@ void mx_quantize(std::span<uint8_t> data, std::span<uint8_t> scales, std::span<c
   uint8_t* d = data.data();
   for_each_block(n, row_len, opt.block_size, [&](int64_t begin, int64_t len, int64_t b) {
     scales[static_cast<size_t>(b)] =
-        quantize_one_block(x.data(), begin, len, e, opt,
-                           [&](int64_t i, uint32_t code) { store_code(d, e, i, code); })
-            .bits;
+        quantize_one_block(x.data(), begin, len, e, opt, [&](int64_t i, uint32_t code) {
+          store_code(d, e, i, code);
+        }).bits;
   });
 }
 
@@ -192,12 +203,11 @@ void mx_dequantize(std::span<float> out, std::span<const uint8_t> data,
   const int64_t nb = mx_num_blocks(n, row_len, block_size);
   if (static_cast<int64_t>(data.size()) != mx_data_bytes(e, n) ||
       static_cast<int64_t>(scales.size()) != nb) {
-    throw std::invalid_argument("mx_dequantize: " + std::string(mx_info(e).name) + " of " +
-                                std::to_string(n) + " values needs " +
-                                std::to_string(mx_data_bytes(e, n)) + " data bytes and " +
-                                std::to_string(nb) + " scales; got " + std::to_string(data.size()) +
-                                " and " + std::to_string(scales.size()) +
-                                " (check the shape and block size)");
+    throw std::invalid_argument(
+        "mx_dequantize: " + std::string(mx_info(e).name) + " of " + std::to_string(n) +
+        " values needs " + std::to_string(mx_data_bytes(e, n)) + " data bytes and " +
+        std::to_string(nb) + " scales; got " + std::to_string(data.size()) + " and " +
+        std::to_string(scales.size()) + " (check the shape and block size)");
   }
   for_each_block(n, row_len, block_size, [&](int64_t begin, int64_t len, int64_t b) {
     const e8m0 s{scales[static_cast<size_t>(b)]};
