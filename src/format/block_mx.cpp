@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,15 @@ constexpr MxElementInfo kInfo[] = {
     {MxElement::int8, DType::int8, "mxint8", 8, 0, 127.0 / 64.0},
 };
 
+// mx_info and the code tables index kInfo by the enum's value.
+constexpr bool info_in_enum_order() {
+  for (size_t i = 0; i < std::size(kInfo); ++i) {
+    if (static_cast<size_t>(kInfo[i].element) != i) return false;
+  }
+  return true;
+}
+static_assert(info_in_enum_order());
+
 const FloatFormat& float_format_of(MxElement e) {
   switch (e) {
     case MxElement::fp8_e4m3:
@@ -42,6 +52,11 @@ const FloatFormat& float_format_of(MxElement e) {
       break;
   }
   throw std::logic_error("MXINT8 has no float format");
+}
+
+// 2^e as a double, exactly, for |e| <= 1022 (MX needs [-127, 127]); cheaper than ldexp.
+double pow2(int e) {
+  return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52);
 }
 
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
@@ -111,7 +126,7 @@ e8m0 quantize_one_block(const float* x, int64_t begin, int64_t len, MxElement e,
     const int64_t i = begin + k;
     uint32_t code = 0;
     if (!s.is_nan()) {
-      const double scaled = std::ldexp(static_cast<double>(x[i]), -s.exponent());  // exact
+      const double scaled = static_cast<double>(x[i]) * pow2(-s.exponent());  // exact
       const uint32_t rb =
           opt.round == Round::stochastic ? sr_bits(opt.seed, static_cast<uint64_t>(i)) : 0;
       code = mx_encode_element(e, scaled, opt.round, rb);
@@ -121,9 +136,27 @@ e8m0 quantize_one_block(const float* x, int64_t begin, int64_t len, MxElement e,
   return s;
 }
 
+// Decoded value of every code of every element type (the codec's decode_float, tabulated once).
+struct CodeTables {
+  double v[std::size(kInfo)][256];
+  CodeTables() {
+    for (const auto& info : kInfo) {
+      for (uint32_t c = 0; c < 256; ++c) {
+        v[static_cast<size_t>(info.element)][c] =
+            c < (1u << info.bits) ? mx_decode_element(info.element, c) : 0.0;
+      }
+    }
+  }
+};
+const CodeTables& code_tables() {
+  static const CodeTables t;
+  return t;
+}
+
 float decode_scaled(MxElement e, uint32_t code, e8m0 s) {
   if (s.is_nan()) return std::numeric_limits<float>::quiet_NaN();
-  return static_cast<float>(std::ldexp(mx_decode_element(e, code), s.exponent()));
+  // Exact product in double (a few significant bits times a power of two), one fp32 rounding.
+  return static_cast<float>(code_tables().v[static_cast<size_t>(e)][code] * pow2(s.exponent()));
 }
 
 }  // namespace
@@ -162,7 +195,7 @@ uint32_t mx_encode_element(MxElement e, double scaled, Round round, uint32_t ran
 
 double mx_decode_element(MxElement e, uint32_t code) {
   if (e != MxElement::int8) return decode_float(float_format_of(e), code);
-  return std::ldexp(static_cast<double>(static_cast<int8_t>(static_cast<uint8_t>(code))), -6);
+  return static_cast<double>(static_cast<int8_t>(static_cast<uint8_t>(code))) / 64.0;
 }
 
 int64_t mx_num_blocks(int64_t n, int64_t row_len, int block_size) {
