@@ -32,32 +32,7 @@ int64_t count_correct(const Tensor& logits, const Tensor& target) {
   return correct;
 }
 
-template <class T>
-double sum_squares(const Tensor& g) {
-  const T* p = g.data<T>();
-  double s = 0;
-  for (int64_t i = 0, n = g.numel(); i < n; ++i) s += double(p[i]) * double(p[i]);
-  return s;
-}
 }  // namespace
-
-double global_grad_norm(const std::vector<Tensor>& params) {
-  double total = 0;
-  for (const auto& p : params) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const Tensor c = g.is_contiguous() ? g : g.contiguous();
-    if (c.dtype() == DType::fp64) {
-      total += sum_squares<double>(c);
-    } else if (c.dtype() == DType::fp32) {
-      total += sum_squares<float>(c);
-    } else {
-      NoGradGuard ng;
-      total += sum_squares<float>(c.to(DType::fp32));
-    }
-  }
-  return std::sqrt(total);
-}
 
 EvalResult evaluate_model(nn::Module& model, BatchSource& source, const PrecisionRecipe& recipe,
                           bool language_model) {

@@ -6,6 +6,7 @@
 #include "mixp/data/image_dataset.h"
 #include "mixp/data/text_corpus.h"
 #include "mixp/nn/models.h"
+#include "mixp/optim/lr_schedule.h"
 
 namespace mixp::train {
 
@@ -35,7 +36,7 @@ const std::vector<std::string>& optimizer_names() {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> v{"constant", "cosine", "linear"};
+  static const std::vector<std::string> v = optim::schedule_kind_names();
   return v;
 }
 

@@ -6,6 +6,7 @@
 
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
+#include "mixp/optim/clip_grad.h"
 #include "mixp/tensor/allocator.h"
 #include "trainer_impl.h"
 
@@ -36,7 +37,7 @@ void Trainer::Impl::build() {
   recipe = make_recipe(cfg.precision, {.layer_precision = cfg.layer_precision,
                                        .loss_scale_init = cfg.loss_scale_init,
                                        .growth_interval = cfg.growth_interval});
-  if (lm && cfg.model.context == 0) cfg.model.context = detail::kDefaultContext;
+  if (lm && cfg.model.context == 0) cfg.model.context = detail::resolve_model(cfg.model).context;
   source = detail::make_batch_source(cfg, cfg.model.context);
   if (lm) {
     const int64_t v = source->vocab_size();
@@ -48,9 +49,11 @@ void Trainer::Impl::build() {
     }
     cfg.model.vocab = v;
   }
+  cfg.model = detail::resolve_model(cfg.model);  // explicit shape in state.json
   model = detail::build_model(cfg, *recipe);
-  for (auto& [name, p] : model->named_parameters()) params.push_back(p);
-  opt = detail::build_optimizer(cfg, params);
+  const nn::NamedTensors named = model->named_parameters();
+  for (const auto& [name, p] : named) params.push_back(p);
+  opt = detail::build_optimizer(cfg, named);
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
 }
@@ -96,7 +99,7 @@ StepInfo Trainer::Impl::run_step() {
   bool skip = !recipe->unscale_and_check(params);
   double norm = 0;
   if (!skip) {
-    norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : detail::global_grad_norm(params);
+    norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
     if (!std::isfinite(norm)) {
       if (!recipe->skips_nonfinite()) nonfinite_error("gradient norm", norm, -1, window);
       skip = true;

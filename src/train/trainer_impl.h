@@ -17,15 +17,15 @@
 
 namespace mixp::train::detail {
 
-// What the built-in models need from the data: gpt's context (DESIGN.md 5b default 128) must be
-// known before the corpus is cut into windows, and its vocabulary comes from the corpus.
-inline constexpr int64_t kDefaultContext = 128;
-
 // The model the config describes (vocab and context already filled in for gpt), with the recipe
 // applied to its parameters.
-std::unique_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe);
-// The optimizer the config names over `params`.
-std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, const std::vector<Tensor>& params);
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe);
+// The model config with every 0 replaced by the model's default (ConfigError for a field the
+// model does not have).
+nn::ModelConfig resolve_model(const nn::ModelConfig& m);
+// The optimizer the config names over the model's named parameters (state names follow them:
+// "fc1.weight.exp_avg").
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, const nn::NamedTensors& params);
 // Learning rate of optimizer step `step` (0-based) of a run of `total` steps.
 double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
 // Optimizer state: tensors to safetensors entries and scalars to JSON, and back.
@@ -33,9 +33,10 @@ void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
 void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
                           const nlohmann::json& scalars, const std::string& source);
 
-// Global L2 norm of the gradients of `params` (undefined gradients count as zero), accumulated in
-// double so that it does not overflow for large fp32 gradients.
-double global_grad_norm(const std::vector<Tensor>& params);
+// The states of the model's Dropout mask streams ({"name": {"seed", "counter"}}), and back. The
+// built-in models have no dropout; a custom model with some still resumes bit-identically.
+nlohmann::json dropout_streams(nn::Module& model);
+void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams);
 
 // Mean loss and accuracy of `model` over `source`'s evaluation set, in eval mode without gradients.
 EvalResult evaluate_model(nn::Module& model, BatchSource& source, const PrecisionRecipe& recipe,
@@ -50,7 +51,7 @@ struct Trainer::Impl {
   bool lm = false;
   std::unique_ptr<detail::BatchSource> source;
   std::unique_ptr<PrecisionRecipe> recipe;
-  std::unique_ptr<nn::Module> model;
+  std::shared_ptr<nn::Module> model;
   std::vector<Tensor> params;  // cached: the step loop never rebuilds the list
   std::unique_ptr<optim::Optimizer> opt;
   std::vector<std::shared_ptr<TrainCallback>> callbacks;

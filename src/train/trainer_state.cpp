@@ -21,8 +21,10 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   state["data"] = source->state();
   // Every random stream of a run is a pure function of these seeds and counters: model
   // initialization (model seed), data order (sampler seed, epoch, position, or gpt's micro-batch
-  // counter). No generator state beyond them exists, so they restore the run exactly.
-  state["rng"] = {{"seed", cfg.seed}, {"model_seed", cfg.model.seed}};
+  // counter, under "data"), and the mask streams of Dropout modules, if the model has any.
+  state["rng"] = {{"seed", cfg.seed},
+                  {"model_seed", cfg.model.seed},
+                  {"dropout", detail::dropout_streams(*model)}};
   SafeTensorsFile opt_tensors;
   nlohmann::json opt_scalars = nlohmann::json::object();
   detail::save_optimizer_state(*opt, opt_tensors, opt_scalars);
@@ -73,6 +75,9 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   detail::load_optimizer_state(*opt, opt_tensors, os.value("state", nlohmann::json::object()),
                                opt_file.string());
   source->restore(state.at("data"));
+  if (state.contains("rng") && state["rng"].contains("dropout")) {
+    detail::restore_dropout_streams(*model, state["rng"]["dropout"]);
+  }
   std::map<std::string, double> rs;
   if (state.contains("recipe") && state["recipe"].contains("state")) {
     for (const auto& [k, v] : state["recipe"]["state"].items()) rs[k] = v.get<double>();

@@ -178,7 +178,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_option("--weight-decay", f->weight_decay, "weight decay (default: the optimizer's)");
   sub->add_option("--momentum", c.momentum, "SGD momentum (default 0.9)");
-  sub->add_option("--schedule", c.schedule, "learning-rate schedule: constant | cosine | linear");
+  sub->add_option("--schedule", c.schedule, "learning-rate schedule: constant | cosine | warmup_cosine | linear");
   sub->add_option("--warmup", c.warmup_steps, "linear warmup steps (default 0)");
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--clip", c.clip, "clip gradients to this global L2 norm (default off)");

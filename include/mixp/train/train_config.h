@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "mixp/nn/model_config.h"
+#include "mixp/nn/models.h"
 
 namespace mixp::train {
 
@@ -66,7 +66,7 @@ struct TrainConfig {
   std::optional<double> weight_decay;  // unset = the optimizer's default
   double momentum = 0.9;               // sgd only
   double clip = 0;                     // clip gradients to this global L2 norm; 0 = off
-  std::string schedule = "constant";   // constant | cosine (to 0 over the run) | linear
+  std::string schedule = "constant";   // constant | cosine | warmup_cosine | linear (to 0 at the end)
   int64_t warmup_steps = 0;            // linear warmup from 0 to lr
 
   uint64_t seed = 0;  // model initialization and data order
