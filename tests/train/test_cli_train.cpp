@@ -136,6 +136,14 @@ TEST(CliTrain, CorruptDataIsReportedByFile) {
   std::filesystem::resize_file(imgs, size / 2);
   r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'", dir.path());
   expect_clean_error(r, "train-images-idx3-ubyte.gz");
+
+  // float32 images (IDX type 0x0D, big-endian) with a NaN pixel: refused where the data enter.
+  std::vector<uint8_t> floats(4 * 28 * 28 * 4, 0);
+  floats[4 * (2 * 28 * 28 + 5)] = 0x7F;  // sample 2, row 0, col 5: 0x7FC00000 = NaN
+  floats[4 * (2 * 28 * 28 + 5) + 1] = 0xC0;
+  data::write_idx(imgs, data::IdxType::f32, img_dims, floats, true);
+  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'", dir.path());
+  expect_clean_error(r, "not finite");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/module.h"
+#include "mixp/tensor/allocator.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/trainer.h"
 #include "train_test_util.h"
@@ -134,6 +135,12 @@ TEST(Trainer, ResumeIsBitIdenticalMlpAcrossAnEpochBoundary) {
   expect_resume_identical(c, 5);  // 512/32 = 16 micro-batches = 8 steps per epoch: crosses it
 }
 
+TEST(Trainer, ResumeIsBitIdenticalAtAnEpochEnd) {
+  TrainConfig c = small_mlp();
+  c.train_limit = 100;  // 4 micro-batches of 32, the last one short (4 samples)
+  expect_resume_identical(c, 4);
+}
+
 TEST(Trainer, ResumeIsBitIdenticalGpt) { expect_resume_identical(tiny_gpt(), 4); }
 
 TEST(Trainer, ResumeIsBitIdenticalCnnWithSgd) {
@@ -240,6 +247,16 @@ TEST(Trainer, EvaluateCheckpointMatchesTheTrainer) {
   const EvalResult e64 = evaluate_checkpoint(dir / "ckpt", "fp64");
   EXPECT_NEAR(*e64.accuracy, *e.accuracy, 0.01);
   EXPECT_NEAR(e64.loss, e.loss, 1e-4);
+}
+
+TEST(Trainer, StepsAllocateNothingFromTheSystemAfterWarmup) {
+  TrainConfig c = small_mlp();
+  c.steps = 100;
+  Trainer t(c);
+  t.train_steps(2);  // the first steps fill the caching allocator and oneDNN's caches
+  const int64_t before = allocator_stats().system_allocs;
+  t.train_steps(5);  // within the first epoch: every batch has the same shape
+  EXPECT_EQ(allocator_stats().system_allocs, before);
 }
 
 TEST(Trainer, Fp64Trains) {
