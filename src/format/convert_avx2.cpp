@@ -35,6 +35,8 @@ struct V256 {
   static M eq(I a, I b) { return _mm256_cmpeq_epi32(a, b); }
   static I select(M m, I if_false, I if_true) { return _mm256_blendv_epi8(if_false, if_true, m); }
   static bool any(M m) { return !_mm256_testz_si256(m, m); }
+  // No embedded rounding in AVX2: every rounding is done with integers (MXCSR-independent).
+  static constexpr bool kEmbeddedRounding = false;
   // n + carry-out of frac + r: no carry iff sum >= r iff min(sum, r) == r; n + 1 + (-1 or 0).
   static I add_carry(I n, I frac, I r) {
     const I no_carry = _mm256_cmpeq_epi32(_mm256_min_epu32(_mm256_add_epi32(frac, r), r), r);
@@ -46,17 +48,23 @@ struct V256 {
 };
 using I = __m256i;
 
+// Vectors narrowed together per block: 2 (16-bit) or 4 (8-bit) are packed with the in-lane
+// VPACKUSDW/VPACKUSWB (values already fit: no saturation) and put in order with one permute.
 template <int OutBytes>
-inline void store_lanes(unsigned char* d, I v) {
-  if constexpr (OutBytes == 4) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), v);
+inline constexpr int kVecsPerBlock = OutBytes == 2 ? 2 : (OutBytes == 1 ? 4 : 1);
+
+template <int OutBytes>
+inline void store_block(unsigned char* d, const I* v) {
+  if constexpr (OutBytes == 1) {
+    const I b = _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
+    // Dword 4L + j of b holds elements 4L..4L+3 of v[j].
+    const I idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permutevar8x32_epi32(b, idx));
+  } else if constexpr (OutBytes == 2) {
+    const I p = _mm256_packus_epi32(v[0], v[1]);  // qword 2L + j: elements 4L..4L+3 of v[j]
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute4x64_epi64(p, 0xD8));
   } else {
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    if constexpr (OutBytes == 2) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d), w);
-    } else {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(d), _mm_packus_epi16(w, w));
-    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), v[0]);
   }
 }
 
@@ -71,15 +79,21 @@ inline I load_lanes(const unsigned char* s) {
 
 template <Fmt F, Round R>
 struct NarrowInt {
-  I ovf, inf, key;
-  uint32_t idx0;
+  I ovf, inf;
+  I lane_h;       // lane * 0x9E3779B9
+  uint32_t h0;  // idx0 * 0x9E3779B9 + key
+  static constexpr int kVecs = kVecsPerBlock<F.out_bytes>;
   void run(const unsigned char* s, unsigned char* d, size_t i) const {
-    I r = _mm256_setzero_si256();
-    if constexpr (R == Round::stochastic) {
-      r = sr_lanes<V256>(V256::add(V256::set1(idx0 + static_cast<uint32_t>(i)), V256::iota()), key);
+    I v[kVecs];
+    for (int k = 0; k < kVecs; ++k) {
+      I r = _mm256_setzero_si256();
+      if constexpr (R == Round::stochastic) {
+        r = sr_lanes_pre<V256>(V256::add(V256::set1(h0 + static_cast<uint32_t>(i + 8 * k) * kSrGolden), lane_h));
+      }
+      const I u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32 * k));
+      v[k] = narrow_lanes<V256, F, R>(u, r, ovf, inf);
     }
-    const I u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-    store_lanes<F.out_bytes>(d, narrow_lanes<V256, F, R>(u, r, ovf, inf));
+    store_block<F.out_bytes>(d, v);
   }
 };
 
@@ -117,9 +131,9 @@ struct Fp16WidenHw {
 template <Fmt F, Round R>
 bool narrow_int(const NarrowArgs& a) {
   const NarrowInt<F, R> k{V256::set1(overflow_magnitude(F, R, a.overflow, false)),
-                          V256::set1(overflow_magnitude(F, R, a.overflow, true)), V256::set1(a.key),
-                          a.idx0};
-  drive<8, 4, F.out_bytes>(a.src, a.dst_bits, a.n, k);
+                          V256::set1(overflow_magnitude(F, R, a.overflow, true)),
+                          V256::mullo(V256::iota(), V256::set1(kSrGolden)), a.idx0 * kSrGolden + a.key};
+  drive<8 * kVecsPerBlock<F.out_bytes>, 4, F.out_bytes>(a.src, a.dst_bits, a.n, k);
   return true;
 }
 

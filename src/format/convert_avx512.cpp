@@ -52,6 +52,25 @@ struct V512 {
   static M eq(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
   static I select(M m, I if_false, I if_true) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
   static bool any(M m) { return m != 0; }
+  // fp32 add with EVEX embedded rounding (round-to-nearest-even or toward zero, {sae}): the
+  // direction comes from the instruction, not MXCSR.RC (Intel SDM 2.7.4).
+  static constexpr bool kEmbeddedRounding = true;
+  template <Round R>
+  static I add_round_f32(I a, I b) {
+    constexpr int kRc = (R == Round::toward_zero ? _MM_FROUND_TO_ZERO : _MM_FROUND_TO_NEAREST_INT) |
+                        _MM_FROUND_NO_EXC;
+    return _mm512_castps_si512(_mm512_add_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), kRc));
+  }
+  // Exact fp32 operations (callers guarantee it), exceptions suppressed.
+  static I sub_f32(I a, I b) {
+    return _mm512_castps_si512(_mm512_sub_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b),
+                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static I mul_f32_to_u32_trunc(I a, I b) {
+    const __m512 p = _mm512_mul_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtt_roundps_epu32(p, _MM_FROUND_NO_EXC);
+  }
   // n + carry-out of the 32-bit sum frac + r.
   static I add_carry(I n, I frac, I r) {
     const M carry = _mm512_cmplt_epu32_mask(_mm512_add_epi32(frac, r), r);
@@ -63,14 +82,26 @@ struct V512 {
 };
 using I = __m512i;
 
+// Vectors narrowed together per block: VPMOVDW/VPMOVDB cost two uops each and were the
+// bottleneck of the cheap kernels, so 2 (16-bit) or 4 (8-bit) vectors are packed with the
+// in-lane VPACKUSDW/VPACKUSWB (values already fit: no saturation) and put in order with one
+// permute.
 template <int OutBytes>
-inline void store_lanes(unsigned char* d, I v) {
+inline constexpr int kVecsPerBlock = OutBytes == 2 ? 2 : (OutBytes == 1 ? 4 : 1);
+
+template <int OutBytes>
+inline void store_block(unsigned char* d, const I* v) {
   if constexpr (OutBytes == 1) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm512_cvtepi32_epi8(v));
+    const I b = _mm512_packus_epi16(_mm512_packus_epi32(v[0], v[1]), _mm512_packus_epi32(v[2], v[3]));
+    // Dword 4L + j of b holds elements 4L..4L+3 of v[j]: transpose the 4 x 4 dword grid.
+    const I idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(d, _mm512_permutexvar_epi32(idx, b));
   } else if constexpr (OutBytes == 2) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm512_cvtepi32_epi16(v));
+    // Qword 2L + j holds elements 4L..4L+3 of v[j].
+    const I p = _mm512_packus_epi32(v[0], v[1]);
+    _mm512_storeu_si512(d, _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), p));
   } else {
-    _mm512_storeu_si512(d, v);
+    _mm512_storeu_si512(d, v[0]);
   }
 }
 
@@ -87,24 +118,29 @@ inline I load_lanes(const unsigned char* s) {
 
 template <Fmt F, Round R>
 struct NarrowInt {
-  I ovf, inf, key;
-  uint32_t idx0;
+  I ovf, inf;
+  I lane_h;       // lane * 0x9E3779B9
+  uint32_t h0;  // idx0 * 0x9E3779B9 + key
   I convert(I u, size_t i) const {
     I r = _mm512_setzero_si512();
     if constexpr (R == Round::stochastic) {
-      r = sr_lanes<V512>(V512::add(V512::set1(idx0 + static_cast<uint32_t>(i)), V512::iota()), key);
+      r = sr_lanes_pre<V512>(V512::add(V512::set1(h0 + static_cast<uint32_t>(i) * kSrGolden), lane_h));
     }
     return narrow_lanes<V512, F, R>(u, r, ovf, inf);
   }
+  static constexpr int kVecs = kVecsPerBlock<F.out_bytes>;
   void run(const unsigned char* s, unsigned char* d, size_t i) const {
-    store_lanes<F.out_bytes>(d, convert(_mm512_loadu_si512(s), i));
+    I v[kVecs];
+    for (int k = 0; k < kVecs; ++k) v[k] = convert(_mm512_loadu_si512(s + 64 * k), i + 16 * k);
+    store_block<F.out_bytes>(d, v);
   }
 };
 
 template <Fmt F, Round R>
 NarrowInt<F, R> make_int(const NarrowArgs& a) {
   return {V512::set1(overflow_magnitude(F, R, a.overflow, false)),
-          V512::set1(overflow_magnitude(F, R, a.overflow, true)), V512::set1(a.key), a.idx0};
+          V512::set1(overflow_magnitude(F, R, a.overflow, true)),
+          V512::mullo(V512::iota(), V512::set1(kSrGolden)), a.idx0 * kSrGolden + a.key};
 }
 
 // |u| clamped to max_bits (fp32 bits of the format's max finite) except for NaN lanes.
@@ -127,8 +163,8 @@ struct Bf16Hw {
     const __mmask16 den0 = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(u0, abs), one), lim);
     const __mmask16 den1 = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(u1, abs), one), lim);
     if ((den0 | den1) != 0) {
-      store_lanes<2>(d, fallback.convert(u0, i));
-      store_lanes<2>(d + 32, fallback.convert(u1, i + 16));
+      const I v[2] = {fallback.convert(u0, i), fallback.convert(u1, i + 16)};
+      store_block<2>(d, v);
       return;
     }
     if (saturate) {
@@ -167,7 +203,7 @@ struct Fp16WidenHw {
 
 template <Fmt F, Round R>
 bool narrow_int(const NarrowArgs& a) {
-  drive<16, 4, F.out_bytes>(a.src, a.dst_bits, a.n, make_int<F, R>(a));
+  drive<16 * kVecsPerBlock<F.out_bytes>, 4, F.out_bytes>(a.src, a.dst_bits, a.n, make_int<F, R>(a));
   return true;
 }
 

@@ -67,21 +67,28 @@ constexpr uint32_t overflow_magnitude(const Fmt& f, Round r, Overflow o, bool in
   return f.exp_all();                                                    // inf
 }
 
-// Random bits of the lanes: mix32(index * 0x9E3779B9 + key), rounding.h's sr_bits_with_key.
+// Random bits of the lanes: sr_bits_with_key(key, index) = mix32(index * 0x9E3779B9 + key)
+// (rounding.h), from h = index * 0x9E3779B9 + key. The kernels step h by W * 0x9E3779B9 per
+// block of W lanes instead of multiplying the index each time. sr_lanes_pre stops before mix32's
+// last step x ^= x >> 16, which leaves the top 16 bits unchanged: a kernel that needs only the
+// top D <= 16 bits of r takes them from the "pre" value and skips two instructions.
+inline constexpr uint32_t kSrGolden = 0x9E3779B9U;
 template <class V>
-inline typename V::I sr_lanes(typename V::I index, typename V::I key) {
+inline typename V::I sr_lanes_pre(typename V::I h) {
   using I = typename V::I;
-  I x = V::add(V::mullo(index, V::set1(0x9E3779B9U)), key);
-  x = V::xor_(x, V::template srli<16>(x));
+  I x = V::xor_(h, V::template srli<16>(h));
   x = V::mullo(x, V::set1(0x7feb352dU));
   x = V::xor_(x, V::template srli<15>(x));
-  x = V::mullo(x, V::set1(0x846ca68bU));
-  return V::xor_(x, V::template srli<16>(x));
+  return V::mullo(x, V::set1(0x846ca68bU));
+}
+template <class V>
+inline typename V::I sr_finish(typename V::I pre) {
+  return V::xor_(pre, V::template srli<16>(pre));
 }
 
-// round(x / 2^D) for a compile-time D in [1, 31].
+// round(x / 2^D) for a compile-time D in [1, 31]. rp: the random bits before sr_finish.
 template <class V, Round R, int D>
-inline typename V::I round_const(typename V::I x, typename V::I r) {
+inline typename V::I round_const(typename V::I x, typename V::I rp) {
   if constexpr (R == Round::toward_zero) {
     return V::template srli<D>(x);
   } else if constexpr (R == Round::nearest_even) {
@@ -90,6 +97,7 @@ inline typename V::I round_const(typename V::I x, typename V::I r) {
   } else if constexpr (R == Round::nearest_away) {
     return V::template srli<D>(V::add(x, V::set1(1U << (D - 1))));
   } else {
+    const auto r = D <= 16 ? rp : sr_finish<V>(rp);  // top D bits of r (see sr_lanes_pre)
     return V::template srli<D>(V::add(x, V::template srli<32 - D>(r)));
   }
 }
@@ -114,11 +122,13 @@ inline typename V::I round_var(typename V::I x, typename V::I d, typename V::I r
 }
 
 // fp32 bits -> destination bits (low out_bytes*8 bits of each lane; fp32 layout for tf32/fp32).
-// ovf / inf: overflow_magnitude(..., false / true) broadcast.
+// rp: sr_lanes_pre of the lanes (stochastic only); ovf / inf: overflow_magnitude(..., false /
+// true) broadcast.
 template <class V, Fmt F, Round R>
-inline typename V::I narrow_lanes(typename V::I u, typename V::I r, typename V::I ovf,
+inline typename V::I narrow_lanes(typename V::I u, typename V::I rp, typename V::I ovf,
                                   typename V::I inf) {
   using I = typename V::I;
+  const I r = sr_finish<V>(rp);  // dead code unless a subnormal path below needs all 32 bits
   constexpr int M = F.man_bits;
   constexpr int B = F.bias;
   constexpr int D0 = F.d0();
@@ -127,14 +137,35 @@ inline typename V::I narrow_lanes(typename V::I u, typename V::I r, typename V::
   if constexpr (D0 == 0) {
     n = a;  // fp32 -> fp32: exact
   } else if constexpr (B == 127) {
-    n = round_const<V, R, D0>(a, r);  // fp32 denormals are the target's subnormals, same shift
+    n = round_const<V, R, D0>(a, rp);  // fp32 denormals are the target's subnormals, same shift
   } else {
     const I xn = V::sub(a, V::set1(static_cast<uint32_t>(127 - B) << 23));
-    const I nn = round_const<V, R, D0>(xn, r);
-    const I e = V::template srli<23>(a);
-    const I sig = V::or_(V::and_(a, V::set1(0x7FFFFF)), V::template slli<23>(V::min_u(e, V::set1(1))));
-    const I d = V::sub(V::set1(151 - B - M), V::max_s(e, V::set1(1)));
-    const I ns = round_var<V, R>(sig, d, r);
+    const I nn = round_const<V, R, D0>(xn, rp);
+    I ns;
+    if constexpr (V::kEmbeddedRounding && (R == Round::nearest_even || R == Round::toward_zero)) {
+      // |x| + 2^(emin - M + 23) lies in a binade whose fp32 ulp is the target's subnormal ulp
+      // 2^(emin - M), so the sum's low bits are the rounded result (FP16 libraries' magic-number
+      // trick). EVEX embedded rounding fixes the direction and suppresses exceptions whatever
+      // the MXCSR; DAZ could only zero fp32 denormals, which round to 0 here anyway.
+      constexpr uint32_t kMagic = static_cast<uint32_t>(1 - B - M + 23 + 127) << 23;
+      ns = V::sub(V::template add_round_f32<R>(a, V::set1(kMagic)), V::set1(kMagic));
+    } else if constexpr (V::kEmbeddedRounding && R == Round::stochastic) {
+      // The same sum truncated gives t = floor(|x| / ulp); the remainder |x| - t * ulp is exact
+      // in fp32 (both are multiples of |x|'s own ulp and the difference is below |x|), and
+      // scaling it by 2^32 / ulp is exact, so VCVTTPS2UDQ yields floor(f * 2^32) (float_codec.h).
+      // DAZ/FTZ could only zero values whose floor(f * 2^32) is 0 anyway.
+      constexpr uint32_t kMagic = static_cast<uint32_t>(1 - B - M + 23 + 127) << 23;
+      constexpr uint32_t kScale = static_cast<uint32_t>(32 - (1 - B - M) + 127) << 23;  // 2^32/ulp
+      const I s = V::template add_round_f32<Round::toward_zero>(a, V::set1(kMagic));
+      const I t = V::sub(s, V::set1(kMagic));
+      const I rem = V::sub_f32(a, V::sub_f32(s, V::set1(kMagic)));
+      ns = V::add_carry(t, V::mul_f32_to_u32_trunc(rem, V::set1(kScale)), r);
+    } else {
+      const I e = V::template srli<23>(a);
+      const I sig = V::or_(V::and_(a, V::set1(0x7FFFFF)), V::template slli<23>(V::min_u(e, V::set1(1))));
+      const I d = V::sub(V::set1(151 - B - M), V::max_s(e, V::set1(1)));
+      ns = round_var<V, R>(sig, d, r);
+    }
     const auto is_normal = V::gt_s(a, V::set1((static_cast<uint32_t>(128 - B) << 23) - 1));
     n = V::select(is_normal, ns, nn);
   }
@@ -167,27 +198,29 @@ inline typename V::I widen_lanes(typename V::I b) {
   constexpr int B = F.bias;
   constexpr int D0 = F.d0();
   constexpr int kBits = 8 * F.out_bytes;
-  constexpr uint32_t kMagMask = (1U << (kBits - 1)) - 1;
-  const I sign = V::template slli<32 - kBits>(V::and_(b, V::set1(1U << (kBits - 1))));
-  const I mag = V::and_(b, V::set1(kMagMask));
-  I v;
   if constexpr (B == 127) {
-    v = V::template slli<D0>(mag);  // bf16: subnormals map onto fp32 denormals bit for bit
+    static_assert(kBits == 16, "tf32 and fp32 sources are copies, not kernels");
+    // bf16 is the top half of an fp32, subnormals included: shift, then quiet the NaNs.
+    const I v = V::template slli<16>(b);
+    const auto nan = V::gt_s(V::and_(v, V::set1(0x7FFFFFFFU)), V::set1(0x7F800000U));
+    return V::select(nan, v, V::or_(v, V::set1(0x00400000U)));
   } else {
+    const I sign = V::template slli<32 - kBits>(V::and_(b, V::set1(1U << (kBits - 1))));
+    const I mag = V::and_(b, V::set1((1U << (kBits - 1)) - 1));
     const I normal = V::add(V::template slli<D0>(mag), V::set1(static_cast<uint32_t>(127 - B) << 23));
     // Subnormal mantissa m: m * 2^(1 - B - M), a normal fp32; both steps exact whatever the MXCSR.
     const I sub = V::int_to_float_scaled(mag, static_cast<float>(1.0 / (1ULL << (B + M - 1))));
-    v = V::select(V::gt_s(V::set1(1U << M), mag), normal, sub);
+    I v = V::select(V::gt_s(V::set1(1U << M), mag), normal, sub);
+    if constexpr (F.specials == Specials::fn) {
+      v = V::select(V::eq(mag, V::set1(F.exp_all() | F.mant_mask())), v, V::set1(0x7FF00000U));
+    } else {
+      const auto special = V::gt_s(mag, V::set1(F.exp_all() - 1));
+      const I quiet = V::select(V::gt_s(mag, V::set1(F.exp_all())), V::set1(0), V::set1(0x00400000U));
+      const I payload = V::template slli<D0>(V::and_(mag, V::set1(F.mant_mask())));
+      v = V::select(special, v, V::or_(V::or_(V::set1(0x7F800000U), payload), quiet));
+    }
+    return V::or_(v, sign);
   }
-  if constexpr (F.specials == Specials::fn) {
-    v = V::select(V::eq(mag, V::set1(F.exp_all() | F.mant_mask())), v, V::set1(0x7FF00000U));
-  } else {
-    const auto special = V::gt_s(mag, V::set1(F.exp_all() - 1));
-    const I quiet = V::select(V::gt_s(mag, V::set1(F.exp_all())), V::set1(0), V::set1(0x00400000U));
-    const I spec = V::or_(V::or_(V::set1(0x7F800000U), V::template slli<D0>(V::and_(mag, V::set1(F.mant_mask())))), quiet);
-    v = V::select(special, v, spec);
-  }
-  return V::or_(v, sign);
 }
 
 // Drives a block kernel over n elements: full blocks of W, then one block through a zeroed stack

@@ -158,7 +158,7 @@ TEST(ConvertApi, IndependentOfMxcsr) {
   const auto in = from_bits(boundary_patterns());
   const unsigned saved = _mm_getcsr();
   for (DType dst : kNarrowTargets) {
-    for (Round r : {Round::nearest_even, Round::toward_zero}) {
+    for (Round r : kRounds) {
       for (Overflow o : kOverflows) {
         const ConvertOptions opt{r, o, 3, 0};
         const auto want = narrow_ref(dst, in, opt);
