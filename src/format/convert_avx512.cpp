@@ -16,8 +16,10 @@
 //    |x| to 65504 first.
 //  * VCVTPH2PS (fp16 -> fp32) is exact, quiets signalling NaNs keeping the payload, as
 //    decode_float.
-// Everything else (stochastic, nearest_away, fp8, tf32, fp32) uses the integer kernels; those
-// cover every destination, rounding and overflow mode, so this tier never falls back to scalar.
+// Everything else (stochastic, nearest_away, fp8, tf32, fp32) uses the integer kernels of
+// convert_simd_impl.h, whose subnormal results use EVEX embedded rounding here (VADDPS with
+// {rn-sae}/{rz-sae}: the direction comes from the instruction, not from MXCSR.RC). They cover
+// every destination, rounding and overflow mode, so this tier never falls back to scalar.
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_epi32()
 // (GCC bug 105593, fixed in GCC 13); the warning says nothing about this file.
 #if defined(__GNUC__) && !defined(__clang__)

@@ -5,7 +5,8 @@
 // Everything here sits in an anonymous namespace on purpose: each arch file compiles it with
 // different -m flags, and an inline function with external linkage would be merged across the two
 // files (and the baseline ones) by the linker, so an AVX-512 copy could end up running on an AVX2
-// machine. For the same reason the arch files call no inline function of the public headers.
+// machine. For the same reason the arch files call no inline function of the public headers
+// at run time (constant expressions, such as the static_asserts below, are fine).
 //
 // The algorithm, per 32-bit lane holding fp32 bits u (FORMATS.md; encode_float is the oracle):
 //   a = |u|. Target format: M mantissa bits, bias B, d0 = 23 - M dropped bits when the result is
@@ -44,8 +45,12 @@ struct Fmt {
   Specials specials;
   int out_bytes;
   constexpr int d0() const { return 23 - man_bits; }
+  // Computed here rather than by FloatFormat::max_finite_bits (an inline function with external
+  // linkage, see the header comment); the static_asserts below check that they agree.
   constexpr uint32_t max_bits() const {
-    return FloatFormat{exp_bits, man_bits, bias, specials}.max_finite_bits();
+    const uint32_t all = (1U << (exp_bits + man_bits)) - 1;
+    if (specials == Specials::ieee) return all - (1U << man_bits);
+    return specials == Specials::fn ? all - 1 : all;
   }
   constexpr uint32_t exp_all() const { return ((1U << exp_bits) - 1) << man_bits; }
   constexpr uint32_t mant_mask() const { return (1U << man_bits) - 1; }
@@ -57,6 +62,12 @@ inline constexpr Fmt kFmtE4M3{3, 4, 7, Specials::fn, 1};
 inline constexpr Fmt kFmtE5M2{2, 5, 15, Specials::ieee, 1};
 inline constexpr Fmt kFmtTf32{10, 8, 127, Specials::ieee, 4};
 inline constexpr Fmt kFmtFp32{23, 8, 127, Specials::ieee, 4};
+static_assert(kFmtBf16.max_bits() == kBf16.max_finite_bits() &&
+              kFmtFp16.max_bits() == kFp16.max_finite_bits() &&
+              kFmtE4M3.max_bits() == kFp8E4M3.max_finite_bits() &&
+              kFmtE5M2.max_bits() == kFp8E5M2.max_finite_bits() &&
+              kFmtTf32.max_bits() == kTf32.max_finite_bits() &&
+              kFmtFp32.max_bits() == kFp32.max_finite_bits());
 
 // Magnitude bits for a finite overflow and for an infinite input (encode_float's
 // encode_overflow; an infinite input is rounded as nearest_even there, so toward_zero keeps inf).

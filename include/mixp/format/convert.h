@@ -9,6 +9,11 @@
 // sign, is made quiet and keeps the top payload bits that fit; the result never depends on the
 // MXCSR (rounding mode, FTZ, DAZ) of the calling thread.
 //
+// Coverage: on the AVX-512 and AVX2 tiers every destination x rounding (nearest_even,
+// toward_zero, stochastic, nearest_away) x overflow combination has a SIMD kernel, as has
+// widening from bf16, fp16 and the fp8s; widening from tf32/fp32 is a memmove. Only the scalar
+// tier (no AVX2+F16C, or MIXP_CPU_TIER=scalar) runs the scalar reference.
+//
 // Block formats (fp6_e2m3, fp6_e3m2, fp4_e2m1 with their e8m0 scales, int8/uint8/int4/nf4) need a
 // per-block scale and are not element-wise conversions: these functions reject them with
 // std::invalid_argument, naming the block-format API to use instead.
@@ -16,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
+#include <type_traits>
 
 #include "mixp/format/dtype.h"
 #include "mixp/format/minifloat.h"
