@@ -12,20 +12,30 @@
 namespace mixp {
 namespace {
 
-bool is_block_or_integer(DType t) {
-  return traits(t).block_size > 0 || traits(t).kind != DKind::floating;
+// The block scheme (block_tensor.h) that stores `t`, or "" if none does.
+const char* block_scheme_for(DType t) {
+  switch (t) {
+    case DType::fp6_e2m3: return "mxfp6_e2m3";
+    case DType::fp6_e3m2: return "mxfp6_e3m2";
+    case DType::fp4_e2m1: return "mxfp4";
+    case DType::int8: return "int8, int8_affine, int8_channel or mxint8";
+    case DType::int4: return "int4";
+    case DType::nf4: return "nf4";
+    default: return "";
+  }
 }
 
 [[noreturn]] void reject(DType t, const char* what) {
   std::string msg = std::string(what) + ": format '" + std::string(name(t)) + "' ";
+  const std::string scheme = block_scheme_for(t);
   if (t == DType::fp64) {
     msg += "is wider than fp32; the bulk converters go between fp32 and narrower element formats";
-  } else if (is_block_or_integer(t)) {
-    msg += "is a block/quantized format whose elements need a shared per-block scale (MX: 32 "
-           "elements per e8m0 scale; int4/nf4: 64 per fp32 scale); encode it with the block-format "
-           "API (MX block encoder / quantizer), not the element-wise converter";
+  } else if (!scheme.empty()) {
+    msg += "is a block/quantized format whose elements need a shared scale; use the block API "
+           "mixp::quantize_block / dequantize_block (mixp/format/block_tensor.h) with scheme " +
+           scheme + ", not the element-wise converter";
   } else {
-    msg += "is not an element-wise float format";
+    msg += "is not an element-wise floating-point format";
   }
   msg += ". Element-wise formats: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2";
   throw std::invalid_argument(msg);

@@ -73,8 +73,9 @@ static_assert(kFmtBf16.max_bits() == kBf16.max_finite_bits() &&
 // encode_overflow; an infinite input is rounded as nearest_even there, so toward_zero keeps inf).
 constexpr uint32_t overflow_magnitude(const Fmt& f, Round r, Overflow o, bool infinite_input) {
   if (o == Overflow::saturate) return f.max_bits();
+  // IEEE 754 7.4: truncation never leaves the finite range, E4M3FN included (docs/formats.md).
+  if (r == Round::toward_zero && !infinite_input) return f.max_bits();
   if (f.specials == Specials::fn) return f.exp_all() | f.mant_mask();  // E4M3FN: NaN
-  if (r == Round::toward_zero && !infinite_input) return f.max_bits();  // IEEE 754 7.4
   return f.exp_all();                                                    // inf
 }
 

@@ -28,7 +28,8 @@ TEST(ConvertApi, RejectsBlockIntegerAndWideFormats) {
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("fp4_e2m1"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("block"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("quantize_block"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mxfp4"), std::string::npos) << msg;
   }
   EXPECT_TRUE(is_elementwise_float(DType::fp8_e5m2));
   EXPECT_FALSE(is_elementwise_float(DType::fp6_e2m3));

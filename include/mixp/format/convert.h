@@ -16,7 +16,8 @@
 //
 // Block formats (fp6_e2m3, fp6_e3m2, fp4_e2m1 with their e8m0 scales, int8/uint8/int4/nf4) need a
 // per-block scale and are not element-wise conversions: these functions reject them with
-// std::invalid_argument, naming the block-format API to use instead.
+// std::invalid_argument naming the block API to use instead, mixp::quantize_block /
+// dequantize_block (mixp/format/block_tensor.h) and the scheme.
 #pragma once
 #include <cstddef>
 #include <cstdint>
