@@ -119,18 +119,22 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\nSummary (tier %s; median CPU time over repetitions; speed as a fraction of memcpy "
-                "of the same input bytes):\n", mixp::to_string(mixp::simd_tier()));
+    std::printf(
+        "\nSummary (tier %s; median CPU time over repetitions; speed as a fraction of memcpy "
+        "of the same input bytes):\n",
+        mixp::to_string(mixp::simd_tier()));
     std::printf("%-24s %10s %10s %8s\n", "benchmark", "GB/s in", "x memcpy", "target");
     for (const auto& [name, ts] : times_) {
       const std::string size = name.substr(name.rfind('/') + 1);
       const auto m = times_.find("memcpy/" + size);
       if (m == times_.end()) continue;
       const size_t n = size == "64MiB" ? kSizes[0].n : kSizes[1].n;
-      const bool fp8 = name.find("e4m3") != std::string::npos || name.find("e5m2") != std::string::npos;
+      const bool fp8 =
+          name.find("e4m3") != std::string::npos || name.find("e5m2") != std::string::npos;
       const bool targeted = name.rfind("f32->", 0) == 0 && name.find("tf32") == std::string::npos;
       const char* target = !targeted ? "-" : (fp8 ? ">=0.25" : ">=0.5");
-      std::printf("%-24s %10.2f %10.2f %8s\n", name.c_str(), 4.0 * n / median(ts), median(m->second) / median(ts), target);
+      std::printf("%-24s %10.2f %10.2f %8s\n", name.c_str(), 4.0 * n / median(ts),
+                  median(m->second) / median(ts), target);
     }
   }
 
@@ -160,7 +164,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("memcpy/") + sz.label).c_str(), bm_memcpy, sz.n);
     for (const Target& t : targets) {
       for (Round r : {Round::nearest_even, Round::stochastic}) {
-        const std::string nm = std::string("f32->") + t.name + (r == Round::stochastic ? "/sr/" : "/rne/") + sz.label;
+        const std::string nm =
+            std::string("f32->") + t.name + (r == Round::stochastic ? "/sr/" : "/rne/") + sz.label;
         benchmark::RegisterBenchmark(nm.c_str(), bm_narrow, t.t, r, sz.n);
       }
     }

@@ -15,13 +15,20 @@ namespace {
 // The block scheme (block_tensor.h) that stores `t`, or "" if none does.
 const char* block_scheme_for(DType t) {
   switch (t) {
-    case DType::fp6_e2m3: return "mxfp6_e2m3";
-    case DType::fp6_e3m2: return "mxfp6_e3m2";
-    case DType::fp4_e2m1: return "mxfp4";
-    case DType::int8: return "int8, int8_affine, int8_channel or mxint8";
-    case DType::int4: return "int4";
-    case DType::nf4: return "nf4";
-    default: return "";
+    case DType::fp6_e2m3:
+      return "mxfp6_e2m3";
+    case DType::fp6_e3m2:
+      return "mxfp6_e3m2";
+    case DType::fp4_e2m1:
+      return "mxfp4";
+    case DType::int8:
+      return "int8, int8_affine, int8_channel or mxint8";
+    case DType::int4:
+      return "int4";
+    case DType::nf4:
+      return "nf4";
+    default:
+      return "";
   }
 }
 
@@ -31,9 +38,10 @@ const char* block_scheme_for(DType t) {
   if (t == DType::fp64) {
     msg += "is wider than fp32; the bulk converters go between fp32 and narrower element formats";
   } else if (!scheme.empty()) {
-    msg += "is a block/quantized format whose elements need a shared scale; use the block API "
-           "mixp::quantize_block / dequantize_block (mixp/format/block_tensor.h) with scheme " +
-           scheme + ", not the element-wise converter";
+    msg +=
+        "is a block/quantized format whose elements need a shared scale; use the block API "
+        "mixp::quantize_block / dequantize_block (mixp/format/block_tensor.h) with scheme " +
+        scheme + ", not the element-wise converter";
   } else {
     msg += "is not an element-wise floating-point format";
   }
@@ -41,7 +49,9 @@ const char* block_scheme_for(DType t) {
   throw std::invalid_argument(msg);
 }
 
-int storage_bytes(DType t) { return (t == DType::fp32 || t == DType::tf32) ? 4 : traits(t).bits / 8; }
+int storage_bytes(DType t) {
+  return (t == DType::fp32 || t == DType::tf32) ? 4 : traits(t).bits / 8;
+}
 
 // fp32 -> fp64 by bit manipulation. static_cast<double> would do the same, except that with
 // MXCSR.DAZ set it flushes denormal inputs to zero; the converters must not depend on the MXCSR.
@@ -56,7 +66,8 @@ double exact_double(float x) {
   } else if (e == 0) {
     if (f == 0) return std::bit_cast<double>(sign);
     const int p = 31 - std::countl_zero(static_cast<uint32_t>(f));  // f = 1.xxx * 2^p * 2^-149
-    d = sign | (static_cast<uint64_t>(p - 149 + 1023) << 52) | ((f << (52 - p)) & ((uint64_t{1} << 52) - 1));
+    d = sign | (static_cast<uint64_t>(p - 149 + 1023) << 52) |
+        ((f << (52 - p)) & ((uint64_t{1} << 52) - 1));
   } else {
     d = sign | (static_cast<uint64_t>(e - 127 + 1023) << 52) | (f << 29);
   }
@@ -96,9 +107,12 @@ void check_widen(DType src) {
 bool tier_available(SimdTier t) {
   const CpuFeatures& f = cpu_features();
   switch (t) {
-    case SimdTier::scalar: return true;
-    case SimdTier::avx2: return f.use_avx2();
-    case SimdTier::avx512: return f.use_avx512() && f.use_avx2();
+    case SimdTier::scalar:
+      return true;
+    case SimdTier::avx2:
+      return f.use_avx2();
+    case SimdTier::avx512:
+      return f.use_avx512() && f.use_avx2();
   }
   return false;
 }
@@ -117,11 +131,16 @@ void narrow_on(SimdTier tier, bool hardware, DType dst, std::span<const float> s
       len = static_cast<size_t>(std::min<uint64_t>(len, to_boundary));
     }
     void* out = static_cast<unsigned char*>(dst_bits) + done * ob;
-    const detail::NarrowArgs a{dst,         src.data() + done,
-                               out,         len,
-                               opt.round,   opt.overflow,
-                               sr_key(opt.seed, index), static_cast<uint32_t>(index),
-                               hardware, cpu_features().avx512_bf16};
+    const detail::NarrowArgs a{dst,
+                               src.data() + done,
+                               out,
+                               len,
+                               opt.round,
+                               opt.overflow,
+                               sr_key(opt.seed, index),
+                               static_cast<uint32_t>(index),
+                               hardware,
+                               cpu_features().avx512_bf16};
     bool handled = false;
     if (tier == SimdTier::avx512) handled = detail::narrow_avx512(a);
     if (tier == SimdTier::avx2) handled = detail::narrow_avx2(a);
@@ -152,8 +171,10 @@ bool is_elementwise_float(DType t) {
     case DType::bf16:
     case DType::fp16:
     case DType::fp8_e4m3:
-    case DType::fp8_e5m2: return true;
-    default: return false;
+    case DType::fp8_e5m2:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -174,7 +195,8 @@ void convert_f32_to_reference(DType dst, std::span<const float> src, void* dst_b
   for (size_t i = 0; i < src.size(); ++i) {
     const uint32_t r = opt.round == Round::stochastic ? sr_bits(opt.seed, opt.offset + i) : 0;
     uint32_t b = encode_float(fmt, exact_double(src[i]), opt.round, opt.overflow, r, nullptr);
-    if (dst == DType::tf32) b = ((b >> 18) << 31) | ((b & 0x3FFFF) << 13);  // S.E8.M10 -> fp32 layout
+    if (dst == DType::tf32)
+      b = ((b >> 18) << 31) | ((b & 0x3FFFF) << 13);  // S.E8.M10 -> fp32 layout
     if (ob == 4) {
       std::memcpy(out + 4 * i, &b, 4);
     } else if (ob == 2) {
@@ -207,7 +229,8 @@ void convert_to_f32_reference(DType src, const void* src_bits, std::span<float> 
   }
 }
 
-void convert_f32_to(DType dst, std::span<const float> src, void* dst_bits, const ConvertOptions& opt) {
+void convert_f32_to(DType dst, std::span<const float> src, void* dst_bits,
+                    const ConvertOptions& opt) {
   check_narrow(dst);
   narrow_on(simd_tier(), true, dst, src, dst_bits, opt);
 }

@@ -24,8 +24,14 @@ struct V256 {
   static I and_(I a, I b) { return _mm256_and_si256(a, b); }
   static I or_(I a, I b) { return _mm256_or_si256(a, b); }
   static I xor_(I a, I b) { return _mm256_xor_si256(a, b); }
-  template <int K> static I srli(I a) { return _mm256_srli_epi32(a, K); }
-  template <int K> static I slli(I a) { return _mm256_slli_epi32(a, K); }
+  template <int K>
+  static I srli(I a) {
+    return _mm256_srli_epi32(a, K);
+  }
+  template <int K>
+  static I slli(I a) {
+    return _mm256_slli_epi32(a, K);
+  }
   static I srlv(I a, I c) { return _mm256_srlv_epi32(a, c); }  // counts > 31 give 0 (SDM VPSRLVD)
   static I sllv(I a, I c) { return _mm256_sllv_epi32(a, c); }
   static I min_u(I a, I b) { return _mm256_min_epu32(a, b); }
@@ -56,7 +62,8 @@ inline constexpr int kVecsPerBlock = OutBytes == 2 ? 2 : (OutBytes == 1 ? 4 : 1)
 template <int OutBytes>
 inline void store_block(unsigned char* d, const I* v) {
   if constexpr (OutBytes == 1) {
-    const I b = _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
+    const I b =
+        _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
     // Dword 4L + j of b holds elements 4L..4L+3 of v[j].
     const I idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permutevar8x32_epi32(b, idx));
@@ -80,7 +87,7 @@ inline I load_lanes(const unsigned char* s) {
 template <Fmt F, Round R>
 struct NarrowInt {
   I ovf, inf;
-  I lane_h;       // lane * 0x9E3779B9
+  I lane_h;     // lane * 0x9E3779B9
   uint32_t h0;  // idx0 * 0x9E3779B9 + key
   static constexpr int kVecs = kVecsPerBlock<F.out_bytes>;
   void run(const unsigned char* s, unsigned char* d, size_t i) const {
@@ -88,7 +95,8 @@ struct NarrowInt {
     for (int k = 0; k < kVecs; ++k) {
       I r = _mm256_setzero_si256();
       if constexpr (R == Round::stochastic) {
-        r = sr_lanes_pre<V256>(V256::add(V256::set1(h0 + static_cast<uint32_t>(i + 8 * k) * kSrGolden), lane_h));
+        r = sr_lanes_pre<V256>(
+            V256::add(V256::set1(h0 + static_cast<uint32_t>(i + 8 * k) * kSrGolden), lane_h));
       }
       const I u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32 * k));
       v[k] = narrow_lanes<V256, F, R>(u, r, ovf, inf);
@@ -117,7 +125,8 @@ struct Fp16Hw {
 template <Fmt F>
 struct WidenInt {
   void run(const unsigned char* s, unsigned char* d, size_t) const {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), widen_lanes<V256, F>(load_lanes<F.out_bytes>(s)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d),
+                        widen_lanes<V256, F>(load_lanes<F.out_bytes>(s)));
   }
 };
 
@@ -132,7 +141,8 @@ template <Fmt F, Round R>
 bool narrow_int(const NarrowArgs& a) {
   const NarrowInt<F, R> k{V256::set1(overflow_magnitude(F, R, a.overflow, false)),
                           V256::set1(overflow_magnitude(F, R, a.overflow, true)),
-                          V256::mullo(V256::iota(), V256::set1(kSrGolden)), a.idx0 * kSrGolden + a.key};
+                          V256::mullo(V256::iota(), V256::set1(kSrGolden)),
+                          a.idx0 * kSrGolden + a.key};
   drive<8 * kVecsPerBlock<F.out_bytes>, 4, F.out_bytes>(a.src, a.dst_bits, a.n, k);
   return true;
 }
@@ -140,10 +150,14 @@ bool narrow_int(const NarrowArgs& a) {
 template <Fmt F>
 bool narrow_fmt(const NarrowArgs& a) {
   switch (a.round) {
-    case Round::nearest_even: return narrow_int<F, Round::nearest_even>(a);
-    case Round::toward_zero: return narrow_int<F, Round::toward_zero>(a);
-    case Round::stochastic: return narrow_int<F, Round::stochastic>(a);
-    case Round::nearest_away: return narrow_int<F, Round::nearest_away>(a);
+    case Round::nearest_even:
+      return narrow_int<F, Round::nearest_even>(a);
+    case Round::toward_zero:
+      return narrow_int<F, Round::toward_zero>(a);
+    case Round::stochastic:
+      return narrow_int<F, Round::stochastic>(a);
+    case Round::nearest_away:
+      return narrow_int<F, Round::nearest_away>(a);
   }
   return false;
 }
@@ -153,7 +167,8 @@ bool narrow_fmt(const NarrowArgs& a) {
 bool narrow_avx2(const NarrowArgs& a) {
   const bool sat = a.overflow == Overflow::saturate;
   if (a.hardware && a.dst == DType::fp16 && a.round == Round::nearest_even) {
-    drive<8, 4, 2>(a.src, a.dst_bits, a.n, Fp16Hw<_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC>{sat});
+    drive<8, 4, 2>(a.src, a.dst_bits, a.n,
+                   Fp16Hw<_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC>{sat});
     return true;
   }
   if (a.hardware && a.dst == DType::fp16 && a.round == Round::toward_zero) {
@@ -161,19 +176,28 @@ bool narrow_avx2(const NarrowArgs& a) {
     return true;
   }
   switch (a.dst) {
-    case DType::bf16: return narrow_fmt<kFmtBf16>(a);
-    case DType::fp16: return narrow_fmt<kFmtFp16>(a);
-    case DType::fp8_e4m3: return narrow_fmt<kFmtE4M3>(a);
-    case DType::fp8_e5m2: return narrow_fmt<kFmtE5M2>(a);
-    case DType::tf32: return narrow_fmt<kFmtTf32>(a);
-    case DType::fp32: return narrow_fmt<kFmtFp32>(a);
-    default: return false;
+    case DType::bf16:
+      return narrow_fmt<kFmtBf16>(a);
+    case DType::fp16:
+      return narrow_fmt<kFmtFp16>(a);
+    case DType::fp8_e4m3:
+      return narrow_fmt<kFmtE4M3>(a);
+    case DType::fp8_e5m2:
+      return narrow_fmt<kFmtE5M2>(a);
+    case DType::tf32:
+      return narrow_fmt<kFmtTf32>(a);
+    case DType::fp32:
+      return narrow_fmt<kFmtFp32>(a);
+    default:
+      return false;
   }
 }
 
 bool widen_avx2(const WidenArgs& a) {
   switch (a.src) {
-    case DType::bf16: drive<8, 2, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtBf16>{}); return true;
+    case DType::bf16:
+      drive<8, 2, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtBf16>{});
+      return true;
     case DType::fp16:
       if (a.hardware) {
         drive<8, 2, 4>(a.src_bits, a.dst, a.n, Fp16WidenHw{});
@@ -181,9 +205,14 @@ bool widen_avx2(const WidenArgs& a) {
         drive<8, 2, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtFp16>{});
       }
       return true;
-    case DType::fp8_e4m3: drive<8, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE4M3>{}); return true;
-    case DType::fp8_e5m2: drive<8, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE5M2>{}); return true;
-    default: return false;  // fp32, tf32: a copy, done by the dispatcher
+    case DType::fp8_e4m3:
+      drive<8, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE4M3>{});
+      return true;
+    case DType::fp8_e5m2:
+      drive<8, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE5M2>{});
+      return true;
+    default:
+      return false;  // fp32, tf32: a copy, done by the dispatcher
   }
 }
 

@@ -37,14 +37,22 @@ struct V512 {
   using I = __m512i;
   using M = __mmask16;
   static I set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
-  static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static I iota() {
+    return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  }
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I and_(I a, I b) { return _mm512_and_si512(a, b); }
   static I or_(I a, I b) { return _mm512_or_si512(a, b); }
   static I xor_(I a, I b) { return _mm512_xor_si512(a, b); }
-  template <int K> static I srli(I a) { return _mm512_srli_epi32(a, K); }
-  template <int K> static I slli(I a) { return _mm512_slli_epi32(a, K); }
+  template <int K>
+  static I srli(I a) {
+    return _mm512_srli_epi32(a, K);
+  }
+  template <int K>
+  static I slli(I a) {
+    return _mm512_slli_epi32(a, K);
+  }
   static I srlv(I a, I c) { return _mm512_srlv_epi32(a, c); }  // counts > 31 give 0 (SDM VPSRLVD)
   static I sllv(I a, I c) { return _mm512_sllv_epi32(a, c); }
   static I min_u(I a, I b) { return _mm512_min_epu32(a, b); }
@@ -52,7 +60,9 @@ struct V512 {
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
   static M gt_s(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
   static M eq(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
-  static I select(M m, I if_false, I if_true) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
+  static I select(M m, I if_false, I if_true) {
+    return _mm512_mask_blend_epi32(m, if_false, if_true);
+  }
   static bool any(M m) { return m != 0; }
   // fp32 add with EVEX embedded rounding (round-to-nearest-even or toward zero, {sae}): the
   // direction comes from the instruction, not MXCSR.RC (Intel SDM 2.7.4).
@@ -61,7 +71,8 @@ struct V512 {
   static I add_round_f32(I a, I b) {
     constexpr int kRc = (R == Round::toward_zero ? _MM_FROUND_TO_ZERO : _MM_FROUND_TO_NEAREST_INT) |
                         _MM_FROUND_NO_EXC;
-    return _mm512_castps_si512(_mm512_add_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), kRc));
+    return _mm512_castps_si512(
+        _mm512_add_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), kRc));
   }
   // Exact fp32 operations (callers guarantee it), exceptions suppressed.
   static I sub_f32(I a, I b) {
@@ -94,7 +105,8 @@ inline constexpr int kVecsPerBlock = OutBytes == 2 ? 2 : (OutBytes == 1 ? 4 : 1)
 template <int OutBytes>
 inline void store_block(unsigned char* d, const I* v) {
   if constexpr (OutBytes == 1) {
-    const I b = _mm512_packus_epi16(_mm512_packus_epi32(v[0], v[1]), _mm512_packus_epi32(v[2], v[3]));
+    const I b =
+        _mm512_packus_epi16(_mm512_packus_epi32(v[0], v[1]), _mm512_packus_epi32(v[2], v[3]));
     // Dword 4L + j of b holds elements 4L..4L+3 of v[j]: transpose the 4 x 4 dword grid.
     const I idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_si512(d, _mm512_permutexvar_epi32(idx, b));
@@ -121,12 +133,13 @@ inline I load_lanes(const unsigned char* s) {
 template <Fmt F, Round R>
 struct NarrowInt {
   I ovf, inf;
-  I lane_h;       // lane * 0x9E3779B9
+  I lane_h;     // lane * 0x9E3779B9
   uint32_t h0;  // idx0 * 0x9E3779B9 + key
   I convert(I u, size_t i) const {
     I r = _mm512_setzero_si512();
     if constexpr (R == Round::stochastic) {
-      r = sr_lanes_pre<V512>(V512::add(V512::set1(h0 + static_cast<uint32_t>(i) * kSrGolden), lane_h));
+      r = sr_lanes_pre<V512>(
+          V512::add(V512::set1(h0 + static_cast<uint32_t>(i) * kSrGolden), lane_h));
     }
     return narrow_lanes<V512, F, R>(u, r, ovf, inf);
   }
@@ -162,8 +175,10 @@ struct Bf16Hw {
     I u1 = _mm512_loadu_si512(s + 64);
     // Denormal input: |u| - 1 < 0x7FFFFF (zero wraps around and is excluded).
     const I one = V512::set1(1), lim = V512::set1(0x7FFFFF), abs = V512::set1(0x7FFFFFFFU);
-    const __mmask16 den0 = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(u0, abs), one), lim);
-    const __mmask16 den1 = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(u1, abs), one), lim);
+    const __mmask16 den0 =
+        _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(u0, abs), one), lim);
+    const __mmask16 den1 =
+        _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(u1, abs), one), lim);
     if ((den0 | den1) != 0) {
       const I v[2] = {fallback.convert(u0, i), fallback.convert(u1, i + 16)};
       store_block<2>(d, v);
@@ -185,7 +200,8 @@ struct Fp16Hw {
   void run(const unsigned char* s, unsigned char* d, size_t) const {
     I u = _mm512_loadu_si512(s);
     if (saturate) u = clamp_magnitude(u, 0x477FE000U);  // 65504.0f
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm512_cvtps_ph(_mm512_castsi512_ps(u), Imm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d),
+                        _mm512_cvtps_ph(_mm512_castsi512_ps(u), Imm));
   }
 };
 
@@ -212,10 +228,14 @@ bool narrow_int(const NarrowArgs& a) {
 template <Fmt F>
 bool narrow_fmt(const NarrowArgs& a) {
   switch (a.round) {
-    case Round::nearest_even: return narrow_int<F, Round::nearest_even>(a);
-    case Round::toward_zero: return narrow_int<F, Round::toward_zero>(a);
-    case Round::stochastic: return narrow_int<F, Round::stochastic>(a);
-    case Round::nearest_away: return narrow_int<F, Round::nearest_away>(a);
+    case Round::nearest_even:
+      return narrow_int<F, Round::nearest_even>(a);
+    case Round::toward_zero:
+      return narrow_int<F, Round::toward_zero>(a);
+    case Round::stochastic:
+      return narrow_int<F, Round::stochastic>(a);
+    case Round::nearest_away:
+      return narrow_int<F, Round::nearest_away>(a);
   }
   return false;
 }
@@ -225,11 +245,13 @@ bool narrow_fmt(const NarrowArgs& a) {
 bool narrow_avx512(const NarrowArgs& a) {
   const bool sat = a.overflow == Overflow::saturate;
   if (a.hardware && a.dst == DType::bf16 && a.round == Round::nearest_even && a.avx512_bf16) {
-    drive<32, 4, 2>(a.src, a.dst_bits, a.n, Bf16Hw{make_int<kFmtBf16, Round::nearest_even>(a), sat});
+    drive<32, 4, 2>(a.src, a.dst_bits, a.n,
+                    Bf16Hw{make_int<kFmtBf16, Round::nearest_even>(a), sat});
     return true;
   }
   if (a.hardware && a.dst == DType::fp16 && a.round == Round::nearest_even) {
-    drive<16, 4, 2>(a.src, a.dst_bits, a.n, Fp16Hw<_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC>{sat});
+    drive<16, 4, 2>(a.src, a.dst_bits, a.n,
+                    Fp16Hw<_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC>{sat});
     return true;
   }
   if (a.hardware && a.dst == DType::fp16 && a.round == Round::toward_zero) {
@@ -237,19 +259,28 @@ bool narrow_avx512(const NarrowArgs& a) {
     return true;
   }
   switch (a.dst) {
-    case DType::bf16: return narrow_fmt<kFmtBf16>(a);
-    case DType::fp16: return narrow_fmt<kFmtFp16>(a);
-    case DType::fp8_e4m3: return narrow_fmt<kFmtE4M3>(a);
-    case DType::fp8_e5m2: return narrow_fmt<kFmtE5M2>(a);
-    case DType::tf32: return narrow_fmt<kFmtTf32>(a);
-    case DType::fp32: return narrow_fmt<kFmtFp32>(a);
-    default: return false;
+    case DType::bf16:
+      return narrow_fmt<kFmtBf16>(a);
+    case DType::fp16:
+      return narrow_fmt<kFmtFp16>(a);
+    case DType::fp8_e4m3:
+      return narrow_fmt<kFmtE4M3>(a);
+    case DType::fp8_e5m2:
+      return narrow_fmt<kFmtE5M2>(a);
+    case DType::tf32:
+      return narrow_fmt<kFmtTf32>(a);
+    case DType::fp32:
+      return narrow_fmt<kFmtFp32>(a);
+    default:
+      return false;
   }
 }
 
 bool widen_avx512(const WidenArgs& a) {
   switch (a.src) {
-    case DType::bf16: drive<16, 2, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtBf16>{}); return true;
+    case DType::bf16:
+      drive<16, 2, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtBf16>{});
+      return true;
     case DType::fp16:
       if (a.hardware) {
         drive<16, 2, 4>(a.src_bits, a.dst, a.n, Fp16WidenHw{});
@@ -257,9 +288,14 @@ bool widen_avx512(const WidenArgs& a) {
         drive<16, 2, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtFp16>{});
       }
       return true;
-    case DType::fp8_e4m3: drive<16, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE4M3>{}); return true;
-    case DType::fp8_e5m2: drive<16, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE5M2>{}); return true;
-    default: return false;  // fp32, tf32: a copy, done by the dispatcher
+    case DType::fp8_e4m3:
+      drive<16, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE4M3>{});
+      return true;
+    case DType::fp8_e5m2:
+      drive<16, 1, 4>(a.src_bits, a.dst, a.n, WidenInt<kFmtE5M2>{});
+      return true;
+    default:
+      return false;  // fp32, tf32: a copy, done by the dispatcher
   }
 }
 

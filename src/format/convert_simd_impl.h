@@ -76,7 +76,7 @@ constexpr uint32_t overflow_magnitude(const Fmt& f, Round r, Overflow o, bool in
   // IEEE 754 7.4: truncation never leaves the finite range, E4M3FN included (docs/formats.md).
   if (r == Round::toward_zero && !infinite_input) return f.max_bits();
   if (f.specials == Specials::fn) return f.exp_all() | f.mant_mask();  // E4M3FN: NaN
-  return f.exp_all();                                                    // inf
+  return f.exp_all();                                                  // inf
 }
 
 // Random bits of the lanes: sr_bits_with_key(key, index) = mix32(index * 0x9E3779B9 + key)
@@ -174,7 +174,8 @@ inline typename V::I narrow_lanes(typename V::I u, typename V::I rp, typename V:
       ns = V::add_carry(t, V::mul_f32_to_u32_trunc(rem, V::set1(kScale)), r);
     } else {
       const I e = V::template srli<23>(a);
-      const I sig = V::or_(V::and_(a, V::set1(0x7FFFFF)), V::template slli<23>(V::min_u(e, V::set1(1))));
+      const I sig =
+          V::or_(V::and_(a, V::set1(0x7FFFFF)), V::template slli<23>(V::min_u(e, V::set1(1))));
       const I d = V::sub(V::set1(151 - B - M), V::max_s(e, V::set1(1)));
       ns = round_var<V, R>(sig, d, r);
     }
@@ -219,7 +220,8 @@ inline typename V::I widen_lanes(typename V::I b) {
   } else {
     const I sign = V::template slli<32 - kBits>(V::and_(b, V::set1(1U << (kBits - 1))));
     const I mag = V::and_(b, V::set1((1U << (kBits - 1)) - 1));
-    const I normal = V::add(V::template slli<D0>(mag), V::set1(static_cast<uint32_t>(127 - B) << 23));
+    const I normal =
+        V::add(V::template slli<D0>(mag), V::set1(static_cast<uint32_t>(127 - B) << 23));
     // Subnormal mantissa m: m * 2^(1 - B - M), a normal fp32; both steps exact whatever the MXCSR.
     const I sub = V::int_to_float_scaled(mag, static_cast<float>(1.0 / (1ULL << (B + M - 1))));
     I v = V::select(V::gt_s(V::set1(1U << M), mag), normal, sub);
@@ -227,7 +229,8 @@ inline typename V::I widen_lanes(typename V::I b) {
       v = V::select(V::eq(mag, V::set1(F.exp_all() | F.mant_mask())), v, V::set1(0x7FF00000U));
     } else {
       const auto special = V::gt_s(mag, V::set1(F.exp_all() - 1));
-      const I quiet = V::select(V::gt_s(mag, V::set1(F.exp_all())), V::set1(0), V::set1(0x00400000U));
+      const I quiet =
+          V::select(V::gt_s(mag, V::set1(F.exp_all())), V::set1(0), V::set1(0x00400000U));
       const I payload = V::template slli<D0>(V::and_(mag, V::set1(F.mant_mask())));
       v = V::select(special, v, V::or_(V::or_(V::set1(0x7F800000U), payload), quiet));
     }

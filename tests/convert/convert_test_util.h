@@ -22,7 +22,9 @@ inline constexpr Round kRounds[] = {Round::nearest_even, Round::toward_zero, Rou
                                     Round::nearest_away};
 inline constexpr Overflow kOverflows[] = {Overflow::ieee, Overflow::saturate};
 
-inline size_t out_bytes(DType t) { return (t == DType::fp32 || t == DType::tf32) ? 4 : traits(t).bits / 8; }
+inline size_t out_bytes(DType t) {
+  return (t == DType::fp32 || t == DType::tf32) ? 4 : traits(t).bits / 8;
+}
 
 inline std::vector<float> from_bits(const std::vector<uint32_t>& bits) {
   std::vector<float> v(bits.size());
@@ -42,8 +44,9 @@ inline std::string describe(DType dst, const ConvertOptions& o) {
 }
 
 // Compares two encoded buffers; on failure names the first differing element and its input.
-inline ::testing::AssertionResult same_bits(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
-                                            const float* in, size_t n, size_t ob, const std::string& what) {
+inline ::testing::AssertionResult same_bits(const std::vector<uint8_t>& want,
+                                            const std::vector<uint8_t>& got, const float* in,
+                                            size_t n, size_t ob, const std::string& what) {
   if (want.size() != got.size()) return ::testing::AssertionFailure() << what << ": size differs";
   if (want.empty() || std::memcmp(want.data(), got.data(), want.size()) == 0) {
     return ::testing::AssertionSuccess();
@@ -57,20 +60,22 @@ inline ::testing::AssertionResult same_bits(const std::vector<uint8_t>& want, co
     }
   }
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%s: %zu of %zu differ; first at %zu: input 0x%08X want 0x%X got 0x%X",
+  std::snprintf(buf, sizeof buf,
+                "%s: %zu of %zu differ; first at %zu: input 0x%08X want 0x%X got 0x%X",
                 what.c_str(), bad, n, first, in ? std::bit_cast<uint32_t>(in[first]) : 0U,
                 element(want, first, ob), element(got, first, ob));
   return ::testing::AssertionFailure() << buf;
 }
 
-inline std::vector<uint8_t> narrow_ref(DType dst, const std::vector<float>& in, const ConvertOptions& o) {
+inline std::vector<uint8_t> narrow_ref(DType dst, const std::vector<float>& in,
+                                       const ConvertOptions& o) {
   std::vector<uint8_t> out(in.size() * out_bytes(dst));
   convert_f32_to_reference(dst, in, out.data(), o);
   return out;
 }
 
-inline std::vector<uint8_t> narrow_tier(SimdTier t, bool hw, DType dst, const std::vector<float>& in,
-                                        const ConvertOptions& o) {
+inline std::vector<uint8_t> narrow_tier(SimdTier t, bool hw, DType dst,
+                                        const std::vector<float>& in, const ConvertOptions& o) {
   std::vector<uint8_t> out(in.size() * out_bytes(dst), 0xCD);
   detail::convert_f32_to_tier(t, hw, dst, in, out.data(), o);
   return out;
@@ -113,8 +118,8 @@ inline std::vector<uint32_t> boundary_patterns() {
     for (uint32_t e = 0; e <= max; ++e) {
       if (f.exp_bits + f.man_bits > 16 && e > 4096 && e < max - 4096) continue;
       const double lo = decode_float(f, e);
-      const double hi = e < max ? decode_float(f, e + 1)
-                                : lo + (decode_float(f, max) - decode_float(f, max - 1));
+      const double hi =
+          e < max ? decode_float(f, e + 1) : lo + (decode_float(f, max) - decode_float(f, max - 1));
       around(lo);
       around((lo + hi) / 2);
     }

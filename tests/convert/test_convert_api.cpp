@@ -51,7 +51,8 @@ TEST(ConvertApi, TypedHelpersAgreeWithValueTypes) {
   for (size_t i = 0; i < in.size(); ++i) {
     ASSERT_EQ(b[i].bits, bfloat16::from_float(in[i], Round::nearest_even, Overflow::ieee).bits);
     ASSERT_EQ(h[i].bits, half::from_float(in[i], Round::nearest_even, Overflow::ieee).bits);
-    ASSERT_EQ(e4[i].bits, float8_e4m3::from_float(in[i], Round::nearest_even, Overflow::saturate).bits);
+    ASSERT_EQ(e4[i].bits,
+              float8_e4m3::from_float(in[i], Round::nearest_even, Overflow::saturate).bits);
     ASSERT_EQ(e5[i].bits, float8_e5m2::from_float(in[i], Round::nearest_even, Overflow::ieee).bits);
     ASSERT_EQ(t[i].bits, tfloat32::from_float(in[i], Round::nearest_even, Overflow::ieee).bits);
   }
@@ -65,7 +66,8 @@ TEST(ConvertApi, TypedHelpersAgreeWithValueTypes) {
   std::vector<float> shorter(3);
   EXPECT_THROW(convert(std::span<const float>(in), std::span<bfloat16>(b.data(), 5), kRne),
                std::invalid_argument);
-  EXPECT_THROW(convert(std::span<const bfloat16>(b), std::span<float>(shorter)), std::invalid_argument);
+  EXPECT_THROW(convert(std::span<const bfloat16>(b), std::span<float>(shorter)),
+               std::invalid_argument);
 }
 
 TEST(ConvertApi, Tf32InPlace) {
@@ -92,10 +94,12 @@ TEST(Stochastic, ChunkedEqualsOneShot) {
         const size_t lo = cuts[c], hi = cuts[c + 1];
         ConvertOptions o = one;
         o.offset = one.offset + lo;
-        detail::convert_f32_to_tier(im.tier, im.hw, dst, std::span<const float>(in).subspan(lo, hi - lo),
+        detail::convert_f32_to_tier(im.tier, im.hw, dst,
+                                    std::span<const float>(in).subspan(lo, hi - lo),
                                     got.data() + lo * ob, o);
       }
-      EXPECT_TRUE(same_bits(want, got, in.data(), in.size(), ob, "chunked " + std::string(name(dst)) + " " + im.name()));
+      EXPECT_TRUE(same_bits(want, got, in.data(), in.size(), ob,
+                            "chunked " + std::string(name(dst)) + " " + im.name()));
     }
   }
 }
@@ -144,7 +148,8 @@ TEST(Stochastic, UnbiasedOnAverage) {
   const size_t n = 200000;
   std::vector<float> in(n, x), back(n);
   std::vector<bfloat16> out(n);
-  convert(std::span<const float>(in), std::span<bfloat16>(out), {Round::stochastic, Overflow::ieee, 5, 0});
+  convert(std::span<const float>(in), std::span<bfloat16>(out),
+          {Round::stochastic, Overflow::ieee, 5, 0});
   convert(std::span<const bfloat16>(out), std::span<float>(back));
   double sum = 0;
   for (float v : back) sum += v;
@@ -186,7 +191,8 @@ TEST(ConvertApi, IndependentOfMxcsr) {
       _mm_setcsr((saved & ~0x6000U) | 0x8040U | 0x4000U);
       detail::convert_to_f32_tier(im.tier, im.hw, src, bits.data(), got);
       _mm_setcsr(saved);
-      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), count * 4)) << name(src) << " " << im.name();
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), count * 4))
+          << name(src) << " " << im.name();
     }
   }
 }
@@ -195,8 +201,9 @@ TEST(ConvertApi, TierRequestsAreChecked) {
   std::vector<float> in(3, 1.0f);
   std::vector<uint16_t> out(3);
   if (!cpu_features().use_avx512()) {
-    EXPECT_THROW(detail::convert_f32_to_tier(SimdTier::avx512, true, DType::bf16, in, out.data(), kRne),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        detail::convert_f32_to_tier(SimdTier::avx512, true, DType::bf16, in, out.data(), kRne),
+        std::invalid_argument);
   }
   EXPECT_GE(detail::available_tiers().size(), 1u);
   EXPECT_EQ(detail::available_tiers()[0], SimdTier::scalar);

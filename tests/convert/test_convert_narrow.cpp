@@ -70,8 +70,9 @@ TEST_P(Narrow, OddLengthsAndUnalignedPointers) {
             detail::convert_f32_to_tier(im.tier, im.hw, dst, src, buf.data() + dst_off, opt);
             const std::vector<uint8_t> got(buf.begin() + static_cast<long>(dst_off),
                                            buf.begin() + static_cast<long>(dst_off + n * ob));
-            EXPECT_TRUE(same_bits(want, got, src.data(), n, ob,
-                                  describe(dst, opt) + " on " + im.name() + " n=" + std::to_string(n)));
+            EXPECT_TRUE(
+                same_bits(want, got, src.data(), n, ob,
+                          describe(dst, opt) + " on " + im.name() + " n=" + std::to_string(n)));
             EXPECT_TRUE(std::all_of(buf.begin(), buf.begin() + static_cast<long>(dst_off),
                                     [](uint8_t b) { return b == 0xA5; }));
             EXPECT_TRUE(std::all_of(buf.begin() + static_cast<long>(dst_off + n * ob), buf.end(),

@@ -28,8 +28,12 @@ void sweep(DType dst, Round r, Overflow o, uint32_t stride) {
   }
 }
 
-TEST(Sweep, Bf16NearestEvenEvery257th) { sweep(DType::bf16, Round::nearest_even, Overflow::ieee, 257); }
-TEST(Sweep, Fp16NearestEvenEvery257th) { sweep(DType::fp16, Round::nearest_even, Overflow::ieee, 257); }
+TEST(Sweep, Bf16NearestEvenEvery257th) {
+  sweep(DType::bf16, Round::nearest_even, Overflow::ieee, 257);
+}
+TEST(Sweep, Fp16NearestEvenEvery257th) {
+  sweep(DType::fp16, Round::nearest_even, Overflow::ieee, 257);
+}
 // The other modes and formats on a coarser walk (still every exponent and all low-bit residues).
 TEST(Sweep, OtherModesEvery4099th) {
   for (DType d : kNarrowTargets) {

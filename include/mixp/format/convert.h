@@ -48,7 +48,8 @@ bool is_elementwise_float(DType t);
 // required. dst_bits must not overlap src, except exactly in place (dst_bits == src.data()) for
 // the 4-byte destinations tf32 and fp32. fp32 -> fp32 is a copy that quiets signalling NaNs and,
 // under Overflow::saturate, clamps +-inf to +-max finite (what encode_float does).
-void convert_f32_to(DType dst, std::span<const float> src, void* dst_bits, const ConvertOptions& opt);
+void convert_f32_to(DType dst, std::span<const float> src, void* dst_bits,
+                    const ConvertOptions& opt);
 
 // Widens src_bits (dst.size() elements of `src`'s storage) exactly into fp32. Signalling NaNs come
 // back quiet with their sign and payload (IEEE 754 convertFormat, decode_float). tf32 and fp32
@@ -64,8 +65,7 @@ void convert_to_f32_reference(DType src, const void* src_bits, std::span<float> 
 // Typed helpers over the value types of minifloat.h. Sizes must match (std::invalid_argument).
 template <class T>
 concept ElementwiseFloat = std::is_same_v<T, half> || std::is_same_v<T, bfloat16> ||
-                           std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2> ||
-                           std::is_same_v<T, tfloat32>;
+    std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2> || std::is_same_v<T, tfloat32>;
 
 namespace detail {
 void check_convert_sizes(size_t src, size_t dst);
