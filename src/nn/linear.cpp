@@ -28,6 +28,10 @@ Tensor Linear::forward(const Tensor& x) {
     throw std::invalid_argument(fmt::format("mixp::nn::Linear({} -> {}): input must be [..., {}], got {}", in_, out_, in_,
                                             x.defined() ? x.shape().str() : "(undefined)"));
   }
+  // In training, GELU is applied as its own op even when nothing records a gradient: the fused
+  // epilogue rounds differently, and checkpoint() recomputes a segment (with recording) that it
+  // first ran without; both runs must compute bit-identical activations.
+  if (act_ == Activation::gelu && is_training()) return gelu(linear(x, *weight_, *bias_, Activation::none));
   return linear(x, *weight_, *bias_, act_);
 }
 

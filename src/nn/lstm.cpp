@@ -42,6 +42,7 @@ LstmOutput LSTM::forward_with_state(const Tensor& x, const Tensor& h0, const Ten
   }
   const int time_dim = opt_.batch_first ? 1 : 0;
   const int64_t T = x.size(time_dim), N = x.size(1 - time_dim), L = static_cast<int64_t>(layers_.size());
+  if (T == 0) throw std::invalid_argument("mixp::nn::LSTM: the input sequence is empty (T = 0)");
   const Shape state_shape{L, N, hidden_};
   for (const Tensor* s : {&h0, &c0}) {
     if (s->defined() && !(s->shape() == state_shape)) {

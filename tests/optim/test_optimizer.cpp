@@ -11,6 +11,7 @@
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
 #include "mixp/optim/sgd.h"
+#include "mixp/tensor/allocator.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::optim {
@@ -190,6 +191,26 @@ TEST(Optimizer, InvalidArguments) {
   EXPECT_EQ(AdamW(ps).weight_decay(), 0.01);
   EXPECT_EQ(AdamW(ps, {.weight_decay = 0.0}).weight_decay(), 0.0);
   EXPECT_EQ(AdamW(ps).name(), "adamw");
+}
+
+}  // namespace
+}  // namespace mixp::optim
+
+namespace mixp::optim {
+namespace {
+
+TEST(Optimizer, StepsAllocateNothingAfterTheFirst) {
+  // DESIGN.md 7: no allocation in the training loop after the first step. The update of fp32
+  // parameters (and of bf16 ones through their masters) works in place.
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    NamedTensors ps = make_params(9, dt);
+    AdamW opt(ps, {.lr = 1e-3});
+    set_grads(ps, 1);
+    opt.step();
+    const int64_t before = allocator_stats().allocs;
+    for (int s = 0; s < 3; ++s) opt.step();
+    EXPECT_EQ(allocator_stats().allocs, before) << name(dt);
+  }
 }
 
 }  // namespace
