@@ -27,7 +27,13 @@ void accumulate(Tensor& slot, const Tensor& g) {
     throw std::logic_error("mixp autograd: gradients of shapes " + slot.shape().str() + " and " + g.shape().str() +
                            " arrive at the same tensor (a backward function returned a wrong shape)");
   }
-  // Never modify a gradient another node may still hold: make a fresh sum.
+  // Add in place when nobody else can see the slot's buffer (the common case: a fresh gradient
+  // from a backward function); never modify a gradient another node may still hold.
+  if (slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous() &&
+      slot.dtype() == g.dtype()) {
+    backend().add_inplace(slot, g, 1.0);
+    return;
+  }
   Tensor sum = Tensor::empty(slot.shape(), {.dtype = slot.dtype()});
   backend().copy(sum, slot);
   backend().add_inplace(sum, g, 1.0);
