@@ -11,6 +11,7 @@
 #include "mixp/autograd/node.h"
 #include "mixp/backend/backend.h"
 #include "mixp/tensor/factories.h"
+#include "ops/dispatch.h"
 
 namespace mixp {
 namespace {
@@ -125,6 +126,7 @@ Edge gradient_edge(const Tensor& t) {
 void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, bool retain_graph) {
   if (roots.size() != grads.size()) throw std::invalid_argument("mixp backward: one gradient per root is needed");
   NoGradGuard no_grad;  // backward functions do not record (no higher-order gradients)
+  detail::CastPolicyScope no_autocast(/*suspended=*/true);  // they run in the forward's dtypes
 
   struct Item {
     Node* node;
