@@ -98,7 +98,7 @@ void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, con
     const dnnl::matmul::desc desc = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, d_md)
                                                    : dnnl::matmul::desc(a_md, b_md, d_md);
     const dnnl::matmul::primitive_desc pd(desc, attr, onednn::engine());
-    return onednn::CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
+    return onednn::CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size(), {}};
   });
 
   std::unordered_map<int, memory> args;

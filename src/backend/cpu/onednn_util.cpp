@@ -75,4 +75,51 @@ dnnl::primitive_attr base_attr() {
   return attr;
 }
 
+namespace {
+CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked, const dnnl::memory::desc& from,
+                             const dnnl::memory::desc& to) {
+  Key k = base;
+  k.add(1000 + arg);
+  k.add(to_blocked);
+  return cached(k, [&] {
+    dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, base_attr());
+    return CachedPrimitive{dnnl::reorder(pd), pd.scratchpad_desc().get_size(), {}};
+  });
+}
+}  // namespace
+
+dnnl::memory LayoutArgs::staged(int arg, const dnnl::memory::desc& plain, const Tensor& t, bool is_input) {
+  const auto it = prim_.arg_descs.find(arg);
+  dnnl::memory user(plain, engine(), t.data_ptr());
+  if (it == prim_.arg_descs.end() || it->second == plain) return user;
+  const dnnl::memory::desc& want = it->second;
+  Tensor buf = Tensor::empty(Shape{static_cast<int64_t>(want.get_size())}, {.dtype = DType::uint8});
+  temps_.push_back(buf);
+  dnnl::memory tmp(want, engine(), buf.data_ptr());
+  if (is_input) {
+    CachedPrimitive& r = reorder_for(key_, arg, true, plain, want);
+    std::unordered_map<int, dnnl::memory> a{{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, tmp}};
+    onednn::execute(r, a);
+  } else {
+    back_.push_back({arg, tmp, user});
+  }
+  return tmp;
+}
+
+void LayoutArgs::input(int arg, const dnnl::memory::desc& plain, const Tensor& t) {
+  args_.insert({arg, staged(arg, plain, t, true)});
+}
+void LayoutArgs::output(int arg, const dnnl::memory::desc& plain, const Tensor& t) {
+  args_.insert({arg, staged(arg, plain, t, false)});
+}
+
+void LayoutArgs::execute() {
+  onednn::execute(prim_, args_);
+  for (Back& b : back_) {
+    CachedPrimitive& r = reorder_for(key_, b.arg, false, b.from.get_desc(), b.to.get_desc());
+    std::unordered_map<int, dnnl::memory> a{{DNNL_ARG_FROM, b.from}, {DNNL_ARG_TO, b.to}};
+    onednn::execute(r, a);
+  }
+}
+
 }  // namespace mixp::onednn

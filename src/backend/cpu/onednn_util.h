@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "mixp/tensor/tensor.h"
 
@@ -55,6 +56,8 @@ struct KeyHash {
 struct CachedPrimitive {
   dnnl::primitive prim;
   size_t scratchpad_bytes = 0;
+  // The layouts the primitive chose for its arguments (format_tag::any), keyed by DNNL_ARG_*.
+  std::unordered_map<int, dnnl::memory::desc> arg_descs;
 };
 
 // Returns the cached primitive for `key`, building it with `make` on a miss (thread-safe).
@@ -66,5 +69,29 @@ void execute(CachedPrimitive& p, std::unordered_map<int, dnnl::memory>& args);
 
 // The attributes every primitive uses: user scratchpad.
 dnnl::primitive_attr base_attr();
+
+// Arguments in plain layout whose primitive wants another (blocked) layout: inputs are reordered
+// into temporary buffers from the caching allocator before execution, outputs are written to a
+// temporary and reordered back after it. Reorder primitives are cached by `key` and argument.
+class LayoutArgs {
+ public:
+  LayoutArgs(const Key& key, CachedPrimitive& prim) : key_(key), prim_(prim) {}
+  void input(int arg, const dnnl::memory::desc& plain, const Tensor& t);
+  void output(int arg, const dnnl::memory::desc& plain, const Tensor& t);
+  // Runs the primitive and the reorders back into the outputs.
+  void execute();
+
+ private:
+  dnnl::memory staged(int arg, const dnnl::memory::desc& plain, const Tensor& t, bool is_input);
+  Key key_;
+  CachedPrimitive& prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+  std::vector<Tensor> temps_;
+  struct Back {
+    int arg;
+    dnnl::memory from, to;
+  };
+  std::vector<Back> back_;
+};
 
 }  // namespace mixp::onednn
