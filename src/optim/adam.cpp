@@ -11,18 +11,21 @@
 
 namespace mixp::optim {
 
-
 namespace {
 constexpr double kAdamWDefaultWeightDecay = 0.01;  // torch.optim.AdamW
 
 const AdamOptions& checked(const AdamOptions& o, bool decoupled) {
   const char* who = decoupled ? "AdamW" : "Adam";
   if (!(o.beta1 >= 0.0 && o.beta1 < 1.0) || !(o.beta2 >= 0.0 && o.beta2 < 1.0)) {
-    throw std::invalid_argument(fmt::format("mixp::optim::{}: betas must be in [0, 1), got ({}, {})", who, o.beta1, o.beta2));
+    throw std::invalid_argument(fmt::format(
+        "mixp::optim::{}: betas must be in [0, 1), got ({}, {})", who, o.beta1, o.beta2));
   }
-  if (!(o.eps >= 0.0)) throw std::invalid_argument(fmt::format("mixp::optim::{}: eps must be >= 0, got {}", who, o.eps));
+  if (!(o.eps >= 0.0))
+    throw std::invalid_argument(
+        fmt::format("mixp::optim::{}: eps must be >= 0, got {}", who, o.eps));
   if (o.weight_decay && !(*o.weight_decay >= 0.0)) {
-    throw std::invalid_argument(fmt::format("mixp::optim::{}: weight_decay must be >= 0, got {}", who, *o.weight_decay));
+    throw std::invalid_argument(
+        fmt::format("mixp::optim::{}: weight_decay must be >= 0, got {}", who, *o.weight_decay));
   }
   return o;
 }
@@ -43,18 +46,21 @@ void adam_f64(double* w, const double* g, double* m, double* v, int64_t n, const
 
 }  // namespace
 
-Adam::Adam(const std::vector<Tensor>& params, const AdamOptions& opt) : Adam(name_by_index(params), opt, false) {}
+Adam::Adam(const std::vector<Tensor>& params, const AdamOptions& opt)
+    : Adam(name_by_index(params), opt, false) {}
 Adam::Adam(NamedTensors params, const AdamOptions& opt) : Adam(std::move(params), opt, false) {}
 
 Adam::Adam(NamedTensors params, const AdamOptions& opt, bool decoupled)
-    : Optimizer(std::move(params), checked(opt, decoupled).lr, opt.precision, {"exp_avg", "exp_avg_sq"}),
+    : Optimizer(std::move(params), checked(opt, decoupled).lr, opt.precision,
+                {"exp_avg", "exp_avg_sq"}),
       opt_(opt),
       decoupled_(decoupled),
       weight_decay_(opt.weight_decay.value_or(decoupled ? kAdamWDefaultWeightDecay : 0.0)) {
   opt_.weight_decay = weight_decay_;
 }
 
-AdamW::AdamW(const std::vector<Tensor>& params, const AdamOptions& opt) : Adam(name_by_index(params), opt, true) {}
+AdamW::AdamW(const std::vector<Tensor>& params, const AdamOptions& opt)
+    : Adam(name_by_index(params), opt, true) {}
 AdamW::AdamW(NamedTensors params, const AdamOptions& opt) : Adam(std::move(params), opt, true) {}
 
 template <class T>
@@ -75,13 +81,16 @@ void Adam::run(T* w, const T* g, T* m, T* v, int64_t n, int64_t step) const {
                        -(lr / bc1),
                        std::sqrt(bc2)};
   if constexpr (std::is_same_v<T, float>) {
-    const detail::AdamScalars f{static_cast<float>(s[0]), static_cast<float>(s[1]), static_cast<float>(s[2]),
-                                static_cast<float>(s[3]), static_cast<float>(s[4]), static_cast<float>(s[5]),
-                                static_cast<float>(s[6]), static_cast<float>(s[7]), static_cast<float>(s[8])};
+    const detail::AdamScalars f{
+        static_cast<float>(s[0]), static_cast<float>(s[1]), static_cast<float>(s[2]),
+        static_cast<float>(s[3]), static_cast<float>(s[4]), static_cast<float>(s[5]),
+        static_cast<float>(s[6]), static_cast<float>(s[7]), static_cast<float>(s[8])};
     const detail::AdamKernelF32 kernel = detail::adam_f32_kernel();
-    parallel_loop(n, [&](int64_t lo, int64_t hi) { kernel(w + lo, g + lo, m + lo, v + lo, hi - lo, f); });
+    parallel_loop(
+        n, [&](int64_t lo, int64_t hi) { kernel(w + lo, g + lo, m + lo, v + lo, hi - lo, f); });
   } else {
-    parallel_loop(n, [&](int64_t lo, int64_t hi) { adam_f64(w + lo, g + lo, m + lo, v + lo, hi - lo, s); });
+    parallel_loop(
+        n, [&](int64_t lo, int64_t hi) { adam_f64(w + lo, g + lo, m + lo, v + lo, hi - lo, s); });
   }
 }
 

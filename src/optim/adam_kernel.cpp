@@ -12,7 +12,8 @@
 
 namespace mixp::optim::detail {
 
-void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
+void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n,
+                      const AdamScalars& s) {
   for (int64_t i = 0; i < n; ++i) {
     const float w0 = w[i];
     const float gi = g[i] + s.l2_wd * w0;
@@ -30,9 +31,12 @@ void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n, c
 AdamKernelF32 adam_f32_kernel() {
   static const AdamKernelF32 k = [] {
     switch (simd_tier()) {
-      case SimdTier::avx512: return &adam_f32_avx512;
-      case SimdTier::avx2: return &adam_f32_avx2;
-      default: return &adam_f32_generic;
+      case SimdTier::avx512:
+        return &adam_f32_avx512;
+      case SimdTier::avx2:
+        return &adam_f32_avx2;
+      default:
+        return &adam_f32_generic;
     }
   }();
   return k;

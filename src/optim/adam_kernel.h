@@ -20,9 +20,11 @@ struct AdamScalars {
   float b1, b2, one_m_b1, one_m_b2, eps, l2_wd, decay, neg_step_size, bc2_sqrt;
 };
 
-using AdamKernelF32 = void (*)(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s);
+using AdamKernelF32 = void (*)(float* w, const float* g, float* m, float* v, int64_t n,
+                               const AdamScalars& s);
 
-void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s);
+void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n,
+                      const AdamScalars& s);
 void adam_f32_avx2(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s);
 void adam_f32_avx512(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s);
 

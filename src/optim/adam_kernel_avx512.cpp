@@ -14,17 +14,22 @@
 
 namespace mixp::optim::detail {
 
-void adam_f32_avx512(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
-  const __m512 b1 = _mm512_set1_ps(s.b1), b2 = _mm512_set1_ps(s.b2), c1 = _mm512_set1_ps(s.one_m_b1), c2 = _mm512_set1_ps(s.one_m_b2);
-  const __m512 eps = _mm512_set1_ps(s.eps), l2 = _mm512_set1_ps(s.l2_wd), decay = _mm512_set1_ps(s.decay);
+void adam_f32_avx512(float* w, const float* g, float* m, float* v, int64_t n,
+                     const AdamScalars& s) {
+  const __m512 b1 = _mm512_set1_ps(s.b1), b2 = _mm512_set1_ps(s.b2),
+               c1 = _mm512_set1_ps(s.one_m_b1), c2 = _mm512_set1_ps(s.one_m_b2);
+  const __m512 eps = _mm512_set1_ps(s.eps), l2 = _mm512_set1_ps(s.l2_wd),
+               decay = _mm512_set1_ps(s.decay);
   const __m512 step = _mm512_set1_ps(s.neg_step_size), bc2 = _mm512_set1_ps(s.bc2_sqrt);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 w0 = _mm512_loadu_ps(w + i);
     const __m512 gi = _mm512_add_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(l2, w0));
     const __m512 wi = _mm512_mul_ps(w0, decay);
-    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(c1, gi));
-    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2), _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
+    const __m512 mi =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(c1, gi));
+    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2),
+                                    _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);

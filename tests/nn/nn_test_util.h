@@ -38,8 +38,9 @@ inline void to_fp64(Module& m) {
 // L = sum(v * f()), v fixed in [0.5, 1.5); compares dL/dp from backward with central differences
 // for every element of every fp64 parameter of `m` (and of `inputs` that require grad).
 // f must be deterministic and read the parameters through the module.
-inline void check_param_grads(Module& m, const std::function<Tensor()>& f, std::vector<Tensor> inputs = {},
-                              double eps = 1e-6, double atol = 1e-6, double rtol = 1e-5) {
+inline void check_param_grads(Module& m, const std::function<Tensor()>& f,
+                              std::vector<Tensor> inputs = {}, double eps = 1e-6,
+                              double atol = 1e-6, double rtol = 1e-5) {
   m.zero_grad();
   for (Tensor& x : inputs) x.set_grad(Tensor());
   Tensor out = f();
@@ -51,7 +52,8 @@ inline void check_param_grads(Module& m, const std::function<Tensor()>& f, std::
     return sum(mul(f(), v)).item();
   };
   std::vector<std::pair<std::string, Tensor>> all = m.named_parameters();
-  for (size_t i = 0; i < inputs.size(); ++i) all.emplace_back("input" + std::to_string(i), inputs[i]);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    all.emplace_back("input" + std::to_string(i), inputs[i]);
   for (auto& [name, p] : all) {
     ASSERT_EQ(p.dtype(), DType::fp64) << name;
     ASSERT_TRUE(p.is_contiguous()) << name;

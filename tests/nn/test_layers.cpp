@@ -30,7 +30,8 @@ TEST(Layers, LinearShapesAndGradients) {
   check_param_grads(fc, [&] { return fc.forward(x); }, {x});
   Linear nob(4, 3, g, {.bias = false, .activation = Activation::relu});
   EXPECT_EQ(nob.named_parameters().size(), 1u);
-  const std::vector<double> relu_out = nob.forward(r64({6, 4}, 3, false).to(DType::fp32, Round::nearest_even)).to_double_vector();
+  const std::vector<double> relu_out =
+      nob.forward(r64({6, 4}, 3, false).to(DType::fp32, Round::nearest_even)).to_double_vector();
   EXPECT_GE(*std::min_element(relu_out.begin(), relu_out.end()), 0.0);  // fused ReLU
 }
 
@@ -80,7 +81,8 @@ TEST(Layers, AttentionMatchesExplicitFormula) {
   const Tensor y = attn.forward(x);
   ASSERT_EQ(y.shape(), (Shape{B, T, C}));
   // Explicit: per head, softmax(q k^T / sqrt(D) with -inf above the diagonal) v.
-  const std::vector<double> qkv = linear(x, attn.qkv().weight(), attn.qkv().bias()).to_double_vector();  // [B, T, 3C]
+  const std::vector<double> qkv =
+      linear(x, attn.qkv().weight(), attn.qkv().bias()).to_double_vector();  // [B, T, 3C]
   std::vector<double> merged(static_cast<size_t>(B * T * C));
   auto at = [&](int64_t b, int64_t t, int64_t which, int64_t h, int64_t d) {
     return qkv[static_cast<size_t>(((b * T + t) * 3 + which) * C + h * D + d)];
@@ -103,11 +105,13 @@ TEST(Layers, AttentionMatchesExplicitFormula) {
           merged[static_cast<size_t>((b * T + i) * C + h * D + d)] = acc;
         }
       }
-  const std::vector<double> want =
-      linear(from_vector(merged, {B, T, C}, {.dtype = DType::fp64}), attn.proj().weight(), attn.proj().bias()).to_double_vector();
+  const std::vector<double> want = linear(from_vector(merged, {B, T, C}, {.dtype = DType::fp64}),
+                                          attn.proj().weight(), attn.proj().bias())
+                                       .to_double_vector();
   const std::vector<double> got = y.to_double_vector();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
-  check_param_grads(attn, [&] { return attn.forward(x); }, {x}, 1e-6, 1e-6, 1e-5);
+  check_param_grads(
+      attn, [&] { return attn.forward(x); }, {x}, 1e-6, 1e-6, 1e-5);
   EXPECT_THROW(CausalSelfAttention(10, 3, g), std::invalid_argument);
 }
 
@@ -116,8 +120,9 @@ TEST(Layers, TransformerBlockGradients) {
   TransformerBlock blk(8, 2, 16, g);
   std::vector<std::string> kinds;
   for (auto& [n, m] : blk.named_modules()) kinds.push_back(n + ":" + m->kind());
-  EXPECT_THAT(kinds, ::testing::ElementsAre(":block", "ln1:layer_norm", "attn:attention", "attn.qkv:linear", "attn.proj:linear",
-                                            "ln2:layer_norm", "mlp:mlp", "mlp.fc:linear", "mlp.proj:linear"));
+  EXPECT_THAT(kinds, ::testing::ElementsAre(":block", "ln1:layer_norm", "attn:attention",
+                                            "attn.qkv:linear", "attn.proj:linear", "ln2:layer_norm",
+                                            "mlp:mlp", "mlp.fc:linear", "mlp.proj:linear"));
   to_fp64(blk);
   const Tensor x = r64({1, 3, 8}, 13);
   check_param_grads(blk, [&] { return blk.forward(x); }, {x});
@@ -128,8 +133,9 @@ TEST(Layers, LstmShapesStateAndGradients) {
   LSTM lstm(3, 4, g, {.num_layers = 2});
   std::vector<std::string> n;
   for (auto& [name, t] : lstm.named_parameters()) n.push_back(name);
-  EXPECT_THAT(n, ::testing::ElementsAre("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l1", "weight_hh_l1",
-                                        "bias_ih_l1", "bias_hh_l1"));
+  EXPECT_THAT(n,
+              ::testing::ElementsAre("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+                                     "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1"));
   EXPECT_EQ(lstm.num_parameters(), (16 * 3 + 16 * 4 + 32) + (16 * 4 + 16 * 4 + 32));
   to_fp64(lstm);
   const Tensor x = r64({5, 2, 3}, 15);  // [T, N, I]
@@ -141,7 +147,8 @@ TEST(Layers, LstmShapesStateAndGradients) {
   // Continuing from the returned state equals running the whole sequence at once.
   const LstmOutput first = lstm.forward_with_state(x.slice(0, 0, 3));
   const LstmOutput rest = lstm.forward_with_state(x.slice(0, 3, 5), first.h, first.c);
-  const std::vector<double> a = rest.output.to_double_vector(), b = out.output.slice(0, 3, 5).to_double_vector();
+  const std::vector<double> a = rest.output.to_double_vector(),
+                            b = out.output.slice(0, 3, 5).to_double_vector();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-14);
   LSTM bf(3, 4, g, {.batch_first = true});
   EXPECT_EQ(bf.forward(ones({2, 5, 3})).shape(), (Shape{2, 5, 4}));
@@ -185,8 +192,10 @@ TEST(Layers, DropoutTrainAndEval) {
   const std::vector<double> y = d.forward(x).to_double_vector();
   int zeros_n = 0;
   for (double v : y) {
-    if (v == 0) ++zeros_n;
-    else EXPECT_NEAR(v, 1.0 / 0.75, 1e-6);
+    if (v == 0)
+      ++zeros_n;
+    else
+      EXPECT_NEAR(v, 1.0 / 0.75, 1e-6);
   }
   EXPECT_NEAR(zeros_n / 10000.0, 0.25, 0.03);
   // A second forward draws a new mask.

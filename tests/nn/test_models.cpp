@@ -14,7 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(Models, Names) { EXPECT_THAT(model_names(), ::testing::ElementsAre("cnn", "gpt", "mlp")); }
+TEST(Models, Names) {
+  EXPECT_THAT(model_names(), ::testing::ElementsAre("cnn", "gpt", "mlp"));
+}
 
 TEST(Models, MlpCountNamesShapes) {
   auto m = make_model({.name = "mlp"});
@@ -22,7 +24,8 @@ TEST(Models, MlpCountNamesShapes) {
   EXPECT_EQ(m->num_parameters(), 669706);
   std::vector<std::string> n;
   for (auto& [name, t] : m->named_parameters()) n.push_back(name);
-  EXPECT_THAT(n, ::testing::ElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight", "head.bias"));
+  EXPECT_THAT(n, ::testing::ElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                        "head.weight", "head.bias"));
   EXPECT_EQ(m->module("head").kind(), "head");
   EXPECT_EQ(m->module("fc1").kind(), "linear");
   EXPECT_EQ(m->forward(zeros({3, 784})).shape(), (Shape{3, 10}));
@@ -39,23 +42,25 @@ TEST(Models, MlpCountNamesShapes) {
 
 TEST(Models, CnnCountNamesShapes) {
   auto m = make_model({.name = "cnn"});
-  const int64_t conv1 = 32 * 1 * 9 + 32, bn1 = 2 * 32, conv2 = 64 * 32 * 9 + 64, bn2 = 2 * 64, fc1 = 3136 * 128 + 128,
-                head = 128 * 10 + 10;
+  const int64_t conv1 = 32 * 1 * 9 + 32, bn1 = 2 * 32, conv2 = 64 * 32 * 9 + 64, bn2 = 2 * 64,
+                fc1 = 3136 * 128 + 128, head = 128 * 10 + 10;
   EXPECT_EQ(m->num_parameters(), conv1 + bn1 + conv2 + bn2 + fc1 + head);
   EXPECT_EQ(m->num_parameters(), 421834);
   std::vector<std::string> b;
   for (auto& [name, t] : m->named_buffers()) b.push_back(name);
-  EXPECT_THAT(b, ::testing::ElementsAre("bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"));
+  EXPECT_THAT(b, ::testing::ElementsAre("bn1.running_mean", "bn1.running_var", "bn2.running_mean",
+                                        "bn2.running_var"));
   EXPECT_EQ(m->forward(zeros({2, 1, 28, 28})).shape(), (Shape{2, 10}));
   EXPECT_THROW(m->forward(zeros({2, 784})), std::invalid_argument);
   std::set<std::string> kinds;
   for (auto& [name, mod] : m->named_modules()) kinds.insert(mod->kind());
-  EXPECT_EQ(kinds, (std::set<std::string>{"sequential", "conv2d", "batch_norm2d", "relu", "max_pool2d", "flatten", "linear", "head"}));
+  EXPECT_EQ(kinds, (std::set<std::string>{"sequential", "conv2d", "batch_norm2d", "relu",
+                                          "max_pool2d", "flatten", "linear", "head"}));
 }
 
 int64_t gpt_params(int64_t V, int64_t C, int64_t L, int64_t T, int64_t M) {
-  const int64_t block = 2 * C /*ln1*/ + (C * 3 * C + 3 * C) /*qkv*/ + (C * C + C) /*proj*/ + 2 * C /*ln2*/ + (C * M + M) /*fc*/ +
-                        (M * C + C) /*proj*/;
+  const int64_t block = 2 * C /*ln1*/ + (C * 3 * C + 3 * C) /*qkv*/ + (C * C + C) /*proj*/ +
+                        2 * C /*ln2*/ + (C * M + M) /*fc*/ + (M * C + C) /*proj*/;
   return V * C /*tok*/ + T * C /*pos*/ + L * block + 2 * C /*ln_f*/ + C * V /*head, no bias*/;
 }
 
@@ -79,13 +84,20 @@ TEST(Models, GptCountNamesShapes) {
   EXPECT_EQ(kinds["head"], 1);
   EXPECT_EQ(kinds["layer_norm"], 9);
   EXPECT_EQ(kinds["gpt"], 1);
-  auto small = make_model({.name = "gpt", .width = 16, .layers = 2, .heads = 2, .context = 8, .vocab = 11, .mlp_width = 32});
+  auto small = make_model({.name = "gpt",
+                           .width = 16,
+                           .layers = 2,
+                           .heads = 2,
+                           .context = 8,
+                           .vocab = 11,
+                           .mlp_width = 32});
   EXPECT_EQ(small->num_parameters(), gpt_params(11, 16, 2, 8, 32));
   const Tensor idx = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5});
   EXPECT_EQ(small->forward(idx).shape(), (Shape{2, 5, 11}));
   EXPECT_EQ(small->forward(idx.to(DType::int32, Round::nearest_even)).shape(), (Shape{2, 5, 11}));
-  EXPECT_THROW(small->forward(zeros({2, 9}, {.dtype = DType::int64})), std::invalid_argument);  // > context
-  EXPECT_THROW(small->forward(zeros({2, 5})), std::invalid_argument);                            // float ids
+  EXPECT_THROW(small->forward(zeros({2, 9}, {.dtype = DType::int64})),
+               std::invalid_argument);                                 // > context
+  EXPECT_THROW(small->forward(zeros({2, 5})), std::invalid_argument);  // float ids
 }
 
 TEST(Models, GptInitIsGpt2Style) {
@@ -98,7 +110,8 @@ TEST(Models, GptInitIsGpt2Style) {
   EXPECT_NEAR(stddev(m->parameter("tok_emb.weight")), 0.02, 0.001);
   EXPECT_NEAR(stddev(m->parameter("blocks.0.attn.qkv.weight")), 0.02, 0.0005);
   EXPECT_NEAR(stddev(m->parameter("blocks.0.mlp.fc.weight")), 0.02, 0.0005);
-  EXPECT_NEAR(stddev(m->parameter("blocks.0.attn.proj.weight")), 0.02 / 4.0, 0.0002);  // 0.02 / sqrt(2 * 8)
+  EXPECT_NEAR(stddev(m->parameter("blocks.0.attn.proj.weight")), 0.02 / 4.0,
+              0.0002);  // 0.02 / sqrt(2 * 8)
   EXPECT_NEAR(stddev(m->parameter("blocks.5.mlp.proj.weight")), 0.02 / 4.0, 0.0002);
   EXPECT_EQ(stddev(m->parameter("blocks.0.attn.qkv.bias")), 0.0);
   EXPECT_EQ(m->parameter("ln_f.weight").at({3}), 1.0);
@@ -111,8 +124,10 @@ TEST(Models, DeterministicFromSeed) {
     auto a = make_model(c), b = make_model(c);
     c.seed = 43;
     auto other = make_model(c);
-    const auto pa = a->named_parameters(), pb = b->named_parameters(), po = other->named_parameters();
-    for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].second.to_double_vector(), pb[i].second.to_double_vector()) << name;
+    const auto pa = a->named_parameters(), pb = b->named_parameters(),
+               po = other->named_parameters();
+    for (size_t i = 0; i < pa.size(); ++i)
+      EXPECT_EQ(pa[i].second.to_double_vector(), pb[i].second.to_double_vector()) << name;
     EXPECT_NE(pa[0].second.to_double_vector(), po[0].second.to_double_vector()) << name;
   }
 }
@@ -137,7 +152,14 @@ TEST(Models, ConfigErrors) {
 }
 
 TEST(Models, CheckpointingGivesIdenticalGradients) {
-  ModelConfig c{.name = "gpt", .width = 16, .layers = 3, .heads = 2, .context = 8, .vocab = 13, .mlp_width = 32, .seed = 3};
+  ModelConfig c{.name = "gpt",
+                .width = 16,
+                .layers = 3,
+                .heads = 2,
+                .context = 8,
+                .vocab = 13,
+                .mlp_width = 32,
+                .seed = 3};
   auto plain = make_model(c);
   c.checkpointing = true;
   auto ckpt = make_model(c);
@@ -151,12 +173,20 @@ TEST(Models, CheckpointingGivesIdenticalGradients) {
   const auto pa = plain->named_parameters(), pb = ckpt->named_parameters();
   for (size_t i = 0; i < pa.size(); ++i) {
     ASSERT_TRUE(pb[i].second.grad().defined()) << pb[i].first;
-    EXPECT_EQ(pa[i].second.grad().to_double_vector(), pb[i].second.grad().to_double_vector()) << pa[i].first;
+    EXPECT_EQ(pa[i].second.grad().to_double_vector(), pb[i].second.grad().to_double_vector())
+        << pa[i].first;
   }
 }
 
 TEST(Models, GptGradientCheckFp64) {
-  auto m = make_model({.name = "gpt", .width = 8, .layers = 1, .heads = 2, .context = 4, .vocab = 5, .mlp_width = 8, .seed = 1});
+  auto m = make_model({.name = "gpt",
+                       .width = 8,
+                       .layers = 1,
+                       .heads = 2,
+                       .context = 4,
+                       .vocab = 5,
+                       .mlp_width = 8,
+                       .seed = 1});
   testing::to_fp64(*m);
   const Tensor idx = from_vector(std::vector<int64_t>{0, 4, 2, 1, 3, 3}, {2, 3});
   testing::check_param_grads(*m, [&] { return m->forward(idx); });
@@ -165,7 +195,14 @@ TEST(Models, GptGradientCheckFp64) {
 TEST(Models, SmallGptLearnsARepeatingSequence) {
   // A period-4 token stream is predictable from the context, so the loss must fall far below
   // log(vocab).
-  auto m = make_model({.name = "gpt", .width = 32, .layers = 2, .heads = 2, .context = 8, .vocab = 6, .mlp_width = 64, .seed = 2});
+  auto m = make_model({.name = "gpt",
+                       .width = 32,
+                       .layers = 2,
+                       .heads = 2,
+                       .context = 8,
+                       .vocab = 6,
+                       .mlp_width = 64,
+                       .seed = 2});
   optim::AdamW opt(m->named_parameters(), {.lr = 1e-2});
   std::vector<int64_t> seq;
   for (int i = 0; i < 9 * 4; ++i) seq.push_back(i % 4 + 1);

@@ -38,7 +38,8 @@ class Toy : public Module {
 TEST(Module, NamesOrderAndCounts) {
   Generator g(1);
   Toy toy(g);
-  EXPECT_THAT(names(toy.named_parameters()), ElementsAre("scale", "fc.weight", "fc.bias", "norm.weight", "norm.bias"));
+  EXPECT_THAT(names(toy.named_parameters()),
+              ElementsAre("scale", "fc.weight", "fc.bias", "norm.weight", "norm.bias"));
   EXPECT_THAT(names(toy.named_parameters(/*recurse=*/false)), ElementsAre("scale"));
   EXPECT_THAT(names(toy.named_buffers()), ElementsAre("count"));
   EXPECT_EQ(toy.num_parameters(), 3 + 6 + 2 + 2 + 2);
@@ -67,7 +68,7 @@ TEST(Module, RegistrationErrors) {
   Generator g(1);
   Toy toy(g);
   EXPECT_THROW(toy.register_parameter("scale", zeros({1})), std::invalid_argument);  // duplicate
-  EXPECT_THROW(toy.register_buffer("fc", zeros({1})), std::invalid_argument);        // taken by a child
+  EXPECT_THROW(toy.register_buffer("fc", zeros({1})), std::invalid_argument);  // taken by a child
   EXPECT_THROW(toy.register_parameter("a.b", zeros({1})), std::invalid_argument);
   EXPECT_THROW(toy.register_parameter("", zeros({1})), std::invalid_argument);
   EXPECT_THROW(toy.register_parameter("u", Tensor()), std::invalid_argument);
@@ -103,7 +104,8 @@ TEST(Module, StateDictLoadChecksBeforeCopying) {
   Toy a(g1), b(g2);
   EXPECT_NE(a.fc->weight().to_double_vector(), b.fc->weight().to_double_vector());
   NamedTensors sd = a.state_dict();
-  EXPECT_THAT(names(sd), ElementsAre("scale", "fc.weight", "fc.bias", "norm.weight", "norm.bias", "count"));
+  EXPECT_THAT(names(sd),
+              ElementsAre("scale", "fc.weight", "fc.bias", "norm.weight", "norm.bias", "count"));
   b.load_state_dict(sd);
   EXPECT_EQ(a.fc->weight().to_double_vector(), b.fc->weight().to_double_vector());
   EXPECT_FALSE(a.fc->weight().is_same(b.fc->weight()));  // values copied, not handles
@@ -146,11 +148,14 @@ TEST(Module, InitIsPyTorchDefault) {
   EXPECT_NEAR(sq / n, bound * bound / 3, 2e-5);  // variance of U(-b, b) = b^2 / 3
   for (double v : fc.bias().to_double_vector()) EXPECT_LE(std::fabs(v), bound);
   Conv2d conv(4, 8, 3, g);
-  for (double v : conv.weight().to_double_vector()) EXPECT_LE(std::fabs(v), 1.0 / 6.0);  // fan_in 36
+  for (double v : conv.weight().to_double_vector())
+    EXPECT_LE(std::fabs(v), 1.0 / 6.0);  // fan_in 36
   // Same seed, same values; a different seed differs.
   Generator a(9), b(9), c(10);
-  EXPECT_EQ(Linear(5, 4, a).weight().to_double_vector(), Linear(5, 4, b).weight().to_double_vector());
-  EXPECT_NE(Linear(5, 4, c).weight().to_double_vector(), Linear(5, 4, a).weight().to_double_vector());
+  EXPECT_EQ(Linear(5, 4, a).weight().to_double_vector(),
+            Linear(5, 4, b).weight().to_double_vector());
+  EXPECT_NE(Linear(5, 4, c).weight().to_double_vector(),
+            Linear(5, 4, a).weight().to_double_vector());
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, 
 }
 
 TEST(AdamKernel, TiersAgreeBitForBit) {
-  const AdamScalars s{0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.0f, 0.99999f, -1e-3f / 0.271f, std::sqrt(0.00499f)};
+  const AdamScalars s{
+      0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.0f, 0.99999f, -1e-3f / 0.271f, std::sqrt(0.00499f)};
   const AdamScalars l2{0.8f, 0.99f, 0.2f, 0.01f, 1e-6f, 0.1f, 1.0f, -1e-2f, 0.5f};
   std::vector<std::pair<const char*, AdamKernelF32>> tiers{{"generic", &adam_f32_generic}};
   if (cpu_features().use_avx2()) tiers.emplace_back("avx2", &adam_f32_avx2);
