@@ -4,7 +4,11 @@
 
 namespace mixp::nn {
 
-Tensor ReLU::forward(const Tensor& x) { return relu(x); }
-Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+Tensor ReLU::forward(const Tensor& x) {
+  return relu(x);
+}
+Tensor GELU::forward(const Tensor& x) {
+  return gelu(x);
+}
 
 }  // namespace mixp::nn

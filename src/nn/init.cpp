@@ -8,7 +8,9 @@
 namespace mixp::nn::init {
 
 Tensor fan_in_uniform(const Shape& shape, int64_t fan_in, Generator& gen) {
-  if (fan_in <= 0) throw std::invalid_argument(fmt::format("mixp::nn::init: fan_in must be positive, got {}", fan_in));
+  if (fan_in <= 0)
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::init: fan_in must be positive, got {}", fan_in));
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   return uniform(shape, -bound, bound, gen);
 }
@@ -18,6 +20,8 @@ Tensor kaiming_uniform_sqrt5(const Shape& shape, int64_t fan_in, Generator& gen)
   return fan_in_uniform(shape, fan_in, gen);
 }
 
-Tensor normal(const Shape& shape, double std, Generator& gen) { return mixp::normal(shape, 0.0, std, gen); }
+Tensor normal(const Shape& shape, double std, Generator& gen) {
+  return mixp::normal(shape, 0.0, std, gen);
+}
 
 }  // namespace mixp::nn::init

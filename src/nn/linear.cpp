@@ -11,7 +11,8 @@ namespace mixp::nn {
 Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, const LinearOptions& opt)
     : Module("linear"), in_(in_features), out_(out_features), act_(opt.activation) {
   if (in_ <= 0 || out_ <= 0) {
-    throw std::invalid_argument(fmt::format("mixp::nn::Linear: sizes must be positive, got in={} out={}", in_, out_));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Linear: sizes must be positive, got in={} out={}", in_, out_));
   }
   if (opt.init_std > 0) {
     weight_ = &register_parameter("weight", init::normal({out_, in_}, opt.init_std, gen));
@@ -25,9 +26,15 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, const 
 
 Tensor Linear::forward(const Tensor& x) {
   if (x.dim() < 1 || x.size(-1) != in_) {
-    throw std::invalid_argument(fmt::format("mixp::nn::Linear({} -> {}): input must be [..., {}], got {}", in_, out_, in_,
-                                            x.defined() ? x.shape().str() : "(undefined)"));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Linear({} -> {}): input must be [..., {}], got {}", in_, out_, in_,
+                    x.defined() ? x.shape().str() : "(undefined)"));
   }
+  // In training, GELU is applied as its own op even when nothing records a gradient: the fused
+  // epilogue rounds differently, and checkpoint() recomputes a segment (with recording) that it
+  // first ran without; both runs must compute bit-identical activations.
+  if (act_ == Activation::gelu && is_training())
+    return gelu(linear(x, *weight_, *bias_, Activation::none));
   return linear(x, *weight_, *bias_, act_);
 }
 

@@ -4,13 +4,13 @@
 
 #include <stdexcept>
 
+#include "mixp/nn/activation.h"
 #include "mixp/nn/batch_norm2d.h"
 #include "mixp/nn/conv2d.h"
 #include "mixp/nn/flatten.h"
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/max_pool2d.h"
-#include "mixp/nn/activation.h"
 #include "mixp/nn/sequential.h"
 
 namespace mixp::nn {
@@ -21,15 +21,18 @@ namespace {
 // shape mismatch deep inside). kind "sequential" stays: per-layer rules address its children.
 class ImageClassifier final : public Sequential {
  public:
-  ImageClassifier(std::string model, bool accepts_flat) : model_(std::move(model)), accepts_flat_(accepts_flat) {}
+  ImageClassifier(std::string model, bool accepts_flat)
+      : model_(std::move(model)), accepts_flat_(accepts_flat) {}
   Tensor forward(const Tensor& x) override {
-    const bool image = x.defined() && x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28;
+    const bool image =
+        x.defined() && x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28;
     const bool flat = accepts_flat_ && x.defined() && x.dim() == 2 && x.size(1) == 784;
     if (!(image || flat) || !x.is_floating_point()) {
-      throw std::invalid_argument(fmt::format("mixp::nn::{}: input must be floating {}[N, 1, 28, 28], got {} {}", model_,
-                                              accepts_flat_ ? "[N, 784] or " : "",
-                                              x.defined() ? std::string(name(x.dtype())) : "(undefined)",
-                                              x.defined() ? x.shape().str() : ""));
+      throw std::invalid_argument(
+          fmt::format("mixp::nn::{}: input must be floating {}[N, 1, 28, 28], got {} {}", model_,
+                      accepts_flat_ ? "[N, 784] or " : "",
+                      x.defined() ? std::string(name(x.dtype())) : "(undefined)",
+                      x.defined() ? x.shape().str() : ""));
     }
     return Sequential::forward(x);
   }
@@ -44,8 +47,9 @@ class ImageClassifier final : public Sequential {
 
 void require_unset(const ModelConfig& c, const char* field, int64_t v) {
   if (v != 0) {
-    throw std::invalid_argument(fmt::format("mixp::nn::make_model: model '{}' has no '{}' to set (got {}); leave it 0", c.name,
-                                            field, v));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::make_model: model '{}' has no '{}' to set (got {}); leave it 0",
+                    c.name, field, v));
   }
 }
 
@@ -54,7 +58,9 @@ std::shared_ptr<Module> make_mlp(const ModelConfig& c, Generator& gen) {
   m->add("flatten", std::make_shared<Flatten>());
   int64_t in = 784;
   for (int64_t i = 0; i < c.layers; ++i) {
-    m->add(fmt::format("fc{}", i + 1), std::make_shared<Linear>(in, c.width, gen, LinearOptions{.activation = Activation::relu}));
+    m->add(
+        fmt::format("fc{}", i + 1),
+        std::make_shared<Linear>(in, c.width, gen, LinearOptions{.activation = Activation::relu}));
     in = c.width;
   }
   auto head = std::make_shared<Linear>(in, 10, gen);
@@ -75,7 +81,8 @@ std::shared_ptr<Module> make_cnn(const ModelConfig& c, Generator& gen) {
   m->add("relu2", std::make_shared<ReLU>());
   m->add("pool2", std::make_shared<MaxPool2d>(2));
   m->add("flatten", std::make_shared<Flatten>());
-  m->add("fc1", std::make_shared<Linear>(c2 * 7 * 7, c.mlp_width, gen, LinearOptions{.activation = Activation::relu}));
+  m->add("fc1", std::make_shared<Linear>(c2 * 7 * 7, c.mlp_width, gen,
+                                         LinearOptions{.activation = Activation::relu}));
   auto head = std::make_shared<Linear>(c.mlp_width, 10, gen);
   head->set_kind("head");
   m->add("head", head);
@@ -84,7 +91,9 @@ std::shared_ptr<Module> make_cnn(const ModelConfig& c, Generator& gen) {
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"cnn", "gpt", "mlp"}; }
+std::vector<std::string> model_names() {
+  return {"cnn", "gpt", "mlp"};
+}
 
 ModelConfig resolve_model_config(const ModelConfig& cfg) {
   ModelConfig c = cfg;
@@ -107,7 +116,8 @@ ModelConfig resolve_model_config(const ModelConfig& cfg) {
   } else {
     std::string known;
     for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument(fmt::format("mixp::nn::make_model: unknown model '{}'; known models: {}", cfg.name, known));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::make_model: unknown model '{}'; known models: {}", cfg.name, known));
   }
   return c;
 }
@@ -115,7 +125,9 @@ ModelConfig resolve_model_config(const ModelConfig& cfg) {
 std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
   const ModelConfig c = resolve_model_config(cfg);
   for (int64_t v : {c.width, c.layers, c.heads, c.context, c.vocab, c.mlp_width}) {
-    if (v < 0) throw std::invalid_argument(fmt::format("mixp::nn::make_model: model '{}' got a negative size {}", c.name, v));
+    if (v < 0)
+      throw std::invalid_argument(
+          fmt::format("mixp::nn::make_model: model '{}' got a negative size {}", c.name, v));
   }
   Generator gen(c.seed);
   if (c.name == "mlp") {
@@ -123,17 +135,20 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
     require_unset(c, "context", c.context);
     require_unset(c, "vocab", c.vocab);
     require_unset(c, "mlp_width", c.mlp_width);
-    if (c.checkpointing) throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
+    if (c.checkpointing)
+      throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
     return make_mlp(c, gen);
   }
   if (c.name == "cnn") {
     if (c.layers != 0 && c.layers != 2) {
-      throw std::invalid_argument(fmt::format("mixp::nn::make_model: 'cnn' has 2 conv layers, got layers={}", c.layers));
+      throw std::invalid_argument(
+          fmt::format("mixp::nn::make_model: 'cnn' has 2 conv layers, got layers={}", c.layers));
     }
     require_unset(c, "heads", c.heads);
     require_unset(c, "context", c.context);
     require_unset(c, "vocab", c.vocab);
-    if (c.checkpointing) throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
+    if (c.checkpointing)
+      throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
     return make_cnn(c, gen);
   }
   GptConfig g;

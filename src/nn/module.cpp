@@ -14,22 +14,27 @@ Module::Module(std::string kind) : kind_(std::move(kind)) {}
 Module::~Module() = default;
 
 void Module::check_new_name(const std::string& name, const char* what) const {
-  if (name.empty()) throw std::invalid_argument(fmt::format("mixp::nn: a {} of a '{}' module needs a non-empty name", what, kind()));
+  if (name.empty())
+    throw std::invalid_argument(
+        fmt::format("mixp::nn: a {} of a '{}' module needs a non-empty name", what, kind()));
   if (name.find('.') != std::string::npos) {
-    throw std::invalid_argument(fmt::format("mixp::nn: {} name '{}' contains '.'; dots separate module names", what, name));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn: {} name '{}' contains '.'; dots separate module names", what, name));
   }
   auto taken = [&](const auto& list) {
     return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
   };
   if (taken(params_) || taken(buffers_) || taken(children_)) {
-    throw std::invalid_argument(
-        fmt::format("mixp::nn: '{}' is already registered in this '{}' module (names must be unique)", name, kind()));
+    throw std::invalid_argument(fmt::format(
+        "mixp::nn: '{}' is already registered in this '{}' module (names must be unique)", name,
+        kind()));
   }
 }
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_new_name(name, "parameter");
-  if (!t.defined()) throw std::invalid_argument(fmt::format("mixp::nn: parameter '{}' is undefined", name));
+  if (!t.defined())
+    throw std::invalid_argument(fmt::format("mixp::nn: parameter '{}' is undefined", name));
   if (!t.is_leaf()) t = t.detach();  // a parameter is a leaf of every graph it enters
   if (requires_grad && t.is_floating_point()) t.requires_grad_(true);
   params_.emplace_back(name, std::move(t));
@@ -38,7 +43,8 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requi
 
 Tensor& Module::register_buffer(const std::string& name, Tensor t) {
   check_new_name(name, "buffer");
-  if (!t.defined()) throw std::invalid_argument(fmt::format("mixp::nn: buffer '{}' is undefined", name));
+  if (!t.defined())
+    throw std::invalid_argument(fmt::format("mixp::nn: buffer '{}' is undefined", name));
   buffers_.emplace_back(name, t.detach());
   return buffers_.back().second;
 }
@@ -59,7 +65,8 @@ void Module::collect(const std::string& prefix, bool params, bool recurse, Named
     out.emplace_back(prefix + name, t);
   }
   if (!recurse) return;
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, true, out, seen);
+  for (const auto& [name, child] : children_)
+    child->collect(prefix + name + ".", params, true, out, seen);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
@@ -82,12 +89,15 @@ NamedTensors Module::named_buffers(bool recurse) const {
   return out;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  return children_;
+}
 
 std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out{{"", this}};
   for (auto& [name, child] : children_) {
-    for (auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+    for (auto& [sub, m] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, m);
   }
   return out;
 }
@@ -111,23 +121,24 @@ Tensor Module::parameter(const std::string& dotted_name) const {
   for (auto& [name, t] : named_parameters()) {
     if (name == dotted_name) return t;
   }
-  throw std::out_of_range(fmt::format("mixp::nn: no parameter '{}'; the parameters are: {}", dotted_name,
-                                      names_of(named_parameters())));
+  throw std::out_of_range(fmt::format("mixp::nn: no parameter '{}'; the parameters are: {}",
+                                      dotted_name, names_of(named_parameters())));
 }
 
 Tensor Module::buffer(const std::string& dotted_name) const {
   for (auto& [name, t] : named_buffers()) {
     if (name == dotted_name) return t;
   }
-  throw std::out_of_range(
-      fmt::format("mixp::nn: no buffer '{}'; the buffers are: {}", dotted_name, names_of(named_buffers())));
+  throw std::out_of_range(fmt::format("mixp::nn: no buffer '{}'; the buffers are: {}", dotted_name,
+                                      names_of(named_buffers())));
 }
 
 Module& Module::module(const std::string& dotted_name) {
   for (auto& [name, m] : named_modules()) {
     if (name == dotted_name) return *m;
   }
-  throw std::out_of_range(fmt::format("mixp::nn: no submodule '{}' in this '{}' module", dotted_name, kind()));
+  throw std::out_of_range(
+      fmt::format("mixp::nn: no submodule '{}' in this '{}' module", dotted_name, kind()));
 }
 
 int64_t Module::num_parameters() const {
@@ -154,26 +165,32 @@ NamedTensors Module::state_dict() const {
 void Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, t] : state) {
-    if (!given.emplace(name, &t).second) throw std::invalid_argument(fmt::format("mixp::nn::load_state_dict: '{}' is given twice", name));
+    if (!given.emplace(name, &t).second)
+      throw std::invalid_argument(
+          fmt::format("mixp::nn::load_state_dict: '{}' is given twice", name));
   }
   NamedTensors mine = state_dict();
   // Check everything before changing anything.
   for (const auto& [name, t] : mine) {
     auto it = given.find(name);
     if (it == given.end()) {
-      throw std::invalid_argument(fmt::format("mixp::nn::load_state_dict: missing '{}' (shape {}) that this model needs", name,
-                                              t.shape().str()));
+      throw std::invalid_argument(
+          fmt::format("mixp::nn::load_state_dict: missing '{}' (shape {}) that this model needs",
+                      name, t.shape().str()));
     }
     if (!it->second->defined() || !(it->second->shape() == t.shape())) {
-      throw std::invalid_argument(fmt::format("mixp::nn::load_state_dict: '{}' has shape {} but the model's is {}", name,
-                                              it->second->defined() ? it->second->shape().str() : "(undefined)",
-                                              t.shape().str()));
+      throw std::invalid_argument(fmt::format(
+          "mixp::nn::load_state_dict: '{}' has shape {} but the model's is {}", name,
+          it->second->defined() ? it->second->shape().str() : "(undefined)", t.shape().str()));
     }
   }
   if (strict && given.size() != mine.size()) {
     for (const auto& [name, t] : given) {
-      const bool known = std::any_of(mine.begin(), mine.end(), [&](const auto& e) { return e.first == name; });
-      if (!known) throw std::invalid_argument(fmt::format("mixp::nn::load_state_dict: unexpected '{}' that this model does not have", name));
+      const bool known =
+          std::any_of(mine.begin(), mine.end(), [&](const auto& e) { return e.first == name; });
+      if (!known)
+        throw std::invalid_argument(fmt::format(
+            "mixp::nn::load_state_dict: unexpected '{}' that this model does not have", name));
     }
   }
   NoGradGuard ng;

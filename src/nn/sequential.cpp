@@ -10,7 +10,9 @@ Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> m) 
   return *this;
 }
 
-Sequential& Sequential::push_back(std::shared_ptr<Module> m) { return add(std::to_string(order_.size()), std::move(m)); }
+Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
+  return add(std::to_string(order_.size()), std::move(m));
+}
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;

@@ -4,16 +4,21 @@
 
 namespace mixp::nn {
 
-TransformerBlock::TransformerBlock(int64_t width, int64_t heads, int64_t mlp_width, Generator& gen, const BlockOptions& opt)
+TransformerBlock::TransformerBlock(int64_t width, int64_t heads, int64_t mlp_width, Generator& gen,
+                                   const BlockOptions& opt)
     : Module("block") {
   ln1_ = register_module("ln1", std::make_shared<LayerNorm>(width));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(
                                       width, heads, gen,
-                                      AttentionOptions{.bias = opt.bias, .init_std = opt.init_std, .proj_init_std = opt.proj_init_std}));
+                                      AttentionOptions{.bias = opt.bias,
+                                                       .init_std = opt.init_std,
+                                                       .proj_init_std = opt.proj_init_std}));
   ln2_ = register_module("ln2", std::make_shared<LayerNorm>(width));
-  mlp_ = register_module("mlp", std::make_shared<GptMlp>(
-                                    width, mlp_width, gen,
-                                    GptMlpOptions{.bias = opt.bias, .init_std = opt.init_std, .proj_init_std = opt.proj_init_std}));
+  mlp_ = register_module(
+      "mlp", std::make_shared<GptMlp>(width, mlp_width, gen,
+                                      GptMlpOptions{.bias = opt.bias,
+                                                    .init_std = opt.init_std,
+                                                    .proj_init_std = opt.proj_init_std}));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {

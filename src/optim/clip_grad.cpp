@@ -28,8 +28,10 @@ double sum_squares(const T* g, int64_t n) {
 double grad_sum_squares(const Tensor& p) {
   const Tensor g0 = p.grad();
   if (!g0.defined()) return 0.0;
-  if (g0.is_contiguous() && g0.dtype() == DType::fp32) return sum_squares(g0.data<float>(), g0.numel());
-  if (g0.is_contiguous() && g0.dtype() == DType::fp64) return sum_squares(g0.data<double>(), g0.numel());
+  if (g0.is_contiguous() && g0.dtype() == DType::fp32)
+    return sum_squares(g0.data<float>(), g0.numel());
+  if (g0.is_contiguous() && g0.dtype() == DType::fp64)
+    return sum_squares(g0.data<double>(), g0.numel());
   NoGradGuard ng;  // other dtypes/layouts: widen once (rare; gradients are fp32/fp64 leaves)
   const Tensor g = g0.to(DType::fp64).contiguous();
   return sum_squares(g.data<double>(), g.numel());
@@ -37,7 +39,9 @@ double grad_sum_squares(const Tensor& p) {
 
 template <class Get>
 double clip_impl(size_t count, Get get, double max_norm) {
-  if (!(max_norm > 0.0)) throw std::invalid_argument(fmt::format("mixp::optim::clip_grad_norm: max_norm must be > 0, got {}", max_norm));
+  if (!(max_norm > 0.0))
+    throw std::invalid_argument(
+        fmt::format("mixp::optim::clip_grad_norm: max_norm must be > 0, got {}", max_norm));
   double sq = 0.0;
   for (size_t i = 0; i < count; ++i) sq += grad_sum_squares(get(i));
   const double total = std::sqrt(sq);
@@ -68,11 +72,15 @@ double grad_norm(std::span<const std::pair<std::string, Tensor>> named_params) {
 }
 
 double clip_grad_norm(std::span<const Tensor> params, double max_norm) {
-  return clip_impl(params.size(), [&](size_t i) -> const Tensor& { return params[i]; }, max_norm);
+  return clip_impl(
+      params.size(), [&](size_t i) -> const Tensor& { return params[i]; }, max_norm);
 }
 
-double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_params, double max_norm) {
-  return clip_impl(named_params.size(), [&](size_t i) -> const Tensor& { return named_params[i].second; }, max_norm);
+double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_params,
+                      double max_norm) {
+  return clip_impl(
+      named_params.size(), [&](size_t i) -> const Tensor& { return named_params[i].second; },
+      max_norm);
 }
 
 }  // namespace mixp::optim

@@ -16,9 +16,13 @@ namespace mixp::optim {
 namespace {
 
 // The dtype the update runs in for a parameter of dtype `d`.
-DType working_dtype(DType d) { return d == DType::fp64 ? DType::fp64 : DType::fp32; }
+DType working_dtype(DType d) {
+  return d == DType::fp64 ? DType::fp64 : DType::fp32;
+}
 
-bool narrower_than_fp32(DType d) { return d != DType::fp32 && d != DType::fp64; }
+bool narrower_than_fp32(DType d) {
+  return d != DType::fp32 && d != DType::fp64;
+}
 
 constexpr size_t kMaxSlots = 8;
 
@@ -45,7 +49,8 @@ NamedTensors Optimizer::name_by_index(const std::vector<Tensor>& params) {
   return out;
 }
 
-Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision, std::vector<std::string> slot_names)
+Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision,
+                     std::vector<std::string> slot_names)
     : slot_names_(std::move(slot_names)), precision_(precision), lr_(0.0) {
   set_lr(lr);
   if (slot_names_.size() > kMaxSlots) throw std::logic_error("mixp::optim: too many state slots");
@@ -57,17 +62,24 @@ Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& pre
   std::vector<const TensorImpl*> seen;
   NoGradGuard ng;
   for (auto& [name, p] : params) {
-    if (!p.defined()) throw std::invalid_argument(fmt::format("mixp::optim: parameter '{}' is undefined", name));
+    if (!p.defined())
+      throw std::invalid_argument(fmt::format("mixp::optim: parameter '{}' is undefined", name));
     if (!p.is_floating_point()) {
-      throw std::invalid_argument(fmt::format("mixp::optim: parameter '{}' has dtype {}; only floating parameters can be optimized",
-                                              name, mixp::name(p.dtype())));
+      throw std::invalid_argument(fmt::format(
+          "mixp::optim: parameter '{}' has dtype {}; only floating parameters can be optimized",
+          name, mixp::name(p.dtype())));
     }
     if (!p.is_contiguous()) {
-      throw std::invalid_argument(fmt::format("mixp::optim: parameter '{}' is not contiguous; pass the leaf tensor, not a view", name));
+      throw std::invalid_argument(fmt::format(
+          "mixp::optim: parameter '{}' is not contiguous; pass the leaf tensor, not a view", name));
     }
-    if (!names.emplace(name, 0).second) throw std::invalid_argument(fmt::format("mixp::optim: parameter name '{}' is given twice", name));
+    if (!names.emplace(name, 0).second)
+      throw std::invalid_argument(
+          fmt::format("mixp::optim: parameter name '{}' is given twice", name));
     for (const TensorImpl* s : seen) {
-      if (s == p.impl()) throw std::invalid_argument(fmt::format("mixp::optim: parameter '{}' is given twice (same tensor)", name));
+      if (s == p.impl())
+        throw std::invalid_argument(
+            fmt::format("mixp::optim: parameter '{}' is given twice (same tensor)", name));
     }
     seen.push_back(p.impl());
     ParamState st;
@@ -78,7 +90,8 @@ Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& pre
       st.master = empty(p.shape(), {.dtype = DType::fp32});
       backend().copy(st.master, p.detach());  // widening: exact
     }
-    for (size_t k = 0; k < slot_names_.size(); ++k) st.slots.push_back(zeros(p.shape(), {.dtype = w}));
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      st.slots.push_back(zeros(p.shape(), {.dtype = w}));
     params_.push_back(std::move(st));
   }
 }
@@ -86,7 +99,9 @@ Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& pre
 Optimizer::~Optimizer() = default;
 
 void Optimizer::set_lr(double lr) {
-  if (!(lr >= 0.0) || !std::isfinite(lr)) throw std::invalid_argument(fmt::format("mixp::optim: learning rate must be finite and >= 0, got {}", lr));
+  if (!(lr >= 0.0) || !std::isfinite(lr))
+    throw std::invalid_argument(
+        fmt::format("mixp::optim: learning rate must be finite and >= 0, got {}", lr));
   lr_ = lr;
 }
 
@@ -116,8 +131,9 @@ void Optimizer::step() {
 uint64_t Optimizer::write_back_seed(size_t index, int64_t step) const {
   // A counter-based stream: independent of thread count and of which other parameters had
   // gradients, and a pure function of (seed, index, step) so that a resumed run rounds the same.
-  return Generator::splitmix64(precision_.seed ^ Generator::splitmix64(static_cast<uint64_t>(index) * 0x100000001B3ULL +
-                                                                        static_cast<uint64_t>(step)));
+  return Generator::splitmix64(
+      precision_.seed ^ Generator::splitmix64(static_cast<uint64_t>(index) * 0x100000001B3ULL +
+                                              static_cast<uint64_t>(step)));
 }
 
 void Optimizer::step_param(size_t index) {
@@ -125,8 +141,9 @@ void Optimizer::step_param(size_t index) {
   const Tensor g0 = st.param.grad();
   if (!g0.defined()) return;
   if (!(g0.shape() == st.param.shape())) {
-    throw std::logic_error(fmt::format("mixp::optim: gradient of '{}' has shape {} but the parameter {}", st.name,
-                                       g0.shape().str(), st.param.shape().str()));
+    throw std::logic_error(
+        fmt::format("mixp::optim: gradient of '{}' has shape {} but the parameter {}", st.name,
+                    g0.shape().str(), st.param.shape().str()));
   }
   const DType w = working_dtype(st.param.dtype());
   // Working values: the parameter itself, its master copy, or a scratch copy.
@@ -151,12 +168,16 @@ void Optimizer::step_param(size_t index) {
   const int64_t n = st.param.numel();
   if (w == DType::fp64) {
     double* slots[kMaxSlots];
-    for (size_t k = 0; k < st.slots.size(); ++k) slots[k] = static_cast<double*>(st.slots[k].data_ptr());
-    update(static_cast<double*>(values.data_ptr()), static_cast<const double*>(g.data_ptr()), slots, n, st.step);
+    for (size_t k = 0; k < st.slots.size(); ++k)
+      slots[k] = static_cast<double*>(st.slots[k].data_ptr());
+    update(static_cast<double*>(values.data_ptr()), static_cast<const double*>(g.data_ptr()), slots,
+           n, st.step);
   } else {
     float* slots[kMaxSlots];
-    for (size_t k = 0; k < st.slots.size(); ++k) slots[k] = static_cast<float*>(st.slots[k].data_ptr());
-    update(static_cast<float*>(values.data_ptr()), static_cast<const float*>(g.data_ptr()), slots, n, st.step);
+    for (size_t k = 0; k < st.slots.size(); ++k)
+      slots[k] = static_cast<float*>(st.slots[k].data_ptr());
+    update(static_cast<float*>(values.data_ptr()), static_cast<const float*>(g.data_ptr()), slots,
+           n, st.step);
   }
   if (!values.is_same(st.param)) write_back(index, values);
 }
@@ -164,7 +185,8 @@ void Optimizer::step_param(size_t index) {
 void Optimizer::write_back(size_t index, const Tensor& from) {
   ParamState& st = params_[index];
   Tensor dst = st.param.detach();  // same storage
-  backend().convert(dst, from, precision_.write_back, precision_.overflow, write_back_seed(index, st.step));
+  backend().convert(dst, from, precision_.write_back, precision_.overflow,
+                    write_back_seed(index, st.step));
 }
 
 void Optimizer::reset_masters_from_params() {
@@ -180,7 +202,8 @@ StateDict Optimizer::state_dict() const {
   sd.scalars.emplace_back("step", static_cast<double>(steps_));
   sd.scalars.emplace_back("lr", lr_);
   for (const auto& p : params_) {
-    for (size_t k = 0; k < slot_names_.size(); ++k) sd.tensors.emplace_back(p.name + "." + slot_names_[k], p.slots[k].clone());
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      sd.tensors.emplace_back(p.name + "." + slot_names_[k], p.slots[k].clone());
     if (p.master.defined()) sd.tensors.emplace_back(p.name + ".master", p.master.clone());
     sd.scalars.emplace_back(p.name + ".step", static_cast<double>(p.step));
   }
@@ -191,20 +214,27 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   const StateDict mine = state_dict();  // the names and shapes this optimizer needs
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, t] : sd.tensors) {
-    if (!given.emplace(name, &t).second) throw std::invalid_argument(fmt::format("mixp::optim::load_state_dict: '{}' is given twice", name));
+    if (!given.emplace(name, &t).second)
+      throw std::invalid_argument(
+          fmt::format("mixp::optim::load_state_dict: '{}' is given twice", name));
   }
   auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(fmt::format("mixp::optim::load_state_dict ({}): {}; the state belongs to a different model or optimizer",
-                                            name(), what));
+    throw std::invalid_argument(
+        fmt::format("mixp::optim::load_state_dict ({}): {}; the state belongs to a different model "
+                    "or optimizer",
+                    name(), what));
   };
   for (const auto& [name, t] : mine.tensors) {
     auto it = given.find(name);
-    if (it == given.end()) fail(fmt::format("missing tensor '{}' (shape {})", name, t.shape().str()));
+    if (it == given.end())
+      fail(fmt::format("missing tensor '{}' (shape {})", name, t.shape().str()));
     if (!it->second->defined() || !(it->second->shape() == t.shape())) {
       fail(fmt::format("tensor '{}' has shape {}, expected {}", name,
-                       it->second->defined() ? it->second->shape().str() : "(undefined)", t.shape().str()));
+                       it->second->defined() ? it->second->shape().str() : "(undefined)",
+                       t.shape().str()));
     }
-    if (!it->second->is_floating_point()) fail(fmt::format("tensor '{}' is not floating point", name));
+    if (!it->second->is_floating_point())
+      fail(fmt::format("tensor '{}' is not floating point", name));
   }
   if (given.size() != mine.tensors.size()) {
     for (const auto& [name, t] : given) {
@@ -215,7 +245,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     const double* s = sd.find_scalar(name);
     if (!s) fail(fmt::format("missing scalar '{}'", name));
     const bool is_count = name != "lr";
-    if (!std::isfinite(*s) || *s < 0 || (is_count && *s != std::floor(*s))) fail(fmt::format("scalar '{}' = {} is invalid", name, *s));
+    if (!std::isfinite(*s) || *s < 0 || (is_count && *s != std::floor(*s)))
+      fail(fmt::format("scalar '{}' = {} is invalid", name, *s));
   }
   // Everything checked: copy in.
   NoGradGuard ng;
@@ -223,7 +254,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   lr_ = *sd.find_scalar("lr");
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamState& p = params_[i];
-    for (size_t k = 0; k < slot_names_.size(); ++k) p.slots[k].copy_(*given.at(p.name + "." + slot_names_[k]));
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      p.slots[k].copy_(*given.at(p.name + "." + slot_names_[k]));
     if (p.master.defined()) p.master.copy_(*given.at(p.name + ".master"));
     p.step = static_cast<int64_t>(*sd.find_scalar(p.name + ".step"));
   }

@@ -11,20 +11,24 @@ namespace mixp::optim {
 namespace {
 const SGDOptions& checked(const SGDOptions& o) {
   if (!(o.momentum >= 0.0) || !(o.dampening >= 0.0) || !(o.weight_decay >= 0.0)) {
-    throw std::invalid_argument(fmt::format("mixp::optim::SGD: momentum ({}), dampening ({}) and weight_decay ({}) must be >= 0",
-                                            o.momentum, o.dampening, o.weight_decay));
+    throw std::invalid_argument(fmt::format(
+        "mixp::optim::SGD: momentum ({}), dampening ({}) and weight_decay ({}) must be >= 0",
+        o.momentum, o.dampening, o.weight_decay));
   }
   if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0)) {
-    throw std::invalid_argument("mixp::optim::SGD: Nesterov momentum requires a momentum > 0 and zero dampening");
+    throw std::invalid_argument(
+        "mixp::optim::SGD: Nesterov momentum requires a momentum > 0 and zero dampening");
   }
   return o;
 }
 std::vector<std::string> slots_of(const SGDOptions& o) {
-  return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
+  return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"}
+                           : std::vector<std::string>{};
 }
 }  // namespace
 
-SGD::SGD(const std::vector<Tensor>& params, const SGDOptions& opt) : SGD(name_by_index(params), opt) {}
+SGD::SGD(const std::vector<Tensor>& params, const SGDOptions& opt)
+    : SGD(name_by_index(params), opt) {}
 
 SGD::SGD(NamedTensors params, const SGDOptions& opt)
     : Optimizer(std::move(params), checked(opt).lr, opt.precision, slots_of(opt)), opt_(opt) {}
@@ -32,7 +36,8 @@ SGD::SGD(NamedTensors params, const SGDOptions& opt)
 template <class T>
 void SGD::run(T* w, const T* g, T* buf, int64_t n, int64_t step) const {
   // Scalars in T, as PyTorch passes them to its fp32 kernels.
-  const T lr = static_cast<T>(this->lr()), wd = static_cast<T>(opt_.weight_decay), mom = static_cast<T>(opt_.momentum);
+  const T lr = static_cast<T>(this->lr()), wd = static_cast<T>(opt_.weight_decay),
+          mom = static_cast<T>(opt_.momentum);
   const T damp1 = static_cast<T>(1.0 - opt_.dampening);
   const bool first = step == 1, nesterov = opt_.nesterov, has_wd = opt_.weight_decay != 0.0;
   if (!buf) {

@@ -93,11 +93,15 @@ TEST(LrSchedule, Cosine) {
 }
 
 TEST(LrSchedule, WarmupCosine) {
-  LrSchedule s{.kind = ScheduleKind::warmup_cosine, .base_lr = 6e-4, .warmup_steps = 10, .total_steps = 110, .min_lr = 6e-5};
-  EXPECT_DOUBLE_EQ(s.lr_at(0), 6e-5);    // (0 + 1) / 10 of base
-  EXPECT_DOUBLE_EQ(s.lr_at(4), 3e-4);    // 5 / 10
-  EXPECT_DOUBLE_EQ(s.lr_at(9), 6e-4);    // last warmup step reaches base
-  EXPECT_DOUBLE_EQ(s.lr_at(10), 6e-4);   // decay starts at progress 0
+  LrSchedule s{.kind = ScheduleKind::warmup_cosine,
+               .base_lr = 6e-4,
+               .warmup_steps = 10,
+               .total_steps = 110,
+               .min_lr = 6e-5};
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 6e-5);   // (0 + 1) / 10 of base
+  EXPECT_DOUBLE_EQ(s.lr_at(4), 3e-4);   // 5 / 10
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 6e-4);   // last warmup step reaches base
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 6e-4);  // decay starts at progress 0
   EXPECT_NEAR(s.lr_at(60), (6e-4 + 6e-5) / 2, 1e-15);
   EXPECT_NEAR(s.lr_at(110), 6e-5, 1e-15);
   // cosine with the same warmup is the same function
@@ -107,7 +111,11 @@ TEST(LrSchedule, WarmupCosine) {
 }
 
 TEST(LrSchedule, Linear) {
-  LrSchedule s{.kind = ScheduleKind::linear, .base_lr = 1.0, .warmup_steps = 0, .total_steps = 10, .min_lr = 0.0};
+  LrSchedule s{.kind = ScheduleKind::linear,
+               .base_lr = 1.0,
+               .warmup_steps = 0,
+               .total_steps = 10,
+               .min_lr = 0.0};
   EXPECT_DOUBLE_EQ(s.lr_at(0), 1.0);
   EXPECT_DOUBLE_EQ(s.lr_at(5), 0.5);
   EXPECT_DOUBLE_EQ(s.lr_at(10), 0.0);

@@ -11,6 +11,7 @@
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
 #include "mixp/optim/sgd.h"
+#include "mixp/tensor/allocator.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::optim {
@@ -20,12 +21,15 @@ using ::testing::HasSubstr;
 
 NamedTensors make_params(uint64_t seed, DType dtype = DType::fp32) {
   Generator g(seed);
-  return {{"w", randn({4, 3}, g, {.dtype = dtype}).requires_grad_()}, {"b", randn({3}, g, {.dtype = dtype}).requires_grad_()}};
+  return {{"w", randn({4, 3}, g, {.dtype = dtype}).requires_grad_()},
+          {"b", randn({3}, g, {.dtype = dtype}).requires_grad_()}};
 }
 
 void set_grads(const NamedTensors& ps, uint64_t seed) {
   Generator g(seed);
-  for (auto [n, p] : ps) p.set_grad(randn(p.shape(), g, {.dtype = p.dtype() == DType::fp64 ? DType::fp64 : DType::fp32}));
+  for (auto [n, p] : ps)
+    p.set_grad(
+        randn(p.shape(), g, {.dtype = p.dtype() == DType::fp64 ? DType::fp64 : DType::fp32}));
 }
 
 TEST(Optimizer, StateDictNamesAndRoundTrip) {
@@ -38,7 +42,8 @@ TEST(Optimizer, StateDictNamesAndRoundTrip) {
   const StateDict sd = oa.state_dict();
   std::vector<std::string> names;
   for (auto& [n, t] : sd.tensors) names.push_back(n);
-  EXPECT_THAT(names, ::testing::ElementsAre("w.exp_avg", "w.exp_avg_sq", "b.exp_avg", "b.exp_avg_sq"));
+  EXPECT_THAT(names,
+              ::testing::ElementsAre("w.exp_avg", "w.exp_avg_sq", "b.exp_avg", "b.exp_avg_sq"));
   EXPECT_EQ(*sd.find_scalar("step"), 3.0);
   EXPECT_EQ(*sd.find_scalar("w.step"), 3.0);
   EXPECT_DOUBLE_EQ(*sd.find_scalar("lr"), 1e-2);
@@ -56,7 +61,8 @@ TEST(Optimizer, StateDictNamesAndRoundTrip) {
     oa.step();
     ob.step();
   }
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_double_vector(), b[i].second.to_double_vector());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].second.to_double_vector(), b[i].second.to_double_vector());
   // state_dict is a snapshot: stepping does not change it.
   const double before = sd.tensors[0].second.at({0, 0});
   set_grads(a, 300);
@@ -137,7 +143,8 @@ TEST(Optimizer, LowPrecisionParametersUseMasterWeights) {
   SGD opt(ps, {.lr = 1e-3});
   ASSERT_TRUE(opt.params()[0].master.defined());
   EXPECT_EQ(opt.params()[0].master.dtype(), DType::fp32);
-  EXPECT_EQ(opt.params()[0].master.to_double_vector(), ps[0].second.to_double_vector());  // exact widening
+  EXPECT_EQ(opt.params()[0].master.to_double_vector(),
+            ps[0].second.to_double_vector());  // exact widening
   // Updates smaller than half a bf16 ulp accumulate in the master and show up once they add up.
   for (int s = 0; s < 10; ++s) {
     for (auto& [n, p] : ps) p.set_grad(full(p.shape(), 1.0));
@@ -146,7 +153,9 @@ TEST(Optimizer, LowPrecisionParametersUseMasterWeights) {
   const Tensor& master = opt.params()[0].master;
   const std::vector<double> mv = master.to_double_vector(), pv = ps[0].second.to_double_vector();
   for (size_t i = 0; i < mv.size(); ++i) {
-    EXPECT_EQ(pv[i], Tensor(from_vector(std::vector<double>{mv[i]}, {1})).to(DType::bf16, Round::nearest_even).item());
+    EXPECT_EQ(pv[i], Tensor(from_vector(std::vector<double>{mv[i]}, {1}))
+                         .to(DType::bf16, Round::nearest_even)
+                         .item());
   }
   EXPECT_NE(opt.state_dict().find_tensor("w.master"), nullptr);
 }
@@ -156,7 +165,9 @@ TEST(Optimizer, StochasticWriteBackRoundsToNeighbours) {
   // sometimes and the mean over many elements follows the exact update.
   const int64_t n = 4096;
   NamedTensors ps{{"w", ones({n}, {.dtype = DType::bf16}).requires_grad_()}};
-  SGD opt(ps, {.lr = 1.0, .precision = {.master_weights = false, .write_back = Round::stochastic, .seed = 42}});
+  SGD opt(ps,
+          {.lr = 1.0,
+           .precision = {.master_weights = false, .write_back = Round::stochastic, .seed = 42}});
   EXPECT_FALSE(opt.params()[0].master.defined());
   ps[0].second.set_grad(full({n}, 1.0 / 1024));  // bf16 spacing below 1 is 2^-8; update = 2^-10
   opt.step();
@@ -190,6 +201,26 @@ TEST(Optimizer, InvalidArguments) {
   EXPECT_EQ(AdamW(ps).weight_decay(), 0.01);
   EXPECT_EQ(AdamW(ps, {.weight_decay = 0.0}).weight_decay(), 0.0);
   EXPECT_EQ(AdamW(ps).name(), "adamw");
+}
+
+}  // namespace
+}  // namespace mixp::optim
+
+namespace mixp::optim {
+namespace {
+
+TEST(Optimizer, StepsAllocateNothingAfterTheFirst) {
+  // DESIGN.md 7: no allocation in the training loop after the first step. The update of fp32
+  // parameters (and of bf16 ones through their masters) works in place.
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    NamedTensors ps = make_params(9, dt);
+    AdamW opt(ps, {.lr = 1e-3});
+    set_grads(ps, 1);
+    opt.step();
+    const int64_t before = allocator_stats().allocs;
+    for (int s = 0; s < 3; ++s) opt.step();
+    EXPECT_EQ(allocator_stats().allocs, before) << name(dt);
+  }
 }
 
 }  // namespace

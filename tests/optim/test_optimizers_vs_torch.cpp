@@ -22,7 +22,9 @@ using nlohmann::json;
 const json& fixture() {
   static const json j = [] {
     std::ifstream f(std::string(MIXP_TEST_DATA) + "/optim/optim_fixture.json");
-    if (!f) throw std::runtime_error("optim_fixture.json is missing; run tests/golden/optim/gen_optim_fixture.py");
+    if (!f)
+      throw std::runtime_error(
+          "optim_fixture.json is missing; run tests/golden/optim/gen_optim_fixture.py");
     return json::parse(f);
   }();
   return j;
@@ -53,10 +55,12 @@ std::unique_ptr<Optimizer> make(const json& c, const std::vector<Tensor>& params
 }
 
 // fp32 tolerance: PyTorch's vectorized add-with-alpha uses FMA, so single values differ by an ulp
-// (observed: at most 1-2 ulps, ~3e-8 on values near 0.3). Each step rounds a handful of fp32 operations (relative 2^-24 each); over six
-// steps and through the 1/sqrt(v) of Adam (which amplifies relative error when v is tiny) the
-// differences stay below a few ulps of the value. 1e-6 relative plus 1e-7 absolute leaves margin.
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+// (observed: at most 1-2 ulps, ~3e-8 on values near 0.3). Each step rounds a handful of fp32
+// operations (relative 2^-24 each); over six steps and through the 1/sqrt(v) of Adam (which
+// amplifies relative error when v is tiny) the differences stay below a few ulps of the value. 1e-6
+// relative plus 1e-7 absolute leaves margin.
+void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], 1e-7 + 1e-6 * std::fabs(want[i])) << what << " element " << i;
@@ -75,7 +79,9 @@ TEST_P(VsTorch, Trajectory) {
   std::vector<Tensor> params;
   for (const json& p : c["params"]) {
     const std::vector<int64_t> shape = p["shape"];
-    params.push_back(from_vector(p["init"].get<std::vector<double>>(), Shape(shape.begin(), shape.end())).requires_grad_());
+    params.push_back(
+        from_vector(p["init"].get<std::vector<double>>(), Shape(shape.begin(), shape.end()))
+            .requires_grad_());
   }
   auto opt = make(c, params);
   const size_t steps = c["grads"].size();
@@ -83,7 +89,8 @@ TEST_P(VsTorch, Trajectory) {
     opt->set_lr(c["lrs"][s]);
     for (size_t i = 0; i < params.size(); ++i) {
       const json& g = c["grads"][s][i];
-      params[i].set_grad(g.is_null() ? Tensor() : from_vector(g.get<std::vector<double>>(), params[i].shape()));
+      params[i].set_grad(
+          g.is_null() ? Tensor() : from_vector(g.get<std::vector<double>>(), params[i].shape()));
     }
     opt->step();
     for (size_t i = 0; i < params.size(); ++i) {
@@ -108,9 +115,12 @@ TEST_P(VsTorch, Trajectory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optim, VsTorch,
-                         ::testing::Values("sgd_plain", "sgd_momentum", "sgd_momentum_wd", "sgd_nesterov", "sgd_dampening", "adam",
-                                           "adam_wd", "adamw", "adamw_wd", "adamw_skip", "sgd_momentum_skip"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         ::testing::Values("sgd_plain", "sgd_momentum", "sgd_momentum_wd",
+                                           "sgd_nesterov", "sgd_dampening", "adam", "adam_wd",
+                                           "adamw", "adamw_wd", "adamw_skip", "sgd_momentum_skip"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace
 }  // namespace mixp::optim

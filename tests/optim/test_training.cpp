@@ -32,11 +32,12 @@ Data make_data() {
   return {x.detach(), y};
 }
 
-double train(const std::function<std::unique_ptr<Optimizer>(nn::Module&)>& make_opt, double* first_loss, bool clip = false,
-             const LrSchedule* sched = nullptr) {
+double train(const std::function<std::unique_ptr<Optimizer>(nn::Module&)>& make_opt,
+             double* first_loss, bool clip = false, const LrSchedule* sched = nullptr) {
   Generator g(5);
   auto model = std::make_shared<nn::Sequential>();
-  model->add("fc1", std::make_shared<nn::Linear>(8, 32, g)).add("relu", std::make_shared<nn::ReLU>());
+  model->add("fc1", std::make_shared<nn::Linear>(8, 32, g))
+      .add("relu", std::make_shared<nn::ReLU>());
   model->add("head", std::make_shared<nn::Linear>(32, 4, g));
   auto opt = make_opt(*model);
   const Data d = make_data();
@@ -57,16 +58,38 @@ double train(const std::function<std::unique_ptr<Optimizer>(nn::Module&)>& make_
 
 TEST(Training, EachOptimizerReducesTheLoss) {
   double first = 0;
-  const double sgd = train([](nn::Module& m) { return std::make_unique<SGD>(m.named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9}); }, &first);
+  const double sgd = train(
+      [](nn::Module& m) {
+        return std::make_unique<SGD>(m.named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
+      },
+      &first);
   EXPECT_LT(sgd, 0.3 * first) << "sgd";
-  const double adam = train([](nn::Module& m) { return std::make_unique<Adam>(m.named_parameters(), AdamOptions{.lr = 1e-2}); }, &first);
+  const double adam = train(
+      [](nn::Module& m) {
+        return std::make_unique<Adam>(m.named_parameters(), AdamOptions{.lr = 1e-2});
+      },
+      &first);
   EXPECT_LT(adam, 0.3 * first) << "adam";
-  const double adamw = train([](nn::Module& m) { return std::make_unique<AdamW>(m.named_parameters(), AdamOptions{.lr = 1e-2}); }, &first);
+  const double adamw = train(
+      [](nn::Module& m) {
+        return std::make_unique<AdamW>(m.named_parameters(), AdamOptions{.lr = 1e-2});
+      },
+      &first);
   EXPECT_LT(adamw, 0.3 * first) << "adamw";
-  const double plain = train([](nn::Module& m) { return std::make_unique<SGD>(m.parameters(), SGDOptions{.lr = 0.2}); }, &first);
+  const double plain = train(
+      [](nn::Module& m) { return std::make_unique<SGD>(m.parameters(), SGDOptions{.lr = 0.2}); },
+      &first);
   EXPECT_LT(plain, 0.5 * first) << "plain sgd";
-  const LrSchedule s{.kind = ScheduleKind::warmup_cosine, .base_lr = 2e-2, .warmup_steps = 5, .total_steps = 60, .min_lr = 1e-3};
-  const double sched = train([](nn::Module& m) { return std::make_unique<AdamW>(m.named_parameters(), AdamOptions{.lr = 1e-2}); }, &first, true, &s);
+  const LrSchedule s{.kind = ScheduleKind::warmup_cosine,
+                     .base_lr = 2e-2,
+                     .warmup_steps = 5,
+                     .total_steps = 60,
+                     .min_lr = 1e-3};
+  const double sched = train(
+      [](nn::Module& m) {
+        return std::make_unique<AdamW>(m.named_parameters(), AdamOptions{.lr = 1e-2});
+      },
+      &first, true, &s);
   EXPECT_LT(sched, 0.3 * first) << "adamw + warmup_cosine + clip";
 }
 

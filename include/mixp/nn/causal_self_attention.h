@@ -18,7 +18,8 @@ struct AttentionOptions {
 
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(int64_t width, int64_t heads, Generator& gen, const AttentionOptions& opt = {});
+  CausalSelfAttention(int64_t width, int64_t heads, Generator& gen,
+                      const AttentionOptions& opt = {});
   Tensor forward(const Tensor& x) override;
 
   Linear& qkv() { return *qkv_; }

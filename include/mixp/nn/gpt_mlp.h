@@ -1,6 +1,6 @@
 // The GPT feed-forward block: fc (C -> mlp_width), GELU (tanh approximation), proj
-// (mlp_width -> C, a residual projection). kind "mlp". GELU is fused into fc's GEMM when no
-// gradient is recorded (ops.h linear).
+// (mlp_width -> C, a residual projection). kind "mlp". GELU is fused into fc's GEMM in eval
+// mode (see Linear).
 #pragma once
 #include "mixp/nn/linear.h"
 #include "mixp/nn/module.h"

@@ -1,5 +1,6 @@
 // Linear: y = act(x W^T + b), x [..., in] -> [..., out] (torch.nn.Linear, with an optional fused
-// activation: ReLU is fused into the GEMM by oneDNN, GELU when no gradient is recorded).
+// activation: ReLU is fused into the GEMM by oneDNN; GELU is fused in eval mode only, see
+// linear.cpp).
 #pragma once
 #include "mixp/nn/module.h"
 #include "mixp/ops/ops.h"

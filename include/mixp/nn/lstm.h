@@ -25,7 +25,8 @@ class LSTM : public Module {
   LSTM(int64_t input_size, int64_t hidden_size, Generator& gen, const LstmOptions& opt = {});
   Tensor forward(const Tensor& x) override;
   // h0/c0 [num_layers, N, H], or undefined for zeros.
-  LstmOutput forward_with_state(const Tensor& x, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+  LstmOutput forward_with_state(const Tensor& x, const Tensor& h0 = Tensor(),
+                                const Tensor& c0 = Tensor());
 
   int64_t hidden_size() const { return hidden_; }
 

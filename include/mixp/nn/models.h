@@ -15,7 +15,8 @@
 // for gpt, all drawn from Generator(seed): the same config gives bit-identical parameters.
 //
 // Names are meant for per-layer rules: the final classifier / LM head is kind "head"; ReLU after
-// fc layers is fused into their GEMM (Linear's activation), so the mlp has no separate relu modules.
+// fc layers is fused into their GEMM (Linear's activation), so the mlp has no separate relu
+// modules.
 #pragma once
 #include <cstdint>
 #include <memory>

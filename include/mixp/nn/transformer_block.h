@@ -17,7 +17,8 @@ struct BlockOptions {
 
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(int64_t width, int64_t heads, int64_t mlp_width, Generator& gen, const BlockOptions& opt = {});
+  TransformerBlock(int64_t width, int64_t heads, int64_t mlp_width, Generator& gen,
+                   const BlockOptions& opt = {});
   Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C]
 
   CausalSelfAttention& attn() { return *attn_; }

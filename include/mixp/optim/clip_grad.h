@@ -21,6 +21,7 @@ double grad_norm(std::span<const std::pair<std::string, Tensor>> named_params);
 
 // max_norm must be > 0 (std::invalid_argument otherwise).
 double clip_grad_norm(std::span<const Tensor> params, double max_norm);
-double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_params, double max_norm);
+double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_params,
+                      double max_norm);
 
 }  // namespace mixp::optim

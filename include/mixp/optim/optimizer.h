@@ -61,11 +61,11 @@ struct StateDict {
 struct ParamState {
   std::string name;
   Tensor param;
-  Tensor master;             // fp32, or undefined (the update is applied to param directly)
+  Tensor master;              // fp32, or undefined (the update is applied to param directly)
   std::vector<Tensor> slots;  // optimizer states, the working dtype, param's shape
-  int64_t step = 0;          // updates applied to this parameter
-  Tensor work;               // scratch working values (low precision without master), lazily made
-  Tensor grad_work;          // scratch gradient when .grad is not contiguous in the working dtype
+  int64_t step = 0;           // updates applied to this parameter
+  Tensor work;                // scratch working values (low precision without master), lazily made
+  Tensor grad_work;           // scratch gradient when .grad is not contiguous in the working dtype
 };
 
 class Optimizer {
@@ -104,12 +104,14 @@ class Optimizer {
 
  protected:
   // params: named leaves (floating, contiguous, distinct); unnamed ones are called "0", "1", ...
-  Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision, std::vector<std::string> slot_names);
+  Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision,
+            std::vector<std::string> slot_names);
 
   // The fused update of one parameter: w (n working values, updated in place), g (gradient),
   // slots[k] (n values of state k), step (this parameter's step count, already incremented).
   virtual void update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) = 0;
-  virtual void update(double* w, const double* g, double* const* slots, int64_t n, int64_t step) = 0;
+  virtual void update(double* w, const double* g, double* const* slots, int64_t n,
+                      int64_t step) = 0;
 
   static NamedTensors name_by_index(const std::vector<Tensor>& params);
 
