@@ -36,8 +36,9 @@ class ImageBatches final : public BatchSource {
       test_ = slice(all, ntr, ntr + nte);
       source_ = "synthetic images";
     } else {
-      const std::filesystem::path dir =
-          c.data == kFashionMnistData ? std::filesystem::path(data::kFashionMnistDir) : std::filesystem::path(c.data);
+      const std::filesystem::path dir = c.data == kFashionMnistData
+                                            ? std::filesystem::path(data::kFashionMnistDir)
+                                            : std::filesystem::path(c.data);
       opt.limit = c.test_limit;
       test_ = data::load_fashion_mnist(dir, data::Split::test, opt);
       if (load_train) {
@@ -117,7 +118,8 @@ class ImageBatches final : public BatchSource {
     d.rows = all.rows;
     d.cols = all.cols;
     d.num_classes = all.num_classes;
-    d.images.assign(all.images.begin() + b * all.sample_size(), all.images.begin() + e * all.sample_size());
+    d.images.assign(all.images.begin() + b * all.sample_size(),
+                    all.images.begin() + e * all.sample_size());
     d.labels.assign(all.labels.begin() + b, all.labels.begin() + e);
     return d;
   }
@@ -148,17 +150,19 @@ class ImageBatches final : public BatchSource {
 
 class TextBatches final : public BatchSource {
  public:
-  TextBatches(const TrainConfig& c, int64_t context) : context_(context), batch_(c.batch), seed_(c.seed) {
+  TextBatches(const TrainConfig& c, int64_t context)
+      : context_(context), batch_(c.batch), seed_(c.seed) {
     if (c.data == kSyntheticData) {
       const int64_t n = c.train_limit > 0 ? c.train_limit : kSyntheticCorpusBytes;
-      corpus_ = data::TextCorpus::from_text(data::synthetic_corpus(n, c.seed), {}, "synthetic corpus");
+      corpus_ =
+          data::TextCorpus::from_text(data::synthetic_corpus(n, c.seed), {}, "synthetic corpus");
     } else {
       corpus_ = data::TextCorpus::load(c.data);
       if (c.train_limit > 0 && c.train_limit < corpus_.size()) {
         // Keep the first N tokens (train and validation are then split from those).
         const std::string text = corpus_.decode(corpus_.tokens().subspan(0, size_t(c.train_limit)));
-        corpus_ = data::TextCorpus::from_text(text, {}, corpus_.source() + " (first " +
-                                                            std::to_string(c.train_limit) + " bytes)");
+        corpus_ = data::TextCorpus::from_text(
+            text, {}, corpus_.source() + " (first " + std::to_string(c.train_limit) + " bytes)");
       }
     }
     corpus_.require_context(context_);
@@ -183,19 +187,23 @@ class TextBatches final : public BatchSource {
   }
 
   nlohmann::json state() const override {
-    return {{"seed", seed_}, {"micro_batch", micro_}, {"train_tokens", corpus_.train_tokens().size()},
-            {"batch_size", batch_}, {"context", context_}};
+    return {{"seed", seed_},
+            {"micro_batch", micro_},
+            {"train_tokens", corpus_.train_tokens().size()},
+            {"batch_size", batch_},
+            {"context", context_}};
   }
   void restore(const nlohmann::json& j) override {
     const auto tokens = j.at("train_tokens").get<int64_t>();
     const auto batch = j.at("batch_size").get<int64_t>();
     const auto context = j.at("context").get<int64_t>();
-    if (tokens != int64_t(corpus_.train_tokens().size()) || batch != batch_ || context != context_) {
+    if (tokens != int64_t(corpus_.train_tokens().size()) || batch != batch_ ||
+        context != context_) {
       throw TrainError("the checkpoint was trained on " + std::to_string(tokens) +
                        " training tokens with batch " + std::to_string(batch) + " and context " +
                        std::to_string(context) + ", this run has " +
-                       std::to_string(corpus_.train_tokens().size()) + ", " + std::to_string(batch_) +
-                       " and " + std::to_string(context_) +
+                       std::to_string(corpus_.train_tokens().size()) + ", " +
+                       std::to_string(batch_) + " and " + std::to_string(context_) +
                        "; resume with the same corpus, limits, batch size and context");
     }
     seed_ = j.at("seed").get<uint64_t>();

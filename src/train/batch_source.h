@@ -16,8 +16,8 @@
 namespace mixp::train::detail {
 
 struct Batch {
-  Tensor input;   // mlp [n, 784] / cnn [n, 1, 28, 28] fp32; gpt [n, T] int32
-  Tensor target;  // [n] int32 labels; gpt [n * T] int32 next tokens
+  Tensor input;         // mlp [n, 784] / cnn [n, 1, 28, 28] fp32; gpt [n, T] int32
+  Tensor target;        // [n] int32 labels; gpt [n * T] int32 next tokens
   int64_t samples = 0;  // n
 };
 
@@ -41,13 +41,14 @@ class BatchSource {
   virtual Batch eval_batch(int64_t index) = 0;
   virtual int64_t eval_samples() const = 0;
 
-  virtual int64_t train_samples() const = 0;  // samples (gpt: tokens) in the training split
+  virtual int64_t train_samples() const = 0;    // samples (gpt: tokens) in the training split
   virtual int vocab_size() const { return 0; }  // gpt only
   virtual std::string description() const = 0;
 };
 
 // Loads the data `c.data` names for model `c.model.name` (a resolved config), with its limits.
 // `train` false loads only what evaluation needs (eval of a checkpoint).
-std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, int64_t context, bool train = true);
+std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, int64_t context,
+                                               bool train = true);
 
 }  // namespace mixp::train::detail

@@ -11,7 +11,9 @@ namespace mixp::train {
 
 namespace {
 // JSON has no NaN or infinity: a non-finite value is written as null (a diverged step's loss).
-nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+nlohmann::json number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
 }  // namespace
 
 JsonlLogCallback::JsonlLogCallback(const std::filesystem::path& path, bool append) : path_(path) {

@@ -73,8 +73,10 @@ TrainConfig read_checkpoint_config(const std::filesystem::path& dir) {
 SafeTensorsFile module_state(const nn::Module& model) {
   auto& m = const_cast<nn::Module&>(model);  // named_* only read the module
   SafeTensorsFile f;
-  for (const auto& [name, t] : m.named_parameters()) f.tensors.push_back(detail::to_safetensor(name, t));
-  for (const auto& [name, t] : m.named_buffers()) f.tensors.push_back(detail::to_safetensor(name, t));
+  for (const auto& [name, t] : m.named_parameters())
+    f.tensors.push_back(detail::to_safetensor(name, t));
+  for (const auto& [name, t] : m.named_buffers())
+    f.tensors.push_back(detail::to_safetensor(name, t));
   return f;
 }
 
@@ -95,8 +97,7 @@ void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::stri
     }
     if (it->second->shape != detail::dims(t.shape())) {
       throw TrainError(std::string(source) + ": tensor '" + name + "' has shape " +
-                       shape_str(it->second->shape) + " but the model's is " +
-                       t.shape().str() +
+                       shape_str(it->second->shape) + " but the model's is " + t.shape().str() +
                        "; the checkpoint belongs to a different model shape");
     }
   }

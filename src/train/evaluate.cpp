@@ -1,6 +1,7 @@
 // Evaluation, gradient norms and the `train --json` object.
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
@@ -57,8 +58,10 @@ EvalResult evaluate_model(nn::Module& model, BatchSource& source, const Precisio
     rows += n_rows;
     if (!language_model) {
       const Tensor l = logits.contiguous();
-      correct += l.dtype() == DType::fp64 ? count_correct<double>(l, b.target)
-                                          : count_correct<float>(l.dtype() == DType::fp32 ? l : l.to(DType::fp32), b.target);
+      correct +=
+          l.dtype() == DType::fp64
+              ? count_correct<double>(l, b.target)
+              : count_correct<float>(l.dtype() == DType::fp32 ? l : l.to(DType::fp32), b.target);
     }
     r.samples += b.samples;
   }
@@ -85,9 +88,10 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::stri
   const auto recipe = make_recipe(c.precision, {});
   auto source = detail::make_batch_source(c, c.model.context, /*train=*/false);
   if (lm && source->vocab_size() != c.model.vocab) {
-    throw TrainError(fmt::format("the checkpoint's model has a vocabulary of {} tokens but the corpus "
-                                 "{} has {}; evaluate on the corpus it was trained on",
-                                 c.model.vocab, c.data, source->vocab_size()));
+    throw TrainError(
+        fmt::format("the checkpoint's model has a vocabulary of {} tokens but the corpus "
+                    "{} has {}; evaluate on the corpus it was trained on",
+                    c.model.vocab, c.data, source->vocab_size()));
   }
   auto model = detail::build_model(c, *recipe);
   const auto file = dir / kModelFile;

@@ -17,7 +17,9 @@ double StepTimes::median_ms() const {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double StepTimes::total_ms() const { return std::accumulate(ms_.begin(), ms_.end(), 0.0); }
+double StepTimes::total_ms() const {
+  return std::accumulate(ms_.begin(), ms_.end(), 0.0);
+}
 
 int64_t peak_rss_bytes() {
   struct rusage ru {};
@@ -54,7 +56,9 @@ EnergyMeter::EnergyMeter(std::filesystem::path root) {
   }
 }
 
-std::string EnergyMeter::source() const { return available() ? "rapl" : "unavailable"; }
+std::string EnergyMeter::source() const {
+  return available() ? "rapl" : "unavailable";
+}
 
 void EnergyMeter::start() {
   accumulated_uj_ = 0;

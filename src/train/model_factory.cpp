@@ -36,7 +36,8 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
   return model;
 }
 
-std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, const nn::NamedTensors& params) {
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
+                                                  const nn::NamedTensors& params) {
   if (c.optimizer == "sgd") {
     optim::SGDOptions o;
     o.lr = c.lr;
@@ -60,7 +61,8 @@ double schedule_lr(const TrainConfig& c, int64_t step, int64_t total) {
   return s.lr_at(step);
 }
 
-void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors, nlohmann::json& scalars) {
+void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
+                          nlohmann::json& scalars) {
   const optim::StateDict sd = opt.state_dict();
   for (const auto& [name, t] : sd.tensors) tensors.tensors.push_back(to_safetensor(name, t));
   for (const auto& [name, v] : sd.scalars) scalars[name] = v;
@@ -74,9 +76,10 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
   for (const auto& [name, t] : expected.tensors) {
     const SafeTensor* s = tensors.find(name);
     if (!s) {
-      throw TrainError(fmt::format("{} has no optimizer state '{}' (shape {}); the checkpoint belongs "
-                                   "to a different model or optimizer",
-                                   source, name, t.shape().str()));
+      throw TrainError(
+          fmt::format("{} has no optimizer state '{}' (shape {}); the checkpoint belongs "
+                      "to a different model or optimizer",
+                      source, name, t.shape().str()));
     }
     if (s->shape != dims(t.shape())) {
       throw TrainError(fmt::format("{}: optimizer state '{}' has shape {} but this run needs {}",
@@ -90,15 +93,17 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
   if (tensors.tensors.size() != expected.tensors.size()) {
     for (const auto& s : tensors.tensors) {
       if (!expected.find_tensor(s.name)) {
-        throw TrainError(fmt::format("{} has optimizer state '{}' that this run does not have; the "
-                                     "checkpoint belongs to a different model or optimizer",
-                                     source, s.name));
+        throw TrainError(
+            fmt::format("{} has optimizer state '{}' that this run does not have; the "
+                        "checkpoint belongs to a different model or optimizer",
+                        source, s.name));
       }
     }
   }
   for (const auto& [name, v] : expected.scalars) {
     if (!scalars.contains(name) || !scalars[name].is_number()) {
-      throw TrainError(fmt::format("{}: the checkpoint's optimizer state has no scalar '{}'", source, name));
+      throw TrainError(
+          fmt::format("{}: the checkpoint's optimizer state has no scalar '{}'", source, name));
     }
     sd.scalars.emplace_back(name, scalars[name].get<double>());
   }

@@ -49,7 +49,9 @@ class UniformRecipe final : public PrecisionRecipe {
 
 }  // namespace
 
-void PrecisionRecipe::prepare_model(nn::Module& model) const { convert_module(model, param_dtype()); }
+void PrecisionRecipe::prepare_model(nn::Module& model) const {
+  convert_module(model, param_dtype());
+}
 
 void convert_module(nn::Module& model, DType dtype) {
   for (auto& [name, p] : model.named_parameters()) convert_in_place(p, dtype);
@@ -57,13 +59,15 @@ void convert_module(nn::Module& model, DType dtype) {
 }
 
 const std::vector<std::string>& planned_recipes() {
-  static const std::vector<std::string> v{"fp64",    "fp32",    "tf32", "bf16",        "bf16-pure",
-                                          "fp16",    "fp16-o2", "fp16-pure", "fp8", "fp8-current",
-                                          "mxfp8",   "int8-qat", "auto"};
+  static const std::vector<std::string> v{"fp64",  "fp32",     "tf32",      "bf16", "bf16-pure",
+                                          "fp16",  "fp16-o2",  "fp16-pure", "fp8",  "fp8-current",
+                                          "mxfp8", "int8-qat", "auto"};
   return v;
 }
 
-std::vector<std::string> available_recipes() { return {"fp32", "fp64"}; }
+std::vector<std::string> available_recipes() {
+  return {"fp32", "fp64"};
+}
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
   const std::vector<std::string> avail = available_recipes();

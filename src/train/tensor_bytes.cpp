@@ -31,7 +31,8 @@ void copy_from_safetensor(Tensor& t, const SafeTensor& s) {
     return;
   }
   // from_blob only wraps the bytes for the duration of the converting copy.
-  Tensor src = from_blob(const_cast<std::byte*>(s.data.data()), Shape(s.shape.begin(), s.shape.end()), s.dtype);
+  Tensor src = from_blob(const_cast<std::byte*>(s.data.data()),
+                         Shape(s.shape.begin(), s.shape.end()), s.dtype);
   dst.copy_(src);
 }
 

@@ -8,7 +8,9 @@
 
 namespace mixp::train::detail {
 
-inline std::vector<int64_t> dims(const Shape& s) { return {s.begin(), s.end()}; }
+inline std::vector<int64_t> dims(const Shape& s) {
+  return {s.begin(), s.end()};
+}
 
 // A contiguous copy of `t`'s elements, in its own dtype.
 SafeTensor to_safetensor(const std::string& name, const Tensor& t);

@@ -40,11 +40,17 @@ const std::vector<std::string>& schedule_names() {
   return v;
 }
 
-bool is_language_model(std::string_view model) { return model == "gpt"; }
+bool is_language_model(std::string_view model) {
+  return model == "gpt";
+}
 
-int64_t default_batch(std::string_view model) { return is_language_model(model) ? 16 : 128; }
+int64_t default_batch(std::string_view model) {
+  return is_language_model(model) ? 16 : 128;
+}
 
-double default_lr(std::string_view model) { return is_language_model(model) ? 3e-4 : 1e-3; }
+double default_lr(std::string_view model) {
+  return is_language_model(model) ? 3e-4 : 1e-3;
+}
 
 TrainConfig TrainConfig::resolved() const {
   TrainConfig c = *this;
@@ -54,9 +60,9 @@ TrainConfig TrainConfig::resolved() const {
           "unknown model '" + c.model.name + "'; known models: " + join(models));
   require(contains(optimizer_names(), c.optimizer),
           "unknown optimizer '" + c.optimizer + "'; known optimizers: " + join(optimizer_names()));
-  require(contains(schedule_names(), c.schedule), "unknown learning-rate schedule '" + c.schedule +
-                                                      "'; known schedules: " +
-                                                      join(schedule_names()));
+  require(contains(schedule_names(), c.schedule),
+          "unknown learning-rate schedule '" + c.schedule +
+              "'; known schedules: " + join(schedule_names()));
   require(!(c.epochs > 0 && c.steps > 0),
           "both epochs (" + std::to_string(c.epochs) + ") and steps (" + std::to_string(c.steps) +
               ") were given; give one: epochs counts passes over the data, steps counts "
@@ -71,15 +77,16 @@ TrainConfig TrainConfig::resolved() const {
   require(std::isfinite(c.lr) && c.lr >= 0,
           "the learning rate must be a positive number, got " + std::to_string(c.lr));
   if (c.lr == 0) c.lr = default_lr(c.model.name);
-  require(std::isfinite(c.clip) && c.clip >= 0,
-          "the clipping norm must be positive (0 turns clipping off), got " + std::to_string(c.clip));
+  require(
+      std::isfinite(c.clip) && c.clip >= 0,
+      "the clipping norm must be positive (0 turns clipping off), got " + std::to_string(c.clip));
   require(!c.weight_decay || (std::isfinite(*c.weight_decay) && *c.weight_decay >= 0),
           "weight decay must be a non-negative number");
   require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
           "SGD momentum must lie in [0, 1), got " + std::to_string(c.momentum));
   require(c.warmup_steps >= 0, "warmup steps must be non-negative");
-  require(c.threads >= 0, "the thread count must be positive (0 = all cores), got " +
-                              std::to_string(c.threads));
+  require(c.threads >= 0,
+          "the thread count must be positive (0 = all cores), got " + std::to_string(c.threads));
   require(c.train_limit >= 0 && c.test_limit >= 0, "data-set limits must be non-negative");
   require(c.save_every >= 0, "save_every must be non-negative");
   require(c.save_every == 0 || !c.save_dir.empty(),

@@ -1,8 +1,9 @@
 #include "mixp/train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
-#include <fmt/format.h>
 
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
@@ -13,7 +14,9 @@
 namespace mixp::train {
 
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Finds an unusable --save folder before training rather than after it.
 void check_save_dir(const std::filesystem::path& dir) {
@@ -42,10 +45,11 @@ void Trainer::Impl::build() {
   if (lm) {
     const int64_t v = source->vocab_size();
     if (cfg.model.vocab != 0 && cfg.model.vocab != v) {
-      throw TrainError(fmt::format(
-          "the model's vocabulary has {} tokens but the corpus {} has {}; a gpt checkpoint can only "
-          "continue on a corpus with the same characters",
-          cfg.model.vocab, cfg.data, v));
+      throw TrainError(
+          fmt::format("the model's vocabulary has {} tokens but the corpus {} has {}; a gpt "
+                      "checkpoint can only "
+                      "continue on a corpus with the same characters",
+                      cfg.model.vocab, cfg.data, v));
     }
     cfg.model.vocab = v;
   }
@@ -76,8 +80,7 @@ StepInfo Trainer::Impl::run_step() {
   opt->zero_grad();
   // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
   // and its losses are divided by its own length so that the step still sees a mean.
-  const int64_t window =
-      std::min(cfg.grad_accum, source->batches_per_epoch() - source->position());
+  const int64_t window = std::min(cfg.grad_accum, source->batches_per_epoch() - source->position());
   const int64_t epoch = source->epoch();
   double loss_sum = 0;
   int64_t samples = 0;
@@ -137,7 +140,9 @@ Trainer::Trainer(const TrainConfig& config) : impl_(std::make_unique<Impl>()) {
 
 Trainer::~Trainer() = default;
 
-void Trainer::add_callback(std::shared_ptr<TrainCallback> cb) { impl_->callbacks.push_back(std::move(cb)); }
+void Trainer::add_callback(std::shared_ptr<TrainCallback> cb) {
+  impl_->callbacks.push_back(std::move(cb));
+}
 
 std::vector<double> Trainer::train_steps(int64_t n) {
   std::vector<double> out;
@@ -225,14 +230,32 @@ EvalResult Trainer::evaluate() {
   return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm);
 }
 
-void Trainer::save(const std::filesystem::path& dir) const { impl_->save(dir); }
-const TrainConfig& Trainer::config() const { return impl_->cfg; }
-int64_t Trainer::step() const { return impl_->step; }
-int64_t Trainer::total_steps() const { return impl_->total; }
-int64_t Trainer::steps_per_epoch() const { return impl_->steps_per_epoch; }
-nn::Module& Trainer::model() { return *impl_->model; }
-optim::Optimizer& Trainer::optimizer() { return *impl_->opt; }
-const PrecisionRecipe& Trainer::recipe() const { return *impl_->recipe; }
-std::string Trainer::data_description() const { return impl_->source->description(); }
+void Trainer::save(const std::filesystem::path& dir) const {
+  impl_->save(dir);
+}
+const TrainConfig& Trainer::config() const {
+  return impl_->cfg;
+}
+int64_t Trainer::step() const {
+  return impl_->step;
+}
+int64_t Trainer::total_steps() const {
+  return impl_->total;
+}
+int64_t Trainer::steps_per_epoch() const {
+  return impl_->steps_per_epoch;
+}
+nn::Module& Trainer::model() {
+  return *impl_->model;
+}
+optim::Optimizer& Trainer::optimizer() {
+  return *impl_->opt;
+}
+const PrecisionRecipe& Trainer::recipe() const {
+  return *impl_->recipe;
+}
+std::string Trainer::data_description() const {
+  return impl_->source->description();
+}
 
 }  // namespace mixp::train

@@ -8,12 +8,12 @@
 
 #include "batch_source.h"
 #include "mixp/io/safetensors.h"
-#include "tensor_bytes.h"
 #include "mixp/nn/module.h"
 #include "mixp/optim/optimizer.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
+#include "tensor_bytes.h"
 
 namespace mixp::train::detail {
 
@@ -25,11 +25,13 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
 nn::ModelConfig resolve_model(const nn::ModelConfig& m);
 // The optimizer the config names over the model's named parameters (state names follow them:
 // "fc1.weight.exp_avg").
-std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, const nn::NamedTensors& params);
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
+                                                  const nn::NamedTensors& params);
 // Learning rate of optimizer step `step` (0-based) of a run of `total` steps.
 double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
 // Optimizer state: tensors to safetensors entries and scalars to JSON, and back.
-void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors, nlohmann::json& scalars);
+void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
+                          nlohmann::json& scalars);
 void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
                           const nlohmann::json& scalars, const std::string& source);
 
@@ -63,8 +65,8 @@ struct Trainer::Impl {
   double last_loss = 0;
   double prior_train_time_s = 0;  // from the resumed checkpoint
   double constructed_ms = 0;
-  std::vector<double> losses;     // this run
-  StepTimes times;                // this run
+  std::vector<double> losses;                         // this run
+  StepTimes times;                                    // this run
   nlohmann::json metrics = nlohmann::json::object();  // saved in state.json
 
   void build();

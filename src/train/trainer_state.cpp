@@ -51,20 +51,23 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   const nlohmann::json state = nlohmann::json::parse(read_checkpoint_state(dir));
   const TrainConfig saved = config_from_json(state.at("config").dump());
   if (saved.model.name != cfg.model.name) {
-    throw TrainError(fmt::format("checkpoint {} holds a '{}' model, this run trains '{}'; resume "
-                                 "with --model {}",
-                                 dir.string(), saved.model.name, cfg.model.name, saved.model.name));
+    throw TrainError(
+        fmt::format("checkpoint {} holds a '{}' model, this run trains '{}'; resume "
+                    "with --model {}",
+                    dir.string(), saved.model.name, cfg.model.name, saved.model.name));
   }
   if (saved.precision != cfg.precision) {
     // The optimizer state and any loss-scale state belong to the saved recipe.
-    throw TrainError(fmt::format("checkpoint {} was trained in precision {}, this run asks for {}; "
-                                 "resume with --precision {}",
-                                 dir.string(), saved.precision, cfg.precision, saved.precision));
+    throw TrainError(
+        fmt::format("checkpoint {} was trained in precision {}, this run asks for {}; "
+                    "resume with --precision {}",
+                    dir.string(), saved.precision, cfg.precision, saved.precision));
   }
   if (saved.optimizer != cfg.optimizer) {
-    throw TrainError(fmt::format("checkpoint {} was trained with optimizer {}, this run asks for "
-                                 "{}; resume with --optimizer {}",
-                                 dir.string(), saved.optimizer, cfg.optimizer, saved.optimizer));
+    throw TrainError(
+        fmt::format("checkpoint {} was trained with optimizer {}, this run asks for "
+                    "{}; resume with --optimizer {}",
+                    dir.string(), saved.optimizer, cfg.optimizer, saved.optimizer));
   }
   const auto model_file = dir / kModelFile;
   const auto opt_file = dir / kOptimizerFile;

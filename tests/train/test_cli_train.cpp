@@ -1,9 +1,9 @@
 // `mixp train` and `mixp eval` as a user runs them: --json fields, --log lines, resume through the
 // CLI, and bad input (one-line error, non-zero exit, no checkpoint left behind).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "mixp/data/idx.h"
 #include "train_test_util.h"
@@ -14,7 +14,8 @@ namespace {
 using testing::run_cli;
 using testing::TempDir;
 
-const std::string kSmall = "train --model mlp --data synthetic --train-limit 256 --test-limit 128 --batch 32 --threads 1 ";
+const std::string kSmall =
+    "train --model mlp --data synthetic --train-limit 256 --test-limit 128 --batch 32 --threads 1 ";
 
 // One line on stderr, starting with the command, and nothing on stdout.
 void expect_clean_error(const testing::CliResult& r, const std::string& needle) {
@@ -31,10 +32,10 @@ TEST(CliTrain, JsonHasTheContractFieldsAndLogLinesParse) {
   const auto r = run_cli(kSmall + "--steps 5 --json --log '" + log.string() + "'", dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* k : {"model", "precision", "steps", "skipped_steps", "ms_per_step", "samples_per_s",
-                        "test_accuracy", "final_loss", "peak_memory_bytes", "energy_joules",
-                        "energy_source", "peak_rss_bytes", "train_time_s", "threads", "batch",
-                        "epochs", "seed"}) {
+  for (const char* k :
+       {"model", "precision", "steps", "skipped_steps", "ms_per_step", "samples_per_s",
+        "test_accuracy", "final_loss", "peak_memory_bytes", "energy_joules", "energy_source",
+        "peak_rss_bytes", "train_time_s", "threads", "batch", "epochs", "seed"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   EXPECT_EQ(j["model"], "mlp");
@@ -99,7 +100,8 @@ TEST(CliTrain, BadInputIsAOneLineErrorWithoutACheckpoint) {
       {"--model mlp --batch -4", "--batch must be positive"},
       {"--model resnet", "unknown model 'resnet'"},
       {"--model mlp --optimizer lion", "unknown optimizer 'lion'"},
-      {"--model mlp --precision bf16", "precision 'bf16' is not available yet; available: fp32, fp64"},
+      {"--model mlp --precision bf16",
+       "precision 'bf16' is not available yet; available: fp32, fp64"},
       {"--model mlp --precision fp7", "unknown precision 'fp7'"},
       {"--model mlp --layer-precision attn=bf16", "needs a mixed-precision recipe"},
       {"--model mlp --loss-scale-init 1024", "--loss-scale-init"},
@@ -110,7 +112,8 @@ TEST(CliTrain, BadInputIsAOneLineErrorWithoutACheckpoint) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
-    const auto r = run_cli("train " + c.args + " --threads 1 --train-limit 256 --test-limit 64 " + save, dir.path());
+    const auto r = run_cli(
+        "train " + c.args + " --threads 1 --train-limit 256 --test-limit 64 " + save, dir.path());
     expect_clean_error(r, c.needle);
     EXPECT_FALSE(std::filesystem::exists(dir / "ck"));
   }
@@ -122,19 +125,26 @@ TEST(CliTrain, CorruptDataIsReportedByFile) {
   // A truncated gzip images file and a valid labels file.
   std::vector<uint8_t> pixels(4 * 28 * 28, 7);
   const int64_t img_dims[] = {4, 28, 28};
-  data::write_idx(dir / "fm" / "train-images-idx3-ubyte.gz", data::IdxType::u8, img_dims, pixels, true);
+  data::write_idx(dir / "fm" / "train-images-idx3-ubyte.gz", data::IdxType::u8, img_dims, pixels,
+                  true);
   std::vector<uint8_t> labels = {0, 1, 2, 3};
   const int64_t lab_dims[] = {4};
-  data::write_idx(dir / "fm" / "train-labels-idx1-ubyte.gz", data::IdxType::u8, lab_dims, labels, true);
-  data::write_idx(dir / "fm" / "t10k-images-idx3-ubyte.gz", data::IdxType::u8, img_dims, pixels, true);
-  data::write_idx(dir / "fm" / "t10k-labels-idx1-ubyte.gz", data::IdxType::u8, lab_dims, labels, true);
-  auto r = run_cli("train --model mlp --batch 2 --steps 1 --json --data '" + (dir / "fm").string() + "'", dir.path());
+  data::write_idx(dir / "fm" / "train-labels-idx1-ubyte.gz", data::IdxType::u8, lab_dims, labels,
+                  true);
+  data::write_idx(dir / "fm" / "t10k-images-idx3-ubyte.gz", data::IdxType::u8, img_dims, pixels,
+                  true);
+  data::write_idx(dir / "fm" / "t10k-labels-idx1-ubyte.gz", data::IdxType::u8, lab_dims, labels,
+                  true);
+  auto r =
+      run_cli("train --model mlp --batch 2 --steps 1 --json --data '" + (dir / "fm").string() + "'",
+              dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;  // the valid folder trains
 
   const auto imgs = dir / "fm" / "train-images-idx3-ubyte.gz";
   const auto size = std::filesystem::file_size(imgs);
   std::filesystem::resize_file(imgs, size / 2);
-  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'", dir.path());
+  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'",
+              dir.path());
   expect_clean_error(r, "train-images-idx3-ubyte.gz");
 
   // float32 images (IDX type 0x0D, big-endian) with a NaN pixel: refused where the data enter.
@@ -142,7 +152,8 @@ TEST(CliTrain, CorruptDataIsReportedByFile) {
   floats[4 * (2 * 28 * 28 + 5)] = 0x7F;  // sample 2, row 0, col 5: 0x7FC00000 = NaN
   floats[4 * (2 * 28 * 28 + 5) + 1] = 0xC0;
   data::write_idx(imgs, data::IdxType::f32, img_dims, floats, true);
-  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'", dir.path());
+  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'",
+              dir.path());
   expect_clean_error(r, "not finite");
 }
 

@@ -1,9 +1,9 @@
 // TrainConfig resolution and JSON, recipes, metrics (median, RAPL wraparound), the JSONL log line.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "mixp/train/callbacks.h"
 #include "mixp/train/metrics.h"

@@ -60,13 +60,12 @@ TEST(Trainer, MlpLearnsFashionMnist) {
   c.train_limit = 6000;
   c.test_limit = 1000;
   c.batch = 128;
-  c.threads = 0;
   c.epochs = 1;
   Trainer t(c);
   const TrainResult r = t.fit();
   EXPECT_EQ(r.steps, 47);  // ceil(6000 / 128)
   ASSERT_TRUE(r.test_accuracy.has_value());
-  // Measured 0.79-0.80 over seeds; 10 classes, chance is 0.1.
+  // Measured 0.78-0.82 over seeds 0-5 (0.817 for this seed); 10 classes, chance is 0.1.
   EXPECT_GT(*r.test_accuracy, 0.74);
   EXPECT_LT(r.final_loss, r.losses.front());
   EXPECT_GT(r.ms_per_step, 0);
@@ -83,7 +82,8 @@ TEST(Trainer, GptLossFallsOnGeneratedText) {
   ASSERT_EQ(r.losses.size(), 60u);
   ASSERT_TRUE(r.val_loss.has_value());
   double first = 0, last = 0;
-  for (int i = 0; i < 5; ++i) first += r.losses[size_t(i)] / 5, last += r.losses[size_t(55 + i)] / 5;
+  for (int i = 0; i < 5; ++i)
+    first += r.losses[size_t(i)] / 5, last += r.losses[size_t(55 + i)] / 5;
   // Uniform over the ~30-character vocabulary is ln 30 = 3.4; the sentences are very regular.
   EXPECT_LT(last, first - 0.8) << "first " << first << " last " << last;
   EXPECT_LT(*r.val_loss, first);
@@ -141,7 +141,9 @@ TEST(Trainer, ResumeIsBitIdenticalAtAnEpochEnd) {
   expect_resume_identical(c, 4);
 }
 
-TEST(Trainer, ResumeIsBitIdenticalGpt) { expect_resume_identical(tiny_gpt(), 4); }
+TEST(Trainer, ResumeIsBitIdenticalGpt) {
+  expect_resume_identical(tiny_gpt(), 4);
+}
 
 TEST(Trainer, ResumeIsBitIdenticalCnnWithSgd) {
   TrainConfig c = small_mlp();
@@ -193,7 +195,8 @@ TEST(Trainer, NanGuardNamesTheStep) {
   } catch (const TrainError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("step 2"), std::string::npos) << m;
-    EXPECT_TRUE(m.find("loss") != std::string::npos || m.find("gradient") != std::string::npos) << m;
+    EXPECT_TRUE(m.find("loss") != std::string::npos || m.find("gradient") != std::string::npos)
+        << m;
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt"));
 }
@@ -264,7 +267,8 @@ TEST(Trainer, Fp64Trains) {
   c.precision = "fp64";
   c.steps = 3;
   Trainer t(c);
-  for (const auto& [name, p] : t.model().named_parameters()) EXPECT_EQ(p.dtype(), DType::fp64) << name;
+  for (const auto& [name, p] : t.model().named_parameters())
+    EXPECT_EQ(p.dtype(), DType::fp64) << name;
   const TrainResult r = t.fit();
   EXPECT_EQ(r.precision, "fp64");
   EXPECT_TRUE(std::isfinite(r.final_loss));

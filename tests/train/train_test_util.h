@@ -49,8 +49,8 @@ struct CliResult {
 inline CliResult run_cli(const std::string& args, const std::filesystem::path& scratch) {
   const auto out = scratch / "cli_stdout.txt";
   const auto err = scratch / "cli_stderr.txt";
-  const std::string cmd = std::string("'") + MIXP_CLI + "' " + args + " >'" + out.string() + "' 2>'" +
-                          err.string() + "' </dev/null";
+  const std::string cmd = std::string("'") + MIXP_CLI + "' " + args + " >'" + out.string() +
+                          "' 2>'" + err.string() + "' </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -1,10 +1,10 @@
 // `mixp eval`: evaluates a checkpoint written by `mixp train --save` on its test set (validation
 // split for gpt), optionally in another precision. Printing only.
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "command.h"
@@ -30,7 +30,9 @@ void run(const Flags& f) {
   }
   const bool lm = train::is_language_model(c.model.name);
   const std::string precision = f.precision.empty() ? c.precision : f.precision;
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
+  auto num = [](double v) {
+    return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+  };
   if (f.json) {
     nlohmann::ordered_json j;
     j["checkpoint"] = f.checkpoint;
@@ -54,15 +56,19 @@ void run(const Flags& f) {
   if (lm) {
     std::cout << fmt::format("validation loss {:.4f}\n", r.loss);
   } else {
-    std::cout << fmt::format("test accuracy {:.2f}%   test loss {:.4f}\n", 100 * r.accuracy.value_or(NAN), r.loss);
+    std::cout << fmt::format("test accuracy {:.2f}%   test loss {:.4f}\n",
+                             100 * r.accuracy.value_or(NAN), r.loss);
   }
 }
 
 RegisterCommand reg(31, [](CLI::App& app) {
   auto f = std::make_shared<Flags>();
-  auto* sub = app.add_subcommand("eval", "evaluate a checkpoint on its test set (gpt: validation loss)");
-  sub->add_option("--checkpoint", f->checkpoint, "checkpoint folder written by `mixp train --save`")->required();
-  sub->add_option("--precision", f->precision, "evaluate in this precision recipe (default: the checkpoint's)");
+  auto* sub =
+      app.add_subcommand("eval", "evaluate a checkpoint on its test set (gpt: validation loss)");
+  sub->add_option("--checkpoint", f->checkpoint, "checkpoint folder written by `mixp train --save`")
+      ->required();
+  sub->add_option("--precision", f->precision,
+                  "evaluate in this precision recipe (default: the checkpoint's)");
   sub->add_option("--data", f->data, "evaluate on this data instead of the checkpoint's");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   sub->footer(

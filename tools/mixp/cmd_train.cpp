@@ -42,20 +42,24 @@ std::string human_bytes(double b) {
 }
 
 void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
-  std::cout << fmt::format("trained {} in {} with {} (lr {:g}), batch {}{}: {} steps ({:.2f} epochs){}\n",
-                           r.model, r.precision, c.optimizer, c.lr, r.batch,
-                           r.grad_accum > 1 ? fmt::format(" x {} accumulated", r.grad_accum) : "",
-                           r.steps, r.epochs,
-                           r.steps_this_run != r.steps ? fmt::format(", {} in this run", r.steps_this_run) : "");
+  std::cout << fmt::format(
+      "trained {} in {} with {} (lr {:g}), batch {}{}: {} steps ({:.2f} epochs){}\n", r.model,
+      r.precision, c.optimizer, c.lr, r.batch,
+      r.grad_accum > 1 ? fmt::format(" x {} accumulated", r.grad_accum) : "", r.steps, r.epochs,
+      r.steps_this_run != r.steps ? fmt::format(", {} in this run", r.steps_this_run) : "");
   std::cout << "data:      " << r.data << "\n";
   std::cout << fmt::format("loss:      {:.4f} (last step)", r.final_loss);
-  if (r.test_accuracy) std::cout << fmt::format("   test accuracy {:.2f}%   test loss {:.4f}", 100 * *r.test_accuracy, r.test_loss.value_or(NAN));
+  if (r.test_accuracy)
+    std::cout << fmt::format("   test accuracy {:.2f}%   test loss {:.4f}", 100 * *r.test_accuracy,
+                             r.test_loss.value_or(NAN));
   if (r.val_loss) std::cout << fmt::format("   validation loss {:.4f}", *r.val_loss);
   std::cout << "\n";
-  std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step, r.samples_per_s);
+  std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step,
+                           r.samples_per_s);
   if (r.tokens_per_s > 0) std::cout << fmt::format(", {:.0f} tokens/s", r.tokens_per_s);
   std::cout << fmt::format(", {:.1f} s training on {} threads\n", r.train_time_s, r.threads);
-  std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n", human_bytes(double(r.peak_memory_bytes)),
+  std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
+                           human_bytes(double(r.peak_memory_bytes)),
                            human_bytes(double(r.peak_rss_bytes)));
   std::cout << "energy:    "
             << (r.energy_joules ? fmt::format("{:.1f} J ({})", *r.energy_joules, r.energy_source)
@@ -78,12 +82,14 @@ void run(Flags& f) {
                      "), unless --resume continues a checkpoint");
   }
   if (f.given("--epochs") && f.given("--steps")) {
-    throw UsageError("--epochs and --steps both given; give one (epochs counts passes over the "
-                     "data, steps counts optimizer steps)");
+    throw UsageError(
+        "--epochs and --steps both given; give one (epochs counts passes over the "
+        "data, steps counts optimizer steps)");
   }
   // Zero means "the default" inside TrainConfig; on the command line it is a mistake.
   auto positive = [&](const char* flag, double v) {
-    if (f.given(flag) && !(v > 0)) throw UsageError(fmt::format("{} must be positive, got {:g}", flag, v));
+    if (f.given(flag) && !(v > 0))
+      throw UsageError(fmt::format("{} must be positive, got {:g}", flag, v));
   };
   positive("--batch", double(f.c.batch));
   positive("--epochs", double(f.c.epochs));
@@ -162,31 +168,37 @@ void run(Flags& f) {
 
 RegisterCommand reg(30, [](CLI::App& app) {
   auto f = std::make_shared<Flags>();
-  auto* sub = app.add_subcommand("train", "train a built-in model (mlp, cnn, gpt) in a given precision");
+  auto* sub =
+      app.add_subcommand("train", "train a built-in model (mlp, cnn, gpt) in a given precision");
   f->sub = sub;
   train::TrainConfig& c = f->c;
   sub->add_option("--model", c.model.name, "mlp | cnn | gpt");
-  sub->add_option("--data", c.data,
-                  "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
-                  "text file or folder (default /usr/share/games/fortunes)");
+  sub->add_option(
+      "--data", c.data,
+      "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
+      "text file or folder (default /usr/share/games/fortunes)");
   sub->add_option("--precision", c.precision,
                   "precision recipe: " + join(train::available_recipes()) + " (default fp32)");
   sub->add_option("--epochs", c.epochs, "passes over the training data (default 1)");
-  sub->add_option("--steps", c.steps, "optimizer steps instead of epochs (whole run, resumed steps included)");
+  sub->add_option("--steps", c.steps,
+                  "optimizer steps instead of epochs (whole run, resumed steps included)");
   sub->add_option("--batch", c.batch, "samples per micro-batch (default: mlp/cnn 128, gpt 16)");
   sub->add_option("--lr", c.lr, "learning rate (default: mlp/cnn 1e-3, gpt 3e-4)");
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_option("--weight-decay", f->weight_decay, "weight decay (default: the optimizer's)");
   sub->add_option("--momentum", c.momentum, "SGD momentum (default 0.9)");
-  sub->add_option("--schedule", c.schedule, "learning-rate schedule: constant | cosine | warmup_cosine | linear");
+  sub->add_option("--schedule", c.schedule,
+                  "learning-rate schedule: constant | cosine | warmup_cosine | linear");
   sub->add_option("--warmup", c.warmup_steps, "linear warmup steps (default 0)");
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--clip", c.clip, "clip gradients to this global L2 norm (default off)");
-  sub->add_flag("--checkpointing", c.model.checkpointing, "gradient checkpointing (recompute activations)");
+  sub->add_flag("--checkpointing", c.model.checkpointing,
+                "gradient checkpointing (recompute activations)");
   sub->add_option("--layer-precision", c.layer_precision,
                   "per-layer precision overrides, e.g. embed=fp32,attn=bf16 (mixed recipes)");
   sub->add_option("--loss-scale-init", f->loss_scale_init, "initial loss scale (fp16 recipes)");
-  sub->add_option("--growth-interval", f->growth_interval, "loss-scale growth interval (fp16 recipes)");
+  sub->add_option("--growth-interval", f->growth_interval,
+                  "loss-scale growth interval (fp16 recipes)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
   sub->add_option("--width", c.model.width, "model width (mlp hidden, gpt embedding)");
@@ -194,13 +206,16 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--heads", c.model.heads, "attention heads (gpt)");
   sub->add_option("--context", c.model.context, "context length (gpt, default 128)");
   sub->add_option("--mlp-width", c.model.mlp_width, "width of gpt's MLP (default 4 x width)");
-  sub->add_option("--train-limit", c.train_limit, "use the first N training samples (gpt: N bytes of text)");
-  sub->add_option("--test-limit", c.test_limit, "evaluate on the first N test samples (gpt: N windows)");
+  sub->add_option("--train-limit", c.train_limit,
+                  "use the first N training samples (gpt: N bytes of text)");
+  sub->add_option("--test-limit", c.test_limit,
+                  "evaluate on the first N test samples (gpt: N windows)");
   sub->add_flag("--no-eval{false}", c.evaluate, "skip the evaluation at the end");
   sub->add_option("--save", c.save_dir, "write a checkpoint folder at the end (atomically)");
   sub->add_option("--save-every", c.save_every, "also save every N steps");
-  sub->add_option("--resume", c.resume_dir,
-                  "continue from a checkpoint; its configuration is used, the flags given override it");
+  sub->add_option(
+      "--resume", c.resume_dir,
+      "continue from a checkpoint; its configuration is used, the flags given override it");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   sub->footer(

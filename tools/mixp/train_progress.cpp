@@ -19,7 +19,9 @@ std::string clock(double seconds) {
 }
 }  // namespace
 
-void ProgressBar::on_train_begin(int64_t first_step, int64_t total_steps) { first_step_ = first_step; }
+void ProgressBar::on_train_begin(int64_t first_step, int64_t total_steps) {
+  first_step_ = first_step;
+}
 
 void ProgressBar::clear_line() {
   if (drawn_) std::fputs("\r\033[2K", stderr);

@@ -17,13 +17,13 @@ struct StepInfo {
   int64_t epoch = 0;        // epoch of this step's last micro-batch, from 0
   double loss = 0;          // mean loss over the step's micro-batches (unscaled)
   double loss_scale = 1.0;
-  bool skipped = false;     // the recipe skipped this step (non-finite gradients)
-  double grad_norm = 0;     // global L2 norm of the gradients before clipping
-  double lr = 0;            // learning rate used by this step
-  double ms = 0;            // wall time of the step
-  int64_t samples = 0;      // samples (gpt: sequences) in this step
-  int64_t tokens = 0;       // gpt: samples * context; 0 for classifiers
-  double elapsed_s = 0;     // since the start of this run's training loop
+  bool skipped = false;  // the recipe skipped this step (non-finite gradients)
+  double grad_norm = 0;  // global L2 norm of the gradients before clipping
+  double lr = 0;         // learning rate used by this step
+  double ms = 0;         // wall time of the step
+  int64_t samples = 0;   // samples (gpt: sequences) in this step
+  int64_t tokens = 0;    // gpt: samples * context; 0 for classifiers
+  double elapsed_s = 0;  // since the start of this run's training loop
 };
 
 // Summary after the loop and evaluation.

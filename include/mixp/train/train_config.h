@@ -50,9 +50,9 @@ struct TrainConfig {
 
   // Precision recipe (recipe.h). Today fp32 and fp64; the mixed-precision recipes come next.
   std::string precision = "fp32";
-  std::string layer_precision;                // per-layer overrides; needs a mixed recipe
-  std::optional<double> loss_scale_init;      // fp16 recipes only
-  std::optional<int64_t> growth_interval;     // fp16 recipes only
+  std::string layer_precision;             // per-layer overrides; needs a mixed recipe
+  std::optional<double> loss_scale_init;   // fp16 recipes only
+  std::optional<int64_t> growth_interval;  // fp16 recipes only
 
   // Length: exactly one of epochs and steps may be set; neither = 1 epoch. Both count the whole
   // run, resumed steps included: resuming a checkpoint of step 100 with steps = 200 runs 100 more.
@@ -62,15 +62,16 @@ struct TrainConfig {
   int64_t batch = 0;       // samples per micro-batch (gpt: sequences); 0 = model default
   int64_t grad_accum = 1;  // micro-batches per optimizer step; the loss of each is divided by it
   double lr = 0;           // peak learning rate; 0 = model default
-  std::string optimizer = "adamw";  // adamw | adam | sgd
+  std::string optimizer = "adamw";     // adamw | adam | sgd
   std::optional<double> weight_decay;  // unset = the optimizer's default
   double momentum = 0.9;               // sgd only
   double clip = 0;                     // clip gradients to this global L2 norm; 0 = off
-  std::string schedule = "constant";   // constant | cosine | warmup_cosine | linear (to 0 at the end)
-  int64_t warmup_steps = 0;            // linear warmup from 0 to lr
+  std::string schedule =
+      "constant";            // constant | cosine | warmup_cosine | linear (to 0 at the end)
+  int64_t warmup_steps = 0;  // linear warmup from 0 to lr
 
-  uint64_t seed = 0;  // model initialization and data order
-  int threads = 0;    // OpenMP/oneDNN threads; 0 = leave as is (all cores)
+  uint64_t seed = 0;     // model initialization and data order
+  int threads = 0;       // OpenMP/oneDNN threads; 0 = leave as is (all cores)
   bool evaluate = true;  // evaluate on the test set (validation split for gpt) at the end
 
   std::string save_dir;    // write a checkpoint here at the end ("" = none)

@@ -47,26 +47,26 @@ struct EvalResult {
 // What `mixp train --json` prints (result_to_json gives the exact object).
 struct TrainResult {
   std::string model, precision, optimizer, data;
-  int64_t steps = 0;           // optimizer steps done, resumed ones included
+  int64_t steps = 0;  // optimizer steps done, resumed ones included
   int64_t steps_this_run = 0;
   int64_t skipped_steps = 0;
-  double epochs = 0;           // passes over the training data done (fractional), resumed included
-  double ms_per_step = 0;      // median over this run's steps, the first excluded
-  double samples_per_s = 0;    // samples per optimizer step / median step time
-  double tokens_per_s = 0;     // gpt only (samples_per_s * context)
+  double epochs = 0;         // passes over the training data done (fractional), resumed included
+  double ms_per_step = 0;    // median over this run's steps, the first excluded
+  double samples_per_s = 0;  // samples per optimizer step / median step time
+  double tokens_per_s = 0;   // gpt only (samples_per_s * context)
   std::optional<double> test_accuracy;  // classifiers
   std::optional<double> test_loss;      // classifiers
   std::optional<double> val_loss;       // gpt
-  double final_loss = 0;       // loss of the last optimizer step
+  double final_loss = 0;                // loss of the last optimizer step
   int64_t peak_memory_bytes = 0;  // peak tensor memory of the training loop (caching allocator)
   int64_t peak_rss_bytes = 0;     // peak resident set of the process
   std::optional<double> energy_joules;  // nullopt when no meter is readable
   std::string energy_source;            // "rapl" or "unavailable"
-  double train_time_s = 0;  // the training loop of this run
-  double total_time_s = 0;  // construction (data loading) to the end of fit()
+  double train_time_s = 0;              // the training loop of this run
+  double total_time_s = 0;              // construction (data loading) to the end of fit()
   int threads = 0;
   int64_t batch = 0, grad_accum = 1;
-  int64_t parameters = 0;   // number of trainable values
+  int64_t parameters = 0;  // number of trainable values
   uint64_t seed = 0;
   std::vector<double> losses;  // per optimizer step of this run
   std::string saved_to;        // checkpoint folder written at the end ("" = none)
