@@ -57,7 +57,8 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
   std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step,
                            r.samples_per_s);
   if (r.tokens_per_s > 0) std::cout << fmt::format(", {:.0f} tokens/s", r.tokens_per_s);
-  std::cout << fmt::format(", {:.1f} s training on {} threads\n", r.train_time_s, r.threads);
+  std::cout << fmt::format(", {:.1f} s training on {} thread{}\n", r.train_time_s, r.threads,
+                           r.threads == 1 ? "" : "s");
   std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
                            human_bytes(double(r.peak_memory_bytes)),
                            human_bytes(double(r.peak_rss_bytes)));
@@ -201,16 +202,19 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "loss-scale growth interval (fp16 recipes)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
-  sub->add_option("--width", c.model.width, "model width (mlp hidden, gpt embedding)");
+  sub->add_option("--width", c.model.width,
+                  "model width (mlp: hidden size, cnn: conv1 channels, gpt: embedding)");
   sub->add_option("--layers", c.model.layers, "number of layers (mlp hidden layers, gpt blocks)");
   sub->add_option("--heads", c.model.heads, "attention heads (gpt)");
   sub->add_option("--context", c.model.context, "context length (gpt, default 128)");
-  sub->add_option("--mlp-width", c.model.mlp_width, "width of gpt's MLP (default 4 x width)");
+  sub->add_option("--mlp-width", c.model.mlp_width,
+                  "gpt: MLP width (default 1024); cnn: fc1 size (default 128)");
   sub->add_option("--train-limit", c.train_limit,
                   "use the first N training samples (gpt: N bytes of text)");
   sub->add_option("--test-limit", c.test_limit,
                   "evaluate on the first N test samples (gpt: N windows)");
-  sub->add_flag("--no-eval{false}", c.evaluate, "skip the evaluation at the end");
+  sub->add_flag_callback(
+      "--no-eval", [f] { f->c.evaluate = false; }, "skip the evaluation at the end");
   sub->add_option("--save", c.save_dir, "write a checkpoint folder at the end (atomically)");
   sub->add_option("--save-every", c.save_every, "also save every N steps");
   sub->add_option(
