@@ -53,7 +53,7 @@ def load_corpus(path):
     Debian's fortunes folder holds NAME.u8 -> NAME links). Falls back to a generated corpus."""
     if path is None:
         path = FORTUNES_DIR if os.path.isdir(FORTUNES_DIR) else None
-    if path is None:
+    if path is None or path == "generated":
         return generated_corpus(), "generated"
     if os.path.isdir(path):
         blobs = []

@@ -36,13 +36,15 @@ def parse_args(argv):
                         "mlp/cnn, held-out loss for gpt); every step is timed")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads and OMP_NUM_THREADS")
     p.add_argument("--blas-threads", type=int, default=None,
-                   help="OPENBLAS_NUM_THREADS if not already set in the environment (default 1)")
+                   help="OPENBLAS_NUM_THREADS (default: the environment's value, else 1); a no-op "
+                        "unless libblas.so.3 is OpenBLAS, see README")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=None, help="default: 128 (mlp, cnn), 16 (gpt)")
     p.add_argument("--lr", type=float, default=None, help="default: 1e-3 (mlp, cnn), 3e-4 (gpt)")
     p.add_argument("--data", default=None, help="folder of Fashion-MNIST IDX .gz files")
     p.add_argument("--corpus", default=None,
-                   help="gpt text: a file or folder (default /usr/share/games/fortunes, else generated)")
+                   help="gpt text: a file, a folder, or 'generated' (default /usr/share/games/fortunes "
+                        "if present, else generated)")
     p.add_argument("--linear-backend", choices=["blas", "onednn"], default="blas",
                    help="blas (stock): nn.Linear as torch does it (fp32 -> libblas.so.3); onednn: "
                         "nn.Linear run as a 1x1 conv so fp32 GEMMs go to oneDNN (a stronger, "
@@ -197,14 +199,15 @@ def main(argv):
     else:
         warmup, timed = args.warmup, args.steps
     it = batches()
-    times, loss = [], None
+    times, cpu_times, loss = [], [], None
     for i in range(warmup + timed):
         x, y = next(it)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         loss = step(x, y)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         if i >= warmup:
             times.append(t1 - t0)
+            cpu_times.append(c1 - c0)
         if args.epochs and (i + 1) % steps_per_epoch == 0:
             log(f"torch_peer: epoch {(i + 1) // steps_per_epoch} loss {loss.item():.4f}")
 
@@ -213,6 +216,10 @@ def main(argv):
         "status": "ok", "steps": timed, "warmup_steps": warmup,
         "ms_per_step": med * 1e3, "ms_per_step_median": med * 1e3, "ms_per_step_mean": mean * 1e3,
         "ms_per_step_min": min(times) * 1e3, "ms_per_step_max": max(times) * 1e3,
+        # CPU time of all the process's threads per step (median): near ms_per_step x busy threads on
+        # an idle machine; spinning OpenMP threads count too. Under load, a 1-thread run's cpu_ms is
+        # the better estimate of its idle-machine wall time.
+        "cpu_ms_per_step": statistics.median(cpu_times) * 1e3,
         "samples_per_s": samples_per_step * len(times) / sum(times), "sample_unit": sample_unit,
         "final_loss": loss.item(),
     })
