@@ -49,6 +49,8 @@ namespace mixp {
   X(batch_norm, "batch_norm", reduce)           \
   X(cross_entropy, "cross_entropy", reduce)     \
   X(mse_loss, "mse_loss", reduce)               \
+  X(binary_cross_entropy, "binary_cross_entropy", reduce) \
+  X(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", reduce) \
   /* reductions */                              \
   X(sum, "sum", reduce)                         \
   X(mean, "mean", reduce)                       \
