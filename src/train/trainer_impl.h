@@ -26,7 +26,8 @@ nn::ModelConfig resolve_model(const nn::ModelConfig& m);
 // The optimizer the config names over the model's named parameters (state names follow them:
 // "fc1.weight.exp_avg").
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
-                                                  const nn::NamedTensors& params);
+                                                  const nn::NamedTensors& params,
+                                                  const optim::PrecisionOptions& precision = {});
 // Learning rate of optimizer step `step` (0-based) of a run of `total` steps.
 double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
 // Optimizer state: tensors to safetensors entries and scalars to JSON, and back.
