@@ -121,6 +121,10 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["steps"] = r.steps;
   j["steps_this_run"] = r.steps_this_run;
   j["skipped_steps"] = r.skipped_steps;
+  j["skipped_steps_this_run"] = r.skipped_steps_this_run;
+  j["loss_scale"] = r.loss_scale;
+  j["recipe"] = r.recipe;
+  if (!r.layer_precision.empty()) j["layer_precision"] = r.layer_precision;
   j["epochs"] = r.epochs;
   j["batch"] = r.batch;
   j["grad_accum"] = r.grad_accum;

@@ -169,6 +169,7 @@ TrainResult Trainer::fit() {
         "epochs (they count the whole run, resumed steps included)",
         s.step, s.total));
   }
+  s.skipped_at_start = s.skipped;
   reset_peak_memory();
   EnergyMeter meter;
   meter.start();
@@ -198,6 +199,10 @@ TrainResult Trainer::fit() {
   r.steps = s.step;
   r.steps_this_run = int64_t(s.losses.size());
   r.skipped_steps = s.skipped;
+  r.skipped_steps_this_run = s.skipped - s.skipped_at_start;
+  r.loss_scale = s.recipe->loss_scale();
+  r.recipe = s.recipe->describe();
+  r.layer_precision = s.cfg.layer_precision;
   r.epochs = double(s.step) / double(s.steps_per_epoch);
   r.ms_per_step = s.times.median_ms();
   const double samples_per_step = double(s.cfg.batch * s.cfg.grad_accum);

@@ -62,7 +62,8 @@ struct Trainer::Impl {
   int64_t step = 0;  // optimizer steps done
   int64_t total = 0;
   int64_t steps_per_epoch = 1;
-  int64_t skipped = 0;
+  int64_t skipped = 0;           // steps skipped by the loss scaler, resumed ones included
+  int64_t skipped_at_start = 0;  // of this run (fit())
   double last_loss = 0;
   double prior_train_time_s = 0;  // from the resumed checkpoint
   double constructed_ms = 0;
