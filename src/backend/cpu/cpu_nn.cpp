@@ -12,6 +12,7 @@
 #include "backend/cpu/vec_kernels.h"
 #include "mixp/backend/cpu_features.h"
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp {
@@ -395,6 +396,12 @@ void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
 
 // ---- attention: S = q k^T and P V as batched oneDNN matmuls over [B*H]; softmax rows between.
 void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  if (kern::any_narrow({&dst, &q, &k, &v})) {  // 16-bit q, k, v: widened exactly, computed in fp32
+    auto w = [&](const Tensor& t) { return kern::widen(*this, t, DType::fp32); };
+    const Tensor q32 = w(q), k32 = w(k), v32 = w(v);
+    kern::with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { attention(d, lse, q32, k32, v32, causal, scale); });
+    return;
+  }
   if (!(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v))) return RefBackend::attention(dst, lse, q, k, v, causal, scale);
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
   const Tensor q3 = view_of(q, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset());
@@ -420,6 +427,17 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
 
 void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& dst, const Tensor& lse, bool causal, double scale) {
+  if (kern::any_narrow({&dq, &dk, &dv, &ddst, &q, &k, &v, &dst})) {
+    auto w = [&](const Tensor& t) { return kern::widen(*this, t, DType::fp32); };
+    const Tensor g = w(ddst), q32 = w(q), k32 = w(k), v32 = w(v), y32 = w(dst);
+    kern::with_dst_as(*this, dq, DType::fp32, false, [&](Tensor& a) {
+      kern::with_dst_as(*this, dk, DType::fp32, false, [&](Tensor& b) {
+        kern::with_dst_as(*this, dv, DType::fp32, false,
+                          [&](Tensor& c) { attention_backward(a, b, c, g, q32, k32, v32, y32, lse, causal, scale); });
+      });
+    });
+    return;
+  }
   if (!(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) && f32c(dst) && f32c(lse))) {
     return RefBackend::attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
   }
