@@ -6,7 +6,7 @@
 namespace mixp::kern {
 
 Tensor convert_view(Backend& be, const Tensor& t, DType to, Round round, DType label) {
-  if (!t.defined() || t.dtype() == label) return t;
+  if (!t.defined() || (t.dtype() == to && label == to)) return t;
   const int64_t n = t.numel();
   int64_t span = n > 0 ? 1 : 0;
   bool nonneg = true;
