@@ -124,6 +124,11 @@ void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cac
       }
       return;
     case CastPolicy::promote: {
+      // add/sub/mul/div: the engine's own promotion gives the same result dtype (ops.h), and its
+      // pointwise kernels read 16-bit operands directly, so the widening is fused into the op
+      // instead of materializing an fp32 copy (the gradient is narrowed for the 16-bit input by
+      // the engine, as the cast's backward would). cat/stack cast explicitly.
+      if (op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div) return;
       DType to;
       if (!promoted_dtype(inputs, to)) return;
       for (Tensor& t : inputs) {

@@ -26,7 +26,10 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), nm);
   const DType rd = result_dtype({&a, &b});
   const DType c = pointwise_compute(rd);
-  const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
+  // fp32 results with 16-bit operands (a bf16 activation added to the fp32 residual stream): the
+  // backend widens them in registers; no fp32 copy is made or saved.
+  auto operand = [&](const Tensor& t) { return c == DType::fp32 && kern::is_narrow(t.dtype()) ? t : as_compute(t, c); };
+  const Tensor ac = operand(a), bc = operand(b);
   Tensor out = new_tensor(shape, c);
   backend().binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
   out = finish(out, rd);
