@@ -26,8 +26,78 @@ bool onednn_bf16_ok() { return cpu_features().use_avx512(); }  // as onednn::sup
 float* fp(const Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
 }  // namespace
 
+// Sum / mean of a contiguous bf16/fp16 src into an fp32 dst (a bias gradient of a 16-bit GEMM):
+// rows are widened to fp32 in L1-sized pieces and accumulated in fp32, without a widened copy.
+void CpuBackend::reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src) {
+  int first = -1, last = -1;
+  for (int d = 0; d < src.dim(); ++d) {
+    if (dst.shape()[d] != src.shape()[d]) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  }
+  bool one_block = first >= 0;
+  for (int d = first; one_block && d <= last; ++d) one_block = dst.shape()[d] == 1;
+  if (!one_block) {
+    Tensor s32 = kern::widen(*this, src, DType::fp32);
+    return reduce(op, dst, s32);
+  }
+  int64_t outer = 1, mid = 1, inner = 1;
+  for (int d = 0; d < first; ++d) outer *= src.shape()[d];
+  for (int d = first; d <= last; ++d) mid *= src.shape()[d];
+  for (int d = last + 1; d < src.dim(); ++d) inner *= src.shape()[d];
+  const DType sd = src.dtype();
+  const uint16_t* x = static_cast<const uint16_t*>(src.data_ptr());
+  float* y = fp(dst);
+  const float scale = op == ReduceOp::mean ? 1.0f / static_cast<float>(mid) : 1.0f;
+  constexpr int64_t kPiece = 1024;
+  if (inner == 1) {
+    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
+      alignas(64) float buf[kPiece];
+      for (int64_t o = lo; o < hi; ++o) {
+        float s = 0.0f;
+        for (int64_t m0 = 0; m0 < mid; m0 += kPiece) {
+          const int64_t n = std::min(kPiece, mid - m0);
+          convert_to_f32(sd, x + o * mid + m0, std::span<float>(buf, static_cast<size_t>(n)));
+#pragma omp simd reduction(+ : s)
+          for (int64_t i = 0; i < n; ++i) s += buf[i];
+        }
+        y[o] = s * scale;
+      }
+    });
+    return;
+  }
+  auto run = [&](int64_t o, int64_t ilo, int64_t ihi) {
+    alignas(64) float buf[kPiece];
+    float* yo = y + o * inner;
+    for (int64_t i0 = ilo; i0 < ihi; i0 += kPiece) {
+      const int64_t n = std::min(kPiece, ihi - i0);
+      for (int64_t i = 0; i < n; ++i) yo[i0 + i] = 0.0f;
+      for (int64_t m = 0; m < mid; ++m) {
+        convert_to_f32(sd, x + (o * mid + m) * inner + i0, std::span<float>(buf, static_cast<size_t>(n)));
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) yo[i0 + i] += buf[i];
+      }
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < n; ++i) yo[i0 + i] *= scale;
+    }
+  };
+  if (outer >= omp_get_max_threads() || !cpu::parallel_worth(src.numel())) {
+    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) run(o, 0, inner);
+    });
+  } else {
+    for (int64_t o = 0; o < outer; ++o) {
+      parallel_for(inner, src.numel() / outer, [&](int64_t lo, int64_t hi) { run(o, lo, hi); });
+    }
+  }
+}
+
 // ---- reductions: src contiguous, the reduced dims one contiguous block -> [outer, mid, inner].
 void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
+  if (op != ReduceOp::max && f32c(dst) && src.is_contiguous() && kern::is_narrow(src.dtype()) && src.numel() > 0) {
+    return reduce_narrow_sum(op, dst, src);
+  }
   if (!(f32c(dst) && f32c(src)) || src.numel() == 0) return RefBackend::reduce(op, dst, src);
   int first = -1, last = -1;
   for (int d = 0; d < src.dim(); ++d) {
