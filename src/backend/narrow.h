@@ -9,7 +9,9 @@
 
 namespace mixp::kern {
 
-inline bool is_narrow(DType d) { return d == DType::bf16 || d == DType::fp16; }
+inline bool is_narrow(DType d) {
+  return d == DType::bf16 || d == DType::fp16;
+}
 inline bool any_narrow(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) {
     if (t->defined() && is_narrow(t->dtype())) return true;
@@ -23,7 +25,8 @@ inline bool any_narrow(std::initializer_list<const Tensor*> ts) {
 // a contiguous tensor. `label` relabels a 4-byte result (tf32 values used as fp32). Undefined
 // stays undefined; a tensor already of dtype `to` is returned as it is.
 Tensor convert_view(Backend& be, const Tensor& t, DType to, Round round, DType label);
-inline Tensor convert_view(Backend& be, const Tensor& t, DType to, Round round = Round::nearest_even) {
+inline Tensor convert_view(Backend& be, const Tensor& t, DType to,
+                           Round round = Round::nearest_even) {
   return convert_view(be, t, to, round, to);
 }
 // Exact widening of a narrow tensor to `to` (fp32 or fp64); other tensors are returned as they are.

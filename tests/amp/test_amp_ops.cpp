@@ -16,33 +16,48 @@ class Gemm16 : public ::testing::TestWithParam<DType> {};
 // both see the same exactly representable inputs, so they differ only where the two
 // accumulations straddle a rounding boundary of the output format: kTolBf16 (see
 // op_test_util.h) for bf16; fp16 has 3 more mantissa bits.
-double tol16(DType dt) { return dt == DType::bf16 ? kTolBf16 : kTolBf16 / 8; }
+double tol16(DType dt) {
+  return dt == DType::bf16 ? kTolBf16 : kTolBf16 / 8;
+}
 
 TEST_P(Gemm16, MatmulLinearBmmMatchRef) {
   const DType dt = GetParam();
   const double tol = tol16(dt);
-  expect_cpu_matches_ref("matmul", [](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); },
-                         {rnd({2, 5, 33}, 1, dt), rnd({33, 17}, 2, dt)}, tol);
-  expect_cpu_matches_ref("linear+bias", [](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); },
-                         {rnd({7, 40}, 3, dt), rnd({24, 40}, 4, dt), rnd({24}, 5, dt)}, tol);
-  expect_cpu_matches_ref("linear+relu", [](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2], Activation::relu); },
-                         {rnd({7, 40}, 6, dt), rnd({24, 40}, 7, dt), rnd({24}, 8, dt)}, tol);
-  expect_cpu_matches_ref("bmm", [](const std::vector<Tensor>& v) { return bmm(v[0], v[1]); },
-                         {rnd({3, 6, 20}, 9, dt), rnd({3, 20, 11}, 10, dt)}, tol);
-  expect_cpu_matches_ref("bmm transposed", [](const std::vector<Tensor>& v) { return bmm(v[0].transpose(1, 2), v[1]); },
-                         {rnd({3, 20, 6}, 11, dt), rnd({3, 20, 11}, 12, dt)}, tol);
+  expect_cpu_matches_ref(
+      "matmul", [](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); },
+      {rnd({2, 5, 33}, 1, dt), rnd({33, 17}, 2, dt)}, tol);
+  expect_cpu_matches_ref(
+      "linear+bias", [](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); },
+      {rnd({7, 40}, 3, dt), rnd({24, 40}, 4, dt), rnd({24}, 5, dt)}, tol);
+  expect_cpu_matches_ref(
+      "linear+relu",
+      [](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2], Activation::relu); },
+      {rnd({7, 40}, 6, dt), rnd({24, 40}, 7, dt), rnd({24}, 8, dt)}, tol);
+  expect_cpu_matches_ref(
+      "bmm", [](const std::vector<Tensor>& v) { return bmm(v[0], v[1]); },
+      {rnd({3, 6, 20}, 9, dt), rnd({3, 20, 11}, 10, dt)}, tol);
+  expect_cpu_matches_ref(
+      "bmm transposed",
+      [](const std::vector<Tensor>& v) { return bmm(v[0].transpose(1, 2), v[1]); },
+      {rnd({3, 20, 6}, 11, dt), rnd({3, 20, 11}, 12, dt)}, tol);
 }
 
 TEST_P(Gemm16, Conv2dAndAttentionMatchRef) {
   const DType dt = GetParam();
   const double tol = tol16(dt);
-  expect_cpu_matches_ref("conv2d", [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 1, 1); },
-                         {rnd({2, 3, 7, 7}, 1, dt), rnd({5, 3, 3, 3}, 2, dt), rnd({5}, 3, dt)}, tol);
-  expect_cpu_matches_ref("conv2d stride 2", [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), 2, 0); },
-                         {rnd({2, 4, 8, 8}, 4, dt), rnd({6, 4, 3, 3}, 5, dt)}, tol);
-  expect_cpu_matches_ref("attention",
-                         [](const std::vector<Tensor>& v) { return scaled_dot_product_attention(v[0], v[1], v[2], true); },
-                         {rnd({2, 2, 9, 8}, 6, dt), rnd({2, 2, 9, 8}, 7, dt), rnd({2, 2, 9, 8}, 8, dt)}, tol);
+  expect_cpu_matches_ref(
+      "conv2d", [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 1, 1); },
+      {rnd({2, 3, 7, 7}, 1, dt), rnd({5, 3, 3, 3}, 2, dt), rnd({5}, 3, dt)}, tol);
+  expect_cpu_matches_ref(
+      "conv2d stride 2",
+      [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), 2, 0); },
+      {rnd({2, 4, 8, 8}, 4, dt), rnd({6, 4, 3, 3}, 5, dt)}, tol);
+  expect_cpu_matches_ref(
+      "attention",
+      [](const std::vector<Tensor>& v) {
+        return scaled_dot_product_attention(v[0], v[1], v[2], true);
+      },
+      {rnd({2, 2, 9, 8}, 6, dt), rnd({2, 2, 9, 8}, 7, dt), rnd({2, 2, 9, 8}, 8, dt)}, tol);
 }
 
 TEST_P(Gemm16, OutputsAndGradientsStay16Bit) {
@@ -68,16 +83,21 @@ TEST_P(Gemm16, PointwiseKernelsMatchRef) {
   const double tol = tol16(dt);
   for (auto [nm, f] : std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>>{
            {"relu", relu}, {"gelu", gelu}, {"tanh", tanh}, {"sigmoid", sigmoid}, {"neg", neg}}) {
-    expect_cpu_matches_ref(nm, [f](const std::vector<Tensor>& v) { return f(v[0]); }, {rnd({37, 129}, 1, dt)}, tol);
+    expect_cpu_matches_ref(
+        nm, [f](const std::vector<Tensor>& v) { return f(v[0]); }, {rnd({37, 129}, 1, dt)}, tol);
   }
-  expect_cpu_matches_ref("add", [](const std::vector<Tensor>& v) { return add(v[0], v[1]); },
-                         {rnd({33, 70}, 2, dt), rnd({33, 70}, 3, dt)}, tol);
-  expect_cpu_matches_ref("mul broadcast", [](const std::vector<Tensor>& v) { return mul(v[0], v[1]); },
-                         {rnd({33, 70}, 4, dt), rnd({70}, 5, dt)}, tol);
-  expect_cpu_matches_ref("div", [](const std::vector<Tensor>& v) { return div(v[0], add(mul(v[1], v[1]), 1.0)); },
-                         {rnd({33, 70}, 6, dt), rnd({33, 70}, 7, dt)}, tol);
-  expect_cpu_matches_ref("scalar", [](const std::vector<Tensor>& v) { return rsub(2.0, mul(add(v[0], 0.5), 3.0)); },
-                         {rnd({1000}, 8, dt)}, tol);
+  expect_cpu_matches_ref(
+      "add", [](const std::vector<Tensor>& v) { return add(v[0], v[1]); },
+      {rnd({33, 70}, 2, dt), rnd({33, 70}, 3, dt)}, tol);
+  expect_cpu_matches_ref(
+      "mul broadcast", [](const std::vector<Tensor>& v) { return mul(v[0], v[1]); },
+      {rnd({33, 70}, 4, dt), rnd({70}, 5, dt)}, tol);
+  expect_cpu_matches_ref(
+      "div", [](const std::vector<Tensor>& v) { return div(v[0], add(mul(v[1], v[1]), 1.0)); },
+      {rnd({33, 70}, 6, dt), rnd({33, 70}, 7, dt)}, tol);
+  expect_cpu_matches_ref(
+      "scalar", [](const std::vector<Tensor>& v) { return rsub(2.0, mul(add(v[0], 0.5), 3.0)); },
+      {rnd({1000}, 8, dt)}, tol);
   // 16-bit pointwise ops return their dtype and save 16-bit tensors
   const Tensor x = rnd({64, 64}, 9, dt);
   EXPECT_EQ(gelu(x).dtype(), dt);
@@ -88,7 +108,9 @@ INSTANTIATE_TEST_SUITE_P(Bf16Fp16, Gemm16, ::testing::Values(DType::bf16, DType:
                          [](const auto& info) { return std::string(name(info.param)); });
 
 // ---- TF32: the inputs of fp32 GEMMs are rounded by the named rounding, products are exact.
-float tf32(float v, Round r) { return tfloat32::from_float(v, r, Overflow::ieee).to_float(); }
+float tf32(float v, Round r) {
+  return tfloat32::from_float(v, r, Overflow::ieee).to_float();
+}
 
 TEST(Tf32, RoundsEveryGemmInputExactly) {
   // A K = 1 GEMM has no accumulation: each output is one product of two tf32 values, exact in
@@ -102,13 +124,15 @@ TEST(Tf32, RoundsEveryGemmInputExactly) {
     }
     for (int64_t i = 0; i < 9; ++i)
       for (int64_t j = 0; j < 11; ++j) {
-        const float want = tf32(static_cast<float>(a.at({i, 0})), r) * tf32(static_cast<float>(b.at({0, j})), r);
+        const float want =
+            tf32(static_cast<float>(a.at({i, 0})), r) * tf32(static_cast<float>(b.at({0, j})), r);
         ASSERT_EQ(static_cast<float>(p.at({i, j})), want) << i << "," << j;
       }
   }
   // Off: plain fp32 products.
   const Tensor p = matmul(a, b);
-  EXPECT_EQ(static_cast<float>(p.at({0, 0})), static_cast<float>(a.at({0, 0})) * static_cast<float>(b.at({0, 0})));
+  EXPECT_EQ(static_cast<float>(p.at({0, 0})),
+            static_cast<float>(a.at({0, 0})) * static_cast<float>(b.at({0, 0})));
 }
 
 TEST(Tf32, TiesRoundAsNamed) {
@@ -134,7 +158,8 @@ TEST(Tf32, GlobalSettingLinearConvAndBackward) {
   set_float32_matmul_precision("highest");
   EXPECT_FALSE(allow_tf32());
   // vs a double reference on tf32-rounded inputs: only the fp32 accumulation order differs
-  Tensor xr = x.to(DType::tf32, Round::nearest_even).to(DType::fp64), wr = w.to(DType::tf32, Round::nearest_even).to(DType::fp64);
+  Tensor xr = x.to(DType::tf32, Round::nearest_even).to(DType::fp64),
+         wr = w.to(DType::tf32, Round::nearest_even).to(DType::fp64);
   const Tensor ref = linear(xr, wr);
   EXPECT_LT(normalized_error(t, ref), 1e-6);
   EXPECT_GT(normalized_error(exact, ref), 1e-5);  // and tf32 really changed something
@@ -147,8 +172,9 @@ TEST(Tf32, GlobalSettingLinearConvAndBackward) {
     Tf32Guard g(true);
     ct = conv2d(cx, cw, Tensor(), 1, 1);
   }
-  const Tensor cref = conv2d(cx.to(DType::tf32, Round::nearest_even).to(DType::fp64), cw.to(DType::tf32, Round::nearest_even).to(DType::fp64),
-                             Tensor(), 1, 1);
+  const Tensor cref =
+      conv2d(cx.to(DType::tf32, Round::nearest_even).to(DType::fp64),
+             cw.to(DType::tf32, Round::nearest_even).to(DType::fp64), Tensor(), 1, 1);
   EXPECT_LT(normalized_error(ct, cref), 1e-6);
   // backward GEMMs use the setting captured at forward time
   Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_();
@@ -159,7 +185,8 @@ TEST(Tf32, GlobalSettingLinearConvAndBackward) {
   }
   const Tensor gy = rnd({6, 5}, 5);
   y.backward(gy);
-  const Tensor gref = matmul(gy.to(DType::tf32, Round::nearest_even).to(DType::fp64), wr);  // dx = gy @ w
+  const Tensor gref =
+      matmul(gy.to(DType::tf32, Round::nearest_even).to(DType::fp64), wr);  // dx = gy @ w
   EXPECT_LT(normalized_error(xl.grad(), gref), 1e-6);
 }
 
@@ -171,8 +198,11 @@ TEST(Tf32, MediumUsesBf16Inputs) {
     p = matmul(a, b);
   }
   EXPECT_EQ(p.dtype(), DType::fp32);
-  const float want = bfloat16::from_float(static_cast<float>(a.at({1, 0})), Round::nearest_even, Overflow::ieee).to_float() *
-                     bfloat16::from_float(static_cast<float>(b.at({0, 2})), Round::nearest_even, Overflow::ieee).to_float();
+  const float want =
+      bfloat16::from_float(static_cast<float>(a.at({1, 0})), Round::nearest_even, Overflow::ieee)
+          .to_float() *
+      bfloat16::from_float(static_cast<float>(b.at({0, 2})), Round::nearest_even, Overflow::ieee)
+          .to_float();
   EXPECT_EQ(static_cast<float>(p.at({1, 2})), want);
 }
 
@@ -187,7 +217,8 @@ int64_t mlp_peak(bool bf16) {
   // autocast adds cancel the saving).
   const int64_t B = 1024;
   std::vector<Tensor> ws, bs;
-  for (auto [o, i] : std::vector<std::pair<int64_t, int64_t>>{{512, 256}, {512, 512}, {512, 512}, {10, 512}}) {
+  for (auto [o, i] :
+       std::vector<std::pair<int64_t, int64_t>>{{512, 256}, {512, 512}, {512, 512}, {10, 512}}) {
     ws.push_back(mul(randn({o, i}, gen), 0.03).detach().requires_grad_());
     bs.push_back(zeros({o}).requires_grad_());
   }

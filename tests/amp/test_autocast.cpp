@@ -24,7 +24,8 @@ TEST(CastPolicyTable, EveryOpHasAPolicyAndGemmsAreLowerPrecision) {
   for (int i = 0; i < kNumOps; ++i) {
     const OpId op = static_cast<OpId>(i);
     EXPECT_EQ(kCastPolicyTable[static_cast<size_t>(i)], cast_policy(op)) << op_name(op);
-    if (op_kind(op) == OpKind::gemm) EXPECT_EQ(cast_policy(op), CastPolicy::lower_precision) << op_name(op);
+    if (op_kind(op) == OpKind::gemm)
+      EXPECT_EQ(cast_policy(op), CastPolicy::lower_precision) << op_name(op);
   }
   static_assert(cast_policy(OpId::softmax) == CastPolicy::fp32);
   static_assert(cast_policy(OpId::cat) == CastPolicy::promote);
@@ -73,7 +74,6 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   EXPECT_EQ(xl.transpose(0, 1).contiguous().dtype(), lp);
   EXPECT_EQ(max(xl).dtype(), lp);
 }
-
 
 TEST(Autocast, NestingAndDisabling) {
   const Tensor x = rnd({4, 8}, 1), w = rnd({6, 8}, 2);
@@ -207,7 +207,8 @@ TEST(Autocast, BannedOpNamesTheAlternativeUnderFp16) {
       FAIL() << "expected BannedOpError";
     } catch (const BannedOpError& e) {
       EXPECT_EQ(e.op(), OpId::binary_cross_entropy);
-      EXPECT_NE(std::string(e.what()).find("binary_cross_entropy_with_logits"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("binary_cross_entropy_with_logits"), std::string::npos)
+          << e.what();
     }
     EXPECT_EQ(binary_cross_entropy_with_logits(rnd({8}, 3), t).dtype(), DType::fp32);
   }

@@ -18,8 +18,8 @@ using dnnl::memory;
 using tag = memory::format_tag;
 
 struct ConvDescs {
-  memory::desc src, weights, bias, dst;          // plain (the tensors)
-  memory::desc src_any, weights_any, dst_any;    // what the primitive may choose
+  memory::desc src, weights, bias, dst;        // plain (the tensors)
+  memory::desc src_any, weights_any, dst_any;  // what the primitive may choose
   memory::dims strides, dilates, pad_l, pad_r;
 };
 
@@ -30,10 +30,11 @@ struct ConvTypes {
 };
 
 // src/weights/dst shapes -> plain descriptors; pad_r makes oneDNN's output size match ours.
-ConvDescs conv_descs(const Shape& src, const Shape& w, const Shape& dst, bool bias, const Conv2dParams& p,
-                     const ConvTypes& ty = {}) {
+ConvDescs conv_descs(const Shape& src, const Shape& w, const Shape& dst, bool bias,
+                     const Conv2dParams& p, const ConvTypes& ty = {}) {
   ConvDescs d;
-  const auto ts = onednn::data_type(ty.src), tw = onednn::data_type(ty.weights), td = onednn::data_type(ty.dst);
+  const auto ts = onednn::data_type(ty.src), tw = onednn::data_type(ty.weights),
+             td = onednn::data_type(ty.dst);
   d.src = memory::desc({src[0], src[1], src[2], src[3]}, ts, tag::nchw);
   d.weights = memory::desc({w[0], w[1], w[2], w[3]}, tw, tag::oihw);
   d.dst = memory::desc({dst[0], dst[1], dst[2], dst[3]}, td, tag::nchw);
@@ -44,18 +45,19 @@ ConvDescs conv_descs(const Shape& src, const Shape& w, const Shape& dst, bool bi
   d.strides = {p.stride_h, p.stride_w};
   d.dilates = {p.dilation_h - 1, p.dilation_w - 1};
   d.pad_l = {p.pad_h, p.pad_w};
-  // out = (in + pl + pr - ((k-1)*dil + 1)) / stride + 1  ->  pr = (out-1)*stride + (k-1)*dil + 1 - in - pl
+  // out = (in + pl + pr - ((k-1)*dil + 1)) / stride + 1  ->  pr = (out-1)*stride + (k-1)*dil + 1 -
+  // in - pl
   d.pad_r = {(dst[2] - 1) * p.stride_h + (w[2] - 1) * p.dilation_h + 1 - src[2] - p.pad_h,
              (dst[3] - 1) * p.stride_w + (w[3] - 1) * p.dilation_w + 1 - src[3] - p.pad_w};
   return d;
 }
 
-onednn::Key conv_key(int kind, const Shape& src, const Shape& w, const Shape& dst, bool bias, const Conv2dParams& p,
-                     const ConvTypes& ty = {}) {
+onednn::Key conv_key(int kind, const Shape& src, const Shape& w, const Shape& dst, bool bias,
+                     const Conv2dParams& p, const ConvTypes& ty = {}) {
   onednn::Key k;
   k.add(kind);
-  k.add(static_cast<int64_t>(ty.src) | static_cast<int64_t>(ty.weights) << 8 | static_cast<int64_t>(ty.dst) << 16 |
-        static_cast<int64_t>(ty.bias) << 24);
+  k.add(static_cast<int64_t>(ty.src) | static_cast<int64_t>(ty.weights) << 8 |
+        static_cast<int64_t>(ty.dst) << 16 | static_cast<int64_t>(ty.bias) << 24);
   for (int i = 0; i < 4; ++i) k.add(src[i]);
   for (int i = 0; i < 4; ++i) k.add(w[i]);
   for (int i = 0; i < 4; ++i) k.add(dst[i]);
@@ -70,18 +72,20 @@ onednn::Key conv_key(int kind, const Shape& src, const Shape& w, const Shape& ds
 }
 
 dnnl::convolution_forward::primitive_desc fwd_pd(const ConvDescs& d, bool bias) {
-  const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                           d.src_any, d.weights_any, d.bias, d.dst_any, d.strides, d.dilates,
-                                                           d.pad_l, d.pad_r)
-                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                           d.src_any, d.weights_any, d.dst_any, d.strides, d.dilates, d.pad_l,
-                                                           d.pad_r);
+  const auto desc =
+      bias ? dnnl::convolution_forward::desc(
+                 dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.src_any,
+                 d.weights_any, d.bias, d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r)
+           : dnnl::convolution_forward::desc(
+                 dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.src_any,
+                 d.weights_any, d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r);
   return dnnl::convolution_forward::primitive_desc(desc, onednn::base_attr(), onednn::engine());
 }
 
 // Every defined tensor contiguous, non-empty (oneDNN rejects zero-sized ones), and of a dtype the
 // primitive takes: fp32, or bf16 when the compute dtype is bf16 and `narrow_ok` says so for it.
-bool oneDNN_ok(std::initializer_list<const Tensor*> ts, DType compute, std::initializer_list<bool> must_be_compute) {
+bool oneDNN_ok(std::initializer_list<const Tensor*> ts, DType compute,
+               std::initializer_list<bool> must_be_compute) {
   auto m = must_be_compute.begin();
   for (const Tensor* t : ts) {
     const bool must = m != must_be_compute.end() && *m;
@@ -111,7 +115,9 @@ ConvTypes hint_types(const Conv2dParams& p) {
   return ConvTypes{c, c, c, DType::fp32};
 }
 
-DType dt_or_f32(const Tensor& t) { return t.defined() ? t.dtype() : DType::fp32; }
+DType dt_or_f32(const Tensor& t) {
+  return t.defined() ? t.dtype() : DType::fp32;
+}
 
 bool fp16_emulated(const Conv2dParams& p, std::initializer_list<const Tensor*> ts) {
   if (p.compute != DType::fp16) return false;
@@ -122,13 +128,16 @@ bool fp16_emulated(const Conv2dParams& p, std::initializer_list<const Tensor*> t
 }
 }  // namespace
 
-void CpuBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+void CpuBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                        const Conv2dParams& p) {
   if (fp16_emulated(p, {&dst, &src, &weight})) {
     Conv2dParams p32 = p;
     p32.compute = DType::fp32;
-    const Tensor x = kern::convert_view(*this, src, DType::fp32), w = kern::convert_view(*this, weight, DType::fp32),
+    const Tensor x = kern::convert_view(*this, src, DType::fp32),
+                 w = kern::convert_view(*this, weight, DType::fp32),
                  b = kern::convert_view(*this, bias, DType::fp32);
-    kern::with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { conv2d(d, raw_contig(x), raw_contig(w), b, p32); });
+    kern::with_dst_as(*this, dst, DType::fp32, false,
+                      [&](Tensor& d) { conv2d(d, raw_contig(x), raw_contig(w), b, p32); });
     return;
   }
   if (!oneDNN_ok({&dst, &src, &weight, &bias}, p.compute, {false, true, true, false})) {
@@ -141,8 +150,11 @@ void CpuBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, co
   const onednn::Key key = conv_key(10, src.shape(), weight.shape(), dst.shape(), hb, p, ty);
   onednn::CachedPrimitive& prim = onednn::cached(key, [&] {
     auto pd = fwd_pd(d, hb);
-    return onednn::CachedPrimitive{dnnl::convolution_forward(pd), pd.scratchpad_desc().get_size(),
-                                   {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}}};
+    return onednn::CachedPrimitive{dnnl::convolution_forward(pd),
+                                   pd.scratchpad_desc().get_size(),
+                                   {{DNNL_ARG_SRC, pd.src_desc()},
+                                    {DNNL_ARG_WEIGHTS, pd.weights_desc()},
+                                    {DNNL_ARG_DST, pd.dst_desc()}}};
   });
   onednn::LayoutArgs args(key, prim);
   args.input(DNNL_ARG_SRC, d.src, src);
@@ -152,13 +164,16 @@ void CpuBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, co
   args.execute();
 }
 
-void CpuBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight, const Conv2dParams& p) {
+void CpuBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
+                                      const Conv2dParams& p) {
   if (fp16_emulated(p, {&dsrc, &ddst, &weight})) {
     Conv2dParams p32 = p;
     p32.compute = DType::fp32;
-    const Tensor g = kern::convert_view(*this, ddst, DType::fp32), w = kern::convert_view(*this, weight, DType::fp32);
-    kern::with_dst_as(*this, dsrc, DType::fp32, false,
-                      [&](Tensor& d) { conv2d_backward_data(d, raw_contig(g), raw_contig(w), p32); });
+    const Tensor g = kern::convert_view(*this, ddst, DType::fp32),
+                 w = kern::convert_view(*this, weight, DType::fp32);
+    kern::with_dst_as(*this, dsrc, DType::fp32, false, [&](Tensor& d) {
+      conv2d_backward_data(d, raw_contig(g), raw_contig(w), p32);
+    });
     return;
   }
   if (!oneDNN_ok({&dsrc, &ddst, &weight}, p.compute, {false, true, true})) {
@@ -169,11 +184,15 @@ void CpuBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
   const ConvDescs d = conv_descs(dsrc.shape(), weight.shape(), ddst.shape(), false, p, ty);
   const onednn::Key key = conv_key(11, dsrc.shape(), weight.shape(), ddst.shape(), false, p, ty);
   onednn::CachedPrimitive& prim = onednn::cached(key, [&] {
-    auto hint = fwd_pd(conv_descs(dsrc.shape(), weight.shape(), ddst.shape(), false, p, hint_types(p)), false);
-    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any, d.dst_any,
-                                               d.strides, d.dilates, d.pad_l, d.pad_r);
-    dnnl::convolution_backward_data::primitive_desc pd(desc, onednn::base_attr(), onednn::engine(), hint);
-    return onednn::CachedPrimitive{dnnl::convolution_backward_data(pd), pd.scratchpad_desc().get_size(),
+    auto hint = fwd_pd(
+        conv_descs(dsrc.shape(), weight.shape(), ddst.shape(), false, p, hint_types(p)), false);
+    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src_any,
+                                               d.weights_any, d.dst_any, d.strides, d.dilates,
+                                               d.pad_l, d.pad_r);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, onednn::base_attr(), onednn::engine(),
+                                                       hint);
+    return onednn::CachedPrimitive{dnnl::convolution_backward_data(pd),
+                                   pd.scratchpad_desc().get_size(),
                                    {{DNNL_ARG_DIFF_SRC, pd.diff_src_desc()},
                                     {DNNL_ARG_WEIGHTS, pd.weights_desc()},
                                     {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}}};
@@ -185,15 +204,17 @@ void CpuBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
   args.execute();
 }
 
-void CpuBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                                         const Conv2dParams& p) {
+void CpuBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                         const Tensor& src, const Conv2dParams& p) {
   if (fp16_emulated(p, {&dweight, &ddst, &src})) {
     Conv2dParams p32 = p;
     p32.compute = DType::fp32;
-    const Tensor g = kern::convert_view(*this, ddst, DType::fp32), x = kern::convert_view(*this, src, DType::fp32);
+    const Tensor g = kern::convert_view(*this, ddst, DType::fp32),
+                 x = kern::convert_view(*this, src, DType::fp32);
     kern::with_dst_as(*this, dweight, DType::fp32, false, [&](Tensor& dw) {
-      kern::with_dst_as(*this, dbias, DType::fp32, false,
-                        [&](Tensor& db) { conv2d_backward_weights(dw, db, raw_contig(g), raw_contig(x), p32); });
+      kern::with_dst_as(*this, dbias, DType::fp32, false, [&](Tensor& db) {
+        conv2d_backward_weights(dw, db, raw_contig(g), raw_contig(x), p32);
+      });
     });
     return;
   }
@@ -206,15 +227,18 @@ void CpuBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const T
   const ConvDescs d = conv_descs(src.shape(), dweight.shape(), ddst.shape(), hb, p, ty);
   const onednn::Key key = conv_key(12, src.shape(), dweight.shape(), ddst.shape(), hb, p, ty);
   onednn::CachedPrimitive& prim = onednn::cached(key, [&] {
-    auto hint = fwd_pd(conv_descs(src.shape(), dweight.shape(), ddst.shape(), hb, p, hint_types(p)), hb);
-    const auto desc = hb ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.src_any,
-                                                                    d.weights_any, d.bias, d.dst_any, d.strides, d.dilates,
-                                                                    d.pad_l, d.pad_r)
-                         : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.src_any,
-                                                                    d.weights_any, d.dst_any, d.strides, d.dilates, d.pad_l,
-                                                                    d.pad_r);
-    dnnl::convolution_backward_weights::primitive_desc pd(desc, onednn::base_attr(), onednn::engine(), hint);
-    return onednn::CachedPrimitive{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc().get_size(),
+    auto hint =
+        fwd_pd(conv_descs(src.shape(), dweight.shape(), ddst.shape(), hb, p, hint_types(p)), hb);
+    const auto desc = hb ? dnnl::convolution_backward_weights::desc(
+                               dnnl::algorithm::convolution_direct, d.src_any, d.weights_any,
+                               d.bias, d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r)
+                         : dnnl::convolution_backward_weights::desc(
+                               dnnl::algorithm::convolution_direct, d.src_any, d.weights_any,
+                               d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(desc, onednn::base_attr(),
+                                                          onednn::engine(), hint);
+    return onednn::CachedPrimitive{dnnl::convolution_backward_weights(pd),
+                                   pd.scratchpad_desc().get_size(),
                                    {{DNNL_ARG_SRC, pd.src_desc()},
                                     {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()},
                                     {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}}};
