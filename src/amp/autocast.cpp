@@ -15,7 +15,9 @@ namespace {
 struct CacheKey {
   const TensorImpl* src;
   DType dtype;
-  friend bool operator==(const CacheKey& a, const CacheKey& b) { return a.src == b.src && a.dtype == b.dtype; }
+  friend bool operator==(const CacheKey& a, const CacheKey& b) {
+    return a.src == b.src && a.dtype == b.dtype;
+  }
 };
 struct CacheKeyHash {
   size_t operator()(const CacheKey& k) const {
@@ -40,24 +42,32 @@ ThreadState& tls() {
   return s;
 }
 
-bool is_low(DType d) { return d == DType::bf16 || d == DType::fp16; }
+bool is_low(DType d) {
+  return d == DType::bf16 || d == DType::fp16;
+}
 
 void check_dtype(DType d) {
   if (!is_low(d)) {
-    throw std::invalid_argument(fmt::format("mixp::amp::Autocast: dtype must be bf16 or fp16, got {} "
-                                            "(for fp32 use Autocast(DType::bf16, /*enabled=*/false))",
-                                            name(d)));
+    throw std::invalid_argument(
+        fmt::format("mixp::amp::Autocast: dtype must be bf16 or fp16, got {} "
+                    "(for fp32 use Autocast(DType::bf16, /*enabled=*/false))",
+                    name(d)));
   }
 }
 
 // A floating tensor the policy may cast (PyTorch: is_autocast_eligible and not fp64).
-bool eligible(const Tensor& t) { return t.defined() && t.is_floating_point() && t.dtype() != DType::fp64; }
+bool eligible(const Tensor& t) {
+  return t.defined() && t.is_floating_point() && t.dtype() != DType::fp64;
+}
 
-Tensor cast(const Tensor& t, DType to) { return t.to(to, Round::nearest_even, Overflow::ieee, 0); }
+Tensor cast(const Tensor& t, DType to) {
+  return t.to(to, Round::nearest_even, Overflow::ieee, 0);
+}
 
 Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
   // PyTorch caches only fp32 leaves that require grad (the weights), which are the ones reused.
-  const bool cacheable = use_cache && tls().nesting > 0 && t.dtype() == DType::fp32 && t.is_leaf() && t.requires_grad();
+  const bool cacheable = use_cache && tls().nesting > 0 && t.dtype() == DType::fp32 &&
+                         t.is_leaf() && t.requires_grad();
   if (!cacheable) return cast(t, to);
   ThreadState& s = tls();
   const bool want_history = GradMode::is_enabled();
@@ -112,7 +122,8 @@ bool promoted_dtype(std::span<Tensor> inputs, DType& out) {
 
 void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cache) {
   switch (cast_policy(op, dtype)) {
-    case CastPolicy::none: return;
+    case CastPolicy::none:
+      return;
     case CastPolicy::lower_precision:
       for (Tensor& t : inputs) {
         if (eligible(t) && t.dtype() != dtype) t = cast_lower(t, dtype, use_cache);
@@ -124,6 +135,11 @@ void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cac
       }
       return;
     case CastPolicy::promote: {
+      // add/sub/mul/div: the engine's own promotion gives the same result dtype (ops.h), and its
+      // pointwise kernels read 16-bit operands directly, so the widening is fused into the op
+      // instead of materializing an fp32 copy (the gradient is narrowed for the 16-bit input by
+      // the engine, as the cast's backward would). cat/stack cast explicitly.
+      if (op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div) return;
       DType to;
       if (!promoted_dtype(inputs, to)) return;
       for (Tensor& t : inputs) {
@@ -131,7 +147,8 @@ void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cac
       }
       return;
     }
-    case CastPolicy::banned: throw BannedOpError(op);
+    case CastPolicy::banned:
+      throw BannedOpError(op);
   }
 }
 
@@ -155,10 +172,18 @@ Autocast::~Autocast() {
   }
 }
 
-bool is_autocast_enabled() { return tls().cur.enabled; }
-DType autocast_dtype() { return tls().cur.dtype; }
-bool is_autocast_cache_enabled() { return tls().cur.cache_enabled; }
-int autocast_nesting() { return tls().nesting; }
+bool is_autocast_enabled() {
+  return tls().cur.enabled;
+}
+DType autocast_dtype() {
+  return tls().cur.dtype;
+}
+bool is_autocast_cache_enabled() {
+  return tls().cur.cache_enabled;
+}
+int autocast_nesting() {
+  return tls().nesting;
+}
 
 AutocastCacheStats autocast_cache_stats() {
   AutocastCacheStats st = tls().stats;

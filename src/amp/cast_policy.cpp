@@ -10,9 +10,11 @@ std::string banned_message(OpId op) {
   if (op == OpId::binary_cross_entropy) {
     // PyTorch's wording: the usual cause is a sigmoid right before the loss.
     return fmt::format(
-        "mixp::{}: unsafe to autocast to fp16 (its log terms over- and underflow in half precision). "
+        "mixp::{}: unsafe to autocast to fp16 (its log terms over- and underflow in half "
+        "precision). "
         "Many models apply a sigmoid right before binary cross entropy; combine the two with "
-        "mixp::{}(logits, target), which is safe to autocast, or run this op outside the fp16 region "
+        "mixp::{}(logits, target), which is safe to autocast, or run this op outside the fp16 "
+        "region "
         "(amp::Autocast(DType::fp16, false)) on fp32 inputs",
         op_name(op), alt);
   }

@@ -13,12 +13,18 @@ namespace {
 constexpr double kLogClamp = -100.0;  // PyTorch clamps log(p) and log(1 - p) at -100
 constexpr double kBceEps = 1e-12;     // PyTorch's EPSILON in binary_cross_entropy_backward
 
-double clamped_log(double v) { return std::max(std::log(v), kLogClamp); }
+double clamped_log(double v) {
+  return std::max(std::log(v), kLogClamp);
+}
 
 template <class T>
-const T* cptr(const Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
+const T* cptr(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
 template <class T>
-T* mptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+T* mptr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
 
 Tensor bce_impl(OpId id, const Tensor& x0, const Tensor& t0) {
   const char* nm = op_name(id).data();
@@ -28,7 +34,8 @@ Tensor bce_impl(OpId id, const Tensor& x0, const Tensor& t0) {
   apply_cast_policy(id, in);
   const Tensor& x = in[0];
   const Tensor& t = in[1];
-  if (!(x.shape() == t.shape())) shape_error(nm, "input and target must have the same shape", x.shape(), t.shape());
+  if (!(x.shape() == t.shape()))
+    shape_error(nm, "input and target must have the same shape", x.shape(), t.shape());
   const bool logits = id == OpId::binary_cross_entropy_with_logits;
   const DType rd = result_dtype({&x, &t});
   const DType c = compute_of(rd);
@@ -59,13 +66,15 @@ Tensor bce_impl(OpId id, const Tensor& x0, const Tensor& t0) {
       Tensor gt = ctx.needs(1) ? new_tensor(st.shape(), st.dtype()) : Tensor();
       kern::dispatch_float(sx.dtype(), nm, [&](auto tag) {
         using T = decltype(tag);
-        const double scale = static_cast<double>(cptr<T>(raw_contiguous(g))[0]) / static_cast<double>(n);
+        const double scale =
+            static_cast<double>(cptr<T>(raw_contiguous(g))[0]) / static_cast<double>(n);
         const T* px = cptr<T>(sx);
         const T* pt = cptr<T>(st);
         for (int64_t i = 0; i < n; ++i) {
           const double v = px[i], y = pt[i];
           if (gx.defined()) {
-            const double d = logits ? 1.0 / (1.0 + std::exp(-v)) - y : (v - y) / std::max((1.0 - v) * v, kBceEps);
+            const double d = logits ? 1.0 / (1.0 + std::exp(-v)) - y
+                                    : (v - y) / std::max((1.0 - v) * v, kBceEps);
             mptr<T>(gx)[i] = static_cast<T>(scale * d);
           }
           if (gt.defined()) {

@@ -1,5 +1,6 @@
 // Front ends of the pointwise ops: binary (broadcasting), scalar, unary, dropout, operators.
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "mixp/autograd/checkpoint.h"
 #include "ops/dispatch.h"
 
@@ -7,6 +8,14 @@ namespace mixp {
 using namespace detail;
 
 namespace {
+
+// 16-bit results (bf16, fp16 inputs of one dtype): the backend kernels read and write the 16-bit
+// tensors directly and compute in fp32 (backend.h), so nothing is widened in memory, the tensors
+// saved for backward stay 16-bit, and the backward node runs in that dtype (its gradients arrive
+// and leave 16-bit, as for PyTorch's bf16 tensors). Other results compute in fp32/fp64 copies.
+DType pointwise_compute(DType result) {
+  return kern::is_narrow(result) ? result : compute_of(result);
+}
 
 Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   const char* nm = op_name(id).data();
@@ -18,8 +27,13 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   const Tensor& b = in[1];
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), nm);
   const DType rd = result_dtype({&a, &b});
-  const DType c = compute_of(rd);
-  const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
+  const DType c = pointwise_compute(rd);
+  // fp32 results with 16-bit operands (a bf16 activation added to the fp32 residual stream): the
+  // backend widens them in registers; no fp32 copy is made or saved.
+  auto operand = [&](const Tensor& t) {
+    return c == DType::fp32 && kern::is_narrow(t.dtype()) ? t : as_compute(t, c);
+  };
+  const Tensor ac = operand(a), bc = operand(b);
   Tensor out = new_tensor(shape, c);
   backend().binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
   out = finish(out, rd);
@@ -27,8 +41,11 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
     const Shape sa = a.shape(), sb = b.shape();
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     // mul/div keep their operands (only the ones the other gradient needs).
-    Tensor keep_a = (bop == BinaryOp::mul && need_b) || (bop == BinaryOp::div && need_b) ? ac.detach() : Tensor();
-    Tensor keep_b = (bop == BinaryOp::mul && need_a) || bop == BinaryOp::div ? bc.detach() : Tensor();
+    Tensor keep_a = (bop == BinaryOp::mul && need_b) || (bop == BinaryOp::div && need_b)
+                        ? ac.detach()
+                        : Tensor();
+    Tensor keep_b =
+        (bop == BinaryOp::mul && need_a) || bop == BinaryOp::div ? bc.detach() : Tensor();
     record(id, c, {&a, &b}, {&out}, [bop, sa, sb, keep_a, keep_b](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       switch (bop) {
@@ -64,7 +81,7 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
   apply_cast_policy(id, in);
   const Tensor& x = in[0];
   const DType rd = result_dtype({&x});
-  const DType c = compute_of(rd);
+  const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor out = new_tensor(x.shape(), c);
   backend().scalar(sop, out, xc, s);
@@ -74,9 +91,15 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
     record(id, c, {&x}, {&out}, [sop, s, keep](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       switch (sop) {
-        case ScalarOp::add: ctx.grad_inputs[0] = g; break;
-        case ScalarOp::mul: ctx.grad_inputs[0] = mul(g, s); break;
-        case ScalarOp::rsub: ctx.grad_inputs[0] = neg(g); break;
+        case ScalarOp::add:
+          ctx.grad_inputs[0] = g;
+          break;
+        case ScalarOp::mul:
+          ctx.grad_inputs[0] = mul(g, s);
+          break;
+        case ScalarOp::rsub:
+          ctx.grad_inputs[0] = neg(g);
+          break;
         case ScalarOp::pow:  // s * x^(s-1)
           ctx.grad_inputs[0] = mul(g, mul(pow(keep, s - 1.0), s));
           break;
@@ -96,7 +119,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
   apply_cast_policy(id, in);
   const Tensor& x = in[0];
   const DType rd = result_dtype({&x});
-  const DType c = compute_of(rd);
+  const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor yc = new_tensor(x.shape(), c);
   backend().unary(uop, yc, xc);
@@ -116,23 +139,57 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpId::add, BinaryOp::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpId::sub, BinaryOp::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, BinaryOp::div, a, b); }
-Tensor add(const Tensor& a, double s) { return scalar_op(OpId::add_scalar, ScalarOp::add, a, s); }
-Tensor mul(const Tensor& a, double s) { return scalar_op(OpId::mul_scalar, ScalarOp::mul, a, s); }
-Tensor pow(const Tensor& a, double e) { return scalar_op(OpId::pow_scalar, ScalarOp::pow, a, e); }
-Tensor rsub(double s, const Tensor& a) { return scalar_op(OpId::rsub_scalar, ScalarOp::rsub, a, s); }
-Tensor rdiv(double s, const Tensor& a) { return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s); }
-Tensor neg(const Tensor& a) { return unary_op(OpId::neg, UnaryOp::neg, a); }
-Tensor exp(const Tensor& a) { return unary_op(OpId::exp, UnaryOp::exp, a); }
-Tensor log(const Tensor& a) { return unary_op(OpId::log, UnaryOp::log, a); }
-Tensor sqrt(const Tensor& a) { return unary_op(OpId::sqrt, UnaryOp::sqrt, a); }
-Tensor relu(const Tensor& a) { return unary_op(OpId::relu, UnaryOp::relu, a); }
-Tensor gelu(const Tensor& a) { return unary_op(OpId::gelu, UnaryOp::gelu, a); }
-Tensor tanh(const Tensor& a) { return unary_op(OpId::tanh, UnaryOp::tanh, a); }
-Tensor sigmoid(const Tensor& a) { return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::add, BinaryOp::add, a, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::sub, BinaryOp::sub, a, b);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::mul, BinaryOp::mul, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::div, BinaryOp::div, a, b);
+}
+Tensor add(const Tensor& a, double s) {
+  return scalar_op(OpId::add_scalar, ScalarOp::add, a, s);
+}
+Tensor mul(const Tensor& a, double s) {
+  return scalar_op(OpId::mul_scalar, ScalarOp::mul, a, s);
+}
+Tensor pow(const Tensor& a, double e) {
+  return scalar_op(OpId::pow_scalar, ScalarOp::pow, a, e);
+}
+Tensor rsub(double s, const Tensor& a) {
+  return scalar_op(OpId::rsub_scalar, ScalarOp::rsub, a, s);
+}
+Tensor rdiv(double s, const Tensor& a) {
+  return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s);
+}
+Tensor neg(const Tensor& a) {
+  return unary_op(OpId::neg, UnaryOp::neg, a);
+}
+Tensor exp(const Tensor& a) {
+  return unary_op(OpId::exp, UnaryOp::exp, a);
+}
+Tensor log(const Tensor& a) {
+  return unary_op(OpId::log, UnaryOp::log, a);
+}
+Tensor sqrt(const Tensor& a) {
+  return unary_op(OpId::sqrt, UnaryOp::sqrt, a);
+}
+Tensor relu(const Tensor& a) {
+  return unary_op(OpId::relu, UnaryOp::relu, a);
+}
+Tensor gelu(const Tensor& a) {
+  return unary_op(OpId::gelu, UnaryOp::gelu, a);
+}
+Tensor tanh(const Tensor& a) {
+  return unary_op(OpId::tanh, UnaryOp::tanh, a);
+}
+Tensor sigmoid(const Tensor& a) {
+  return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a);
+}
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
@@ -141,14 +198,15 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 
 Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   check_defined(x0, "dropout", "x");
-  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument(fmt::format("mixp::dropout: p must be in [0, 1], got {}", p));
+  if (!(p >= 0.0 && p <= 1.0))
+    throw std::invalid_argument(fmt::format("mixp::dropout: p must be in [0, 1], got {}", p));
   if (!training || p == 0.0) return x0;
   Tensor in[1] = {x0};
   apply_cast_policy(OpId::dropout, in);
   const Tensor& x = in[0];
   if (p == 1.0) return mul(x, 0.0);
   const DType rd = result_dtype({&x});
-  const DType c = compute_of(rd);
+  const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor out = new_tensor(x.shape(), c);
   backend().dropout(out, xc, p, seed);
@@ -164,17 +222,41 @@ Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   return out;
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double s) { return add(a, s); }
-Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
-Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
-Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
-Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
-Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator+(const Tensor& a, double s) {
+  return add(a, s);
+}
+Tensor operator-(const Tensor& a, double s) {
+  return add(a, -s);
+}
+Tensor operator*(const Tensor& a, double s) {
+  return mul(a, s);
+}
+Tensor operator/(const Tensor& a, double s) {
+  return mul(a, 1.0 / s);
+}
+Tensor operator+(double s, const Tensor& a) {
+  return add(a, s);
+}
+Tensor operator-(double s, const Tensor& a) {
+  return rsub(s, a);
+}
+Tensor operator*(double s, const Tensor& a) {
+  return mul(a, s);
+}
+Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
 
 }  // namespace mixp

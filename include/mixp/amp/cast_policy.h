@@ -35,11 +35,16 @@ enum class CastPolicy : uint8_t { lower_precision, fp32, promote, banned, none }
 
 constexpr std::string_view to_string(CastPolicy p) noexcept {
   switch (p) {
-    case CastPolicy::lower_precision: return "lower_precision";
-    case CastPolicy::fp32: return "fp32";
-    case CastPolicy::promote: return "promote";
-    case CastPolicy::banned: return "banned";
-    case CastPolicy::none: return "none";
+    case CastPolicy::lower_precision:
+      return "lower_precision";
+    case CastPolicy::fp32:
+      return "fp32";
+    case CastPolicy::promote:
+      return "promote";
+    case CastPolicy::banned:
+      return "banned";
+    case CastPolicy::none:
+      return "none";
   }
   return "?";
 }
@@ -56,53 +61,73 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
     case OpId::bmm:
     case OpId::conv2d:
     case OpId::attention:
-    case OpId::lstm_cell: return P::lower_precision;
+    case OpId::lstm_cell:
+      return P::lower_precision;
     // Binary pointwise: PyTorch relies on type promotion (TensorIterator), which is what promote
     // does explicitly here.
     case OpId::add:
     case OpId::sub:
     case OpId::mul:
-    case OpId::div: return P::promote;
+    case OpId::div:
+      return P::promote;
     case OpId::add_scalar:
     case OpId::mul_scalar:
-    case OpId::rsub_scalar: return P::none;
-    case OpId::pow_scalar: return P::fp32;   // CUDA fp32 list: pow
-    case OpId::rdiv_scalar: return P::fp32;  // s / x is a scaled reciprocal: CUDA fp32 list has reciprocal
-    case OpId::neg: return P::none;
+    case OpId::rsub_scalar:
+      return P::none;
+    case OpId::pow_scalar:
+      return P::fp32;  // CUDA fp32 list: pow
+    case OpId::rdiv_scalar:
+      return P::fp32;  // s / x is a scaled reciprocal: CUDA fp32 list has reciprocal
+    case OpId::neg:
+      return P::none;
     case OpId::exp:
-    case OpId::log: return P::fp32;  // CUDA fp32 list: exp, log
-    case OpId::sqrt: return P::none;  // in no PyTorch list (rsqrt is, sqrt is not)
+    case OpId::log:
+      return P::fp32;  // CUDA fp32 list: exp, log
+    case OpId::sqrt:
+      return P::none;  // in no PyTorch list (rsqrt is, sqrt is not)
     case OpId::relu:
     case OpId::gelu:
     case OpId::tanh:
     case OpId::sigmoid:
-    case OpId::dropout: return P::none;
+    case OpId::dropout:
+      return P::none;
     case OpId::softmax:
     case OpId::log_softmax:
-    case OpId::layer_norm: return P::fp32;  // CUDA fp32 list
+    case OpId::layer_norm:
+      return P::fp32;  // CUDA fp32 list
     // PyTorch CUDA lists no policy for batch_norm: cuDNN takes fp16 x with fp32 weight and
     // statistics. mixp's kernels compute in fp32 either way; fp32 also keeps the running
     // statistics (updated in place, fp32 buffers) from mixing with a 16-bit input. See docs/amp.md.
-    case OpId::batch_norm: return P::fp32;
+    case OpId::batch_norm:
+      return P::fp32;
     case OpId::cross_entropy:  // CUDA/CPU fp32 list: cross_entropy_loss (nll_loss, log_softmax)
-    case OpId::mse_loss: return P::fp32;
-    case OpId::sum:   // CUDA fp32 list (fp32_set_opt_dtype)
-    case OpId::mean: return P::fp32;  // not listed by PyTorch; mixp: a loss-like reduction (docs/amp.md)
-    case OpId::max: return P::none;  // exact in any dtype
+    case OpId::mse_loss:
+      return P::fp32;
+    case OpId::sum:  // CUDA fp32 list (fp32_set_opt_dtype)
+    case OpId::mean:
+      return P::fp32;  // not listed by PyTorch; mixp: a loss-like reduction (docs/amp.md)
+    case OpId::max:
+      return P::none;  // exact in any dtype
     case OpId::max_pool2d:
     case OpId::avg_pool2d:
-    case OpId::embedding: return P::none;
+    case OpId::embedding:
+      return P::none;
     case OpId::reshape:
     case OpId::transpose:
     case OpId::permute:
     case OpId::slice:
-    case OpId::expand: return P::none;
+    case OpId::expand:
+      return P::none;
     case OpId::cat:
-    case OpId::stack: return P::promote;  // CUDA/CPU promote list
+    case OpId::stack:
+      return P::promote;  // CUDA/CPU promote list
     case OpId::contiguous:
-    case OpId::to: return P::none;
-    case OpId::binary_cross_entropy: return P::banned;  // CUDA banned list
-    case OpId::binary_cross_entropy_with_logits: return P::fp32;  // CUDA/CPU fp32 list
+    case OpId::to:
+      return P::none;
+    case OpId::binary_cross_entropy:
+      return P::banned;  // CUDA banned list
+    case OpId::binary_cross_entropy_with_logits:
+      return P::fp32;  // CUDA/CPU fp32 list
   }
   return P::none;
 }
@@ -124,8 +149,10 @@ inline constexpr std::array<CastPolicy, kNumOps> kCastPolicyTable = [] {
 // The safe replacement of a banned op (empty for ops that are not banned).
 constexpr std::string_view banned_alternative(OpId op) noexcept {
   switch (op) {
-    case OpId::binary_cross_entropy: return "binary_cross_entropy_with_logits";
-    default: return {};
+    case OpId::binary_cross_entropy:
+      return "binary_cross_entropy_with_logits";
+    default:
+      return {};
   }
 }
 

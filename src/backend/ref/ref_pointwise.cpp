@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "backend/ref/ref_backend.h"
 #include "mixp/tensor/element.h"
 
@@ -12,15 +13,19 @@ void RefBackend::copy(Tensor& dst, const Tensor& src) {
   convert(dst, src, Round::nearest_even, Overflow::ieee, 0);
 }
 
-void RefBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) {
-  if (dst.shape() != src.shape()) throw std::invalid_argument("ref copy: shapes " + dst.shape().str() + " and " + src.shape().str());
+void RefBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
+                         uint64_t seed) {
+  if (dst.shape() != src.shape())
+    throw std::invalid_argument("ref copy: shapes " + dst.shape().str() + " and " +
+                                src.shape().str());
   void* d = dst.data_ptr();
   const void* s = src.data_ptr();
   const DType dd = dst.dtype(), sd = src.dtype();
   if (dd == sd) {
     const size_t es = dst.element_size();
     for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) {
-      std::memcpy(static_cast<char*>(d) + od * static_cast<int64_t>(es), static_cast<const char*>(s) + os * static_cast<int64_t>(es), es);
+      std::memcpy(static_cast<char*>(d) + od * static_cast<int64_t>(es),
+                  static_cast<const char*>(s) + os * static_cast<int64_t>(es), es);
     });
     return;
   }
@@ -47,7 +52,8 @@ void RefBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
       T* d = ptr<T>(dst);
       const T* s = ptr<T>(src);
       const T a = static_cast<T>(alpha);
-      for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) { d[od] += a * s[os]; });
+      for_each2(dst.shape(), dst.strides(), src.strides(),
+                [&](int64_t od, int64_t os) { d[od] += a * s[os]; });
     });
     return;
   }
@@ -59,16 +65,32 @@ void RefBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
+// Operands stored in bf16/fp16 compute in fp32: widened exactly, the kernel runs in fp32 (through
+// the virtual call, so a derived backend's fp32 kernel), the result is rounded to dst's dtype.
 void RefBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (any_narrow({&dst, &src})) {
+    const Tensor s = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { unary(op, d, s); });
+    return;
+  }
   dispatch_float(dst.dtype(), "unary op", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
     const T* s = ptr<T>(src);
-    for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) { d[od] = unary_fwd<T>(op, s[os]); });
+    for_each2(dst.shape(), dst.strides(), src.strides(),
+              [&](int64_t od, int64_t os) { d[od] = unary_fwd<T>(op, s[os]); });
   });
 }
 
-void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
+void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                const Tensor& dst) {
+  if (any_narrow({&dsrc, &ddst, &src, &dst})) {
+    const Tensor g = widen(*this, ddst, DType::fp32), x = widen(*this, src, DType::fp32),
+                 y = widen(*this, dst, DType::fp32);
+    with_dst_as(*this, dsrc, DType::fp32, false,
+                [&](Tensor& d) { unary_backward(op, d, g, x, y); });
+    return;
+  }
   dispatch_float(dsrc.dtype(), "unary backward", [&](auto t) {
     using T = decltype(t);
     T* gi = ptr<T>(dsrc);
@@ -90,6 +112,11 @@ void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, co
 }
 
 void RefBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
+  if (any_narrow({&dst, &a, &b})) {
+    const Tensor x = widen(*this, a, DType::fp32), y = widen(*this, b, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { binary(op, d, x, y); });
+    return;
+  }
   dispatch_float(dst.dtype(), "binary op", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
@@ -101,16 +128,27 @@ void RefBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
 }
 
 void RefBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  if (any_narrow({&dst, &src})) {
+    const Tensor x = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { scalar(op, d, x, s); });
+    return;
+  }
   dispatch_float(dst.dtype(), "scalar op", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
     const T* x = ptr<T>(src);
     const T sv = static_cast<T>(s);
-    for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) { d[od] = scalar_fwd<T>(op, x[os], sv); });
+    for_each2(dst.shape(), dst.strides(), src.strides(),
+              [&](int64_t od, int64_t os) { d[od] = scalar_fwd<T>(op, x[os], sv); });
   });
 }
 
 void RefBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) {
+  if (any_narrow({&dst, &src})) {
+    const Tensor x = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { dropout(d, x, p, seed); });
+    return;
+  }
   dispatch_float(dst.dtype(), "dropout", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
