@@ -1,0 +1,37 @@
+// Measured instruction peaks: the throughput of the multiply-accumulate instruction each GEMM
+// path is built on, on this machine, with `threads` threads (DESIGN.md 7: GEMM throughput is
+// reported as a fraction of this, not of a datasheet number).
+//
+//   PeakPath::fp32  vfmadd231ps zmm (AVX-512) / ymm (AVX2): 2 flops x 16 (8) lanes
+//   PeakPath::bf16  vdpbf16ps zmm (AVX512_BF16): 2 flops x 32 bf16 pairs; without the
+//                   instruction bf16 GEMMs run on fp32 FMAs, so the fp32 loop is the peak
+//   PeakPath::int8  vpdpbusd zmm (AVX512_VNNI): 2 ops x 64 u8*s8 products; without VNNI the
+//                   vpmaddubsw+vpmaddwd+vpaddd sequence oneDNN uses instead
+//
+// Each loop keeps enough independent accumulators in registers to run at the issue rate; the
+// loops run on OpenMP threads (one per thread, in parallel) and the best of `repeat` timed runs
+// after a calibration is reported. Values are GFLOP/s (GOP/s for int8).
+#pragma once
+#include <string>
+
+namespace mixp::bench {
+
+enum class PeakPath { fp32, bf16, int8 };
+const char* to_string(PeakPath p);
+
+struct PeakResult {
+  PeakPath path = PeakPath::fp32;
+  std::string instruction;  // "vdpbf16ps zmm"
+  std::string isa;          // "avx512_bf16"
+  bool native = true;       // false when the dtype has no instruction of its own (bf16 on fp32 FMAs)
+  int threads = 1;
+  double gflops = 0;        // GFLOP/s, or GOP/s for int8
+  double seconds = 0;       // length of the best timed run
+};
+
+// threads <= 0: mixp::get_num_threads(). min_seconds: the length each timed run aims for; the best
+// of `repeat` runs is kept. Short runs, many of them, are what survives a busy machine: a run that
+// loses its core to another process for a moment is simply not the best one.
+PeakResult measure_peak(PeakPath path, int threads = 0, double min_seconds = 0.02, int repeat = 7);
+
+}  // namespace mixp::bench
