@@ -97,36 +97,46 @@ Choice choose(PeakPath path) {
   return {fp32(), true};
 }
 
-// Seconds for every thread to run `iters` iterations at once (the region ends at the last one).
-double timed_run(const detail::PeakKernel& k, int threads, int64_t iters) {
-  std::vector<double> sink(static_cast<size_t>(threads) * 8, 0.0);  // a cache line per thread
-  const auto t0 = std::chrono::steady_clock::now();
+// Every thread runs `chunks` back-to-back chunks of `iters` iterations at once and times each
+// chunk; returns the sum over threads of iters / (that thread's fastest chunk). Timing chunks
+// rather than the whole region keeps the measure of a busy machine honest: a chunk that lost its
+// core to another process is simply not the fastest one.
+double iterations_per_second(const detail::PeakKernel& k, int threads, int64_t iters, int chunks) {
+  std::vector<double> best(static_cast<size_t>(threads) * 8, 1e300);  // a cache line per thread
+  std::vector<double> sink(static_cast<size_t>(threads) * 8, 0.0);
 #pragma omp parallel num_threads(threads)
-  sink[static_cast<size_t>(omp_get_thread_num()) * 8] = k.run(iters);
-  const auto t1 = std::chrono::steady_clock::now();
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num()) * 8;
+    for (int c = 0; c < chunks; ++c) {
+      const auto t0 = std::chrono::steady_clock::now();
+      sink[t] += k.run(iters);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best[t] = std::min(best[t], s);
+    }
+  }
   volatile double keep = 0;
   for (double v : sink) keep = keep + v;
   (void)keep;
-  return std::chrono::duration<double>(t1 - t0).count();
+  double rate = 0;
+  for (int t = 0; t < threads; ++t) rate += static_cast<double>(iters) / std::max(best[static_cast<size_t>(t) * 8], 1e-12);
+  return rate;
 }
 
 }  // namespace
 
-PeakResult measure_peak(PeakPath path, int threads, double min_seconds, int repeat) {
+PeakResult measure_peak(PeakPath path, int threads, double seconds) {
   if (threads <= 0) threads = get_num_threads();
-  min_seconds = std::max(min_seconds, 1e-3);
-  repeat = std::max(repeat, 1);
+  constexpr double kChunk = 1e-3;  // seconds per timed chunk
   const Choice c = choose(path);
-  // Calibrate: grow the count until one run takes a tenth of the target, then scale up to it.
-  int64_t iters = 1 << 12;
-  double t = timed_run(c.kernel, threads, iters);
-  while (t < min_seconds / 10 && iters < (int64_t{1} << 40)) {
+  // Calibrate the chunk: grow the count until one chunk takes at least kChunk / 4, then scale.
+  int64_t iters = 1 << 8;
+  double rate = iterations_per_second(c.kernel, threads, iters, 3) / threads;
+  while (static_cast<double>(iters) / rate < kChunk / 4 && iters < (int64_t{1} << 40)) {
     iters *= 4;
-    t = timed_run(c.kernel, threads, iters);
+    rate = iterations_per_second(c.kernel, threads, iters, 3) / threads;
   }
-  iters = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(iters) * min_seconds / std::max(t, 1e-9)));
-  double best = 1e300;
-  for (int rep = 0; rep < repeat; ++rep) best = std::min(best, timed_run(c.kernel, threads, iters));
+  iters = std::max<int64_t>(1, static_cast<int64_t>(rate * kChunk));
+  const int chunks = std::max(1, static_cast<int>(seconds / kChunk));
 
   PeakResult r;
   r.path = path;
@@ -134,8 +144,7 @@ PeakResult measure_peak(PeakPath path, int threads, double min_seconds, int repe
   r.isa = c.kernel.isa;
   r.native = c.native;
   r.threads = threads;
-  r.seconds = best;
-  r.gflops = c.kernel.ops_per_iter * static_cast<double>(iters) * threads / best * 1e-9;
+  r.gflops = c.kernel.ops_per_iter * iterations_per_second(c.kernel, threads, iters, chunks) * 1e-9;
   return r;
 }
 

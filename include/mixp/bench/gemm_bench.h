@@ -33,7 +33,7 @@ struct GemmBenchConfig {
   int repeat = 5;   // timed runs; the best is reported
   int warmup = 1;   // untimed runs first (at least 1 is always done)
   uint64_t seed = 1;
-  double peak_seconds = 0.02;  // length of each timed peak run (measure_peak's min_seconds)
+  double peak_seconds = 0.05;  // measure_peak's `seconds` per instruction path
 };
 
 struct GemmBenchResult {

@@ -8,9 +8,12 @@
 //   PeakPath::int8  vpdpbusd zmm (AVX512_VNNI): 2 ops x 64 u8*s8 products; without VNNI the
 //                   vpmaddubsw+vpmaddwd+vpaddd sequence oneDNN uses instead
 //
-// Each loop keeps enough independent accumulators in registers to run at the issue rate; the
-// loops run on OpenMP threads (one per thread, in parallel) and the best of `repeat` timed runs
-// after a calibration is reported. Values are GFLOP/s (GOP/s for int8).
+// Each loop keeps enough independent accumulators in registers to run at the issue rate. The
+// loops run on `threads` OpenMP threads at once; each thread times its chunks of about 1 ms and
+// the peak is the sum over threads of each thread's fastest chunk (a chunk that lost its core to
+// another process is not the fastest, so a busy machine does not lower the peak; a thread that
+// ran while the other was off its core may run a little faster, by turbo). Values are GFLOP/s
+// (GOP/s for int8).
 #pragma once
 #include <string>
 
@@ -26,12 +29,9 @@ struct PeakResult {
   bool native = true;       // false when the dtype has no instruction of its own (bf16 on fp32 FMAs)
   int threads = 1;
   double gflops = 0;        // GFLOP/s, or GOP/s for int8
-  double seconds = 0;       // length of the best timed run
 };
 
-// threads <= 0: mixp::get_num_threads(). min_seconds: the length each timed run aims for; the best
-// of `repeat` runs is kept. Short runs, many of them, are what survives a busy machine: a run that
-// loses its core to another process for a moment is simply not the best one.
-PeakResult measure_peak(PeakPath path, int threads = 0, double min_seconds = 0.02, int repeat = 7);
+// threads <= 0: mixp::get_num_threads(). seconds: how long the timed chunks run in all.
+PeakResult measure_peak(PeakPath path, int threads = 0, double seconds = 0.05);
 
 }  // namespace mixp::bench
