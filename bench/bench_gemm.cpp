@@ -10,14 +10,13 @@
 // the ratio mixp / oneDNN (target >= 0.9) and the fraction of the instruction peak.
 #include <benchmark/benchmark.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
@@ -31,7 +30,9 @@ using namespace mixp;
 int64_t g_n = 2048;
 int g_threads = 0;
 
-double flops() { return 2.0 * static_cast<double>(g_n) * static_cast<double>(g_n) * static_cast<double>(g_n); }
+double flops() {
+  return 2.0 * static_cast<double>(g_n) * static_cast<double>(g_n) * static_cast<double>(g_n);
+}
 
 // Times every iteration; reports the mean (GB's GFLOP/s) and the best (best_GFLOP/s), the latter
 // being what the summary compares, as a busy machine only ever makes a run slower.
@@ -41,9 +42,11 @@ void timed_loop(benchmark::State& st, F&& body) {
   for (auto _ : st) {
     const auto t0 = std::chrono::steady_clock::now();
     body();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(flops(), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      flops(), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   st.counters["best_GFLOP/s"] = flops() / best * 1e-9;
 }
 
@@ -55,7 +58,8 @@ Inputs inputs(DType d) {
   Generator g(1);
   const Shape s{g_n, g_n};
   if (d == DType::int8) {
-    return {randint(0, 256, s, g, {.dtype = DType::uint8}), randint(-128, 128, s, g, {.dtype = DType::int8})};
+    return {randint(0, 256, s, g, {.dtype = DType::uint8}),
+            randint(-128, 128, s, g, {.dtype = DType::int8})};
   }
   return {randn(s, g).to(d, Round::nearest_even), randn(s, g).to(d, Round::nearest_even)};
 }
@@ -88,8 +92,10 @@ void BM_Onednn(benchmark::State& st, DType d) {
   const dnnl::matmul prim(pd);
   const Inputs in = inputs(d);
   Tensor c = empty({g_n, g_n}, {.dtype = d == DType::int8 ? DType::int32 : DType::fp32});
-  memory ma(a_md, eng, in.a.data_ptr()), mb(b_md, eng, in.b.data_ptr()), mc(c_md, eng, c.data_ptr());
-  const std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  memory ma(a_md, eng, in.a.data_ptr()), mb(b_md, eng, in.b.data_ptr()),
+      mc(c_md, eng, c.data_ptr());
+  const std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
   prim.execute(s, args);  // warm-up
   s.wait();
   timed_loop(st, [&] {
@@ -128,9 +134,12 @@ class Collector : public benchmark::ConsoleReporter {
 void take_flags(int& argc, char** argv) {
   int out = 1;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--n=", 4) == 0) g_n = std::atoll(argv[i] + 4);
-    else if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);
-    else argv[out++] = argv[i];
+    if (std::strncmp(argv[i], "--n=", 4) == 0)
+      g_n = std::atoll(argv[i] + 4);
+    else if (std::strncmp(argv[i], "--threads=", 10) == 0)
+      g_threads = std::atoi(argv[i] + 10);
+    else
+      argv[out++] = argv[i];
   }
   argc = out;
 }
@@ -156,10 +165,16 @@ int main(int argc, char** argv) {
                         {"bf16", DType::bf16, bench::PeakPath::bf16},
                         {"int8", DType::int8, bench::PeakPath::int8}};
   for (const Pair& p : pairs) {
-    const std::string mixp_name = std::string(p.d == DType::fp32 ? "mixp_matmul/" : "mixp_gemm/") + p.dtype;
-    const std::string dnnl_name = std::string(p.d == DType::int8 ? "onednn_u8s8/" : "onednn/") + p.dtype;
-    benchmark::RegisterBenchmark((mixp_name + "/" + n).c_str(), BM_Mixp, p.d)->Unit(benchmark::kMillisecond)->UseRealTime();
-    benchmark::RegisterBenchmark((dnnl_name + "/" + n).c_str(), BM_Onednn, p.d)->Unit(benchmark::kMillisecond)->UseRealTime();
+    const std::string mixp_name =
+        std::string(p.d == DType::fp32 ? "mixp_matmul/" : "mixp_gemm/") + p.dtype;
+    const std::string dnnl_name =
+        std::string(p.d == DType::int8 ? "onednn_u8s8/" : "onednn/") + p.dtype;
+    benchmark::RegisterBenchmark((mixp_name + "/" + n).c_str(), BM_Mixp, p.d)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((dnnl_name + "/" + n).c_str(), BM_Onednn, p.d)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   for (const Pair& p : pairs) {
     benchmark::RegisterBenchmark((std::string("peak/") + p.dtype).c_str(), BM_Peak, p.peak)
@@ -172,21 +187,24 @@ int main(int argc, char** argv) {
   Collector rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
 
-  std::printf("\nGEMM %lld x %lld x %lld, %d threads (%s); best GFLOP/s (GOP/s for int8) per benchmark\n",
-              static_cast<long long>(g_n), static_cast<long long>(g_n), static_cast<long long>(g_n), g_threads,
-              cpu_features().model.c_str());
-  std::printf("  %-5s %10s %10s %12s %10s %14s %14s\n", "dtype", "mixp", "oneDNN", "mixp/oneDNN", "peak",
-              "mixp/peak", "oneDNN/peak");
+  std::printf(
+      "\nGEMM %lld x %lld x %lld, %d threads (%s); best GFLOP/s (GOP/s for int8) per benchmark\n",
+      static_cast<long long>(g_n), static_cast<long long>(g_n), static_cast<long long>(g_n),
+      g_threads, cpu_features().model.c_str());
+  std::printf("  %-5s %10s %10s %12s %10s %14s %14s\n", "dtype", "mixp", "oneDNN", "mixp/oneDNN",
+              "peak", "mixp/peak", "oneDNN/peak");
   for (const Pair& p : pairs) {
-    const std::string mixp_name = std::string(p.d == DType::fp32 ? "mixp_matmul/" : "mixp_gemm/") + p.dtype + "/" + n;
-    const std::string dnnl_name = std::string(p.d == DType::int8 ? "onednn_u8s8/" : "onednn/") + p.dtype + "/" + n;
+    const std::string mixp_name =
+        std::string(p.d == DType::fp32 ? "mixp_matmul/" : "mixp_gemm/") + p.dtype + "/" + n;
+    const std::string dnnl_name =
+        std::string(p.d == DType::int8 ? "onednn_u8s8/" : "onednn/") + p.dtype + "/" + n;
     const std::string peak_name = std::string("peak/") + p.dtype;
     const auto get = [&](const std::string& k) { return rep.best.count(k) ? rep.best[k] : 0.0; };
     const double m = get(mixp_name), o = get(dnnl_name), pk = get(peak_name);
     if (m == 0 && o == 0) continue;  // filtered out
     const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-    std::printf("  %-5s %10.1f %10.1f %11.3fx %10.1f %13.1f%% %13.1f%%\n", p.dtype, m, o, ratio(m, o), pk,
-                100 * ratio(m, pk), 100 * ratio(o, pk));
+    std::printf("  %-5s %10.1f %10.1f %11.3fx %10.1f %13.1f%% %13.1f%%\n", p.dtype, m, o,
+                ratio(m, o), pk, 100 * ratio(m, pk), 100 * ratio(o, pk));
   }
   std::printf("target: mixp/oneDNN >= 0.9 for every dtype\n");
   benchmark::Shutdown();

@@ -17,26 +17,33 @@ namespace mixp::bench {
 namespace {
 
 constexpr const char* kSupported =
-    "fp32, bf16, int8 (uint8 x int8 -> int32), fp16 (emulated on fp32), fp8_e4m3 and fp8_e5m2 (emulated on bf16)";
+    "fp32, bf16, int8 (uint8 x int8 -> int32), fp16 (emulated on fp32), fp8_e4m3 and fp8_e5m2 "
+    "(emulated on bf16)";
 
 // Why a known format has no GEMM here.
 std::string why_not(DType d) {
   switch (d) {
     case DType::tf32:
-      return "tf32 has no CPU instruction (oneDNN 2.6 has no fpmath mode); it is a GPU path, added with the cuda "
+      return "tf32 has no CPU instruction (oneDNN 2.6 has no fpmath mode); it is a GPU path, added "
+             "with the cuda "
              "backend";
-    case DType::fp64: return "fp64 GEMMs run on the ref backend only; they are a test oracle, not a benchmark";
+    case DType::fp64:
+      return "fp64 GEMMs run on the ref backend only; they are a test oracle, not a benchmark";
     case DType::int4:
     case DType::nf4:
-      return std::string(name(d)) + " is a weight-only format; its GEMM (dequantize to bf16/fp32) comes with the quant "
+      return std::string(name(d)) +
+             " is a weight-only format; its GEMM (dequantize to bf16/fp32) comes with the quant "
              "issue (int4/nf4 inference)";
     case DType::fp6_e2m3:
     case DType::fp6_e3m2:
     case DType::fp4_e2m1:
-      return std::string(name(d)) + " is an MX element type; its GEMM (block-scaled, on the bf16 path) comes with the "
+      return std::string(name(d)) +
+             " is an MX element type; its GEMM (block-scaled, on the bf16 path) comes with the "
              "FP8/MX training issue";
-    case DType::uint8: return "uint8 is the activation side of the int8 GEMM: ask for int8 (uint8 x int8 -> int32)";
-    default: return std::string(name(d)) + " is not a GEMM input format";
+    case DType::uint8:
+      return "uint8 is the activation side of the int8 GEMM: ask for int8 (uint8 x int8 -> int32)";
+    default:
+      return std::string(name(d)) + " is not a GEMM input format";
   }
 }
 
@@ -49,13 +56,15 @@ Operands make_operands(DType d, int64_t n, uint64_t seed) {
   const Shape s{n, n};
   switch (d) {
     case DType::int8:
-      return {randint(0, 256, s, g, {.dtype = DType::uint8}), randint(-128, 128, s, g, {.dtype = DType::int8})};
+      return {randint(0, 256, s, g, {.dtype = DType::uint8}),
+              randint(-128, 128, s, g, {.dtype = DType::int8})};
     case DType::fp8_e4m3:
     case DType::fp8_e5m2:
       // Within both formats' normal range, so the values are spread over the grid.
       return {uniform(s, -4, 4, g).to(d, Round::nearest_even, Overflow::saturate),
               uniform(s, -4, 4, g).to(d, Round::nearest_even, Overflow::saturate)};
-    default: return {randn(s, g).to(d, Round::nearest_even), randn(s, g).to(d, Round::nearest_even)};
+    default:
+      return {randn(s, g).to(d, Round::nearest_even), randn(s, g).to(d, Round::nearest_even)};
   }
 }
 
@@ -82,9 +91,11 @@ Path path_for(DType d) {
               [](const Operands& o) { (void)gemm(o.a.to(DType::fp32), o.b.to(DType::fp32)); }};
     case DType::fp8_e4m3:
     case DType::fp8_e5m2:
-      return {"emulated: " + std::string(name(d)) + " widened to bf16 + mixp::gemm bf16", true, DType::bf16,
-              DType::bf16, [](const Operands& o) { (void)gemm(o.a.to(DType::bf16), o.b.to(DType::bf16)); }};
-    default: throw std::invalid_argument("mixp bench gemm: " + why_not(d) + "; supported: " + kSupported);
+      return {"emulated: " + std::string(name(d)) + " widened to bf16 + mixp::gemm bf16", true,
+              DType::bf16, DType::bf16,
+              [](const Operands& o) { (void)gemm(o.a.to(DType::bf16), o.b.to(DType::bf16)); }};
+    default:
+      throw std::invalid_argument("mixp bench gemm: " + why_not(d) + "; supported: " + kSupported);
   }
 }
 
@@ -111,9 +122,12 @@ PeakPath gemm_peak_path(DType d) {
   switch (d) {
     case DType::bf16:
     case DType::fp8_e4m3:
-    case DType::fp8_e5m2: return PeakPath::bf16;
-    case DType::int8: return PeakPath::int8;
-    default: return PeakPath::fp32;
+    case DType::fp8_e5m2:
+      return PeakPath::bf16;
+    case DType::int8:
+      return PeakPath::int8;
+    default:
+      return PeakPath::fp32;
   }
 }
 
@@ -130,7 +144,8 @@ std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
     if (item.empty()) continue;
     const std::optional<DType> d = find_dtype(item);
     if (!d) {
-      throw std::invalid_argument("unknown dtype '" + std::string(item) + "'; supported: " + kSupported);
+      throw std::invalid_argument("unknown dtype '" + std::string(item) +
+                                  "'; supported: " + kSupported);
     }
     const std::vector<DType> ok = gemm_bench_dtypes();
     if (std::find(ok.begin(), ok.end(), *d) == ok.end()) {
@@ -138,14 +153,18 @@ std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
     }
     if (std::find(out.begin(), out.end(), *d) == out.end()) out.push_back(*d);
   }
-  if (out.empty()) throw std::invalid_argument(std::string("no dtypes given; supported: ") + kSupported);
+  if (out.empty())
+    throw std::invalid_argument(std::string("no dtypes given; supported: ") + kSupported);
   return out;
 }
 
 std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
-  if (cfg.n < 1) throw std::invalid_argument("run_gemm_bench: n must be at least 1, got " + std::to_string(cfg.n));
+  if (cfg.n < 1)
+    throw std::invalid_argument("run_gemm_bench: n must be at least 1, got " +
+                                std::to_string(cfg.n));
   if (cfg.repeat < 1) {
-    throw std::invalid_argument("run_gemm_bench: repeat must be at least 1, got " + std::to_string(cfg.repeat));
+    throw std::invalid_argument("run_gemm_bench: repeat must be at least 1, got " +
+                                std::to_string(cfg.repeat));
   }
   std::vector<Path> paths;
   for (DType d : cfg.dtypes) paths.push_back(path_for(d));  // throws for unsupported dtypes first
@@ -184,7 +203,8 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
     r.fraction_of_peak = r.gflops / r.peak_gflops;
     out.push_back(std::move(r));
   }
-  const auto fp32 = std::find_if(out.begin(), out.end(), [](const GemmBenchResult& r) { return r.dtype == DType::fp32; });
+  const auto fp32 = std::find_if(out.begin(), out.end(),
+                                 [](const GemmBenchResult& r) { return r.dtype == DType::fp32; });
   if (fp32 != out.end()) {
     const double base = fp32->gflops;
     for (GemmBenchResult& r : out) r.speedup_vs_fp32 = r.gflops / base;

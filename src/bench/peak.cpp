@@ -42,7 +42,8 @@ double run_int8_generic(int64_t iters) {
   for (int64_t it = 0; it < iters; ++it) {
     for (int c = 0; c < 8; ++c)
       for (int l = 0; l < 8; ++l) {
-        const int32_t x = static_cast<int16_t>(acc[c][l]), y = static_cast<int16_t>(acc[c][l] >> 16);
+        const int32_t x = static_cast<int16_t>(acc[c][l]),
+                      y = static_cast<int16_t>(acc[c][l] >> 16);
         acc[c][l] += x * x + y * y;
       }
   }
@@ -54,16 +55,23 @@ double run_int8_generic(int64_t iters) {
 
 }  // namespace
 
-PeakKernel fp32_generic() { return {"mulps+addps xmm (baseline)", "sse2", 64.0 * 2, run_fp32_generic}; }
-PeakKernel int8_generic() { return {"pmaddwd-like int16 multiply-add (baseline)", "sse2", 64.0 * 4, run_int8_generic}; }
+PeakKernel fp32_generic() {
+  return {"mulps+addps xmm (baseline)", "sse2", 64.0 * 2, run_fp32_generic};
+}
+PeakKernel int8_generic() {
+  return {"pmaddwd-like int16 multiply-add (baseline)", "sse2", 64.0 * 4, run_int8_generic};
+}
 
 }  // namespace detail
 
 const char* to_string(PeakPath p) {
   switch (p) {
-    case PeakPath::fp32: return "fp32";
-    case PeakPath::bf16: return "bf16";
-    case PeakPath::int8: return "int8";
+    case PeakPath::fp32:
+      return "fp32";
+    case PeakPath::bf16:
+      return "bf16";
+    case PeakPath::int8:
+      return "int8";
   }
   return "?";
 }
@@ -84,7 +92,8 @@ Choice choose(PeakPath path) {
     return detail::fp32_generic();
   };
   switch (path) {
-    case PeakPath::fp32: return {fp32(), true};
+    case PeakPath::fp32:
+      return {fp32(), true};
     case PeakPath::bf16:
       if (tier == SimdTier::avx512 && f.avx512_bf16) return {detail::bf16_dot_avx512(), true};
       return {fp32(), false};
@@ -118,7 +127,8 @@ double iterations_per_second(const detail::PeakKernel& k, int threads, int64_t i
   for (double v : sink) keep = keep + v;
   (void)keep;
   double rate = 0;
-  for (int t = 0; t < threads; ++t) rate += static_cast<double>(iters) / std::max(best[static_cast<size_t>(t) * 8], 1e-12);
+  for (int t = 0; t < threads; ++t)
+    rate += static_cast<double>(iters) / std::max(best[static_cast<size_t>(t) * 8], 1e-12);
   return rate;
 }
 

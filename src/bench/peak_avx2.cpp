@@ -40,7 +40,8 @@ double run_int8_madd(int64_t iters) {
   REP6(DECL)
 #undef DECL
   for (int64_t it = 0; it < iters; ++it) {
-#define STEP(i) a##i = _mm256_add_epi32(a##i, _mm256_madd_epi16(_mm256_maddubs_epi16(a##i, y), ones));
+#define STEP(i) \
+  a##i = _mm256_add_epi32(a##i, _mm256_madd_epi16(_mm256_maddubs_epi16(a##i, y), ones));
     REP6(STEP)
 #undef STEP
   }
@@ -58,7 +59,11 @@ double run_int8_madd(int64_t iters) {
 
 }  // namespace
 
-PeakKernel fp32_fma_avx2() { return {"vfmadd231ps ymm", "avx2+fma", 12.0 * 8 * 2, run_fp32_fma}; }
-PeakKernel int8_madd_avx2() { return {"vpmaddubsw+vpmaddwd+vpaddd ymm", "avx2", 6.0 * 32 * 2, run_int8_madd}; }
+PeakKernel fp32_fma_avx2() {
+  return {"vfmadd231ps ymm", "avx2+fma", 12.0 * 8 * 2, run_fp32_fma};
+}
+PeakKernel int8_madd_avx2() {
+  return {"vpmaddubsw+vpmaddwd+vpaddd ymm", "avx2", 6.0 * 32 * 2, run_int8_madd};
+}
 
 }  // namespace mixp::bench::detail

@@ -9,7 +9,8 @@
 namespace mixp::bench::detail {
 namespace {
 
-#define MIXP_REP16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define MIXP_REP16(X) \
+  X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 
 double fold_ps(const __m512* acc) {
   __m512 s = _mm512_setzero_ps();
@@ -97,13 +98,14 @@ double run_int8_madd(int64_t iters) {
   REP12(DECL)
 #undef DECL
   for (int64_t it = 0; it < iters; ++it) {
-#define STEP(i) a##i = _mm512_add_epi32(a##i, _mm512_madd_epi16(_mm512_maddubs_epi16(a##i, y), ones));
+#define STEP(i) \
+  a##i = _mm512_add_epi32(a##i, _mm512_madd_epi16(_mm512_maddubs_epi16(a##i, y), ones));
     REP12(STEP)
 #undef STEP
   }
 #define OUT(i) a##i,
-  const __m512i acc[16] = {REP12(OUT) _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                           _mm512_setzero_si512()};
+  const __m512i acc[16] = {REP12(OUT) _mm512_setzero_si512(), _mm512_setzero_si512(),
+                           _mm512_setzero_si512(), _mm512_setzero_si512()};
 #undef OUT
 #undef REP12
   return fold_epi32(acc);
@@ -111,9 +113,15 @@ double run_int8_madd(int64_t iters) {
 
 }  // namespace
 
-PeakKernel fp32_fma_avx512() { return {"vfmadd231ps zmm", "avx512f", 16.0 * 16 * 2, run_fp32_fma}; }
-PeakKernel bf16_dot_avx512() { return {"vdpbf16ps zmm", "avx512_bf16", 16.0 * 32 * 2, run_bf16_dot}; }
-PeakKernel int8_dot_avx512() { return {"vpdpbusd zmm", "avx512_vnni", 16.0 * 64 * 2, run_int8_dot}; }
+PeakKernel fp32_fma_avx512() {
+  return {"vfmadd231ps zmm", "avx512f", 16.0 * 16 * 2, run_fp32_fma};
+}
+PeakKernel bf16_dot_avx512() {
+  return {"vdpbf16ps zmm", "avx512_bf16", 16.0 * 32 * 2, run_bf16_dot};
+}
+PeakKernel int8_dot_avx512() {
+  return {"vpdpbusd zmm", "avx512_vnni", 16.0 * 64 * 2, run_int8_dot};
+}
 PeakKernel int8_madd_avx512() {
   return {"vpmaddubsw+vpmaddwd+vpaddd zmm", "avx512bw", 12.0 * 64 * 2, run_int8_madd};
 }

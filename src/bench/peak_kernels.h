@@ -17,11 +17,11 @@ struct PeakKernel {
   double (*run)(int64_t iters) = nullptr;
 };
 
-PeakKernel fp32_fma_avx512();    // vfmadd231ps zmm: 16 lanes x 2 flops
-PeakKernel bf16_dot_avx512();    // vdpbf16ps zmm (AVX512_BF16): 32 bf16 pairs x 2 flops
-PeakKernel int8_dot_avx512();    // vpdpbusd zmm (AVX512_VNNI): 64 u8*s8 products x 2 ops
-PeakKernel int8_madd_avx512();   // vpmaddubsw + vpmaddwd + vpaddd zmm (AVX512BW, no VNNI)
-PeakKernel fp32_fma_avx2();      // vfmadd231ps ymm: 8 lanes x 2 flops
-PeakKernel int8_madd_avx2();     // vpmaddubsw + vpmaddwd + vpaddd ymm
+PeakKernel fp32_fma_avx512();   // vfmadd231ps zmm: 16 lanes x 2 flops
+PeakKernel bf16_dot_avx512();   // vdpbf16ps zmm (AVX512_BF16): 32 bf16 pairs x 2 flops
+PeakKernel int8_dot_avx512();   // vpdpbusd zmm (AVX512_VNNI): 64 u8*s8 products x 2 ops
+PeakKernel int8_madd_avx512();  // vpmaddubsw + vpmaddwd + vpaddd zmm (AVX512BW, no VNNI)
+PeakKernel fp32_fma_avx2();     // vfmadd231ps ymm: 8 lanes x 2 flops
+PeakKernel int8_madd_avx2();    // vpmaddubsw + vpmaddwd + vpaddd ymm
 
 }  // namespace mixp::bench::detail

@@ -10,10 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -30,10 +29,12 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 CliRun mixp(const std::string& args) {
-  const auto dir = std::filesystem::temp_directory_path() / ("mixp_bench_cli_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mixp_bench_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const std::string cmd = std::string("'") + MIXP_CLI + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
-                          (dir / "err").string() + "' </dev/null";
+  const std::string cmd = std::string("'") + MIXP_CLI + "' " + args + " >'" +
+                          (dir / "out").string() + "' 2>'" + (dir / "err").string() +
+                          "' </dev/null";
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -57,7 +58,8 @@ TEST(BenchGemmCli, JsonShapeAndRelations) {
     const auto& e = rs[i];
     SCOPED_TRACE(e.dump());
     // The names DESIGN.md 4 relies on.
-    for (const char* k : {"dtype", "n", "gflops", "peak_gflops", "fraction_of_peak"}) ASSERT_TRUE(e.contains(k)) << k;
+    for (const char* k : {"dtype", "n", "gflops", "peak_gflops", "fraction_of_peak"})
+      ASSERT_TRUE(e.contains(k)) << k;
     EXPECT_EQ(e["dtype"], order[i]);
     EXPECT_EQ(e["n"], 128);
     const double g = e["gflops"], p = e["peak_gflops"], f = e["fraction_of_peak"];
@@ -87,7 +89,8 @@ TEST(BenchGemmCli, EmulatedDtypesAreLabelled) {
 TEST(BenchGemmCli, TextTable) {
   const CliRun r = mixp("bench gemm --n 32 --repeat 1 --threads 1 --dtypes bf16,fp32");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"dtype", "path", "GFLOP/s", "peak", "fraction", "vs fp32", "bf16", "fp32", "1.00x"}) {
+  for (const char* s :
+       {"dtype", "path", "GFLOP/s", "peak", "fraction", "vs fp32", "bf16", "fp32", "1.00x"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
   EXPECT_TRUE(r.err.empty()) << r.err;

@@ -23,8 +23,10 @@ std::string message_of(std::string_view list) {
 }
 
 TEST(GemmBenchDtypes, ParsesNamesAndAliases) {
-  EXPECT_EQ(parse_gemm_bench_dtypes("fp32,bf16,int8"), (std::vector<DType>{DType::fp32, DType::bf16, DType::int8}));
-  EXPECT_EQ(parse_gemm_bench_dtypes(" bf16 , fp32 "), (std::vector<DType>{DType::bf16, DType::fp32}));
+  EXPECT_EQ(parse_gemm_bench_dtypes("fp32,bf16,int8"),
+            (std::vector<DType>{DType::fp32, DType::bf16, DType::int8}));
+  EXPECT_EQ(parse_gemm_bench_dtypes(" bf16 , fp32 "),
+            (std::vector<DType>{DType::bf16, DType::fp32}));
   EXPECT_EQ(parse_gemm_bench_dtypes("fp32,fp32"), (std::vector<DType>{DType::fp32}));
   EXPECT_EQ(parse_gemm_bench_dtypes("fp16,fp8_e4m3,fp8_e5m2"),
             (std::vector<DType>{DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2}));
@@ -61,7 +63,9 @@ TEST(Peak, EveryPathMeasuresSomething) {
   }
 }
 
-TEST(Peak, DefaultThreadsFollowSetNumThreads) { EXPECT_EQ(measure_peak(PeakPath::fp32, 0, 0.002).threads, get_num_threads()); }
+TEST(Peak, DefaultThreadsFollowSetNumThreads) {
+  EXPECT_EQ(measure_peak(PeakPath::fp32, 0, 0.002).threads, get_num_threads());
+}
 
 TEST(RunGemmBench, FieldsAreConsistent) {
   GemmBenchConfig cfg;
@@ -91,7 +95,8 @@ TEST(RunGemmBench, FieldsAreConsistent) {
     EXPECT_EQ(r.peak.path, gemm_peak_path(r.dtype));
     EXPECT_FALSE(r.path.empty());
     EXPECT_FALSE(r.implementation.empty());
-    EXPECT_EQ(r.emulated, r.dtype != DType::fp32 && r.dtype != DType::bf16 && r.dtype != DType::int8);
+    EXPECT_EQ(r.emulated,
+              r.dtype != DType::fp32 && r.dtype != DType::bf16 && r.dtype != DType::int8);
   }
   EXPECT_DOUBLE_EQ(*rs[0].speedup_vs_fp32, 1.0);
 }

@@ -3,8 +3,8 @@
 // transposed views, and the errors.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -28,30 +28,37 @@ std::vector<long double> ref_matmul(const Tensor& a, const Tensor& b, bool abs_v
   std::vector<long double> c(static_cast<size_t>(m * n), 0.0L);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < k; ++p)
-      for (int64_t j = 0; j < n; ++j) c[i * n + j] += static_cast<long double>(av[i * k + p]) * bv[p * n + j];
+      for (int64_t j = 0; j < n; ++j)
+        c[i * n + j] += static_cast<long double>(av[i * k + p]) * bv[p * n + j];
   return c;
 }
 
 // Without VNNI oneDNN's u8s8 kernel saturates int16 pair sums (see gemm.h); keep the weights
 // within 7 bits there so that the exactness claim is what is tested.
-int64_t weight_max() { return cpu_features().avx512_vnni || cpu_features().avx_vnni ? 127 : 63; }
+int64_t weight_max() {
+  return cpu_features().avx512_vnni || cpu_features().avx_vnni ? 127 : 63;
+}
 
 TEST(Gemm, Int8U8S8IsExact) {
   Generator g(11);
-  for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 13, 5}, {64, 64, 64}, {33, 257, 19}}) {
+  for (const auto& [m, k, n] :
+       std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 13, 5}, {64, 64, 64}, {33, 257, 19}}) {
     const Tensor a = randint(0, 256, {m, k}, g, {.dtype = DType::uint8});
-    const Tensor b = randint(-weight_max() - 1, weight_max() + 1, {k, n}, g, {.dtype = DType::int8});
+    const Tensor b =
+        randint(-weight_max() - 1, weight_max() + 1, {k, n}, g, {.dtype = DType::int8});
     const Tensor c = gemm(a, b);
     ASSERT_EQ(c.dtype(), DType::int32);
     ASSERT_EQ(c.shape(), (Shape{m, n}));
     const std::vector<long double> want = ref_matmul(a, b);
     const std::vector<double> got = c.to_double_vector();
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<double>(want[i])) << m << "x" << k << "x" << n << " at " << i;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], static_cast<double>(want[i])) << m << "x" << k << "x" << n << " at " << i;
   }
 }
 
 TEST(Gemm, Int8ExtremesAccumulateWithoutSaturation) {
-  if (!cpu_features().avx512_vnni && !cpu_features().avx_vnni) GTEST_SKIP() << "exact extremes need VNNI (see gemm.h)";
+  if (!cpu_features().avx512_vnni && !cpu_features().avx_vnni)
+    GTEST_SKIP() << "exact extremes need VNNI (see gemm.h)";
   // 255 * -128 summed over K = 1024: -33,423,360, far beyond int16 pair sums, well within int32.
   const int64_t k = 1024;
   const Tensor a = full({3, k}, 255, {.dtype = DType::uint8});
@@ -63,7 +70,8 @@ TEST(Gemm, Int8ExtremesAccumulateWithoutSaturation) {
 TEST(Gemm, Int8S8S8IsExact) {
   Generator g(12);
   const Tensor a = randint(-128, 128, {17, 70}, g, {.dtype = DType::int8});
-  const Tensor b = randint(-weight_max() - 1, weight_max() + 1, {70, 23}, g, {.dtype = DType::int8});
+  const Tensor b =
+      randint(-weight_max() - 1, weight_max() + 1, {70, 23}, g, {.dtype = DType::int8});
   const std::vector<long double> want = ref_matmul(a, b);
   const std::vector<double> got = gemm(a, b).to_double_vector();
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<double>(want[i])) << i;
@@ -88,8 +96,10 @@ TEST(Gemm, Int8TransposedViewsNeedNoCopyAndAgree) {
 // GEMM must then be bit-exact.
 TEST(Gemm, Bf16IntegerValuedIsExact) {
   Generator g(14);
-  const Tensor a = randint(-8, 9, {37, 91}, g, {.dtype = DType::fp32}).to(DType::bf16, Round::nearest_even);
-  const Tensor b = randint(-8, 9, {91, 29}, g, {.dtype = DType::fp32}).to(DType::bf16, Round::nearest_even);
+  const Tensor a =
+      randint(-8, 9, {37, 91}, g, {.dtype = DType::fp32}).to(DType::bf16, Round::nearest_even);
+  const Tensor b =
+      randint(-8, 9, {91, 29}, g, {.dtype = DType::fp32}).to(DType::bf16, Round::nearest_even);
   const Tensor c = gemm(a, b);
   ASSERT_EQ(c.dtype(), DType::fp32);
   const std::vector<long double> want = ref_matmul(a, b);
@@ -102,7 +112,8 @@ TEST(Gemm, Bf16IntegerValuedIsExact) {
 // u = 2^-24; blocked summation only tightens it).
 TEST(Gemm, Bf16RandomWithinFp32AccumulationBound) {
   Generator g(15);
-  for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{5, 3, 7}, {64, 128, 48}, {100, 513, 31}}) {
+  for (const auto& [m, k, n] :
+       std::vector<std::array<int64_t, 3>>{{5, 3, 7}, {64, 128, 48}, {100, 513, 31}}) {
     const Tensor a = randn({m, k}, g).to(DType::bf16, Round::nearest_even);
     const Tensor b = randn({k, n}, g).to(DType::bf16, Round::nearest_even);
     const std::vector<double> got = gemm(a, b).to_double_vector();
@@ -110,7 +121,8 @@ TEST(Gemm, Bf16RandomWithinFp32AccumulationBound) {
     const std::vector<long double> mag = ref_matmul(a, b, true);
     for (size_t i = 0; i < got.size(); ++i) {
       const double bound = static_cast<double>(k) * 0x1.0p-24 * static_cast<double>(mag[i]);
-      ASSERT_LE(std::fabs(got[i] - static_cast<double>(want[i])), bound) << m << "x" << k << "x" << n << " at " << i;
+      ASSERT_LE(std::fabs(got[i] - static_cast<double>(want[i])), bound)
+          << m << "x" << k << "x" << n << " at " << i;
     }
   }
 }
@@ -139,7 +151,8 @@ TEST(Gemm, IntoPreallocatedDst) {
 }
 
 TEST(Gemm, RejectsUnsupportedPairsAndShapes) {
-  const Tensor f = zeros({4, 4}), h = zeros({4, 4}, {.dtype = DType::fp16}), u = zeros({4, 4}, {.dtype = DType::uint8});
+  const Tensor f = zeros({4, 4}), h = zeros({4, 4}, {.dtype = DType::fp16}),
+               u = zeros({4, 4}, {.dtype = DType::uint8});
   const Tensor s = zeros({4, 4}, {.dtype = DType::int8});
   EXPECT_THROW(gemm(h, h), std::invalid_argument);  // fp16: convert first
   EXPECT_THROW(gemm(f, s), std::invalid_argument);

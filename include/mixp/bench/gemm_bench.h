@@ -48,8 +48,8 @@ struct GemmBenchResult {
   double gflops = 0;   // 2 n^3 / seconds / 1e9 (GOP/s for int8)
   PeakResult peak;     // the instruction peak of the path this dtype runs on
   double peak_gflops = 0;
-  double fraction_of_peak = 0;              // gflops / peak_gflops
-  std::optional<double> speedup_vs_fp32;    // gflops / fp32's gflops, when fp32 ran in the same call
+  double fraction_of_peak = 0;            // gflops / peak_gflops
+  std::optional<double> speedup_vs_fp32;  // gflops / fp32's gflops, when fp32 ran in the same call
 };
 
 // The dtypes run_gemm_bench takes, in the order of the table above.

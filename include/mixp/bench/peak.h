@@ -26,9 +26,9 @@ struct PeakResult {
   PeakPath path = PeakPath::fp32;
   std::string instruction;  // "vdpbf16ps zmm"
   std::string isa;          // "avx512_bf16"
-  bool native = true;       // false when the dtype has no instruction of its own (bf16 on fp32 FMAs)
+  bool native = true;  // false when the dtype has no instruction of its own (bf16 on fp32 FMAs)
   int threads = 1;
-  double gflops = 0;        // GFLOP/s, or GOP/s for int8
+  double gflops = 0;  // GFLOP/s, or GOP/s for int8
 };
 
 // threads <= 0: mixp::get_num_threads(). seconds: how long the timed chunks run in all.

@@ -2,26 +2,29 @@
 // share its primitive cache and every improvement made there; the int8 pairs, which
 // Backend::matmul does not take yet (its dst is fp32), run a cached oneDNN s32 primitive here.
 // When CpuBackend::matmul grows an int32 dst, the int8 branch should move there.
-#include "mixp/backend/gemm.h"
-
 #include <stdexcept>
 
 #include "backend/cpu/onednn_util.h"
 #include "mixp/backend/backend.h"
+#include "mixp/backend/gemm.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp {
 namespace {
 using dnnl::memory;
 
-constexpr int64_t kIntGemmKey = 40;  // primitive kind in the onednn::Key space (1 matmul, 10-12 conv)
+constexpr int64_t kIntGemmKey =
+    40;  // primitive kind in the onednn::Key space (1 matmul, 10-12 conv)
 
-bool is_int8_pair(DType a, DType b) { return (a == DType::uint8 || a == DType::int8) && b == DType::int8; }
+bool is_int8_pair(DType a, DType b) {
+  return (a == DType::uint8 || a == DType::int8) && b == DType::int8;
+}
 
 [[noreturn]] void unsupported(DType a, DType b) {
-  throw std::invalid_argument("mixp::gemm: no GEMM for " + std::string(name(a)) + " x " + std::string(name(b)) +
-                              "; supported pairs: fp32 x fp32 -> fp32, bf16 x bf16 -> fp32, uint8 x int8 -> int32, "
-                              "int8 x int8 -> int32 (convert the inputs first)");
+  throw std::invalid_argument(
+      "mixp::gemm: no GEMM for " + std::string(name(a)) + " x " + std::string(name(b)) +
+      "; supported pairs: fp32 x fp32 -> fp32, bf16 x bf16 -> fp32, uint8 x int8 -> int32, "
+      "int8 x int8 -> int32 (convert the inputs first)");
 }
 
 // Row- or column-major views pass as strided descriptors; anything else is copied.
@@ -40,28 +43,35 @@ memory::desc operand_md(const Tensor& t) {
   return memory::desc({r, c}, onednn::data_type(t.dtype()), {sr, sc});
 }
 
-dnnl::matmul::primitive_desc matmul_pd(const memory::desc& a, const memory::desc& b, const memory::desc& d) {
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, d), onednn::base_attr(), onednn::engine());
+dnnl::matmul::primitive_desc matmul_pd(const memory::desc& a, const memory::desc& b,
+                                       const memory::desc& d) {
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, d), onednn::base_attr(),
+                                      onednn::engine());
 }
 
 void check_shapes(const Tensor& dst, const Tensor& a, const Tensor& b) {
   if (a.dim() != 2 || b.dim() != 2 || a.shape()[1] != b.shape()[0]) {
-    throw std::invalid_argument("mixp::gemm: expected a [M, K] and b [K, N], got a " + a.shape().str() + " and b " +
-                                b.shape().str());
+    throw std::invalid_argument("mixp::gemm: expected a [M, K] and b [K, N], got a " +
+                                a.shape().str() + " and b " + b.shape().str());
   }
-  if (dst.dim() != 2 || dst.shape()[0] != a.shape()[0] || dst.shape()[1] != b.shape()[1] || !dst.is_contiguous()) {
-    throw std::invalid_argument("mixp::gemm: dst must be contiguous [" + std::to_string(a.shape()[0]) + ", " +
-                                std::to_string(b.shape()[1]) + "], got " + dst.shape().str());
+  if (dst.dim() != 2 || dst.shape()[0] != a.shape()[0] || dst.shape()[1] != b.shape()[1] ||
+      !dst.is_contiguous()) {
+    throw std::invalid_argument("mixp::gemm: dst must be contiguous [" +
+                                std::to_string(a.shape()[0]) + ", " + std::to_string(b.shape()[1]) +
+                                "], got " + dst.shape().str());
   }
   const DType want = gemm_result_dtype(a.dtype(), b.dtype());
   if (dst.dtype() != want) {
     throw std::invalid_argument("mixp::gemm: dst must be " + std::string(name(want)) + " for " +
-                                std::string(name(a.dtype())) + " x " + std::string(name(b.dtype())) + ", got " +
+                                std::string(name(a.dtype())) + " x " +
+                                std::string(name(b.dtype())) + ", got " +
                                 std::string(name(dst.dtype())));
   }
 }
 
-std::string impl_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
+std::string impl_name(const dnnl::primitive_desc_base& pd) {
+  return pd.impl_info_str();
+}
 
 }  // namespace
 
@@ -82,7 +92,8 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
       // No oneDNN bf16 kernel below AVX-512: widening is exact, and the fp32 GEMM accumulates in
       // fp32 just as the bf16 one does.
       cfg.compute = DType::fp32;
-      get_backend(BackendKind::cpu).matmul(dst, a_in.to(DType::fp32), b_in.to(DType::fp32), Tensor(), cfg);
+      get_backend(BackendKind::cpu)
+          .matmul(dst, a_in.to(DType::fp32), b_in.to(DType::fp32), Tensor(), cfg);
       return;
     }
     get_backend(BackendKind::cpu).matmul(dst, a_in, b_in, Tensor(), cfg);
@@ -90,7 +101,8 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
   }
   const Tensor a = operand(a_in), b = operand(b_in);
   const memory::desc a_md = operand_md(a), b_md = operand_md(b);
-  const memory::desc d_md({dst.shape()[0], dst.shape()[1]}, memory::data_type::s32, {dst.shape()[1], 1});
+  const memory::desc d_md({dst.shape()[0], dst.shape()[1]}, memory::data_type::s32,
+                          {dst.shape()[1], 1});
   onednn::Key key;
   key.add(kIntGemmKey);
   key.add(static_cast<int64_t>(at));
@@ -111,10 +123,11 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
 
 Tensor gemm(const Tensor& a, const Tensor& b) {
   if (a.dim() != 2 || b.dim() != 2) {
-    throw std::invalid_argument("mixp::gemm: expected a [M, K] and b [K, N], got a " + a.shape().str() + " and b " +
-                                b.shape().str());
+    throw std::invalid_argument("mixp::gemm: expected a [M, K] and b [K, N], got a " +
+                                a.shape().str() + " and b " + b.shape().str());
   }
-  Tensor dst = empty(Shape{a.shape()[0], b.shape()[1]}, {.dtype = gemm_result_dtype(a.dtype(), b.dtype())});
+  Tensor dst =
+      empty(Shape{a.shape()[0], b.shape()[1]}, {.dtype = gemm_result_dtype(a.dtype(), b.dtype())});
   gemm(dst, a, b);
   return dst;
 }
