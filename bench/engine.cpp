@@ -18,7 +18,7 @@ void BM_MixpMatmul(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(matmul(a, b).data_ptr());
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_MixpMatmul)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MixpMatmul)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
 void BM_OnednnMatmul(benchmark::State& st) {
   const int64_t n = st.range(0);
@@ -38,7 +38,7 @@ void BM_OnednnMatmul(benchmark::State& st) {
   }
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_OnednnMatmul)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_OnednnMatmul)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
 // 784-512-512-10 MLP, batch 128: forward + backward (no optimizer).
 void BM_MlpStep(benchmark::State& st) {
@@ -54,7 +54,7 @@ void BM_MlpStep(benchmark::State& st) {
     loss.backward();
   }
 }
-BENCHMARK(BM_MlpStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MlpStep)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
 // The small CNN of DESIGN.md 5b, batch 128: forward + backward.
 void BM_CnnStep(benchmark::State& st) {
@@ -73,7 +73,7 @@ void BM_CnnStep(benchmark::State& st) {
     cross_entropy(linear(h, w2, b2), y).backward();
   }
 }
-BENCHMARK(BM_CnnStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CnnStep)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
 // One pre-LN GPT block (width 256, 4 heads, context 128, MLP 1024), batch 16: forward + backward.
 void BM_GptBlock(benchmark::State& st) {
@@ -98,7 +98,7 @@ void BM_GptBlock(benchmark::State& st) {
     mean(x).backward();
   }
 }
-BENCHMARK(BM_GptBlock)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GptBlock)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
 }  // namespace
 

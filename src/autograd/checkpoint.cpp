@@ -4,6 +4,7 @@
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/node.h"
+#include "mixp/tensor/generator.h"
 #include "ops/dispatch.h"
 
 namespace mixp {
@@ -20,15 +21,16 @@ struct SeedLog {
 thread_local SeedLog* g_seed_log = nullptr;
 }  // namespace
 
-uint64_t checkpoint_aware_seed(uint64_t fresh) {
+uint64_t checkpoint_aware_seed(Generator& gen) {
   SeedLog* log = g_seed_log;
-  if (!log) return fresh;
+  if (!log) return gen.next_u64();
   if (log->replay) {
     if (log->next >= log->seeds.size()) {
       throw std::logic_error("mixp::checkpoint: the recomputation drew more dropout seeds than the forward pass");
     }
     return log->seeds[log->next++];
   }
+  const uint64_t fresh = gen.next_u64();
   log->seeds.push_back(fresh);
   return fresh;
 }
@@ -59,6 +61,10 @@ class CheckpointNode final : public Node {
     std::vector<Tensor> outs;
     {
       EnableGradGuard enable;
+      // The recomputation is a forward pass: the autocast hook applies again (the engine
+      // suspends it for backward functions). An Autocast guard that is thread-local state of the
+      // amp module should also be captured at checkpoint() time and restored here.
+      detail::CastPolicyScope cast_policy(/*suspended=*/false);
       seeds_->next = 0;
       seeds_->replay = true;
       detail::SeedLogScope scope(seeds_.get());

@@ -11,6 +11,7 @@
 #include "mixp/autograd/node.h"
 #include "mixp/backend/backend.h"
 #include "mixp/tensor/factories.h"
+#include "ops/dispatch.h"
 
 namespace mixp {
 namespace {
@@ -27,7 +28,13 @@ void accumulate(Tensor& slot, const Tensor& g) {
     throw std::logic_error("mixp autograd: gradients of shapes " + slot.shape().str() + " and " + g.shape().str() +
                            " arrive at the same tensor (a backward function returned a wrong shape)");
   }
-  // Never modify a gradient another node may still hold: make a fresh sum.
+  // Add in place when nobody else can see the slot's buffer (the common case: a fresh gradient
+  // from a backward function); never modify a gradient another node may still hold.
+  if (slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous() &&
+      slot.dtype() == g.dtype()) {
+    backend().add_inplace(slot, g, 1.0);
+    return;
+  }
   Tensor sum = Tensor::empty(slot.shape(), {.dtype = slot.dtype()});
   backend().copy(sum, slot);
   backend().add_inplace(sum, g, 1.0);
@@ -119,6 +126,7 @@ Edge gradient_edge(const Tensor& t) {
 void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, bool retain_graph) {
   if (roots.size() != grads.size()) throw std::invalid_argument("mixp backward: one gradient per root is needed");
   NoGradGuard no_grad;  // backward functions do not record (no higher-order gradients)
+  detail::CastPolicyScope no_autocast(/*suspended=*/true);  // they run in the forward's dtypes
 
   struct Item {
     Node* node;

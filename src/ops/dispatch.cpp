@@ -12,7 +12,7 @@ constexpr std::string_view kOpNames[] = {MIXP_OP_LIST(MIXP_X)};
 constexpr OpKind kOpKinds[] = {MIXP_OP_LIST(MIXP_X)};
 #undef MIXP_X
 std::atomic<CastPolicyHook> g_hook{nullptr};
-thread_local int g_suspended = 0;
+thread_local bool g_suspended = false;
 }  // namespace
 
 std::string_view op_name(OpId op) { return kOpNames[static_cast<int>(op)]; }
@@ -23,8 +23,8 @@ CastPolicyHook cast_policy_hook() { return g_suspended ? nullptr : g_hook.load(s
 
 namespace detail {
 
-CastPolicySuspend::CastPolicySuspend() { ++g_suspended; }
-CastPolicySuspend::~CastPolicySuspend() { --g_suspended; }
+CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) { g_suspended = suspended; }
+CastPolicyScope::~CastPolicyScope() { g_suspended = prev_; }
 
 DType result_dtype(std::initializer_list<const Tensor*> inputs) {
   bool first = true;

@@ -60,10 +60,18 @@ void check_defined(const Tensor& t, const char* op, const char* arg);
 [[noreturn]] void shape_error(const char* op, const std::string& what, const Shape& a, const Shape& b);
 void check_float(const Tensor& t, const char* op, const char* arg);
 
-// Suspends the autocast hook (the engine runs backward in the forward's dtypes).
-struct CastPolicySuspend {
-  CastPolicySuspend();
-  ~CastPolicySuspend();
+// Suspends (or re-enables) the autocast hook for its lifetime: the engine runs backward functions
+// with it suspended (backward runs in the forward's dtypes); checkpoint's recomputation
+// re-enables it.
+class CastPolicyScope {
+ public:
+  explicit CastPolicyScope(bool suspended);
+  ~CastPolicyScope();
+  CastPolicyScope(const CastPolicyScope&) = delete;
+  CastPolicyScope& operator=(const CastPolicyScope&) = delete;
+
+ private:
+  bool prev_;
 };
 
 }  // namespace mixp::detail

@@ -136,7 +136,7 @@ Tensor sigmoid(const Tensor& a) { return unary_op(OpId::sigmoid, UnaryOp::sigmoi
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
-  return dropout(x, p, training, detail::checkpoint_aware_seed(gen.next_u64()));
+  return dropout(x, p, training, detail::checkpoint_aware_seed(gen));
 }
 
 Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {

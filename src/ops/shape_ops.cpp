@@ -326,13 +326,41 @@ Tensor stack(std::span<const Tensor> xs, int64_t dim0) {
 Tensor stack(std::initializer_list<Tensor> xs, int64_t dim) { return stack(std::span<const Tensor>(xs.begin(), xs.size()), dim); }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim0) {
+  check_defined(x, "chunk", "x");
   const int d = wrap_dim(dim0, x.dim(), "chunk");
   if (chunks <= 0 || x.shape()[d] % chunks != 0) {
     throw std::invalid_argument(fmt::format("mixp::chunk: dim {} of shape {} does not split into {} equal chunks", d, x.shape().str(), chunks));
   }
   const int64_t n = x.shape()[d] / chunks;
   std::vector<Tensor> out;
-  for (int64_t i = 0; i < chunks; ++i) out.push_back(x.slice(d, i * n, (i + 1) * n));
+  out.reserve(static_cast<size_t>(chunks));
+  Shape sh = x.shape();
+  sh[d] = n;
+  for (int64_t i = 0; i < chunks; ++i) out.push_back(raw_view(x, sh, x.strides(), x.storage_offset() + i * n * x.strides()[d]));
+  if (should_record({&x})) {
+    // One node for all pieces: backward writes each piece's gradient into one buffer (zeros
+    // where a piece got none) instead of summing `chunks` zero-padded slices.
+    const Shape in_shape = x.shape();
+    auto node = std::make_shared<FunctionNode>(OpId::slice, grad_dtype_of(x.dtype()), [in_shape, d, n, chunks](BackwardContext& ctx) {
+      Tensor gi = new_tensor(in_shape, ctx.grad(0).dtype());
+      for (int64_t i = 0; i < chunks; ++i) {
+        Shape s = in_shape;
+        s[d] = n;
+        Tensor window = raw_view(gi, s, gi.strides(), i * n * gi.strides()[d]);
+        backend().copy(window, ctx.grad(static_cast<int>(i)));
+      }
+      ctx.grad_inputs[0] = gi;
+    });
+    node->next_edges.push_back(gradient_edge(x));
+    node->input_dtypes.push_back(grad_dtype_of(x.dtype()));
+    for (int64_t i = 0; i < chunks; ++i) {
+      node->outputs.push_back(OutputMeta{sh, grad_dtype_of(x.dtype())});
+      TensorImpl* impl = out[static_cast<size_t>(i)].impl();
+      impl->grad_fn = node;
+      impl->output_nr = static_cast<uint32_t>(i);
+      impl->requires_grad = true;
+    }
+  }
   return out;
 }
 

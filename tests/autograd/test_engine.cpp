@@ -189,6 +189,32 @@ TEST(Checkpoint, DropoutMasksReplay) {
   sum(checkpoint(seg(g2), x2)).backward();
   EXPECT_EQ(w.grad().to_double_vector(), gw_plain);
   EXPECT_EQ(x2.grad().to_double_vector(), gx_plain);
+  EXPECT_EQ(g1.counter(), g2.counter());  // the recomputation did not draw new seeds
+}
+
+namespace {
+int g_hook_calls = 0;
+OpId g_last_op = OpId::to;
+void counting_hook(OpId op, std::span<Tensor>) {
+  ++g_hook_calls;
+  g_last_op = op;
+}
+}  // namespace
+
+TEST(Autograd, CastPolicyHookRunsInForwardOnly) {
+  Tensor w = vec64({1, 2}).requires_grad_();
+  set_cast_policy_hook(&counting_hook);
+  g_hook_calls = 0;
+  Tensor y = sum(mul(w, w));
+  EXPECT_EQ(g_hook_calls, 2);  // mul, sum
+  EXPECT_EQ(g_last_op, OpId::sum);
+  y.backward();  // backward functions call ops too, with the hook suspended
+  EXPECT_EQ(g_hook_calls, 2);
+  Tensor z = checkpoint([](const Tensor& t) { return exp(t); }, w);
+  EXPECT_EQ(g_hook_calls, 3);
+  sum(z).backward();  // sum's hook call, then exp again in the recomputation
+  EXPECT_EQ(g_hook_calls, 5);
+  set_cast_policy_hook(nullptr);
 }
 
 }  // namespace

@@ -194,6 +194,10 @@ TEST(CpuVsRef, Pooling) {
   expect_cpu_matches_ref("max_pool2d k2", [](const V& v) { return max_pool2d(v[0], 2); }, {x});
   expect_cpu_matches_ref("max_pool2d k3 s2 p1", [](const V& v) { return max_pool2d(v[0], 3, 2, 1); }, {x});
   expect_cpu_matches_ref("avg_pool2d k2", [](const V& v) { return avg_pool2d(v[0], 2); }, {x});
+  // ties go to the first maximum of the window (row-major) on both backends
+  const Tensor ties = from_vector(std::vector<double>{1, 1, 1, 1, 2, 3, 3, 0, 5, 5, 7, 7, 4, 5, 7, 6}, {1, 1, 4, 4});
+  expect_cpu_matches_ref("max_pool2d ties", [](const V& v) { return max_pool2d(v[0], 2); }, {ties}, 0.0);
+  expect_cpu_matches_ref("max_pool2d odd", [](const V& v) { return max_pool2d(v[0], 2); }, {rnd({2, 2, 5, 7}, 65)});
   expect_cpu_matches_ref("avg_pool2d k3 s1 p1", [](const V& v) { return avg_pool2d(v[0], 3, 1, 1); }, {x});
 }
 

@@ -212,3 +212,26 @@ TEST(Tensor, Str) {
 
 }  // namespace
 }  // namespace mixp
+
+namespace mixp {
+namespace {
+
+TEST(Tensor, EmptyAndScalarEdgeCases) {
+  Tensor e = zeros({0, 3});
+  EXPECT_EQ(add(e, ones({3})).shape(), (Shape{0, 3}));
+  EXPECT_EQ(relu(e).numel(), 0);
+  EXPECT_DOUBLE_EQ(sum(e).item(), 0.0);
+  EXPECT_EQ(sum(e, {0}).to_vector<double>(), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(matmul(zeros({0, 4}), zeros({4, 2})).shape(), (Shape{0, 2}));
+  EXPECT_EQ(cat({e, ones({2, 3})}, 0).shape(), (Shape{2, 3}));
+  EXPECT_THROW(max(e), std::invalid_argument);
+  Tensor s = scalar_tensor(2.0).requires_grad_();
+  Tensor y = mul(mul(s, s), 3.0);  // 3 s^2
+  y.backward();
+  EXPECT_DOUBLE_EQ(s.grad().item(), 12.0);
+  EXPECT_EQ(add(s, ones({2, 2})).shape(), (Shape{2, 2}));
+  EXPECT_DOUBLE_EQ(softmax(scalar_tensor(5.0), 0).item(), 1.0);
+}
+
+}  // namespace
+}  // namespace mixp

@@ -20,9 +20,13 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
 // One input, one output.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
+class Generator;
 namespace detail {
-// Seed replay for dropout under checkpoint: dropout calls this to obtain its seed.
-uint64_t checkpoint_aware_seed(uint64_t fresh_seed);
+// Seed replay for dropout under checkpoint: dropout calls this to obtain its seed. It draws from
+// `gen` except while a checkpointed segment is being recomputed, where it returns the seeds the
+// forward pass drew, in order, without touching `gen` (so a checkpointed run and a plain run
+// leave their generators in the same state).
+uint64_t checkpoint_aware_seed(Generator& gen);
 }  // namespace detail
 
 }  // namespace mixp

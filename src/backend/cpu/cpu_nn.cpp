@@ -8,7 +8,9 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
+#include "mixp/backend/cpu_features.h"
 #include "backend/kernel_util.h"
 #include "mixp/tensor/factories.h"
 
@@ -170,30 +172,19 @@ void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
   const int64_t N = src.shape()[0], C = src.shape()[1], S = C ? src.numel() / (N * C) : 0;
   const float* x = fp(src);
   float* y = fp(dst);
+  const auto& k = vec::kernels();
   parallel_for(C, src.numel() * 3, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       float m, invstd;
       if (training) {
         // Two passes (mean, then centered squares) in fp32 with per-plane partial sums in double.
         double sum = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const float* p = x + (n * C + c) * S;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < S; ++i) s += p[i];
-          sum += s;
-        }
+        for (int64_t n = 0; n < N; ++n) sum += k.sum(x + (n * C + c) * S, S);
         const double cnt = static_cast<double>(N * S);
         const double mean = sum / cnt;
         const float mf = static_cast<float>(mean);
         double sq = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const float* p = x + (n * C + c) * S;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < S; ++i) s += (p[i] - mf) * (p[i] - mf);
-          sq += s;
-        }
+        for (int64_t n = 0; n < N; ++n) sq += k.sum_sq_dev(x + (n * C + c) * S, S, mf);
         const double var = sq / cnt;
         m = mf;
         invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
@@ -210,12 +201,7 @@ void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
       }
       const float a = invstd * (weight.defined() ? fp(weight)[c] : 1.0f);
       const float b = (bias.defined() ? fp(bias)[c] : 0.0f) - m * a;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* p = x + (n * C + c) * S;
-        float* q = y + (n * C + c) * S;
-#pragma omp simd
-        for (int64_t i = 0; i < S; ++i) q[i] = p[i] * a + b;
-      }
+      for (int64_t n = 0; n < N; ++n) k.affine(y + (n * C + c) * S, x + (n * C + c) * S, S, a, b);
     }
   });
 }
@@ -231,32 +217,21 @@ void CpuBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
   const float* g = fp(ddst);
   float* gx = fp(dsrc);
   const float cnt = static_cast<float>(N * S);
+  const auto& k = vec::kernels();
   parallel_for(C, src.numel() * 4, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const float m = fp(save_mean)[c], is = fp(save_invstd)[c];
       const float w = weight.defined() ? fp(weight)[c] : 1.0f;
       double sg = 0, sgx = 0;
       for (int64_t n = 0; n < N; ++n) {
-        const float* p = x + (n * C + c) * S;
-        const float* q = g + (n * C + c) * S;
-        float a = 0.0f, b = 0.0f;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t i = 0; i < S; ++i) {
-          a += q[i];
-          b += q[i] * (p[i] - m);
-        }
+        float a, b;
+        k.sum_g_gx(g + (n * C + c) * S, x + (n * C + c) * S, S, m, &a, &b);
         sg += a;
         sgx += b;
       }
       const float sum_g = static_cast<float>(sg), sum_gxhat = static_cast<float>(sgx) * is;
       const float k1 = w * is, k2 = sum_g / cnt, k3 = sum_gxhat / cnt;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* p = x + (n * C + c) * S;
-        const float* q = g + (n * C + c) * S;
-        float* r = gx + (n * C + c) * S;
-#pragma omp simd
-        for (int64_t i = 0; i < S; ++i) r[i] = k1 * (q[i] - k2 - (p[i] - m) * is * k3);
-      }
+      for (int64_t n = 0; n < N; ++n) k.bn_bwd_apply(gx + (n * C + c) * S, g + (n * C + c) * S, x + (n * C + c) * S, S, m, k1, k2, is * k3);
       if (dweight.defined()) fp(dweight)[c] = sum_gxhat;
       if (dbias.defined()) fp(dbias)[c] = sum_g;
     }
@@ -283,10 +258,23 @@ void CpuBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed
 }
 
 // ---- max pooling (NCHW planes in parallel)
+namespace {
+bool is_2x2_s2(const Pool2dParams& p) {
+  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
+}
+}  // namespace
+
 void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
   if (!(f32c(dst) && f32c(src))) return RefBackend::max_pool2d(dst, src, p);
   const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
   const int64_t OH = dst.shape()[2], OW = dst.shape()[3];
+  if (is_2x2_s2(p)) {  // the CNN's pooling: branch-free rows in the vector tier
+    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_avx512 : vec::kernels().maxpool2x2;
+    parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t pl = lo; pl < hi; ++pl) kern(fp(dst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
+    });
+    return;
+  }
   parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t pl = lo; pl < hi; ++pl) {
       const float* x = fp(src) + pl * H * W;
@@ -314,6 +302,17 @@ void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
   if (!(f32c(dsrc) && f32c(ddst) && f32c(src))) return RefBackend::max_pool2d_backward(dsrc, ddst, src, p);
   const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
   const int64_t OH = ddst.shape()[2], OW = ddst.shape()[3];
+  if (is_2x2_s2(p)) {
+    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_bwd_avx512 : vec::kernels().maxpool2x2_bwd;
+    parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t pl = lo; pl < hi; ++pl) {
+        float* gi = fp(dsrc) + pl * H * W;
+        if (H != 2 * OH || W != 2 * OW) std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
+        kern(gi, fp(ddst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
+      }
+    });
+    return;
+  }
   parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t pl = lo; pl < hi; ++pl) {
       const float* x = fp(src) + pl * H * W;
@@ -360,18 +359,18 @@ void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, 
     if (t < 0 || t >= C) throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(t) + " out of [0, " + std::to_string(C) + ")");
   }
   const auto& k = vec::kernels();
-  double total = 0;
   const float* x = fp(logits);
+  // Per-row losses, then one ordered sum: the result does not depend on the thread count.
+  std::vector<double> row_loss(static_cast<size_t>(N));
   parallel_for(N, N * C * 8, [&](int64_t lo, int64_t hi) {
-    double part = 0;
     for (int64_t n = lo; n < hi; ++n) {
       const float l = k.logsumexp(x + n * C, C);
       fp(lse)[n] = l;
-      part += static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
+      row_loss[static_cast<size_t>(n)] = static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
     }
-#pragma omp atomic
-    total += part;
   });
+  double total = 0;
+  for (double v : row_loss) total += v;
   fp(loss)[0] = N ? static_cast<float>(total / static_cast<double>(N)) : 0.0f;
 }
 

@@ -42,6 +42,48 @@ inline uint16_t bf16_rne(float x) {
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
+// Offset of the start of row r (all dims but the last) in a strided tensor of this shape.
+inline int64_t row_offset(const Shape& shape, const Shape& strides, int64_t r) {
+  int64_t off = 0;
+  for (int d = shape.size() - 2; d >= 0; --d) {
+    off += (r % shape[d]) * strides[d];
+    r /= shape[d];
+  }
+  return off;
+}
+
+// Same-dtype copy between any two layouts of one shape, row by row (rows = last dim).
+template <class T>
+void strided_copy(Tensor& dst, const Tensor& src) {
+  const int nd = dst.dim();
+  const int64_t inner = dst.shape()[nd - 1];
+  const int64_t rows = inner ? dst.numel() / inner : 0;
+  const int64_t sd = dst.strides()[nd - 1], ss = src.strides()[nd - 1];
+  T* d = static_cast<T*>(dst.data_ptr());
+  const T* s = static_cast<const T*>(src.data_ptr());
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      T* dr = d + row_offset(dst.shape(), dst.strides(), r);
+      const T* sr = s + row_offset(src.shape(), src.strides(), r);
+      if (sd == 1 && ss == 1) {
+        std::memcpy(dr, sr, sizeof(T) * static_cast<size_t>(inner));
+      } else {
+        for (int64_t i = 0; i < inner; ++i) dr[i * sd] = sr[i * ss];
+      }
+    }
+  };
+  if (parallel_worth(dst.numel()) && rows > 1) {
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t chunk = (rows + nt - 1) / nt;
+      const int64_t lo = std::min<int64_t>(rows, t * chunk), hi = std::min<int64_t>(rows, lo + chunk);
+      if (lo < hi) run(lo, hi);
+    }
+  } else {
+    run(0, rows);
+  }
+}
 }  // namespace
 
 void CpuBackend::copy(Tensor& dst, const Tensor& src) { convert(dst, src, Round::nearest_even, Overflow::ieee, 0); }
@@ -92,6 +134,15 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
     }
     // TODO(convert.h): route the remaining float pairs through the bulk SIMD converters once
     // include/mixp/format/convert.h is on main.
+  }
+  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.dim() > 0) {
+    switch (dst.element_size()) {
+      case 1: return strided_copy<uint8_t>(dst, src);
+      case 2: return strided_copy<uint16_t>(dst, src);
+      case 4: return strided_copy<uint32_t>(dst, src);
+      case 8: return strided_copy<uint64_t>(dst, src);
+      default: break;
+    }
   }
   RefBackend::convert(dst, src, round, overflow, seed);
 }
@@ -177,15 +228,6 @@ void dispatch_binary(BinaryOp op, F&& f) {
     case BinaryOp::div: return f(std::integral_constant<BinaryOp, BinaryOp::div>{});
   }
 }
-// Offset of the start of row r (all dims but the last) in a strided tensor of dst's shape.
-inline int64_t row_start(const Shape& shape, const Shape& strides, int64_t r) {
-  int64_t off = 0;
-  for (int d = shape.size() - 2; d >= 0; --d) {
-    off += (r % shape[d]) * strides[d];
-    r /= shape[d];
-  }
-  return off;
-}
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
@@ -206,8 +248,8 @@ void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
     const int64_t rows = inner ? dst.numel() / inner : 0;
     auto run_rows = [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
-        binary_row<OP>(d + r * inner, pa + row_start(dst.shape(), a.strides(), r), sa,
-                       pb + row_start(dst.shape(), b.strides(), r), sb, inner);
+        binary_row<OP>(d + r * inner, pa + row_offset(dst.shape(), a.strides(), r), sa,
+                       pb + row_offset(dst.shape(), b.strides(), r), sb, inner);
       }
     };
     if (parallel_worth(dst.numel()) && rows > 1) {
@@ -220,6 +262,10 @@ void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
 }
 
 void CpuBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  if (f32(dst) && f32(src) && dst.is_contiguous() && !src.is_contiguous() && dst.shape() == src.shape()) {
+    copy(dst, src);  // gather first (broadcast views from reductions' backward), then in place
+    return scalar(op, dst, dst, s);
+  }
   if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::scalar(op, dst, src, s);
   float* d = ptr<float>(dst);
   const float* x = ptr<float>(src);
