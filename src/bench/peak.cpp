@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
 #include <vector>
 
 #include "bench/peak_kernels.h"
@@ -83,24 +85,62 @@ struct Choice {
   bool native = true;
 };
 
-Choice choose(PeakPath path) {
+// The tier oneDNN's GEMMs run on: its effective ISA (ONEDNN_MAX_CPU_ISA caps it), within what
+// the hardware and the OS allow for our own loops. MIXP_CPU_TIER does not apply: it caps mixp's
+// kernels, not oneDNN's, and the peak describes the instruction the GEMM runs on.
+struct Tier {
+  PeakIsa isa;
+  bool bf16 = false;  // AVX512_BF16 usable
+  bool vnni = false;  // AVX512_VNNI usable
+};
+
+Tier resolve(PeakIsa want) {
   const CpuFeatures& f = cpu_features();
-  const SimdTier tier = simd_tier();
+  const auto has = [](dnnl::cpu_isa isa, dnnl::cpu_isa need) {
+    return (static_cast<unsigned>(isa) & static_cast<unsigned>(need)) ==
+           static_cast<unsigned>(need);
+  };
+  switch (want) {
+    case PeakIsa::automatic: {
+      const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+      if (f.use_avx512() && has(isa, dnnl::cpu_isa::avx512_core)) {
+        return {PeakIsa::avx512, f.avx512_bf16 && has(isa, dnnl::cpu_isa::avx512_core_bf16),
+                f.avx512_vnni && has(isa, dnnl::cpu_isa::avx512_core_vnni)};
+      }
+      if (f.use_avx2() && has(isa, dnnl::cpu_isa::avx2)) return {PeakIsa::avx2};
+      return {PeakIsa::baseline};
+    }
+    case PeakIsa::avx512:
+      if (!f.use_avx512())
+        throw std::invalid_argument("measure_peak: this CPU (or OS) has no AVX-512");
+      return {PeakIsa::avx512, f.avx512_bf16, f.avx512_vnni};
+    case PeakIsa::avx2:
+      if (!f.use_avx2()) throw std::invalid_argument("measure_peak: this CPU has no AVX2+FMA+F16C");
+      return {PeakIsa::avx2};
+    case PeakIsa::baseline:
+      return {PeakIsa::baseline};
+  }
+  return {PeakIsa::baseline};
+}
+
+Choice choose(PeakPath path, PeakIsa want) {
+  const Tier t = resolve(want);
   const auto fp32 = [&] {
-    if (tier == SimdTier::avx512) return detail::fp32_fma_avx512();
-    if (tier == SimdTier::avx2) return detail::fp32_fma_avx2();
+    if (t.isa == PeakIsa::avx512) return detail::fp32_fma_avx512();
+    if (t.isa == PeakIsa::avx2) return detail::fp32_fma_avx2();
     return detail::fp32_generic();
   };
   switch (path) {
     case PeakPath::fp32:
       return {fp32(), true};
     case PeakPath::bf16:
-      if (tier == SimdTier::avx512 && f.avx512_bf16) return {detail::bf16_dot_avx512(), true};
+      // Without the instruction oneDNN widens bf16 to fp32 and runs FMAs.
+      if (t.isa == PeakIsa::avx512 && t.bf16) return {detail::bf16_dot_avx512(), true};
       return {fp32(), false};
     case PeakPath::int8:
-      if (tier == SimdTier::avx512 && f.avx512_vnni) return {detail::int8_dot_avx512(), true};
-      if (tier == SimdTier::avx512) return {detail::int8_madd_avx512(), true};
-      if (tier == SimdTier::avx2) return {detail::int8_madd_avx2(), true};
+      if (t.isa == PeakIsa::avx512 && t.vnni) return {detail::int8_dot_avx512(), true};
+      if (t.isa == PeakIsa::avx512) return {detail::int8_madd_avx512(), true};
+      if (t.isa == PeakIsa::avx2) return {detail::int8_madd_avx2(), true};
       return {detail::int8_generic(), true};
   }
   return {fp32(), true};
@@ -134,10 +174,10 @@ double iterations_per_second(const detail::PeakKernel& k, int threads, int64_t i
 
 }  // namespace
 
-PeakResult measure_peak(PeakPath path, int threads, double seconds) {
+PeakResult measure_peak(PeakPath path, int threads, double seconds, PeakIsa isa) {
   if (threads <= 0) threads = get_num_threads();
   constexpr double kChunk = 1e-3;  // seconds per timed chunk
-  const Choice c = choose(path);
+  const Choice c = choose(path, isa);
   // Calibrate the chunk: grow the count until one chunk takes at least kChunk / 4, then scale.
   int64_t iters = 1 << 8;
   double rate = iterations_per_second(c.kernel, threads, iters, 3) / threads;

@@ -88,19 +88,27 @@ double run_int8_dot(int64_t iters) {
 }
 
 // What oneDNN runs for u8*s8 without VNNI: u8*s8 pairs -> s16 (vpmaddubsw), s16 pairs -> s32
-// against ones (vpmaddwd), then an add: three instructions per 64 products. Each chain feeds its
-// own accumulator back as the u8 operand, so the compiler cannot hoist the products out of the
-// loop (with loop-invariant operands it would); the chains are still independent of each other.
+// against ones (vpmaddwd), then an add: three instructions per 64 products, of which only the
+// add depends on the accumulator (as in a GEMM, where the products come from loaded data). An
+// empty asm tells the compiler the operands change every iteration, so it cannot hoist the
+// products out of the loop; each of the 12 chains multiplies its own (x, y) pair, so it cannot
+// merge chains either.
 double run_int8_madd(int64_t iters) {
-  const __m512i y = _mm512_set1_epi8(1), ones = _mm512_set1_epi16(1);
+  __m512i x0 = _mm512_set1_epi8(1), x1 = _mm512_set1_epi8(2), x2 = _mm512_set1_epi8(3),
+          x3 = _mm512_set1_epi8(4);
+  __m512i y0 = _mm512_set1_epi8(1), y1 = _mm512_set1_epi8(2), y2 = _mm512_set1_epi8(3);
+  const __m512i ones = _mm512_set1_epi16(1);
 #define REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
   REP12(DECL)
 #undef DECL
   for (int64_t it = 0; it < iters; ++it) {
-#define STEP(i) \
-  a##i = _mm512_add_epi32(a##i, _mm512_madd_epi16(_mm512_maddubs_epi16(a##i, y), ones));
-    REP12(STEP)
+    asm volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(y0), "+v"(y1), "+v"(y2));
+#define STEP(i, x, y) \
+  a##i = _mm512_add_epi32(a##i, _mm512_madd_epi16(_mm512_maddubs_epi16(x, y), ones));
+    STEP(0, x0, y0)
+    STEP(1, x1, y0) STEP(2, x2, y0) STEP(3, x3, y0) STEP(4, x0, y1) STEP(5, x1, y1) STEP(6, x2, y1)
+        STEP(7, x3, y1) STEP(8, x0, y2) STEP(9, x1, y2) STEP(10, x2, y2) STEP(11, x3, y2)
 #undef STEP
   }
 #define OUT(i) a##i,

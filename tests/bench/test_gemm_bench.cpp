@@ -7,6 +7,7 @@
 #include <string>
 
 #include "mixp/backend/backend.h"
+#include "mixp/backend/cpu_features.h"
 #include "mixp/bench/gemm_bench.h"
 #include "mixp/bench/peak.h"
 
@@ -60,6 +61,33 @@ TEST(Peak, EveryPathMeasuresSomething) {
     EXPECT_FALSE(r.instruction.empty());
     EXPECT_EQ(r.threads, 1);
     EXPECT_EQ(r.path, p);
+  }
+}
+
+// Every tier this CPU has, forced, runs the loops of that tier.
+TEST(Peak, ForcedTiers) {
+  const CpuFeatures& f = cpu_features();
+  struct Case {
+    PeakIsa isa;
+    bool available;
+    const char* marker;  // in the instruction name
+  };
+  const Case cases[] = {{PeakIsa::avx512, f.use_avx512(), "zmm"},
+                        {PeakIsa::avx2, f.use_avx2(), "ymm"},
+                        {PeakIsa::baseline, true, "baseline"}};
+  for (const Case& c : cases) {
+    for (PeakPath p : {PeakPath::fp32, PeakPath::bf16, PeakPath::int8}) {
+      if (!c.available) {
+        EXPECT_THROW(measure_peak(p, 1, 0.002, c.isa), std::invalid_argument);
+        continue;
+      }
+      const PeakResult r = measure_peak(p, 1, 0.002, c.isa);
+      EXPECT_GT(r.gflops, 0);
+      EXPECT_NE(r.instruction.find(c.marker), std::string::npos) << r.instruction;
+      if (p == PeakPath::bf16) {
+        EXPECT_EQ(r.native, c.isa == PeakIsa::avx512 && f.avx512_bf16);
+      }
+    }
   }
 }
 

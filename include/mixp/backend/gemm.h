@@ -7,7 +7,8 @@
 //   fp32    x  fp32    -> fp32     CpuBackend::matmul (oneDNN f32 primitive)
 //   bf16    x  bf16    -> fp32     CpuBackend::matmul with MatmulConfig::compute = bf16: products
 //                                  exact in fp32, fp32 accumulation. Without AVX-512 (no oneDNN
-//                                  bf16 kernel) the inputs are widened to fp32 (exact) first.
+//                                  bf16 kernel, or ONEDNN_MAX_CPU_ISA below AVX512_CORE) the
+//                                  inputs are widened to fp32 (exact) first.
 //   uint8   x  int8    -> int32    oneDNN u8s8s32 primitive (cached here); exact integer sums
 //   int8    x  int8    -> int32    oneDNN s8s8s32 primitive (cached here); exact integer sums
 //

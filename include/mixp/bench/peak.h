@@ -22,6 +22,12 @@ namespace mixp::bench {
 enum class PeakPath { fp32, bf16, int8 };
 const char* to_string(PeakPath p);
 
+// Which tier of loops to time. automatic: the one oneDNN's GEMMs run on (its effective ISA, which
+// ONEDNN_MAX_CPU_ISA caps; MIXP_CPU_TIER does not apply, as it caps mixp's kernels, not
+// oneDNN's). The others force a tier (std::invalid_argument when the CPU lacks it); with avx512,
+// bf16 and int8 still fall back as above when AVX512_BF16 / AVX512_VNNI are missing.
+enum class PeakIsa { automatic, avx512, avx2, baseline };
+
 struct PeakResult {
   PeakPath path = PeakPath::fp32;
   std::string instruction;  // "vdpbf16ps zmm"
@@ -32,6 +38,7 @@ struct PeakResult {
 };
 
 // threads <= 0: mixp::get_num_threads(). seconds: how long the timed chunks run in all.
-PeakResult measure_peak(PeakPath path, int threads = 0, double seconds = 0.05);
+PeakResult measure_peak(PeakPath path, int threads = 0, double seconds = 0.05,
+                        PeakIsa isa = PeakIsa::automatic);
 
 }  // namespace mixp::bench

@@ -16,6 +16,14 @@ using dnnl::memory;
 constexpr int64_t kIntGemmKey =
     40;  // primitive kind in the onednn::Key space (1 matmul, 10-12 conv)
 
+// Whether oneDNN runs bf16 here: it needs AVX-512 in the hardware (onednn::supports) and in its
+// effective ISA, which ONEDNN_MAX_CPU_ISA can cap below what the hardware has.
+bool onednn_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return onednn::supports(DType::bf16) && (isa & need) == need;
+}
+
 bool is_int8_pair(DType a, DType b) {
   return (a == DType::uint8 || a == DType::int8) && b == DType::int8;
 }
@@ -84,11 +92,18 @@ DType gemm_result_dtype(DType a, DType b) {
 
 void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
   check_shapes(dst, a_in, b_in);
+  // oneDNN rejects (or crashes on) zero-sized GEMMs, and the ref matmul that CpuBackend falls
+  // back to has no bf16 compute: nothing to write, or an empty sum.
+  if (dst.numel() == 0) return;
+  if (a_in.shape()[1] == 0) {
+    dst.zero_();
+    return;
+  }
   const DType at = a_in.dtype();
   if (at == DType::fp32 || at == DType::bf16) {
     MatmulConfig cfg;
     cfg.compute = at;
-    if (at == DType::bf16 && !onednn::supports(DType::bf16)) {
+    if (at == DType::bf16 && !onednn_bf16()) {
       // No oneDNN bf16 kernel below AVX-512: widening is exact, and the fp32 GEMM accumulates in
       // fp32 just as the bf16 one does.
       cfg.compute = DType::fp32;
@@ -135,7 +150,7 @@ Tensor gemm(const Tensor& a, const Tensor& b) {
 std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t k) {
   const DType d = gemm_result_dtype(a, b);
   std::string prefix;
-  if (a == DType::bf16 && !onednn::supports(DType::bf16)) {
+  if (a == DType::bf16 && !onednn_bf16()) {
     prefix = "fp32 (bf16 widened) ";
     a = b = DType::fp32;
   }
