@@ -65,13 +65,20 @@ std::string render_report_markdown(const PreparedStudy& p) {
       quality = format_signed(*v.accuracy_delta_points, 2, false) + " points";
     } else if (v.loss_increase) {
       quality = format_signed(*v.loss_increase * 100, 2, false) + "% " + to_string(v.quality);
+    } else if (v.accuracy_check == CheckResult::fail) {
+      quality = "no result";
     }
+    std::string speed_cell = v.is_baseline ? "baseline" : mark(v.speedup_check) + " " + speed;
+    std::string mem_cell = v.is_baseline ? "baseline" : mark(v.memory_check) + " " + mem;
     std::string nan = v.finite_check == CheckResult::fail ? "❌ " + status_text(r)
                       : r.error                           ? "– " + md_escape(status_text(r))
                                                           : mark(v.finite_check);
-    std::string all = v.is_baseline ? "baseline" : (v.passes_all() ? "✅ all pass" : "❌ no");
-    o += fmt::format("| {} | {} {} | {} {} | {} {} | {} | {} |\n", name, mark(v.speedup_check),
-                     speed, mark(v.memory_check), mem, mark(v.accuracy_check), quality, nan, all);
+    std::string all = v.is_baseline    ? "baseline"
+                      : v.passes_all() ? "✅ all pass"
+                      : v.acceptable() ? "usable (misses a target)"
+                                       : "❌ not usable";
+    o += fmt::format("| {} | {} | {} | {} {} | {} | {} |\n", name, speed_cell, mem_cell,
+                     mark(v.accuracy_check), quality, nan, all);
   }
 
   o += "\n## Results\n\n";

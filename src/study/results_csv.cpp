@@ -22,6 +22,10 @@ std::string csv_cell(std::string_view s) {
 
 std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); }
 std::string num(const std::optional<double>& v) { return v ? num(*v) : std::string(); }
+// Derived ratios: 12 significant digits, so 1 - 0.58 reads 0.42, not 0.42000000000000004.
+std::string derived(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fmt::format("{:.12g}", *v) : std::string();
+}
 
 struct Column {
   std::string name;
@@ -66,15 +70,15 @@ const std::vector<Column>& columns() {
                      return it == r.stddev.end() ? std::string() : num(it->second);
                    }});
     }
-    c.push_back({"speedup", [](const RunRecord&, const Verdict& v) { return num(v.speedup); }});
+    c.push_back({"speedup", [](const RunRecord&, const Verdict& v) { return derived(v.speedup); }});
     c.push_back({"memory_saving",
-                 [](const RunRecord&, const Verdict& v) { return num(v.memory_saving); }});
+                 [](const RunRecord&, const Verdict& v) { return derived(v.memory_saving); }});
     c.push_back({"accuracy_delta_points",
-                 [](const RunRecord&, const Verdict& v) { return num(v.accuracy_delta_points); }});
+                 [](const RunRecord&, const Verdict& v) { return derived(v.accuracy_delta_points); }});
     c.push_back({"loss_increase",
-                 [](const RunRecord&, const Verdict& v) { return num(v.loss_increase); }});
+                 [](const RunRecord&, const Verdict& v) { return derived(v.loss_increase); }});
     c.push_back({"energy_ratio",
-                 [](const RunRecord&, const Verdict& v) { return num(v.energy_ratio); }});
+                 [](const RunRecord&, const Verdict& v) { return derived(v.energy_ratio); }});
     c.push_back({"passes_all", [](const RunRecord&, const Verdict& v) {
                    return std::string(v.passes_all() ? "true" : "false");
                  }});
@@ -91,11 +95,15 @@ const std::vector<Column>& columns() {
 std::string render_results_csv(const PreparedStudy& p) {
   std::string out;
   const auto& cols = columns();
-  for (size_t i = 0; i < cols.size(); ++i) out += (i ? "," : "") + cols[i].name;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    if (i) out += ',';
+    out += cols[i].name;
+  }
   out += "\n";
   for (size_t r = 0; r < p.study.runs.size(); ++r) {
     for (size_t i = 0; i < cols.size(); ++i) {
-      out += (i ? "," : "") + csv_cell(cols[i].cell(p.study.runs[r], p.verdicts[r]));
+      if (i) out += ',';
+      out += csv_cell(cols[i].cell(p.study.runs[r], p.verdicts[r]));
     }
     out += "\n";
   }
