@@ -93,8 +93,8 @@ RaplEnergyMeter::RaplEnergyMeter(fs::path root) : root_(std::move(root)) {
   if (zones_.empty()) {
     reason_ = !first_error.empty()
                   ? first_error
-                  : "no RAPL package zones (intel-rapl:N named package-N) under " +
-                        root_.string() + " (driver not loaded, or not exposed to this container)";
+                  : "no RAPL package zones (intel-rapl:N named package-N) under " + root_.string() +
+                        " (driver not loaded, or not exposed to this container)";
   }
 }
 

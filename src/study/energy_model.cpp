@@ -14,14 +14,16 @@ constexpr double kFp16Add = 0.4, kFp16Mult = 1.1;
 constexpr double kFp32Add = 0.9, kFp32Mult = 3.7;
 constexpr double kInt8Mult = 0.2;
 constexpr double kInt32Add = 0.1;
-constexpr double kSram64bit = 10.0;                       // 64-bit read, 8 KB SRAM
+constexpr double kSram64bit = 10.0;                                // 64-bit read, 8 KB SRAM
 constexpr double kDram64bitLow = 1300.0, kDram64bitHigh = 2600.0;  // 64-bit DRAM access
 
 double bytes_of(DType d, int64_t elements) {
   return double(elements) * double(mixp::traits(d).bits) / 8.0;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 void check_positive(int64_t v, const char* what) {
   if (v <= 0) {
@@ -34,38 +36,56 @@ void check_positive(int64_t v, const char* what) {
 
 std::string_view to_string(MacKind k) {
   switch (k) {
-    case MacKind::fp64: return "fp64";
-    case MacKind::fp32: return "fp32";
-    case MacKind::tf32: return "tf32";
-    case MacKind::bf16: return "bf16";
-    case MacKind::fp16: return "fp16";
-    case MacKind::fp8: return "fp8";
-    case MacKind::int8: return "int8";
-    case MacKind::int4: return "int4";
+    case MacKind::fp64:
+      return "fp64";
+    case MacKind::fp32:
+      return "fp32";
+    case MacKind::tf32:
+      return "tf32";
+    case MacKind::bf16:
+      return "bf16";
+    case MacKind::fp16:
+      return "fp16";
+    case MacKind::fp8:
+      return "fp8";
+    case MacKind::int8:
+      return "int8";
+    case MacKind::int4:
+      return "int4";
   }
   return "?";
 }
 
 MacKind mac_kind_for(DType d) {
   switch (d) {
-    case DType::fp64: return MacKind::fp64;
-    case DType::fp32: return MacKind::fp32;
-    case DType::tf32: return MacKind::tf32;
-    case DType::bf16: return MacKind::bf16;
-    case DType::nf4: return MacKind::bf16;
-    case DType::fp16: return MacKind::fp16;
+    case DType::fp64:
+      return MacKind::fp64;
+    case DType::fp32:
+      return MacKind::fp32;
+    case DType::tf32:
+      return MacKind::tf32;
+    case DType::bf16:
+      return MacKind::bf16;
+    case DType::nf4:
+      return MacKind::bf16;
+    case DType::fp16:
+      return MacKind::fp16;
     case DType::fp8_e4m3:
     case DType::fp8_e5m2:
     case DType::fp6_e2m3:
     case DType::fp6_e3m2:
-    case DType::fp4_e2m1: return MacKind::fp8;
+    case DType::fp4_e2m1:
+      return MacKind::fp8;
     case DType::int8:
-    case DType::uint8: return MacKind::int8;
-    case DType::int4: return MacKind::int4;
+    case DType::uint8:
+      return MacKind::int8;
+    case DType::int4:
+      return MacKind::int4;
     case DType::e8m0:
     case DType::int32:
     case DType::int64:
-    case DType::boolean: break;
+    case DType::boolean:
+      break;
   }
   throw std::invalid_argument("energy model: " + std::string(mixp::name(d)) +
                               " is not a multiply format (use the format the GEMM inputs are "
@@ -92,8 +112,12 @@ OpCounts& OpCounts::operator*=(double times) {
   return *this;
 }
 
-OpCounts operator+(OpCounts a, const OpCounts& b) { return a += b; }
-OpCounts operator*(OpCounts a, double times) { return a *= times; }
+OpCounts operator+(OpCounts a, const OpCounts& b) {
+  return a += b;
+}
+OpCounts operator*(OpCounts a, double times) {
+  return a *= times;
+}
 
 double float_multiply_pj(int p) {
   // E(p) = a + b p^2 through (11, 1.1) and (24, 3.7).
@@ -147,7 +171,8 @@ EnergyBreakdown estimate_energy(const OpCounts& c, const EnergyTable& t) {
   b.sram_joules = c.sram_bytes * t.sram_pj_per_byte * pj;
   b.dram_joules = c.dram_bytes * t.dram_pj_per_byte * pj;
   b.total_joules = b.compute_joules + b.sram_joules + b.dram_joules;
-  b.total_low_joules = b.compute_joules + b.sram_joules + c.dram_bytes * t.dram_pj_per_byte_low * pj;
+  b.total_low_joules =
+      b.compute_joules + b.sram_joules + c.dram_bytes * t.dram_pj_per_byte_low * pj;
   b.total_high_joules =
       b.compute_joules + b.sram_joules + c.dram_bytes * t.dram_pj_per_byte_high * pj;
   return b;
@@ -165,7 +190,8 @@ OpCounts count_matmul(int64_t m, int64_t n, int64_t k, DType input, DType output
   if (traffic.tile < 0) throw std::invalid_argument("energy model: tile must be >= 0");
   OpCounts c;
   c[mac_kind_for(input)] = double(m) * double(n) * double(k);
-  const double a = bytes_of(input, m * k), b = bytes_of(input, k * n), out = bytes_of(output, m * n);
+  const double a = bytes_of(input, m * k), b = bytes_of(input, k * n),
+               out = bytes_of(output, m * n);
   c.dram_bytes = a + b + out;
   const int64_t a_passes = traffic.tile > 0 ? ceil_div(n, traffic.tile) : 1;
   const int64_t b_passes = traffic.tile > 0 ? ceil_div(m, traffic.tile) : 1;

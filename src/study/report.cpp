@@ -1,10 +1,10 @@
 // write_study_report and the preparation shared by the four writers.
 #include "mixp/study/report.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <system_error>
-
-#include <fmt/format.h>
 
 #include "mixp/io/atomic_file.h"
 #include "mixp/study/energy_model.h"
@@ -113,9 +113,10 @@ void write_study_report(const std::filesystem::path& out_dir, const StudyResults
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) {
-    throw IoError(fmt::format("cannot create the report folder '{}': {} (check the --out path and "
-                              "its permissions)",
-                              out_dir.string(), ec.message()));
+    throw IoError(
+        fmt::format("cannot create the report folder '{}': {} (check the --out path and "
+                    "its permissions)",
+                    out_dir.string(), ec.message()));
   }
   write_text_atomic(out_dir / "results.json", json);
   write_text_atomic(out_dir / "results.csv", csv);

@@ -9,14 +9,14 @@
 namespace mixp::study::detail {
 
 struct PreparedStudy {
-  StudyResults study;              // runs aggregated per (model, precision)
+  StudyResults study;                // runs aggregated per (model, precision)
   std::vector<RunRecord> seed_runs;  // the input runs when some precision had K > 1 seeds
   std::vector<Verdict> verdicts;     // one per study.runs entry
   Recommendation recommendation;
-  std::string summary;               // the headline sentence ("" when nothing to compare)
-  bool any_estimate = false;         // some run's energy is the model estimate
-  bool any_energy = false;           // some run has an energy number
-  bool any_loss_scale = false;       // some run has a loss-scale trace
+  std::string summary;          // the headline sentence ("" when nothing to compare)
+  bool any_estimate = false;    // some run's energy is the model estimate
+  bool any_energy = false;      // some run has an energy number
+  bool any_loss_scale = false;  // some run has a loss-scale trace
 };
 
 PreparedStudy prepare_study(const StudyResults& s);

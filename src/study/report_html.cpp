@@ -1,10 +1,10 @@
 // report.html: one self-contained page (inline CSS and SVG; no scripts, fonts, images or links
 // to fetch). Sections: title, headline and recommendation, one tile per run, the verdict table,
 // loss curves, cost and accuracy relative to the baseline, loss-scale trace, all results, notes.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "study/report_detail.h"
 #include "study/report_style.h"
@@ -20,7 +20,9 @@ struct Page {
   bool lm = false;  // judged on losses (no accuracies)
 };
 
-std::string e(std::string_view s) { return html_escape(s); }
+std::string e(std::string_view s) {
+  return html_escape(s);
+}
 
 std::string accent(const SeriesStyle& st) {
   return fmt::format("--accent: {0}; --accent-ink: {0};", st.color);
@@ -41,9 +43,10 @@ std::string chip(CheckResult c, const std::string& text) {
   const char* cls = c == CheckResult::pass ? "pass" : c == CheckResult::fail ? "fail" : "na";
   const char* mark = c == CheckResult::pass ? "✓ " : c == CheckResult::fail ? "✗ " : "";
   std::string sr = c == CheckResult::not_applicable ? "" : std::string(" (") + to_string(c) + ")";
-  return fmt::format("<span class=\"chip {}\"><span aria-hidden=\"true\">{}</span>{}"
-                     "<span class=\"visually-hidden\">{}</span></span>",
-                     cls, mark, e(text), sr);
+  return fmt::format(
+      "<span class=\"chip {}\"><span aria-hidden=\"true\">{}</span>{}"
+      "<span class=\"visually-hidden\">{}</span></span>",
+      cls, mark, e(text), sr);
 }
 
 std::string quality_value(const Page& pg, const RunRecord& r) {
@@ -54,7 +57,8 @@ std::string quality_value(const Page& pg, const RunRecord& r) {
 void header(std::string& o, const Page& pg) {
   const StudyResults& s = pg.p.study;
   const std::string cpu = s.machine.cpu_model.empty() ? "this machine" : s.machine.cpu_model;
-  o += "<header class=\"hero\"><div class=\"wrap\">\n<p class=\"eyebrow\">mixp precision study</p>\n";
+  o += "<header class=\"hero\"><div class=\"wrap\">\n<p class=\"eyebrow\">mixp precision "
+       "study</p>\n";
   o += fmt::format("<h1>{} on {}</h1>\n<p class=\"meta\">", e(s.model), e(cpu));
   o += fmt::format("<span>{} threads</span>", s.machine.threads);
   if (!s.machine.gpu.empty()) o += "<span>GPU: " + e(s.machine.gpu) + "</span>";
@@ -79,9 +83,10 @@ void summary(std::string& o, const Page& pg) {
   o += "<section class=\"card\" aria-labelledby=\"summary-h\">\n"
        "<h2 id=\"summary-h\" class=\"visually-hidden\">Summary</h2>\n";
   if (!pg.p.summary.empty()) o += "<p class=\"headline\">" + e(pg.p.summary) + "</p>\n";
-  o += fmt::format("<div class=\"rec\" style=\"{}\"><div><div class=\"rec-label\">Recommendation"
-                   "</div><div class=\"rec-precision\">{}</div></div><p>{}</p></div>\n",
-                   style, rec.precision.empty() ? "none" : e(rec.precision), e(rec.reason));
+  o += fmt::format(
+      "<div class=\"rec\" style=\"{}\"><div><div class=\"rec-label\">Recommendation"
+      "</div><div class=\"rec-precision\">{}</div></div><p>{}</p></div>\n",
+      style, rec.precision.empty() ? "none" : e(rec.precision), e(rec.reason));
   o += "</section>\n";
 }
 
@@ -91,11 +96,12 @@ void tiles(std::string& o, const Page& pg) {
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunRecord& r = runs[i];
     const Verdict& v = pg.p.verdicts[i];
-    o += fmt::format("<article class=\"tile\" style=\"{}\"><h3>{}<span class=\"tag\">{}</span></h3>",
-                     accent(pg.styles[i]), e(r.precision),
-                     v.is_baseline ? "baseline"
-                     : r.precision == pg.p.recommendation.precision ? "recommended"
-                                                                     : "");
+    o +=
+        fmt::format("<article class=\"tile\" style=\"{}\"><h3>{}<span class=\"tag\">{}</span></h3>",
+                    accent(pg.styles[i]), e(r.precision),
+                    v.is_baseline                                  ? "baseline"
+                    : r.precision == pg.p.recommendation.precision ? "recommended"
+                                                                   : "");
     std::string st = status_text(r);
     o += st.empty() ? "<p class=\"status ok\">✓ finished</p>"
                     : "<p class=\"status diverged\">✗ " + e(st) + "</p>";
@@ -103,8 +109,9 @@ void tiles(std::string& o, const Page& pg) {
     o += fmt::format("<dt>{}</dt><dd>{}</dd>", pg.lm ? "val loss" : "accuracy",
                      e(quality_value(pg, r)));
     o += fmt::format("<dt>speed</dt><dd>{}</dd>",
-                     v.speedup ? e(format_ratio(*v.speedup)) + " vs " + e(pg.p.study.baseline_precision)
-                               : e(format_number(r.ms_per_step, 3) + " ms/step"));
+                     v.speedup
+                         ? e(format_ratio(*v.speedup)) + " vs " + e(pg.p.study.baseline_precision)
+                         : e(format_number(r.ms_per_step, 3) + " ms/step"));
     o += fmt::format("<dt>memory</dt><dd>{}</dd>", e(format_bytes(double(r.peak_memory_bytes))));
     o += fmt::format("<dt>energy</dt><dd>{}</dd>", energy_html(r));
     o += "</dl></article>\n";
@@ -117,14 +124,15 @@ void verdict_table(std::string& o, const Page& pg) {
   const Criteria& c = s.criteria;
   o += "<section class=\"card\" aria-labelledby=\"verdict-h\">\n<h2 id=\"verdict-h\">Verdict "
        "against the seeds' criteria</h2>\n";
-  o += fmt::format("<p class=\"lede\">Each run compared with {} on this machine. A run passes when "
-                   "it is more than {} faster, uses more than {} less memory, loses less than {} "
-                   "{} and never produces NaN.</p>\n",
-                   e(s.baseline_precision), e(format_ratio(c.min_speedup)),
-                   e(format_percent(c.min_memory_saving)),
-                   pg.lm ? e(format_percent(c.max_loss_increase, 1))
-                         : e(format_number(c.max_accuracy_loss_points, 3)),
-                   pg.lm ? "in validation loss" : "points of accuracy");
+  o += fmt::format(
+      "<p class=\"lede\">Each run compared with {} on this machine. A run passes when "
+      "it is more than {} faster, uses more than {} less memory, loses less than {} "
+      "{} and never produces NaN.</p>\n",
+      e(s.baseline_precision), e(format_ratio(c.min_speedup)),
+      e(format_percent(c.min_memory_saving)),
+      pg.lm ? e(format_percent(c.max_loss_increase, 1))
+            : e(format_number(c.max_accuracy_loss_points, 3)),
+      pg.lm ? "in validation loss" : "points of accuracy");
   o += "<div class=\"table-scroll\"><table class=\"verdicts\">\n<thead><tr><th scope=\"col\">"
        "Precision</th>";
   o += fmt::format("<th scope=\"col\">Speed-up<small>target &gt; {}</small></th>",
@@ -133,9 +141,10 @@ void verdict_table(std::string& o, const Page& pg) {
                    e(format_percent(c.min_memory_saving)));
   o += pg.lm ? fmt::format("<th scope=\"col\">Loss change<small>target &lt; +{}</small></th>",
                            e(format_percent(c.max_loss_increase, 1)))
-             : fmt::format("<th scope=\"col\">Accuracy change<small>target loss &lt; {} points"
-                           "</small></th>",
-                           e(format_number(c.max_accuracy_loss_points, 3)));
+             : fmt::format(
+                   "<th scope=\"col\">Accuracy change<small>target loss &lt; {} points"
+                   "</small></th>",
+                   e(format_number(c.max_accuracy_loss_points, 3)));
   o += "<th scope=\"col\">No NaN</th><th scope=\"col\">Energy vs baseline</th>"
        "<th scope=\"col\">Verdict</th></tr></thead>\n<tbody>\n";
   for (size_t i = 0; i < s.runs.size(); ++i) {
@@ -161,18 +170,20 @@ void verdict_table(std::string& o, const Page& pg) {
     if (v.is_baseline && v.accuracy_check == CheckResult::pass) q = "reference";
     o += "<td>" + chip(v.accuracy_check, q) + "</td>";
     std::string st = status_text(r);
-    o += "<td>" + (v.finite_check == CheckResult::fail ? chip(CheckResult::fail, st)
-                   : r.error ? chip(CheckResult::not_applicable, st)
-                             : chip(v.finite_check, "finite")) + "</td>";
+    o += "<td>" +
+         (v.finite_check == CheckResult::fail ? chip(CheckResult::fail, st)
+          : r.error                           ? chip(CheckResult::not_applicable, st)
+                                              : chip(v.finite_check, "finite")) +
+         "</td>";
     std::string en = v.energy_ratio ? format_ratio(*v.energy_ratio) : "n/a";
     o += "<td class=\"num\">" + e(en) +
          (v.energy_ratio && r.energy_is_estimate() ? " <span class=\"estimate\">(estimate)</span>"
-                                                   : "") + "</td>";
-    std::string verdict =
-        v.is_baseline ? "<span class=\"chip base\">baseline</span>"
-        : v.passes_all() ? chip(CheckResult::pass, "all criteria")
-        : v.acceptable() ? chip(CheckResult::not_applicable, "usable")
-                         : chip(CheckResult::fail, "not usable");
+                                                   : "") +
+         "</td>";
+    std::string verdict = v.is_baseline    ? "<span class=\"chip base\">baseline</span>"
+                          : v.passes_all() ? chip(CheckResult::pass, "all criteria")
+                          : v.acceptable() ? chip(CheckResult::not_applicable, "usable")
+                                           : chip(CheckResult::fail, "not usable");
     o += "<td>" + verdict + "</td></tr>\n";
   }
   o += "</tbody></table></div>\n<p class=\"lede after\">Usable: accuracy within the limit and no "
@@ -288,8 +299,9 @@ void relative_charts(std::string& o, const Page& pg) {
     row.label = s.runs[i].precision;
     row.color = pg.styles[i].color;
     row.emphasis = v.is_baseline;
-    std::optional<double> val = pg.lm ? (v.loss_increase ? std::optional<double>(*v.loss_increase * 100) : std::nullopt)
-                                      : v.accuracy_delta_points;
+    std::optional<double> val =
+        pg.lm ? (v.loss_increase ? std::optional<double>(*v.loss_increase * 100) : std::nullopt)
+              : v.accuracy_delta_points;
     if (val) {
       row.value = *val;
       row.value_text = format_signed(*val, 2) + (pg.lm ? "%" : "");
@@ -303,10 +315,11 @@ void relative_charts(std::string& o, const Page& pg) {
   }
 
   o += "<section class=\"card\" aria-labelledby=\"rel-h\">\n";
-  o += fmt::format("<h2 id=\"rel-h\">Cost and accuracy relative to {}</h2>\n<p class=\"lede\">"
-                   "Bars are ratios to {} (the dashed line at 1.0); below 1.0 means cheaper. "
-                   "Time is the median time per optimizer step.</p>\n<div class=\"grid2\">\n",
-                   e(base), e(base));
+  o += fmt::format(
+      "<h2 id=\"rel-h\">Cost and accuracy relative to {}</h2>\n<p class=\"lede\">"
+      "Bars are ratios to {} (the dashed line at 1.0); below 1.0 means cheaper. "
+      "Time is the median time per optimizer step.</p>\n<div class=\"grid2\">\n",
+      e(base), e(base));
   for (const BarChart* c : {&time, &mem, &energy, &q}) {
     std::string sub = e(c->subtitle);
     if (c == &energy && pg.p.any_estimate) {
@@ -342,9 +355,10 @@ void loss_scale_chart(std::string& o, const Page& pg) {
     }
     c.series.push_back(std::move(s));
   }
-  o += "<section class=\"card\" aria-labelledby=\"scale-h\">\n<h2 id=\"scale-h\">Loss scale</h2>\n"
-       "<p class=\"lede\">The dynamic loss scale (powers of two). It halves when a step's gradients "
-       "overflow (the step is skipped) and doubles after a run of clean steps.</p>\n";
+  o +=
+      "<section class=\"card\" aria-labelledby=\"scale-h\">\n<h2 id=\"scale-h\">Loss scale</h2>\n"
+      "<p class=\"lede\">The dynamic loss scale (powers of two). It halves when a step's gradients "
+      "overflow (the step is skipped) and doubles after a run of clean steps.</p>\n";
   o += render_line_chart(c);
   o += "</section>\n";
 }
@@ -358,7 +372,8 @@ void results_table(std::string& o, const Page& pg) {
        "Precision</th><th scope=\"col\">Status</th>";
   o += pg.lm ? "<th scope=\"col\" class=\"num\">Val loss</th>"
              : "<th scope=\"col\" class=\"num\">Test accuracy</th>";
-  o += "<th scope=\"col\" class=\"num\">Final loss</th><th scope=\"col\" class=\"num\">ms/step</th>";
+  o +=
+      "<th scope=\"col\" class=\"num\">Final loss</th><th scope=\"col\" class=\"num\">ms/step</th>";
   o += pg.lm ? "<th scope=\"col\" class=\"num\">tokens/s</th>"
              : "<th scope=\"col\" class=\"num\">samples/s</th>";
   o += "<th scope=\"col\" class=\"num\">Train time</th><th scope=\"col\" class=\"num\">Peak memory"
@@ -378,9 +393,9 @@ void results_table(std::string& o, const Page& pg) {
                      accent(pg.styles[i]), e(r.precision));
     o += st.empty() ? "<td class=\"ok nowrap\">finished</td>"
                     : "<td class=\"diverged nowrap\">" + e(st) + "</td>";
-    std::string q = pg.lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss) : "–")
-                          : (r.test_accuracy ? with_std(r, "test_accuracy", *r.test_accuracy, acc)
-                                             : "–");
+    std::string q =
+        pg.lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss) : "–")
+              : (r.test_accuracy ? with_std(r, "test_accuracy", *r.test_accuracy, acc) : "–");
     o += "<td class=\"num\">" + e(q) + "</td>";
     o += "<td class=\"num\">" +
          e(std::isfinite(r.final_loss) ? with_std(r, "final_loss", r.final_loss, loss) : "NaN") +
@@ -396,10 +411,10 @@ void results_table(std::string& o, const Page& pg) {
     o += "<td class=\"num\">" + e(with_std(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes)) +
          "</td>";
     o += "<td class=\"num\">" + energy_html(r, true) + "</td>";
-    o += fmt::format("<td class=\"num\">{}{}<small>{}</small></td></tr>\n",
-                     e(format_count(r.steps)),
-                     r.num_seeds > 1 ? fmt::format(" × {} seeds", r.num_seeds) : "",
-                     e(format_count(r.skipped_steps)));
+    o +=
+        fmt::format("<td class=\"num\">{}{}<small>{}</small></td></tr>\n", e(format_count(r.steps)),
+                    r.num_seeds > 1 ? fmt::format(" × {} seeds", r.num_seeds) : "",
+                    e(format_count(r.skipped_steps)));
   }
   o += "</tbody></table></div>\n</section>\n";
 }
@@ -426,10 +441,11 @@ std::string render_report_html(const PreparedStudy& p) {
   std::vector<std::string> names;
   for (const RunRecord& r : p.study.runs) names.push_back(r.precision);
   pg.styles = precision_styles(names);
-  pg.lm = !std::any_of(p.study.runs.begin(), p.study.runs.end(),
-                       [](const RunRecord& r) { return r.test_accuracy.has_value(); }) &&
-          std::any_of(p.study.runs.begin(), p.study.runs.end(),
-                      [](const RunRecord& r) { return r.val_loss.has_value(); });
+  pg.lm = !std::any_of(p.study.runs.begin(), p.study.runs.end(), [](const RunRecord& r) {
+    return r.test_accuracy.has_value();
+  }) && std::any_of(p.study.runs.begin(), p.study.runs.end(), [](const RunRecord& r) {
+    return r.val_loss.has_value();
+  });
   const StudyResults& s = p.study;
   std::string o;
   o.reserve(64 * 1024);

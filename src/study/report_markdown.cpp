@@ -1,9 +1,9 @@
 // report.md: the report without charts (those are in report.html).
-#include <algorithm>
-#include <cmath>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "study/report_detail.h"
 #include "study/text_format.h"
@@ -13,19 +13,34 @@ namespace {
 
 std::string mark(CheckResult c) {
   switch (c) {
-    case CheckResult::pass: return "✅ pass";
-    case CheckResult::fail: return "❌ fail";
-    case CheckResult::not_applicable: return "–";
+    case CheckResult::pass:
+      return "✅ pass";
+    case CheckResult::fail:
+      return "❌ fail";
+    case CheckResult::not_applicable:
+      return "–";
   }
   return "";
 }
 
-std::string ms(double v) { return format_sig(v, 3) + " ms"; }
-std::string acc(double v) { return format_accuracy(v); }
-std::string loss(double v) { return format_loss(v); }
-std::string bytes(double v) { return format_bytes(v); }
-std::string dur(double v) { return format_duration(v); }
-std::string rate(double v) { return v >= 1000 ? format_count(std::llround(v)) : format_sig(v, 3); }
+std::string ms(double v) {
+  return format_sig(v, 3) + " ms";
+}
+std::string acc(double v) {
+  return format_accuracy(v);
+}
+std::string loss(double v) {
+  return format_loss(v);
+}
+std::string bytes(double v) {
+  return format_bytes(v);
+}
+std::string dur(double v) {
+  return format_duration(v);
+}
+std::string rate(double v) {
+  return v >= 1000 ? format_count(std::llround(v)) : format_sig(v, 3);
+}
 
 }  // namespace
 
@@ -89,27 +104,29 @@ std::string render_report_markdown(const PreparedStudy& p) {
       "| Energy | Skipped steps | Seeds |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       lm ? "Val loss" : "Test accuracy", lm ? "tokens/s" : "samples/s");
   for (const RunRecord& r : s.runs) {
-    std::string quality = lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss) : "–")
-                             : (r.test_accuracy ? with_std(r, "test_accuracy", *r.test_accuracy, acc)
-                                                : "–");
+    std::string quality =
+        lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss) : "–")
+           : (r.test_accuracy ? with_std(r, "test_accuracy", *r.test_accuracy, acc) : "–");
     double thr = lm && r.tokens_per_s ? *r.tokens_per_s : r.samples_per_s;
     std::string status = status_text(r);
-    o += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                     md_escape(r.precision), status.empty() ? "finished" : md_escape(status),
-                     quality, std::isfinite(r.final_loss) ? with_std(r, "final_loss", r.final_loss, loss) : "NaN",
-                     with_std(r, "ms_per_step", r.ms_per_step, ms),
-                     with_std(r, lm && r.tokens_per_s ? "tokens_per_s" : "samples_per_s", thr, rate),
-                     with_std(r, "train_time_s", r.train_time_s, dur),
-                     with_std(r, "peak_memory_bytes", double(r.peak_memory_bytes), bytes),
-                     with_std(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes),
-                     energy_text(r), r.skipped_steps, r.num_seeds);
+    o += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_escape(r.precision),
+        status.empty() ? "finished" : md_escape(status), quality,
+        std::isfinite(r.final_loss) ? with_std(r, "final_loss", r.final_loss, loss) : "NaN",
+        with_std(r, "ms_per_step", r.ms_per_step, ms),
+        with_std(r, lm && r.tokens_per_s ? "tokens_per_s" : "samples_per_s", thr, rate),
+        with_std(r, "train_time_s", r.train_time_s, dur),
+        with_std(r, "peak_memory_bytes", double(r.peak_memory_bytes), bytes),
+        with_std(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes), energy_text(r),
+        r.skipped_steps, r.num_seeds);
   }
 
   o += "\n## Notes\n\n";
   o += "- " + std::string(kCriteriaSource) + "\n";
   o += "- " + energy_note(p) + "\n";
   o += fmt::format("- Machine: {}; {} threads; features: {}{}.\n", md_escape(s.machine.cpu_model),
-                   s.machine.threads, md_escape(fmt::format("{}", fmt::join(s.machine.cpu_features, ", "))),
+                   s.machine.threads,
+                   md_escape(fmt::format("{}", fmt::join(s.machine.cpu_features, ", "))),
                    s.machine.os.empty() ? "" : "; " + md_escape(s.machine.os));
   o += "- Charts (loss curves, time/memory/energy relative to " + md_escape(base) +
        ", loss-scale trace) are in report.html; every number is in results.json and results.csv.\n";

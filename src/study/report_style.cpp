@@ -100,15 +100,15 @@ std::vector<SeriesStyle> precision_styles(const std::vector<std::string>& precis
   // Family -> colour (Okabe-Ito hues, darkened for contrast on white).
   auto family_color = [](const std::string& p) -> std::string {
     auto starts = [&](const char* pre) { return p.rfind(pre, 0) == 0; };
-    if (starts("fp32")) return "#475569";                  // slate (the baseline)
-    if (starts("fp64")) return "#111827";                  // near black
-    if (starts("tf32")) return "#0072b2";                  // blue
-    if (starts("bf16")) return "#007a5e";                  // bluish green
-    if (starts("fp16")) return "#c2410c";                  // vermillion
+    if (starts("fp32")) return "#475569";                    // slate (the baseline)
+    if (starts("fp64")) return "#111827";                    // near black
+    if (starts("tf32")) return "#0072b2";                    // blue
+    if (starts("bf16")) return "#007a5e";                    // bluish green
+    if (starts("fp16")) return "#c2410c";                    // vermillion
     if (starts("fp8") || starts("mxfp8")) return "#7b3294";  // purple
-    if (starts("int8")) return "#a16207";                  // dark yellow
-    if (starts("int4") || starts("nf4")) return "#8c510a";  // brown
-    if (starts("auto")) return "#0e7490";                  // teal
+    if (starts("int8")) return "#a16207";                    // dark yellow
+    if (starts("int4") || starts("nf4")) return "#8c510a";   // brown
+    if (starts("auto")) return "#0e7490";                    // teal
     return "";
   };
   static const char* const kSpare[] = {"#be185d", "#4d7c0f", "#1d4ed8", "#9a3412", "#6d28d9"};

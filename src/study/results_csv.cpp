@@ -1,8 +1,8 @@
 // results.csv: one row per run (aggregated per precision), RFC 4180 quoting, empty cell = absent.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <functional>
-
-#include <fmt/format.h>
 
 #include "study/report_detail.h"
 
@@ -20,8 +20,12 @@ std::string csv_cell(std::string_view s) {
   return out + "\"";
 }
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); }
-std::string num(const std::optional<double>& v) { return v ? num(*v) : std::string(); }
+std::string num(double v) {
+  return std::isfinite(v) ? fmt::format("{}", v) : std::string();
+}
+std::string num(const std::optional<double>& v) {
+  return v ? num(*v) : std::string();
+}
 // Derived ratios: 12 significant digits, so 1 - 0.58 reads 0.42, not 0.42000000000000004.
 std::string derived(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? fmt::format("{:.12g}", *v) : std::string();
@@ -54,14 +58,15 @@ const std::vector<Column>& columns() {
         {"energy_joules", [](const RunRecord& r, const Verdict&) { return num(r.energy_joules); }},
         {"energy_source", [](const RunRecord& r, const Verdict&) { return r.energy_source; }},
         {"seed", [](const RunRecord& r, const Verdict&) { return std::to_string(r.seed); }},
-        {"diverged",
-         [](const RunRecord& r, const Verdict&) { return std::string(r.diverged ? "true" : "false"); }},
+        {"diverged", [](const RunRecord& r,
+                        const Verdict&) { return std::string(r.diverged ? "true" : "false"); }},
         {"diverged_at_step",
          [](const RunRecord& r, const Verdict&) {
            return r.diverged_at_step ? std::to_string(*r.diverged_at_step) : std::string();
          }},
         {"error", [](const RunRecord& r, const Verdict&) { return r.error.value_or(""); }},
-        {"num_seeds", [](const RunRecord& r, const Verdict&) { return std::to_string(r.num_seeds); }},
+        {"num_seeds",
+         [](const RunRecord& r, const Verdict&) { return std::to_string(r.num_seeds); }},
     };
     for (std::string_view m : aggregated_metric_names()) {
       std::string key(m);
@@ -73,8 +78,9 @@ const std::vector<Column>& columns() {
     c.push_back({"speedup", [](const RunRecord&, const Verdict& v) { return derived(v.speedup); }});
     c.push_back({"memory_saving",
                  [](const RunRecord&, const Verdict& v) { return derived(v.memory_saving); }});
-    c.push_back({"accuracy_delta_points",
-                 [](const RunRecord&, const Verdict& v) { return derived(v.accuracy_delta_points); }});
+    c.push_back({"accuracy_delta_points", [](const RunRecord&, const Verdict& v) {
+                   return derived(v.accuracy_delta_points);
+                 }});
     c.push_back({"loss_increase",
                  [](const RunRecord&, const Verdict& v) { return derived(v.loss_increase); }});
     c.push_back({"energy_ratio",

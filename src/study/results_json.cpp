@@ -10,7 +10,9 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-ojson opt(const std::optional<double>& v) { return number_or_null(v); }
+ojson opt(const std::optional<double>& v) {
+  return number_or_null(v);
+}
 
 ojson verdict_to_json(const Verdict& v) {
   ojson j;

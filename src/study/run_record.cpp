@@ -1,21 +1,21 @@
 // Aggregation of K seeds of one precision into one RunRecord (mean, sample std per metric).
 #include "mixp/study/run_record.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 
-#include <fmt/format.h>
-
 namespace mixp::study {
 namespace {
 
 constexpr std::array<std::string_view, 11> kMetricNames = {
-    "ms_per_step",       "samples_per_s",  "tokens_per_s", "test_accuracy",
-    "val_loss",          "final_loss",     "peak_memory_bytes", "peak_rss_bytes",
-    "train_time_s",      "energy_joules",  "skipped_steps"};
+    "ms_per_step",  "samples_per_s", "tokens_per_s",      "test_accuracy",
+    "val_loss",     "final_loss",    "peak_memory_bytes", "peak_rss_bytes",
+    "train_time_s", "energy_joules", "skipped_steps"};
 
 // How one metric is read from and written to a record, and whether diverged seeds count.
 struct Metric {
@@ -46,15 +46,18 @@ const std::vector<Metric>& metrics() {
        [](RunRecord& r, double v) { r.val_loss = v; }, true},
       {"final_loss", [](const RunRecord& r) { return finite(r.final_loss); },
        [](RunRecord& r, double v) { r.final_loss = v; }, true},
-      {"peak_memory_bytes", [](const RunRecord& r) { return std::optional<double>(double(r.peak_memory_bytes)); },
+      {"peak_memory_bytes",
+       [](const RunRecord& r) { return std::optional<double>(double(r.peak_memory_bytes)); },
        [](RunRecord& r, double v) { r.peak_memory_bytes = int64_t(std::llround(v)); }, false},
-      {"peak_rss_bytes", [](const RunRecord& r) { return std::optional<double>(double(r.peak_rss_bytes)); },
+      {"peak_rss_bytes",
+       [](const RunRecord& r) { return std::optional<double>(double(r.peak_rss_bytes)); },
        [](RunRecord& r, double v) { r.peak_rss_bytes = int64_t(std::llround(v)); }, false},
       {"train_time_s", [](const RunRecord& r) { return finite(r.train_time_s); },
        [](RunRecord& r, double v) { r.train_time_s = v; }, false},
       {"energy_joules", [](const RunRecord& r) { return finite(r.energy_joules); },
        [](RunRecord& r, double v) { r.energy_joules = v; }, false},
-      {"skipped_steps", [](const RunRecord& r) { return std::optional<double>(double(r.skipped_steps)); },
+      {"skipped_steps",
+       [](const RunRecord& r) { return std::optional<double>(double(r.skipped_steps)); },
        [](RunRecord& r, double v) { r.skipped_steps = int64_t(std::llround(v)); }, false},
   };
   return m;
@@ -62,7 +65,9 @@ const std::vector<Metric>& metrics() {
 
 }  // namespace
 
-std::span<const std::string_view> aggregated_metric_names() { return kMetricNames; }
+std::span<const std::string_view> aggregated_metric_names() {
+  return kMetricNames;
+}
 
 MeanStd mean_std(std::span<const double> values) {
   MeanStd out;
@@ -156,8 +161,7 @@ RunRecord aggregate_runs(std::span<const RunRecord> seeds) {
           n++;
         }
       }
-      out.loss_curve.emplace_back(step,
-                                  n ? sum / n : std::numeric_limits<double>::quiet_NaN());
+      out.loss_curve.emplace_back(step, n ? sum / n : std::numeric_limits<double>::quiet_NaN());
     }
   }
   return out;

@@ -1,12 +1,12 @@
 // RunRecord <-> JSON. Field names are the `mixp train --json` ones (DESIGN.md section 4).
 #include "study/run_record_json.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cmath>
 #include <limits>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace mixp::study {
 namespace detail {
@@ -16,14 +16,31 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 // Every key this file reads or writes; anything else goes to RunRecord::extra_json.
-constexpr std::array<std::string_view, 25> kKnownKeys = {
-    "model",          "precision",        "steps",          "skipped_steps",
-    "ms_per_step",    "samples_per_s",    "tokens_per_s",   "test_accuracy",
-    "val_loss",       "final_loss",       "peak_memory_bytes", "peak_rss_bytes",
-    "train_time_s",   "energy_joules",    "energy_source",  "seed",
-    "diverged",       "diverged_at_step", "error",          "loss_curve",
-    "loss_scale_trace", "num_seeds",      "diverged_seeds", "seeds",
-    "std"};
+constexpr std::array<std::string_view, 25> kKnownKeys = {"model",
+                                                         "precision",
+                                                         "steps",
+                                                         "skipped_steps",
+                                                         "ms_per_step",
+                                                         "samples_per_s",
+                                                         "tokens_per_s",
+                                                         "test_accuracy",
+                                                         "val_loss",
+                                                         "final_loss",
+                                                         "peak_memory_bytes",
+                                                         "peak_rss_bytes",
+                                                         "train_time_s",
+                                                         "energy_joules",
+                                                         "energy_source",
+                                                         "seed",
+                                                         "diverged",
+                                                         "diverged_at_step",
+                                                         "error",
+                                                         "loss_curve",
+                                                         "loss_scale_trace",
+                                                         "num_seeds",
+                                                         "diverged_seeds",
+                                                         "seeds",
+                                                         "std"};
 
 bool is_known(std::string_view key) {
   for (auto k : kKnownKeys) {
@@ -35,8 +52,8 @@ bool is_known(std::string_view key) {
 [[noreturn]] void bad(std::string_view field, std::string_view expected, const json& got) {
   std::string shown = got.dump();
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  throw RecordError(fmt::format("run record: field \"{}\" must be {}, got {}", field, expected,
-                                shown));
+  throw RecordError(
+      fmt::format("run record: field \"{}\" must be {}, got {}", field, expected, shown));
 }
 
 const json* find(const json& j, std::string_view key) {
@@ -103,7 +120,9 @@ ojson curve_to_json(const std::vector<std::pair<int64_t, double>>& c) {
 
 }  // namespace
 
-ojson number_or_null(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
+ojson number_or_null(double v) {
+  return std::isfinite(v) ? ojson(v) : ojson(nullptr);
+}
 ojson number_or_null(const std::optional<double>& v) {
   return v ? number_or_null(*v) : ojson(nullptr);
 }
@@ -230,7 +249,7 @@ RunRecord run_record_from_json(const json& j) {
 
 std::string to_json_string(const RunRecord& r, int indent) {
   return detail::run_record_to_json(r).dump(indent, ' ', false,
-                                             nlohmann::json::error_handler_t::replace);
+                                            nlohmann::json::error_handler_t::replace);
 }
 
 RunRecord run_record_from_json(std::string_view text) {

@@ -1,24 +1,26 @@
 // Inline SVG line and bar charts (see svg_charts.h).
 #include "study/svg_charts.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "study/text_format.h"
 
 namespace mixp::study::detail {
 namespace {
 
-constexpr const char* kAxis = "#4b5563";   // axis lines and tick labels (7.6:1 on white)
+constexpr const char* kAxis = "#4b5563";  // axis lines and tick labels (7.6:1 on white)
 constexpr const char* kGrid = "#e5e7eb";
 constexpr const char* kText = "#1f2937";
-constexpr const char* kRed = "#b91c1c";    // divergence marks (6.5:1 on white)
+constexpr const char* kRed = "#b91c1c";  // divergence marks (6.5:1 on white)
 constexpr int kMaxPointsPerSeries = 700;
 
-std::string esc(std::string_view s) { return html_escape(s); }
+std::string esc(std::string_view s) {
+  return html_escape(s);
+}
 
 // Approximate width of `s` in px at `font_px` (system sans-serif, average glyph ~0.56 em).
 double text_width(std::string_view s, double font_px) {
@@ -151,9 +153,10 @@ std::string render_line_chart(const LineChart& c) {
   }
   std::string o = svg_open(c.id, W, H, c.title, c.description);
   if (!std::isfinite(xmin)) {
-    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\" "
-                     "font-size=\"14\">No finite values to plot</text>\n</svg>\n",
-                     W / 2, H / 2, kAxis);
+    o += fmt::format(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\" "
+        "font-size=\"14\">No finite values to plot</text>\n</svg>\n",
+        W / 2, H / 2, kAxis);
     return o;
   }
   if (xmax == xmin) xmax = xmin + 1;
@@ -192,8 +195,9 @@ std::string render_line_chart(const LineChart& c) {
   o += "<g class=\"grid\">\n";
   for (double t : yt) {
     double y = sy_tick(t);
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n",
-                     left, y, left + pw, y, kGrid);
+    o += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n", left, y,
+        left + pw, y, kGrid);
     if (c.log2_y) {
       o += fmt::format(
           "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"12\" fill=\"{}\">"
@@ -201,20 +205,24 @@ std::string render_line_chart(const LineChart& c) {
           left - 10, y + 4, kAxis, int(t));
     } else {
       o += fmt::format(
-          "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"12\" fill=\"{}\">{}</text>\n",
+          "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"12\" "
+          "fill=\"{}\">{}</text>\n",
           left - 8, y + 4, kAxis, tick_label(t, yt.size() > 1 ? yt[1] - yt[0] : 1));
     }
   }
   o += "</g>\n";
   // X axis.
-  o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n",
-                   left, top + ph, left + pw, top + ph, kAxis);
+  o +=
+      fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n",
+                  left, top + ph, left + pw, top + ph, kAxis);
   for (double t : xt) {
     double x = sx(t);
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n",
-                     x, top + ph, x, top + ph + 5, kAxis);
     o += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"12\" fill=\"{}\">{}</text>\n",
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n", x,
+        top + ph, x, top + ph + 5, kAxis);
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"12\" "
+        "fill=\"{}\">{}</text>\n",
         x, top + ph + 19, kAxis,
         t >= 10000 ? format_count(int64_t(std::llround(t)))
                    : tick_label(t, xt.size() > 1 ? xt[1] - xt[0] : 1));
@@ -244,12 +252,12 @@ std::string render_line_chart(const LineChart& c) {
       prev_y = sy(p.y);
       pen_down = true;
     }
-    o += fmt::format("<path class=\"series\" d=\"{}\" fill=\"none\" stroke=\"{}\" "
-                     "stroke-width=\"2.2\" stroke-linejoin=\"round\" stroke-linecap=\"round\"{}>"
-                     "<title>{}</title></path>\n",
-                     d, esc(s.color),
-                     s.dash.empty() ? "" : fmt::format(" stroke-dasharray=\"{}\"", esc(s.dash)),
-                     esc(s.label));
+    o += fmt::format(
+        "<path class=\"series\" d=\"{}\" fill=\"none\" stroke=\"{}\" "
+        "stroke-width=\"2.2\" stroke-linejoin=\"round\" stroke-linecap=\"round\"{}>"
+        "<title>{}</title></path>\n",
+        d, esc(s.color), s.dash.empty() ? "" : fmt::format(" stroke-dasharray=\"{}\"", esc(s.dash)),
+        esc(s.label));
     if (s.cross) {
       double x = sx(s.cross->x), y = sy(s.cross->y);
       o += fmt::format(
@@ -273,11 +281,11 @@ std::string render_line_chart(const LineChart& c) {
   // Legend.
   o += "<g class=\"legend\">\n";
   for (const Item& it : legend) {
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
-                     "stroke-width=\"3\"{}/>\n",
-                     it.x, it.y - 4, it.x + 24, it.y - 4, esc(it.s->color),
-                     it.s->dash.empty() ? ""
-                                        : fmt::format(" stroke-dasharray=\"{}\"", esc(it.s->dash)));
+    o += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+        "stroke-width=\"3\"{}/>\n",
+        it.x, it.y - 4, it.x + 24, it.y - 4, esc(it.s->color),
+        it.s->dash.empty() ? "" : fmt::format(" stroke-dasharray=\"{}\"", esc(it.s->dash)));
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" fill=\"{}\">{}</text>\n",
                      it.x + 30, it.y, kText, esc(it.s->label));
   }
@@ -325,33 +333,38 @@ std::string render_bar_chart(const BarChart& c) {
   const double axis_y = top + row_h * std::max<size_t>(1, c.rows.size());
   for (double t : ticks) {
     double x = sx(t);
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n",
-                     x, top - 4, x, axis_y, kGrid);
     o += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"11\" fill=\"{}\">{}</text>\n",
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>\n", x,
+        top - 4, x, axis_y, kGrid);
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"11\" "
+        "fill=\"{}\">{}</text>\n",
         x, axis_y + 16, kAxis, tick_label(t, ticks.size() > 1 ? ticks[1] - ticks[0] : 1));
   }
   for (size_t i = 0; i < c.rows.size(); ++i) {
     const BarRow& r = c.rows[i];
     const double yc = top + row_h * double(i) + row_h / 2;
     o += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"13\" fill=\"{}\"{}>{}</text>\n",
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"13\" "
+        "fill=\"{}\"{}>{}</text>\n",
         label_w - 10, yc + 4.5, kText, r.emphasis ? " font-weight=\"600\"" : "", esc(r.label));
     if (!r.value || !std::isfinite(*r.value)) {
-      o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" fill=\"{}\" "
-                       "paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"4\"{}>{}</text>\n",
-                       left + 6, yc + 4, r.missing_is_error ? kRed : kAxis,
-                       r.missing_is_error ? " font-weight=\"600\"" : " font-style=\"italic\"",
-                       esc(r.missing_text.empty() ? "n/a" : r.missing_text));
+      o += fmt::format(
+          "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" fill=\"{}\" "
+          "paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"4\"{}>{}</text>\n",
+          left + 6, yc + 4, r.missing_is_error ? kRed : kAxis,
+          r.missing_is_error ? " font-weight=\"600\"" : " font-style=\"italic\"",
+          esc(r.missing_text.empty() ? "n/a" : r.missing_text));
       continue;
     }
     const double from = c.bars_from_reference ? c.reference : 0.0;
     double x0 = sx(std::min(from, *r.value)), x1 = sx(std::max(from, *r.value));
     double w = std::max(1.5, x1 - x0);
-    o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" rx=\"3\" "
-                     "fill=\"{}\"{}><title>{}: {}</title></rect>\n",
-                     x0, yc - bar_h / 2, w, bar_h, esc(r.color),
-                     r.emphasis ? " fill-opacity=\"0.55\"" : "", esc(r.label), esc(r.value_text));
+    o += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" rx=\"3\" "
+        "fill=\"{}\"{}><title>{}: {}</title></rect>\n",
+        x0, yc - bar_h / 2, w, bar_h, esc(r.color), r.emphasis ? " fill-opacity=\"0.55\"" : "",
+        esc(r.label), esc(r.value_text));
     const bool negative = *r.value < from;
     double tx = negative ? x0 - 6 : x0 + w + 6;
     o += fmt::format(
@@ -361,28 +374,29 @@ std::string render_bar_chart(const BarChart& c) {
   }
   // Reference and limit lines on top of the bars.
   double rx = sx(c.reference);
-  o += fmt::format("<line class=\"reference\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" "
-                   "y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.6\"{4}/>\n",
-                   rx, top - 8, axis_y, kText,
-                   c.bars_from_reference ? "" : " stroke-dasharray=\"5 3\"");
+  o += fmt::format(
+      "<line class=\"reference\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" "
+      "y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.6\"{4}/>\n",
+      rx, top - 8, axis_y, kText, c.bars_from_reference ? "" : " stroke-dasharray=\"5 3\"");
   // Labels above the lines; when the limit is left of the reference, each label leans away from
   // the other so that they do not overlap.
   const bool lean = c.limit && *c.limit < c.reference;
   if (!c.reference_label.empty()) {
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"11\" "
-                     "fill=\"{}\">{}</text>\n",
-                     lean ? rx - 4 : rx, top - 12, lean ? "start" : "middle", kText,
-                     esc(c.reference_label));
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"11\" "
+        "fill=\"{}\">{}</text>\n",
+        lean ? rx - 4 : rx, top - 12, lean ? "start" : "middle", kText, esc(c.reference_label));
   }
   if (c.limit) {
     double x = sx(*c.limit);
-    o += fmt::format("<line class=\"limit\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" "
-                     "y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.6\" stroke-dasharray=\"4 3\"/>\n",
-                     x, top - 8, axis_y, kRed);
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"11\" "
-                     "fill=\"{}\">{}</text>\n",
-                     lean ? x + 4 : x, top - 12, lean ? "end" : "middle", kRed,
-                     esc(c.limit_label));
+    o += fmt::format(
+        "<line class=\"limit\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" "
+        "y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.6\" stroke-dasharray=\"4 3\"/>\n",
+        x, top - 8, axis_y, kRed);
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"11\" "
+        "fill=\"{}\">{}</text>\n",
+        lean ? x + 4 : x, top - 12, lean ? "end" : "middle", kRed, esc(c.limit_label));
   }
   o += "</svg>\n";
   return o;

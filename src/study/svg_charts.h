@@ -37,9 +37,9 @@ std::string render_line_chart(const LineChart& c);
 struct BarRow {
   std::string label;
   std::string color;
-  std::optional<double> value;  // nullopt: no bar, `missing_text` instead
-  std::string value_text;       // printed at the end of the bar
-  std::string missing_text;     // "n/a", "diverged at step 120", ...
+  std::optional<double> value;    // nullopt: no bar, `missing_text` instead
+  std::string value_text;         // printed at the end of the bar
+  std::string missing_text;       // "n/a", "diverged at step 120", ...
   bool missing_is_error = false;  // missing_text in red
   bool emphasis = false;          // the baseline: hatched-free but outlined
 };

@@ -1,10 +1,10 @@
 // Verdicts against the seeds' criteria and the recommendation (include/mixp/study/verdict.h).
 #include "mixp/study/verdict.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "study/text_format.h"
 
@@ -15,7 +15,9 @@ using detail::format_percent;
 using detail::format_ratio;
 using detail::format_signed;
 
-bool finished(const RunRecord& r) { return !r.diverged && !r.error; }
+bool finished(const RunRecord& r) {
+  return !r.diverged && !r.error;
+}
 
 std::optional<double> finite_opt(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? v : std::nullopt;
@@ -23,9 +25,13 @@ std::optional<double> finite_opt(const std::optional<double>& v) {
 
 // Rounded to 1e-9 so that a difference of exactly the threshold (0.5 points) compares the same
 // however the two accuracies were rounded.
-double tidy(double v) { return std::round(v * 1e9) / 1e9; }
+double tidy(double v) {
+  return std::round(v * 1e9) / 1e9;
+}
 
-CheckResult check(bool ok) { return ok ? CheckResult::pass : CheckResult::fail; }
+CheckResult check(bool ok) {
+  return ok ? CheckResult::pass : CheckResult::fail;
+}
 
 std::string diverged_text(const Verdict& v) {
   return v.diverged_at_step ? fmt::format("diverged at step {}", *v.diverged_at_step)
@@ -68,19 +74,26 @@ std::string quality_phrase(const Verdict& v, const StudyResults& s) {
 
 const char* to_string(CheckResult c) {
   switch (c) {
-    case CheckResult::pass: return "pass";
-    case CheckResult::fail: return "fail";
-    case CheckResult::not_applicable: return "n/a";
+    case CheckResult::pass:
+      return "pass";
+    case CheckResult::fail:
+      return "fail";
+    case CheckResult::not_applicable:
+      return "n/a";
   }
   return "?";
 }
 
 const char* to_string(QualityMetric m) {
   switch (m) {
-    case QualityMetric::test_accuracy: return "test_accuracy";
-    case QualityMetric::val_loss: return "val_loss";
-    case QualityMetric::final_loss: return "final_loss";
-    case QualityMetric::none: return "none";
+    case QualityMetric::test_accuracy:
+      return "test_accuracy";
+    case QualityMetric::val_loss:
+      return "val_loss";
+    case QualityMetric::final_loss:
+      return "final_loss";
+    case QualityMetric::none:
+      return "none";
   }
   return "?";
 }
@@ -182,14 +195,14 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
   };
 
   if (!base || !finished(*base)) {
-    std::string why = !base ? fmt::format("no {} baseline was run", bname)
-                      : base->diverged
-                          ? fmt::format("the {} baseline {}", bname,
-                                        base->diverged_at_step
-                                            ? fmt::format("diverged at step {}",
-                                                          *base->diverged_at_step)
-                                            : std::string("diverged"))
-                          : fmt::format("the {} baseline failed", bname);
+    std::string why =
+        !base ? fmt::format("no {} baseline was run", bname)
+        : base->diverged
+            ? fmt::format("the {} baseline {}", bname,
+                          base->diverged_at_step
+                              ? fmt::format("diverged at step {}", *base->diverged_at_step)
+                              : std::string("diverged"))
+            : fmt::format("the {} baseline failed", bname);
     std::optional<size_t> best;
     for (size_t i = 0; i < s.runs.size(); ++i) {
       if (!finished(s.runs[i])) continue;
@@ -240,15 +253,16 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
     rec.reason = fmt::format(
         "{} stays the choice for this {} model on this machine: no lower precision was faster "
         "while keeping {} and free of NaN.",
-        bname, s.model, s.criteria.max_accuracy_loss_points > 0 ? "accuracy within the criterion"
-                                                                : "accuracy");
+        bname, s.model,
+        s.criteria.max_accuracy_loss_points > 0 ? "accuracy within the criterion" : "accuracy");
     if (!turned_down.empty()) rec.reason += " " + turned_down + ".";
     return rec;
   }
-  std::string first = fmt::format("{} is the fastest precision that kept {} and never produced NaN: "
-                                  "{} the speed of {}",
-                                  chosen.precision, quality_phrase(chosen, s),
-                                  chosen.speedup ? format_ratio(*chosen.speedup) : "–", bname);
+  std::string first = fmt::format(
+      "{} is the fastest precision that kept {} and never produced NaN: "
+      "{} the speed of {}",
+      chosen.precision, quality_phrase(chosen, s),
+      chosen.speedup ? format_ratio(*chosen.speedup) : "–", bname);
   if (chosen.memory_saving && *chosen.memory_saving > 0.005) {
     first += fmt::format(" with {} less {}memory", format_percent(*chosen.memory_saving),
                          chosen.memory_from_rss ? "resident " : "");
@@ -284,8 +298,8 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
   if (!subject) {
     for (size_t i = 0; i < s.runs.size(); ++i) {
       if (verdicts[i].is_baseline || !finished(s.runs[i])) continue;
-      if (!subject || (s.runs[i].ms_per_step > 0 &&
-                       s.runs[i].ms_per_step < s.runs[*subject].ms_per_step)) {
+      if (!subject ||
+          (s.runs[i].ms_per_step > 0 && s.runs[i].ms_per_step < s.runs[*subject].ms_per_step)) {
         subject = i;
       }
     }
@@ -301,7 +315,8 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
   if (!subject) return "";
   const Verdict& v = verdicts[*subject];
   if (v.diverged) return fmt::format("{} {}; {} finished.", v.precision, diverged_text(v), bname);
-  if (s.runs[*subject].error) return fmt::format("{} failed: {}.", v.precision, *s.runs[*subject].error);
+  if (s.runs[*subject].error)
+    return fmt::format("{} failed: {}.", v.precision, *s.runs[*subject].error);
   if (!finished(*base)) return "";
 
   std::string speed;
@@ -312,8 +327,8 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
   } else if (*v.speedup > 1.0) {
     speed = fmt::format("{} was {} faster than {}", v.precision, format_ratio(*v.speedup), bname);
   } else {
-    speed = fmt::format("{} was {} slower than {}", v.precision, format_ratio(1.0 / *v.speedup),
-                        bname);
+    speed =
+        fmt::format("{} was {} slower than {}", v.precision, format_ratio(1.0 / *v.speedup), bname);
   }
   std::string quality;
   if (v.accuracy_delta_points) {
@@ -326,10 +341,9 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
   } else if (v.loss_increase) {
     double d = *v.loss_increase;
     const char* what = v.quality == QualityMetric::val_loss ? "validation loss" : "final loss";
-    quality = std::fabs(d) < 0.0005
-                  ? fmt::format("the same {}", what)
-                  : fmt::format("{} {} {}", format_percent(std::fabs(d), 1),
-                                d > 0 ? "higher" : "lower", what);
+    quality = std::fabs(d) < 0.0005 ? fmt::format("the same {}", what)
+                                    : fmt::format("{} {} {}", format_percent(std::fabs(d), 1),
+                                                  d > 0 ? "higher" : "lower", what);
   }
   std::string memory;
   if (v.memory_saving) {

@@ -15,8 +15,8 @@ namespace mixp::study::test {
 
 struct Png {
   uint32_t width = 0, height = 0;
-  int channels = 0;              // 1, 2, 3 or 4
-  std::vector<uint8_t> pixels;   // rows top to bottom, `channels` bytes per pixel
+  int channels = 0;             // 1, 2, 3 or 4
+  std::vector<uint8_t> pixels;  // rows top to bottom, `channels` bytes per pixel
   const uint8_t* at(uint32_t x, uint32_t y) const {
     return &pixels[(size_t(y) * width + x) * size_t(channels)];
   }
@@ -53,11 +53,20 @@ inline Png read_png(const std::string& path) {
     i += 12 + n;
   }
   switch (color_type) {
-    case 0: png.channels = 1; break;
-    case 2: png.channels = 3; break;
-    case 4: png.channels = 2; break;
-    case 6: png.channels = 4; break;
-    default: throw std::runtime_error("unsupported PNG colour type " + std::to_string(color_type));
+    case 0:
+      png.channels = 1;
+      break;
+    case 2:
+      png.channels = 3;
+      break;
+    case 4:
+      png.channels = 2;
+      break;
+    case 6:
+      png.channels = 4;
+      break;
+    default:
+      throw std::runtime_error("unsupported PNG colour type " + std::to_string(color_type));
   }
   if (bit_depth != 8 || interlace != 0) throw std::runtime_error("unsupported PNG layout");
   const size_t stride = size_t(png.width) * size_t(png.channels);
@@ -75,19 +84,29 @@ inline Png read_png(const std::string& path) {
     uint8_t* dst = &png.pixels[y * stride];
     const uint8_t* up = y ? &png.pixels[(y - 1) * stride] : nullptr;
     for (size_t x = 0; x < stride; ++x) {
-      int a = x >= bpp ? dst[x - bpp] : 0, b = up ? up[x] : 0, c = (up && x >= bpp) ? up[x - bpp] : 0;
+      int a = x >= bpp ? dst[x - bpp] : 0, b = up ? up[x] : 0,
+          c = (up && x >= bpp) ? up[x - bpp] : 0;
       int pred = 0;
       switch (filter) {
-        case 0: pred = 0; break;
-        case 1: pred = a; break;
-        case 2: pred = b; break;
-        case 3: pred = (a + b) / 2; break;
+        case 0:
+          pred = 0;
+          break;
+        case 1:
+          pred = a;
+          break;
+        case 2:
+          pred = b;
+          break;
+        case 3:
+          pred = (a + b) / 2;
+          break;
         case 4: {
           int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           pred = (pa <= pb && pa <= pc) ? a : (pb <= pc ? b : c);
           break;
         }
-        default: throw std::runtime_error("bad PNG filter type");
+        default:
+          throw std::runtime_error("bad PNG filter type");
       }
       dst[x] = uint8_t(src[x] + pred);
     }

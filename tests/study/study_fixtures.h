@@ -26,8 +26,8 @@ inline RunRecord make_run(const std::string& precision, double ms_per_step, doub
   r.energy_source = "estimate";
   r.seed = 1;
   for (int s = 0; s <= 400; s += 10) {
-    r.loss_curve.emplace_back(s, 2.3 * std::exp(-s / (90.0 + 60 * loss_shift)) + 0.3 +
-                                     loss_shift + 0.02 * std::sin(s * (0.37 + loss_shift)));
+    r.loss_curve.emplace_back(s, 2.3 * std::exp(-s / (90.0 + 60 * loss_shift)) + 0.3 + loss_shift +
+                                     0.02 * std::sin(s * (0.37 + loss_shift)));
   }
   return r;
 }

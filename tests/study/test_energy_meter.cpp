@@ -37,9 +37,9 @@ TEST(RaplMeter, SumsPackagesOnlyAcrossWraparound) {
   TempDir t;
   const fs::path root = t.path();
   zone(root, "intel-rapl:0", "package-0", 1000, 10000);
-  zone(root, "intel-rapl:0:0", "core", 500, 10000);       // part of package 0
-  zone(root, "intel-rapl:0:1", "dram", 700, 10000);       // subzone
-  zone(root, "intel-rapl:1", "psys", 99999, 1000000);     // the whole platform
+  zone(root, "intel-rapl:0:0", "core", 500, 10000);    // part of package 0
+  zone(root, "intel-rapl:0:1", "dram", 700, 10000);    // subzone
+  zone(root, "intel-rapl:1", "psys", 99999, 1000000);  // the whole platform
   zone(root, "intel-rapl:2", "package-1", 2000, 5000);
   zone(root, "intel-rapl-mmio:0", "package-0", 42, 10000);  // mirror of the MSR zone
   RaplEnergyMeter m(root);
@@ -47,13 +47,13 @@ TEST(RaplMeter, SumsPackagesOnlyAcrossWraparound) {
   EXPECT_EQ(m.zone_names(), (std::vector<std::string>{"package-0", "package-1"}));
   m.start();
 
-  set_energy(root, "intel-rapl:0", 9000);     // +8000
-  set_energy(root, "intel-rapl:0:0", 9999);   // ignored
-  set_energy(root, "intel-rapl:1", 5);        // ignored
-  set_energy(root, "intel-rapl:2", 4500);     // +2500
+  set_energy(root, "intel-rapl:0", 9000);    // +8000
+  set_energy(root, "intel-rapl:0:0", 9999);  // ignored
+  set_energy(root, "intel-rapl:1", 5);       // ignored
+  set_energy(root, "intel-rapl:2", 4500);    // +2500
   m.sample();
-  set_energy(root, "intel-rapl:0", 500);      // wrapped: (10000 - 9000) + 500 = +1500
-  set_energy(root, "intel-rapl:2", 4500);     // +0
+  set_energy(root, "intel-rapl:0", 500);   // wrapped: (10000 - 9000) + 500 = +1500
+  set_energy(root, "intel-rapl:2", 4500);  // +0
   auto j = m.joules();
   ASSERT_TRUE(j);
   EXPECT_NEAR(*j, (8000 + 2500 + 1500) * 1e-6, 1e-12);

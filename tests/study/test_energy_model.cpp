@@ -39,12 +39,10 @@ TEST(EnergyModel, DerivationsGoThroughTheTablesPoints) {
   EXPECT_DOUBLE_EQ(int_multiply_pj(4), 0.05);
   // Fewer bits never cost more.
   const EnergyTable& t = horowitz_45nm();
-  for (auto [wide, narrow] : {std::pair{MacKind::fp64, MacKind::fp32},
-                              std::pair{MacKind::fp32, MacKind::tf32},
-                              std::pair{MacKind::tf32, MacKind::bf16},
-                              std::pair{MacKind::bf16, MacKind::fp8},
-                              std::pair{MacKind::fp8, MacKind::int8},
-                              std::pair{MacKind::int8, MacKind::int4}}) {
+  for (auto [wide, narrow] :
+       {std::pair{MacKind::fp64, MacKind::fp32}, std::pair{MacKind::fp32, MacKind::tf32},
+        std::pair{MacKind::tf32, MacKind::bf16}, std::pair{MacKind::bf16, MacKind::fp8},
+        std::pair{MacKind::fp8, MacKind::int8}, std::pair{MacKind::int8, MacKind::int4}}) {
     EXPECT_GT(t.mac_pj[int(wide)], t.mac_pj[int(narrow)]) << to_string(wide);
   }
 }
@@ -72,9 +70,9 @@ TEST(EnergyModel, TinyLinearByHandFp32) {
   EXPECT_EQ(c.sram_bytes, (8 + 12 + 6) * 4.0);
 
   EnergyBreakdown b = estimate_energy(c);
-  const double compute = 24 * 4.6 * kPj;     // 110.4 pJ
-  const double sram = 104 * 1.25 * kPj;      // 130 pJ
-  const double dram = 104 * 243.75 * kPj;    // 25,350 pJ
+  const double compute = 24 * 4.6 * kPj;   // 110.4 pJ
+  const double sram = 104 * 1.25 * kPj;    // 130 pJ
+  const double dram = 104 * 243.75 * kPj;  // 25,350 pJ
   EXPECT_NEAR(b.mac_joules[int(MacKind::fp32)], compute, 1e-24);
   EXPECT_NEAR(b.compute_joules, compute, 1e-24);
   EXPECT_NEAR(b.sram_joules, sram, 1e-24);
@@ -89,7 +87,7 @@ TEST(EnergyModel, TinyLinearByHandBf16) {
   OpCounts c = count_linear(2, 4, 3, DType::bf16);
   EXPECT_EQ(c[MacKind::bf16], 24.0);
   EXPECT_EQ(c[MacKind::fp32], 0.0);
-  EXPECT_EQ(c.dram_bytes, 26 * 2.0);  // half the bytes of fp32
+  EXPECT_EQ(c.dram_bytes, 26 * 2.0);                                   // half the bytes of fp32
   const double bf16_mac = (1.1 + (64.0 - 121.0) * 2.6 / 455.0) + 0.9;  // derived mult + fp32 add
   const double expected = 24 * bf16_mac + 52 * 1.25 + 52 * 243.75;     // pJ
   EXPECT_NEAR(estimate_joules(c) / kPj, expected, 1e-9);

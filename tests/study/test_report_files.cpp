@@ -84,10 +84,10 @@ TEST(Report, ResultsJsonSchema) {
   ASSERT_EQ(j["runs"].size(), 4u);
   for (const json& r : j["runs"]) {
     // The train --json fields DESIGN.md section 4 relies on, plus the study's.
-    for (const char* k : {"model", "precision", "steps", "skipped_steps", "ms_per_step",
-                          "samples_per_s", "test_accuracy", "final_loss", "peak_memory_bytes",
-                          "peak_rss_bytes", "train_time_s", "energy_joules", "energy_source",
-                          "seed", "diverged", "loss_curve", "loss_scale_trace"}) {
+    for (const char* k :
+         {"model", "precision", "steps", "skipped_steps", "ms_per_step", "samples_per_s",
+          "test_accuracy", "final_loss", "peak_memory_bytes", "peak_rss_bytes", "train_time_s",
+          "energy_joules", "energy_source", "seed", "diverged", "loss_curve", "loss_scale_trace"}) {
       EXPECT_TRUE(r.contains(k)) << r["precision"] << " lacks " << k;
     }
     // Every entry reads back as a RunRecord.
@@ -119,12 +119,13 @@ TEST(Report, ResultsCsvSchema) {
   auto rows = parse_csv(render_results_csv(s));
   ASSERT_EQ(rows.size(), 5u);  // header + one row per run
   EXPECT_EQ(rows[0], results_csv_columns());
-  const std::vector<std::string> first = {"model", "precision", "steps", "skipped_steps",
-                                          "ms_per_step", "samples_per_s", "tokens_per_s",
-                                          "test_accuracy", "val_loss", "final_loss",
-                                          "peak_memory_bytes", "peak_rss_bytes", "train_time_s",
-                                          "energy_joules", "energy_source", "seed", "diverged",
-                                          "diverged_at_step", "error", "num_seeds"};
+  const std::vector<std::string> first = {"model",         "precision",         "steps",
+                                          "skipped_steps", "ms_per_step",       "samples_per_s",
+                                          "tokens_per_s",  "test_accuracy",     "val_loss",
+                                          "final_loss",    "peak_memory_bytes", "peak_rss_bytes",
+                                          "train_time_s",  "energy_joules",     "energy_source",
+                                          "seed",          "diverged",          "diverged_at_step",
+                                          "error",         "num_seeds"};
   ASSERT_GE(rows[0].size(), first.size());
   EXPECT_EQ(std::vector<std::string>(rows[0].begin(), rows[0].begin() + first.size()), first);
   auto col = [&](const std::string& name) {

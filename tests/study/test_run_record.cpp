@@ -66,11 +66,13 @@ void expect_same(const RunRecord& a, const RunRecord& b) {
 
 TEST(RunRecord, JsonHasTheTrainJsonFieldNames) {
   json j = json::parse(to_json_string(full_record()));
-  for (const char* k : {"model", "precision", "steps", "skipped_steps", "ms_per_step",
-                        "samples_per_s", "tokens_per_s", "test_accuracy", "val_loss", "final_loss",
-                        "peak_memory_bytes", "peak_rss_bytes", "train_time_s", "energy_joules",
-                        "energy_source", "seed", "diverged", "error", "loss_curve",
-                        "loss_scale_trace"}) {
+  for (const char* k : {"model",         "precision",         "steps",
+                        "skipped_steps", "ms_per_step",       "samples_per_s",
+                        "tokens_per_s",  "test_accuracy",     "val_loss",
+                        "final_loss",    "peak_memory_bytes", "peak_rss_bytes",
+                        "train_time_s",  "energy_joules",     "energy_source",
+                        "seed",          "diverged",          "error",
+                        "loss_curve",    "loss_scale_trace"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   EXPECT_EQ(j["loss_curve"][1], json::array({10, j["loss_curve"][1][1]}));
@@ -96,8 +98,8 @@ TEST(RunRecord, DivergedRunRoundTripsWithNullLoss) {
 }
 
 TEST(RunRecord, NullFinalLossMeansDivergedWhenNotSaid) {
-  RunRecord r = run_record_from_json(
-      R"({"model":"mlp","precision":"fp16","steps":50,"final_loss":null})");
+  RunRecord r =
+      run_record_from_json(R"({"model":"mlp","precision":"fp16","steps":50,"final_loss":null})");
   EXPECT_TRUE(r.diverged);
   EXPECT_TRUE(std::isnan(r.final_loss));
   EXPECT_EQ(r.energy_source, "unavailable");

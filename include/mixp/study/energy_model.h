@@ -70,7 +70,7 @@ OpCounts operator*(OpCounts a, double times);
 struct EnergyTable {
   std::array<double, kNumMacKinds> mac_pj{};  // one multiply + one accumulate, by MacKind
   double dram_pj_per_byte = 0;
-  double dram_pj_per_byte_low = 0;   // the table's range for DRAM
+  double dram_pj_per_byte_low = 0;  // the table's range for DRAM
   double dram_pj_per_byte_high = 0;
   double sram_pj_per_byte = 0;
   std::string_view citation;
@@ -89,7 +89,7 @@ struct EnergyBreakdown {
   double compute_joules = 0;  // sum of mac_joules
   double sram_joules = 0;
   double dram_joules = 0;
-  double total_joules = 0;    // compute + sram + dram (central DRAM value)
+  double total_joules = 0;       // compute + sram + dram (central DRAM value)
   double total_low_joules = 0;   // with the low end of the DRAM range
   double total_high_joules = 0;  // with the high end
 };
@@ -97,7 +97,8 @@ struct EnergyBreakdown {
 EnergyBreakdown estimate_energy(const OpCounts& counts, const EnergyTable& table = horowitz_45nm());
 double estimate_joules(const OpCounts& counts, const EnergyTable& table = horowitz_45nm());
 
-// --- counting helpers (a Trainer counts its ops per step with these) ------------------------------
+// --- counting helpers (a Trainer counts its ops per step with these)
+// ------------------------------
 
 // Where operands live while a GEMM runs: one pass over A, B and C through DRAM (perfect reuse, a
 // lower bound on traffic), and through SRAM once per cache tile: A is read ceil(n / tile) times,

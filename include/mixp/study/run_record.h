@@ -22,9 +22,9 @@
 namespace mixp::study {
 
 // Where an energy number came from. The report labels kEnergyEstimate "(estimate)" everywhere.
-inline constexpr std::string_view kEnergyRapl = "rapl";             // CPU packages, powercap
-inline constexpr std::string_view kEnergyNvml = "nvml";             // NVIDIA GPU board counter
-inline constexpr std::string_view kEnergyEstimate = "estimate";     // energy_model.h, from counts
+inline constexpr std::string_view kEnergyRapl = "rapl";          // CPU packages, powercap
+inline constexpr std::string_view kEnergyNvml = "nvml";          // NVIDIA GPU board counter
+inline constexpr std::string_view kEnergyEstimate = "estimate";  // energy_model.h, from counts
 inline constexpr std::string_view kEnergyUnavailable = "unavailable";
 
 // A results.json / train --json object that cannot be read: the message names the field and says
@@ -37,24 +37,24 @@ class RecordError : public std::runtime_error {
 struct RunRecord {
   // --- the train --json fields -----------------------------------------------------------------
   std::string model;
-  std::string precision;                 // recipe name: fp32, bf16, fp16, fp8, int8-qat, ...
-  int64_t steps = 0;                     // optimizer steps done
-  int64_t skipped_steps = 0;             // steps the loss scaler skipped (inf/NaN gradients)
+  std::string precision;      // recipe name: fp32, bf16, fp16, fp8, int8-qat, ...
+  int64_t steps = 0;          // optimizer steps done
+  int64_t skipped_steps = 0;  // steps the loss scaler skipped (inf/NaN gradients)
   double ms_per_step = 0;
   double samples_per_s = 0;
-  std::optional<double> tokens_per_s;    // language models
-  std::optional<double> test_accuracy;   // classifiers; fraction in [0, 1]
-  std::optional<double> val_loss;        // language models (and anything without an accuracy)
-  double final_loss = 0;                 // NaN when the run diverged
-  int64_t peak_memory_bytes = 0;         // peak tracked tensor memory
-  int64_t peak_rss_bytes = 0;            // peak resident set of the process
+  std::optional<double> tokens_per_s;   // language models
+  std::optional<double> test_accuracy;  // classifiers; fraction in [0, 1]
+  std::optional<double> val_loss;       // language models (and anything without an accuracy)
+  double final_loss = 0;                // NaN when the run diverged
+  int64_t peak_memory_bytes = 0;        // peak tracked tensor memory
+  int64_t peak_rss_bytes = 0;           // peak resident set of the process
   double train_time_s = 0;
-  std::optional<double> energy_joules;   // nullopt when not measured nor estimated
+  std::optional<double> energy_joules;  // nullopt when not measured nor estimated
   std::string energy_source = std::string(kEnergyUnavailable);
   uint64_t seed = 0;
-  bool diverged = false;                 // loss or weights became NaN/inf and training stopped
+  bool diverged = false;  // loss or weights became NaN/inf and training stopped
   std::optional<int64_t> diverged_at_step;
-  std::optional<std::string> error;      // why the run failed, when it did
+  std::optional<std::string> error;  // why the run failed, when it did
   // --- curves ----------------------------------------------------------------------------------
   std::vector<std::pair<int64_t, double>> loss_curve;        // (step, training loss)
   std::vector<std::pair<int64_t, double>> loss_scale_trace;  // (step, loss scale); empty = none

@@ -33,9 +33,9 @@ struct Criteria {
 
 struct StudyResults {
   MachineInfo machine;
-  std::string model;        // "mlp", "cnn", "gpt", ...
-  std::string description;  // optional: data set, steps, batch ... shown under the title
-  std::string generated_at; // optional timestamp shown in the report ("" = none)
+  std::string model;         // "mlp", "cnn", "gpt", ...
+  std::string description;   // optional: data set, steps, batch ... shown under the title
+  std::string generated_at;  // optional timestamp shown in the report ("" = none)
   // One record per run. Several records of one precision (K seeds) are aggregated by the report
   // (aggregate_by_precision): mean and sample standard deviation per metric.
   std::vector<RunRecord> runs;

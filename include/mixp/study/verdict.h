@@ -4,7 +4,8 @@
 // Definitions (relative to the baseline run, same model, same machine):
 //   speed-up        baseline ms_per_step / run ms_per_step                     pass: > min_speedup
 //   memory saving   1 - run peak / baseline peak (peak_memory_bytes; peak_rss_bytes when the
-//                   tracked peak is missing in either run)                     pass: > min_memory_saving
+//                   tracked peak is missing in either run)                     pass: >
+//                   min_memory_saving
 //   accuracy loss   (baseline test_accuracy - run test_accuracy) * 100, in points (a gain is a
 //                   negative loss and passes); without accuracies the relative increase of
 //                   val_loss, else of final_loss                               pass: < the maximum
@@ -36,12 +37,12 @@ struct Verdict {
   bool diverged = false;
   std::optional<int64_t> diverged_at_step;
 
-  std::optional<double> speedup;              // baseline ms/step / run ms/step
-  std::optional<double> time_ratio;           // run ms/step / baseline ms/step
-  std::optional<double> memory_ratio;         // run peak / baseline peak
-  std::optional<double> memory_saving;        // 1 - memory_ratio
-  bool memory_from_rss = false;               // peak_rss_bytes used instead of tracked memory
-  std::optional<double> energy_ratio;         // same energy_source only
+  std::optional<double> speedup;        // baseline ms/step / run ms/step
+  std::optional<double> time_ratio;     // run ms/step / baseline ms/step
+  std::optional<double> memory_ratio;   // run peak / baseline peak
+  std::optional<double> memory_saving;  // 1 - memory_ratio
+  bool memory_from_rss = false;         // peak_rss_bytes used instead of tracked memory
+  std::optional<double> energy_ratio;   // same energy_source only
   QualityMetric quality = QualityMetric::none;
   std::optional<double> accuracy_delta_points;  // run - baseline, points (negative = worse)
   std::optional<double> loss_increase;          // run / baseline - 1 (val_loss or final_loss)
