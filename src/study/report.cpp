@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <system_error>
 
@@ -53,12 +54,22 @@ std::string status_text(const RunRecord& r) {
   return "";
 }
 
-std::string with_std(const RunRecord& r, const std::string& field, double value,
-                     std::string (*format)(double)) {
-  std::string t = format(value);
+std::optional<double> spread(const RunRecord& r, const std::string& field, double value) {
   auto it = r.stddev.find(field);
-  if (it != r.stddev.end() && std::isfinite(it->second)) t += " ± " + format(it->second);
+  if (it == r.stddev.end() || !std::isfinite(it->second)) return std::nullopt;
+  if (it->second <= 1e-9 * std::max(1.0, std::fabs(value))) return std::nullopt;
+  return it->second;
+}
+
+std::string with_std(const RunRecord& r, const std::string& field, double value,
+                     std::string (*format)(double), std::string (*std_format)(double)) {
+  std::string t = format(value);
+  if (auto sd = spread(r, field, value)) t += " ± " + (std_format ? std_format : format)(*sd);
   return t;
+}
+
+std::string format_spread(double v) {
+  return format_sig(v, 2);
 }
 
 std::string energy_note(const PreparedStudy& p) {

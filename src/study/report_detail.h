@@ -30,9 +30,15 @@ std::string render_report_html(const PreparedStudy& p);
 std::string energy_text(const RunRecord& r);
 // "diverged at step 120", "diverged", "failed: <error>" or "" for a finished run.
 std::string status_text(const RunRecord& r);
-// A value with its standard deviation when the run aggregates seeds: "12.3 ± 0.4".
+// The sample standard deviation of `field` when the run aggregates seeds and the spread is not
+// negligible (more than 1e-9 of the value; identical seeds show no "± 0").
+std::optional<double> spread(const RunRecord& r, const std::string& field, double value);
+// A value with its spread when there is one: "12.3 ± 0.40". `std_format` formats the spread
+// (nullptr: `format`).
 std::string with_std(const RunRecord& r, const std::string& field, double value,
-                     std::string (*format)(double));
+                     std::string (*format)(double), std::string (*std_format)(double) = nullptr);
+// Spread formatting for plain numbers: two significant digits.
+std::string format_spread(double v);
 
 // Where the criteria and the energy numbers come from, for the notes of every report.
 extern const char* const kCriteriaSource;

@@ -39,6 +39,29 @@ std::string energy_html(const RunRecord& r, bool stacked = false) {
   return t;
 }
 
+// "diverged at step N" (with "k of n seeds" below it), "failed: ..." or "" when finished.
+std::string status_html(const RunRecord& r) {
+  if (r.diverged) {
+    std::string t = e(r.diverged_at_step ? fmt::format("diverged at step {}", *r.diverged_at_step)
+                                         : std::string("diverged"));
+    if (r.num_seeds > 1) {
+      t += fmt::format("<small>{} of {} seeds</small>", r.diverged_seeds, r.num_seeds);
+    }
+    return t;
+  }
+  if (r.error) return e("failed: " + *r.error);
+  return "";
+}
+
+// The short form for chips and chart labels: "diverged at step N", "failed".
+std::string short_status(const RunRecord& r) {
+  if (r.diverged) {
+    return r.diverged_at_step ? fmt::format("diverged at step {}", *r.diverged_at_step)
+                              : std::string("diverged");
+  }
+  return r.error ? "failed" : "";
+}
+
 std::string chip(CheckResult c, const std::string& text) {
   const char* cls = c == CheckResult::pass ? "pass" : c == CheckResult::fail ? "fail" : "na";
   const char* mark = c == CheckResult::pass ? "✓ " : c == CheckResult::fail ? "✗ " : "";
@@ -102,9 +125,9 @@ void tiles(std::string& o, const Page& pg) {
                     v.is_baseline                                  ? "baseline"
                     : r.precision == pg.p.recommendation.precision ? "recommended"
                                                                    : "");
-    std::string st = status_text(r);
+    std::string st = status_html(r);
     o += st.empty() ? "<p class=\"status ok\">✓ finished</p>"
-                    : "<p class=\"status diverged\">✗ " + e(st) + "</p>";
+                    : "<p class=\"status diverged\">✗ " + st + "</p>";
     o += "<dl>";
     o += fmt::format("<dt>{}</dt><dd>{}</dd>", pg.lm ? "val loss" : "accuracy",
                      e(quality_value(pg, r)));
@@ -169,7 +192,7 @@ void verdict_table(std::string& o, const Page& pg) {
     }
     if (v.is_baseline && v.accuracy_check == CheckResult::pass) q = "reference";
     o += "<td>" + chip(v.accuracy_check, q) + "</td>";
-    std::string st = status_text(r);
+    std::string st = short_status(r);
     o += "<td>" +
          (v.finite_check == CheckResult::fail ? chip(CheckResult::fail, st)
           : r.error                           ? chip(CheckResult::not_applicable, st)
@@ -177,7 +200,7 @@ void verdict_table(std::string& o, const Page& pg) {
          "</td>";
     std::string en = v.energy_ratio ? format_ratio(*v.energy_ratio) : "n/a";
     o += "<td class=\"num\">" + e(en) +
-         (v.energy_ratio && r.energy_is_estimate() ? " <span class=\"estimate\">(estimate)</span>"
+         (v.energy_ratio && r.energy_is_estimate() ? "<small class=\"estimate\">(estimate)</small>"
                                                    : "") +
          "</td>";
     std::string verdict = v.is_baseline    ? "<span class=\"chip base\">baseline</span>"
@@ -216,7 +239,7 @@ void loss_chart(std::string& o, const Page& pg) {
       if (last) {
         if (r.diverged_at_step) last->x = double(*r.diverged_at_step);
         s.cross = last;
-        s.cross_label = r.precision + " " + status_text(r);
+        s.cross_label = r.precision + " " + status_text(r);  // with the seed count
       }
       s.label += " (diverged)";
     }
@@ -380,36 +403,46 @@ void results_table(std::string& o, const Page& pg) {
        "</th><th scope=\"col\" class=\"num\">Peak RSS</th><th scope=\"col\" class=\"num\">Energy"
        "</th><th scope=\"col\" class=\"num\">Steps<small>skipped</small></th></tr></thead>\n"
        "<tbody>\n";
-  auto acc = [](double v) { return format_accuracy(v); };
-  auto loss = [](double v) { return format_loss(v); };
-  auto ms = [](double v) { return format_sig(v, 3); };
-  auto rate = [](double v) { return v >= 1000 ? format_count(std::llround(v)) : format_sig(v, 3); };
-  auto dur = [](double v) { return format_duration(v); };
-  auto bytes = [](double v) { return format_bytes(v); };
+  using Format = std::string (*)(double);
+  Format acc = [](double v) { return format_accuracy(v); };
+  Format loss = [](double v) { return format_loss(v); };
+  Format ms = [](double v) { return format_sig(v, 3); };
+  Format rate = [](double v) {
+    return v >= 1000 ? format_count(std::llround(v)) : format_sig(v, 3);
+  };
+  Format dur = [](double v) { return format_duration(v); };
+  Format bytes = [](double v) { return format_bytes(v); };
+  // A number cell; the spread over seeds, when there is one, on a second line.
+  auto cell = [](const RunRecord& r, const std::string& field, double v, Format f,
+                 Format sf = nullptr) {
+    std::string t = "<td class=\"num\">" + html_escape(f(v));
+    if (auto sd = spread(r, field, v))
+      t += "<small>± " + html_escape((sf ? sf : f)(*sd)) + "</small>";
+    return t + "</td>";
+  };
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunRecord& r = runs[i];
-    std::string st = status_text(r);
+    std::string st = status_html(r);
     o += fmt::format("<tr><th scope=\"row\"><span class=\"swatch\" style=\"{}\"></span>{}</th>",
                      accent(pg.styles[i]), e(r.precision));
     o += st.empty() ? "<td class=\"ok nowrap\">finished</td>"
-                    : "<td class=\"diverged nowrap\">" + e(st) + "</td>";
-    std::string q =
-        pg.lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss) : "–")
-              : (r.test_accuracy ? with_std(r, "test_accuracy", *r.test_accuracy, acc) : "–");
-    o += "<td class=\"num\">" + e(q) + "</td>";
-    o += "<td class=\"num\">" +
-         e(std::isfinite(r.final_loss) ? with_std(r, "final_loss", r.final_loss, loss) : "NaN") +
-         "</td>";
-    o += "<td class=\"num\">" + e(with_std(r, "ms_per_step", r.ms_per_step, ms)) + "</td>";
+                    : "<td class=\"diverged status-cell\">" + st + "</td>";
+    if (pg.lm) {
+      o += r.val_loss ? cell(r, "val_loss", *r.val_loss, loss, format_spread)
+                      : "<td class=\"num\">–</td>";
+    } else {
+      o += r.test_accuracy ? cell(r, "test_accuracy", *r.test_accuracy, acc)
+                           : "<td class=\"num\">–</td>";
+    }
+    o += std::isfinite(r.final_loss) ? cell(r, "final_loss", r.final_loss, loss, format_spread)
+                                     : "<td class=\"num\">NaN</td>";
+    o += cell(r, "ms_per_step", r.ms_per_step, ms, format_spread);
     double thr = pg.lm && r.tokens_per_s ? *r.tokens_per_s : r.samples_per_s;
-    o += "<td class=\"num\">" +
-         e(with_std(r, pg.lm && r.tokens_per_s ? "tokens_per_s" : "samples_per_s", thr, rate)) +
-         "</td>";
-    o += "<td class=\"num\">" + e(with_std(r, "train_time_s", r.train_time_s, dur)) + "</td>";
-    o += "<td class=\"num\">" +
-         e(with_std(r, "peak_memory_bytes", double(r.peak_memory_bytes), bytes)) + "</td>";
-    o += "<td class=\"num\">" + e(with_std(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes)) +
-         "</td>";
+    o += cell(r, pg.lm && r.tokens_per_s ? "tokens_per_s" : "samples_per_s", thr, rate,
+              format_spread);
+    o += cell(r, "train_time_s", r.train_time_s, dur);
+    o += cell(r, "peak_memory_bytes", double(r.peak_memory_bytes), bytes);
+    o += cell(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes);
     o += "<td class=\"num\">" + energy_html(r, true) + "</td>";
     o +=
         fmt::format("<td class=\"num\">{}{}<small>{}</small></td></tr>\n", e(format_count(r.steps)),

@@ -105,16 +105,18 @@ std::string render_report_markdown(const PreparedStudy& p) {
       lm ? "Val loss" : "Test accuracy", lm ? "tokens/s" : "samples/s");
   for (const RunRecord& r : s.runs) {
     std::string quality =
-        lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss) : "–")
+        lm ? (r.val_loss ? with_std(r, "val_loss", *r.val_loss, loss, format_spread) : "–")
            : (r.test_accuracy ? with_std(r, "test_accuracy", *r.test_accuracy, acc) : "–");
     double thr = lm && r.tokens_per_s ? *r.tokens_per_s : r.samples_per_s;
     std::string status = status_text(r);
     o += fmt::format(
         "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_escape(r.precision),
         status.empty() ? "finished" : md_escape(status), quality,
-        std::isfinite(r.final_loss) ? with_std(r, "final_loss", r.final_loss, loss) : "NaN",
-        with_std(r, "ms_per_step", r.ms_per_step, ms),
-        with_std(r, lm && r.tokens_per_s ? "tokens_per_s" : "samples_per_s", thr, rate),
+        std::isfinite(r.final_loss) ? with_std(r, "final_loss", r.final_loss, loss, format_spread)
+                                    : "NaN",
+        with_std(r, "ms_per_step", r.ms_per_step, ms, format_spread),
+        with_std(r, lm && r.tokens_per_s ? "tokens_per_s" : "samples_per_s", thr, rate,
+                 format_spread),
         with_std(r, "train_time_s", r.train_time_s, dur),
         with_std(r, "peak_memory_bytes", double(r.peak_memory_bytes), bytes),
         with_std(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes), energy_text(r),

@@ -39,14 +39,16 @@ h3 { font-size: 15px; margin: 0; }
   background: #f8fafc; border: 1px solid var(--line); border-left: 7px solid var(--accent); }
 .rec-label { font-size: 12px; text-transform: uppercase; letter-spacing: .08em; color: var(--muted);
   font-weight: 600; }
-.rec-precision { font-size: 34px; font-weight: 750; color: var(--accent-ink); line-height: 1.1; }
+.rec-precision { font-size: 34px; font-weight: 750; color: var(--accent-ink); line-height: 1.1;
+  white-space: nowrap; }
 .rec p { margin: 0; font-size: 15.5px; }
 .tiles { display: grid; grid-template-columns: repeat(auto-fit, minmax(200px, 1fr)); gap: 14px;
   margin: 22px 0; }
 .tile { background: var(--card); border: 1px solid var(--line); border-top: 6px solid var(--accent);
   border-radius: 12px; padding: 12px 16px 14px; }
 .tile h3 { font-size: 20px; color: var(--accent-ink); display: flex; align-items: baseline;
-  justify-content: space-between; gap: 8px; }
+  justify-content: space-between; flex-wrap: wrap; gap: 0 8px; }
+.tile h3 .name { white-space: nowrap; }
 .tile .tag { font-size: 11px; font-weight: 600; color: var(--muted); text-transform: uppercase;
   letter-spacing: .06em; }
 .tile dl { display: grid; grid-template-columns: auto 1fr; gap: 2px 10px; margin: 8px 0 0;
@@ -71,6 +73,8 @@ td small, th small { display: block; color: var(--muted); font-size: 12px; font-
 table.results { font-size: 13.5px; }
 table.results th, table.results td { padding: 8px 7px; }
 .nowrap { white-space: nowrap; }
+td.status-cell { min-width: 160px; max-width: 260px; }
+.tile .status small, td.status-cell small { display: block; font-weight: 500; }
 .lede.after { margin: 12px 0 0; font-size: 13px; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 3px;
   margin-right: 8px; background: var(--accent); vertical-align: -1px; }

@@ -341,6 +341,7 @@ std::string render_bar_chart(const BarChart& c) {
         "fill=\"{}\">{}</text>\n",
         x, axis_y + 16, kAxis, tick_label(t, ticks.size() > 1 ? ticks[1] - ticks[0] : 1));
   }
+  std::string labels;  // drawn last, over the reference and limit lines
   for (size_t i = 0; i < c.rows.size(); ++i) {
     const BarRow& r = c.rows[i];
     const double yc = top + row_h * double(i) + row_h / 2;
@@ -349,7 +350,7 @@ std::string render_bar_chart(const BarChart& c) {
         "fill=\"{}\"{}>{}</text>\n",
         label_w - 10, yc + 4.5, kText, r.emphasis ? " font-weight=\"600\"" : "", esc(r.label));
     if (!r.value || !std::isfinite(*r.value)) {
-      o += fmt::format(
+      labels += fmt::format(
           "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" fill=\"{}\" "
           "paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"4\"{}>{}</text>\n",
           left + 6, yc + 4, r.missing_is_error ? kRed : kAxis,
@@ -367,12 +368,12 @@ std::string render_bar_chart(const BarChart& c) {
         esc(r.label), esc(r.value_text));
     const bool negative = *r.value < from;
     double tx = negative ? x0 - 6 : x0 + w + 6;
-    o += fmt::format(
+    labels += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"12\" fill=\"{}\" "
-        "font-weight=\"600\">{}</text>\n",
+        "font-weight=\"600\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\">{}</text>\n",
         tx, yc + 4, negative ? "end" : "start", kText, esc(r.value_text));
   }
-  // Reference and limit lines on top of the bars.
+  // Reference and limit lines on top of the bars, under the value labels.
   double rx = sx(c.reference);
   o += fmt::format(
       "<line class=\"reference\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" "
@@ -398,6 +399,7 @@ std::string render_bar_chart(const BarChart& c) {
         "fill=\"{}\">{}</text>\n",
         lean ? x + 4 : x, top - 12, lean ? "end" : "middle", kRed, esc(c.limit_label));
   }
+  o += labels;
   o += "</svg>\n";
   return o;
 }

@@ -16,7 +16,9 @@ std::string format_ratio(double x) {
 
 std::string format_percent(double fraction, int decimals) {
   if (!std::isfinite(fraction)) return "–";
-  return fmt::format("{:.{}f}%", fraction * 100.0, decimals);
+  std::string s = fmt::format("{:.{}f}%", fraction * 100.0, decimals);
+  if (s[0] == '-') s = "\u2212" + s.substr(1);  // a real minus sign
+  return s;
 }
 
 std::string format_accuracy(double fraction) {

@@ -225,7 +225,7 @@ TEST(Report, SeedsAreAggregatedWithSpread) {
   EXPECT_NEAR(j["runs"][0]["std"]["ms_per_step"].get<double>(), 0.5, 1e-12);
   EXPECT_EQ(j["runs"][2]["diverged_seeds"], 3);
   std::string html = render_report_html(s);
-  EXPECT_NE(html.find("10.5 ± 0.500"), std::string::npos);
+  EXPECT_NE(html.find("10.5<small>± 0.50</small>"), std::string::npos);
   EXPECT_NE(html.find("3 of 3 seeds"), std::string::npos);
   EXPECT_EQ(parse_csv(render_results_csv(s)).size(), 5u);
 }
@@ -275,6 +275,14 @@ TEST(Report, OtherFilesInTheFolderAreKeptAndRewritesReplace) {
   EXPECT_TRUE(std::filesystem::exists(t.path() / "fp32.log.jsonl"));
   EXPECT_EQ(json::parse(read_text(t.path() / "results.json"))["model"], "cnn");
   EXPECT_EQ(t.entries().size(), 5u);  // no temporaries left behind
+}
+
+TEST(Report, DescribesThisMachine) {
+  MachineInfo m = describe_this_machine(3);
+  EXPECT_EQ(m.threads, 3);
+  EXPECT_FALSE(m.cpu_model.empty());
+  EXPECT_FALSE(m.os.empty());
+  EXPECT_GT(describe_this_machine().threads, 0);
 }
 
 TEST(Report, UnwritableFolderThrows) {
