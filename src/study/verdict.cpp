@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -52,6 +53,20 @@ std::string rejection(const Verdict& v, const RunRecord& r) {
                        format_percent(*v.loss_increase, 1));
   }
   return v.precision + " could not be compared";
+}
+
+// "accuracy within 0.5 points of fp32" or "validation loss within 0.5% of fp32".
+std::string criterion_phrase(const StudyResults& s, std::span<const Verdict> verdicts) {
+  for (const Verdict& v : verdicts) {
+    if (v.quality == QualityMetric::val_loss || v.quality == QualityMetric::final_loss) {
+      return fmt::format("{} within {} of {}",
+                         v.quality == QualityMetric::val_loss ? "validation loss" : "final loss",
+                         format_percent(s.criteria.max_loss_increase, 1), s.baseline_precision);
+    }
+  }
+  return fmt::format("accuracy within {} points of {}",
+                     detail::format_number(s.criteria.max_accuracy_loss_points, 3),
+                     s.baseline_precision);
 }
 
 std::string quality_phrase(const Verdict& v, const StudyResults& s) {
@@ -236,13 +251,16 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
   const Verdict& chosen = verdicts[*best];
   rec.precision = chosen.precision;
 
-  // The faster runs that were turned down, fastest first.
+  // The faster runs that were turned down, fastest first (then the failed ones).
   std::vector<size_t> rejected;
   for (size_t i = 0; i < s.runs.size() && i < verdicts.size(); ++i) {
     if (!verdicts[i].acceptable() && (faster(i, *best) || !finished(s.runs[i]))) {
       rejected.push_back(i);
     }
   }
+  std::stable_sort(rejected.begin(), rejected.end(), [&](size_t a, size_t b) {
+    return s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+  });
   std::string turned_down;
   for (size_t k = 0; k < rejected.size() && k < 3; ++k) {
     if (k) turned_down += (k + 1 == rejected.size() || k == 2) ? " and " : ", ";
@@ -253,8 +271,7 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
     rec.reason = fmt::format(
         "{} stays the choice for this {} model on this machine: no lower precision was faster "
         "while keeping {} and free of NaN.",
-        bname, s.model,
-        s.criteria.max_accuracy_loss_points > 0 ? "accuracy within the criterion" : "accuracy");
+        bname, s.model, criterion_phrase(s, verdicts));
     if (!turned_down.empty()) rec.reason += " " + turned_down + ".";
     return rec;
   }

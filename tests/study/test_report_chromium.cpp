@@ -67,12 +67,16 @@ size_t count(const std::string& s, const std::string& part) {
   return n;
 }
 
+// Each test renders into its own folder (ctest may run them in parallel): the DOM test into a
+// temporary one, the screenshot test into <build>/study_report_sample, which is kept.
 class ReportInChromium : public ::testing::Test {
  protected:
   void SetUp() override {
     chromium_ = find_chromium();
     if (chromium_.empty()) GTEST_SKIP() << "chromium not installed (apt-get install chromium)";
-    dir_ = fs::path(MIXP_BINARY_DIR) / "study_report_sample";
+  }
+  void render_into(const fs::path& dir) {
+    dir_ = dir;
     std::error_code ec;
     fs::remove_all(dir_, ec);
     write_study_report(dir_, test::crafted_study());
@@ -82,6 +86,8 @@ class ReportInChromium : public ::testing::Test {
 };
 
 TEST_F(ReportInChromium, DomHasHeadingsTablesAndCharts) {
+  mixp::test::TempDir tmp;
+  render_into(tmp.path() / "report");
   const fs::path dom_file = dir_ / "dom.html";
   ASSERT_EQ(run_chromium(chromium_, dir_ / "report.html", "--dump-dom", dom_file), 0)
       << mixp::test::read_text(dom_file.string() + ".stderr");
@@ -105,6 +111,7 @@ TEST_F(ReportInChromium, DomHasHeadingsTablesAndCharts) {
 }
 
 TEST_F(ReportInChromium, ScreenshotIsARealPicture) {
+  render_into(fs::path(MIXP_BINARY_DIR) / "study_report_sample");
   const fs::path png_file = dir_ / "report.png";
   const std::string args =
       "--screenshot=" + shell_quote(png_file.string()) + " --window-size=1280,2400";

@@ -96,6 +96,7 @@ TEST(Verdict, BaselineStaysWhenNothingFasterIsAcceptable) {
   Recommendation rec = recommend(s, v);
   EXPECT_EQ(rec.precision, "fp32");
   EXPECT_TRUE(contains(rec.reason, "fp32 stays the choice")) << rec.reason;
+  EXPECT_TRUE(contains(rec.reason, "accuracy within 0.5 points of fp32")) << rec.reason;
   EXPECT_TRUE(contains(rec.reason, "fp8 was faster but lost 5.00 points")) << rec.reason;
   // The headline then describes the fastest other run that finished.
   EXPECT_TRUE(contains(summary_sentence(s, v, rec), "fp8 was 2.0x faster than fp32"));
