@@ -22,7 +22,7 @@ namespace mixp::study {
 
 // Renders all four files, then writes each atomically (io/atomic_file.h) into out_dir, creating
 // it (and its parents) when missing; other files in out_dir are left alone. A rendering error
-// writes nothing. Throws IoError when a file cannot be written.
+// writes nothing. Throws mixp::IoError (mixp/io/atomic_file.h) when a file cannot be written.
 void write_study_report(const std::filesystem::path& out_dir, const StudyResults& s);
 
 // The file contents, for tests and for callers that want one of them.
