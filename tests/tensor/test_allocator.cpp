@@ -25,6 +25,7 @@ TEST(Allocator, CountsCurrentAndPeak) {
 }
 
 TEST(Allocator, ReusesCachedBlocks) {
+  if (!CachingAllocator::cpu().caching()) GTEST_SKIP() << "MIXP_ALLOCATOR=system";
   { Tensor warm = empty({1000, 100}); }
   const AllocatorStats s0 = allocator_stats();
   for (int i = 0; i < 10; ++i) Tensor t = empty({1000, 100});
@@ -73,6 +74,7 @@ struct Step {
 };
 
 TEST(Allocator, SteadyStateLoopMakesNoSystemAllocations) {
+  if (!CachingAllocator::cpu().caching()) GTEST_SKIP() << "MIXP_ALLOCATOR=system";
   Step step;
   step.run();
   step.run();  // the first iterations fill the cache

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <ostream>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -82,6 +83,7 @@ class Shape {
 };
 
 std::string to_string(const Shape& s);
+inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 
 // Row-major (C-contiguous) strides of a shape.
 Shape contiguous_strides(const Shape& shape);

@@ -166,6 +166,8 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
 // Arithmetic operators, for readability (same as add/sub/mul/div/neg in ops/ops.h).
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

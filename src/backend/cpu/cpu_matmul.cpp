@@ -51,7 +51,8 @@ void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, con
   const DType in_dt = a_in.dtype();
   const bool ok_dtypes = onednn::supports(in_dt) && b_in.dtype() == in_dt && cfg.compute == in_dt &&
                          dst.dtype() == DType::fp32 && (!bias.defined() || bias.dtype() == DType::fp32);
-  if (!ok_dtypes || !dst.is_contiguous()) {
+  // oneDNN rejects (or crashes on) zero-sized GEMMs; the ref loops handle them.
+  if (!ok_dtypes || !dst.is_contiguous() || dst.numel() == 0 || a_in.numel() == 0 || b_in.numel() == 0) {
     RefBackend::matmul(dst, a_in, b_in, bias, cfg);
     return;
   }

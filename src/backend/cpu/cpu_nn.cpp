@@ -359,18 +359,18 @@ void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, 
     if (t < 0 || t >= C) throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(t) + " out of [0, " + std::to_string(C) + ")");
   }
   const auto& k = vec::kernels();
-  double total = 0;
   const float* x = fp(logits);
+  // Per-row losses, then one ordered sum: the result does not depend on the thread count.
+  std::vector<double> row_loss(static_cast<size_t>(N));
   parallel_for(N, N * C * 8, [&](int64_t lo, int64_t hi) {
-    double part = 0;
     for (int64_t n = lo; n < hi; ++n) {
       const float l = k.logsumexp(x + n * C, C);
       fp(lse)[n] = l;
-      part += static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
+      row_loss[static_cast<size_t>(n)] = static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
     }
-#pragma omp atomic
-    total += part;
   });
+  double total = 0;
+  for (double v : row_loss) total += v;
   fp(loss)[0] = N ? static_cast<float>(total / static_cast<double>(N)) : 0.0f;
 }
 

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
+#include "mixp/format/convert.h"
 
 namespace mixp {
 using namespace kern;
@@ -36,12 +37,6 @@ void parallel_chunks(int64_t n, F&& f) {
 
 bool f32(const Tensor& t) { return t.dtype() == DType::fp32; }
 
-// fp32 -> bf16 round-to-nearest-even with NaN kept quiet (FORMATS.md: check NaN first).
-inline uint16_t bf16_rne(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
 // Offset of the start of row r (all dims but the last) in a strided tensor of this shape.
 inline int64_t row_offset(const Shape& shape, const Shape& strides, int64_t r) {
   int64_t off = 0;
@@ -111,29 +106,27 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
       parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(s[i]); });
       return;
     }
-    if (sd == DType::bf16 && dd == DType::fp32) {
-      const uint16_t* s = static_cast<const uint16_t*>(src.data_ptr());
-      uint32_t* d = static_cast<uint32_t*>(dst.data_ptr());
-      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<uint32_t>(s[i]) << 16; });
-      return;
-    }
-    if (sd == DType::fp32 && dd == DType::bf16 && round == Round::nearest_even) {
-      // RNE never overflows to inf from a finite fp32 except above bf16 max, where IEEE says inf;
-      // saturate clamps those.
+    // fp32 <-> bf16/fp16/fp8/tf32: the bulk SIMD converters of mixp/format/convert.h, in
+    // parallel chunks (the chunk offset keeps stochastic rounding independent of the chunking).
+    if (sd == DType::fp32 && is_elementwise_float(dd)) {
       const float* s = ptr<float>(src);
-      uint16_t* d = static_cast<uint16_t*>(dst.data_ptr());
-      const bool sat = overflow == Overflow::saturate;
+      char* d = static_cast<char*>(dst.data_ptr());
+      const int64_t es = static_cast<int64_t>(dst.element_size());
       parallel_chunks(n, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) {
-          uint16_t b = bf16_rne(s[i]);
-          if (sat && (b & 0x7FFFu) == 0x7F80u && std::isfinite(s[i])) b = static_cast<uint16_t>((b & 0x8000u) | 0x7F7Fu);
-          d[i] = b;
-        }
+        const ConvertOptions opt{round, overflow, seed, static_cast<uint64_t>(lo)};
+        convert_f32_to(dd, std::span<const float>(s + lo, static_cast<size_t>(hi - lo)), d + lo * es, opt);
       });
       return;
     }
-    // TODO(convert.h): route the remaining float pairs through the bulk SIMD converters once
-    // include/mixp/format/convert.h is on main.
+    if (dd == DType::fp32 && is_elementwise_float(sd)) {
+      const char* s = static_cast<const char*>(src.data_ptr());
+      float* d = ptr<float>(dst);
+      const int64_t es = static_cast<int64_t>(src.element_size());
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        convert_to_f32(sd, s + lo * es, std::span<float>(d + lo, static_cast<size_t>(hi - lo)));
+      });
+      return;
+    }
   }
   if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.dim() > 0) {
     switch (dst.element_size()) {
