@@ -100,6 +100,24 @@ void BM_GptBlock(benchmark::State& st) {
 }
 BENCHMARK(BM_GptBlock)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
+// Per-op overhead: a tiny add with and without recording.
+void BM_TinyAdd(benchmark::State& st) {
+  Tensor a = ones({4}).requires_grad_(st.range(0) != 0), b = ones({4});
+  for (auto _ : st) benchmark::DoNotOptimize(add(a, b).data_ptr());
+}
+BENCHMARK(BM_TinyAdd)->Arg(0)->Arg(1);
+
+// Forward + backward of a tiny chain: engine overhead per node.
+void BM_TinyChainBackward(benchmark::State& st) {
+  Tensor a = ones({4}).requires_grad_();
+  for (auto _ : st) {
+    Tensor y = a;
+    for (int i = 0; i < 10; ++i) y = mul(y, 1.01);
+    sum(y).backward();
+  }
+}
+BENCHMARK(BM_TinyChainBackward);
+
 }  // namespace
 
 BENCHMARK_MAIN();

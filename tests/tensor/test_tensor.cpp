@@ -113,22 +113,40 @@ TEST(Tensor, ConversionsNameTheirRounding) {
 TEST(Tensor, CpuAndRefConvertAlike) {
   Generator g(3);
   Tensor x = mul(randn({1000}, g), 100.0);
-  for (DType dt : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::fp64}) {
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::tf32, DType::fp64}) {
+    for (Round r : {Round::nearest_even, Round::toward_zero, Round::stochastic, Round::nearest_away}) {
     for (Overflow o : {Overflow::ieee, Overflow::saturate}) {
+      if (dt == DType::fp64 && r != Round::nearest_even) continue;  // widening: exact
       Tensor a, b;
       {
         BackendGuard bg(BackendKind::cpu);
-        a = x.to(dt, Round::nearest_even, o);
+        a = x.to(dt, r, o, 77);
       }
       {
         BackendGuard bg(BackendKind::ref);
-        b = x.to(dt, Round::nearest_even, o);
+        b = x.to(dt, r, o, 77);
       }
       const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
       for (size_t i = 0; i < va.size(); ++i) {
         if (std::isnan(vb[i])) EXPECT_TRUE(std::isnan(va[i]));
-        else EXPECT_EQ(va[i], vb[i]) << name(dt) << " " << i;
+        else EXPECT_EQ(va[i], vb[i]) << name(dt) << " " << to_string(r) << " " << i;
       }
+      // and back to fp32 (widening) on both backends
+      Tensor wa, wb;
+      {
+        BackendGuard bg(BackendKind::cpu);
+        wa = a.to(DType::fp32, Round::nearest_even);
+      }
+      {
+        BackendGuard bg(BackendKind::ref);
+        wb = a.to(DType::fp32, Round::nearest_even);
+      }
+      const auto xa = wa.to_vector<double>(), xb = wb.to_vector<double>();
+      for (size_t i = 0; i < xa.size(); ++i) {
+        if (std::isnan(xb[i])) EXPECT_TRUE(std::isnan(xa[i]));
+        else EXPECT_EQ(xa[i], xb[i]);
+      }
+    }
     }
   }
 }

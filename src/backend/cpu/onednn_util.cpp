@@ -1,5 +1,7 @@
 #include "backend/cpu/onednn_util.h"
 
+#include <omp.h>
+
 #include "mixp/backend/cpu_features.h"
 #include "mixp/tensor/factories.h"
 
@@ -44,7 +46,11 @@ std::unordered_map<Key, CachedPrimitive, KeyHash>& table() {
 }
 }  // namespace
 
-CachedPrimitive& cached(const Key& key, const std::function<CachedPrimitive()>& make) {
+CachedPrimitive& cached(const Key& key0, const std::function<CachedPrimitive()>& make) {
+  // oneDNN fixes some blocking decisions for the thread count at creation (as its own cache
+  // does, we key on it): set_num_threads() then gets primitives made for the new count.
+  Key key = key0;
+  key.add(omp_get_max_threads());
   std::lock_guard lock(g_mu);
   auto it = table().find(key);
   if (it != table().end()) return it->second;
