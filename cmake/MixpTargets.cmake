@@ -62,6 +62,15 @@ function(mixp_add_tests)
       continue()
     endif()
     get_filename_component(name ${dir} NAME)
+    if(EXISTS ${dir}/run_test.cmake)
+      # A folder with its own driver script is a standalone scenario (e.g. tests/install: a
+      # consumer project using find_package(mixp)), run by CMake in script mode.
+      add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DMIXP_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+               -DMIXP_BINARY_DIR=${PROJECT_BINARY_DIR} -DMIXP_GENERATOR=${CMAKE_GENERATOR}
+               -P ${dir}/run_test.cmake)
+      set_tests_properties(${name} PROPERTIES LABELS ${name} TIMEOUT 600)
+      continue()
+    endif()
     set(t mixp_test_${name})
     add_executable(${t} ${srcs})
     target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
