@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,10 +44,14 @@ inline std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
-// `args` is passed to /bin/sh as written (quote what needs quoting).
-inline CliResult run_cli(const std::string& args) {
+// `args` is passed to /bin/sh as written (quote what needs quoting); `env` sets variables for
+// this run only.
+inline CliResult run_cli(const std::string& args,
+                         const std::vector<std::pair<std::string, std::string>>& env = {}) {
   TempDir dir;
-  const std::string cmd = std::string("'") + MIXP_CLI + "' " + args + " >'" + (dir / "out") + "' 2>'" +
+  std::string vars;
+  for (const auto& [k, v] : env) vars += k + "='" + v + "' ";
+  const std::string cmd = vars + "'" + MIXP_CLI + "' " + args + " >'" + (dir / "out") + "' 2>'" +
                           (dir / "err") + "' </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;

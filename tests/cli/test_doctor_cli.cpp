@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "cli_runner.h"
 #include "mixp/backend/platform.h"
@@ -57,6 +58,69 @@ TEST(DoctorCli, Text) {
   EXPECT_NE(r.out.find("bf16"), std::string::npos);
   EXPECT_EQ(run_cli("doctor --help").exit_code, 0);
   EXPECT_NE(run_cli("doctor --bogus").exit_code, 0);
+}
+
+// A stand-in for libcuda.so.1 with two GPUs, compiled when the test runs (the build makes no
+// shared libraries for tests), so the driver-API path of the probe runs on machines without GPUs.
+constexpr const char* kFakeDriver = R"(
+#include <string.h>
+#include <stddef.h>
+int cuInit(unsigned f) { return 0; }
+int cuDriverGetVersion(int* v) { *v = 12040; return 0; }
+int cuDeviceGetCount(int* n) { *n = 2; return 0; }
+int cuDeviceGet(int* d, int i) { *d = i; return 0; }
+int cuDeviceGetName(char* s, int len, int d) { strncpy(s, d == 0 ? "Fake T4" : "Fake A100", len); return 0; }
+int cuDeviceGetAttribute(int* v, int attr, int d) {
+  if (attr == 75) *v = d == 0 ? 7 : 8;
+  else if (attr == 76) *v = d == 0 ? 5 : 0;
+  else if (attr == 16) *v = d == 0 ? 40 : 108;
+  else return 1;
+  return 0;
+}
+int cuDeviceTotalMem_v2(size_t* b, int d) { *b = (size_t)(d == 0 ? 16 : 40) << 30; return 0; }
+)";
+
+TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
+  TempDir dir;
+  {
+    std::ofstream src(dir / "fake_cuda.c");
+    src << kFakeDriver;
+  }
+  const std::string lib = dir / "libfakecuda.so";
+  const std::string cc = "cc -shared -fPIC -o '" + lib + "' '" + (dir / "fake_cuda.c") + "' 2>/dev/null";
+  if (std::system(cc.c_str()) != 0) GTEST_SKIP() << "no C compiler to build the fake driver";
+  const CliResult r = run_cli("doctor --json", {{"MIXP_LIBCUDA", lib}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = r.json();
+  ASSERT_EQ(j.at("gpus").size(), 2u);
+  EXPECT_EQ(j["cuda_driver_version"], 12040);
+  EXPECT_EQ(j["gpus"][0]["name"], "Fake T4");
+  EXPECT_EQ(j["gpus"][0]["compute_capability"], "7.5");
+  EXPECT_EQ(j["gpus"][0]["architecture"], "Turing");
+  EXPECT_EQ(j["gpus"][1]["compute_capability"], "8.0");
+  EXPECT_EQ(j["gpus"][1]["memory_bytes"].get<uint64_t>(), uint64_t{40} << 30);
+  EXPECT_EQ(j["gpus"][1]["multiprocessors"], 108);
+  EXPECT_EQ(j["recommended_precision"], "bf16");  // the best GPU (sm80) decides
+  EXPECT_EQ(j["device"], "cuda:1");
+  for (const json& f : j["formats"]) {
+    if (f["format"] == "tf32") EXPECT_EQ(f["support"], "native");  // the A100's table
+  }
+  for (const json& f : j["gpus"][0]["formats"]) {
+    if (f["format"] == "bf16") EXPECT_EQ(f["support"], "emulated");  // no bf16 on Turing
+  }
+  const CliResult text = run_cli("doctor", {{"MIXP_LIBCUDA", lib}});
+  EXPECT_NE(text.out.find("Fake A100"), std::string::npos);
+  EXPECT_NE(text.out.find("CUDA 12.4"), std::string::npos);
+}
+
+TEST(DoctorCli, DriverFailuresAreDescribedNotFatal) {
+  CliResult r = run_cli("doctor --json", {{"MIXP_LIBCUDA", "/nonexistent/libcuda.so.1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.json()["gpu_status"].get<std::string>().find("no NVIDIA driver found"), std::string::npos);
+  EXPECT_TRUE(r.json()["gpus"].empty());
+  r = run_cli("doctor --json", {{"MIXP_LIBCUDA", "libm.so.6"}});  // a library without the driver API
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.json()["gpu_status"].get<std::string>().find("lacks the driver API"), std::string::npos);
 }
 
 }  // namespace

@@ -59,20 +59,23 @@ int main(int argc, char** argv) {
   std::vector<std::string> args = protect_negative_numbers(argc, argv);
   std::vector<char*> arg_ptrs;
   for (auto& a : args) arg_ptrs.push_back(a.data());
+  // Every failure prints one line, "mixp <command>: error: <what>", on stderr (DESIGN.md 4).
+  const auto fail = [&app](const char* what, int code) {
+    std::fflush(stdout);
+    const auto subs = app.get_subcommands();
+    std::cerr << "mixp" << (subs.empty() ? "" : " " + subs[0]->get_name()) << ": error: " << what << "\n";
+    return code;
+  };
   try {
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return fail((std::string(e.what()) + " (see --help)").c_str(), 2);
   } catch (const UsageError& e) {
-    std::fflush(stdout);
-    std::cerr << "mixp " << (app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name())
-              << ": error: " << e.what() << "\n";
-    return 2;
+    return fail(e.what(), 2);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::cerr << "mixp " << (app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name())
-              << ": error: " << e.what() << "\n";
-    return 1;
+    return fail(e.what(), 1);
   }
   return 0;
 }
