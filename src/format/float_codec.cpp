@@ -33,9 +33,10 @@ uint32_t encode_overflow(const FloatFormat& fmt, uint32_t sign, Round round, Ove
   if (overflow == Overflow::saturate || fmt.specials == Specials::finite) {
     return sign | fmt.max_finite_bits();
   }
-  if (fmt.specials == Specials::fn) return sign | exp_all | ((1U << M) - 1);  // E4M3FN: NaN
-  // IEEE 754 7.4: roundTowardZero carries overflow to the largest finite number.
+  // IEEE 754 7.4: roundTowardZero carries overflow to the largest finite number. This comes
+  // before E4M3FN's NaN: truncation never leaves the finite range (docs/formats.md, Overflow).
   if (round == Round::toward_zero) return sign | fmt.max_finite_bits();
+  if (fmt.specials == Specials::fn) return sign | exp_all | ((1U << M) - 1);  // E4M3FN: NaN
   return sign | exp_all;  // inf
 }
 
