@@ -25,7 +25,7 @@ inline double round_to_integer(double v, Round round, uint32_t random_bits) {
   double r = fl;
   switch (round) {
     case Round::nearest_even:
-      if (f > 0.5 || (f == 0.5 && std::fmod(fl, 2.0) != 0.0)) r = fl + 1.0;
+      if (f > 0.5 || (f == 0.5 && (static_cast<int64_t>(fl) & 1))) r = fl + 1.0;
       break;
     case Round::nearest_away:
       if (f >= 0.5) r = fl + 1.0;

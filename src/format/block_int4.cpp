@@ -13,7 +13,9 @@
 namespace mixp {
 namespace {
 
-const char* kind_name(Block4 k) { return k == Block4::int4 ? "int4" : "nf4"; }
+const char* kind_name(Block4 k) {
+  return k == Block4::int4 ? "int4" : "nf4";
+}
 
 // Midpoints between neighbouring NF4 codes, exact in double (two fp32 values sum exactly).
 struct Nf4Midpoints {
@@ -31,7 +33,8 @@ const Nf4Midpoints& midpoints() {
 
 void check_block(int block_size, Block4 kind) {
   if (block_size <= 0 || block_size % 2 != 0) {
-    throw std::invalid_argument(std::string(kind_name(kind)) + " block size must be a positive "
+    throw std::invalid_argument(std::string(kind_name(kind)) +
+                                " block size must be a positive "
                                 "even number (two 4-bit codes share a byte); got " +
                                 std::to_string(block_size) + ", the default is 64");
   }
@@ -39,8 +42,10 @@ void check_block(int block_size, Block4 kind) {
 
 void check_round(Round r, Block4 kind) {
   if (r != Round::nearest_even && r != Round::stochastic) {
-    throw std::invalid_argument(std::string(kind_name(kind)) + " supports rounding nearest-even "
-                                "or stochastic, not " + std::string(to_string(r)));
+    throw std::invalid_argument(std::string(kind_name(kind)) +
+                                " supports rounding nearest-even "
+                                "or stochastic, not " +
+                                std::string(to_string(r)));
   }
 }
 
@@ -81,7 +86,9 @@ float decode_code(Block4 kind, uint32_t code, float scale) {
   return block4_code_value(kind, code) * scale;
 }
 
-bool low_first(Block4 kind) { return kind == Block4::int4; }
+bool low_first(Block4 kind) {
+  return kind == Block4::int4;
+}
 
 // Visits blocks: fn(begin, len, block_index).
 template <class Fn>
@@ -104,7 +111,8 @@ uint8_t nf4_nearest_code(float n) {
 float block4_code_value(Block4 kind, uint32_t code) {
   code &= 0xFu;
   if (kind == Block4::nf4) return kNf4Codes[code];
-  return static_cast<float>(code >= 8 ? static_cast<int32_t>(code) - 16 : static_cast<int32_t>(code));
+  return static_cast<float>(code >= 8 ? static_cast<int32_t>(code) - 16
+                                      : static_cast<int32_t>(code));
 }
 
 int64_t block4_num_blocks(int64_t n, int block_size) {
@@ -122,12 +130,11 @@ void block4_quantize(std::span<uint8_t> data, std::span<float> scales, std::span
   const auto n = static_cast<int64_t>(x.size());
   if (static_cast<int64_t>(data.size()) != block4_data_bytes(n) ||
       static_cast<int64_t>(scales.size()) != block4_num_blocks(n, block_size)) {
-    throw std::invalid_argument(std::string(kind_name(kind)) + " of " + std::to_string(n) +
-                                " values needs " + std::to_string(block4_data_bytes(n)) +
-                                " data bytes and " +
-                                std::to_string(block4_num_blocks(n, block_size)) +
-                                " scales; got " + std::to_string(data.size()) + " and " +
-                                std::to_string(scales.size()));
+    throw std::invalid_argument(
+        std::string(kind_name(kind)) + " of " + std::to_string(n) + " values needs " +
+        std::to_string(block4_data_bytes(n)) + " data bytes and " +
+        std::to_string(block4_num_blocks(n, block_size)) + " scales; got " +
+        std::to_string(data.size()) + " and " + std::to_string(scales.size()));
   }
   if (!data.empty()) data.back() = 0;  // padding nibble of an odd count stays zero
   for_each_block(n, block_size, [&](int64_t begin, int64_t len, int64_t b) {
@@ -143,7 +150,8 @@ void block4_quantize(std::span<uint8_t> data, std::span<float> scales, std::span
     scales[static_cast<size_t>(b)] = scale;
     for (int64_t i = begin; i < begin + len; ++i) {
       const uint32_t rb = round == Round::stochastic ? sr_bits(seed, static_cast<uint64_t>(i)) : 0;
-      detail::put_nibble(data.data(), i, encode_code(kind, x[static_cast<size_t>(i)], scale, round, rb),
+      detail::put_nibble(data.data(), i,
+                         encode_code(kind, x[static_cast<size_t>(i)], scale, round, rb),
                          low_first(kind));
     }
   });
@@ -155,12 +163,12 @@ void block4_dequantize(std::span<float> out, std::span<const uint8_t> data,
   const auto n = static_cast<int64_t>(out.size());
   if (static_cast<int64_t>(data.size()) != block4_data_bytes(n) ||
       static_cast<int64_t>(scales.size()) != block4_num_blocks(n, block_size)) {
-    throw std::invalid_argument(std::string(kind_name(kind)) + " of " + std::to_string(n) +
-                                " values needs " + std::to_string(block4_data_bytes(n)) +
-                                " data bytes and " +
-                                std::to_string(block4_num_blocks(n, block_size)) +
-                                " scales; got " + std::to_string(data.size()) + " and " +
-                                std::to_string(scales.size()) + " (check the shape and block size)");
+    throw std::invalid_argument(
+        std::string(kind_name(kind)) + " of " + std::to_string(n) + " values needs " +
+        std::to_string(block4_data_bytes(n)) + " data bytes and " +
+        std::to_string(block4_num_blocks(n, block_size)) + " scales; got " +
+        std::to_string(data.size()) + " and " + std::to_string(scales.size()) +
+        " (check the shape and block size)");
   }
   for_each_block(n, block_size, [&](int64_t begin, int64_t len, int64_t b) {
     const float scale = scales[static_cast<size_t>(b)];

@@ -13,12 +13,12 @@ namespace mixp {
 namespace {
 
 void check_qparams(const QParams& p) {
-  if (!(p.scale > 0.0f) || !std::isfinite(p.scale) || p.qmin >= p.qmax ||
-      p.zero_point < p.qmin || p.zero_point > p.qmax) {
+  if (!(p.scale > 0.0f) || !std::isfinite(p.scale) || p.qmin >= p.qmax || p.zero_point < p.qmin ||
+      p.zero_point > p.qmax) {
     throw std::invalid_argument(
-        "invalid int8 quantization parameters (scale " + std::to_string(p.scale) +
-        ", zero point " + std::to_string(p.zero_point) + ", range [" + std::to_string(p.qmin) +
-        ", " + std::to_string(p.qmax) +
+        "invalid int8 quantization parameters (scale " + std::to_string(p.scale) + ", zero point " +
+        std::to_string(p.zero_point) + ", range [" + std::to_string(p.qmin) + ", " +
+        std::to_string(p.qmax) +
         "]); the scale must be positive and finite and the zero point inside the range");
   }
 }
@@ -179,8 +179,8 @@ float fake_quantize_int8_value(float x, const QParams& p, bool* in_range) {
   return dequantize_int8_value(qc, p);
 }
 
-void quantize_int8(std::span<uint8_t> dst, std::span<const float> x, const QParams& p,
-                   Round round, uint64_t seed) {
+void quantize_int8(std::span<uint8_t> dst, std::span<const float> x, const QParams& p, Round round,
+                   uint64_t seed) {
   check_qparams(p);
   check_sizes(dst.size(), x.size(), "quantize_int8");
   for (size_t i = 0; i < x.size(); ++i) {
@@ -211,8 +211,8 @@ void fake_quantize_int8(std::span<float> x, const QParams& p, std::span<uint8_t>
 }
 
 void quantize_int8_per_channel(std::span<uint8_t> dst, std::span<const float> x,
-                               std::span<const int64_t> shape, int axis,
-                               std::span<const QParams> p, Round round, uint64_t seed) {
+                               std::span<const int64_t> shape, int axis, std::span<const QParams> p,
+                               Round round, uint64_t seed) {
   const ChannelGeometry g =
       channel_geometry(shape, axis, x.size(), p.size(), "quantize_int8_per_channel");
   check_sizes(dst.size(), x.size(), "quantize_int8_per_channel");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -26,16 +27,36 @@ constexpr MxElementInfo kInfo[] = {
     {MxElement::int8, DType::int8, "mxint8", 8, 0, 127.0 / 64.0},
 };
 
+// mx_info and the code tables index kInfo by the enum's value.
+constexpr bool info_in_enum_order() {
+  for (size_t i = 0; i < std::size(kInfo); ++i) {
+    if (static_cast<size_t>(kInfo[i].element) != i) return false;
+  }
+  return true;
+}
+static_assert(info_in_enum_order());
+
 const FloatFormat& float_format_of(MxElement e) {
   switch (e) {
-    case MxElement::fp8_e4m3: return kFp8E4M3;
-    case MxElement::fp8_e5m2: return kFp8E5M2;
-    case MxElement::fp6_e2m3: return kFp6E2M3;
-    case MxElement::fp6_e3m2: return kFp6E3M2;
-    case MxElement::fp4_e2m1: return kFp4E2M1;
-    case MxElement::int8: break;
+    case MxElement::fp8_e4m3:
+      return kFp8E4M3;
+    case MxElement::fp8_e5m2:
+      return kFp8E5M2;
+    case MxElement::fp6_e2m3:
+      return kFp6E2M3;
+    case MxElement::fp6_e3m2:
+      return kFp6E3M2;
+    case MxElement::fp4_e2m1:
+      return kFp4E2M1;
+    case MxElement::int8:
+      break;
   }
   throw std::logic_error("MXINT8 has no float format");
+}
+
+// 2^e as a double, exactly, for |e| <= 1022 (MX needs [-127, 127]); cheaper than ldexp.
+double pow2(int e) {
+  return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52);
 }
 
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
@@ -71,10 +92,13 @@ void store_code(uint8_t* data, MxElement e, int64_t i, uint32_t code) {
 
 uint32_t load_code(const uint8_t* data, MxElement e, int64_t i) {
   switch (e) {
-    case MxElement::fp4_e2m1: return detail::get_nibble(data, i, /*low_first=*/true);
+    case MxElement::fp4_e2m1:
+      return detail::get_nibble(data, i, /*low_first=*/true);
     case MxElement::fp6_e2m3:
-    case MxElement::fp6_e3m2: return data[i] & 0x3Fu;  // the top two bits are padding
-    default: return data[i];
+    case MxElement::fp6_e3m2:
+      return data[i] & 0x3Fu;  // the top two bits are padding
+    default:
+      return data[i];
   }
 }
 
@@ -102,7 +126,7 @@ e8m0 quantize_one_block(const float* x, int64_t begin, int64_t len, MxElement e,
     const int64_t i = begin + k;
     uint32_t code = 0;
     if (!s.is_nan()) {
-      const double scaled = std::ldexp(static_cast<double>(x[i]), -s.exponent());  // exact
+      const double scaled = static_cast<double>(x[i]) * pow2(-s.exponent());  // exact
       const uint32_t rb =
           opt.round == Round::stochastic ? sr_bits(opt.seed, static_cast<uint64_t>(i)) : 0;
       code = mx_encode_element(e, scaled, opt.round, rb);
@@ -112,14 +136,34 @@ e8m0 quantize_one_block(const float* x, int64_t begin, int64_t len, MxElement e,
   return s;
 }
 
+// Decoded value of every code of every element type (the codec's decode_float, tabulated once).
+struct CodeTables {
+  double v[std::size(kInfo)][256];
+  CodeTables() {
+    for (const auto& info : kInfo) {
+      for (uint32_t c = 0; c < 256; ++c) {
+        v[static_cast<size_t>(info.element)][c] =
+            c < (1u << info.bits) ? mx_decode_element(info.element, c) : 0.0;
+      }
+    }
+  }
+};
+const CodeTables& code_tables() {
+  static const CodeTables t;
+  return t;
+}
+
 float decode_scaled(MxElement e, uint32_t code, e8m0 s) {
   if (s.is_nan()) return std::numeric_limits<float>::quiet_NaN();
-  return static_cast<float>(std::ldexp(mx_decode_element(e, code), s.exponent()));
+  // Exact product in double (a few significant bits times a power of two), one fp32 rounding.
+  return static_cast<float>(code_tables().v[static_cast<size_t>(e)][code] * pow2(s.exponent()));
 }
 
 }  // namespace
 
-const MxElementInfo& mx_info(MxElement e) { return kInfo[static_cast<size_t>(e)]; }
+const MxElementInfo& mx_info(MxElement e) {
+  return kInfo[static_cast<size_t>(e)];
+}
 
 e8m0 mx_shared_scale(uint32_t amax_bits, MxElement e) {
   amax_bits &= kAbsMask;
@@ -151,7 +195,7 @@ uint32_t mx_encode_element(MxElement e, double scaled, Round round, uint32_t ran
 
 double mx_decode_element(MxElement e, uint32_t code) {
   if (e != MxElement::int8) return decode_float(float_format_of(e), code);
-  return std::ldexp(static_cast<double>(static_cast<int8_t>(static_cast<uint8_t>(code))), -6);
+  return static_cast<double>(static_cast<int8_t>(static_cast<uint8_t>(code))) / 64.0;
 }
 
 int64_t mx_num_blocks(int64_t n, int64_t row_len, int block_size) {
@@ -180,9 +224,9 @@ void mx_quantize(std::span<uint8_t> data, std::span<uint8_t> scales, std::span<c
   uint8_t* d = data.data();
   for_each_block(n, row_len, opt.block_size, [&](int64_t begin, int64_t len, int64_t b) {
     scales[static_cast<size_t>(b)] =
-        quantize_one_block(x.data(), begin, len, e, opt,
-                           [&](int64_t i, uint32_t code) { store_code(d, e, i, code); })
-            .bits;
+        quantize_one_block(x.data(), begin, len, e, opt, [&](int64_t i, uint32_t code) {
+          store_code(d, e, i, code);
+        }).bits;
   });
 }
 
@@ -192,12 +236,11 @@ void mx_dequantize(std::span<float> out, std::span<const uint8_t> data,
   const int64_t nb = mx_num_blocks(n, row_len, block_size);
   if (static_cast<int64_t>(data.size()) != mx_data_bytes(e, n) ||
       static_cast<int64_t>(scales.size()) != nb) {
-    throw std::invalid_argument("mx_dequantize: " + std::string(mx_info(e).name) + " of " +
-                                std::to_string(n) + " values needs " +
-                                std::to_string(mx_data_bytes(e, n)) + " data bytes and " +
-                                std::to_string(nb) + " scales; got " + std::to_string(data.size()) +
-                                " and " + std::to_string(scales.size()) +
-                                " (check the shape and block size)");
+    throw std::invalid_argument(
+        "mx_dequantize: " + std::string(mx_info(e).name) + " of " + std::to_string(n) +
+        " values needs " + std::to_string(mx_data_bytes(e, n)) + " data bytes and " +
+        std::to_string(nb) + " scales; got " + std::to_string(data.size()) + " and " +
+        std::to_string(scales.size()) + " (check the shape and block size)");
   }
   for_each_block(n, row_len, block_size, [&](int64_t begin, int64_t len, int64_t b) {
     const e8m0 s{scales[static_cast<size_t>(b)]};

@@ -27,17 +27,27 @@ struct Scheme {
 };
 
 constexpr Scheme kSchemes[] = {
-    {"mxfp8_e4m3", Family::mx, MxElement::fp8_e4m3, Block4::int4, DType::fp8_e4m3, DType::e8m0, kMxDefaultBlock},
-    {"mxfp8_e5m2", Family::mx, MxElement::fp8_e5m2, Block4::int4, DType::fp8_e5m2, DType::e8m0, kMxDefaultBlock},
-    {"mxfp6_e2m3", Family::mx, MxElement::fp6_e2m3, Block4::int4, DType::fp6_e2m3, DType::e8m0, kMxDefaultBlock},
-    {"mxfp6_e3m2", Family::mx, MxElement::fp6_e3m2, Block4::int4, DType::fp6_e3m2, DType::e8m0, kMxDefaultBlock},
-    {"mxfp4", Family::mx, MxElement::fp4_e2m1, Block4::int4, DType::fp4_e2m1, DType::e8m0, kMxDefaultBlock},
-    {"mxint8", Family::mx, MxElement::int8, Block4::int4, DType::int8, DType::e8m0, kMxDefaultBlock},
-    {"int4", Family::block4, MxElement::int8, Block4::int4, DType::int4, DType::fp32, kInt4DefaultBlock},
-    {"nf4", Family::block4, MxElement::int8, Block4::nf4, DType::nf4, DType::fp32, kInt4DefaultBlock},
+    {"mxfp8_e4m3", Family::mx, MxElement::fp8_e4m3, Block4::int4, DType::fp8_e4m3, DType::e8m0,
+     kMxDefaultBlock},
+    {"mxfp8_e5m2", Family::mx, MxElement::fp8_e5m2, Block4::int4, DType::fp8_e5m2, DType::e8m0,
+     kMxDefaultBlock},
+    {"mxfp6_e2m3", Family::mx, MxElement::fp6_e2m3, Block4::int4, DType::fp6_e2m3, DType::e8m0,
+     kMxDefaultBlock},
+    {"mxfp6_e3m2", Family::mx, MxElement::fp6_e3m2, Block4::int4, DType::fp6_e3m2, DType::e8m0,
+     kMxDefaultBlock},
+    {"mxfp4", Family::mx, MxElement::fp4_e2m1, Block4::int4, DType::fp4_e2m1, DType::e8m0,
+     kMxDefaultBlock},
+    {"mxint8", Family::mx, MxElement::int8, Block4::int4, DType::int8, DType::e8m0,
+     kMxDefaultBlock},
+    {"int4", Family::block4, MxElement::int8, Block4::int4, DType::int4, DType::fp32,
+     kInt4DefaultBlock},
+    {"nf4", Family::block4, MxElement::int8, Block4::nf4, DType::nf4, DType::fp32,
+     kInt4DefaultBlock},
     {"int8", Family::int8_tensor, MxElement::int8, Block4::int4, DType::int8, DType::fp32, 0},
-    {"int8_affine", Family::int8_affine, MxElement::int8, Block4::int4, DType::int8, DType::fp32, 0},
-    {"int8_channel", Family::int8_channel, MxElement::int8, Block4::int4, DType::int8, DType::fp32, 0},
+    {"int8_affine", Family::int8_affine, MxElement::int8, Block4::int4, DType::int8, DType::fp32,
+     0},
+    {"int8_channel", Family::int8_channel, MxElement::int8, Block4::int4, DType::int8, DType::fp32,
+     0},
 };
 
 std::string names_joined() {
@@ -71,12 +81,15 @@ int resolve_block(const Scheme& sc, int requested) {
   if (four_bit && bs % 2 != 0) {
     throw std::invalid_argument(std::string(sc.name) + ": block size " + std::to_string(bs) +
                                 " is odd, but two 4-bit codes share a byte; use an even size "
-                                "(default " + std::to_string(sc.default_block) + ")");
+                                "(default " +
+                                std::to_string(sc.default_block) + ")");
   }
   return bs;
 }
 
-int64_t row_len_of(const std::vector<int64_t>& shape) { return shape.empty() ? 1 : shape.back(); }
+int64_t row_len_of(const std::vector<int64_t>& shape) {
+  return shape.empty() ? 1 : shape.back();
+}
 
 void check_input(std::span<const float> x, const std::vector<int64_t>& shape, const char* who) {
   const int64_t n = shape_numel(shape);
@@ -99,8 +112,9 @@ MinMax finite_minmax(std::span<const float> x) {
 
 void check_channel_rank(const std::vector<int64_t>& shape) {
   if (shape.empty()) {
-    throw std::invalid_argument("int8_channel needs a tensor of rank >= 1 (channels along axis "
-                                "0); use int8 for a scalar");
+    throw std::invalid_argument(
+        "int8_channel needs a tensor of rank >= 1 (channels along axis "
+        "0); use int8 for a scalar");
   }
 }
 
@@ -139,7 +153,9 @@ std::vector<std::string> block_scheme_names() {
   return out;
 }
 
-int default_block_size(std::string_view scheme) { return find_scheme(scheme).default_block; }
+int default_block_size(std::string_view scheme) {
+  return find_scheme(scheme).default_block;
+}
 
 int64_t shape_numel(std::span<const int64_t> shape) {
   int64_t n = 1;
@@ -164,8 +180,10 @@ std::vector<int64_t> block_scale_shape(const BlockTensor& t) {
     case Family::block4:
       return {t.block_size > 0 ? (n + t.block_size - 1) / t.block_size : 0};
     case Family::int8_tensor:
-    case Family::int8_affine: return {1};
-    case Family::int8_channel: return {t.shape.empty() ? 0 : t.shape[0]};
+    case Family::int8_affine:
+      return {1};
+    case Family::int8_channel:
+      return {t.shape.empty() ? 0 : t.shape[0]};
   }
   return {};
 }
@@ -230,11 +248,10 @@ void dequantize_block(const BlockTensor& t, std::span<float> out) {
                                 std::to_string(out.size()));
   }
   if (t.element != sc.element || t.scale_dtype != sc.scale) {
-    throw std::invalid_argument("dequantize_block: a " + std::string(sc.name) +
-                                " tensor must have element " + std::string(name(sc.element)) +
-                                " and scale " + std::string(name(sc.scale)) + ", not " +
-                                std::string(name(t.element)) + " and " +
-                                std::string(name(t.scale_dtype)));
+    throw std::invalid_argument(
+        "dequantize_block: a " + std::string(sc.name) + " tensor must have element " +
+        std::string(name(sc.element)) + " and scale " + std::string(name(sc.scale)) + ", not " +
+        std::string(name(t.element)) + " and " + std::string(name(t.scale_dtype)));
   }
   const int bs = sc.default_block == 0 ? 0 : t.block_size;
   if (sc.default_block != 0 && bs <= 0) {
@@ -308,7 +325,8 @@ void fake_quantize_block(std::span<float> x, const std::vector<int64_t>& shape,
       const int64_t inner = shape_numel(std::span<const int64_t>(shape).subspan(1));
       for (size_t c = 0; c < mm.size(); ++c) {
         if (std::isnan(mm[c].min) || std::isinf(mm[c].min) || std::isinf(mm[c].max)) {
-          mm[c] = finite_minmax(x.subspan(c * static_cast<size_t>(inner), static_cast<size_t>(inner)));
+          mm[c] =
+              finite_minmax(x.subspan(c * static_cast<size_t>(inner), static_cast<size_t>(inner)));
         }
       }
       const auto p = compute_qparams_per_channel(mm, kSymmetric);

@@ -107,7 +107,9 @@ fs::path AtomicDirectory::file(std::string_view name) const {
   return staging_ / rel;
 }
 
-AtomicDirectory::~AtomicDirectory() { abort(); }
+AtomicDirectory::~AtomicDirectory() {
+  abort();
+}
 
 AtomicDirectory::AtomicDirectory(AtomicDirectory&& other) noexcept
     : target_(std::move(other.target_)),

@@ -65,7 +65,9 @@ AtomicFileWriter::AtomicFileWriter(fs::path path) : path_(std::move(path)) {
                 ": every candidate name was taken; remove stale *.tmp-* files there");
 }
 
-AtomicFileWriter::~AtomicFileWriter() { abort(); }
+AtomicFileWriter::~AtomicFileWriter() {
+  abort();
+}
 
 AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
     : path_(std::move(other.path_)),

@@ -18,14 +18,21 @@ namespace {
 std::string_view errno_hint(int err) {
   switch (err) {
     case EACCES:
-    case EPERM: return "check the permissions of the file and its directory";
-    case EROFS: return "the filesystem is read-only; choose another location";
+    case EPERM:
+      return "check the permissions of the file and its directory";
+    case EROFS:
+      return "the filesystem is read-only; choose another location";
     case ENOSPC:
-    case EDQUOT: return "the disk is full; free space or choose another location";
-    case ENOENT: return "check that the path exists";
-    case ENOTDIR: return "a component of the path is not a directory";
-    case EISDIR: return "the path is a directory; give a file name";
-    default: return {};
+    case EDQUOT:
+      return "the disk is full; free space or choose another location";
+    case ENOENT:
+      return "check that the path exists";
+    case ENOTDIR:
+      return "a component of the path is not a directory";
+    case EISDIR:
+      return "the path is a directory; give a file name";
+    default:
+      return {};
   }
 }
 }  // namespace
@@ -50,9 +57,14 @@ std::string random_suffix() {
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 gen([] {
     std::random_device rd;
-    const auto t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    std::seed_seq seq{rd(), rd(), static_cast<unsigned>(t), static_cast<unsigned>(t >> 32),
-                      static_cast<unsigned>(counter.fetch_add(1)), static_cast<unsigned>(getpid())};
+    const auto t =
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    std::seed_seq seq{rd(),
+                      rd(),
+                      static_cast<unsigned>(t),
+                      static_cast<unsigned>(t >> 32),
+                      static_cast<unsigned>(counter.fetch_add(1)),
+                      static_cast<unsigned>(getpid())};
     return std::mt19937_64(seq);
   }());
   static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -83,7 +95,8 @@ void check_output_path(const std::filesystem::path& path, bool want_directory) {
     throw IoError(os_error("write into directory", parent, errno));
   }
   if (!S_ISDIR(st.st_mode)) {
-    throw IoError("cannot write " + quote_path(path) + ": " + quote_path(parent) + " is not a directory");
+    throw IoError("cannot write " + quote_path(path) + ": " + quote_path(parent) +
+                  " is not a directory");
   }
   if (::lstat(path.c_str(), &st) == 0) {
     if (!want_directory && S_ISDIR(st.st_mode)) {
@@ -104,24 +117,35 @@ std::filesystem::path parent_or_dot(const std::filesystem::path& path) {
 }
 
 bool is_valid_utf8(std::string_view s) {
+  // Lead byte pattern -> continuation bytes, and the smallest code point that length may encode
+  // (anything smaller is an overlong form, which RFC 3629 forbids).
+  struct Lead {
+    uint8_t mask, value;
+    size_t extra;
+    uint32_t min;
+  };
+  static constexpr Lead kLeads[] = {
+      {0xE0, 0xC0, 1, 0x80}, {0xF0, 0xE0, 2, 0x800}, {0xF8, 0xF0, 3, 0x10000}};
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<uint8_t>(s[i]);
-    int extra;
-    uint32_t cp, min;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; min = 0x10000; }
-    else return false;
-    if (i + static_cast<size_t>(extra) >= s.size()) return false;  // truncated sequence
-    for (int k = 1; k <= extra; ++k) {
-      const auto cc = static_cast<uint8_t>(s[i + static_cast<size_t>(k)]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const Lead* lead = nullptr;
+    for (const auto& l : kLeads) {
+      if ((c & l.mask) == l.value) lead = &l;
+    }
+    if (!lead || i + lead->extra >= s.size()) return false;  // bad lead byte or truncated
+    uint32_t cp = c & static_cast<uint8_t>(~lead->mask);
+    for (size_t k = 1; k <= lead->extra; ++k) {
+      const auto cc = static_cast<uint8_t>(s[i + k]);
       if ((cc & 0xC0) != 0x80) return false;
       cp = (cp << 6) | (cc & 0x3F);
     }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += static_cast<size_t>(extra) + 1;
+    if (cp < lead->min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += lead->extra + 1;
   }
   return true;
 }

@@ -24,7 +24,9 @@ bool is_valid_utf8(std::string_view s);
 // message stays on one line (and, when `s` is not valid UTF-8, bytes >= 0x80 too, so the message
 // is); longer than `max_chars` is cut with "...".
 std::string quote(std::string_view s, size_t max_chars = 120);
-inline std::string quote_path(const std::filesystem::path& p) { return quote(p.native()); }
+inline std::string quote_path(const std::filesystem::path& p) {
+  return quote(p.native());
+}
 
 // Test hook: when set, AtomicDirectory::commit takes the rename-aside fallback instead of
 // renameat2(RENAME_EXCHANGE), so tests can cover both paths.

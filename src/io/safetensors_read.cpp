@@ -41,7 +41,9 @@ std::string type_of(const json& j) {
   return std::string(t[0] == 'o' || t[0] == 'a' ? "an " : "a ") + std::string(t);
 }
 
-std::string fmt_u64(uint64_t v) { return std::to_string(v); }
+std::string fmt_u64(uint64_t v) {
+  return std::to_string(v);
+}
 
 // Bytes outside printable ASCII as \xNN, so a message built from file content is one clean line.
 std::string escape_bytes(std::string_view s) {
@@ -76,8 +78,8 @@ uint64_t check_prefix(std::span<const std::byte> prefix, uint64_t file_bytes,
                      "-byte limit; the file is corrupted or not a safetensors file");
   }
   if (n > file_bytes - 8) {
-    fail(source, "header-size field (file bytes 0-7) says " + fmt_u64(n) +
-                     " bytes but only " + fmt_u64(file_bytes - 8) +
+    fail(source, "header-size field (file bytes 0-7) says " + fmt_u64(n) + " bytes but only " +
+                     fmt_u64(file_bytes - 8) +
                      " bytes follow it; the file is truncated or not a safetensors file");
   }
   return n;
@@ -100,18 +102,21 @@ class HeaderGuard {
         }
         if (event == E::object_start) keys_.emplace_back();
         break;
-      case E::object_end: keys_.pop_back(); break;
+      case E::object_end:
+        keys_.pop_back();
+        break;
       case E::key: {
         const auto& key = parsed.get_ref<const std::string&>();
         if (depth == 1) top_key_ = key;
         if (!keys_.back().insert(key).second) {
-          fail(source_, depth == 1 ? "header has two entries named " + quote(key)
-                                   : "entry " + quote(top_key_) + " has the key " + quote(key) +
-                                         " twice");
+          fail(source_, depth == 1
+                            ? "header has two entries named " + quote(key)
+                            : "entry " + quote(top_key_) + " has the key " + quote(key) + " twice");
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
     return true;
   }
@@ -125,8 +130,8 @@ class HeaderGuard {
 json parse_json(std::span<const std::byte> header, std::string_view source) {
   const auto* p = reinterpret_cast<const char*>(header.data());
   if (header.empty() || p[0] != '{') {
-    fail(source, "header (file bytes 8-" + fmt_u64(8 + header.size()) +
-                     ") does not start with '{'; not a safetensors file");
+    fail(source, "the " + fmt_u64(header.size()) +
+                     "-byte header at file byte 8 does not start with '{'; not a safetensors file");
   }
   // nlohmann's lexer treats a NUL byte as the end of input, so "{}\0junk" would pass; serde_json
   // (the reference) rejects it, and a NUL can never appear in valid JSON text, so reject it here.
@@ -185,12 +190,15 @@ Entry parse_entry(const std::string& name, const json& entry, std::string_view s
   e.info.name = name;
 
   const json& dt = field(entry, "dtype", source, name);
-  if (!dt.is_string()) fail(source, "tensor " + qname + ": \"dtype\" is " + type_of(dt) + ", not a string");
+  if (!dt.is_string()) {
+    fail(source, "tensor " + qname + ": \"dtype\" is " + type_of(dt) + ", not a string");
+  }
   const auto& dts = dt.get_ref<const std::string&>();
   const auto dtype = dtype_from_safetensors(dts);
   if (!dtype) {
-    fail(source, "tensor " + qname + " has dtype " + quote(dts) +
-                     ", which mixp does not support; supported dtypes: " + safetensors_dtype_names());
+    fail(source,
+         "tensor " + qname + " has dtype " + quote(dts) +
+             ", which mixp does not support; supported dtypes: " + safetensors_dtype_names());
   }
   e.info.dtype = *dtype;
 
@@ -224,9 +232,10 @@ Entry parse_entry(const std::string& name, const json& entry, std::string_view s
 
   const auto& t = traits(e.info.dtype);
   const auto need = io_detail::checked_nbytes(e.info.shape, t.storage_bytes);
-  const std::string desc = "dtype " + std::string(t.safetensors) + " and shape " +
-                           io_detail::shape_string(e.info.shape);
-  if (!need) fail(source, "tensor " + qname + ": " + desc + " is too large (size overflows 64 bits)");
+  const std::string desc =
+      "dtype " + std::string(t.safetensors) + " and shape " + io_detail::shape_string(e.info.shape);
+  if (!need)
+    fail(source, "tensor " + qname + ": " + desc + " is too large (size overflows 64 bits)");
   if (*need != e.end - e.begin) {
     fail(source, "tensor " + qname + " has data_offsets " + offsets + " (" +
                      fmt_u64(e.end - e.begin) + " bytes) but " + desc + " need " + fmt_u64(*need) +
@@ -262,7 +271,8 @@ void check_layout(std::vector<Entry>& entries, uint64_t data_start, uint64_t buf
     if (e.end > buffer_bytes) {
       fail(source, "tensor " + quote(e.info.name) + " ends at data offset " + fmt_u64(e.end) +
                        " (file byte " + file_at(e.end) + ") but the data buffer has only " +
-                       fmt_u64(buffer_bytes) + " bytes; the file is truncated or the offsets are wrong");
+                       fmt_u64(buffer_bytes) +
+                       " bytes; the file is truncated or the offsets are wrong");
     }
   }
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
@@ -286,8 +296,9 @@ void check_layout(std::vector<Entry>& entries, uint64_t data_start, uint64_t buf
     prev = &e;
   }
   if (covered != buffer_bytes) {
-    fail(source, "the last " + fmt_u64(buffer_bytes - covered) + " bytes of the file (from file byte " +
-                     file_at(covered) + ") belong to no tensor; safetensors requires the buffer "
+    fail(source, "the last " + fmt_u64(buffer_bytes - covered) +
+                     " bytes of the file (from file byte " + file_at(covered) +
+                     ") belong to no tensor; safetensors requires the buffer "
                      "to be fully indexed");
   }
 }
@@ -345,15 +356,16 @@ class ReadFile {
   void read_at(uint64_t offset, std::span<std::byte> out) const {
     size_t done = 0;
     while (done < out.size()) {
-      const ssize_t r = ::pread(fd_, out.data() + done, out.size() - done,
-                                static_cast<off_t>(offset + done));
+      const ssize_t r =
+          ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
       if (r < 0) {
         if (errno == EINTR) continue;
         throw IoError(io_detail::os_error("read", path_, errno));
       }
       if (r == 0) {
-        throw IoError("cannot read " + quote_path(path_) + ": it became shorter while being read (at byte " +
-                      fmt_u64(offset + done) + "); is another program writing it?");
+        throw IoError("cannot read " + quote_path(path_) +
+                      ": it became shorter while being read (at byte " + fmt_u64(offset + done) +
+                      "); is another program writing it?");
       }
       done += static_cast<size_t>(r);
     }
@@ -378,9 +390,8 @@ SafeTensorsHeader read_header(const ReadFile& f, const std::string& source) {
 // characters that would break the one-line message.
 std::string source_of(const std::filesystem::path& path) {
   const std::string& s = path.native();
-  const bool plain = std::none_of(s.begin(), s.end(), [](char c) {
-    return static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
-  });
+  const bool plain = std::none_of(
+      s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7F; });
   return plain ? s : quote_path(path);
 }
 
@@ -414,8 +425,8 @@ SafeTensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_
   out.tensors.reserve(h.tensors.size());
   for (auto& info : h.tensors) {
     const auto src = bytes.subspan(info.file_offset, info.nbytes);
-    out.tensors.push_back(
-        SafeTensor{std::move(info.name), info.dtype, std::move(info.shape), {src.begin(), src.end()}});
+    out.tensors.push_back(SafeTensor{
+        std::move(info.name), info.dtype, std::move(info.shape), {src.begin(), src.end()}});
   }
   return out;
 }

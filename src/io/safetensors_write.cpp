@@ -24,24 +24,38 @@ using io_detail::quote;
 // F16 BF16 I32 U32 F32 F64 I64 U64. Formats without a safetensors string rank lowest.
 int reference_rank(DType t) {
   switch (t) {
-    case DType::boolean: return 0;
-    case DType::uint8: return 1;
-    case DType::int8: return 2;
-    case DType::fp8_e5m2: return 3;
-    case DType::fp8_e4m3: return 4;
-    case DType::fp16: return 7;
-    case DType::bf16: return 8;
-    case DType::int32: return 9;
-    case DType::fp32: return 11;
-    case DType::fp64: return 12;
-    case DType::int64: return 13;
-    default: return -1;
+    case DType::boolean:
+      return 0;
+    case DType::uint8:
+      return 1;
+    case DType::int8:
+      return 2;
+    case DType::fp8_e5m2:
+      return 3;
+    case DType::fp8_e4m3:
+      return 4;
+    case DType::fp16:
+      return 7;
+    case DType::bf16:
+      return 8;
+    case DType::int32:
+      return 9;
+    case DType::fp32:
+      return 11;
+    case DType::fp64:
+      return 12;
+    case DType::int64:
+      return 13;
+    default:
+      return -1;
   }
 }
 
 // A JSON string literal for `s` (already checked to be valid UTF-8); nlohmann escapes quotes,
 // backslashes and control characters and leaves other UTF-8 as is, as serde_json does.
-std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump();
+}
 
 // The header JSON, padded with spaces to a multiple of 8 bytes (reference: prepare()).
 std::string build_header(const SafeTensorsFile& file) {
@@ -100,7 +114,8 @@ void validate_for_write(const SafeTensorsFile& file) {
     const auto& tr = traits(t.dtype);
     if (tr.safetensors.empty()) {
       fail("tensor " + qname + " has dtype " + std::string(tr.name) +
-           ", which has no safetensors encoding; convert it to one of " + safetensors_dtype_names() +
+           ", which has no safetensors encoding; convert it to one of " +
+           safetensors_dtype_names() +
            " first (block formats: store U8 codes plus a scale tensor)");
     }
     for (int64_t extent : t.shape) {

@@ -95,7 +95,8 @@ TEST(Nf4, DequantizedValuesAreCodeTimesAbsmax) {
   for (size_t i = 0; i < x.size(); ++i) {
     const size_t b = i / 64;
     float absmax = 0;
-    for (size_t k = b * 64; k < std::min(x.size(), b * 64 + 64); ++k) absmax = std::max(absmax, std::fabs(x[k]));
+    for (size_t k = b * 64; k < std::min(x.size(), b * 64 + 64); ++k)
+      absmax = std::max(absmax, std::fabs(x[k]));
     ASSERT_EQ(p.scales[b], absmax) << "block " << b;  // the partial last block has its own absmax
     // Independent nearest search over the table (ties to the lower code).
     const double n = static_cast<double>(x[i] / absmax);

@@ -141,8 +141,8 @@ TEST(Int8Quantize, NearbyintTiesToEven) {
 
 TEST(Int8Quantize, MultipliesByTheFp32Reciprocal) {
   // PyTorch computes x * (1/scale) in fp32, not x / scale. With scale 0.7 and
-  // x = fp32(-121.5 * 0.7) = -0x1.543332p+6: x * fp32(1/0.7) = -121.5 exactly -> -122 (tie to even),
-  // while x / 0.7 = -121.49999 would give -121. torch.quantize_per_tensor gives -122.
+  // x = fp32(-121.5 * 0.7) = -0x1.543332p+6: x * fp32(1/0.7) = -121.5 exactly -> -122 (tie to
+  // even), while x / 0.7 = -121.49999 would give -121. torch.quantize_per_tensor gives -122.
   const QParams p{0.7f, 0, -128, 127};
   const float x = -0x1.543332p+6f;
   EXPECT_EQ(quantize_int8_value(x, p, Round::nearest_even, 0), -122);
@@ -162,11 +162,13 @@ TEST(Int8Quantize, DequantizeAndStoredBytes) {
   EXPECT_EQ(back, (std::vector<float>{0.0f, 1.0f, -62.5f, 65.0f}));  // (q + 3) * 0.5
   // quint8 bytes are unsigned.
   const QParams u{1.0f, 128, 0, 255};
-  quantize_int8(bytes, std::vector<float>{0.0f, 127.0f, -128.0f, 1000.0f}, u, Round::nearest_even, 0);
+  quantize_int8(bytes, std::vector<float>{0.0f, 127.0f, -128.0f, 1000.0f}, u, Round::nearest_even,
+                0);
   EXPECT_EQ(bytes, (std::vector<uint8_t>{128, 255, 0, 255}));
   // NaN cannot be stored.
   try {
-    quantize_int8(bytes, std::vector<float>{0.0f, 1.0f, std::nanf(""), 2.0f}, q, Round::nearest_even, 0);
+    quantize_int8(bytes, std::vector<float>{0.0f, 1.0f, std::nanf(""), 2.0f}, q,
+                  Round::nearest_even, 0);
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("value 2 is NaN"), std::string::npos) << e.what();
@@ -182,8 +184,8 @@ TEST(Int8FakeQuantize, StraightThroughMaskAndSpecials) {
   // scale 1, zp 0, [-128, 127]: 127.4 -> 127 in range; 127.6 -> 128 out (clamped to 127);
   // -128.5 -> -128 (tie to even) in range; NaN stays NaN with mask 0; inf saturates, mask 0.
   const QParams p{1.0f, 0, -128, 127};
-  std::vector<float> x = {127.4f, 127.6f, -128.5f, std::nanf(""),
-                          std::numeric_limits<float>::infinity(), -3.2f};
+  std::vector<float> x = {
+      127.4f, 127.6f, -128.5f, std::nanf(""), std::numeric_limits<float>::infinity(), -3.2f};
   std::vector<uint8_t> mask(x.size());
   fake_quantize_int8(x, p, mask);
   EXPECT_EQ(x[0], 127.0f);
@@ -257,17 +259,17 @@ TEST(Int8PerChannel, ShapeErrors) {
   const std::vector<float> x(6);
   std::vector<uint8_t> q(6);
   const std::vector<QParams> p(2);
-  EXPECT_THROW(quantize_int8_per_channel(q, x, std::vector<int64_t>{2, 3}, 2, p,
-                                         Round::nearest_even, 0),
-               std::invalid_argument);  // axis out of range
-  EXPECT_THROW(quantize_int8_per_channel(q, x, std::vector<int64_t>{3, 2}, 0, p,
-                                         Round::nearest_even, 0),
-               std::invalid_argument);  // 2 parameters for 3 channels
-  EXPECT_THROW(quantize_int8_per_channel(q, x, std::vector<int64_t>{2, 2}, 0, p,
-                                         Round::nearest_even, 0),
-               std::invalid_argument);  // shape holds 4 values, buffer 6
-  EXPECT_NO_THROW(quantize_int8_per_channel(q, x, std::vector<int64_t>{3, 2}, 1, p,
-                                            Round::nearest_even, 0));
+  EXPECT_THROW(
+      quantize_int8_per_channel(q, x, std::vector<int64_t>{2, 3}, 2, p, Round::nearest_even, 0),
+      std::invalid_argument);  // axis out of range
+  EXPECT_THROW(
+      quantize_int8_per_channel(q, x, std::vector<int64_t>{3, 2}, 0, p, Round::nearest_even, 0),
+      std::invalid_argument);  // 2 parameters for 3 channels
+  EXPECT_THROW(
+      quantize_int8_per_channel(q, x, std::vector<int64_t>{2, 2}, 0, p, Round::nearest_even, 0),
+      std::invalid_argument);  // shape holds 4 values, buffer 6
+  EXPECT_NO_THROW(
+      quantize_int8_per_channel(q, x, std::vector<int64_t>{3, 2}, 1, p, Round::nearest_even, 0));
 }
 
 }  // namespace

@@ -41,12 +41,18 @@ struct Fields {
 };
 Fields fields_of(MxElement e) {
   switch (e) {
-    case MxElement::fp8_e4m3: return {4, 3, 7};
-    case MxElement::fp8_e5m2: return {5, 2, 15};
-    case MxElement::fp6_e2m3: return {2, 3, 1};
-    case MxElement::fp6_e3m2: return {3, 2, 3};
-    case MxElement::fp4_e2m1: return {2, 1, 1};
-    default: return {0, 0, 0};
+    case MxElement::fp8_e4m3:
+      return {4, 3, 7};
+    case MxElement::fp8_e5m2:
+      return {5, 2, 15};
+    case MxElement::fp6_e2m3:
+      return {2, 3, 1};
+    case MxElement::fp6_e3m2:
+      return {3, 2, 3};
+    case MxElement::fp4_e2m1:
+      return {2, 1, 1};
+    default:
+      return {0, 0, 0};
   }
 }
 
@@ -58,13 +64,16 @@ double ref_value(MxElement e, uint32_t c) {
   const uint32_t ex = (c >> f.M) & ((1u << f.E) - 1);
   const uint32_t m = c & ((1u << f.M) - 1);
   if (e == MxElement::fp8_e4m3 && ex == 15 && m == 7) return std::nan("");
-  if (e == MxElement::fp8_e5m2 && ex == 31) return m == 0 ? (neg ? -HUGE_VAL : HUGE_VAL) : std::nan("");
+  if (e == MxElement::fp8_e5m2 && ex == 31)
+    return m == 0 ? (neg ? -HUGE_VAL : HUGE_VAL) : std::nan("");
   const double v = ex == 0 ? std::ldexp(m, 1 - f.bias - f.M)
                            : std::ldexp(1.0 + std::ldexp(m, -f.M), static_cast<int>(ex) - f.bias);
   return neg ? -v : v;
 }
 
-uint32_t num_codes(MxElement e) { return 1u << mx_info(e).bits; }
+uint32_t num_codes(MxElement e) {
+  return 1u << mx_info(e).bits;
+}
 
 // Nearest finite code value to `scaled`, saturating, ties to the even code; same sign as scaled.
 double ref_round(MxElement e, double scaled) {
@@ -72,7 +81,10 @@ double ref_round(MxElement e, double scaled) {
     double best = 0, bd = HUGE_VAL;
     for (int q = -127; q <= 127; ++q) {
       const double d = std::fabs(q / 64.0 - scaled);
-      if (d < bd || (d == bd && q % 2 == 0)) { bd = d; best = q / 64.0; }
+      if (d < bd || (d == bd && q % 2 == 0)) {
+        bd = d;
+        best = q / 64.0;
+      }
     }
     return best;
   }
@@ -84,7 +96,11 @@ double ref_round(MxElement e, double scaled) {
     const double v = ref_value(e, c | sign);
     if (!std::isfinite(v)) continue;
     const double d = std::fabs(v - scaled);
-    if (d < bd || (d == bd && (c & 1) == 0 && (bc & 1) == 1)) { bd = d; best = v; bc = c; }
+    if (d < bd || (d == bd && (c & 1) == 0 && (bc & 1) == 1)) {
+      bd = d;
+      best = v;
+      bc = c;
+    }
   }
   return best;
 }
@@ -101,11 +117,16 @@ std::vector<float> ref_fake(const std::vector<float>& x, MxElement e, int64_t ro
         amax = std::max(amax, std::fabs(static_cast<double>(x[k])));
       }
       int lg = -126;
-      if (amax > 0) { std::frexp(amax, &lg); lg -= 1; }
+      if (amax > 0) {
+        std::frexp(amax, &lg);
+        lg -= 1;
+      }
       const int shared = std::clamp(lg - mx_info(e).emax, -127, 127);
       for (size_t k = b; k < b + len; ++k) {
-        y[k] = special ? kNaN
-                       : static_cast<float>(std::ldexp(ref_round(e, std::ldexp(x[k], -shared)), shared));
+        y[k] =
+            special
+                ? kNaN
+                : static_cast<float>(std::ldexp(ref_round(e, std::ldexp(x[k], -shared)), shared));
       }
     }
   }
@@ -113,7 +134,8 @@ std::vector<float> ref_fake(const std::vector<float>& x, MxElement e, int64_t ro
 }
 
 bool same_bits(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
 }
 
 // ---------------------------------- shared exponent ----------------------------------
@@ -125,8 +147,8 @@ TEST(MxScale, PowerOfTwoAmax) {
   EXPECT_EQ(scale_exp(b, MxElement::fp8_e4m3), -6);   // 2 - 8
   EXPECT_EQ(scale_exp(b, MxElement::fp8_e5m2), -13);  // 2 - 15
   EXPECT_EQ(scale_exp(b, MxElement::fp6_e2m3), 0);
-  EXPECT_EQ(scale_exp(b, MxElement::fp6_e3m2), -2);   // 2 - 4
-  EXPECT_EQ(scale_exp(b, MxElement::int8), 2);        // 2 - 0
+  EXPECT_EQ(scale_exp(b, MxElement::fp6_e3m2), -2);  // 2 - 4
+  EXPECT_EQ(scale_exp(b, MxElement::int8), 2);       // 2 - 0
   EXPECT_EQ(mx_shared_scale(b, MxElement::fp8_e4m3).bits, 127 - 6);
   // The negative element can be the amax too.
   EXPECT_EQ(scale_exp({1.0f, -4.0f}, MxElement::fp4_e2m1), 0);
@@ -230,8 +252,8 @@ TEST(MxDecode, EveryCodeTimesSeveralScalesIsExact) {
         float y = 0;
         mx_dequantize({&y, 1}, data, scales, 1, e, 32);
         const float want = static_cast<float>(std::ldexp(ref_value(e, c), s));
-        EXPECT_TRUE(same_bits(y, want)) << mx_info(e).name << " code " << c << " scale 2^" << s
-                                        << ": " << y << " vs " << want;
+        EXPECT_TRUE(same_bits(y, want))
+            << mx_info(e).name << " code " << c << " scale 2^" << s << ": " << y << " vs " << want;
       }
       std::vector<uint8_t> data(1, static_cast<uint8_t>(c)), nan_scale(1, 0xFF);
       float y = 0;

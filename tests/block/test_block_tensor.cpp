@@ -32,8 +32,8 @@ std::string error_of(auto&& fn) {
 }
 
 TEST(BlockScheme, NamesAndLookup) {
-  const std::vector<std::string> want = {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2",
-                                         "mxfp4",      "mxint8",     "int4",       "nf4",
+  const std::vector<std::string> want = {"mxfp8_e4m3", "mxfp8_e5m2",  "mxfp6_e2m3",  "mxfp6_e3m2",
+                                         "mxfp4",      "mxint8",      "int4",        "nf4",
                                          "int8",       "int8_affine", "int8_channel"};
   EXPECT_EQ(block_scheme_names(), want);
   for (const auto& n : want) EXPECT_TRUE(is_block_scheme(n)) << n;

@@ -163,8 +163,8 @@ TEST(AtomicFile, UnwritableDirectoryIsReported) {
   if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
   TempDir dir;
   std::filesystem::create_directory(dir / "ro");
-  std::filesystem::permissions(dir / "ro", std::filesystem::perms::owner_read |
-                                               std::filesystem::perms::owner_exec);
+  std::filesystem::permissions(
+      dir / "ro", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   try {
     write_text_atomic(dir / "ro" / "f", "x");
     FAIL() << "expected IoError";
@@ -261,10 +261,10 @@ TEST_P(AtomicDirectoryTest, ExceptionLeavesExistingDirectoryUntouched) {
   std::filesystem::create_directory(dir / "ckpt");
   write_text(dir / "ckpt" / "model", "old");
   EXPECT_THROW(write_directory_atomic(dir / "ckpt",
-                                     [](const std::filesystem::path& staging) {
-                                       write_text(staging / "model", "half");
-                                       throw InjectedFailure();
-                                     }),
+                                      [](const std::filesystem::path& staging) {
+                                        write_text(staging / "model", "half");
+                                        throw InjectedFailure();
+                                      }),
                InjectedFailure);
   EXPECT_EQ(dir.entries(), Names({"ckpt"}));
   EXPECT_EQ(read_text(dir / "ckpt" / "model"), "old");
@@ -272,8 +272,8 @@ TEST_P(AtomicDirectoryTest, ExceptionLeavesExistingDirectoryUntouched) {
 
 TEST_P(AtomicDirectoryTest, ExceptionWithoutExistingTargetLeavesNothing) {
   TempDir dir;
-  EXPECT_THROW(write_directory_atomic(dir / "ckpt",
-                                     [](const std::filesystem::path&) { throw InjectedFailure(); }),
+  EXPECT_THROW(write_directory_atomic(
+                   dir / "ckpt", [](const std::filesystem::path&) { throw InjectedFailure(); }),
                InjectedFailure);
   EXPECT_EQ(dir.entries(), Names{});
 }

@@ -77,7 +77,8 @@ SafeTensorsFile every_dtype_file() {
 }
 
 TEST(SafeTensors, SupportedDtypeNames) {
-  EXPECT_EQ(safetensors_dtype_names(), "F64, F32, BF16, F16, F8_E4M3, F8_E5M2, I8, U8, I32, I64, BOOL");
+  EXPECT_EQ(safetensors_dtype_names(),
+            "F64, F32, BF16, F16, F8_E4M3, F8_E5M2, I8, U8, I32, I64, BOOL");
 }
 
 TEST(SafeTensors, RoundTripEveryDtypeWithMetadata) {
@@ -95,9 +96,9 @@ TEST(SafeTensors, RoundTripEveryDtypeWithMetadata) {
 
 TEST(SafeTensors, RoundTripKeepsGivenOrderScalarsAndEmptyTensors) {
   SafeTensorsFile f;
-  f.tensors.push_back({"z", DType::fp32, {}, pack<float>({2.5f})});           // scalar
-  f.tensors.push_back({"a", DType::int64, {0}, {}});                           // empty
-  f.tensors.push_back({"m", DType::fp16, {1, 0, 3}, {}});                      // empty, 3-D
+  f.tensors.push_back({"z", DType::fp32, {}, pack<float>({2.5f})});  // scalar
+  f.tensors.push_back({"a", DType::int64, {0}, {}});                 // empty
+  f.tensors.push_back({"m", DType::fp16, {1, 0, 3}, {}});            // empty, 3-D
   f.tensors.push_back({"b", DType::uint8, {3}, pack<uint8_t>({1, 2, 255})});
   const auto back = parse_safetensors(serialize_safetensors(f));
   expect_same(back, f);
@@ -142,23 +143,33 @@ TEST(SafeTensors, MatchesReferenceWriterByteForByte) {
 
 TEST(SafeTensors, SortLikeReference) {
   SafeTensorsFile f;
-  for (auto [name, dt] : std::vector<std::pair<std::string, DType>>{
-           {"b", DType::fp16}, {"u", DType::uint8}, {"a", DType::fp16}, {"x", DType::fp32},
-           {"l", DType::int64}, {"q", DType::fp8_e4m3}, {"bf", DType::bf16}, {"ok", DType::boolean},
-           {"d", DType::fp64}, {"i", DType::int32}, {"e5", DType::fp8_e5m2}, {"c", DType::int8}}) {
-    f.tensors.push_back({name, dt, {1}, std::vector<std::byte>(
-                                            static_cast<size_t>(traits(dt).storage_bytes))});
+  for (auto [name, dt] : std::vector<std::pair<std::string, DType>>{{"b", DType::fp16},
+                                                                    {"u", DType::uint8},
+                                                                    {"a", DType::fp16},
+                                                                    {"x", DType::fp32},
+                                                                    {"l", DType::int64},
+                                                                    {"q", DType::fp8_e4m3},
+                                                                    {"bf", DType::bf16},
+                                                                    {"ok", DType::boolean},
+                                                                    {"d", DType::fp64},
+                                                                    {"i", DType::int32},
+                                                                    {"e5", DType::fp8_e5m2},
+                                                                    {"c", DType::int8}}) {
+    f.tensors.push_back(
+        {name, dt, {1}, std::vector<std::byte>(static_cast<size_t>(traits(dt).storage_bytes))});
   }
   sort_tensors_like_reference(f);
   std::vector<std::string> names;
   for (const auto& t : f.tensors) names.push_back(t.name);
   EXPECT_THAT(names, ElementsAre("l", "d", "x", "i", "bf", "a", "b", "q", "e5", "c", "u", "ok"));
   // Sorted this way and with the header padded to 8 bytes, every tensor is aligned to its size.
-  for (const auto& info : [&] {
+  for (const auto& info :
+       [&] {
          TempDir dir;
          write_safetensors(dir / "s.safetensors", f);
          return read_safetensors_header(dir / "s.safetensors");
-       }().tensors) {
+       }()
+           .tensors) {
     EXPECT_EQ(info.file_offset % static_cast<uint64_t>(traits(info.dtype).storage_bytes), 0u)
         << info.name;
   }
@@ -176,18 +187,22 @@ TEST(SafeTensors, FindByName) {
 // ---------------------------------------------------------------------------------------------
 // The fixture from the independent Python writer.
 
-const std::filesystem::path kFixture = std::filesystem::path(MIXP_TEST_DATA) / "io" / "fixture.safetensors";
+const std::filesystem::path kFixture =
+    std::filesystem::path(MIXP_TEST_DATA) / "io" / "fixture.safetensors";
 
 TEST(SafeTensorsFixture, MetadataAndOrder) {
   const auto f = read_safetensors(kFixture);
   EXPECT_EQ(f.metadata.at("format"), "pt");
   EXPECT_EQ(f.metadata.at("producer"), "gen_safetensors_fixture.py");
-  EXPECT_EQ(f.metadata.at("note"), "\xc3\xbcn\xc3\xaf" "code \xe2\x9c\x93");  // "ünïcode ✓"
+  EXPECT_EQ(f.metadata.at("note"),
+            "\xc3\xbcn\xc3\xaf"
+            "code \xe2\x9c\x93");  // "ünïcode ✓"
   std::vector<std::string> names;
   for (const auto& t : f.tensors) names.push_back(t.name);
   // Data-buffer order, not the header's (name) order; the empty tensor sorts before "emb",
   // which starts at the same offset.
-  EXPECT_THAT(names, ElementsAre("codes", "layer.weight", "empty", "emb", "step", "ids", "layer.bias"));
+  EXPECT_THAT(names,
+              ElementsAre("codes", "layer.weight", "empty", "emb", "step", "ids", "layer.bias"));
 }
 
 TEST(SafeTensorsFixture, ValuesF32) {

@@ -52,7 +52,8 @@ TEST(SafeTensorsMalformed, ValidBaseCaseParses) {
 }
 
 TEST(SafeTensorsMalformed, TooShortForTheSizeField) {
-  EXPECT_THAT(error_of(""), HasSubstr("file is 0 bytes, shorter than the 8-byte header-size field"));
+  EXPECT_THAT(error_of(""),
+              HasSubstr("file is 0 bytes, shorter than the 8-byte header-size field"));
   EXPECT_THAT(error_of(std::string("\x02\0\0", 3)), HasSubstr("file is 3 bytes"));
 }
 
@@ -84,7 +85,8 @@ TEST(SafeTensorsMalformed, InvalidJson) {
   EXPECT_EQ(bad_utf8.find('\xff'), std::string::npos);
   EXPECT_THAT(error_of(image(std::string("{}\0\0", 4), 0)),
               HasSubstr("not valid JSON: NUL byte at file byte 10"));
-  EXPECT_THAT(error_of(image(std::string("{\"a\0\": 1}", 9), 0)), HasSubstr("NUL byte at file byte 11"));
+  EXPECT_THAT(error_of(image(std::string("{\"a\0\": 1}", 9), 0)),
+              HasSubstr("NUL byte at file byte 11"));
 }
 
 TEST(SafeTensorsMalformed, EntryShape) {
@@ -105,23 +107,32 @@ TEST(SafeTensorsMalformed, UnknownDtypeListsTheSupportedOnes) {
       error_of(image(R"({"w": {"dtype": "F8_E8M0", "shape": [1], "data_offsets": [0, 1]}})", 1));
   EXPECT_THAT(msg, HasSubstr("tensor 'w' has dtype 'F8_E8M0', which mixp does not support"));
   EXPECT_THAT(msg, HasSubstr("F64, F32, BF16, F16, F8_E4M3, F8_E5M2, I8, U8, I32, I64, BOOL"));
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "f32", "shape": [1], "data_offsets": [0, 4]}})", 4)),
-              HasSubstr("dtype 'f32'"));
+  EXPECT_THAT(
+      error_of(image(R"({"w": {"dtype": "f32", "shape": [1], "data_offsets": [0, 4]}})", 4)),
+      HasSubstr("dtype 'f32'"));
 }
 
 TEST(SafeTensorsMalformed, BadShapes) {
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 4]}})", 4)),
-              HasSubstr("shape[1] of tensor 'w' is -3, which is negative"));
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 4]}})", 4)),
-              HasSubstr("shape[0] of tensor 'w' is a non-integer number"));
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 4]}})", 4)),
-              HasSubstr("shape[0] of tensor 'w' is a string"));
+  EXPECT_THAT(
+      error_of(image(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 4]}})", 4)),
+      HasSubstr("shape[1] of tensor 'w' is -3, which is negative"));
+  EXPECT_THAT(
+      error_of(image(R"({"w": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 4]}})", 4)),
+      HasSubstr("shape[0] of tensor 'w' is a non-integer number"));
+  EXPECT_THAT(
+      error_of(image(R"({"w": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 4]}})", 4)),
+      HasSubstr("shape[0] of tensor 'w' is a string"));
   EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 4]}})", 4)),
               HasSubstr("\"shape\" is a number, not an array"));
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [9223372036854775808], "data_offsets": [0, 4]}})", 4)),
-              HasSubstr("too large"));
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4)),
-              HasSubstr("size overflows 64 bits"));
+  EXPECT_THAT(
+      error_of(image(
+          R"({"w": {"dtype": "F32", "shape": [9223372036854775808], "data_offsets": [0, 4]}})", 4)),
+      HasSubstr("too large"));
+  EXPECT_THAT(
+      error_of(image(
+          R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})",
+          4)),
+      HasSubstr("size overflows 64 bits"));
 }
 
 TEST(SafeTensorsMalformed, BadOffsets) {
@@ -129,15 +140,18 @@ TEST(SafeTensorsMalformed, BadOffsets) {
               HasSubstr("\"data_offsets\" is an array of length 1, not [begin, end]"));
   EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": "0-4"}})", 4)),
               HasSubstr("\"data_offsets\" is a string"));
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", 4)),
-              HasSubstr("data_offsets[0] of tensor 'w' is -4, which is negative"));
+  EXPECT_THAT(
+      error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", 4)),
+      HasSubstr("data_offsets[0] of tensor 'w' is -4, which is negative"));
   EXPECT_THAT(error_of(image(R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [4, 0]}})", 4)),
               HasSubstr("tensor 'w' has data_offsets [4, 0]: begin is after end"));
 }
 
 TEST(SafeTensorsMalformed, SizeDisagreesWithDtypeAndShape) {
-  EXPECT_THAT(error_of(image(R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 20)),
-              HasSubstr("tensor 'w' has data_offsets [0, 20] (20 bytes) but dtype F32 and shape [2, 3] need 24 bytes"));
+  EXPECT_THAT(
+      error_of(image(R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 20)),
+      HasSubstr("tensor 'w' has data_offsets [0, 20] (20 bytes) but dtype F32 and shape [2, 3] "
+                "need 24 bytes"));
 }
 
 TEST(SafeTensorsMalformed, OffsetsPastTheBuffer) {
@@ -148,23 +162,19 @@ TEST(SafeTensorsMalformed, OffsetsPastTheBuffer) {
 }
 
 TEST(SafeTensorsMalformed, OverlappingTensors) {
-  const std::string header =
-      R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-      R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})";
+  const std::string header = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                             R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})";
   EXPECT_THAT(error_of(image(header, 12)),
               HasSubstr("tensors 'a' [0, 8] and 'b' [4, 12] overlap in the data buffer"));
-  const std::string same =
-      R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-      R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})";
+  const std::string same = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                           R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})";
   EXPECT_THAT(error_of(image(same, 8)), HasSubstr("overlap"));
 }
 
 TEST(SafeTensorsMalformed, HolesAndTrailingBytes) {
-  const std::string hole =
-      R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
-      R"("b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})";
-  EXPECT_THAT(error_of(image(hole, 12)),
-              HasSubstr("data bytes [4, 8) (file bytes ["));
+  const std::string hole = R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+                           R"("b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})";
+  EXPECT_THAT(error_of(image(hole, 12)), HasSubstr("data bytes [4, 8) (file bytes ["));
   EXPECT_THAT(error_of(image(hole, 12)), HasSubstr("before tensor 'b' belong to no tensor"));
   const std::string leading = R"({"b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})";
   EXPECT_THAT(error_of(image(leading, 8)), HasSubstr("data bytes [0, 4)"));
@@ -188,15 +198,16 @@ TEST(SafeTensorsMalformed, DuplicateKeys) {
   const std::string dup = std::string(R"({"a": )") + kF32x2 + R"(, "a": )" + kF32x2 + "}";
   EXPECT_THAT(error_of(image(dup, 8)), HasSubstr("header has two entries named 'a'"));
   EXPECT_THAT(
-      error_of(image(R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [2], "data_offsets": [0, 8]}})", 8)),
+      error_of(image(
+          R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [2], "data_offsets": [0, 8]}})", 8)),
       HasSubstr("entry 'a' has the key 'dtype' twice"));
   EXPECT_THAT(error_of(image(R"({"__metadata__": {"k": "1", "k": "2"}})", 0)),
               HasSubstr("the key 'k' twice"));
 }
 
 TEST(SafeTensorsMalformed, DeepNestingIsRefusedEarly) {
-  const std::string deep = R"({"a": {"shape": )" + std::string(100000, '[') +
-                           std::string(100000, ']') + "}}";
+  const std::string deep =
+      R"({"a": {"shape": )" + std::string(100000, '[') + std::string(100000, ']') + "}}";
   EXPECT_THAT(error_of(image(deep, 0)), HasSubstr("nests deeper than a safetensors header can"));
 }
 
@@ -224,7 +235,8 @@ TEST(SafeTensorsMalformed, EveryTruncationOfTheFixtureIsRejected) {
 
 TEST(SafeTensorsMalformed, FileErrorsNameThePath) {
   TempDir dir;
-  write_text(dir / "bad.safetensors", image(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8));
+  write_text(dir / "bad.safetensors",
+             image(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8));
   try {
     read_safetensors(dir / "bad.safetensors");
     FAIL();
@@ -265,7 +277,8 @@ TEST(SafeTensorsWrite, RejectsWhatCannotBeWritten) {
   EXPECT_EQ(write_error(f), "");
 
   f.tensors = {f32("a", {2, 3}, 20)};
-  EXPECT_THAT(write_error(f), HasSubstr("tensor 'a' holds 20 bytes but dtype F32 and shape [2, 3] need 24"));
+  EXPECT_THAT(write_error(f),
+              HasSubstr("tensor 'a' holds 20 bytes but dtype F32 and shape [2, 3] need 24"));
   f.tensors = {f32("a", {-1}, 0)};
   EXPECT_THAT(write_error(f), HasSubstr("tensor 'a' has a negative extent in shape [-1]"));
   f.tensors = {f32("a", {1 << 30, 1 << 30, 1 << 30}, 0)};
@@ -277,7 +290,8 @@ TEST(SafeTensorsWrite, RejectsWhatCannotBeWritten) {
   f.tensors = {f32("bad\xff", {1}, 4)};
   EXPECT_THAT(write_error(f), HasSubstr("tensor name 'bad\\xff' is not valid UTF-8"));
   f.tensors = {SafeTensor{"t", DType::tf32, {1}, std::vector<std::byte>(4)}};
-  EXPECT_THAT(write_error(f), HasSubstr("tensor 't' has dtype tf32, which has no safetensors encoding"));
+  EXPECT_THAT(write_error(f),
+              HasSubstr("tensor 't' has dtype tf32, which has no safetensors encoding"));
   f.tensors = {SafeTensor{"q", DType::fp4_e2m1, {2}, std::vector<std::byte>(2)}};
   EXPECT_THAT(write_error(f), HasSubstr("no safetensors encoding"));
   f.tensors.clear();

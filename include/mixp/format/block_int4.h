@@ -61,7 +61,9 @@ uint8_t nf4_nearest_code(float n);
 enum class Block4 : uint8_t { int4, nf4 };
 
 int64_t block4_num_blocks(int64_t n, int block_size);
-inline int64_t block4_data_bytes(int64_t n) { return (n + 1) / 2; }
+inline int64_t block4_data_bytes(int64_t n) {
+  return (n + 1) / 2;
+}
 
 // `data`: block4_data_bytes(n) bytes, `scales`: block4_num_blocks(n, block_size) fp32.
 void block4_quantize(std::span<uint8_t> data, std::span<float> scales, std::span<const float> x,

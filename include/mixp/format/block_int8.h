@@ -68,8 +68,7 @@ MinMax tensor_minmax(std::span<const float> x);
 // Per-channel min/max along `axis` of a row-major tensor (negative axis counts from the end).
 std::vector<MinMax> channel_minmax(std::span<const float> x, std::span<const int64_t> shape,
                                    int axis);
-std::vector<QParams> compute_qparams_per_channel(std::span<const MinMax> mm,
-                                                 const Int8Config& cfg);
+std::vector<QParams> compute_qparams_per_channel(std::span<const MinMax> mm, const Int8Config& cfg);
 
 // One value. quantize_int8_value requires a non-NaN x (quantize_int8 throws on NaN).
 int32_t quantize_int8_value(float x, const QParams& p, Round round, uint32_t random_bits);
@@ -81,16 +80,16 @@ float fake_quantize_int8_value(float x, const QParams& p, bool* in_range);
 // Whole tensors. `dst`/`q` hold one byte per value (see "Stored codes"). Stochastic rounding
 // draws value i's bits from sr_bits(seed, i). quantize_int8 throws std::invalid_argument on NaN
 // (int8 has no NaN; the message names the index).
-void quantize_int8(std::span<uint8_t> dst, std::span<const float> x, const QParams& p,
-                   Round round, uint64_t seed);
+void quantize_int8(std::span<uint8_t> dst, std::span<const float> x, const QParams& p, Round round,
+                   uint64_t seed);
 void dequantize_int8(std::span<float> dst, std::span<const uint8_t> q, const QParams& p);
 // In place; `mask` (empty, or one byte per value) receives the straight-through mask (1/0).
 void fake_quantize_int8(std::span<float> x, const QParams& p, std::span<uint8_t> mask);
 
 // Per channel: p[c] applies to the values whose index along `axis` is c.
 void quantize_int8_per_channel(std::span<uint8_t> dst, std::span<const float> x,
-                               std::span<const int64_t> shape, int axis,
-                               std::span<const QParams> p, Round round, uint64_t seed);
+                               std::span<const int64_t> shape, int axis, std::span<const QParams> p,
+                               Round round, uint64_t seed);
 void dequantize_int8_per_channel(std::span<float> dst, std::span<const uint8_t> q,
                                  std::span<const int64_t> shape, int axis,
                                  std::span<const QParams> p);

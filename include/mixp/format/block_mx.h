@@ -56,11 +56,11 @@ inline constexpr int kMxDefaultBlock = 32;
 
 struct MxElementInfo {
   MxElement element;
-  DType dtype;          // registry dtype of the element (int8 for MXINT8)
+  DType dtype;            // registry dtype of the element (int8 for MXINT8)
   std::string_view name;  // "mxfp8_e4m3", ...
-  int bits;             // significant bits of one code: 8, 6 or 4
-  int emax;             // exponent of the largest power of two the element represents
-  double max_finite;    // 448, 57344, 7.5, 28, 6, 127/64
+  int bits;               // significant bits of one code: 8, 6 or 4
+  int emax;               // exponent of the largest power of two the element represents
+  double max_finite;      // 448, 57344, 7.5, 28, 6, 127/64
 };
 
 const MxElementInfo& mx_info(MxElement e);

@@ -4,11 +4,11 @@
 //   bytes [8, 8+N)      UTF-8 JSON object: {"<name>": {"dtype": "F32", "shape": [2, 3],
 //                       "data_offsets": [begin, end]}, ..., "__metadata__": {"<key>": "<value>"}}
 //                       (writers pad it with spaces to a multiple of 8 bytes)
-//   bytes [8+N, EOF)    the data buffer; offsets are relative to its start; row-major, little-endian
+//   bytes [8+N, EOF)    the data buffer (offsets relative to its start), row-major, little-endian
 //
 // Validation follows the reference implementation (safetensors/src/tensor.rs, Metadata::validate
 // and SafeTensors::read_metadata) and is a little stricter where the reference is silent:
-//   - file at least 8 bytes; N <= 100,000,000 (the reference's MAX_HEADER_SIZE); 8 + N <= file size;
+//   - file at least 8 bytes; N <= 100,000,000 (the reference's MAX_HEADER_SIZE); 8 + N <= size;
 //   - the header is valid UTF-8 JSON, starts with '{', is an object; no key appears twice in any
 //     object (the reference's HashMap silently keeps one; we reject: the file is ambiguous);
 //   - each tensor entry is an object with "dtype" (a string this library supports), "shape" (an
@@ -54,8 +54,8 @@ inline constexpr uint64_t kSafeTensorsMaxHeaderBytes = 100'000'000;
 
 struct SafeTensor {
   std::string name;
-  DType dtype = DType::fp32;  // one with a safetensors string (traits(dtype).safetensors)
-  std::vector<int64_t> shape;  // [] is a scalar (one element); a 0 extent means no elements
+  DType dtype = DType::fp32;    // one with a safetensors string (traits(dtype).safetensors)
+  std::vector<int64_t> shape;   // [] is a scalar (one element); a 0 extent means no elements
   std::vector<std::byte> data;  // numel() * traits(dtype).storage_bytes bytes, little-endian
   // Product of the extents; throws SafeTensorsError on a negative extent or int64 overflow.
   int64_t numel() const;
@@ -63,7 +63,7 @@ struct SafeTensor {
 
 struct SafeTensorsFile {
   std::map<std::string, std::string> metadata;  // the "__metadata__" object
-  std::vector<SafeTensor> tensors;               // in data-buffer (file) order
+  std::vector<SafeTensor> tensors;              // in data-buffer (file) order
   // The tensor called `name`, or nullptr.
   const SafeTensor* find(std::string_view name) const;
   SafeTensor* find(std::string_view name);
