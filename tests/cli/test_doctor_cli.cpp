@@ -103,10 +103,14 @@ TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
   EXPECT_EQ(j["recommended_precision"], "bf16");  // the best GPU (sm80) decides
   EXPECT_EQ(j["device"], "cuda:1");
   for (const json& f : j["formats"]) {
-    if (f["format"] == "tf32") EXPECT_EQ(f["support"], "native");  // the A100's table
+    if (f["format"] == "tf32") {
+      EXPECT_EQ(f["support"], "native");  // the A100's table
+    }
   }
   for (const json& f : j["gpus"][0]["formats"]) {
-    if (f["format"] == "bf16") EXPECT_EQ(f["support"], "emulated");  // no bf16 on Turing
+    if (f["format"] == "bf16") {
+      EXPECT_EQ(f["support"], "emulated");  // no bf16 on Turing
+    }
   }
   const CliResult text = run_cli("doctor", {{"MIXP_LIBCUDA", lib}});
   EXPECT_NE(text.out.find("Fake A100"), std::string::npos);
