@@ -52,8 +52,10 @@ GpuProbe probe() {
     return p;
   }
   DriverApi api;
-  const bool ok = load(lib, "cuInit", api.cuInit) && load(lib, "cuDriverGetVersion", api.cuDriverGetVersion) &&
-                  load(lib, "cuDeviceGetCount", api.cuDeviceGetCount) && load(lib, "cuDeviceGet", api.cuDeviceGet) &&
+  const bool ok = load(lib, "cuInit", api.cuInit) &&
+                  load(lib, "cuDriverGetVersion", api.cuDriverGetVersion) &&
+                  load(lib, "cuDeviceGetCount", api.cuDeviceGetCount) &&
+                  load(lib, "cuDeviceGet", api.cuDeviceGet) &&
                   load(lib, "cuDeviceGetName", api.cuDeviceGetName) &&
                   load(lib, "cuDeviceGetAttribute", api.cuDeviceGetAttribute) &&
                   load(lib, "cuDeviceTotalMem_v2", api.cuDeviceTotalMem);
@@ -88,8 +90,9 @@ GpuProbe probe() {
     p.gpus.push_back(std::move(g));
   }
   const int v = p.driver_version;
-  p.status = "NVIDIA driver (CUDA " + std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10) +
-             "), " + std::to_string(p.gpus.size()) + (p.gpus.size() == 1 ? " GPU" : " GPUs");
+  p.status = "NVIDIA driver (CUDA " + std::to_string(v / 1000) + "." +
+             std::to_string((v % 1000) / 10) + "), " + std::to_string(p.gpus.size()) +
+             (p.gpus.size() == 1 ? " GPU" : " GPUs");
   return p;
 }
 

@@ -22,11 +22,22 @@ constexpr std::array kDefaultFormats = {
 
 // NF4 code values (QLoRA; FORMATS.md), ascending; index = the 4-bit code. Each is an fp32 value
 // printed exactly, so the table is the same one bitsandbytes uses.
-constexpr std::array<double, 16> kNf4 = {
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0};
+constexpr std::array<double, 16> kNf4 = {-1.0,
+                                         -0.6961928009986877,
+                                         -0.5250730514526367,
+                                         -0.39491748809814453,
+                                         -0.28444138169288635,
+                                         -0.18477343022823334,
+                                         -0.09105003625154495,
+                                         0.0,
+                                         0.07958029955625534,
+                                         0.16093020141124725,
+                                         0.24611230194568634,
+                                         0.33791524171829224,
+                                         0.44070982933044434,
+                                         0.5626170039176941,
+                                         0.7229568362236023,
+                                         1.0};
 constexpr uint64_t kNf4Zero = 7;
 
 constexpr double kTwo32 = 4294967296.0;
@@ -57,10 +68,17 @@ void store_integer(const DTypeTraits& tr, double x, Round round, uint32_t rb, St
       case Round::nearest_even:
         q = (frac > 0.5 || (frac == 0.5 && std::fmod(fl, 2.0) != 0.0)) ? fl + 1.0 : fl;
         break;
-      case Round::nearest_away: q = std::round(x); break;
-      case Round::toward_zero: q = std::trunc(x); break;
-      case Round::stochastic: q = stochastic_up(frac, rb) ? fl + 1.0 : fl; break;
-      default: q = fl;
+      case Round::nearest_away:
+        q = std::round(x);
+        break;
+      case Round::toward_zero:
+        q = std::trunc(x);
+        break;
+      case Round::stochastic:
+        q = stochastic_up(frac, rb) ? fl + 1.0 : fl;
+        break;
+      default:
+        q = fl;
     }
   }
   if (q > hi || q < lo) {
@@ -73,8 +91,8 @@ void store_integer(const DTypeTraits& tr, double x, Round round, uint32_t rb, St
   }
   const uint64_t mask = tr.bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << tr.bits) - 1;
   // int64's largest value is not a double: 2^63 stands for it (and must not reach the cast).
-  const int64_t iv = r.value >= 0x1p63 ? std::numeric_limits<int64_t>::max()
-                                       : static_cast<int64_t>(r.value);
+  const int64_t iv =
+      r.value >= 0x1p63 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(r.value);
   r.bits = static_cast<uint64_t>(iv) & mask;
 }
 
@@ -94,11 +112,20 @@ void store_nf4(double x, Round round, uint32_t rb, StoredValue& r) {
     bool up = dhi == 0.0;  // x is a code value: every mode keeps it
     if (!up && dlo != 0.0) {
       switch (round) {
-        case Round::nearest_even: up = dhi < dlo; break;  // ties to the lower code (FORMATS.md)
-        case Round::nearest_away: up = x > 0 ? dhi <= dlo : dhi < dlo; break;
-        case Round::toward_zero: up = x < 0; break;  // hi is the neighbour nearer zero
-        case Round::stochastic: up = stochastic_up(dlo / (kNf4[hi] - kNf4[lo]), rb); break;
-        default: up = false;
+        case Round::nearest_even:
+          up = dhi < dlo;
+          break;  // ties to the lower code (FORMATS.md)
+        case Round::nearest_away:
+          up = x > 0 ? dhi <= dlo : dhi < dlo;
+          break;
+        case Round::toward_zero:
+          up = x < 0;
+          break;  // hi is the neighbour nearer zero
+        case Round::stochastic:
+          up = stochastic_up(dlo / (kNf4[hi] - kNf4[lo]), rb);
+          break;
+        default:
+          up = false;
       }
     }
     code = up ? hi : lo;
@@ -110,7 +137,9 @@ void store_nf4(double x, Round round, uint32_t rb, StoredValue& r) {
   r.value = kNf4[code];
 }
 
-uint64_t tf32_layout(uint32_t b19) { return (uint64_t{b19 >> 18} << 31) | ((b19 & 0x3FFFFu) << 13); }
+uint64_t tf32_layout(uint32_t b19) {
+  return (uint64_t{b19 >> 18} << 31) | ((b19 & 0x3FFFFu) << 13);
+}
 
 std::string binary(uint64_t v, int width) {
   std::string s(static_cast<size_t>(width), '0');
@@ -122,11 +151,16 @@ std::string binary(uint64_t v, int width) {
 
 std::string_view kind_name(DKind k) {
   switch (k) {
-    case DKind::floating: return "floating";
-    case DKind::integer: return "integer";
-    case DKind::codebook: return "codebook";
-    case DKind::scale: return "scale";
-    case DKind::boolean: return "boolean";
+    case DKind::floating:
+      return "floating";
+    case DKind::integer:
+      return "integer";
+    case DKind::codebook:
+      return "codebook";
+    case DKind::scale:
+      return "scale";
+    case DKind::boolean:
+      return "boolean";
   }
   return "?";
 }
@@ -148,14 +182,17 @@ std::optional<double> parse_real(std::string_view text) {
   return v;
 }
 
-std::span<const DType> describe_default_formats() { return kDefaultFormats; }
+std::span<const DType> describe_default_formats() {
+  return kDefaultFormats;
+}
 
 bool is_describable(DType t) {
   const DKind k = traits(t).kind;
   return k == DKind::floating || k == DKind::integer || k == DKind::codebook;
 }
 
-StoredValue describe_value(DType t, double x, Round round, Overflow overflow, uint32_t random_bits) {
+StoredValue describe_value(DType t, double x, Round round, Overflow overflow,
+                           uint32_t random_bits) {
   const DTypeTraits& tr = traits(t);
   StoredValue r{t, x, 0.0, 0, ConvertStatus::exact, 0.0, 0.0};
   switch (tr.kind) {
@@ -171,8 +208,12 @@ StoredValue describe_value(DType t, double x, Round round, Overflow overflow, ui
         r.bits = t == DType::tf32 ? tf32_layout(b) : b;
       }
       break;
-    case DKind::integer: store_integer(tr, x, round, random_bits, r); break;
-    case DKind::codebook: store_nf4(x, round, random_bits, r); break;
+    case DKind::integer:
+      store_integer(tr, x, round, random_bits, r);
+      break;
+    case DKind::codebook:
+      store_nf4(x, round, random_bits, r);
+      break;
     case DKind::scale:
     case DKind::boolean:
       throw std::invalid_argument("format '" + std::string(tr.name) +
@@ -189,7 +230,9 @@ StoredValue describe_value(DType t, double x, Round round, Overflow overflow, ui
   return r;
 }
 
-int display_bits(DType t) { return traits(t).bits; }
+int display_bits(DType t) {
+  return traits(t).bits;
+}
 
 std::string bits_hex(DType t, uint64_t bits) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -242,7 +285,9 @@ FormatFacts format_facts(DType t) {
     f.nan_bits = 0x7FF8000000000000ULL;
   } else {
     const FloatFormat fmt = tr.float_format();
-    const auto relayout = [t](uint32_t b) { return t == DType::tf32 ? tf32_layout(b) : uint64_t{b}; };
+    const auto relayout = [t](uint32_t b) {
+      return t == DType::tf32 ? tf32_layout(b) : uint64_t{b};
+    };
     if (tr.has_inf()) f.inf_bits = relayout(((1U << fmt.exp_bits) - 1) << fmt.man_bits);
     if (tr.has_nan()) {
       f.nan_bits = relayout(encode_float(fmt, std::numeric_limits<double>::quiet_NaN(),
@@ -250,9 +295,15 @@ FormatFacts format_facts(DType t) {
     }
   }
   switch (tr.specials) {
-    case Specials::ieee: f.nan_rule = "exponent all ones, mantissa non-zero"; break;
-    case Specials::fn: f.nan_rule = "only S.1111.111 (no inf)"; break;
-    case Specials::finite: f.nan_rule = "none (every pattern is a number)"; break;
+    case Specials::ieee:
+      f.nan_rule = "exponent all ones, mantissa non-zero";
+      break;
+    case Specials::fn:
+      f.nan_rule = "only S.1111.111 (no inf)";
+      break;
+    case Specials::finite:
+      f.nan_rule = "none (every pattern is a number)";
+      break;
   }
   return f;
 }

@@ -15,7 +15,7 @@
 namespace mixp {
 namespace {
 
-constexpr DType kElementTargets[] = {DType::fp64, DType::fp32, DType::tf32, DType::bf16,
+constexpr DType kElementTargets[] = {DType::fp64, DType::fp32,     DType::tf32,    DType::bf16,
                                      DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2};
 
 bool is_float_source(DType t) {
@@ -24,7 +24,9 @@ bool is_float_source(DType t) {
 }
 
 // The stored dtype of an element target (tf32 has no safetensors dtype: fp32 values).
-DType storage_of(DType t) { return t == DType::tf32 ? DType::fp32 : t; }
+DType storage_of(DType t) {
+  return t == DType::tf32 ? DType::fp32 : t;
+}
 
 uint64_t tensor_seed(uint64_t seed, size_t k) {
   return seed ^ (0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(k) + 1));
@@ -50,8 +52,9 @@ uint64_t block_bytes(const BlockTensor& b) {
 }
 
 // Element target from double sources (F64): rounds each value straight from the double.
-std::vector<std::byte> encode_from_double(DType to, std::span<const double> x, const FileConvertOptions& opt,
-                                          uint64_t seed, std::vector<double>& back) {
+std::vector<std::byte> encode_from_double(DType to, std::span<const double> x,
+                                          const FileConvertOptions& opt, uint64_t seed,
+                                          std::vector<double>& back) {
   const DTypeTraits& tr = traits(storage_of(to));
   std::vector<std::byte> out(x.size() * static_cast<size_t>(tr.storage_bytes));
   const FloatFormat fmt = traits(to).float_format();
@@ -82,13 +85,20 @@ ConvertTarget resolve_convert_target(std::string_view to) {
       if (*t == e) return {std::string(name(e)), false, e};
     }
     switch (*t) {  // MX element types mean their MX scheme
-      case DType::fp6_e2m3: return {"mxfp6_e2m3", true, *t};
-      case DType::fp6_e3m2: return {"mxfp6_e3m2", true, *t};
-      case DType::fp4_e2m1: return {"mxfp4", true, *t};
-      case DType::int4: return {"int4", true, *t};
-      case DType::nf4: return {"nf4", true, *t};
-      case DType::int8: return {"int8", true, *t};
-      default: break;
+      case DType::fp6_e2m3:
+        return {"mxfp6_e2m3", true, *t};
+      case DType::fp6_e3m2:
+        return {"mxfp6_e3m2", true, *t};
+      case DType::fp4_e2m1:
+        return {"mxfp4", true, *t};
+      case DType::int4:
+        return {"int4", true, *t};
+      case DType::nf4:
+        return {"nf4", true, *t};
+      case DType::int8:
+        return {"int8", true, *t};
+      default:
+        break;
     }
   }
   throw std::invalid_argument("unknown target format '" + std::string(to) + "'; use one of " +
@@ -97,7 +107,8 @@ ConvertTarget resolve_convert_target(std::string_view to) {
 
 std::string convert_target_names() {
   std::string out;
-  for (DType e : kElementTargets) out += std::string(out.empty() ? "" : ", ") + std::string(name(e));
+  for (DType e : kElementTargets)
+    out += std::string(out.empty() ? "" : ", ") + std::string(name(e));
   out += ", fp6_e2m3, fp6_e3m2, fp4_e2m1";
   for (const std::string& s : block_scheme_names()) out += ", " + s;
   return out;
@@ -107,7 +118,8 @@ void validate_convert_options(const FileConvertOptions& opt) {
   const ConvertTarget target = resolve_convert_target(opt.to);
   if (opt.block_size < 0) throw std::invalid_argument("block size must be positive");
   if (opt.block_size > 0 && !target.block) {
-    throw std::invalid_argument("a block size applies to block formats only, not to " + target.name);
+    throw std::invalid_argument("a block size applies to block formats only, not to " +
+                                target.name);
   }
   if (target.block) {  // let the scheme judge block size and rounding on a two-element tensor
     const float zeros[2] = {0.0f, 0.0f};
@@ -121,9 +133,10 @@ FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertO
   FileConversion result;
   // Metadata first: everything but the descriptions of block tensors this conversion decodes.
   for (const auto& [k, v] : in.metadata) {
-    const bool block_desc = k.rfind(kBlockMetadataPrefix, 0) == 0 &&
-                            is_block_tensor(in, std::string_view(k).substr(kBlockMetadataPrefix.size())) &&
-                            in.find(std::string_view(k).substr(kBlockMetadataPrefix.size()));
+    const bool block_desc =
+        k.rfind(kBlockMetadataPrefix, 0) == 0 &&
+        is_block_tensor(in, std::string_view(k).substr(kBlockMetadataPrefix.size())) &&
+        in.find(std::string_view(k).substr(kBlockMetadataPrefix.size()));
     if (!block_desc) result.file.metadata[k] = v;
   }
   const std::vector<std::string> names = logical_tensor_names(in);
@@ -185,7 +198,8 @@ FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertO
           out.data = encode_from_double(target.dtype, orig, opt, seed, back);
         } else {
           out.data.resize(f32.size() * static_cast<size_t>(traits(st).storage_bytes));
-          convert_f32_to(target.dtype, f32, out.data.data(), ConvertOptions{opt.round, opt.overflow, seed, 0});
+          convert_f32_to(target.dtype, f32, out.data.data(),
+                         ConvertOptions{opt.round, opt.overflow, seed, 0});
           std::vector<float> deq(f32.size());
           convert_to_f32(st == DType::fp32 ? DType::fp32 : target.dtype, out.data.data(), deq);
           back.assign(deq.begin(), deq.end());

@@ -3,9 +3,8 @@
 
 #include <bit>
 #include <cstring>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "mixp/format/convert.h"
 #include "mixp/format/float_codec.h"
@@ -15,7 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string key_of(std::string_view name) { return std::string(kBlockMetadataPrefix) + std::string(name); }
+std::string key_of(std::string_view name) {
+  return std::string(kBlockMetadataPrefix) + std::string(name);
+}
 
 [[noreturn]] void fail(std::string_view name, const std::string& what) {
   throw SafeTensorsError("block tensor '" + std::string(name) + "': " + what);
@@ -28,13 +29,13 @@ std::vector<std::byte> to_bytes(const Bytes& v) {
   return out;
 }
 
-const SafeTensor& companion(const SafeTensorsFile& file, std::string_view name, const std::string& full,
-                            DType want) {
+const SafeTensor& companion(const SafeTensorsFile& file, std::string_view name,
+                            const std::string& full, DType want) {
   const SafeTensor* t = file.find(full);
   if (!t) fail(name, "its tensor '" + full + "' is missing");
   if (t->dtype != want) {
-    fail(name, "'" + full + "' has dtype " + std::string(traits(t->dtype).safetensors) + ", expected " +
-                   std::string(traits(want).safetensors));
+    fail(name, "'" + full + "' has dtype " + std::string(traits(t->dtype).safetensors) +
+                   ", expected " + std::string(traits(want).safetensors));
   }
   return *t;
 }
@@ -45,23 +46,30 @@ void add_block_tensor(SafeTensorsFile& file, const std::string& name, const Bloc
                       std::string_view source_dtype) {
   const std::string scale_name = name + ".scale", zp_name = name + ".zero_point";
   for (const std::string& n : {name, scale_name, zp_name}) {
-    if (file.find(n)) throw SafeTensorsError("cannot store block tensor '" + name + "': a tensor '" + n + "' exists");
+    if (file.find(n))
+      throw SafeTensorsError("cannot store block tensor '" + name + "': a tensor '" + n +
+                             "' exists");
   }
   if (file.metadata.count(key_of(name))) {
-    throw SafeTensorsError("cannot store block tensor '" + name + "': metadata key '" + key_of(name) + "' exists");
+    throw SafeTensorsError("cannot store block tensor '" + name + "': metadata key '" +
+                           key_of(name) + "' exists");
   }
-  file.tensors.push_back({name, DType::uint8, {static_cast<int64_t>(t.data.size())}, to_bytes(t.data)});
+  file.tensors.push_back(
+      {name, DType::uint8, {static_cast<int64_t>(t.data.size())}, to_bytes(t.data)});
   // e8m0 scales have no safetensors dtype: they travel as their raw bytes in a U8 tensor.
   const DType scale_st = t.scale_dtype == DType::e8m0 ? DType::uint8 : t.scale_dtype;
   file.tensors.push_back({scale_name, scale_st, block_scale_shape(t), to_bytes(t.scales)});
   if (!t.zero_points.empty()) {
-    file.tensors.push_back({zp_name, DType::int32, {static_cast<int64_t>(t.zero_points.size())}, to_bytes(t.zero_points)});
+    file.tensors.push_back({zp_name,
+                            DType::int32,
+                            {static_cast<int64_t>(t.zero_points.size())},
+                            to_bytes(t.zero_points)});
   }
   nlohmann::ordered_json d = {{"scheme", t.scheme},
-            {"shape", t.shape},
-            {"block", t.block_size},
-            {"element", std::string(traits(t.element).name)},
-            {"scale_dtype", std::string(traits(t.scale_dtype).name)}};
+                              {"shape", t.shape},
+                              {"block", t.block_size},
+                              {"element", std::string(traits(t.element).name)},
+                              {"scale_dtype", std::string(traits(t.scale_dtype).name)}};
   if (!source_dtype.empty()) d["source_dtype"] = std::string(source_dtype);
   file.metadata[key_of(name)] = d.dump();
 }
@@ -88,18 +96,21 @@ BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name)
     const std::string scale = d.at("scale_dtype").get<std::string>();
     const auto el = find_dtype(element), sc = find_dtype(scale);
     if (!el) fail(name, "unknown element type '" + element + "'");
-    if (!sc || (*sc != DType::e8m0 && *sc != DType::fp32)) fail(name, "unknown scale type '" + scale + "'");
+    if (!sc || (*sc != DType::e8m0 && *sc != DType::fp32))
+      fail(name, "unknown scale type '" + scale + "'");
     t.element = *el;
     t.scale_dtype = *sc;
   } catch (const json::exception& e) {
-    fail(name, "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" + e.what() + ")");
+    fail(name,
+         "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" + e.what() + ")");
   }
   if (!is_block_scheme(t.scheme)) fail(name, "unknown scheme '" + t.scheme + "'");
   const std::string n(name);
   const SafeTensor& data = companion(file, name, n, DType::uint8);
   t.data.resize(data.data.size());
   if (!t.data.empty()) std::memcpy(t.data.data(), data.data.data(), t.data.size());
-  const SafeTensor& scales = companion(file, name, n + ".scale", t.scale_dtype == DType::e8m0 ? DType::uint8 : DType::fp32);
+  const SafeTensor& scales = companion(file, name, n + ".scale",
+                                       t.scale_dtype == DType::e8m0 ? DType::uint8 : DType::fp32);
   t.scales.resize(scales.data.size());
   if (!t.scales.empty()) std::memcpy(t.scales.data(), scales.data.data(), t.scales.size());
   if (file.find(n + ".zero_point")) {
@@ -125,7 +136,8 @@ std::vector<std::string> logical_tensor_names(const SafeTensorsFile& file) {
   return out;
 }
 
-std::vector<float> read_tensor_f32(const SafeTensorsFile& file, std::string_view name, std::vector<int64_t>* shape) {
+std::vector<float> read_tensor_f32(const SafeTensorsFile& file, std::string_view name,
+                                   std::vector<int64_t>* shape) {
   const SafeTensor* t = file.find(name);
   if (!t) throw SafeTensorsError("no tensor '" + std::string(name) + "' in the file");
   if (is_block_tensor(file, name)) {
@@ -158,15 +170,25 @@ std::vector<float> read_tensor_f32(const SafeTensorsFile& file, std::string_view
     case DType::bf16:
     case DType::fp16:
     case DType::fp8_e4m3:
-    case DType::fp8_e5m2: convert_to_f32(t->dtype, p, out); break;
-    case DType::int8: for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, int8_t{})); break;
+    case DType::fp8_e5m2:
+      convert_to_f32(t->dtype, p, out);
+      break;
+    case DType::int8:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, int8_t{}));
+      break;
     case DType::uint8:
-    case DType::boolean: for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, uint8_t{})); break;
-    case DType::int32: for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, int32_t{})); break;
-    case DType::int64: for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, int64_t{})); break;
+    case DType::boolean:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, uint8_t{}));
+      break;
+    case DType::int32:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, int32_t{}));
+      break;
+    case DType::int64:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(read(i, int64_t{}));
+      break;
     default:
-      throw SafeTensorsError("tensor '" + std::string(name) + "' has dtype " + std::string(traits(t->dtype).name) +
-                             ", which cannot be read as fp32");
+      throw SafeTensorsError("tensor '" + std::string(name) + "' has dtype " +
+                             std::string(traits(t->dtype).name) + ", which cannot be read as fp32");
   }
   if (shape) *shape = t->shape;
   return out;

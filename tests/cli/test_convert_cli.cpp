@@ -18,7 +18,8 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-SafeTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+SafeTensor f32_tensor(const std::string& name, std::vector<int64_t> shape,
+                      const std::vector<float>& v) {
   SafeTensor t{name, DType::fp32, std::move(shape), std::vector<std::byte>(v.size() * 4)};
   std::memcpy(t.data.data(), v.data(), t.data.size());
   return t;
@@ -33,7 +34,8 @@ std::string write_model(const TempDir& dir, std::vector<float> extra = {}) {
   for (size_t i = 0; i < b.size(); ++i) b[i] = 1e-3f * static_cast<float>(i);
   f.tensors.push_back(f32_tensor("layer.weight", {4, 32}, w));
   f.tensors.push_back(f32_tensor("layer.bias", {32}, b));
-  if (!extra.empty()) f.tensors.push_back(f32_tensor("extra", {static_cast<int64_t>(extra.size())}, extra));
+  if (!extra.empty())
+    f.tensors.push_back(f32_tensor("extra", {static_cast<int64_t>(extra.size())}, extra));
   SafeTensor ids{"ids", DType::int64, {2}, std::vector<std::byte>(16)};
   const int64_t v[2] = {7, -7};
   std::memcpy(ids.data.data(), v, 16);
@@ -84,25 +86,32 @@ TEST(ConvertCli, BlockFormatsAndText) {
     EXPECT_EQ(shape, (std::vector<int64_t>{4, 32}));
     EXPECT_NEAR(back[0], -3.0f, 0.6f) << to;
   }
-  EXPECT_NE(read_safetensors(dir / "int8_affine.safetensors").find("layer.weight.zero_point"), nullptr);
-  const CliResult r = run_cli("convert '" + in + "' -o '" + (dir / "b16.safetensors") + "' --to mxfp4 --block 16 --json");
+  EXPECT_NE(read_safetensors(dir / "int8_affine.safetensors").find("layer.weight.zero_point"),
+            nullptr);
+  const CliResult r = run_cli("convert '" + in + "' -o '" + (dir / "b16.safetensors") +
+                              "' --to mxfp4 --block 16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(read_safetensors(dir / "b16.safetensors").metadata.at("mixp.layer.weight").find("\"block\":16"),
+  EXPECT_NE(read_safetensors(dir / "b16.safetensors")
+                .metadata.at("mixp.layer.weight")
+                .find("\"block\":16"),
             std::string::npos);
 }
 
 TEST(ConvertCli, RoundingSaturateSeed) {
   TempDir dir;
   const std::string in = write_model(dir, {1.0f, 70000.0f});
-  CliResult r = run_cli("convert '" + in + "' -o '" + (dir / "a.safetensors") + "' --to fp8_e4m3 --json");
+  CliResult r =
+      run_cli("convert '" + in + "' -o '" + (dir / "a.safetensors") + "' --to fp8_e4m3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.json()["tensors"][2]["max_abs_error"], "inf");
   EXPECT_EQ(r.json()["tensors"][2]["nonfinite_created"], 1);
-  r = run_cli("convert '" + in + "' -o '" + (dir / "s.safetensors") + "' --to fp8_e4m3 --saturate --json");
+  r = run_cli("convert '" + in + "' -o '" + (dir / "s.safetensors") +
+              "' --to fp8_e4m3 --saturate --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(read_tensor_f32(read_safetensors(dir / "s.safetensors"), "extra")[1], 448.0f);
   for (const char* name : {"x1", "x2"}) {
-    r = run_cli("convert '" + in + "' -o '" + (dir / name) + "' --to bf16 --round stochastic --seed 5");
+    r = run_cli("convert '" + in + "' -o '" + (dir / name) +
+                "' --to bf16 --round stochastic --seed 5");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   EXPECT_EQ(slurp(dir.path / "x1"), slurp(dir.path / "x2"));
@@ -145,11 +154,13 @@ TEST(ConvertCli, FailuresLeaveNoOutputFile) {
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, 2);
-  EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to fp17").err.find("mxfp4"), std::string::npos);
+  EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to fp17").err.find("mxfp4"),
+            std::string::npos);
   EXPECT_EQ(run_cli("convert '" + in + "' -o '" + out + "' --to fp17").exit_code, 2);  // usage
   EXPECT_EQ(run_cli("convert '" + in + "' -o '" + out + "' --to nf4 --block 3").exit_code, 2);
   EXPECT_EQ(run_cli("convert '" + (dir / "missing") + "' -o '" + out + "' --to bf16").exit_code, 1);
-  EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to int8").err.find("'extra'"), std::string::npos);
+  EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to int8").err.find("'extra'"),
+            std::string::npos);
 }
 
 TEST(ConvertCli, Help) {

@@ -43,7 +43,8 @@ TEST(DoctorCli, JsonFieldsMatchTheLibrary) {
   if (probe.gpus.empty()) {
     // On the CPU: bf16 native exactly when the CPU has AVX512_BF16 (or AMX-BF16) enabled by the OS.
     const bool bf16 = (cpu.avx512_bf16 && cpu.os_avx512) || (cpu.amx_bf16 && cpu.os_amx);
-    const auto it = std::find_if(formats.begin(), formats.end(), [](const json& f) { return f["format"] == "bf16"; });
+    const auto it = std::find_if(formats.begin(), formats.end(),
+                                 [](const json& f) { return f["format"] == "bf16"; });
     ASSERT_NE(it, formats.end());
     EXPECT_EQ((*it)["support"], bf16 ? "native" : "emulated");
     EXPECT_EQ(j["recommended_precision"], bf16 ? "bf16" : "fp32");
@@ -87,7 +88,8 @@ TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
     src << kFakeDriver;
   }
   const std::string lib = dir / "libfakecuda.so";
-  const std::string cc = "cc -shared -fPIC -o '" + lib + "' '" + (dir / "fake_cuda.c") + "' 2>/dev/null";
+  const std::string cc =
+      "cc -shared -fPIC -o '" + lib + "' '" + (dir / "fake_cuda.c") + "' 2>/dev/null";
   if (std::system(cc.c_str()) != 0) GTEST_SKIP() << "no C compiler to build the fake driver";
   const CliResult r = run_cli("doctor --json", {{"MIXP_LIBCUDA", lib}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -120,11 +122,14 @@ TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
 TEST(DoctorCli, DriverFailuresAreDescribedNotFatal) {
   CliResult r = run_cli("doctor --json", {{"MIXP_LIBCUDA", "/nonexistent/libcuda.so.1"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.json()["gpu_status"].get<std::string>().find("no NVIDIA driver found"), std::string::npos);
+  EXPECT_NE(r.json()["gpu_status"].get<std::string>().find("no NVIDIA driver found"),
+            std::string::npos);
   EXPECT_TRUE(r.json()["gpus"].empty());
-  r = run_cli("doctor --json", {{"MIXP_LIBCUDA", "libm.so.6"}});  // a library without the driver API
+  r = run_cli("doctor --json",
+              {{"MIXP_LIBCUDA", "libm.so.6"}});  // a library without the driver API
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.json()["gpu_status"].get<std::string>().find("lacks the driver API"), std::string::npos);
+  EXPECT_NE(r.json()["gpu_status"].get<std::string>().find("lacks the driver API"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -29,8 +29,9 @@ TEST(FormatsCli, PiJson) {
   // Default list, in order.
   std::vector<std::string> names;
   for (const json& f : j["values"][0]["formats"]) names.push_back(f.at("format"));
-  EXPECT_EQ(names, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2",
-                                             "fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "int8", "int4", "nf4"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3",
+                                             "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "int8",
+                                             "int4", "nf4"}));
   const json f32 = entry(j, 0, "fp32");
   EXPECT_EQ(f32["value"].get<double>(), 3.1415927410125732);
   EXPECT_EQ(f32["bits"], "0x40490fdb");
@@ -93,7 +94,8 @@ TEST(FormatsCli, Underflow) {
 }
 
 TEST(FormatsCli, NegativeAndSpecialValues) {
-  const CliResult r = run_cli("formats --json --formats bf16,fp8_e4m3 -1.5 -inf -.5 nan -0x1p-3 -1e-9");
+  const CliResult r =
+      run_cli("formats --json --formats bf16,fp8_e4m3 -1.5 -inf -.5 nan -0x1p-3 -1e-9");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = r.json();
   ASSERT_EQ(j["values"].size(), 6u);
@@ -125,17 +127,21 @@ TEST(FormatsCli, RoundingModes) {
   EXPECT_EQ(j["round"], "toward-zero");
   EXPECT_EQ(entry(j, 0, "bf16")["value"].get<double>(), 3.140625);
   j = run_cli("formats --json --round toward-zero --formats fp16 70000").json();
-  EXPECT_EQ(entry(j, 0, "fp16")["value"].get<double>(), 65504.0);  // IEEE: RTZ overflow -> max finite
-  const CliResult a = run_cli("formats --json --round stochastic --seed 7 --formats bf16 0.1 0.1 0.1");
-  const CliResult b = run_cli("formats --json --round stochastic --seed 7 --formats bf16 0.1 0.1 0.1");
+  EXPECT_EQ(entry(j, 0, "fp16")["value"].get<double>(),
+            65504.0);  // IEEE: RTZ overflow -> max finite
+  const CliResult a =
+      run_cli("formats --json --round stochastic --seed 7 --formats bf16 0.1 0.1 0.1");
+  const CliResult b =
+      run_cli("formats --json --round stochastic --seed 7 --formats bf16 0.1 0.1 0.1");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);  // reproducible from the seed
 }
 
 TEST(FormatsCli, BadUsage) {
-  for (const char* args : {"formats 1.2.3", "formats --json 1 abc", "formats --json --formats fp17 1",
-                           "formats --round sideways 1", "formats", "formats --table 1",
-                           "formats --formats e8m0 1", "formats --json --formats , 1"}) {
+  for (const char* args :
+       {"formats 1.2.3", "formats --json 1 abc", "formats --json --formats fp17 1",
+        "formats --round sideways 1", "formats", "formats --table 1", "formats --formats e8m0 1",
+        "formats --json --formats , 1"}) {
     const CliResult r = run_cli(args);
     EXPECT_NE(r.exit_code, 0) << args;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -144,7 +150,8 @@ TEST(FormatsCli, BadUsage) {
   }
   EXPECT_NE(run_cli("formats 1.2.3").err.find("'1.2.3'"), std::string::npos);
   EXPECT_NE(run_cli("formats --json 1 abc").err.find("'abc'"), std::string::npos);
-  EXPECT_NE(run_cli("formats --formats fp17 1").err.find("bf16"), std::string::npos);  // lists known
+  EXPECT_NE(run_cli("formats --formats fp17 1").err.find("bf16"),
+            std::string::npos);  // lists known
 }
 
 TEST(FormatsCli, TableJson) {
@@ -154,9 +161,9 @@ TEST(FormatsCli, TableJson) {
   ASSERT_GE(j.at("formats").size(), 13u);
   json fp16, e4m3, fp4;
   for (const json& f : j["formats"]) {
-    for (const char* key : {"format", "bits", "exponent_bits", "mantissa_bits", "bias", "max_finite",
-                            "min_normal", "min_subnormal", "epsilon", "decimal_digits", "has_inf", "nan",
-                            "block_size", "scale_type"}) {
+    for (const char* key : {"format", "bits", "exponent_bits", "mantissa_bits", "bias",
+                            "max_finite", "min_normal", "min_subnormal", "epsilon",
+                            "decimal_digits", "has_inf", "nan", "block_size", "scale_type"}) {
       EXPECT_TRUE(f.contains(key)) << f["format"] << " " << key;
     }
     if (f["format"] == "fp16") fp16 = f;

@@ -166,7 +166,8 @@ TEST(Describe, RejectsScaleAndBool) {
 TEST(Describe, DefaultFormatsInRegistryOrder) {
   std::string names;
   for (DType t : describe_default_formats()) names += std::string(name(t)) + " ";
-  EXPECT_EQ(names, "fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2 fp6_e2m3 fp6_e3m2 fp4_e2m1 int8 int4 nf4 ");
+  EXPECT_EQ(names,
+            "fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2 fp6_e2m3 fp6_e3m2 fp4_e2m1 int8 int4 nf4 ");
 }
 
 TEST(Describe, BitStrings) {

@@ -17,7 +17,8 @@ namespace mixp {
 namespace {
 
 template <class T>
-SafeTensor make(const std::string& name, DType dt, std::vector<int64_t> shape, const std::vector<T>& v) {
+SafeTensor make(const std::string& name, DType dt, std::vector<int64_t> shape,
+                const std::vector<T>& v) {
   SafeTensor t{name, dt, std::move(shape), std::vector<std::byte>(v.size() * sizeof(T))};
   if (!v.empty()) std::memcpy(t.data.data(), v.data(), t.data.size());
   return t;
@@ -105,7 +106,8 @@ TEST(ConvertFile, EveryElementTargetRoundTrips) {
     const std::vector<float> back = read_tensor_f32(out, "w");
     const std::vector<float> orig = ramp(256, 3.0f);
     double max_err = 0;
-    for (size_t i = 0; i < orig.size(); ++i) max_err = std::max(max_err, std::fabs(double{back[i]} - orig[i]));
+    for (size_t i = 0; i < orig.size(); ++i)
+      max_err = std::max(max_err, std::fabs(double{back[i]} - orig[i]));
     EXPECT_EQ(max_err, c.tensors[0].max_abs_error) << t;
     EXPECT_LE(max_err, 3.0 * traits(*find_dtype(t)).epsilon()) << t;
   }
@@ -129,7 +131,8 @@ TEST(ConvertFile, OverflowAndSaturate) {
 }
 
 TEST(ConvertFile, F64RoundsFromTheDouble) {
-  // 1 + 2^-11 + 2^-40: rounding via fp32 would tie and go to 1 in fp16; from the double it is 1+2^-10.
+  // 1 + 2^-11 + 2^-40: rounding via fp32 would tie and go to 1 in fp16; from the double it is
+  // 1+2^-10.
   const double x = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
   SafeTensorsFile in;
   in.tensors.push_back(make("d", DType::fp64, {1}, std::vector<double>{x}));
@@ -171,8 +174,8 @@ TEST(ConvertFile, BlockTargetsRoundTripThroughTheFile) {
   // The description names the scheme, shape, block, element and scale type.
   const SafeTensorsFile mx = convert_safetensors(sample(), to("fp4_e2m1")).file;
   const std::string& d = mx.metadata.at("mixp.w");
-  for (const char* s : {"\"scheme\":\"mxfp4\"", "\"shape\":[4,64]", "\"block\":32", "\"element\":\"fp4_e2m1\"",
-                        "\"scale_dtype\":\"e8m0\""}) {
+  for (const char* s : {"\"scheme\":\"mxfp4\"", "\"shape\":[4,64]", "\"block\":32",
+                        "\"element\":\"fp4_e2m1\"", "\"scale_dtype\":\"e8m0\""}) {
     EXPECT_NE(d.find(s), std::string::npos) << d;
   }
   FileConvertOptions b16 = to("mxfp4");
@@ -197,7 +200,8 @@ TEST(ConvertFile, StochasticIsReproducible) {
   FileConvertOptions o = to("bf16");
   o.round = Round::stochastic;
   o.seed = 42;
-  EXPECT_EQ(convert_safetensors(sample(), o).file.find("w")->data, convert_safetensors(sample(), o).file.find("w")->data);
+  EXPECT_EQ(convert_safetensors(sample(), o).file.find("w")->data,
+            convert_safetensors(sample(), o).file.find("w")->data);
   o.seed = 43;
   EXPECT_NE(convert_safetensors(sample(), o).file.find("w")->data,
             convert_safetensors(sample(), to("bf16")).file.find("w")->data);
@@ -222,7 +226,8 @@ TEST(ConvertFile, Errors) {
   EXPECT_NO_THROW(validate_convert_options(to("int8_channel")));
   // NaN cannot be stored by an int8 scheme: the message names the tensor.
   SafeTensorsFile nan;
-  nan.tensors.push_back(make("n", DType::fp32, {2}, std::vector<float>{1.0f, std::numeric_limits<float>::quiet_NaN()}));
+  nan.tensors.push_back(make("n", DType::fp32, {2},
+                             std::vector<float>{1.0f, std::numeric_limits<float>::quiet_NaN()}));
   try {
     convert_safetensors(nan, to("int8"));
     FAIL();

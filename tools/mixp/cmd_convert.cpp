@@ -34,7 +34,9 @@ void run(const ConvertArgs& a) {
   opt.overflow = a.saturate ? Overflow::saturate : Overflow::ieee;
   opt.seed = a.seed;
   if (a.block_given) {
-    if (a.block <= 0) throw UsageError("--block must be a positive number of elements, not " + std::to_string(a.block));
+    if (a.block <= 0)
+      throw UsageError("--block must be a positive number of elements, not " +
+                       std::to_string(a.block));
     opt.block_size = a.block;
   }
   try {
@@ -91,29 +93,39 @@ void run(const ConvertArgs& a) {
 
 RegisterCommand reg(20, [](CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
-  auto* sub = app.add_subcommand("convert", "re-encode every floating tensor of a .safetensors file");
+  auto* sub =
+      app.add_subcommand("convert", "re-encode every floating tensor of a .safetensors file");
   sub->add_option("input", a->input, "the .safetensors file to read")->required();
-  sub->add_option("-o,--output", a->output, "the .safetensors file to write (atomically)")->required();
+  sub->add_option("-o,--output", a->output, "the .safetensors file to write (atomically)")
+      ->required();
   sub->add_option("--to", a->to, "target format: " + convert_target_names())->required();
-  sub->add_option("--round", a->round, "nearest-even (default), toward-zero, stochastic, nearest-away");
+  sub->add_option("--round", a->round,
+                  "nearest-even (default), toward-zero, stochastic, nearest-away");
   sub->add_option("--seed", a->seed, "seed for --round stochastic (default 0)");
-  sub->add_flag("--saturate", a->saturate, "clamp overflow to the largest finite value instead of inf/NaN");
-  auto* block = sub->add_option("--block", a->block, "elements per scale for block formats (default: 32 for MX, 64 for int4/nf4)");
+  sub->add_flag("--saturate", a->saturate,
+                "clamp overflow to the largest finite value instead of inf/NaN");
+  auto* block =
+      sub->add_option("--block", a->block,
+                      "elements per scale for block formats (default: 32 for MX, 64 for int4/nf4)");
   sub->add_flag("--json", a->json, "print one JSON object on stdout");
   sub->footer(
-      "Element formats (fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2) are written as safetensors dtypes\n"
+      "Element formats (fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2) are written as safetensors "
+      "dtypes\n"
       "(tf32 as F32 values on the tf32 grid). Block formats (mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3\n"
       "mxfp6_e3m2 mxfp4 mxint8 int4 nf4 int8 int8_affine int8_channel; fp6_e2m3/fp6_e3m2/fp4_e2m1\n"
-      "mean their MX scheme) are written as U8 codes in <name>, scales in <name>.scale (U8 e8m0 or\n"
+      "mean their MX scheme) are written as U8 codes in <name>, scales in <name>.scale (U8 e8m0 "
+      "or\n"
       "F32), zero points in <name>.zero_point, and a description in __metadata__[\"mixp.<name>\"]\n"
-      "so mixp can decode them. Integer tensors are copied unchanged; an earlier mixp block tensor\n"
+      "so mixp can decode them. Integer tensors are copied unchanged; an earlier mixp block "
+      "tensor\n"
       "is decoded first. The output is written atomically: on error there is no output file.\n\n"
       "Examples:\n"
       "  mixp convert model.safetensors -o model-bf16.safetensors --to bf16\n"
       "  mixp convert model.safetensors -o model-e4m3.safetensors --to fp8_e4m3 --saturate\n"
       "  mixp convert model.safetensors -o model-mxfp4.safetensors --to mxfp4 --block 32\n"
       "  mixp convert model.safetensors -o model-nf4.safetensors --to nf4 --json\n"
-      "  mixp convert model.safetensors -o model-sr.safetensors --to bf16 --round stochastic --seed 1\n");
+      "  mixp convert model.safetensors -o model-sr.safetensors --to bf16 --round stochastic "
+      "--seed 1\n");
   sub->callback([a, block] {
     a->block_given = block->count() > 0;
     run(*a);

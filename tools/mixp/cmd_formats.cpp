@@ -68,8 +68,9 @@ void run_values(const FormatsArgs& a) {
     texts.push_back(v.substr(std::min(v.find_first_not_of(' '), v.size())));
     const auto x = parse_real(v);
     if (!x) {
-      throw UsageError("cannot read VALUE '" + texts.back() +
-                       "' as a number (use decimal like -1.5e-3, hex-float like 0x1.8p3, inf or nan)");
+      throw UsageError(
+          "cannot read VALUE '" + texts.back() +
+          "' as a number (use decimal like -1.5e-3, hex-float like 0x1.8p3, inf or nan)");
     }
     inputs.push_back(*x);
   }
@@ -77,7 +78,8 @@ void run_values(const FormatsArgs& a) {
   std::vector<std::vector<StoredValue>> results;
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto& row = results.emplace_back();
-    for (DType t : formats) row.push_back(describe_value(t, inputs[i], round, overflow, sr_bits(a.seed, i)));
+    for (DType t : formats)
+      row.push_back(describe_value(t, inputs[i], round, overflow, sr_bits(a.seed, i)));
   }
 
   if (a.json) {
@@ -96,7 +98,8 @@ void run_values(const FormatsArgs& a) {
       }
       values.push_back({{"input", json_number(inputs[i])}, {"text", texts[i]}, {"formats", fs}});
     }
-    print_json({{"values", values}, {"round", to_string(round)}, {"overflow", to_string(overflow)}});
+    print_json(
+        {{"values", values}, {"round", to_string(round)}, {"overflow", to_string(overflow)}});
     return;
   }
 
@@ -112,9 +115,9 @@ void run_values(const FormatsArgs& a) {
         fmt_name += "*";
         any_unit_scale = true;
       }
-      tt.add({fmt_name, shortest(s.value), bits_hex(s.format, s.bits), fmt::format("{:.3g}", s.abs_error),
-              fmt::format("{:.3g}", s.rel_error), std::string(to_string(s.status)),
-              bit_fields(s.format, s.bits)});
+      tt.add({fmt_name, shortest(s.value), bits_hex(s.format, s.bits),
+              fmt::format("{:.3g}", s.abs_error), fmt::format("{:.3g}", s.rel_error),
+              std::string(to_string(s.status)), bit_fields(s.format, s.bits)});
     }
     tt.print(std::cout);
   }
@@ -125,7 +128,9 @@ void run_values(const FormatsArgs& a) {
   }
 }
 
-std::string opt_text(const std::optional<double>& v) { return v ? fmt::format("{:.6g}", *v) : "-"; }
+std::string opt_text(const std::optional<double>& v) {
+  return v ? fmt::format("{:.6g}", *v) : "-";
+}
 template <class T>
 Json opt_json(const std::optional<T>& v) {
   return v ? Json(*v) : Json(nullptr);
@@ -178,31 +183,38 @@ void run_table(const FormatsArgs& a) {
             f.nan_bits ? hex(f, f.nan_bits) : "none", block, std::string(f.nan_rule)});
   }
   tt.print(std::cout);
-  std::cout << "\nE/M: exponent/mantissa bits; digits: log10(2^(M+1)); min subnormal: smallest positive "
-               "value;\nint4/nf4 and the MX elements (fp6, fp4) are stored with a scale per block.\n";
+  std::cout
+      << "\nE/M: exponent/mantissa bits; digits: log10(2^(M+1)); min subnormal: smallest positive "
+         "value;\nint4/nf4 and the MX elements (fp6, fp4) are stored with a scale per block.\n";
 }
 
 RegisterCommand reg(10, [](CLI::App& app) {
   auto args = std::make_shared<FormatsArgs>();
-  auto* sub = app.add_subcommand("formats", "how each value is stored in each number format; --table: the formats' facts");
+  auto* sub = app.add_subcommand(
+      "formats", "how each value is stored in each number format; --table: the formats' facts");
   sub->add_flag("--json", args->json, "print one JSON object on stdout");
   sub->add_flag("--table", args->table,
                 "print range, precision and encoding of every format instead of converting values");
-  sub->add_option("--formats", args->formats,
-                  "comma-separated formats to show (default: fp64,fp32,tf32,bf16,fp16,fp8_e4m3,fp8_e5m2,"
-                  "fp6_e2m3,fp6_e3m2,fp4_e2m1,int8,int4,nf4)");
-  sub->add_option("--round", args->round, "rounding: nearest-even (default), toward-zero, stochastic, nearest-away");
+  sub->add_option(
+      "--formats", args->formats,
+      "comma-separated formats to show (default: fp64,fp32,tf32,bf16,fp16,fp8_e4m3,fp8_e5m2,"
+      "fp6_e2m3,fp6_e3m2,fp4_e2m1,int8,int4,nf4)");
+  sub->add_option("--round", args->round,
+                  "rounding: nearest-even (default), toward-zero, stochastic, nearest-away");
   sub->add_flag("--saturate", args->saturate,
                 "clamp overflow to the largest finite value instead of the format's inf/NaN");
-  sub->add_option("--seed", args->seed, "seed of the random bits for --round stochastic (default 0)");
+  sub->add_option("--seed", args->seed,
+                  "seed of the random bits for --round stochastic (default 0)");
   sub->add_option("values", args->values,
                   "numbers: decimal (3.14159265, -1e-9), hex-float (0x1.8p3), inf, -inf, nan");
   sub->footer(
       "Each value is rounded from its double directly into each format (no double rounding).\n"
       "Status: exact | inexact | overflow | underflow (non-zero became zero) | nan.\n"
       "int8, int4 and nf4 are shown at unit scale (marked *): in a tensor they carry a scale per\n"
-      "block (int4/nf4: 64 values) or per tensor, which `mixp convert --to int8|int4|nf4` computes;\n"
-      "the same holds for the MX element types fp6/fp4 (`mixp convert --to mxfp4`). Integers always\n"
+      "block (int4/nf4: 64 values) or per tensor, which `mixp convert --to int8|int4|nf4` "
+      "computes;\n"
+      "the same holds for the MX element types fp6/fp4 (`mixp convert --to mxfp4`). Integers "
+      "always\n"
       "saturate. JSON writes inf/NaN as the strings \"inf\", \"-inf\", \"nan\".\n\n"
       "Examples:\n"
       "  mixp formats 3.14159265\n"

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <string>
 #include <iostream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,15 +32,19 @@ static std::vector<std::string> protect_negative_numbers(int argc, char** argv) 
   for (size_t i = 1; i < out.size(); ++i) {
     const std::string& a = out[i];
     if (a == "--") break;  // after "--" everything is positional anyway
-    const bool looks_like_option = a.size() > 1 && a[0] == '-' && a[1] != '-' &&
-                                   !(a[1] >= '0' && a[1] <= '9');
+    const bool looks_like_option =
+        a.size() > 1 && a[0] == '-' && a[1] != '-' && !(a[1] >= '0' && a[1] <= '9');
     if (looks_like_option && mixp::parse_real(a)) out[i] = " " + a;
   }
   return out;
 }
 
-bool stdout_is_tty() { return isatty(STDOUT_FILENO) != 0; }
-bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
+bool stdout_is_tty() {
+  return isatty(STDOUT_FILENO) != 0;
+}
+bool stderr_is_tty() {
+  return isatty(STDERR_FILENO) != 0;
+}
 
 }  // namespace mixp::cli
 
@@ -63,7 +67,8 @@ int main(int argc, char** argv) {
   const auto fail = [&app](const char* what, int code) {
     std::fflush(stdout);
     const auto subs = app.get_subcommands();
-    std::cerr << "mixp" << (subs.empty() ? "" : " " + subs[0]->get_name()) << ": error: " << what << "\n";
+    std::cerr << "mixp" << (subs.empty() ? "" : " " + subs[0]->get_name()) << ": error: " << what
+              << "\n";
     return code;
   };
   try {

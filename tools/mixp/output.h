@@ -1,15 +1,15 @@
 // Printing helpers shared by the subcommands: JSON numbers that may be non-finite, aligned text
 // tables, comma-separated lists. Printing only; no logic a library user would need.
 #pragma once
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace mixp::cli {
 
@@ -25,10 +25,14 @@ inline Json json_number(double v) {
 }
 
 // One JSON object on stdout (DESIGN.md section 4).
-inline void print_json(const Json& j) { std::cout << j.dump(2) << "\n"; }
+inline void print_json(const Json& j) {
+  std::cout << j.dump(2) << "\n";
+}
 
 // Shortest text that reads back to the same double ("3.140625", "1e-09", "inf", "nan").
-inline std::string shortest(double v) { return fmt::format("{}", v); }
+inline std::string shortest(double v) {
+  return fmt::format("{}", v);
+}
 
 // A table printed with columns padded to their widest cell; the last column is not padded.
 class TextTable {

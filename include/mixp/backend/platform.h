@@ -18,10 +18,10 @@
 namespace mixp {
 
 struct HostInfo {
-  int cores = 1;                  // logical CPUs this process may run on (sched_getaffinity)
-  int online_cpus = 1;            // logical CPUs online in the machine
-  uint64_t memory_bytes = 0;      // physical memory
-  uint64_t available_bytes = 0;   // MemAvailable from /proc/meminfo (0 where unknown)
+  int cores = 1;                 // logical CPUs this process may run on (sched_getaffinity)
+  int online_cpus = 1;           // logical CPUs online in the machine
+  uint64_t memory_bytes = 0;     // physical memory
+  uint64_t available_bytes = 0;  // MemAvailable from /proc/meminfo (0 where unknown)
 };
 HostInfo host_info();
 
@@ -35,9 +35,9 @@ struct GpuInfo {
 };
 
 struct GpuProbe {
-  bool driver_found = false;       // libcuda.so.1 loaded and cuInit succeeded
-  int driver_version = 0;          // CUDA driver API version, e.g. 12040 for 12.4
-  std::string status;              // one line: "no NVIDIA driver found (...)", "1 GPU", ...
+  bool driver_found = false;  // libcuda.so.1 loaded and cuInit succeeded
+  int driver_version = 0;     // CUDA driver API version, e.g. 12040 for 12.4
+  std::string status;         // one line: "no NVIDIA driver found (...)", "1 GPU", ...
   std::vector<GpuInfo> gpus;
 };
 // Loads libcuda.so.1 with dlopen (no build dependency on CUDA) and asks the driver API for each

@@ -32,12 +32,12 @@ bool is_describable(DType t);
 struct StoredValue {
   DType format;
   double input;
-  double value;         // the stored value, decoded exactly; integers/nf4 at unit scale
-  uint64_t bits;        // the element's bits, right-aligned; tf32 in its 32-bit fp32 layout;
-                        // int8/int4 two's complement; nf4 the code index 0..15
+  double value;   // the stored value, decoded exactly; integers/nf4 at unit scale
+  uint64_t bits;  // the element's bits, right-aligned; tf32 in its 32-bit fp32 layout;
+                  // int8/int4 two's complement; nf4 the code index 0..15
   ConvertStatus status;
-  double abs_error;     // |value - input|; 0 for inf stored as the same inf; NaN when NaN is involved
-  double rel_error;     // abs_error / |input|; 0 when input and value are both 0
+  double abs_error;  // |value - input|; 0 for inf stored as the same inf; NaN when NaN is involved
+  double rel_error;  // abs_error / |input|; 0 when input and value are both 0
 };
 
 // Stores x in `t` the way mixp's converters do: floating formats round from the double directly

@@ -27,8 +27,8 @@
 namespace mixp {
 
 struct ConvertTarget {
-  std::string name;     // canonical: the dtype name ("bf16") or the scheme name ("mxfp4")
-  bool block = false;   // a block scheme
+  std::string name;           // canonical: the dtype name ("bf16") or the scheme name ("mxfp4")
+  bool block = false;         // a block scheme
   DType dtype = DType::fp32;  // element targets only: the format
 };
 // Resolves a --to name (registry names and aliases, scheme names). Throws std::invalid_argument
@@ -48,13 +48,13 @@ struct FileConvertOptions {
 struct TensorConversion {
   std::string name;
   std::vector<int64_t> shape;
-  std::string from;            // safetensors dtype ("F32") or, for a block source, its scheme
-  std::string to;              // safetensors dtype or scheme; == from when passed through
-  bool converted = false;      // false: an integer/bool tensor copied unchanged
-  double max_abs_error = 0.0;  // max |stored - original| over elements (inf if a finite value
-                               // became inf/NaN or a special value changed)
+  std::string from;                // safetensors dtype ("F32") or, for a block source, its scheme
+  std::string to;                  // safetensors dtype or scheme; == from when passed through
+  bool converted = false;          // false: an integer/bool tensor copied unchanged
+  double max_abs_error = 0.0;      // max |stored - original| over elements (inf if a finite value
+                                   // became inf/NaN or a special value changed)
   uint64_t nonfinite_created = 0;  // finite values that became inf or NaN (overflow)
-  uint64_t bytes_before = 0;   // data bytes, companions of block tensors included
+  uint64_t bytes_before = 0;       // data bytes, companions of block tensors included
   uint64_t bytes_after = 0;
 };
 
