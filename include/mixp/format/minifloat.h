@@ -50,9 +50,12 @@ struct Minifloat {
 };
 
 // bf16 and fp16 widen with plain bit arithmetic: these two sit on hot paths (ref backend loops).
+// NaNs are made quiet, as decode_float and the bulk converters do (one behaviour everywhere).
 template <>
 inline float Minifloat<kBf16>::to_float() const {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  uint32_t b = bits;
+  if ((b & 0x7F80U) == 0x7F80U && (b & 0x7FU) != 0) b |= 0x40U;
+  return std::bit_cast<float>(b << 16);
 }
 
 using half = Minifloat<kFp16>;

@@ -1,0 +1,97 @@
+// Backward graph nodes. Each recorded op makes one Node whose next_edges point at the nodes that
+// produced its inputs (or at the AccumulateGrad node of a leaf), as in PyTorch's autograd.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixp/ops/op_list.h"
+#include "mixp/tensor/tensor.h"
+
+namespace mixp {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> fn;  // null: this input needs no gradient
+  uint32_t input_nr = 0;     // which output of fn the gradient belongs to
+  bool valid() const { return fn != nullptr; }
+};
+
+// What a node knows of each of its outputs, to make a zero gradient for an unused one.
+struct OutputMeta {
+  Shape shape;
+  DType dtype = DType::fp32;
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // grad_outputs has one defined tensor per output; fills grad_inputs (one per next edge; leave
+  // undefined where the edge is invalid).
+  virtual void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) = 0;
+  // Drops what the node saved for backward (called after apply unless retain_graph).
+  virtual void release() {}
+  virtual std::string name() const = 0;
+
+  std::vector<Edge> next_edges;
+  std::vector<OutputMeta> outputs;
+  // Increases with creation order (per thread): the engine runs later nodes first, which keeps
+  // peak memory low (activations are freed as soon as their consumer's backward ran).
+  uint64_t sequence_nr;
+};
+
+// Accumulates into a leaf's .grad (fp32 for low-precision floating leaves, else the leaf's dtype).
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
+  void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  std::weak_ptr<TensorImpl> leaf;
+};
+
+// The dtype a leaf's gradient is kept in: fp32 for floating formats narrower than fp32, else the
+// leaf's own dtype (DESIGN.md section 3: gradients accumulate in fp32 for low-precision leaves).
+DType grad_dtype_for(DType leaf_dtype);
+
+struct BackwardContext {
+  std::span<Tensor> grad_outputs;  // in the node's compute dtype
+  std::span<Tensor> grad_inputs;   // fill these; converted to each input's dtype afterwards
+  const Node* node = nullptr;
+  const Tensor& grad(int i = 0) const { return grad_outputs[i]; }
+  bool needs(int i) const { return node->next_edges[i].valid(); }
+};
+using BackwardFn = std::function<void(BackwardContext&)>;
+
+// The node every op front end records: a closure that captures exactly what backward needs.
+// Gradients arrive converted to `compute` and leave converted to each input's dtype.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(OpId op, DType compute, BackwardFn fn);
+  void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override;
+  void release() override { fn_ = nullptr; }
+  std::string name() const override;
+  OpId op() const { return op_; }
+  std::vector<DType> input_dtypes;
+
+ private:
+  OpId op_;
+  DType compute_;
+  BackwardFn fn_;
+};
+
+// The edge a gradient for `t` must flow into: its grad_fn, its leaf accumulator, or none.
+Edge gradient_edge(const Tensor& t);
+
+// Runs the backward pass from `roots` with gradients `grads` (same count; an undefined entry
+// means ones for a one-element root). Leaves accumulate into .grad.
+void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, bool retain_graph);
+
+}  // namespace mixp

@@ -1,0 +1,178 @@
+// The kernel interface every backend implements (DESIGN.md section 3, backends).
+//
+// Contract, for every kernel:
+//  - Signatures read dst first, then src, then saved state, then sizes (DESIGN.md 6.7).
+//  - dst tensors are allocated by the op front end, contiguous, of the right shape; kernels only
+//    write them (or accumulate where the name says so).
+//  - Floating inputs and outputs are in the compute dtype: fp32 or fp64 (the front end converts).
+//    The exceptions are matmul/conv2d, whose inputs may be in a storage dtype named by
+//    MatmulConfig::compute (the next issue adds bf16/fp16/int8 there: a new case in the cpu
+//    backend, nothing else changes). Index tensors are int64 or int32.
+//  - src tensors may be strided views, including broadcast views with stride 0 (the front end
+//    expands broadcast operands to dst's shape before calling binary()).
+//  - Reductions in fp32 accumulate in fp32 (the ref backend in double where noted).
+//
+// RefBackend implements every kernel with plain loops, templated over float/double: it is the test
+// oracle and is never deleted. CpuBackend derives from it and overrides what it accelerates
+// (oneDNN for matmul/conv, OpenMP+SIMD loops for the rest); anything it does not handle
+// (an odd layout, fp64) falls through to the ref kernel. Tests run each op under both.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "mixp/tensor/tensor.h"
+
+namespace mixp {
+
+enum class UnaryOp : uint8_t { neg, exp, log, sqrt, relu, gelu, tanh, sigmoid };
+enum class BinaryOp : uint8_t { add, sub, mul, div };
+// add: x + s   mul: x * s   pow: x^s   rsub: s - x   rdiv: s / x
+enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv };
+enum class ReduceOp : uint8_t { sum, mean, max };
+// Fused epilogue of matmul/linear. gelu is the tanh approximation (see ops.h).
+enum class Activation : uint8_t { none, relu, gelu };
+
+struct MatmulConfig {
+  // The dtype products are computed in. fp32 and fp64 today; bf16/fp16/fp8/int8 are added as
+  // cases of CpuBackend::matmul by the mixed-precision issue (inputs then arrive in that dtype
+  // and dst stays fp32).
+  DType compute = DType::fp32;
+  Activation activation = Activation::none;
+  bool accumulate = false;  // dst += a @ b (+ bias) instead of dst = ...
+};
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  DType compute = DType::fp32;  // as MatmulConfig::compute
+};
+
+struct Pool2dParams {
+  int64_t kernel_h = 2, kernel_w = 2;
+  int64_t stride_h = 2, stride_w = 2;
+  int64_t pad_h = 0, pad_w = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // --- copies. copy: same shape, any dtypes (nearest-even, IEEE overflow); src may be strided.
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  // Element i of dst (row-major) uses sr_bits(seed, i) under Round::stochastic.
+  virtual void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;
+  // dst += alpha * src (dst any layout, src broadcastable view of dst's shape). For grads.
+  virtual void add_inplace(Tensor& dst, const Tensor& src, double alpha) = 0;
+
+  // --- pointwise
+  virtual void unary(UnaryOp op, Tensor& dst, const Tensor& src) = 0;
+  // dsrc = ddst * op'(src); src or dst may be undefined when op' does not need it:
+  // relu/tanh/sigmoid/exp/sqrt read dst, gelu/log read src, neg reads neither.
+  virtual void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                              const Tensor& dst) = 0;
+  virtual void binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) = 0;
+  virtual void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) = 0;
+  // Inverted dropout: dst = src * keep / (1 - p), keep = (hash(seed, i) >= p * 2^32) for the
+  // row-major index i. Backward is the same kernel on the gradient (no mask is stored).
+  virtual void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) = 0;
+
+  // --- reductions: dst has src's rank, reduced dims have size 1 (keepdim form).
+  virtual void reduce(ReduceOp op, Tensor& dst, const Tensor& src) = 0;
+  // Gradient of max: ddst is split equally among the elements equal to the max (like torch.amax).
+  virtual void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) = 0;
+
+  // --- softmax over `dim` (log: log_softmax)
+  virtual void softmax(Tensor& dst, const Tensor& src, int dim, bool log) = 0;
+  virtual void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) = 0;
+
+  // --- layer norm over the last `norm_size` elements of each row: src is [rows, norm_size]
+  // (any leading shape), mean/rstd are [rows]. weight/bias [norm_size] may be undefined.
+  virtual void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
+                          const Tensor& weight, const Tensor& bias, double eps) = 0;
+  // dweight/dbias may be undefined (not needed); when defined they are overwritten.
+  virtual void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                   const Tensor& src, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd) = 0;
+
+  // --- batch norm over [N, C, *] per channel C. Training: normalize with the batch statistics,
+  // save mean/invstd [C], and update running_mean/var (if defined) with momentum and the unbiased
+  // variance (PyTorch). Eval: normalize with the running statistics (save_* untouched).
+  virtual void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                          Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                          bool training, double momentum, double eps) = 0;
+  // Training-mode gradient (batch statistics). dweight/dbias may be undefined.
+  virtual void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                   const Tensor& src, const Tensor& weight, const Tensor& save_mean,
+                                   const Tensor& save_invstd) = 0;
+
+  // --- embedding: dst[i, :] = weight[indices[i], :]; backward accumulates into dweight
+  // (which the front end zeroes).
+  virtual void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) = 0;
+  virtual void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) = 0;
+
+  // --- 2-D pooling on NCHW. max: ties go to the first maximum in the window (row-major);
+  // avg: counts the padding (PyTorch count_include_pad=True).
+  virtual void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) = 0;
+  virtual void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) = 0;
+  virtual void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) = 0;
+  virtual void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) = 0;
+
+  // --- matmul: a [M, K] or [B, M, K], b [K, N] or [B, K, N] (any strides; a batch stride of 0
+  // broadcasts), dst [M, N] / [B, M, N] contiguous, bias [N] or undefined.
+  virtual void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+                      const MatmulConfig& cfg) = 0;
+
+  // --- conv2d, NCHW / OIHW, groups 1. bias [O] or undefined.
+  virtual void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
+                                    const Conv2dParams& p) = 0;
+  // dbias may be undefined.
+  virtual void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
+                                       const Conv2dParams& p) = 0;
+
+  // --- scaled dot-product attention on [B, H, T, D] (q, k, v contiguous); lse [B, H, T] is the
+  // log-sum-exp of each row of scores (kept for backward instead of the T x T probabilities).
+  virtual void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         bool causal, double scale) = 0;
+  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
+                                  const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
+                                  bool causal, double scale) = 0;
+
+  // --- cross entropy from logits [N, C] and class indices [N]: loss [] = mean_i (lse_i - x_i[t_i]);
+  // lse [N] saved for backward.
+  virtual void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) = 0;
+  virtual void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                                      const Tensor& targets, const Tensor& lse) = 0;
+};
+
+enum class BackendKind : uint8_t { ref, cpu };
+
+// The backend ops dispatch to on this thread: the innermost BackendGuard, else the process
+// default (cpu unless set_default_backend or MIXP_BACKEND=ref says otherwise).
+Backend& backend();
+Backend& get_backend(BackendKind kind);
+BackendKind current_backend_kind();
+void set_default_backend(BackendKind kind);
+const char* to_string(BackendKind kind);
+
+// Runs ops on `kind` in this thread for the guard's lifetime (tests compare ref and cpu this way).
+class BackendGuard {
+ public:
+  explicit BackendGuard(BackendKind kind);
+  ~BackendGuard();
+  BackendGuard(const BackendGuard&) = delete;
+  BackendGuard& operator=(const BackendGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
+// Threads used by OpenMP loops and oneDNN (oneDNN runs on the same OpenMP runtime).
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace mixp

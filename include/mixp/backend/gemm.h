@@ -1,0 +1,41 @@
+// Dtype-generic GEMM kernel of the cpu backend: the building block the AMP (bf16) and INT8
+// (u8s8/s8s8) paths reuse, and what `mixp bench gemm` times (DESIGN.md 3, backends: oneDNN matmul
+// in f32/bf16/s8). These are kernels: nothing is recorded for autograd and inputs are not
+// converted; the op front ends (matmul, linear) and the quant module decide the dtypes.
+//
+//   a          b          dst      how
+//   fp32    x  fp32    -> fp32     CpuBackend::matmul (oneDNN f32 primitive)
+//   bf16    x  bf16    -> fp32     CpuBackend::matmul with MatmulConfig::compute = bf16: products
+//                                  exact in fp32, fp32 accumulation. Without AVX-512 (no oneDNN
+//                                  bf16 kernel, or ONEDNN_MAX_CPU_ISA below AVX512_CORE) the
+//                                  inputs are widened to fp32 (exact) first.
+//   uint8   x  int8    -> int32    oneDNN u8s8s32 primitive (cached here); exact integer sums
+//   int8    x  int8    -> int32    oneDNN s8s8s32 primitive (cached here); exact integer sums
+//
+// Exactness of int8: with AVX512_VNNI (vpdpbusd) every product is accumulated in int32 without
+// saturation. Without VNNI oneDNN uses vpmaddubsw, whose int16 pair sums saturate when
+// |a0*b0 + a1*b1| > 32767; keep weights within 7 bits there (what oneDNN itself advises).
+//
+// a is [M, K] and b is [K, N], each row-major or column-major (a transposed view costs no
+// copy); any other layout is copied to contiguous first. dst is [M, N], contiguous, of
+// gemm_result_dtype(a, b).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "mixp/tensor/tensor.h"
+
+namespace mixp {
+
+void gemm(Tensor& dst, const Tensor& a, const Tensor& b);
+Tensor gemm(const Tensor& a, const Tensor& b);  // allocates dst
+
+// The dtype of dst for inputs (a, b); throws std::invalid_argument naming the supported pairs.
+DType gemm_result_dtype(DType a, DType b);
+
+// What gemm() runs for (a, b) at M x N x K on this machine: oneDNN's implementation name
+// ("brg:avx512_core_bf16", "brg:avx512_core_vnni", ...), prefixed by "fp32 (bf16 widened) " when
+// bf16 is emulated. Creates a primitive descriptor to ask oneDNN (tens of microseconds).
+std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t k);
+
+}  // namespace mixp

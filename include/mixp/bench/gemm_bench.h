@@ -1,0 +1,68 @@
+// GEMM throughput per dtype against the measured instruction peak: the library side of
+// `mixp bench gemm` (DESIGN.md 4 and 7). Times n x n x n products of mixp's own kernels, best of
+// `repeat` runs after `warmup` runs (the first call builds and caches the oneDNN primitive).
+//
+//   dtype     what is timed                                              peak (measure_peak)
+//   fp32      mixp::matmul(a, b) on fp32 Tensors (the op front end)     PeakPath::fp32
+//   bf16      mixp::gemm(a, b): bf16 x bf16 -> fp32                      PeakPath::bf16
+//   int8      mixp::gemm(a, b): uint8 x int8 -> int32 (oneDNN u8s8s32)   PeakPath::int8
+//   fp16      emulated: both inputs widened to fp32 (exact) per call,   PeakPath::fp32
+//             then the fp32 mixp::gemm
+//   fp8_e4m3  emulated: both inputs widened to bf16 (exact) per call,   PeakPath::bf16
+//   fp8_e5m2  then the bf16 mixp::gemm
+//
+// mixp::matmul on bf16 Tensors would widen them to fp32 (the front end computes in fp32 until
+// the mixed-precision issue routes bf16 to MatmulConfig::compute = bf16), so bf16 is timed on
+// the kernel the AMP path will use.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixp/bench/peak.h"
+#include "mixp/format/dtype.h"
+
+namespace mixp::bench {
+
+struct GemmBenchConfig {
+  int64_t n = 2048;
+  std::vector<DType> dtypes = {DType::fp32, DType::bf16, DType::int8};
+  int threads = 0;  // <= 0: mixp::get_num_threads()
+  int repeat = 5;   // timed runs; the best is reported
+  int warmup = 1;   // untimed runs first (at least 1 is always done)
+  uint64_t seed = 1;
+  double peak_seconds = 0.05;  // measure_peak's `seconds` per instruction path
+};
+
+struct GemmBenchResult {
+  DType dtype = DType::fp32;
+  std::string path;            // what was timed, e.g. "mixp::gemm bf16 x bf16 -> fp32"
+  std::string implementation;  // oneDNN's kernel, e.g. "brg:avx512_core_bf16"
+  bool emulated = false;       // the dtype has no kernel of its own (widened to another)
+  int64_t n = 0;
+  int threads = 1;
+  int repeat = 1;
+  double seconds = 0;  // best of `repeat`
+  double gflops = 0;   // 2 n^3 / seconds / 1e9 (GOP/s for int8)
+  PeakResult peak;     // the instruction peak of the path this dtype runs on
+  double peak_gflops = 0;
+  double fraction_of_peak = 0;            // gflops / peak_gflops
+  std::optional<double> speedup_vs_fp32;  // gflops / fp32's gflops, when fp32 ran in the same call
+};
+
+// The dtypes run_gemm_bench takes, in the order of the table above.
+std::vector<DType> gemm_bench_dtypes();
+// "fp32,bf16,int8" -> dtypes. Registry names and their aliases are accepted; an unknown name or a
+// format without a GEMM path throws std::invalid_argument saying which are supported (and, for
+// known formats, why this one is not).
+std::vector<DType> parse_gemm_bench_dtypes(std::string_view comma_separated);
+// The PeakPath a dtype's GEMM runs on.
+PeakPath gemm_peak_path(DType dtype);
+
+// Sets mixp::set_num_threads(threads) for the run and restores the previous count. Throws
+// std::invalid_argument for n < 1, repeat < 1 or a dtype outside gemm_bench_dtypes().
+std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& config);
+
+}  // namespace mixp::bench

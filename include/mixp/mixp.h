@@ -1,0 +1,17 @@
+// Umbrella header: includes the public API only.
+#pragma once
+#include "mixp/autograd/checkpoint.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/node.h"
+#include "mixp/backend/backend.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/format/dtype.h"
+#include "mixp/format/minifloat.h"
+#include "mixp/format/rounding.h"
+#include "mixp/ops/op_list.h"
+#include "mixp/ops/ops.h"
+#include "mixp/tensor/allocator.h"
+#include "mixp/tensor/element.h"
+#include "mixp/tensor/factories.h"
+#include "mixp/tensor/generator.h"
+#include "mixp/tensor/tensor.h"

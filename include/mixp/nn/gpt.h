@@ -1,0 +1,56 @@
+// The character-level GPT of DESIGN.md 5b (GPT-2 architecture, nanoGPT / llm.c layout):
+//   x = tok_emb(idx) + pos_emb(0..T-1)        learned position embeddings
+//   x = blocks.i(x)  for i < layers          pre-LayerNorm TransformerBlock (GELU-tanh MLP)
+//   logits = head(ln_f(x))                   final LayerNorm, untied head without bias
+// Input: int32/int64 token ids [B, T] with T <= context; output: logits [B, T, vocab] (fp32).
+//
+// Init (GPT-2, Radford et al. 2019, section 2.3; nanoGPT's _init_weights): every Linear and
+// Embedding weight ~ N(0, 0.02^2), biases 0, LayerNorm weight 1 and bias 0; the two residual
+// projections of each block (attn.proj, mlp.proj) ~ N(0, (0.02 / sqrt(2 * layers))^2), because
+// each block adds two residual branches and their sum's variance grows with depth.
+// (bench/peers/peer_models.py draws every weight from N(0, 0.02^2) without the residual scaling;
+// the parameter shapes are identical.) Draw order: tok_emb, pos_emb, blocks.0 (attn.qkv,
+// attn.proj, mlp.fc, mlp.proj), blocks.1, ..., head.
+//
+// Gradient checkpointing: with `checkpointing`, each block runs under autograd checkpoint(), so
+// backward recomputes its activations instead of keeping them (only block inputs are stored).
+#pragma once
+#include "mixp/nn/embedding.h"
+#include "mixp/nn/layer_norm.h"
+#include "mixp/nn/linear.h"
+#include "mixp/nn/transformer_block.h"
+
+namespace mixp::nn {
+
+struct GptConfig {
+  int64_t vocab = 256;
+  int64_t context = 128;
+  int64_t width = 256;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t mlp_width = 1024;
+  bool checkpointing = false;
+};
+
+class Gpt : public Module {
+ public:
+  Gpt(const GptConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& idx) override;
+
+  const GptConfig& config() const { return cfg_; }
+  void set_checkpointing(bool on) { cfg_.checkpointing = on; }
+  TransformerBlock& block(size_t i) { return *blocks_.at(i); }
+
+ protected:
+  std::string describe() const override;
+
+ private:
+  GptConfig cfg_;
+  std::shared_ptr<Embedding> tok_emb_, pos_emb_;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks_;
+  std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<Linear> head_;
+  Tensor positions_;  // int64 0..context-1; not a buffer (never saved), like nanoGPT's
+};
+
+}  // namespace mixp::nn

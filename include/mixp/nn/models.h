@@ -1,0 +1,44 @@
+// The built-in models of DESIGN.md 5b, by name, with the same shapes as bench/peers/peer_models.py.
+//
+//   mlp  [N, 784] or [N, 1, 28, 28] fp32 -> logits [N, 10]
+//        flatten, fc1 784->512 ReLU, fc2 512->512 ReLU, head 512->10     (669,706 parameters)
+//        width = hidden size (512), layers = hidden layers (2)
+//   cnn  [N, 1, 28, 28] fp32 -> logits [N, 10]
+//        conv1 1->32 3x3 pad 1, bn1, relu1, pool1 (2); conv2 32->64 3x3 pad 1, bn2, relu2, pool2;
+//        flatten, fc1 3136->128 ReLU, head 128->10                        (421,834 parameters)
+//        width = conv1 channels (32; conv2 has 2x), mlp_width = fc1 size (128); layers fixed (2)
+//   gpt  int32/int64 token ids [B, T] -> logits [B, T, vocab]   (nn/gpt.h)
+//        width 256, layers 4, heads 4, context 128, mlp_width 1024, vocab 256 (every byte; the
+//        Trainer passes the corpus's vocabulary)
+// ModelConfig fields equal to 0 take the model's default; a field the model does not use must be
+// 0 (else std::invalid_argument says which). Init is PyTorch's default for mlp and cnn and GPT-2's
+// for gpt, all drawn from Generator(seed): the same config gives bit-identical parameters.
+//
+// Names are meant for per-layer rules: the final classifier / LM head is kind "head"; ReLU after
+// fc layers is fused into their GEMM (Linear's activation), so the mlp has no separate relu
+// modules.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixp/nn/module.h"
+
+namespace mixp::nn {
+
+struct ModelConfig {
+  std::string name;
+  int64_t width = 0, layers = 0, heads = 0, context = 0, vocab = 0, mlp_width = 0;
+  uint64_t seed = 0;
+  bool checkpointing = false;  // gpt only: checkpoint() each block
+};
+
+// {"cnn", "gpt", "mlp"}
+std::vector<std::string> model_names();
+// Throws std::invalid_argument for an unknown name (listing the known ones) or a bad shape.
+std::shared_ptr<Module> make_model(const ModelConfig& cfg);
+// cfg with every 0 replaced by the model's default (fields the model does not use stay 0).
+ModelConfig resolve_model_config(const ModelConfig& cfg);
+
+}  // namespace mixp::nn

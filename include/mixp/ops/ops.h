@@ -1,0 +1,131 @@
+// Op front ends: free functions that check their arguments, apply the autocast hook, dispatch to
+// the active backend (backend/backend.h) and record a backward node keeping only what backward
+// needs. Shape mismatches throw std::invalid_argument naming the op and both shapes.
+//
+// Dtypes. The result of a floating op has the promoted dtype of its floating inputs (equal dtypes
+// stay; any fp64 gives fp64; other mixes give fp32; integer/bool inputs count as fp32). The op
+// computes in fp64 when the result is fp64, else in fp32 (inputs are widened exactly, the result
+// is rounded to its dtype with nearest-even). Gradients flow back in each input's dtype; leaves
+// narrower than fp32 accumulate .grad in fp32 (autograd/node.h).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "mixp/backend/backend.h"
+#include "mixp/ops/op_list.h"
+#include "mixp/tensor/generator.h"
+#include "mixp/tensor/tensor.h"
+
+namespace mixp {
+
+// ---- The autocast hook (DESIGN.md section 3, amp). Every op front end calls
+// apply_cast_policy(op, inputs) before it looks at dtypes; the hook may replace entries of
+// `inputs` by converted tensors (differentiably, e.g. with Tensor::to). With no hook installed
+// (today) it does nothing. The amp module installs its policy table with set_cast_policy_hook.
+using CastPolicyHook = void (*)(OpId op, std::span<Tensor> inputs);
+void set_cast_policy_hook(CastPolicyHook hook);  // nullptr uninstalls
+CastPolicyHook cast_policy_hook();
+inline void apply_cast_policy(OpId op, std::span<Tensor> inputs) {
+  if (CastPolicyHook h = cast_policy_hook()) h(op, inputs);
+}
+
+// ---- pointwise, broadcasting (NumPy rules)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor pow(const Tensor& a, double exponent);
+Tensor rsub(double s, const Tensor& a);  // s - a
+Tensor rdiv(double s, const Tensor& a);  // s / a
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor relu(const Tensor& a);
+// GELU, tanh approximation (GPT-2, llm.c, torch approximate='tanh'):
+//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+Tensor gelu(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+// Inverted dropout with probability p of zeroing. Identity when !training or p == 0. The mask is
+// a pure function of (seed, element index), so it is never stored: backward regenerates it.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed);
+
+// ---- matmul family (oneDNN on the cpu backend)
+// a [..., M, K] @ b [K, N] (b shared by every leading index) or a [B, M, K] @ b [B, K, N]
+// or a [M, K] @ b [K, N].
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);  // [B, M, K] @ [B, K, N]
+// y = act(x @ w^T + b): x [..., in], w [out, in], b [out] or undefined. relu is fused into the
+// GEMM (oneDNN post-op); gelu is fused when nothing records a gradient.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+              Activation act = Activation::none);
+// x [N, C, H, W], w [O, C, KH, KW], b [O] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
+              int64_t padding = 0);
+// softmax(q k^T * scale (+ causal mask)) v on q, k, v [B, H, T, D]; scale defaults to 1/sqrt(D).
+// Fused: keeps only the per-row log-sum-exp, never the T x T probabilities, for backward.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal = true, double scale = 0.0);
+// One LSTM step (PyTorch LSTMCell, gate order i, f, g, o): x [N, I], h/c [N, H],
+// w_ih [4H, I], w_hh [4H, H], b_ih/b_hh [4H] or undefined. Returns (h', c').
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tensor& c, const Tensor& w_ih,
+                                    const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh);
+
+// ---- softmax and normalization
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Normalizes over the trailing dims `normalized_shape`; weight/bias have that shape or are undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// x [N, C] or [N, C, *]. Training: batch statistics, running stats updated in place (momentum
+// 0.1 and unbiased variance, as PyTorch); eval: running statistics. running_* may be undefined
+// in training (no tracking). weight/bias [C] or undefined.
+Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+
+// ---- reductions (dims may be negative; empty dims = all)
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
+Tensor max(const Tensor& x);
+Tensor max(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Sums x over its broadcast dims down to `shape` (the gradient of an expand).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- losses (mean over the batch)
+// logits [N, C], targets [N] int64/int32 class indices in [0, C).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+Tensor mse_loss(const Tensor& pred, const Tensor& target);
+
+// ---- pooling and embedding
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);  // stride 0 = kernel
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
+// weight [V, E], indices int64/int32 of any shape -> [*indices.shape, E].
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+// ---- layout (views where possible; see Tensor for the methods)
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor contiguous(const Tensor& x);
+Tensor cat(std::span<const Tensor> xs, int64_t dim);
+Tensor cat(std::initializer_list<Tensor> xs, int64_t dim);
+Tensor stack(std::span<const Tensor> xs, int64_t dim);
+Tensor stack(std::initializer_list<Tensor> xs, int64_t dim);
+// Splits dim into `chunks` equal views (size must divide).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim);
+
+}  // namespace mixp

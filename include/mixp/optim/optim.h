@@ -1,0 +1,7 @@
+// Umbrella header of the optim module: includes only.
+#pragma once
+#include "mixp/optim/adam.h"
+#include "mixp/optim/clip_grad.h"
+#include "mixp/optim/lr_schedule.h"
+#include "mixp/optim/optimizer.h"
+#include "mixp/optim/sgd.h"

@@ -1,0 +1,129 @@
+// Optimizer: the base of SGD, Adam and AdamW, over named parameters.
+//
+// step() walks the parameters once; for each parameter with a gradient it calls the subclass's
+// fused update kernel, one pass over the elements that reads the gradient, updates the states and
+// writes the new value (OpenMP-parallel and vectorizable; see sgd.cpp / adam.cpp). Parameters
+// without a gradient are skipped and their per-parameter step count does not advance (PyTorch).
+// Every buffer (states, master copies, scratch) is allocated at construction or at the first
+// step, so later steps allocate nothing.
+//
+// Working precision. The update runs in fp32 (fp64 for fp64 parameters, so the fp64 recipe stays
+// a true reference); optimizer states have the working dtype. Parameters narrower than fp32
+// (bf16, fp16, fp8, ...) are handled by the extension point below.
+//
+// EXTENSION POINT: low-precision parameters, master weights and write-back rounding
+// (DESIGN.md section 3, optim). Every parameter has a ParamState slot:
+//   param   the model's tensor, in whatever dtype the recipe gave it
+//   master  an fp32 copy, made at construction when param is narrower than fp32 and
+//           PrecisionOptions::master_weights is on; the update is applied to it, then
+//   write-back: param = round(master) with PrecisionOptions::write_back (nearest-even, or
+//           stochastic as in llm.c's pure-bf16 training, with a counter-based seed per parameter
+//           and step, so resumed runs round identically) and PrecisionOptions::overflow.
+//   Without master weights (pure low-precision training) the fp32 value is read from param into a
+//   scratch buffer, updated, and written back the same way.
+// The write-back is done by backend().convert (format/rounding.h semantics). What a next step adds
+// (Kahan-compensated write-back, an fp32 master for fp32 params under fp8 recipes, per-parameter
+// overrides) goes into write_back() and PrecisionOptions, not into the update kernels, which only
+// ever see fp32/fp64 arrays.
+//
+// State dict. tensors: "<param>.<slot>" for each state slot (e.g. "fc1.weight.exp_avg") and
+// "<param>.master" for master copies; scalars: "step" (calls of step()),
+// "lr", and "<param>.step". state_dict() returns copies (a snapshot); load_state_dict copies
+// values in after checking every name and shape, so a mismatch changes nothing.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mixp/format/rounding.h"
+#include "mixp/tensor/tensor.h"
+
+namespace mixp::optim {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct PrecisionOptions {
+  bool master_weights = true;              // fp32 master copies of parameters narrower than fp32
+  Round write_back = Round::nearest_even;  // rounding of the update written back to such params
+  Overflow overflow = Overflow::ieee;      // overflow of that write-back
+  uint64_t seed = 0;                       // stochastic write-back stream (see write_back_seed)
+};
+
+struct StateDict {
+  NamedTensors tensors;
+  std::vector<std::pair<std::string, double>> scalars;
+  // nullptr when absent
+  const Tensor* find_tensor(const std::string& name) const;
+  const double* find_scalar(const std::string& name) const;
+};
+
+struct ParamState {
+  std::string name;
+  Tensor param;
+  Tensor master;              // fp32, or undefined (the update is applied to param directly)
+  std::vector<Tensor> slots;  // optimizer states, the working dtype, param's shape
+  int64_t step = 0;           // updates applied to this parameter
+  Tensor work;                // scratch working values (low precision without master), lazily made
+  Tensor grad_work;           // scratch gradient when .grad is not contiguous in the working dtype
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual std::string name() const = 0;
+
+  // One update of every parameter that has a gradient.
+  void step();
+  // Clears the gradients (set_to_none: drops them, like PyTorch 2; else fills them with 0).
+  void zero_grad(bool set_to_none = true);
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  int64_t step_count() const { return steps_; }
+
+  const std::vector<ParamState>& params() const { return params_; }
+  std::vector<Tensor> parameters() const;
+  // The slot names of every parameter's state, e.g. {"exp_avg", "exp_avg_sq"}.
+  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  const PrecisionOptions& precision() const { return precision_; }
+
+  StateDict state_dict() const;
+  // Throws std::invalid_argument naming the first missing/extra/mismatched entry.
+  void load_state_dict(const StateDict& sd);
+
+  // Re-copies every master from its parameter (after the parameters were loaded or changed
+  // outside the optimizer; load_state_dict restores masters itself).
+  void reset_masters_from_params();
+
+  // The stochastic-rounding seed of parameter `index` at per-parameter step `step`.
+  uint64_t write_back_seed(size_t index, int64_t step) const;
+
+ protected:
+  // params: named leaves (floating, contiguous, distinct); unnamed ones are called "0", "1", ...
+  Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision,
+            std::vector<std::string> slot_names);
+
+  // The fused update of one parameter: w (n working values, updated in place), g (gradient),
+  // slots[k] (n values of state k), step (this parameter's step count, already incremented).
+  virtual void update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) = 0;
+  virtual void update(double* w, const double* g, double* const* slots, int64_t n,
+                      int64_t step) = 0;
+
+  static NamedTensors name_by_index(const std::vector<Tensor>& params);
+
+ private:
+  void step_param(size_t index);
+  void write_back(size_t index, const Tensor& from);
+
+  std::vector<ParamState> params_;
+  std::vector<std::string> slot_names_;
+  PrecisionOptions precision_;
+  double lr_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace mixp::optim

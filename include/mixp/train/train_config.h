@@ -1,0 +1,105 @@
+// What one training run does: the model, the data, the precision recipe, the length of the run,
+// the optimizer and its schedule, and where checkpoints and logs go. `mixp train` fills it from its
+// flags (DESIGN.md section 4); a checkpoint stores it in state.json so that `mixp eval` and
+// `--resume` rebuild the same run.
+//
+// Zero means "the model's default" for the numeric fields below (DESIGN.md 5b: mlp and cnn train
+// with batch 128 and AdamW at lr 1e-3, gpt with batch 16 and lr 3e-4); resolved() fills them in.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixp/nn/models.h"
+
+namespace mixp::train {
+
+// A configuration that cannot run (both epochs and steps, a non-positive batch, an unknown
+// optimizer, ...). Derives from std::invalid_argument: it is the caller's mistake, and the CLI
+// reports it as a usage error.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// A failure while training that is not a bug and not bad configuration: a non-finite loss or
+// gradient (the NaN guard), a checkpoint that does not match the model.
+class TrainError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The `data` keyword that selects generated data (synthetic_images / synthetic_corpus of the data
+// module) instead of files: for tests and demos on machines without the dataset packages.
+inline constexpr const char* kSyntheticData = "synthetic";
+// The `data` keyword for Debian's Fashion-MNIST folder (also the default for mlp and cnn).
+inline constexpr const char* kFashionMnistData = "fashion-mnist";
+
+struct TrainConfig {
+  nn::ModelConfig model;  // name ("mlp", "cnn", "gpt") and shape; model.seed 0 = `seed` below
+
+  // "" = the model's default (Fashion-MNIST for mlp/cnn, /usr/share/games/fortunes for gpt),
+  // "fashion-mnist", "synthetic", or a path: a folder of IDX files (mlp/cnn), a text file or
+  // folder (gpt).
+  std::string data;
+  int64_t train_limit = 0;  // keep the first N training samples (0 = all); gpt: first N tokens
+  int64_t test_limit = 0;   // evaluate on the first N test samples (gpt: N validation windows)
+
+  // Precision recipe (recipe.h). Today fp32 and fp64; the mixed-precision recipes come next.
+  std::string precision = "fp32";
+  std::string layer_precision;             // per-layer overrides; needs a mixed recipe
+  std::optional<double> loss_scale_init;   // fp16 recipes only
+  std::optional<int64_t> growth_interval;  // fp16 recipes only
+
+  // Length: exactly one of epochs and steps may be set; neither = 1 epoch. Both count the whole
+  // run, resumed steps included: resuming a checkpoint of step 100 with steps = 200 runs 100 more.
+  int64_t epochs = 0;
+  int64_t steps = 0;  // optimizer steps
+
+  int64_t batch = 0;       // samples per micro-batch (gpt: sequences); 0 = model default
+  int64_t grad_accum = 1;  // micro-batches per optimizer step; the loss of each is divided by it
+  double lr = 0;           // peak learning rate; 0 = model default
+  std::string optimizer = "adamw";     // adamw | adam | sgd
+  std::optional<double> weight_decay;  // unset = the optimizer's default
+  double momentum = 0.9;               // sgd only
+  double clip = 0;                     // clip gradients to this global L2 norm; 0 = off
+  std::string schedule =
+      "constant";            // constant | cosine | warmup_cosine | linear (to 0 at the end)
+  int64_t warmup_steps = 0;  // linear warmup from 0 to lr
+
+  uint64_t seed = 0;     // model initialization and data order
+  int threads = 0;       // OpenMP/oneDNN threads; 0 = leave as is (all cores)
+  bool evaluate = true;  // evaluate on the test set (validation split for gpt) at the end
+
+  std::string save_dir;    // write a checkpoint here at the end ("" = none)
+  int64_t save_every = 0;  // also every N optimizer steps (0 = only at the end)
+  std::string resume_dir;  // continue from this checkpoint ("" = start fresh)
+  std::string log_path;    // JSON Lines, one line per optimizer step ("" = none)
+
+  // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
+  // set, and every field checked. Throws ConfigError naming the field, the value and what is
+  // accepted. The vocabulary of gpt is left 0 here; the Trainer sets it from the corpus.
+  TrainConfig resolved() const;
+};
+
+// Known optimizer names, for messages and --help.
+const std::vector<std::string>& optimizer_names();
+const std::vector<std::string>& schedule_names();
+
+// Default micro-batch size and learning rate of a built-in model (DESIGN.md 5b).
+int64_t default_batch(std::string_view model);
+double default_lr(std::string_view model);
+// True for models trained on token sequences (gpt), false for image classifiers.
+bool is_language_model(std::string_view model);
+
+// state.json's "config" object: every field above, model shape included. Lossless for doubles
+// (shortest round-trip representation).
+std::string config_to_json(const TrainConfig& c);
+// Parses config_to_json's output. Unknown keys are ignored and missing ones keep their defaults,
+// so checkpoints of older versions still load. Throws ConfigError for a malformed document.
+TrainConfig config_from_json(std::string_view json);
+
+}  // namespace mixp::train

@@ -1,0 +1,124 @@
+// The Trainer owns the training loop (DESIGN.md section 3, train/study):
+//
+//   for each optimizer step:
+//     zero the gradients
+//     for each of the step's micro-batches (grad_accum of them; fewer at the end of an epoch,
+//     because an accumulation window never spans two epochs):
+//       forward under the recipe's scope, cross-entropy loss, NaN guard on the loss,
+//       backward of recipe.scale_loss(loss / micro-batches in this step)
+//     recipe.unscale_and_check; global gradient norm (clipped to `clip` when set); NaN guard
+//     learning rate from the schedule; optimizer step; recipe.update
+//     callbacks (progress, JSONL log); periodic checkpoint
+//   evaluate on the test set; final checkpoint
+//
+// Data, model and optimizer are built once in the constructor; after the first step a step
+// allocates nothing outside the engine's caching allocator (batch buffers are reused).
+//
+// Resuming (config.resume_dir) restores weights, buffers, optimizer state, the data order and the
+// step counter, so N steps + save + resume + N steps equals 2N uninterrupted steps bit for bit.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixp/train/callbacks.h"
+#include "mixp/train/train_config.h"
+
+namespace mixp::nn {
+class Module;
+}
+namespace mixp::optim {
+class Optimizer;
+}
+
+namespace mixp::train {
+
+class PrecisionRecipe;
+
+struct EvalResult {
+  std::optional<double> accuracy;  // classifiers: fraction of test samples classified correctly
+  double loss = 0;                 // mean cross-entropy per sample (gpt: per token)
+  int64_t samples = 0;             // test images, or validation windows for gpt
+};
+
+// What `mixp train --json` prints (result_to_json gives the exact object).
+struct TrainResult {
+  std::string model, precision, optimizer, data;
+  int64_t steps = 0;  // optimizer steps done, resumed ones included
+  int64_t steps_this_run = 0;
+  int64_t skipped_steps = 0;
+  double epochs = 0;         // passes over the training data done (fractional), resumed included
+  double ms_per_step = 0;    // median over this run's steps, the first excluded
+  double samples_per_s = 0;  // samples per optimizer step / median step time
+  double tokens_per_s = 0;   // gpt only (samples_per_s * context)
+  std::optional<double> test_accuracy;  // classifiers
+  std::optional<double> test_loss;      // classifiers
+  std::optional<double> val_loss;       // gpt
+  double final_loss = 0;                // loss of the last optimizer step
+  int64_t peak_memory_bytes = 0;  // peak tensor memory of the training loop (caching allocator)
+  int64_t peak_rss_bytes = 0;     // peak resident set of the process
+  std::optional<double> energy_joules;  // nullopt when no meter is readable
+  std::string energy_source;            // "rapl" or "unavailable"
+  double train_time_s = 0;              // the training loop of this run
+  double total_time_s = 0;              // construction (data loading) to the end of fit()
+  int threads = 0;
+  int64_t batch = 0, grad_accum = 1;
+  int64_t parameters = 0;  // number of trainable values
+  uint64_t seed = 0;
+  std::vector<double> losses;  // per optimizer step of this run
+  std::string saved_to;        // checkpoint folder written at the end ("" = none)
+};
+
+// The `train --json` object: model, precision, steps, skipped_steps, ms_per_step, samples_per_s,
+// test_accuracy (classifiers) or val_loss (gpt), final_loss, peak_memory_bytes, energy_joules
+// (null when unavailable), energy_source, peak_rss_bytes, train_time_s, threads, batch, epochs,
+// seed, and more. One line, or indented with `indent` >= 0.
+std::string result_to_json(const TrainResult& r, int indent = -1);
+
+class Trainer {
+ public:
+  // Resolves `config`, sets the thread count, loads the data, builds the model, recipe and
+  // optimizer, and restores config.resume_dir when set. Throws ConfigError, data::DataError,
+  // TrainError (checkpoint mismatch), IoError.
+  explicit Trainer(const TrainConfig& config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void add_callback(std::shared_ptr<TrainCallback> cb);
+
+  // Trains up to the configured epochs/steps, evaluates (config.evaluate), writes the final
+  // checkpoint (config.save_dir). Throws TrainError when the NaN guard fires (no checkpoint is
+  // written then) and whatever a callback throws.
+  TrainResult fit();
+  // Runs `n` more optimizer steps (beyond the configured total if need be) without evaluation or
+  // checkpoints; returns the losses. For tests and custom loops.
+  std::vector<double> train_steps(int64_t n);
+  EvalResult evaluate();
+  // Writes a checkpoint of the current state to `dir`, atomically (the folder appears complete or
+  // not at all; an existing one is replaced).
+  void save(const std::filesystem::path& dir) const;
+
+  const TrainConfig& config() const;  // resolved
+  int64_t step() const;               // optimizer steps done
+  int64_t total_steps() const;        // the run's target
+  int64_t steps_per_epoch() const;
+  nn::Module& model();
+  optim::Optimizer& optimizer();
+  const PrecisionRecipe& recipe() const;
+  std::string data_description() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `mixp eval`: rebuilds the model from a checkpoint's config, loads its weights and evaluates on
+// the checkpoint's test set (or `data` when not empty). `precision` "" keeps the checkpoint's.
+EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::string& precision = "",
+                               const std::string& data = "");
+
+}  // namespace mixp::train

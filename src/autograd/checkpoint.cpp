@@ -1,0 +1,133 @@
+#include "mixp/autograd/checkpoint.h"
+
+#include <stdexcept>
+
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/node.h"
+#include "mixp/tensor/generator.h"
+#include "ops/dispatch.h"
+
+namespace mixp {
+
+namespace detail {
+namespace {
+// Seeds drawn by dropout inside a checkpointed segment: recorded in forward, replayed in the
+// recomputation so the masks match.
+struct SeedLog {
+  std::vector<uint64_t> seeds;
+  size_t next = 0;
+  bool replay = false;
+};
+thread_local SeedLog* g_seed_log = nullptr;
+}  // namespace
+
+uint64_t checkpoint_aware_seed(Generator& gen) {
+  SeedLog* log = g_seed_log;
+  if (!log) return gen.next_u64();
+  if (log->replay) {
+    if (log->next >= log->seeds.size()) {
+      throw std::logic_error("mixp::checkpoint: the recomputation drew more dropout seeds than the forward pass");
+    }
+    return log->seeds[log->next++];
+  }
+  const uint64_t fresh = gen.next_u64();
+  log->seeds.push_back(fresh);
+  return fresh;
+}
+
+struct SeedLogScope {
+  SeedLog* prev;
+  explicit SeedLogScope(SeedLog* l) : prev(g_seed_log) { g_seed_log = l; }
+  ~SeedLogScope() { g_seed_log = prev; }
+};
+}  // namespace detail
+
+namespace {
+class CheckpointNode final : public Node {
+ public:
+  CheckpointNode(SegmentFn fn, std::vector<Tensor> inputs, std::shared_ptr<detail::SeedLog> seeds)
+      : fn_(std::move(fn)), inputs_(std::move(inputs)), seeds_(std::move(seeds)) {}
+
+  void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override {
+    if (!fn_) throw std::runtime_error("mixp::checkpoint: backward through a freed checkpoint segment (retain_graph was false)");
+    // Recompute the segment with recording on, from detached copies of the inputs.
+    std::vector<Tensor> detached;
+    detached.reserve(inputs_.size());
+    for (const Tensor& t : inputs_) {
+      Tensor d = t.defined() ? t.detach() : Tensor();
+      if (d.defined() && t.requires_grad()) d.requires_grad_(true);
+      detached.push_back(d);
+    }
+    std::vector<Tensor> outs;
+    {
+      EnableGradGuard enable;
+      // The recomputation is a forward pass: the autocast hook applies again (the engine
+      // suspends it for backward functions). An Autocast guard that is thread-local state of the
+      // amp module should also be captured at checkpoint() time and restored here.
+      detail::CastPolicyScope cast_policy(/*suspended=*/false);
+      seeds_->next = 0;
+      seeds_->replay = true;
+      detail::SeedLogScope scope(seeds_.get());
+      outs = fn_(detached);
+    }
+    std::vector<Tensor> roots, grads;
+    for (size_t i = 0; i < outs.size() && i < grad_outputs.size(); ++i) {
+      if (outs[i].defined() && outs[i].requires_grad() && outs[i].is_floating_point()) {
+        roots.push_back(outs[i]);
+        grads.push_back(grad_outputs[i]);
+      }
+    }
+    if (!roots.empty()) run_backward(roots, grads, false);
+    for (size_t i = 0; i < grad_inputs.size(); ++i) {
+      if (next_edges[i].valid() && detached[i].defined()) grad_inputs[i] = detached[i].grad();
+    }
+  }
+  void release() override {
+    fn_ = nullptr;
+    inputs_.clear();
+  }
+  std::string name() const override { return "CheckpointBackward"; }
+
+ private:
+  SegmentFn fn_;
+  std::vector<Tensor> inputs_;
+  std::shared_ptr<detail::SeedLog> seeds_;
+};
+}  // namespace
+
+std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& inputs) {
+  auto seeds = std::make_shared<detail::SeedLog>();
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard no_grad;
+    detail::SeedLogScope scope(seeds.get());
+    outs = fn(inputs);
+  }
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  // As PyTorch's reentrant checkpoint: the segment is differentiated when an input requires
+  // grad (parameters captured by fn then get theirs during the recomputation).
+  if (!GradMode::is_enabled() || !any) return outs;
+  auto node = std::make_shared<CheckpointNode>(fn, inputs, seeds);
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  node->outputs.resize(outs.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    Tensor& o = outs[k];
+    if (!o.defined()) continue;
+    node->outputs[k] = OutputMeta{o.shape(), detail::grad_dtype_of(o.dtype())};
+    if (!o.is_floating_point()) continue;
+    // Outputs may alias inputs (fn returned an input): give each its own impl.
+    o = o.detach();
+    o.impl()->grad_fn = node;
+    o.impl()->output_nr = static_cast<uint32_t>(k);
+    o.impl()->requires_grad = true;
+  }
+  return outs;
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
+  SegmentFn seg = [fn](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs[0])}; };
+  return checkpoint(seg, std::vector<Tensor>{input})[0];
+}
+
+}  // namespace mixp

@@ -1,0 +1,45 @@
+// Backend registry, the thread-local BackendGuard, and the thread count.
+#include "mixp/backend/backend.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/ref/ref_backend.h"
+
+namespace mixp {
+namespace {
+BackendKind initial_default() {
+  const char* e = std::getenv("MIXP_BACKEND");
+  if (e && std::strcmp(e, "ref") == 0) return BackendKind::ref;
+  return BackendKind::cpu;
+}
+BackendKind g_default = initial_default();
+thread_local int g_override = -1;  // -1: none
+}  // namespace
+
+Backend& get_backend(BackendKind kind) {
+  static RefBackend* ref = new RefBackend();
+  static CpuBackend* cpu = new CpuBackend();
+  return kind == BackendKind::ref ? static_cast<Backend&>(*ref) : static_cast<Backend&>(*cpu);
+}
+
+BackendKind current_backend_kind() { return g_override >= 0 ? static_cast<BackendKind>(g_override) : g_default; }
+Backend& backend() { return get_backend(current_backend_kind()); }
+void set_default_backend(BackendKind kind) { g_default = kind; }
+const char* to_string(BackendKind kind) { return kind == BackendKind::ref ? "ref" : "cpu"; }
+
+BackendGuard::BackendGuard(BackendKind kind) : prev_(g_override) { g_override = static_cast<int>(kind); }
+BackendGuard::~BackendGuard() { g_override = prev_; }
+
+void set_num_threads(int n) {
+  if (n < 1) throw std::invalid_argument("mixp::set_num_threads: need at least 1 thread, got " + std::to_string(n));
+  // oneDNN is built on the same OpenMP runtime (libgomp) and reads omp_get_max_threads() per call.
+  omp_set_num_threads(n);
+}
+int get_num_threads() { return omp_get_max_threads(); }
+
+}  // namespace mixp

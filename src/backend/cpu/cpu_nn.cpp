@@ -1,0 +1,466 @@
+// CpuBackend kernels for reductions, softmax, norms, losses, dropout, pooling and attention:
+// fp32 contiguous fast paths on the tiered row kernels (vec_kernels.h) and OpenMP; everything
+// else falls through to the ref kernels.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/pool_kernels.h"
+#include "backend/cpu/vec_kernels.h"
+#include "mixp/backend/cpu_features.h"
+#include "backend/kernel_util.h"
+#include "mixp/tensor/factories.h"
+
+namespace mixp {
+using cpu::parallel_for;
+using cpu::view_of;
+
+namespace {
+bool f32c(const Tensor& t) { return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous()); }
+float* fp(const Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
+}  // namespace
+
+// ---- reductions: src contiguous, the reduced dims one contiguous block -> [outer, mid, inner].
+void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
+  if (!(f32c(dst) && f32c(src)) || src.numel() == 0) return RefBackend::reduce(op, dst, src);
+  int first = -1, last = -1;
+  for (int d = 0; d < src.dim(); ++d) {
+    if (dst.shape()[d] != src.shape()[d]) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  }
+  if (first < 0) {  // nothing reduced (all reduced dims have size 1)
+    if (op == ReduceOp::max || op == ReduceOp::sum || op == ReduceOp::mean) {
+      std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+      return;
+    }
+  }
+  for (int d = first; d <= last; ++d) {
+    if (dst.shape()[d] != 1) return RefBackend::reduce(op, dst, src);  // not one block
+  }
+  int64_t outer = 1, mid = 1, inner = 1;
+  for (int d = 0; d < first; ++d) outer *= src.shape()[d];
+  for (int d = first; d <= last; ++d) mid *= src.shape()[d];
+  for (int d = last + 1; d < src.dim(); ++d) inner *= src.shape()[d];
+  const float* x = fp(src);
+  float* y = fp(dst);
+  const float scale = op == ReduceOp::mean ? 1.0f / static_cast<float>(mid) : 1.0f;
+  const bool is_max = op == ReduceOp::max;
+  if (inner == 1) {
+    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const float* r = x + o * mid;
+        if (is_max) {
+          float m = -std::numeric_limits<float>::infinity();
+          bool nan = false;
+          for (int64_t i = 0; i < mid; ++i) {
+            m = r[i] > m ? r[i] : m;
+            nan = nan || std::isnan(r[i]);
+          }
+          y[o] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+        } else {
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t i = 0; i < mid; ++i) s += r[i];
+          y[o] = s * scale;
+        }
+      }
+    });
+    return;
+  }
+  // inner > 1: accumulate rows of length `inner`; parallel over outer, or over inner chunks.
+  auto run = [&](int64_t o, int64_t ilo, int64_t ihi) {
+    float* yo = y + o * inner;
+    const float* xo = x + o * mid * inner;
+    for (int64_t i = ilo; i < ihi; ++i) yo[i] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    for (int64_t m = 0; m < mid; ++m) {
+      const float* r = xo + m * inner;
+      if (is_max) {
+        for (int64_t i = ilo; i < ihi; ++i) yo[i] = (r[i] > yo[i] || std::isnan(r[i])) ? r[i] : yo[i];
+      } else {
+#pragma omp simd
+        for (int64_t i = ilo; i < ihi; ++i) yo[i] += r[i];
+      }
+    }
+    if (scale != 1.0f)
+      for (int64_t i = ilo; i < ihi; ++i) yo[i] *= scale;
+  };
+  if (outer >= omp_get_max_threads() || !cpu::parallel_worth(src.numel())) {
+    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) run(o, 0, inner);
+    });
+  } else {
+    for (int64_t o = 0; o < outer; ++o) {
+      parallel_for(inner, src.numel() / outer, [&](int64_t lo, int64_t hi) { run(o, lo, hi); });
+    }
+  }
+}
+
+// ---- softmax over the last dim
+void CpuBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
+  if (!(f32c(dst) && f32c(src)) || dim != src.dim() - 1) return RefBackend::softmax(dst, src, dim, log);
+  const int64_t n = src.shape()[dim], rows = n ? src.numel() / n : 0;
+  const auto& k = vec::kernels();
+  parallel_for(rows, src.numel() * 8, [&](int64_t lo, int64_t hi) { k.softmax_rows(fp(dst) + lo * n, fp(src) + lo * n, hi - lo, n, log); });
+}
+
+void CpuBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) {
+  if (!(f32c(dsrc) && f32c(ddst) && f32c(dst)) || dim != dst.dim() - 1) return RefBackend::softmax_backward(dsrc, ddst, dst, dim, log);
+  const int64_t n = dst.shape()[dim], rows = n ? dst.numel() / n : 0;
+  const auto& k = vec::kernels();
+  parallel_for(rows, dst.numel() * 4, [&](int64_t lo, int64_t hi) {
+    k.softmax_bwd_rows(fp(dsrc) + lo * n, fp(ddst) + lo * n, fp(dst) + lo * n, hi - lo, n, log);
+  });
+}
+
+// ---- layer norm
+void CpuBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                            const Tensor& bias, double eps) {
+  if (!(f32c(dst) && f32c(src) && f32c(weight) && f32c(bias) && f32c(mean) && f32c(rstd))) {
+    return RefBackend::layer_norm(dst, mean, rstd, src, weight, bias, eps);
+  }
+  const int64_t rows = mean.numel(), n = rows ? src.numel() / rows : 0;
+  const auto& k = vec::kernels();
+  parallel_for(rows, src.numel() * 4, [&](int64_t lo, int64_t hi) {
+    k.layer_norm_rows(fp(dst) + lo * n, fp(mean) + lo, fp(rstd) + lo, fp(src) + lo * n, fp(weight), fp(bias), hi - lo, n,
+                      static_cast<float>(eps));
+  });
+}
+
+void CpuBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
+                                     const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  if (!(f32c(dsrc) && f32c(dweight) && f32c(dbias) && f32c(ddst) && f32c(src) && f32c(weight) && f32c(mean) && f32c(rstd))) {
+    return RefBackend::layer_norm_backward(dsrc, dweight, dbias, ddst, src, weight, mean, rstd);
+  }
+  const int64_t rows = mean.numel(), n = rows ? src.numel() / rows : 0;
+  const auto& k = vec::kernels();
+  const int nt = cpu::parallel_worth(src.numel() * 4) ? omp_get_max_threads() : 1;
+  // Per-thread partial dw/db, summed at the end (deterministic for a fixed thread count).
+  std::vector<float> part(static_cast<size_t>(nt) * 2 * static_cast<size_t>(n), 0.0f);
+  const bool want_w = dweight.defined(), want_b = dbias.defined();
+  parallel_for(rows, src.numel() * 4, [&](int64_t lo, int64_t hi) {
+    const int t = omp_get_thread_num();
+    float* pw = want_w ? part.data() + static_cast<size_t>(t) * 2 * n : nullptr;
+    float* pb = want_b ? part.data() + (static_cast<size_t>(t) * 2 + 1) * n : nullptr;
+    k.layer_norm_bwd_rows(fp(dsrc) + lo * n, pw, pb, fp(ddst) + lo * n, fp(src) + lo * n, fp(weight), fp(mean) + lo,
+                          fp(rstd) + lo, hi - lo, n);
+  });
+  for (int which = 0; which < 2; ++which) {
+    Tensor& out = which == 0 ? dweight : dbias;
+    if (!out.defined()) continue;
+    float* o = fp(out);
+    for (int64_t i = 0; i < n; ++i) {
+      float s = 0.0f;
+      for (int t = 0; t < nt; ++t) s += part[(static_cast<size_t>(t) * 2 + which) * n + i];
+      o[i] = s;
+    }
+  }
+}
+
+// ---- batch norm over [N, C, S]
+void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean, Tensor& running_var,
+                            const Tensor& src, const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                            double eps) {
+  if (!(f32c(dst) && f32c(src) && f32c(weight) && f32c(bias) && f32c(save_mean) && f32c(save_invstd) && f32c(running_mean) &&
+        f32c(running_var))) {
+    return RefBackend::batch_norm(dst, save_mean, save_invstd, running_mean, running_var, src, weight, bias, training, momentum, eps);
+  }
+  const int64_t N = src.shape()[0], C = src.shape()[1], S = C ? src.numel() / (N * C) : 0;
+  const float* x = fp(src);
+  float* y = fp(dst);
+  const auto& k = vec::kernels();
+  parallel_for(C, src.numel() * 3, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      float m, invstd;
+      if (training) {
+        // Two passes (mean, then centered squares) in fp32 with per-plane partial sums in double.
+        double sum = 0;
+        for (int64_t n = 0; n < N; ++n) sum += k.sum(x + (n * C + c) * S, S);
+        const double cnt = static_cast<double>(N * S);
+        const double mean = sum / cnt;
+        const float mf = static_cast<float>(mean);
+        double sq = 0;
+        for (int64_t n = 0; n < N; ++n) sq += k.sum_sq_dev(x + (n * C + c) * S, S, mf);
+        const double var = sq / cnt;
+        m = mf;
+        invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+        fp(save_mean)[c] = m;
+        fp(save_invstd)[c] = invstd;
+        if (running_mean.defined()) fp(running_mean)[c] = static_cast<float>((1 - momentum) * fp(running_mean)[c] + momentum * mean);
+        if (running_var.defined()) {
+          const double unbiased = cnt > 1 ? sq / (cnt - 1) : var;
+          fp(running_var)[c] = static_cast<float>((1 - momentum) * fp(running_var)[c] + momentum * unbiased);
+        }
+      } else {
+        m = fp(running_mean)[c];
+        invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fp(running_var)[c]) + eps));
+      }
+      const float a = invstd * (weight.defined() ? fp(weight)[c] : 1.0f);
+      const float b = (bias.defined() ? fp(bias)[c] : 0.0f) - m * a;
+      for (int64_t n = 0; n < N; ++n) k.affine(y + (n * C + c) * S, x + (n * C + c) * S, S, a, b);
+    }
+  });
+}
+
+void CpuBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
+                                     const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd) {
+  if (!(f32c(dsrc) && f32c(dweight) && f32c(dbias) && f32c(ddst) && f32c(src) && f32c(weight) && f32c(save_mean) &&
+        f32c(save_invstd))) {
+    return RefBackend::batch_norm_backward(dsrc, dweight, dbias, ddst, src, weight, save_mean, save_invstd);
+  }
+  const int64_t N = src.shape()[0], C = src.shape()[1], S = C ? src.numel() / (N * C) : 0;
+  const float* x = fp(src);
+  const float* g = fp(ddst);
+  float* gx = fp(dsrc);
+  const float cnt = static_cast<float>(N * S);
+  const auto& k = vec::kernels();
+  parallel_for(C, src.numel() * 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      const float m = fp(save_mean)[c], is = fp(save_invstd)[c];
+      const float w = weight.defined() ? fp(weight)[c] : 1.0f;
+      double sg = 0, sgx = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        float a, b;
+        k.sum_g_gx(g + (n * C + c) * S, x + (n * C + c) * S, S, m, &a, &b);
+        sg += a;
+        sgx += b;
+      }
+      const float sum_g = static_cast<float>(sg), sum_gxhat = static_cast<float>(sgx) * is;
+      const float k1 = w * is, k2 = sum_g / cnt, k3 = sum_gxhat / cnt;
+      for (int64_t n = 0; n < N; ++n) k.bn_bwd_apply(gx + (n * C + c) * S, g + (n * C + c) * S, x + (n * C + c) * S, S, m, k1, k2, is * k3);
+      if (dweight.defined()) fp(dweight)[c] = sum_gxhat;
+      if (dbias.defined()) fp(dbias)[c] = sum_g;
+    }
+  });
+}
+
+// ---- dropout
+void CpuBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) {
+  if (!(f32c(dst) && f32c(src))) return RefBackend::dropout(dst, src, p, seed);
+  const uint32_t thr = kern::dropout_threshold(p);
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  const float* x = fp(src);
+  float* y = fp(dst);
+  parallel_for(src.numel(), src.numel() * 4, [&](int64_t lo, int64_t hi) {
+    const uint32_t key = sr_key(seed, static_cast<uint64_t>(lo));
+    for (int64_t i = lo; i < hi; ++i) {
+      // sr_bits(seed, i) with the key of the chunk's high word (chunks never cross 2^32).
+      const uint32_t bits = (static_cast<uint64_t>(i) >> 32) == (static_cast<uint64_t>(lo) >> 32)
+                                ? sr_bits_with_key(key, static_cast<uint32_t>(i))
+                                : sr_bits(seed, static_cast<uint64_t>(i));
+      y[i] = bits >= thr ? x[i] * scale : 0.0f;
+    }
+  });
+}
+
+// ---- max pooling (NCHW planes in parallel)
+namespace {
+bool is_2x2_s2(const Pool2dParams& p) {
+  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
+}
+}  // namespace
+
+void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
+  if (!(f32c(dst) && f32c(src))) return RefBackend::max_pool2d(dst, src, p);
+  const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
+  const int64_t OH = dst.shape()[2], OW = dst.shape()[3];
+  if (is_2x2_s2(p)) {  // the CNN's pooling: branch-free rows in the vector tier
+    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_avx512 : vec::kernels().maxpool2x2;
+    parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t pl = lo; pl < hi; ++pl) kern(fp(dst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
+    });
+    return;
+  }
+  parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      const float* x = fp(src) + pl * H * W;
+      float* y = fp(dst) + pl * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
+            const int64_t h = oh * p.stride_h - p.pad_h + kh;
+            if (h < 0 || h >= H) continue;
+            for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+              const int64_t w = ow * p.stride_w - p.pad_w + kw;
+              if (w < 0 || w >= W) continue;
+              const float v = x[h * W + w];
+              if (v > best || std::isnan(v)) best = v;
+            }
+          }
+          y[oh * OW + ow] = best;
+        }
+    }
+  });
+}
+
+void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) {
+  if (!(f32c(dsrc) && f32c(ddst) && f32c(src))) return RefBackend::max_pool2d_backward(dsrc, ddst, src, p);
+  const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
+  const int64_t OH = ddst.shape()[2], OW = ddst.shape()[3];
+  if (is_2x2_s2(p)) {
+    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_bwd_avx512 : vec::kernels().maxpool2x2_bwd;
+    parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t pl = lo; pl < hi; ++pl) {
+        float* gi = fp(dsrc) + pl * H * W;
+        if (H != 2 * OH || W != 2 * OW) std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
+        kern(gi, fp(ddst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
+      }
+    });
+    return;
+  }
+  parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      const float* x = fp(src) + pl * H * W;
+      const float* g = fp(ddst) + pl * OH * OW;
+      float* gi = fp(dsrc) + pl * H * W;
+      std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float best = -std::numeric_limits<float>::infinity();
+          int64_t arg = -1;
+          for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
+            const int64_t h = oh * p.stride_h - p.pad_h + kh;
+            if (h < 0 || h >= H) continue;
+            for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+              const int64_t w = ow * p.stride_w - p.pad_w + kw;
+              if (w < 0 || w >= W) continue;
+              const float v = x[h * W + w];
+              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                arg = h * W + w;
+              }
+            }
+          }
+          if (arg >= 0) gi[arg] += g[oh * OW + ow];
+        }
+    }
+  });
+}
+
+// ---- cross entropy
+namespace {
+int64_t class_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::int64 ? static_cast<const int64_t*>(t.data_ptr())[i] : static_cast<const int32_t*>(t.data_ptr())[i];
+}
+}  // namespace
+
+void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) {
+  if (!(f32c(loss) && f32c(lse) && f32c(logits)) || !targets.is_contiguous()) {
+    return RefBackend::cross_entropy(loss, lse, logits, targets);
+  }
+  const int64_t N = logits.shape()[0], C = logits.shape()[1];
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = class_at(targets, n);
+    if (t < 0 || t >= C) throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(t) + " out of [0, " + std::to_string(C) + ")");
+  }
+  const auto& k = vec::kernels();
+  const float* x = fp(logits);
+  // Per-row losses, then one ordered sum: the result does not depend on the thread count.
+  std::vector<double> row_loss(static_cast<size_t>(N));
+  parallel_for(N, N * C * 8, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const float l = k.logsumexp(x + n * C, C);
+      fp(lse)[n] = l;
+      row_loss[static_cast<size_t>(n)] = static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
+    }
+  });
+  double total = 0;
+  for (double v : row_loss) total += v;
+  fp(loss)[0] = N ? static_cast<float>(total / static_cast<double>(N)) : 0.0f;
+}
+
+void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                        const Tensor& lse) {
+  if (!(f32c(dlogits) && f32c(dloss) && f32c(logits) && f32c(lse)) || !targets.is_contiguous()) {
+    return RefBackend::cross_entropy_backward(dlogits, dloss, logits, targets, lse);
+  }
+  const int64_t N = logits.shape()[0], C = logits.shape()[1];
+  const float g = fp(dloss)[0] / static_cast<float>(N);
+  const auto& k = vec::kernels();
+  parallel_for(N, N * C * 8, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      float* d = fp(dlogits) + n * C;
+      k.exp_shift(d, fp(logits) + n * C, fp(lse)[n], C);
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) d[c] *= g;
+      d[class_at(targets, n)] -= g;
+    }
+  });
+}
+
+// ---- attention: S = q k^T and P V as batched oneDNN matmuls over [B*H]; softmax rows between.
+void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  if (!(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v))) return RefBackend::attention(dst, lse, q, k, v, causal, scale);
+  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
+  const Tensor q3 = view_of(q, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset());
+  const Tensor kT = view_of(k, Shape{BH, D, Tk}, Shape{Tk * D, 1, D}, k.storage_offset());
+  const Tensor v3 = view_of(v, Shape{BH, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset());
+  Tensor s = empty(Shape{BH, Tq, Tk});
+  matmul(s, q3, kT, Tensor(), MatmulConfig{});
+  const auto& kern = vec::kernels();
+  const float sc = static_cast<float>(scale);
+  parallel_for(BH * Tq, s.numel() * 8, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t i = r % Tq;
+      float* row = fp(s) + r * Tk;
+      const int64_t valid = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
+#pragma omp simd
+      for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
+      fp(lse)[r] = kern.softmax_inplace_masked(row, valid, Tk);
+    }
+  });
+  Tensor o3 = view_of(dst, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, dst.storage_offset());
+  matmul(o3, s, v3, Tensor(), MatmulConfig{});
+}
+
+void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& dst, const Tensor& lse, bool causal, double scale) {
+  if (!(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) && f32c(dst) && f32c(lse))) {
+    return RefBackend::attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
+  }
+  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
+  auto v3 = [&](const Tensor& t, int64_t T) { return view_of(t, Shape{BH, T, D}, Shape{T * D, D, 1}, t.storage_offset()); };
+  auto v3T = [&](const Tensor& t, int64_t T) { return view_of(t, Shape{BH, D, T}, Shape{T * D, 1, D}, t.storage_offset()); };
+  // Recompute P from the saved log-sum-exp.
+  Tensor p = empty(Shape{BH, Tq, Tk});
+  matmul(p, v3(q, Tq), v3T(k, Tk), Tensor(), MatmulConfig{});
+  const auto& kern = vec::kernels();
+  const float sc = static_cast<float>(scale);
+  // dP = dO V^T
+  Tensor dp = empty(Shape{BH, Tq, Tk});
+  matmul(dp, v3(ddst, Tq), v3T(v, Tk), Tensor(), MatmulConfig{});
+  parallel_for(BH * Tq, p.numel() * 8, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t i = r % Tq;
+      float* prow = fp(p) + r * Tk;
+      float* dprow = fp(dp) + r * Tk;
+      const int64_t valid = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
+#pragma omp simd
+      for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
+      kern.exp_shift(prow, prow, fp(lse)[r], valid);
+      for (int64_t j = valid; j < Tk; ++j) prow[j] = 0.0f;
+      // delta = sum_d dO O
+      const float* go = fp(ddst) + r * D;
+      const float* o = fp(dst) + r * D;
+      float delta = 0.0f;
+#pragma omp simd reduction(+ : delta)
+      for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
+      // dS = P (dP - delta) * scale (into dp)
+#pragma omp simd
+      for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
+    }
+  });
+  const Tensor pT = view_of(p, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, p.storage_offset());
+  const Tensor dsT = view_of(dp, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dp.storage_offset());
+  Tensor dv3 = v3(dv, Tk), dq3 = v3(dq, Tq), dk3 = v3(dk, Tk);
+  matmul(dv3, pT, v3(ddst, Tq), Tensor(), MatmulConfig{});  // dV = P^T dO
+  matmul(dq3, dp, v3(k, Tk), Tensor(), MatmulConfig{});     // dQ = dS K
+  matmul(dk3, dsT, v3(q, Tq), Tensor(), MatmulConfig{});    // dK = dS^T Q
+}
+
+}  // namespace mixp

@@ -1,0 +1,46 @@
+// OpenMP helpers of the cpu backend (internal).
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "mixp/tensor/tensor.h"
+
+namespace mixp::cpu {
+
+// Below this many elements of work a parallel region costs more than it saves.
+inline constexpr int64_t kParallelGrain = 1 << 15;
+
+inline bool parallel_worth(int64_t work) { return work >= kParallelGrain && omp_get_max_threads() > 1; }
+
+// Splits [0, n) into one contiguous chunk per thread when `work` (elements touched) is large
+// enough; f(lo, hi).
+template <class F>
+void parallel_for(int64_t n, int64_t work, F&& f) {
+  if (n <= 1 || !parallel_worth(work)) {
+    if (n > 0) f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t lo = std::min<int64_t>(n, t * chunk), hi = std::min<int64_t>(n, lo + chunk);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+// A view of t's storage (internal to backends: not recorded by autograd).
+inline Tensor view_of(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = t.dtype();
+  impl->device = t.device();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace mixp::cpu

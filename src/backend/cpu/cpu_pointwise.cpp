@@ -1,0 +1,286 @@
+// CpuBackend pointwise kernels: contiguous (or row-broadcast) fast paths as plain loops that GCC
+// vectorizes at -O3, split across OpenMP threads above a size threshold; everything else goes to
+// the strided ref kernels.
+#include <omp.h>
+
+#include <bit>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_kernels.h"
+#include "backend/kernel_util.h"
+#include "mixp/format/convert.h"
+
+namespace mixp {
+using namespace kern;
+
+namespace {
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelGrain = 1 << 15;
+
+inline bool parallel_worth(int64_t n) { return n >= kParallelGrain && omp_get_max_threads() > 1; }
+
+template <class F>
+void parallel_chunks(int64_t n, F&& f) {
+  if (!parallel_worth(n)) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t lo = std::min<int64_t>(n, t * chunk), hi = std::min<int64_t>(n, lo + chunk);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+bool f32(const Tensor& t) { return t.dtype() == DType::fp32; }
+
+// Offset of the start of row r (all dims but the last) in a strided tensor of this shape.
+inline int64_t row_offset(const Shape& shape, const Shape& strides, int64_t r) {
+  int64_t off = 0;
+  for (int d = shape.size() - 2; d >= 0; --d) {
+    off += (r % shape[d]) * strides[d];
+    r /= shape[d];
+  }
+  return off;
+}
+
+// Same-dtype copy between any two layouts of one shape, row by row (rows = last dim).
+template <class T>
+void strided_copy(Tensor& dst, const Tensor& src) {
+  const int nd = dst.dim();
+  const int64_t inner = dst.shape()[nd - 1];
+  const int64_t rows = inner ? dst.numel() / inner : 0;
+  const int64_t sd = dst.strides()[nd - 1], ss = src.strides()[nd - 1];
+  T* d = static_cast<T*>(dst.data_ptr());
+  const T* s = static_cast<const T*>(src.data_ptr());
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      T* dr = d + row_offset(dst.shape(), dst.strides(), r);
+      const T* sr = s + row_offset(src.shape(), src.strides(), r);
+      if (sd == 1 && ss == 1) {
+        std::memcpy(dr, sr, sizeof(T) * static_cast<size_t>(inner));
+      } else {
+        for (int64_t i = 0; i < inner; ++i) dr[i * sd] = sr[i * ss];
+      }
+    }
+  };
+  if (parallel_worth(dst.numel()) && rows > 1) {
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t chunk = (rows + nt - 1) / nt;
+      const int64_t lo = std::min<int64_t>(rows, t * chunk), hi = std::min<int64_t>(rows, lo + chunk);
+      if (lo < hi) run(lo, hi);
+    }
+  } else {
+    run(0, rows);
+  }
+}
+}  // namespace
+
+void CpuBackend::copy(Tensor& dst, const Tensor& src) { convert(dst, src, Round::nearest_even, Overflow::ieee, 0); }
+
+void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) {
+  const int64_t n = dst.numel();
+  if (dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
+    const DType dd = dst.dtype(), sd = src.dtype();
+    if (dd == sd) {
+      char* d = static_cast<char*>(dst.data_ptr());
+      const char* s = static_cast<const char*>(src.data_ptr());
+      const int64_t es = static_cast<int64_t>(dst.element_size());
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::memcpy(d + lo * es, s + lo * es, static_cast<size_t>((hi - lo) * es)); });
+      return;
+    }
+    if (sd == DType::fp32 && dd == DType::fp64) {
+      const float* s = ptr<float>(src);
+      double* d = ptr<double>(dst);
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = s[i]; });
+      return;
+    }
+    if (sd == DType::fp64 && dd == DType::fp32 && round == Round::nearest_even && overflow == Overflow::ieee) {
+      const double* s = ptr<double>(src);
+      float* d = ptr<float>(dst);
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(s[i]); });
+      return;
+    }
+    // fp32 <-> bf16/fp16/fp8/tf32: the bulk SIMD converters of mixp/format/convert.h, in
+    // parallel chunks (the chunk offset keeps stochastic rounding independent of the chunking).
+    if (sd == DType::fp32 && is_elementwise_float(dd)) {
+      const float* s = ptr<float>(src);
+      char* d = static_cast<char*>(dst.data_ptr());
+      const int64_t es = static_cast<int64_t>(dst.element_size());
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        const ConvertOptions opt{round, overflow, seed, static_cast<uint64_t>(lo)};
+        convert_f32_to(dd, std::span<const float>(s + lo, static_cast<size_t>(hi - lo)), d + lo * es, opt);
+      });
+      return;
+    }
+    if (dd == DType::fp32 && is_elementwise_float(sd)) {
+      const char* s = static_cast<const char*>(src.data_ptr());
+      float* d = ptr<float>(dst);
+      const int64_t es = static_cast<int64_t>(src.element_size());
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        convert_to_f32(sd, s + lo * es, std::span<float>(d + lo, static_cast<size_t>(hi - lo)));
+      });
+      return;
+    }
+  }
+  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.dim() > 0) {
+    switch (dst.element_size()) {
+      case 1: return strided_copy<uint8_t>(dst, src);
+      case 2: return strided_copy<uint16_t>(dst, src);
+      case 4: return strided_copy<uint32_t>(dst, src);
+      case 8: return strided_copy<uint64_t>(dst, src);
+      default: break;
+    }
+  }
+  RefBackend::convert(dst, src, round, overflow, seed);
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  if (!dst.is_contiguous()) return RefBackend::fill(dst, value);
+  const int64_t n = dst.numel();
+  if (f32(dst)) {
+    float* d = ptr<float>(dst);
+    const float v = static_cast<float>(value);
+    parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::fill(d + lo, d + hi, v); });
+  } else if (dst.dtype() == DType::fp64) {
+    double* d = ptr<double>(dst);
+    parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::fill(d + lo, d + hi, value); });
+  } else if (value == 0.0) {
+    std::memset(dst.data_ptr(), 0, dst.nbytes());  // zero is all-zero bits in every format
+  } else {
+    RefBackend::fill(dst, value);
+  }
+}
+
+void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
+  if (f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
+    float* d = ptr<float>(dst);
+    const float* s = ptr<float>(src);
+    const float a = static_cast<float>(alpha);
+    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) d[i] += a * s[i];
+    });
+    return;
+  }
+  RefBackend::add_inplace(dst, src, alpha);
+}
+
+void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::unary(op, dst, src);
+  float* d = ptr<float>(dst);
+  const float* s = ptr<float>(src);
+  const auto& k = vec::kernels();
+  parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { k.unary(op, d + lo, s + lo, hi - lo); });
+}
+
+void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
+  const bool need_x = unary_bwd_needs_src(op), need_y = unary_bwd_needs_dst(op);
+  const bool ok = f32(dsrc) && f32(ddst) && dsrc.is_contiguous() && ddst.is_contiguous() &&
+                  (!need_x || (f32(src) && src.is_contiguous())) && (!need_y || (f32(dst) && dst.is_contiguous()));
+  if (!ok) return RefBackend::unary_backward(op, dsrc, ddst, src, dst);
+  float* gi = ptr<float>(dsrc);
+  const float* g = ptr<float>(ddst);
+  const float* x = need_x ? ptr<float>(src) : nullptr;
+  const float* y = need_y ? ptr<float>(dst) : nullptr;
+  const auto& k = vec::kernels();
+  parallel_chunks(dsrc.numel(), [&](int64_t lo, int64_t hi) {
+    k.unary_bwd(op, gi + lo, g + lo, x ? x + lo : nullptr, y ? y + lo : nullptr, hi - lo);
+  });
+}
+
+namespace {
+// Inner loops of a binary op over one row, with each operand's inner stride 1 or 0.
+template <BinaryOp OP>
+void binary_row(float* d, const float* a, int64_t sa, const float* b, int64_t sb, int64_t n) {
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const float bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const float av = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, av, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i * sa], b[i * sb]);
+  }
+}
+template <class F>
+void dispatch_binary(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::add: return f(std::integral_constant<BinaryOp, BinaryOp::add>{});
+    case BinaryOp::sub: return f(std::integral_constant<BinaryOp, BinaryOp::sub>{});
+    case BinaryOp::mul: return f(std::integral_constant<BinaryOp, BinaryOp::mul>{});
+    case BinaryOp::div: return f(std::integral_constant<BinaryOp, BinaryOp::div>{});
+  }
+}
+}  // namespace
+
+void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
+  if (!(f32(dst) && f32(a) && f32(b) && dst.is_contiguous()) || dst.dim() == 0) return RefBackend::binary(op, dst, a, b);
+  const int nd = dst.dim();
+  const int64_t inner = dst.shape()[nd - 1];
+  const int64_t sa = a.strides()[nd - 1], sb = b.strides()[nd - 1];
+  const bool same_contig = a.is_contiguous() && b.is_contiguous();
+  float* d = ptr<float>(dst);
+  const float* pa = ptr<float>(a);
+  const float* pb = ptr<float>(b);
+  dispatch_binary(op, [&](auto opc) {
+    constexpr BinaryOp OP = decltype(opc)::value;
+    if (same_contig) {
+      parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { binary_row<OP>(d + lo, pa + lo, 1, pb + lo, 1, hi - lo); });
+      return;
+    }
+    const int64_t rows = inner ? dst.numel() / inner : 0;
+    auto run_rows = [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        binary_row<OP>(d + r * inner, pa + row_offset(dst.shape(), a.strides(), r), sa,
+                       pb + row_offset(dst.shape(), b.strides(), r), sb, inner);
+      }
+    };
+    if (parallel_worth(dst.numel()) && rows > 1) {
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) run_rows(r, r + 1);
+    } else {
+      run_rows(0, rows);
+    }
+  });
+}
+
+void CpuBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  if (f32(dst) && f32(src) && dst.is_contiguous() && !src.is_contiguous() && dst.shape() == src.shape()) {
+    copy(dst, src);  // gather first (broadcast views from reductions' backward), then in place
+    return scalar(op, dst, dst, s);
+  }
+  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::scalar(op, dst, src, s);
+  float* d = ptr<float>(dst);
+  const float* x = ptr<float>(src);
+  const float sv = static_cast<float>(s);
+  parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
+    switch (op) {
+      case ScalarOp::add:
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) d[i] = x[i] + sv;
+        break;
+      case ScalarOp::mul:
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) d[i] = x[i] * sv;
+        break;
+      case ScalarOp::rsub:
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) d[i] = sv - x[i];
+        break;
+      default:
+        for (int64_t i = lo; i < hi; ++i) d[i] = scalar_fwd<float>(op, x[i], sv);
+    }
+  });
+}
+
+}  // namespace mixp

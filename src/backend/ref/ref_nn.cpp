@@ -1,0 +1,151 @@
+// Ref backend: embedding and 2-D pooling.
+#include <cmath>
+#include <limits>
+
+#include "backend/kernel_util.h"
+#include "backend/ref/ref_backend.h"
+
+namespace mixp {
+using namespace kern;
+
+namespace {
+int64_t index_at(const Tensor& idx, int64_t i) {
+  const int64_t off = idx.is_contiguous() ? i : offset_of(idx, i);
+  if (idx.dtype() == DType::int64) return static_cast<const int64_t*>(idx.data_ptr())[off];
+  if (idx.dtype() == DType::int32) return static_cast<const int32_t*>(idx.data_ptr())[off];
+  throw std::invalid_argument("mixp::embedding: indices must be int64 or int32, got " + std::string(mixp::name(idx.dtype())));
+}
+}  // namespace
+
+void RefBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) {
+  dispatch_float(dst.dtype(), "embedding", [&](auto t) {
+    using T = decltype(t);
+    const int64_t V = weight.shape()[0], E = weight.shape()[1], n = indices.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = index_at(indices, i);
+      if (row < 0 || row >= V) throw std::out_of_range("mixp::embedding: index " + std::to_string(row) + " out of [0, " + std::to_string(V) + ")");
+      for (int64_t e = 0; e < E; ++e) ptr<T>(dst)[i * E + e] = ptr<T>(weight)[row * weight.strides()[0] + e * weight.strides()[1]];
+    }
+  });
+}
+
+void RefBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) {
+  dispatch_float(dweight.dtype(), "embedding backward", [&](auto t) {
+    using T = decltype(t);
+    const int64_t E = dweight.shape()[1], n = indices.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = index_at(indices, i);
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t lin = i * E + e;
+        ptr<T>(dweight)[row * E + e] += ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+      }
+    }
+  });
+}
+
+namespace {
+struct PoolGeom {
+  int64_t N, C, H, W, OH, OW;
+};
+PoolGeom geom(const Tensor& src, const Tensor& dst) {
+  return {src.shape()[0], src.shape()[1], src.shape()[2], src.shape()[3], dst.shape()[2], dst.shape()[3]};
+}
+}  // namespace
+
+void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
+  dispatch_float(dst.dtype(), "max_pool2d", [&](auto t) {
+    using T = decltype(t);
+    const PoolGeom g = geom(src, dst);
+    const auto& ss = src.strides();
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            T best = -std::numeric_limits<T>::infinity();
+            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
+              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
+                if (v > best || std::isnan(v)) best = v;
+              }
+            ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = best;
+          }
+  });
+}
+
+void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) {
+  dispatch_float(dsrc.dtype(), "max_pool2d backward", [&](auto t) {
+    using T = decltype(t);
+    const PoolGeom g = geom(src, ddst);
+    const auto& ss = src.strides();
+    T* gi = ptr<T>(dsrc);
+    for (int64_t i = 0; i < dsrc.numel(); ++i) gi[i] = T(0);
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            T best = -std::numeric_limits<T>::infinity();
+            int64_t arg = -1;
+            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
+              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
+                if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                  best = v;
+                  arg = h * g.W + w;
+                }
+              }
+            const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
+            if (arg >= 0) gi[(n * g.C + c) * g.H * g.W + arg] += ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+          }
+  });
+}
+
+void RefBackend::avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
+  dispatch_float(dst.dtype(), "avg_pool2d", [&](auto t) {
+    using T = decltype(t);
+    const PoolGeom g = geom(src, dst);
+    const auto& ss = src.strides();
+    const double area = static_cast<double>(p.kernel_h * p.kernel_w);
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            double s = 0;
+            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
+              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                s += static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
+              }
+            ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = static_cast<T>(s / area);
+          }
+  });
+}
+
+void RefBackend::avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) {
+  dispatch_float(dsrc.dtype(), "avg_pool2d backward", [&](auto t) {
+    using T = decltype(t);
+    const PoolGeom g = geom(dsrc, ddst);
+    const double area = static_cast<double>(p.kernel_h * p.kernel_w);
+    T* gi = ptr<T>(dsrc);
+    for (int64_t i = 0; i < dsrc.numel(); ++i) gi[i] = T(0);
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
+            const double gv = static_cast<double>(ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]) / area;
+            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
+              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                gi[(n * g.C + c) * g.H * g.W + h * g.W + w] += static_cast<T>(gv);
+              }
+          }
+  });
+}
+
+}  // namespace mixp

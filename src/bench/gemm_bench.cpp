@@ -1,0 +1,249 @@
+// run_gemm_bench (see mixp/bench/gemm_bench.h).
+#include "mixp/bench/gemm_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <span>
+#include <stdexcept>
+
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/backend.h"
+#include "mixp/backend/gemm.h"
+#include "mixp/format/convert.h"
+#include "mixp/ops/ops.h"
+#include "mixp/tensor/factories.h"
+
+namespace mixp::bench {
+namespace {
+
+constexpr const char* kSupported =
+    "fp32, bf16, int8 (uint8 x int8 -> int32), fp16 (emulated on fp32), fp8_e4m3 and fp8_e5m2 "
+    "(emulated on bf16)";
+
+// Why a known format has no GEMM here.
+std::string why_not(DType d) {
+  switch (d) {
+    case DType::tf32:
+      return "tf32 has no CPU instruction (oneDNN 2.6 has no fpmath mode); it is a GPU path, added "
+             "with the cuda "
+             "backend";
+    case DType::fp64:
+      return "fp64 GEMMs run on the ref backend only; they are a test oracle, not a benchmark";
+    case DType::int4:
+    case DType::nf4:
+      return std::string(name(d)) +
+             " is a weight-only format; its GEMM (dequantize to bf16/fp32) comes with the quant "
+             "issue (int4/nf4 inference)";
+    case DType::fp6_e2m3:
+    case DType::fp6_e3m2:
+    case DType::fp4_e2m1:
+      return std::string(name(d)) +
+             " is an MX element type; its GEMM (block-scaled, on the bf16 path) comes with the "
+             "FP8/MX training issue";
+    case DType::uint8:
+      return "uint8 is the activation side of the int8 GEMM: ask for int8 (uint8 x int8 -> int32)";
+    default:
+      return std::string(name(d)) + " is not a GEMM input format";
+  }
+}
+
+struct Operands {
+  Tensor a, b;
+};
+
+Operands make_operands(DType d, int64_t n, uint64_t seed) {
+  Generator g(seed);
+  const Shape s{n, n};
+  switch (d) {
+    case DType::int8:
+      return {randint(0, 256, s, g, {.dtype = DType::uint8}),
+              randint(-128, 128, s, g, {.dtype = DType::int8})};
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+      // Within both formats' normal range, so the values are spread over the grid.
+      return {uniform(s, -4, 4, g).to(d, Round::nearest_even, Overflow::saturate),
+              uniform(s, -4, 4, g).to(d, Round::nearest_even, Overflow::saturate)};
+    default:
+      return {randn(s, g).to(d, Round::nearest_even), randn(s, g).to(d, Round::nearest_even)};
+  }
+}
+
+// The emulated paths widen both inputs on every call, as a GEMM on formats without a kernel of
+// their own must: with the bulk converters (mixp/format/convert.h, SIMD, exact), in parallel
+// over chunks. Tensor::to is not used: from fp16/fp8 it does not reach the bulk converters yet
+// (about 16 ns per element), which would bury the GEMM.
+constexpr int64_t kChunk = 4096;
+
+Tensor widened(const Tensor& src, DType to) {
+  Tensor dst = empty(src.shape(), {.dtype = to});
+  const int64_t n = src.numel(), chunks = (n + kChunk - 1) / kChunk;
+  const auto* s = static_cast<const unsigned char*>(src.data_ptr());
+  auto* d = static_cast<unsigned char*>(dst.data_ptr());
+  const size_t in_size = src.element_size(), out_size = dst.element_size();
+  const DType from = src.dtype();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+    if (to == DType::fp32) {
+      convert_to_f32(from, s + lo * in_size,
+                     std::span<float>(reinterpret_cast<float*>(d) + lo, len));
+    } else {  // to bf16 through fp32; both steps exact for fp8 inputs
+      float buf[kChunk];
+      convert_to_f32(from, s + lo * in_size, std::span<float>(buf, len));
+      convert_f32_to(to, std::span<const float>(buf, len), d + lo * out_size,
+                     {.round = Round::nearest_even, .overflow = Overflow::ieee});
+    }
+  }
+  return dst;
+}
+
+struct Path {
+  std::string label;
+  bool emulated = false;
+  DType kernel_a, kernel_b;  // the dtypes the kernel sees
+  std::function<void(const Operands&)> run;
+};
+
+Path path_for(DType d) {
+  switch (d) {
+    case DType::fp32:
+      return {"mixp::matmul fp32", false, DType::fp32, DType::fp32,
+              [](const Operands& o) { (void)matmul(o.a, o.b); }};
+    case DType::bf16:
+      return {"mixp::gemm bf16 x bf16 -> fp32", false, DType::bf16, DType::bf16,
+              [](const Operands& o) { (void)gemm(o.a, o.b); }};
+    case DType::int8:
+      return {"mixp::gemm u8 x s8 -> s32", false, DType::uint8, DType::int8,
+              [](const Operands& o) { (void)gemm(o.a, o.b); }};
+    case DType::fp16:
+      return {"emulated: fp16 widened to fp32 + mixp::gemm fp32", true, DType::fp32, DType::fp32,
+              [](const Operands& o) {
+                (void)gemm(widened(o.a, DType::fp32), widened(o.b, DType::fp32));
+              }};
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+      return {"emulated: " + std::string(name(d)) + " widened to bf16 + mixp::gemm bf16", true,
+              DType::bf16, DType::bf16, [](const Operands& o) {
+                (void)gemm(widened(o.a, DType::bf16), widened(o.b, DType::bf16));
+              }};
+    default:
+      throw std::invalid_argument("mixp bench gemm: " + why_not(d) + "; supported: " + kSupported);
+  }
+}
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Restores the thread count on every exit.
+struct ThreadsGuard {
+  int prev;
+  explicit ThreadsGuard(int n) : prev(get_num_threads()) { set_num_threads(n); }
+  ~ThreadsGuard() { set_num_threads(prev); }
+};
+
+}  // namespace
+
+std::vector<DType> gemm_bench_dtypes() {
+  return {DType::fp32, DType::bf16, DType::int8, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2};
+}
+
+PeakPath gemm_peak_path(DType d) {
+  switch (d) {
+    case DType::bf16:
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+      return PeakPath::bf16;
+    case DType::int8:
+      return PeakPath::int8;
+    default:
+      return PeakPath::fp32;
+  }
+}
+
+std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
+  std::vector<DType> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view item = list.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    start = end + 1;
+    if (item.empty()) continue;
+    const std::optional<DType> d = find_dtype(item);
+    if (!d) {
+      throw std::invalid_argument("unknown dtype '" + std::string(item) +
+                                  "'; supported: " + kSupported);
+    }
+    const std::vector<DType> ok = gemm_bench_dtypes();
+    if (std::find(ok.begin(), ok.end(), *d) == ok.end()) {
+      throw std::invalid_argument(why_not(*d) + "; supported: " + kSupported);
+    }
+    if (std::find(out.begin(), out.end(), *d) == out.end()) out.push_back(*d);
+  }
+  if (out.empty())
+    throw std::invalid_argument(std::string("no dtypes given; supported: ") + kSupported);
+  return out;
+}
+
+std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
+  if (cfg.n < 1)
+    throw std::invalid_argument("run_gemm_bench: n must be at least 1, got " +
+                                std::to_string(cfg.n));
+  if (cfg.repeat < 1) {
+    throw std::invalid_argument("run_gemm_bench: repeat must be at least 1, got " +
+                                std::to_string(cfg.repeat));
+  }
+  std::vector<Path> paths;
+  for (DType d : cfg.dtypes) paths.push_back(path_for(d));  // throws for unsupported dtypes first
+
+  const int threads = cfg.threads > 0 ? cfg.threads : get_num_threads();
+  ThreadsGuard tg(threads);
+  NoGradGuard ng;
+  const int64_t n = cfg.n;
+  const double ops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  std::map<PeakPath, PeakResult> peaks;
+
+  std::vector<GemmBenchResult> out;
+  for (size_t i = 0; i < cfg.dtypes.size(); ++i) {
+    const DType d = cfg.dtypes[i];
+    const Path& p = paths[i];
+    const Operands o = make_operands(d, n, cfg.seed);
+    for (int w = 0; w < std::max(1, cfg.warmup); ++w) p.run(o);
+    double best = 1e300;
+    for (int r = 0; r < cfg.repeat; ++r) best = std::min(best, seconds_of([&] { p.run(o); }));
+
+    const PeakPath pp = gemm_peak_path(d);
+    if (!peaks.count(pp)) peaks[pp] = measure_peak(pp, threads, cfg.peak_seconds);
+
+    GemmBenchResult r;
+    r.dtype = d;
+    r.path = p.label;
+    r.implementation = gemm_implementation(p.kernel_a, p.kernel_b, n, n, n);
+    r.emulated = p.emulated;
+    r.n = n;
+    r.threads = threads;
+    r.repeat = cfg.repeat;
+    r.seconds = best;
+    r.gflops = ops / best * 1e-9;
+    r.peak = peaks[pp];
+    r.peak_gflops = r.peak.gflops;
+    r.fraction_of_peak = r.gflops / r.peak_gflops;
+    out.push_back(std::move(r));
+  }
+  const auto fp32 = std::find_if(out.begin(), out.end(),
+                                 [](const GemmBenchResult& r) { return r.dtype == DType::fp32; });
+  if (fp32 != out.end()) {
+    const double base = fp32->gflops;
+    for (GemmBenchResult& r : out) r.speedup_vs_fp32 = r.gflops / base;
+  }
+  return out;
+}
+
+}  // namespace mixp::bench

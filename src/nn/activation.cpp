@@ -1,0 +1,14 @@
+#include "mixp/nn/activation.h"
+
+#include "mixp/ops/ops.h"
+
+namespace mixp::nn {
+
+Tensor ReLU::forward(const Tensor& x) {
+  return relu(x);
+}
+Tensor GELU::forward(const Tensor& x) {
+  return gelu(x);
+}
+
+}  // namespace mixp::nn

@@ -1,0 +1,86 @@
+#include "mixp/nn/gpt.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "mixp/autograd/checkpoint.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/nn/sequential.h"
+#include "mixp/ops/ops.h"
+#include "mixp/tensor/factories.h"
+
+namespace mixp::nn {
+
+namespace {
+constexpr double kInitStd = 0.02;  // GPT-2
+}
+
+Gpt::Gpt(const GptConfig& cfg, Generator& gen) : Module("gpt"), cfg_(cfg) {
+  if (cfg.vocab <= 0 || cfg.context <= 0 || cfg.width <= 0 || cfg.layers <= 0 || cfg.heads <= 0 ||
+      cfg.mlp_width <= 0) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Gpt: every size must be positive, got vocab={} context={} width={} "
+                    "layers={} heads={} mlp_width={}",
+                    cfg.vocab, cfg.context, cfg.width, cfg.layers, cfg.heads, cfg.mlp_width));
+  }
+  if (cfg.width % cfg.heads != 0) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Gpt: width {} is not divisible by heads {}", cfg.width, cfg.heads));
+  }
+  const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  tok_emb_ =
+      register_module("tok_emb", std::make_shared<Embedding>(cfg.vocab, cfg.width, gen, kInitStd));
+  pos_emb_ = register_module("pos_emb",
+                             std::make_shared<Embedding>(cfg.context, cfg.width, gen, kInitStd));
+  auto blocks = register_module("blocks", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    auto b = std::make_shared<TransformerBlock>(
+        cfg.width, cfg.heads, cfg.mlp_width, gen,
+        BlockOptions{.bias = true, .init_std = kInitStd, .proj_init_std = proj_std});
+    blocks->push_back(b);
+    blocks_.push_back(std::move(b));
+  }
+  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.width));
+  head_ = register_module(
+      "head", std::make_shared<Linear>(cfg.width, cfg.vocab, gen,
+                                       LinearOptions{.bias = false, .init_std = kInitStd}));
+  head_->set_kind("head");
+  positions_ = arange(cfg.context, {.dtype = DType::int64});
+}
+
+Tensor Gpt::forward(const Tensor& idx) {
+  if (!idx.defined() || idx.dim() != 2 ||
+      (idx.dtype() != DType::int32 && idx.dtype() != DType::int64)) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Gpt: input must be int32/int64 token ids [B, T], got {} {}",
+                    idx.defined() ? std::string(name(idx.dtype())) : "(undefined)",
+                    idx.defined() ? idx.shape().str() : ""));
+  }
+  const int64_t T = idx.size(1);
+  if (T < 1 || T > cfg_.context) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::nn::Gpt: sequence length {} must be in [1, context {}]", T, cfg_.context));
+  }
+  Tensor x =
+      add(tok_emb_->forward(idx), pos_emb_->forward(positions_.slice(0, 0, T)));  // [B,T,C] + [T,C]
+  const bool ckpt = cfg_.checkpointing && GradMode::is_enabled();
+  for (auto& b : blocks_) {
+    if (ckpt) {
+      TransformerBlock* blk = b.get();
+      x = checkpoint([blk](const Tensor& in) { return blk->forward(in); }, x);
+    } else {
+      x = b->forward(x);
+    }
+  }
+  return head_->forward(ln_f_->forward(x));
+}
+
+std::string Gpt::describe() const {
+  return fmt::format("vocab={}, context={}, width={}, layers={}, heads={}, mlp_width={}{}",
+                     cfg_.vocab, cfg_.context, cfg_.width, cfg_.layers, cfg_.heads, cfg_.mlp_width,
+                     cfg_.checkpointing ? ", checkpointing" : "");
+}
+
+}  // namespace mixp::nn

@@ -1,0 +1,46 @@
+#include "mixp/nn/linear.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "mixp/nn/init.h"
+
+namespace mixp::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, const LinearOptions& opt)
+    : Module("linear"), in_(in_features), out_(out_features), act_(opt.activation) {
+  if (in_ <= 0 || out_ <= 0) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Linear: sizes must be positive, got in={} out={}", in_, out_));
+  }
+  if (opt.init_std > 0) {
+    weight_ = &register_parameter("weight", init::normal({out_, in_}, opt.init_std, gen));
+    if (opt.bias) bias_ = &register_parameter("bias", zeros({out_}));
+  } else {
+    weight_ = &register_parameter("weight", init::kaiming_uniform_sqrt5({out_, in_}, in_, gen));
+    if (opt.bias) bias_ = &register_parameter("bias", init::fan_in_uniform({out_}, in_, gen));
+  }
+  if (!bias_) bias_ = &no_bias_;
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  if (x.dim() < 1 || x.size(-1) != in_) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Linear({} -> {}): input must be [..., {}], got {}", in_, out_, in_,
+                    x.defined() ? x.shape().str() : "(undefined)"));
+  }
+  // In training, GELU is applied as its own op even when nothing records a gradient: the fused
+  // epilogue rounds differently, and checkpoint() recomputes a segment (with recording) that it
+  // first ran without; both runs must compute bit-identical activations.
+  if (act_ == Activation::gelu && is_training())
+    return gelu(linear(x, *weight_, *bias_, Activation::none));
+  return linear(x, *weight_, *bias_, act_);
+}
+
+std::string Linear::describe() const {
+  const char* a = act_ == Activation::relu ? ", relu" : act_ == Activation::gelu ? ", gelu" : "";
+  return fmt::format("in={}, out={}{}{}", in_, out_, bias_->defined() ? "" : ", no bias", a);
+}
+
+}  // namespace mixp::nn

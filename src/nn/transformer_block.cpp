@@ -1,0 +1,29 @@
+#include "mixp/nn/transformer_block.h"
+
+#include "mixp/ops/ops.h"
+
+namespace mixp::nn {
+
+TransformerBlock::TransformerBlock(int64_t width, int64_t heads, int64_t mlp_width, Generator& gen,
+                                   const BlockOptions& opt)
+    : Module("block") {
+  ln1_ = register_module("ln1", std::make_shared<LayerNorm>(width));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(
+                                      width, heads, gen,
+                                      AttentionOptions{.bias = opt.bias,
+                                                       .init_std = opt.init_std,
+                                                       .proj_init_std = opt.proj_init_std}));
+  ln2_ = register_module("ln2", std::make_shared<LayerNorm>(width));
+  mlp_ = register_module(
+      "mlp", std::make_shared<GptMlp>(width, mlp_width, gen,
+                                      GptMlpOptions{.bias = opt.bias,
+                                                    .init_std = opt.init_std,
+                                                    .proj_init_std = opt.proj_init_std}));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  const Tensor h = add(x, attn_->forward(ln1_->forward(x)));
+  return add(h, mlp_->forward(ln2_->forward(h)));
+}
+
+}  // namespace mixp::nn

@@ -1,0 +1,180 @@
+// Front ends of the pointwise ops: binary (broadcasting), scalar, unary, dropout, operators.
+#include "backend/kernel_util.h"
+#include "mixp/autograd/checkpoint.h"
+#include "ops/dispatch.h"
+
+namespace mixp {
+using namespace detail;
+
+namespace {
+
+Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
+  const char* nm = op_name(id).data();
+  check_defined(a0, nm, "a");
+  check_defined(b0, nm, "b");
+  Tensor in[2] = {a0, b0};
+  apply_cast_policy(id, in);
+  const Tensor& a = in[0];
+  const Tensor& b = in[1];
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), nm);
+  const DType rd = result_dtype({&a, &b});
+  const DType c = compute_of(rd);
+  const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
+  Tensor out = new_tensor(shape, c);
+  backend().binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
+  out = finish(out, rd);
+  if (should_record({&a, &b})) {
+    const Shape sa = a.shape(), sb = b.shape();
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    // mul/div keep their operands (only the ones the other gradient needs).
+    Tensor keep_a = (bop == BinaryOp::mul && need_b) || (bop == BinaryOp::div && need_b) ? ac.detach() : Tensor();
+    Tensor keep_b = (bop == BinaryOp::mul && need_a) || bop == BinaryOp::div ? bc.detach() : Tensor();
+    record(id, c, {&a, &b}, {&out}, [bop, sa, sb, keep_a, keep_b](BackwardContext& ctx) {
+      const Tensor& g = ctx.grad();
+      switch (bop) {
+        case BinaryOp::add:
+          if (ctx.needs(0)) ctx.grad_inputs[0] = sum_to(g, sa);
+          if (ctx.needs(1)) ctx.grad_inputs[1] = sum_to(g, sb);
+          break;
+        case BinaryOp::sub:
+          if (ctx.needs(0)) ctx.grad_inputs[0] = sum_to(g, sa);
+          if (ctx.needs(1)) ctx.grad_inputs[1] = sum_to(neg(g), sb);
+          break;
+        case BinaryOp::mul:
+          if (ctx.needs(0)) ctx.grad_inputs[0] = sum_to(mul(g, keep_b), sa);
+          if (ctx.needs(1)) ctx.grad_inputs[1] = sum_to(mul(g, keep_a), sb);
+          break;
+        case BinaryOp::div: {
+          const Tensor ga = div(g, keep_b);
+          if (ctx.needs(0)) ctx.grad_inputs[0] = sum_to(ga, sa);
+          // d(a/b)/db = -a/b^2 = -(g/b) * a / b
+          if (ctx.needs(1)) ctx.grad_inputs[1] = sum_to(neg(div(mul(ga, keep_a), keep_b)), sb);
+          break;
+        }
+      }
+    });
+  }
+  return out;
+}
+
+Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
+  const char* nm = op_name(id).data();
+  check_defined(x0, nm, "x");
+  Tensor in[1] = {x0};
+  apply_cast_policy(id, in);
+  const Tensor& x = in[0];
+  const DType rd = result_dtype({&x});
+  const DType c = compute_of(rd);
+  const Tensor xc = as_compute(x, c);
+  Tensor out = new_tensor(x.shape(), c);
+  backend().scalar(sop, out, xc, s);
+  out = finish(out, rd);
+  if (should_record({&x})) {
+    Tensor keep = sop == ScalarOp::pow || sop == ScalarOp::rdiv ? xc.detach() : Tensor();
+    record(id, c, {&x}, {&out}, [sop, s, keep](BackwardContext& ctx) {
+      const Tensor& g = ctx.grad();
+      switch (sop) {
+        case ScalarOp::add: ctx.grad_inputs[0] = g; break;
+        case ScalarOp::mul: ctx.grad_inputs[0] = mul(g, s); break;
+        case ScalarOp::rsub: ctx.grad_inputs[0] = neg(g); break;
+        case ScalarOp::pow:  // s * x^(s-1)
+          ctx.grad_inputs[0] = mul(g, mul(pow(keep, s - 1.0), s));
+          break;
+        case ScalarOp::rdiv:  // -s / x^2
+          ctx.grad_inputs[0] = mul(g, rdiv(-s, mul(keep, keep)));
+          break;
+      }
+    });
+  }
+  return out;
+}
+
+Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
+  const char* nm = op_name(id).data();
+  check_defined(x0, nm, "x");
+  Tensor in[1] = {x0};
+  apply_cast_policy(id, in);
+  const Tensor& x = in[0];
+  const DType rd = result_dtype({&x});
+  const DType c = compute_of(rd);
+  const Tensor xc = as_compute(x, c);
+  Tensor yc = new_tensor(x.shape(), c);
+  backend().unary(uop, yc, xc);
+  Tensor out = finish(yc, rd);
+  if (should_record({&x})) {
+    Tensor keep_x = kern::unary_bwd_needs_src(uop) ? xc.detach() : Tensor();
+    Tensor keep_y = kern::unary_bwd_needs_dst(uop) ? yc.detach() : Tensor();
+    record(id, c, {&x}, {&out}, [uop, keep_x, keep_y](BackwardContext& ctx) {
+      const Tensor& g = ctx.grad();
+      Tensor gi = new_tensor(g.shape(), g.dtype());
+      backend().unary_backward(uop, gi, g, keep_x, keep_y);
+      ctx.grad_inputs[0] = gi;
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpId::add, BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpId::sub, BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, BinaryOp::div, a, b); }
+Tensor add(const Tensor& a, double s) { return scalar_op(OpId::add_scalar, ScalarOp::add, a, s); }
+Tensor mul(const Tensor& a, double s) { return scalar_op(OpId::mul_scalar, ScalarOp::mul, a, s); }
+Tensor pow(const Tensor& a, double e) { return scalar_op(OpId::pow_scalar, ScalarOp::pow, a, e); }
+Tensor rsub(double s, const Tensor& a) { return scalar_op(OpId::rsub_scalar, ScalarOp::rsub, a, s); }
+Tensor rdiv(double s, const Tensor& a) { return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s); }
+Tensor neg(const Tensor& a) { return unary_op(OpId::neg, UnaryOp::neg, a); }
+Tensor exp(const Tensor& a) { return unary_op(OpId::exp, UnaryOp::exp, a); }
+Tensor log(const Tensor& a) { return unary_op(OpId::log, UnaryOp::log, a); }
+Tensor sqrt(const Tensor& a) { return unary_op(OpId::sqrt, UnaryOp::sqrt, a); }
+Tensor relu(const Tensor& a) { return unary_op(OpId::relu, UnaryOp::relu, a); }
+Tensor gelu(const Tensor& a) { return unary_op(OpId::gelu, UnaryOp::gelu, a); }
+Tensor tanh(const Tensor& a) { return unary_op(OpId::tanh, UnaryOp::tanh, a); }
+Tensor sigmoid(const Tensor& a) { return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a); }
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  if (!training || p == 0.0) return x;
+  return dropout(x, p, training, detail::checkpoint_aware_seed(gen));
+}
+
+Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
+  check_defined(x0, "dropout", "x");
+  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument(fmt::format("mixp::dropout: p must be in [0, 1], got {}", p));
+  if (!training || p == 0.0) return x0;
+  Tensor in[1] = {x0};
+  apply_cast_policy(OpId::dropout, in);
+  const Tensor& x = in[0];
+  if (p == 1.0) return mul(x, 0.0);
+  const DType rd = result_dtype({&x});
+  const DType c = compute_of(rd);
+  const Tensor xc = as_compute(x, c);
+  Tensor out = new_tensor(x.shape(), c);
+  backend().dropout(out, xc, p, seed);
+  out = finish(out, rd);
+  if (should_record({&x})) {
+    record(OpId::dropout, c, {&x}, {&out}, [p, seed](BackwardContext& ctx) {
+      const Tensor g = raw_contiguous(ctx.grad());
+      Tensor gi = new_tensor(g.shape(), g.dtype());
+      backend().dropout(gi, g, p, seed);
+      ctx.grad_inputs[0] = gi;
+    });
+  }
+  return out;
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
+Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
+Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+}  // namespace mixp

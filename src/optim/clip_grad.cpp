@@ -1,0 +1,86 @@
+#include "mixp/optim/clip_grad.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "mixp/autograd/grad_mode.h"
+#include "parallel_loop.h"
+
+namespace mixp::optim {
+
+namespace {
+
+template <class T>
+double sum_squares(const T* g, int64_t n) {
+  double total = 0.0;
+  if (n < kOptimParallelGrain || omp_get_max_threads() == 1) {
+#pragma omp simd reduction(+ : total)
+    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    return total;
+  }
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  return total;
+}
+
+double grad_sum_squares(const Tensor& p) {
+  const Tensor g0 = p.grad();
+  if (!g0.defined()) return 0.0;
+  if (g0.is_contiguous() && g0.dtype() == DType::fp32)
+    return sum_squares(g0.data<float>(), g0.numel());
+  if (g0.is_contiguous() && g0.dtype() == DType::fp64)
+    return sum_squares(g0.data<double>(), g0.numel());
+  NoGradGuard ng;  // other dtypes/layouts: widen once (rare; gradients are fp32/fp64 leaves)
+  const Tensor g = g0.to(DType::fp64).contiguous();
+  return sum_squares(g.data<double>(), g.numel());
+}
+
+template <class Get>
+double clip_impl(size_t count, Get get, double max_norm) {
+  if (!(max_norm > 0.0))
+    throw std::invalid_argument(
+        fmt::format("mixp::optim::clip_grad_norm: max_norm must be > 0, got {}", max_norm));
+  double sq = 0.0;
+  for (size_t i = 0; i < count; ++i) sq += grad_sum_squares(get(i));
+  const double total = std::sqrt(sq);
+  if (!std::isfinite(total)) return total;
+  const double coef = max_norm / (total + 1e-6);  // PyTorch's epsilon
+  if (coef < 1.0) {
+    NoGradGuard ng;
+    for (size_t i = 0; i < count; ++i) {
+      Tensor g = get(i).grad();
+      if (g.defined()) g.mul_(coef);
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+double grad_norm(std::span<const Tensor> params) {
+  double sq = 0.0;
+  for (const Tensor& p : params) sq += grad_sum_squares(p);
+  return std::sqrt(sq);
+}
+
+double grad_norm(std::span<const std::pair<std::string, Tensor>> named_params) {
+  double sq = 0.0;
+  for (const auto& [name, p] : named_params) sq += grad_sum_squares(p);
+  return std::sqrt(sq);
+}
+
+double clip_grad_norm(std::span<const Tensor> params, double max_norm) {
+  return clip_impl(
+      params.size(), [&](size_t i) -> const Tensor& { return params[i]; }, max_norm);
+}
+
+double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_params,
+                      double max_norm) {
+  return clip_impl(
+      named_params.size(), [&](size_t i) -> const Tensor& { return named_params[i].second; },
+      max_norm);
+}
+
+}  // namespace mixp::optim

@@ -1,0 +1,264 @@
+#include "mixp/optim/optimizer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/backend.h"
+#include "mixp/tensor/factories.h"
+#include "mixp/tensor/generator.h"
+
+namespace mixp::optim {
+
+namespace {
+
+// The dtype the update runs in for a parameter of dtype `d`.
+DType working_dtype(DType d) {
+  return d == DType::fp64 ? DType::fp64 : DType::fp32;
+}
+
+bool narrower_than_fp32(DType d) {
+  return d != DType::fp32 && d != DType::fp64;
+}
+
+constexpr size_t kMaxSlots = 8;
+
+}  // namespace
+
+const Tensor* StateDict::find_tensor(const std::string& name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return &t;
+  }
+  return nullptr;
+}
+
+const double* StateDict::find_scalar(const std::string& name) const {
+  for (const auto& [n, v] : scalars) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+NamedTensors Optimizer::name_by_index(const std::vector<Tensor>& params) {
+  NamedTensors out;
+  out.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) out.emplace_back(std::to_string(i), params[i]);
+  return out;
+}
+
+Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision,
+                     std::vector<std::string> slot_names)
+    : slot_names_(std::move(slot_names)), precision_(precision), lr_(0.0) {
+  set_lr(lr);
+  if (slot_names_.size() > kMaxSlots) throw std::logic_error("mixp::optim: too many state slots");
+  if (precision.write_back != Round::nearest_even && precision.write_back != Round::stochastic &&
+      precision.write_back != Round::toward_zero) {
+    throw std::invalid_argument("mixp::optim: unsupported write-back rounding");
+  }
+  std::map<std::string, int> names;
+  std::vector<const TensorImpl*> seen;
+  NoGradGuard ng;
+  for (auto& [name, p] : params) {
+    if (!p.defined())
+      throw std::invalid_argument(fmt::format("mixp::optim: parameter '{}' is undefined", name));
+    if (!p.is_floating_point()) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::optim: parameter '{}' has dtype {}; only floating parameters can be optimized",
+          name, mixp::name(p.dtype())));
+    }
+    if (!p.is_contiguous()) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::optim: parameter '{}' is not contiguous; pass the leaf tensor, not a view", name));
+    }
+    if (!names.emplace(name, 0).second)
+      throw std::invalid_argument(
+          fmt::format("mixp::optim: parameter name '{}' is given twice", name));
+    for (const TensorImpl* s : seen) {
+      if (s == p.impl())
+        throw std::invalid_argument(
+            fmt::format("mixp::optim: parameter '{}' is given twice (same tensor)", name));
+    }
+    seen.push_back(p.impl());
+    ParamState st;
+    st.name = name;
+    st.param = p;
+    const DType w = working_dtype(p.dtype());
+    if (narrower_than_fp32(p.dtype()) && precision.master_weights) {
+      st.master = empty(p.shape(), {.dtype = DType::fp32});
+      backend().copy(st.master, p.detach());  // widening: exact
+    }
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      st.slots.push_back(zeros(p.shape(), {.dtype = w}));
+    params_.push_back(std::move(st));
+  }
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::set_lr(double lr) {
+  if (!(lr >= 0.0) || !std::isfinite(lr))
+    throw std::invalid_argument(
+        fmt::format("mixp::optim: learning rate must be finite and >= 0, got {}", lr));
+  lr_ = lr;
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> out;
+  for (const auto& p : params_) out.push_back(p.param);
+  return out;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard ng;
+  for (auto& p : params_) {
+    if (set_to_none) {
+      p.param.set_grad(Tensor());
+    } else if (Tensor g = p.param.grad(); g.defined()) {
+      g.zero_();
+    }
+  }
+}
+
+void Optimizer::step() {
+  NoGradGuard ng;
+  for (size_t i = 0; i < params_.size(); ++i) step_param(i);
+  ++steps_;
+}
+
+uint64_t Optimizer::write_back_seed(size_t index, int64_t step) const {
+  // A counter-based stream: independent of thread count and of which other parameters had
+  // gradients, and a pure function of (seed, index, step) so that a resumed run rounds the same.
+  return Generator::splitmix64(
+      precision_.seed ^ Generator::splitmix64(static_cast<uint64_t>(index) * 0x100000001B3ULL +
+                                              static_cast<uint64_t>(step)));
+}
+
+void Optimizer::step_param(size_t index) {
+  ParamState& st = params_[index];
+  const Tensor g0 = st.param.grad();
+  if (!g0.defined()) return;
+  if (!(g0.shape() == st.param.shape())) {
+    throw std::logic_error(
+        fmt::format("mixp::optim: gradient of '{}' has shape {} but the parameter {}", st.name,
+                    g0.shape().str(), st.param.shape().str()));
+  }
+  const DType w = working_dtype(st.param.dtype());
+  // Working values: the parameter itself, its master copy, or a scratch copy.
+  Tensor values;
+  if (st.param.dtype() == w) {
+    values = st.param;
+  } else if (st.master.defined()) {
+    values = st.master;
+  } else {
+    if (!st.work.defined()) st.work = empty(st.param.shape(), {.dtype = w});
+    backend().copy(st.work, st.param.detach());
+    values = st.work;
+  }
+  // Gradient in the working dtype, contiguous.
+  Tensor g = g0;
+  if (g.dtype() != w || !g.is_contiguous()) {
+    if (!st.grad_work.defined()) st.grad_work = empty(st.param.shape(), {.dtype = w});
+    backend().copy(st.grad_work, g0);
+    g = st.grad_work;
+  }
+  st.step += 1;
+  const int64_t n = st.param.numel();
+  if (w == DType::fp64) {
+    double* slots[kMaxSlots];
+    for (size_t k = 0; k < st.slots.size(); ++k)
+      slots[k] = static_cast<double*>(st.slots[k].data_ptr());
+    update(static_cast<double*>(values.data_ptr()), static_cast<const double*>(g.data_ptr()), slots,
+           n, st.step);
+  } else {
+    float* slots[kMaxSlots];
+    for (size_t k = 0; k < st.slots.size(); ++k)
+      slots[k] = static_cast<float*>(st.slots[k].data_ptr());
+    update(static_cast<float*>(values.data_ptr()), static_cast<const float*>(g.data_ptr()), slots,
+           n, st.step);
+  }
+  if (!values.is_same(st.param)) write_back(index, values);
+}
+
+void Optimizer::write_back(size_t index, const Tensor& from) {
+  ParamState& st = params_[index];
+  Tensor dst = st.param.detach();  // same storage
+  backend().convert(dst, from, precision_.write_back, precision_.overflow,
+                    write_back_seed(index, st.step));
+}
+
+void Optimizer::reset_masters_from_params() {
+  NoGradGuard ng;
+  for (auto& p : params_) {
+    if (p.master.defined()) backend().copy(p.master, p.param.detach());
+  }
+}
+
+StateDict Optimizer::state_dict() const {
+  NoGradGuard ng;
+  StateDict sd;
+  sd.scalars.emplace_back("step", static_cast<double>(steps_));
+  sd.scalars.emplace_back("lr", lr_);
+  for (const auto& p : params_) {
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      sd.tensors.emplace_back(p.name + "." + slot_names_[k], p.slots[k].clone());
+    if (p.master.defined()) sd.tensors.emplace_back(p.name + ".master", p.master.clone());
+    sd.scalars.emplace_back(p.name + ".step", static_cast<double>(p.step));
+  }
+  return sd;
+}
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  const StateDict mine = state_dict();  // the names and shapes this optimizer needs
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : sd.tensors) {
+    if (!given.emplace(name, &t).second)
+      throw std::invalid_argument(
+          fmt::format("mixp::optim::load_state_dict: '{}' is given twice", name));
+  }
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(
+        fmt::format("mixp::optim::load_state_dict ({}): {}; the state belongs to a different model "
+                    "or optimizer",
+                    name(), what));
+  };
+  for (const auto& [name, t] : mine.tensors) {
+    auto it = given.find(name);
+    if (it == given.end())
+      fail(fmt::format("missing tensor '{}' (shape {})", name, t.shape().str()));
+    if (!it->second->defined() || !(it->second->shape() == t.shape())) {
+      fail(fmt::format("tensor '{}' has shape {}, expected {}", name,
+                       it->second->defined() ? it->second->shape().str() : "(undefined)",
+                       t.shape().str()));
+    }
+    if (!it->second->is_floating_point())
+      fail(fmt::format("tensor '{}' is not floating point", name));
+  }
+  if (given.size() != mine.tensors.size()) {
+    for (const auto& [name, t] : given) {
+      if (!mine.find_tensor(name)) fail(fmt::format("unexpected tensor '{}'", name));
+    }
+  }
+  for (const auto& [name, v] : mine.scalars) {
+    const double* s = sd.find_scalar(name);
+    if (!s) fail(fmt::format("missing scalar '{}'", name));
+    const bool is_count = name != "lr";
+    if (!std::isfinite(*s) || *s < 0 || (is_count && *s != std::floor(*s)))
+      fail(fmt::format("scalar '{}' = {} is invalid", name, *s));
+  }
+  // Everything checked: copy in.
+  NoGradGuard ng;
+  steps_ = static_cast<int64_t>(*sd.find_scalar("step"));
+  lr_ = *sd.find_scalar("lr");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamState& p = params_[i];
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      p.slots[k].copy_(*given.at(p.name + "." + slot_names_[k]));
+    if (p.master.defined()) p.master.copy_(*given.at(p.name + ".master"));
+    p.step = static_cast<int64_t>(*sd.find_scalar(p.name + ".step"));
+  }
+}
+
+}  // namespace mixp::optim

@@ -1,0 +1,138 @@
+// write_study_report and the preparation shared by the four writers.
+#include "mixp/study/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <system_error>
+
+#include "mixp/io/atomic_file.h"
+#include "mixp/study/energy_model.h"
+#include "study/report_detail.h"
+#include "study/text_format.h"
+
+namespace mixp::study {
+namespace detail {
+
+const char* const kCriteriaSource =
+    "Criteria from the seed documents: speed-up > 2x, memory saving > 30% and accuracy loss < "
+    "0.5% (seed 004, section 8, evaluation metrics; the accuracy loss is read as percentage "
+    "points), and no NaN (seed 002, section 7, Q5).";
+
+PreparedStudy prepare_study(const StudyResults& s) {
+  PreparedStudy p;
+  p.study = s;
+  p.study.runs = aggregate_by_precision(s.runs);
+  if (p.study.runs.size() != s.runs.size()) p.seed_runs = s.runs;
+  p.verdicts = compute_verdicts(p.study);
+  p.recommendation = recommend(p.study, p.verdicts);
+  p.summary = summary_sentence(p.study, p.verdicts, p.recommendation);
+  for (const RunRecord& r : p.study.runs) {
+    if (r.energy_joules) p.any_energy = true;
+    if (r.energy_joules && r.energy_is_estimate()) p.any_estimate = true;
+    if (!r.loss_scale_trace.empty()) p.any_loss_scale = true;
+  }
+  return p;
+}
+
+std::string energy_text(const RunRecord& r) {
+  if (!r.energy_joules || !std::isfinite(*r.energy_joules)) return "n/a";
+  std::string t = format_joules(*r.energy_joules);
+  if (r.energy_is_estimate()) t += " (estimate)";
+  return t;
+}
+
+std::string status_text(const RunRecord& r) {
+  if (r.diverged) {
+    std::string t = r.diverged_at_step ? fmt::format("diverged at step {}", *r.diverged_at_step)
+                                       : std::string("diverged");
+    if (r.num_seeds > 1) t += fmt::format(" ({} of {} seeds)", r.diverged_seeds, r.num_seeds);
+    return t;
+  }
+  if (r.error) return "failed: " + *r.error;
+  return "";
+}
+
+std::optional<double> spread(const RunRecord& r, const std::string& field, double value) {
+  auto it = r.stddev.find(field);
+  if (it == r.stddev.end() || !std::isfinite(it->second)) return std::nullopt;
+  if (it->second <= 1e-9 * std::max(1.0, std::fabs(value))) return std::nullopt;
+  return it->second;
+}
+
+std::string with_std(const RunRecord& r, const std::string& field, double value,
+                     std::string (*format)(double), std::string (*std_format)(double)) {
+  std::string t = format(value);
+  if (auto sd = spread(r, field, value)) t += " ± " + (std_format ? std_format : format)(*sd);
+  return t;
+}
+
+std::string format_spread(double v) {
+  return format_sig(v, 2);
+}
+
+std::string energy_note(const PreparedStudy& p) {
+  std::string note;
+  if (p.any_estimate) {
+    note = fmt::format(
+        "Energy marked (estimate) is not measured: it is computed from the counted multiply-adds "
+        "by precision and the bytes moved, priced with {}. It covers arithmetic and data movement "
+        "only (45 nm, no idle power), so compare it between precisions, not with a power meter.",
+        horowitz_45nm().citation);
+  }
+  bool rapl = false, nvml = false;
+  for (const RunRecord& r : p.study.runs) {
+    rapl |= r.energy_source == kEnergyRapl && r.energy_joules.has_value();
+    nvml |= r.energy_source == kEnergyNvml && r.energy_joules.has_value();
+  }
+  if (rapl) {
+    note += std::string(note.empty() ? "" : " ") +
+            "Energy from rapl is measured by the CPU packages' RAPL counters (Linux powercap) over "
+            "the training loop; it includes everything else the packages ran at the time.";
+  }
+  if (nvml) {
+    note += std::string(note.empty() ? "" : " ") +
+            "Energy from nvml is the GPU board's energy counter (NVML) over the training loop.";
+  }
+  if (!p.any_energy) note = "No energy was measured or estimated for these runs.";
+  return note;
+}
+
+}  // namespace detail
+
+std::string render_results_json(const StudyResults& s) {
+  return detail::render_results_json(detail::prepare_study(s));
+}
+std::string render_results_csv(const StudyResults& s) {
+  return detail::render_results_csv(detail::prepare_study(s));
+}
+std::string render_report_markdown(const StudyResults& s) {
+  return detail::render_report_markdown(detail::prepare_study(s));
+}
+std::string render_report_html(const StudyResults& s) {
+  return detail::render_report_html(detail::prepare_study(s));
+}
+
+void write_study_report(const std::filesystem::path& out_dir, const StudyResults& s) {
+  // Render everything first: an error here leaves the folder untouched.
+  const detail::PreparedStudy p = detail::prepare_study(s);
+  const std::string json = detail::render_results_json(p);
+  const std::string csv = detail::render_results_csv(p);
+  const std::string md = detail::render_report_markdown(p);
+  const std::string html = detail::render_report_html(p);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) {
+    throw IoError(
+        fmt::format("cannot create the report folder '{}': {} (check the --out path and "
+                    "its permissions)",
+                    out_dir.string(), ec.message()));
+  }
+  write_text_atomic(out_dir / "results.json", json);
+  write_text_atomic(out_dir / "results.csv", csv);
+  write_text_atomic(out_dir / "report.md", md);
+  write_text_atomic(out_dir / "report.html", html);
+}
+
+}  // namespace mixp::study

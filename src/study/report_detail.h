@@ -1,0 +1,47 @@
+// What every report writer needs, computed once (internal).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "mixp/study/report.h"
+#include "mixp/study/verdict.h"
+
+namespace mixp::study::detail {
+
+struct PreparedStudy {
+  StudyResults study;                // runs aggregated per (model, precision)
+  std::vector<RunRecord> seed_runs;  // the input runs when some precision had K > 1 seeds
+  std::vector<Verdict> verdicts;     // one per study.runs entry
+  Recommendation recommendation;
+  std::string summary;          // the headline sentence ("" when nothing to compare)
+  bool any_estimate = false;    // some run's energy is the model estimate
+  bool any_energy = false;      // some run has an energy number
+  bool any_loss_scale = false;  // some run has a loss-scale trace
+};
+
+PreparedStudy prepare_study(const StudyResults& s);
+
+std::string render_results_json(const PreparedStudy& p);
+std::string render_results_csv(const PreparedStudy& p);
+std::string render_report_markdown(const PreparedStudy& p);
+std::string render_report_html(const PreparedStudy& p);
+
+// The text shown for a run's energy: "12.3 J (estimate)", "12.3 J" or "n/a".
+std::string energy_text(const RunRecord& r);
+// "diverged at step 120", "diverged", "failed: <error>" or "" for a finished run.
+std::string status_text(const RunRecord& r);
+// The sample standard deviation of `field` when the run aggregates seeds and the spread is not
+// negligible (more than 1e-9 of the value; identical seeds show no "± 0").
+std::optional<double> spread(const RunRecord& r, const std::string& field, double value);
+// A value with its spread when there is one: "12.3 ± 0.40". `std_format` formats the spread
+// (nullptr: `format`).
+std::string with_std(const RunRecord& r, const std::string& field, double value,
+                     std::string (*format)(double), std::string (*std_format)(double) = nullptr);
+// Spread formatting for plain numbers: two significant digits.
+std::string format_spread(double v);
+
+// Where the criteria and the energy numbers come from, for the notes of every report.
+extern const char* const kCriteriaSource;
+std::string energy_note(const PreparedStudy& p);
+
+}  // namespace mixp::study::detail

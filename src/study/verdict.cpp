@@ -1,0 +1,381 @@
+// Verdicts against the seeds' criteria and the recommendation (include/mixp/study/verdict.h).
+#include "mixp/study/verdict.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "study/text_format.h"
+
+namespace mixp::study {
+namespace {
+
+using detail::format_percent;
+using detail::format_ratio;
+using detail::format_signed;
+
+bool finished(const RunRecord& r) {
+  return !r.diverged && !r.error;
+}
+
+std::optional<double> finite_opt(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? v : std::nullopt;
+}
+
+// Rounded to 1e-9 so that a difference of exactly the threshold (0.5 points) compares the same
+// however the two accuracies were rounded.
+double tidy(double v) {
+  return std::round(v * 1e9) / 1e9;
+}
+
+CheckResult check(bool ok) {
+  return ok ? CheckResult::pass : CheckResult::fail;
+}
+
+std::string diverged_text(const Verdict& v) {
+  return v.diverged_at_step ? fmt::format("diverged at step {}", *v.diverged_at_step)
+                            : std::string("diverged");
+}
+
+// Why a run is not acceptable, for the recommendation's explanation.
+std::string rejection(const Verdict& v, const RunRecord& r) {
+  if (v.diverged) return v.precision + " " + diverged_text(v);
+  if (r.error) return v.precision + " failed";
+  if (v.accuracy_delta_points) {
+    return fmt::format("{} was faster but lost {:.2f} points of accuracy", v.precision,
+                       -*v.accuracy_delta_points);
+  }
+  if (v.loss_increase) {
+    return fmt::format("{} was faster but raised the {} by {}", v.precision,
+                       v.quality == QualityMetric::val_loss ? "validation loss" : "final loss",
+                       format_percent(*v.loss_increase, 1));
+  }
+  return v.precision + " could not be compared";
+}
+
+// "accuracy within 0.5 points of fp32" or "validation loss within 0.5% of fp32".
+std::string criterion_phrase(const StudyResults& s, std::span<const Verdict> verdicts) {
+  for (const Verdict& v : verdicts) {
+    if (v.quality == QualityMetric::val_loss || v.quality == QualityMetric::final_loss) {
+      return fmt::format("{} within {} of {}",
+                         v.quality == QualityMetric::val_loss ? "validation loss" : "final loss",
+                         format_percent(s.criteria.max_loss_increase, 1), s.baseline_precision);
+    }
+  }
+  return fmt::format("accuracy within {} points of {}",
+                     detail::format_number(s.criteria.max_accuracy_loss_points, 3),
+                     s.baseline_precision);
+}
+
+std::string quality_phrase(const Verdict& v, const StudyResults& s) {
+  const Criteria& c = s.criteria;
+  if (v.quality == QualityMetric::test_accuracy && v.accuracy_delta_points) {
+    return fmt::format("accuracy within {} points of {} ({} points)",
+                       detail::format_number(c.max_accuracy_loss_points, 3), s.baseline_precision,
+                       format_signed(*v.accuracy_delta_points, 2));
+  }
+  if (v.loss_increase) {
+    return fmt::format("its {} within {} of {} ({})",
+                       v.quality == QualityMetric::val_loss ? "validation loss" : "final loss",
+                       format_percent(c.max_loss_increase, 1), s.baseline_precision,
+                       format_signed(*v.loss_increase * 100.0, 2) + "%");
+  }
+  return "its accuracy";
+}
+
+}  // namespace
+
+const char* to_string(CheckResult c) {
+  switch (c) {
+    case CheckResult::pass:
+      return "pass";
+    case CheckResult::fail:
+      return "fail";
+    case CheckResult::not_applicable:
+      return "n/a";
+  }
+  return "?";
+}
+
+const char* to_string(QualityMetric m) {
+  switch (m) {
+    case QualityMetric::test_accuracy:
+      return "test_accuracy";
+    case QualityMetric::val_loss:
+      return "val_loss";
+    case QualityMetric::final_loss:
+      return "final_loss";
+    case QualityMetric::none:
+      return "none";
+  }
+  return "?";
+}
+
+bool Verdict::passes_all() const {
+  return speedup_check == CheckResult::pass && memory_check == CheckResult::pass &&
+         accuracy_check == CheckResult::pass && finite_check == CheckResult::pass;
+}
+
+bool Verdict::acceptable() const {
+  if (finite_check != CheckResult::pass) return false;
+  return accuracy_check == CheckResult::pass ||
+         (is_baseline && accuracy_check == CheckResult::not_applicable);
+}
+
+const RunRecord* find_baseline(const StudyResults& s) {
+  for (const RunRecord& r : s.runs) {
+    if (r.precision == s.baseline_precision) return &r;
+  }
+  return nullptr;
+}
+
+std::vector<Verdict> compute_verdicts(const StudyResults& s) {
+  const RunRecord* base = find_baseline(s);
+  const bool base_ok = base && finished(*base);
+  const Criteria& c = s.criteria;
+  std::vector<Verdict> out;
+  out.reserve(s.runs.size());
+  for (const RunRecord& r : s.runs) {
+    Verdict v;
+    v.precision = r.precision;
+    v.is_baseline = (&r == base);
+    v.diverged = r.diverged;
+    v.diverged_at_step = r.diverged_at_step;
+    v.finite_check = r.diverged ? CheckResult::fail
+                                : (r.error ? CheckResult::not_applicable : CheckResult::pass);
+
+    if (base && base->ms_per_step > 0 && r.ms_per_step > 0 && std::isfinite(r.ms_per_step)) {
+      v.time_ratio = r.ms_per_step / base->ms_per_step;
+      v.speedup = base->ms_per_step / r.ms_per_step;
+    }
+    if (base && base->peak_memory_bytes > 0 && r.peak_memory_bytes > 0) {
+      v.memory_ratio = double(r.peak_memory_bytes) / double(base->peak_memory_bytes);
+    } else if (base && base->peak_rss_bytes > 0 && r.peak_rss_bytes > 0) {
+      v.memory_ratio = double(r.peak_rss_bytes) / double(base->peak_rss_bytes);
+      v.memory_from_rss = true;
+    }
+    if (v.memory_ratio) v.memory_saving = 1.0 - *v.memory_ratio;
+    if (base && base->energy_joules && r.energy_joules && *base->energy_joules > 0 &&
+        std::isfinite(*r.energy_joules) && base->energy_source == r.energy_source) {
+      v.energy_ratio = *r.energy_joules / *base->energy_joules;
+    }
+
+    // Quality: accuracy in points, else validation loss, else final loss (relative increase).
+    if (base_ok && finished(r)) {
+      auto ba = finite_opt(base->test_accuracy), ra = finite_opt(r.test_accuracy);
+      auto bv = finite_opt(base->val_loss), rv = finite_opt(r.val_loss);
+      if (ba && ra) {
+        v.quality = QualityMetric::test_accuracy;
+        v.accuracy_delta_points = tidy((*ra - *ba) * 100.0);
+        v.accuracy_check = check(-*v.accuracy_delta_points < c.max_accuracy_loss_points);
+      } else if (bv && rv && *bv > 0) {
+        v.quality = QualityMetric::val_loss;
+        v.loss_increase = tidy(*rv / *bv - 1.0);
+        v.accuracy_check = check(*v.loss_increase < c.max_loss_increase);
+      } else if (std::isfinite(base->final_loss) && std::isfinite(r.final_loss) &&
+                 base->final_loss > 0) {
+        v.quality = QualityMetric::final_loss;
+        v.loss_increase = tidy(r.final_loss / base->final_loss - 1.0);
+        v.accuracy_check = check(*v.loss_increase < c.max_loss_increase);
+      }
+    } else if (!finished(r)) {
+      v.accuracy_check = CheckResult::fail;  // no usable result
+    }
+
+    if (v.is_baseline) {
+      // The speed and memory targets describe what a lower precision must buy over the baseline.
+      v.speedup_check = CheckResult::not_applicable;
+      v.memory_check = CheckResult::not_applicable;
+    } else {
+      if (v.speedup) v.speedup_check = check(*v.speedup > c.min_speedup);
+      if (v.memory_saving) v.memory_check = check(tidy(*v.memory_saving) > c.min_memory_saving);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdicts) {
+  Recommendation rec;
+  if (s.runs.empty()) {
+    rec.reason = "The study has no runs.";
+    return rec;
+  }
+  const RunRecord* base = find_baseline(s);
+  const std::string& bname = s.baseline_precision;
+  auto faster = [&](size_t a, size_t b) {  // run a strictly faster than run b
+    return s.runs[a].ms_per_step > 0 && s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+  };
+
+  if (!base || !finished(*base)) {
+    std::string why =
+        !base ? fmt::format("no {} baseline was run", bname)
+        : base->diverged
+            ? fmt::format("the {} baseline {}", bname,
+                          base->diverged_at_step
+                              ? fmt::format("diverged at step {}", *base->diverged_at_step)
+                              : std::string("diverged"))
+            : fmt::format("the {} baseline failed", bname);
+    std::optional<size_t> best;
+    for (size_t i = 0; i < s.runs.size(); ++i) {
+      if (!finished(s.runs[i])) continue;
+      if (!best || faster(i, *best)) best = i;
+    }
+    if (!best) {
+      rec.reason = fmt::format(
+          "Every run diverged or failed, so there is nothing to recommend; fix the {} run first "
+          "(check the learning rate and the data), then compare again.",
+          bname);
+      return rec;
+    }
+    rec.precision = s.runs[*best].precision;
+    rec.reason = fmt::format(
+        "Accuracy could not be compared because {}; {} is only the fastest run that finished "
+        "without NaN. Rerun with a working {} baseline before relying on it.",
+        why, rec.precision, bname);
+    return rec;
+  }
+
+  std::optional<size_t> best;
+  for (size_t i = 0; i < s.runs.size() && i < verdicts.size(); ++i) {
+    if (!verdicts[i].acceptable()) continue;
+    if (!best || faster(i, *best)) best = i;
+  }
+  if (!best) {  // cannot happen with a finished baseline, but stay defined
+    rec.precision = bname;
+    rec.reason = fmt::format("No run met the criteria; {} stays the choice.", bname);
+    return rec;
+  }
+  const Verdict& chosen = verdicts[*best];
+  rec.precision = chosen.precision;
+
+  // The faster runs that were turned down, fastest first (then the failed ones).
+  std::vector<size_t> rejected;
+  for (size_t i = 0; i < s.runs.size() && i < verdicts.size(); ++i) {
+    if (!verdicts[i].acceptable() && (faster(i, *best) || !finished(s.runs[i]))) {
+      rejected.push_back(i);
+    }
+  }
+  std::stable_sort(rejected.begin(), rejected.end(), [&](size_t a, size_t b) {
+    return s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+  });
+  std::string turned_down;
+  for (size_t k = 0; k < rejected.size() && k < 3; ++k) {
+    if (k) turned_down += (k + 1 == rejected.size() || k == 2) ? " and " : ", ";
+    turned_down += rejection(verdicts[rejected[k]], s.runs[rejected[k]]);
+  }
+
+  if (chosen.is_baseline) {
+    rec.reason = fmt::format(
+        "{} stays the choice for this {} model on this machine: no lower precision was faster "
+        "while keeping {} and free of NaN.",
+        bname, s.model, criterion_phrase(s, verdicts));
+    if (!turned_down.empty()) rec.reason += " " + turned_down + ".";
+    return rec;
+  }
+  std::string first = fmt::format(
+      "{} is the fastest precision that kept {} and never produced NaN: "
+      "{} the speed of {}",
+      chosen.precision, quality_phrase(chosen, s),
+      chosen.speedup ? format_ratio(*chosen.speedup) : "–", bname);
+  if (chosen.memory_saving && *chosen.memory_saving > 0.005) {
+    first += fmt::format(" with {} less {}memory", format_percent(*chosen.memory_saving),
+                         chosen.memory_from_rss ? "resident " : "");
+  }
+  first += ".";
+  std::string second;
+  if (!turned_down.empty()) {
+    second = " " + turned_down + ".";
+  } else if (chosen.passes_all()) {
+    second = " It meets all four of the seeds' criteria.";
+  } else if (chosen.speedup && *chosen.speedup <= s.criteria.min_speedup) {
+    second = fmt::format(" It falls short of the {} speed-up target on this machine.",
+                         format_ratio(s.criteria.min_speedup));
+  }
+  rec.reason = first + second;
+  return rec;
+}
+
+std::string summary_sentence(const StudyResults& s, std::span<const Verdict> verdicts,
+                             const Recommendation& rec) {
+  const RunRecord* base = find_baseline(s);
+  if (!base || verdicts.size() != s.runs.size()) return "";
+  const std::string& bname = s.baseline_precision;
+  // The subject: the recommended run, or the fastest other run that finished, or any other run.
+  std::optional<size_t> subject;
+  for (size_t i = 0; i < s.runs.size(); ++i) {
+    if (verdicts[i].is_baseline) continue;
+    if (s.runs[i].precision == rec.precision) {
+      subject = i;
+      break;
+    }
+  }
+  if (!subject) {
+    for (size_t i = 0; i < s.runs.size(); ++i) {
+      if (verdicts[i].is_baseline || !finished(s.runs[i])) continue;
+      if (!subject ||
+          (s.runs[i].ms_per_step > 0 && s.runs[i].ms_per_step < s.runs[*subject].ms_per_step)) {
+        subject = i;
+      }
+    }
+  }
+  if (!subject) {
+    for (size_t i = 0; i < s.runs.size(); ++i) {
+      if (!verdicts[i].is_baseline) {
+        subject = i;
+        break;
+      }
+    }
+  }
+  if (!subject) return "";
+  const Verdict& v = verdicts[*subject];
+  if (v.diverged) return fmt::format("{} {}; {} finished.", v.precision, diverged_text(v), bname);
+  if (s.runs[*subject].error)
+    return fmt::format("{} failed: {}.", v.precision, *s.runs[*subject].error);
+  if (!finished(*base)) return "";
+
+  std::string speed;
+  if (!v.speedup) {
+    speed = fmt::format("{} ran", v.precision);
+  } else if (std::fabs(*v.speedup - 1.0) < 0.05) {
+    speed = fmt::format("{} was about as fast as {}", v.precision, bname);
+  } else if (*v.speedup > 1.0) {
+    speed = fmt::format("{} was {} faster than {}", v.precision, format_ratio(*v.speedup), bname);
+  } else {
+    speed =
+        fmt::format("{} was {} slower than {}", v.precision, format_ratio(1.0 / *v.speedup), bname);
+  }
+  std::string quality;
+  if (v.accuracy_delta_points) {
+    double d = *v.accuracy_delta_points;
+    if (std::fabs(d) < 0.005) {
+      quality = "the same accuracy";
+    } else {
+      quality = fmt::format("{:.2f} points {} accuracy", std::fabs(d), d < 0 ? "less" : "more");
+    }
+  } else if (v.loss_increase) {
+    double d = *v.loss_increase;
+    const char* what = v.quality == QualityMetric::val_loss ? "validation loss" : "final loss";
+    quality = std::fabs(d) < 0.0005 ? fmt::format("the same {}", what)
+                                    : fmt::format("{} {} {}", format_percent(std::fabs(d), 1),
+                                                  d > 0 ? "higher" : "lower", what);
+  }
+  std::string memory;
+  if (v.memory_saving) {
+    double m = *v.memory_saving;
+    memory = std::fabs(m) < 0.005 ? "the same memory"
+                                  : fmt::format("{} {} memory", format_percent(std::fabs(m)),
+                                                m > 0 ? "less" : "more");
+  }
+  std::string out = speed;
+  if (!quality.empty() && !memory.empty()) {
+    out += " with " + quality + " and " + memory;
+  } else if (!quality.empty() || !memory.empty()) {
+    out += " with " + quality + memory;
+  }
+  return out + ".";
+}
+
+}  // namespace mixp::study

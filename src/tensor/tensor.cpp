@@ -1,0 +1,229 @@
+#include "mixp/tensor/tensor.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/node.h"
+#include "mixp/backend/backend.h"
+#include "mixp/tensor/allocator.h"
+#include "mixp/tensor/element.h"
+
+namespace mixp {
+
+Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev), owned(true) {
+  if (!dev.is_cpu()) throw std::invalid_argument("mixp: only CPU storage is implemented (device " + dev.str() + ")");
+  const auto b = CachingAllocator::cpu().allocate(n);
+  data = b.ptr;
+  block_size = b.size;
+}
+
+Storage::Storage(void* external, size_t n, Device dev) : data(external), nbytes(n), device(dev), owned(false) {}
+
+Storage::~Storage() {
+  if (owned && data) CachingAllocator::cpu().deallocate({data, block_size}, nbytes);
+}
+
+Tensor Tensor::empty(const Shape& shape, const TensorOptions& opts) {
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("mixp::empty: negative dimension in shape " + shape.str());
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  const size_t bytes = static_cast<size_t>(shape.numel()) * static_cast<size_t>(traits(opts.dtype).storage_bytes);
+  impl->storage = std::make_shared<Storage>(bytes, opts.device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = opts.dtype;
+  impl->device = opts.device;
+  impl->requires_grad = opts.requires_grad;
+  if (opts.requires_grad && !traits(opts.dtype).is_float()) {
+    throw std::invalid_argument("mixp: only floating-point tensors can require grad (dtype " +
+                                std::string(name(opts.dtype)) + ")");
+  }
+  return Tensor(std::move(impl));
+}
+
+int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+size_t Tensor::element_size() const { return static_cast<size_t>(traits(dtype()).storage_bytes); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = dim() - 1; i >= 0; --i) {
+    if (impl_->shape[i] == 1) continue;
+    if (impl_->strides[i] != expected) return false;
+    expected *= impl_->shape[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  if (!impl_) throw std::logic_error("mixp: data_ptr() of an undefined tensor");
+  return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(element_size());
+}
+
+void Tensor::check_dtype(DType expected) const {
+  if (!impl_) throw std::logic_error("mixp: data() of an undefined tensor");
+  if (dtype() != expected) {
+    throw std::invalid_argument(fmt::format("mixp: data<{}>() on a tensor of dtype {}", name(expected), name(dtype())));
+  }
+}
+
+namespace {
+int64_t element_offset(const Tensor& t, std::initializer_list<int64_t> index) {
+  if (static_cast<int>(index.size()) != t.dim()) {
+    throw std::invalid_argument(fmt::format("mixp: index of {} dims for a tensor of shape {}", index.size(), t.shape().str()));
+  }
+  int64_t off = 0;
+  int d = 0;
+  for (int64_t i : index) {
+    const int64_t n = t.shape()[d];
+    if (i < -n || i >= n) {
+      throw std::out_of_range(fmt::format("mixp: index {} out of range for dim {} of shape {}", i, d, t.shape().str()));
+    }
+    off += (i < 0 ? i + n : i) * t.strides()[d];
+    ++d;
+  }
+  return off;
+}
+}  // namespace
+
+double Tensor::item() const {
+  if (numel() != 1) {
+    throw std::invalid_argument("mixp: item() needs a tensor with one element, got shape " + shape().str());
+  }
+  return load_element(data_ptr(), dtype(), 0);
+}
+
+double Tensor::at(std::initializer_list<int64_t> index) const {
+  return load_element(data_ptr(), dtype(), element_offset(*this, index));
+}
+
+void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
+  store_element(data_ptr(), dtype(), element_offset(*this, index), v, Round::nearest_even, Overflow::saturate, 0);
+}
+
+std::vector<double> Tensor::to_double_vector() const {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(numel()));
+  const int n = dim();
+  const int64_t total = numel();
+  Shape idx = Shape::filled(n, 0);
+  const void* base = data_ptr();
+  int64_t off = 0;
+  for (int64_t k = 0; k < total; ++k) {
+    out.push_back(load_element(base, dtype(), off));
+    for (int d = n - 1; d >= 0; --d) {
+      if (++idx[d] < shape()[d]) {
+        off += strides()[d];
+        break;
+      }
+      off -= (shape()[d] - 1) * strides()[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  if (!is_leaf()) {
+    throw std::logic_error("mixp: requires_grad_ can only be changed on leaf tensors (use detach() first)");
+  }
+  if (on && !is_floating_point()) {
+    throw std::invalid_argument("mixp: only floating-point tensors can require grad (dtype " + std::string(name(dtype())) + ")");
+  }
+  impl_->requires_grad = on;
+  return *this;
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (g.defined() && g.shape() != shape()) {
+    throw std::invalid_argument("mixp: set_grad: gradient shape " + g.shape().str() + " differs from tensor shape " + shape().str());
+  }
+  impl_->grad = g.impl_ptr();
+}
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  const Tensor roots[1] = {*this};
+  const Tensor grads[1] = {grad};
+  run_backward(roots, grads, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->offset = impl_->offset;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->dtype = impl_->dtype;
+  impl->device = impl_->device;
+  return Tensor(std::move(impl));
+}
+
+namespace {
+void check_inplace(const Tensor& t, const char* what) {
+  if (!t.defined()) throw std::logic_error(std::string("mixp: ") + what + " on an undefined tensor");
+  if (t.requires_grad() && GradMode::is_enabled()) {
+    throw std::logic_error(std::string("mixp: ") + what +
+                           " on a tensor that requires grad while grad mode is on; "
+                           "wrap the update in NoGradGuard or use detach()");
+  }
+}
+}  // namespace
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  backend().fill(*this, value);
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  const Shape bs = broadcast_shapes(shape(), src.shape(), "copy_");
+  if (!(bs == shape())) {
+    throw std::invalid_argument("mixp::copy_: source shape " + src.shape().str() + " does not broadcast to " + shape().str());
+  }
+  backend().copy(*this, src.shape() == shape() ? src : src.detach().expand(shape()));
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace(*this, "add_");
+  const Shape bs = broadcast_shapes(shape(), other.shape(), "add_");
+  if (!(bs == shape())) {
+    throw std::invalid_argument("mixp::add_: shape " + other.shape().str() + " does not broadcast to " + shape().str());
+  }
+  backend().add_inplace(*this, other.shape() == shape() ? other : other.detach().expand(shape()), alpha);
+  return *this;
+}
+
+Tensor& Tensor::mul_(double s) {
+  check_inplace(*this, "mul_");
+  if (dtype() != DType::fp32 && dtype() != DType::fp64) {
+    Tensor tmp = to(DType::fp32).detach();
+    backend().scalar(ScalarOp::mul, tmp, tmp, s);
+    backend().copy(*this, tmp);
+  } else {
+    backend().scalar(ScalarOp::mul, *this, *this, s);
+  }
+  return *this;
+}
+
+std::string Tensor::str(int max_values) const {
+  if (!defined()) return "Tensor(undefined)";
+  std::string s = fmt::format("Tensor(shape={}, dtype={}", shape().str(), name(dtype()));
+  if (requires_grad()) s += ", requires_grad";
+  s += ", values=[";
+  const std::vector<double> v = to_double_vector();
+  for (size_t i = 0; i < v.size() && static_cast<int>(i) < max_values; ++i) {
+    if (i) s += ", ";
+    s += fmt::format("{:.6g}", v[i]);
+  }
+  if (static_cast<int64_t>(v.size()) > max_values) s += ", ...";
+  return s + "])";
+}
+
+}  // namespace mixp

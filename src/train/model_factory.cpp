@@ -1,0 +1,136 @@
+// The Trainer's bridge to the nn and optim modules: building the model and optimizer a config
+// names, the learning-rate schedule, and optimizer state in checkpoints.
+#include <fmt/format.h>
+
+#include "mixp/nn/dropout.h"
+#include "mixp/nn/models.h"
+#include "mixp/optim/adam.h"
+#include "mixp/optim/lr_schedule.h"
+#include "mixp/optim/sgd.h"
+#include "trainer_impl.h"
+
+namespace mixp::train::detail {
+
+namespace {
+// nn reports a bad shape for the model ("model 'mlp' has no 'heads' to set") with
+// std::invalid_argument; for the Trainer that is a configuration error (a usage error in the CLI).
+template <class F>
+auto as_config_error(F&& f) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    std::string m = e.what();
+    if (m.rfind("mixp::nn::make_model: ", 0) == 0) m = m.substr(22);
+    throw ConfigError(m);
+  }
+}
+}  // namespace
+
+nn::ModelConfig resolve_model(const nn::ModelConfig& m) {
+  return as_config_error([&] { return nn::resolve_model_config(m); });
+}
+
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe) {
+  auto model = as_config_error([&] { return nn::make_model(c.model); });
+  recipe.prepare_model(*model);
+  return model;
+}
+
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
+                                                  const nn::NamedTensors& params) {
+  if (c.optimizer == "sgd") {
+    optim::SGDOptions o;
+    o.lr = c.lr;
+    o.momentum = c.momentum;
+    if (c.weight_decay) o.weight_decay = *c.weight_decay;
+    return std::make_unique<optim::SGD>(params, o);
+  }
+  optim::AdamOptions o;
+  o.lr = c.lr;
+  o.weight_decay = c.weight_decay;  // unset: 0 for Adam, 0.01 for AdamW (PyTorch's defaults)
+  if (c.optimizer == "adam") return std::make_unique<optim::Adam>(params, o);
+  return std::make_unique<optim::AdamW>(params, o);
+}
+
+double schedule_lr(const TrainConfig& c, int64_t step, int64_t total) {
+  optim::LrSchedule s;
+  s.kind = optim::parse_schedule_kind(c.schedule);
+  s.base_lr = c.lr;
+  s.warmup_steps = c.warmup_steps;
+  s.total_steps = std::max<int64_t>(total, 1);
+  return s.lr_at(step);
+}
+
+void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
+                          nlohmann::json& scalars) {
+  const optim::StateDict sd = opt.state_dict();
+  for (const auto& [name, t] : sd.tensors) tensors.tensors.push_back(to_safetensor(name, t));
+  for (const auto& [name, v] : sd.scalars) scalars[name] = v;
+}
+
+void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
+                          const nlohmann::json& scalars, const std::string& source) {
+  // Shapes, names and dtypes of what the optimizer expects, from its own (fresh) state.
+  const optim::StateDict expected = opt.state_dict();
+  optim::StateDict sd;
+  for (const auto& [name, t] : expected.tensors) {
+    const SafeTensor* s = tensors.find(name);
+    if (!s) {
+      throw TrainError(
+          fmt::format("{} has no optimizer state '{}' (shape {}); the checkpoint belongs "
+                      "to a different model or optimizer",
+                      source, name, t.shape().str()));
+    }
+    if (s->shape != dims(t.shape())) {
+      throw TrainError(fmt::format("{}: optimizer state '{}' has shape {} but this run needs {}",
+                                   source, name, Shape(s->shape.begin(), s->shape.end()).str(),
+                                   t.shape().str()));
+    }
+    Tensor copy = t.clone();
+    copy_from_safetensor(copy, *s);
+    sd.tensors.emplace_back(name, copy);
+  }
+  if (tensors.tensors.size() != expected.tensors.size()) {
+    for (const auto& s : tensors.tensors) {
+      if (!expected.find_tensor(s.name)) {
+        throw TrainError(
+            fmt::format("{} has optimizer state '{}' that this run does not have; the "
+                        "checkpoint belongs to a different model or optimizer",
+                        source, s.name));
+      }
+    }
+  }
+  for (const auto& [name, v] : expected.scalars) {
+    if (!scalars.contains(name) || !scalars[name].is_number()) {
+      throw TrainError(
+          fmt::format("{}: the checkpoint's optimizer state has no scalar '{}'", source, name));
+    }
+    sd.scalars.emplace_back(name, scalars[name].get<double>());
+  }
+  try {
+    opt.load_state_dict(sd);
+  } catch (const std::invalid_argument& e) {
+    throw TrainError(fmt::format("{}: {}", source, e.what()));
+  }
+}
+
+nlohmann::json dropout_streams(nn::Module& model) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* d = dynamic_cast<nn::Dropout*>(m)) {
+      out[name] = {{"seed", d->generator().seed()}, {"counter", d->generator().counter()}};
+    }
+  }
+  return out;
+}
+
+void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams) {
+  for (auto& [name, m] : model.named_modules()) {
+    auto* d = dynamic_cast<nn::Dropout*>(m);
+    if (!d || !streams.contains(name)) continue;
+    d->generator().set_state(streams[name].at("seed").get<uint64_t>(),
+                             streams[name].at("counter").get<uint64_t>());
+  }
+}
+
+}  // namespace mixp::train::detail

@@ -1,0 +1,206 @@
+#include "mixp/train/train_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "mixp/data/image_dataset.h"
+#include "mixp/data/text_corpus.h"
+#include "mixp/nn/models.h"
+#include "mixp/optim/lr_schedule.h"
+
+namespace mixp::train {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+bool contains(const std::vector<std::string>& v, std::string_view x) {
+  for (const auto& e : v)
+    if (e == x) return true;
+  return false;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ConfigError(message);
+}
+
+}  // namespace
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> v{"adamw", "adam", "sgd"};
+  return v;
+}
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> v = optim::schedule_kind_names();
+  return v;
+}
+
+bool is_language_model(std::string_view model) {
+  return model == "gpt";
+}
+
+int64_t default_batch(std::string_view model) {
+  return is_language_model(model) ? 16 : 128;
+}
+
+double default_lr(std::string_view model) {
+  return is_language_model(model) ? 3e-4 : 1e-3;
+}
+
+TrainConfig TrainConfig::resolved() const {
+  TrainConfig c = *this;
+  const std::vector<std::string> models = nn::model_names();
+  require(!c.model.name.empty(), "no model given; choose one of: " + join(models));
+  require(contains(models, c.model.name),
+          "unknown model '" + c.model.name + "'; known models: " + join(models));
+  require(contains(optimizer_names(), c.optimizer),
+          "unknown optimizer '" + c.optimizer + "'; known optimizers: " + join(optimizer_names()));
+  require(contains(schedule_names(), c.schedule),
+          "unknown learning-rate schedule '" + c.schedule +
+              "'; known schedules: " + join(schedule_names()));
+  require(!(c.epochs > 0 && c.steps > 0),
+          "both epochs (" + std::to_string(c.epochs) + ") and steps (" + std::to_string(c.steps) +
+              ") were given; give one: epochs counts passes over the data, steps counts "
+              "optimizer steps");
+  require(c.epochs >= 0, "the number of epochs must be positive, got " + std::to_string(c.epochs));
+  require(c.steps >= 0, "the number of steps must be positive, got " + std::to_string(c.steps));
+  if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
+  require(c.batch >= 0, "the batch size must be positive, got " + std::to_string(c.batch));
+  if (c.batch == 0) c.batch = default_batch(c.model.name);
+  require(c.grad_accum >= 1, "gradient accumulation must be at least 1 micro-batch, got " +
+                                 std::to_string(c.grad_accum));
+  require(std::isfinite(c.lr) && c.lr >= 0,
+          "the learning rate must be a positive number, got " + std::to_string(c.lr));
+  if (c.lr == 0) c.lr = default_lr(c.model.name);
+  require(
+      std::isfinite(c.clip) && c.clip >= 0,
+      "the clipping norm must be positive (0 turns clipping off), got " + std::to_string(c.clip));
+  require(!c.weight_decay || (std::isfinite(*c.weight_decay) && *c.weight_decay >= 0),
+          "weight decay must be a non-negative number");
+  require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
+          "SGD momentum must lie in [0, 1), got " + std::to_string(c.momentum));
+  require(c.warmup_steps >= 0, "warmup steps must be non-negative");
+  require(c.threads >= 0,
+          "the thread count must be positive (0 = all cores), got " + std::to_string(c.threads));
+  require(c.train_limit >= 0 && c.test_limit >= 0, "data-set limits must be non-negative");
+  require(c.save_every >= 0, "save_every must be non-negative");
+  require(c.save_every == 0 || !c.save_dir.empty(),
+          "saving every N steps needs a checkpoint folder (--save DIR)");
+  if (c.model.seed == 0) c.model.seed = c.seed;
+  if (c.data.empty()) {
+    c.data = is_language_model(c.model.name) ? data::kDefaultCorpusDir : kFashionMnistData;
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON. Every field, so a checkpoint rebuilds the run exactly; nlohmann writes doubles in their
+// shortest round-trip form, so lr and friends come back bit for bit.
+
+std::string config_to_json(const TrainConfig& c) {
+  nlohmann::ordered_json m;
+  m["name"] = c.model.name;
+  m["width"] = c.model.width;
+  m["layers"] = c.model.layers;
+  m["heads"] = c.model.heads;
+  m["context"] = c.model.context;
+  m["vocab"] = c.model.vocab;
+  m["mlp_width"] = c.model.mlp_width;
+  m["seed"] = c.model.seed;
+  m["checkpointing"] = c.model.checkpointing;
+
+  nlohmann::ordered_json j;
+  j["model"] = m;
+  j["data"] = c.data;
+  j["train_limit"] = c.train_limit;
+  j["test_limit"] = c.test_limit;
+  j["precision"] = c.precision;
+  j["layer_precision"] = c.layer_precision;
+  j["loss_scale_init"] = c.loss_scale_init ? nlohmann::ordered_json(*c.loss_scale_init) : nullptr;
+  j["growth_interval"] = c.growth_interval ? nlohmann::ordered_json(*c.growth_interval) : nullptr;
+  j["epochs"] = c.epochs;
+  j["steps"] = c.steps;
+  j["batch"] = c.batch;
+  j["grad_accum"] = c.grad_accum;
+  j["lr"] = c.lr;
+  j["optimizer"] = c.optimizer;
+  j["weight_decay"] = c.weight_decay ? nlohmann::ordered_json(*c.weight_decay) : nullptr;
+  j["momentum"] = c.momentum;
+  j["clip"] = c.clip;
+  j["schedule"] = c.schedule;
+  j["warmup_steps"] = c.warmup_steps;
+  j["seed"] = c.seed;
+  j["threads"] = c.threads;
+  j["evaluate"] = c.evaluate;
+  j["save_dir"] = c.save_dir;
+  j["save_every"] = c.save_every;
+  j["resume_dir"] = c.resume_dir;
+  j["log_path"] = c.log_path;
+  return j.dump(2);
+}
+
+namespace {
+template <class T>
+void get(const nlohmann::json& j, const char* key, T& out) {
+  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
+}
+template <class T>
+void get(const nlohmann::json& j, const char* key, std::optional<T>& out) {
+  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
+}
+}  // namespace
+
+TrainConfig config_from_json(std::string_view text) {
+  TrainConfig c;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_object()) throw ConfigError("the training configuration is not a JSON object");
+    if (j.contains("model")) {
+      const auto& m = j["model"];
+      get(m, "name", c.model.name);
+      get(m, "width", c.model.width);
+      get(m, "layers", c.model.layers);
+      get(m, "heads", c.model.heads);
+      get(m, "context", c.model.context);
+      get(m, "vocab", c.model.vocab);
+      get(m, "mlp_width", c.model.mlp_width);
+      get(m, "seed", c.model.seed);
+      get(m, "checkpointing", c.model.checkpointing);
+    }
+    get(j, "data", c.data);
+    get(j, "train_limit", c.train_limit);
+    get(j, "test_limit", c.test_limit);
+    get(j, "precision", c.precision);
+    get(j, "layer_precision", c.layer_precision);
+    get(j, "loss_scale_init", c.loss_scale_init);
+    get(j, "growth_interval", c.growth_interval);
+    get(j, "epochs", c.epochs);
+    get(j, "steps", c.steps);
+    get(j, "batch", c.batch);
+    get(j, "grad_accum", c.grad_accum);
+    get(j, "lr", c.lr);
+    get(j, "optimizer", c.optimizer);
+    get(j, "weight_decay", c.weight_decay);
+    get(j, "momentum", c.momentum);
+    get(j, "clip", c.clip);
+    get(j, "schedule", c.schedule);
+    get(j, "warmup_steps", c.warmup_steps);
+    get(j, "seed", c.seed);
+    get(j, "threads", c.threads);
+    get(j, "evaluate", c.evaluate);
+    get(j, "save_dir", c.save_dir);
+    get(j, "save_every", c.save_every);
+    get(j, "resume_dir", c.resume_dir);
+    get(j, "log_path", c.log_path);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("malformed training configuration: ") + e.what());
+  }
+  return c;
+}
+
+}  // namespace mixp::train

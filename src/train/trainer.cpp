@@ -1,0 +1,261 @@
+#include "mixp/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "mixp/backend/backend.h"
+#include "mixp/ops/ops.h"
+#include "mixp/optim/clip_grad.h"
+#include "mixp/tensor/allocator.h"
+#include "trainer_impl.h"
+
+namespace mixp::train {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Finds an unusable --save folder before training rather than after it.
+void check_save_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() +
+                      ": it exists and is not a folder; name a folder");
+  }
+  std::filesystem::path parent = std::filesystem::absolute(dir, ec).parent_path();
+  if (!std::filesystem::is_directory(parent, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() + ": its parent folder " +
+                      parent.string() + " does not exist; create it first");
+  }
+}
+}  // namespace
+
+void Trainer::Impl::build() {
+  lm = is_language_model(cfg.model.name);
+  if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
+  if (cfg.threads > 0) set_num_threads(cfg.threads);
+  recipe = make_recipe(cfg.precision, {.layer_precision = cfg.layer_precision,
+                                       .loss_scale_init = cfg.loss_scale_init,
+                                       .growth_interval = cfg.growth_interval});
+  if (lm && cfg.model.context == 0) cfg.model.context = detail::resolve_model(cfg.model).context;
+  source = detail::make_batch_source(cfg, cfg.model.context);
+  if (lm) {
+    const int64_t v = source->vocab_size();
+    if (cfg.model.vocab != 0 && cfg.model.vocab != v) {
+      throw TrainError(
+          fmt::format("the model's vocabulary has {} tokens but the corpus {} has {}; a gpt "
+                      "checkpoint can only "
+                      "continue on a corpus with the same characters",
+                      cfg.model.vocab, cfg.data, v));
+    }
+    cfg.model.vocab = v;
+  }
+  cfg.model = detail::resolve_model(cfg.model);  // explicit shape in state.json
+  model = detail::build_model(cfg, *recipe);
+  const nn::NamedTensors named = model->named_parameters();
+  for (const auto& [name, p] : named) params.push_back(p);
+  opt = detail::build_optimizer(cfg, named);
+  steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
+  total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
+}
+
+void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64_t micro,
+                                    int64_t window) const {
+  std::string where = fmt::format("step {} (epoch {}", step + 1, source->epoch());
+  if (window > 1 && micro >= 0) where += fmt::format(", micro-batch {} of {}", micro + 1, window);
+  where += ")";
+  const std::string v = std::isnan(value) ? "NaN" : (value > 0 ? "inf" : "-inf");
+  throw TrainError(fmt::format(
+      "{}: the {} is {} in precision {}; training stopped{}. Lower the learning rate (now {:g}), "
+      "clip gradients (--clip 1.0), or check the data for extreme values",
+      where, what, v, cfg.precision, cfg.save_dir.empty() ? "" : " and no checkpoint was written",
+      detail::schedule_lr(cfg, step, total)));
+}
+
+StepInfo Trainer::Impl::run_step() {
+  const double t0 = now_ms();
+  opt->zero_grad();
+  // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
+  // and its losses are divided by its own length so that the step still sees a mean.
+  const int64_t window = std::min(cfg.grad_accum, source->batches_per_epoch() - source->position());
+  const int64_t epoch = source->epoch();
+  double loss_sum = 0;
+  int64_t samples = 0;
+  for (int64_t m = 0; m < window; ++m) {
+    detail::Batch b = source->next();
+    Tensor loss;
+    {
+      auto scope = recipe->forward_scope();
+      Tensor logits = model->forward(b.input);
+      if (lm) logits = logits.reshape({-1, logits.size(-1)});
+      loss = cross_entropy(logits, b.target);
+    }
+    const double l = loss.item();
+    if (!std::isfinite(l) && !recipe->skips_nonfinite()) nonfinite_error("loss", l, m, window);
+    loss_sum += l;
+    samples += b.samples;
+    recipe->scale_loss(window == 1 ? loss : mul(loss, 1.0 / double(window))).backward();
+  }
+  bool skip = !recipe->unscale_and_check(params);
+  double norm = 0;
+  if (!skip) {
+    norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
+    if (!std::isfinite(norm)) {
+      if (!recipe->skips_nonfinite()) nonfinite_error("gradient norm", norm, -1, window);
+      skip = true;
+    }
+  }
+  const double lr = detail::schedule_lr(cfg, step, total);
+  opt->set_lr(lr);
+  if (!skip) opt->step();
+  recipe->update(skip);
+  ++step;
+  if (skip) ++skipped;
+  last_loss = loss_sum / double(window);
+
+  StepInfo info;
+  info.step = step;
+  info.total_steps = total;
+  info.epoch = epoch;
+  info.loss = last_loss;
+  info.loss_scale = recipe->loss_scale();
+  info.skipped = skip;
+  info.grad_norm = norm;
+  info.lr = lr;
+  info.ms = now_ms() - t0;
+  info.samples = samples;
+  info.tokens = lm ? samples * cfg.model.context : 0;
+  return info;
+}
+
+Trainer::Trainer(const TrainConfig& config) : impl_(std::make_unique<Impl>()) {
+  impl_->constructed_ms = now_ms();
+  impl_->cfg = config.resolved();
+  impl_->build();
+  if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_callback(std::shared_ptr<TrainCallback> cb) {
+  impl_->callbacks.push_back(std::move(cb));
+}
+
+std::vector<double> Trainer::train_steps(int64_t n) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(impl_->run_step().loss);
+  return out;
+}
+
+TrainResult Trainer::fit() {
+  Impl& s = *impl_;
+  if (s.step > s.total) {
+    throw ConfigError(fmt::format(
+        "the checkpoint is already at step {}, beyond this run's {} steps; ask for more steps or "
+        "epochs (they count the whole run, resumed steps included)",
+        s.step, s.total));
+  }
+  reset_peak_memory();
+  EnergyMeter meter;
+  meter.start();
+  for (auto& cb : s.callbacks) cb->on_train_begin(s.step + 1, s.total);
+  const double t0 = now_ms();
+  while (s.step < s.total) {
+    StepInfo info = s.run_step();
+    info.elapsed_s = (now_ms() - t0) * 1e-3;
+    s.times.add(info.ms);
+    s.losses.push_back(info.loss);
+    meter.sample();
+    for (auto& cb : s.callbacks) cb->on_step_end(info);
+    if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0 && s.step < s.total) {
+      s.save(s.cfg.save_dir);
+    }
+  }
+  TrainResult r;
+  r.train_time_s = (now_ms() - t0) * 1e-3;
+  r.peak_memory_bytes = allocator_stats().peak_allocated_bytes;
+  r.energy_joules = meter.joules();
+  r.energy_source = meter.source();
+
+  r.model = s.cfg.model.name;
+  r.precision = s.recipe->name();
+  r.optimizer = s.cfg.optimizer;
+  r.data = s.source->description();
+  r.steps = s.step;
+  r.steps_this_run = int64_t(s.losses.size());
+  r.skipped_steps = s.skipped;
+  r.epochs = double(s.step) / double(s.steps_per_epoch);
+  r.ms_per_step = s.times.median_ms();
+  const double samples_per_step = double(s.cfg.batch * s.cfg.grad_accum);
+  r.samples_per_s = r.ms_per_step > 0 ? samples_per_step * 1000.0 / r.ms_per_step : 0;
+  if (s.lm) r.tokens_per_s = r.samples_per_s * double(s.cfg.model.context);
+  r.final_loss = s.last_loss;
+  r.threads = get_num_threads();
+  r.batch = s.cfg.batch;
+  r.grad_accum = s.cfg.grad_accum;
+  for (const auto& p : s.params) r.parameters += p.numel();
+  r.seed = s.cfg.seed;
+  r.losses = s.losses;
+
+  s.metrics["train_time_s"] = s.prior_train_time_s + r.train_time_s;
+  s.metrics["final_loss"] = r.final_loss;
+  s.metrics["skipped_steps"] = s.skipped;
+  if (s.cfg.evaluate) {
+    for (auto& cb : s.callbacks) cb->on_evaluate_begin();
+    const EvalResult ev = evaluate();
+    if (s.lm) {
+      r.val_loss = ev.loss;
+      s.metrics["val_loss"] = ev.loss;
+    } else {
+      r.test_accuracy = ev.accuracy;
+      r.test_loss = ev.loss;
+      s.metrics["test_accuracy"] = ev.accuracy.value_or(0.0);
+      s.metrics["test_loss"] = ev.loss;
+    }
+  }
+  for (auto& cb : s.callbacks) cb->on_train_end();
+  if (!s.cfg.save_dir.empty()) {
+    s.save(s.cfg.save_dir);
+    r.saved_to = s.cfg.save_dir;
+  }
+  r.peak_rss_bytes = peak_rss_bytes();
+  r.total_time_s = (now_ms() - s.constructed_ms) * 1e-3;
+  return r;
+}
+
+EvalResult Trainer::evaluate() {
+  return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm);
+}
+
+void Trainer::save(const std::filesystem::path& dir) const {
+  impl_->save(dir);
+}
+const TrainConfig& Trainer::config() const {
+  return impl_->cfg;
+}
+int64_t Trainer::step() const {
+  return impl_->step;
+}
+int64_t Trainer::total_steps() const {
+  return impl_->total;
+}
+int64_t Trainer::steps_per_epoch() const {
+  return impl_->steps_per_epoch;
+}
+nn::Module& Trainer::model() {
+  return *impl_->model;
+}
+optim::Optimizer& Trainer::optimizer() {
+  return *impl_->opt;
+}
+const PrecisionRecipe& Trainer::recipe() const {
+  return *impl_->recipe;
+}
+std::string Trainer::data_description() const {
+  return impl_->source->description();
+}
+
+}  // namespace mixp::train

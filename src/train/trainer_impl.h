@@ -1,0 +1,80 @@
+// The Trainer's state (internal), shared by trainer.cpp (the loop), trainer_state.cpp
+// (checkpoints) and evaluate.cpp.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "batch_source.h"
+#include "mixp/io/safetensors.h"
+#include "mixp/nn/module.h"
+#include "mixp/optim/optimizer.h"
+#include "mixp/train/metrics.h"
+#include "mixp/train/recipe.h"
+#include "mixp/train/trainer.h"
+#include "tensor_bytes.h"
+
+namespace mixp::train::detail {
+
+// The model the config describes (vocab and context already filled in for gpt), with the recipe
+// applied to its parameters.
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe);
+// The model config with every 0 replaced by the model's default (ConfigError for a field the
+// model does not have).
+nn::ModelConfig resolve_model(const nn::ModelConfig& m);
+// The optimizer the config names over the model's named parameters (state names follow them:
+// "fc1.weight.exp_avg").
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
+                                                  const nn::NamedTensors& params);
+// Learning rate of optimizer step `step` (0-based) of a run of `total` steps.
+double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
+// Optimizer state: tensors to safetensors entries and scalars to JSON, and back.
+void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
+                          nlohmann::json& scalars);
+void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
+                          const nlohmann::json& scalars, const std::string& source);
+
+// The states of the model's Dropout mask streams ({"name": {"seed", "counter"}}), and back. The
+// built-in models have no dropout; a custom model with some still resumes bit-identically.
+nlohmann::json dropout_streams(nn::Module& model);
+void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams);
+
+// Mean loss and accuracy of `model` over `source`'s evaluation set, in eval mode without gradients.
+EvalResult evaluate_model(nn::Module& model, BatchSource& source, const PrecisionRecipe& recipe,
+                          bool language_model);
+
+}  // namespace mixp::train::detail
+
+namespace mixp::train {
+
+struct Trainer::Impl {
+  TrainConfig cfg;  // resolved, vocab and context filled in
+  bool lm = false;
+  std::unique_ptr<detail::BatchSource> source;
+  std::unique_ptr<PrecisionRecipe> recipe;
+  std::shared_ptr<nn::Module> model;
+  std::vector<Tensor> params;  // cached: the step loop never rebuilds the list
+  std::unique_ptr<optim::Optimizer> opt;
+  std::vector<std::shared_ptr<TrainCallback>> callbacks;
+
+  int64_t step = 0;  // optimizer steps done
+  int64_t total = 0;
+  int64_t steps_per_epoch = 1;
+  int64_t skipped = 0;
+  double last_loss = 0;
+  double prior_train_time_s = 0;  // from the resumed checkpoint
+  double constructed_ms = 0;
+  std::vector<double> losses;                         // this run
+  StepTimes times;                                    // this run
+  nlohmann::json metrics = nlohmann::json::object();  // saved in state.json
+
+  void build();
+  void resume(const std::filesystem::path& dir);
+  StepInfo run_step();
+  void save(const std::filesystem::path& dir) const;
+  [[noreturn]] void nonfinite_error(const std::string& what, double value, int64_t micro,
+                                    int64_t window) const;
+};
+
+}  // namespace mixp::train

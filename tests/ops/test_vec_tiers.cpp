@@ -1,0 +1,117 @@
+// The three tiers of the vectorized row kernels (generic, AVX2, AVX-512) against each other and
+// against double-precision formulas; tiers the machine lacks are skipped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/pool_kernels.h"
+#include "backend/cpu/vec_kernels.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/tensor/generator.h"
+
+namespace mixp {
+namespace {
+
+std::vector<const vec::Kernels*> tiers() {
+  std::vector<const vec::Kernels*> t{&vec::kernels_generic()};
+  if (cpu_features().use_avx2()) t.push_back(&vec::kernels_avx2());
+  if (cpu_features().use_avx512()) t.push_back(&vec::kernels_avx512());
+  return t;
+}
+
+std::vector<float> values(int64_t n, double scale, uint64_t seed) {
+  Generator g(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<float>(g.normal() * scale);
+  return v;
+}
+
+// Relative error bound for the polynomial exp and the functions built on it: a few ulp.
+constexpr double kUlp4 = 4.0 * 0x1.0p-23;
+
+TEST(VecTiers, UnaryAgainstDouble) {
+  const int64_t n = 1003;  // not a multiple of any vector width
+  const std::vector<float> x = values(n, 5.0, 1);
+  std::vector<float> y(n);
+  for (const auto* k : tiers()) {
+    SCOPED_TRACE(k->tier);
+    k->unary(UnaryOp::exp, y.data(), x.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], std::exp(double(x[i])), kUlp4 * std::exp(double(x[i])));
+    k->unary(UnaryOp::tanh, y.data(), x.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], std::tanh(double(x[i])), 1e-6 + kUlp4 * std::fabs(std::tanh(double(x[i]))));
+    k->unary(UnaryOp::sigmoid, y.data(), x.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], 1.0 / (1.0 + std::exp(-double(x[i]))), 2e-7);
+    k->unary(UnaryOp::gelu, y.data(), x.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], ref = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      EXPECT_NEAR(y[i], ref, 1e-6 * (1 + std::fabs(ref)));
+    }
+  }
+}
+
+TEST(VecTiers, ExpSpecialValues) {
+  const std::vector<float> x{-INFINITY, -1000.f, -87.5f, -87.0f, 0.f, 88.0f, 88.8f, INFINITY, NAN};
+  std::vector<float> y(x.size());
+  for (const auto* k : tiers()) {
+    k->unary(UnaryOp::exp, y.data(), x.data(), static_cast<int64_t>(x.size()));
+    EXPECT_EQ(y[0], 0.f);
+    EXPECT_EQ(y[1], 0.f);
+    EXPECT_EQ(y[4], 1.f);
+    EXPECT_TRUE(std::isinf(y[6]));
+    EXPECT_TRUE(std::isinf(y[7]));
+    EXPECT_TRUE(std::isnan(y[8]));
+    EXPECT_NEAR(y[3], std::exp(-87.0), 1e-6 * std::exp(-87.0));
+  }
+}
+
+TEST(VecTiers, TiersAgree) {
+  const int64_t rows = 7, n = 77;
+  const std::vector<float> x = values(rows * n, 3.0, 2), g = values(rows * n, 1.0, 3), w = values(n, 1.0, 4);
+  auto run = [&](const vec::Kernels* k) {
+    std::vector<float> out;
+    std::vector<float> y(rows * n), gi(rows * n), mean(rows), rstd(rows), dw(n, 0.f), db(n, 0.f);
+    k->softmax_rows(y.data(), x.data(), rows, n, false);
+    out.insert(out.end(), y.begin(), y.end());
+    k->softmax_bwd_rows(gi.data(), g.data(), y.data(), rows, n, false);
+    out.insert(out.end(), gi.begin(), gi.end());
+    k->softmax_rows(y.data(), x.data(), rows, n, true);
+    out.insert(out.end(), y.begin(), y.end());
+    k->layer_norm_rows(y.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), rows, n, 1e-5f);
+    out.insert(out.end(), y.begin(), y.end());
+    k->layer_norm_bwd_rows(gi.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, n);
+    out.insert(out.end(), gi.begin(), gi.end());
+    out.insert(out.end(), dw.begin(), dw.end());
+    out.push_back(k->logsumexp(x.data(), n));
+    out.push_back(k->sum(x.data(), n));
+    return out;
+  };
+  const std::vector<float> base = run(&vec::kernels_generic());
+  for (const auto* k : tiers()) {
+    const std::vector<float> o = run(k);
+    ASSERT_EQ(o.size(), base.size());
+    for (size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], base[i], 1e-5 * (1 + std::fabs(base[i]))) << k->tier << " " << i;
+  }
+}
+
+TEST(VecTiers, MaxPoolAvx512MatchesPortable) {
+  if (!cpu_features().use_avx512()) GTEST_SKIP() << "no AVX-512";
+  const int64_t W = 38, OH = 9, OW = 19;  // tails in both directions
+  std::vector<float> x = values(2 * OH * W, 1.0, 5), g = values(OH * OW, 1.0, 6);
+  x[0] = x[1];                    // a tie
+  x[5] = NAN;                     // a NaN
+  x[2 * W + 8] = x[2 * W + 9] = x[3 * W + 8] = x[3 * W + 9] = 1.5f;  // a 4-way tie
+  std::vector<float> y1(OH * OW), y2(OH * OW), g1(2 * OH * W, -1.f), g2(2 * OH * W, -1.f);
+  vec::kernels_generic().maxpool2x2(y1.data(), x.data(), W, OH, OW);
+  pool::maxpool2x2_avx512(y2.data(), x.data(), W, OH, OW);
+  for (size_t i = 0; i < y1.size(); ++i) {
+    if (std::isnan(y1[i])) EXPECT_TRUE(std::isnan(y2[i]));
+    else EXPECT_EQ(y1[i], y2[i]) << i;
+  }
+  vec::kernels_generic().maxpool2x2_bwd(g1.data(), g.data(), x.data(), W, OH, OW);
+  pool::maxpool2x2_bwd_avx512(g2.data(), g.data(), x.data(), W, OH, OW);
+  EXPECT_EQ(g1, g2);
+}
+
+}  // namespace
+}  // namespace mixp

@@ -1,0 +1,191 @@
+// Verdicts and the recommendation on crafted runs: a faster bf16 that keeps accuracy, an fp16
+// that diverges, an fp8 that is fastest but loses one point.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "mixp/study/verdict.h"
+#include "study_fixtures.h"
+
+namespace mixp::study {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(Verdict, CraftedStudy) {
+  StudyResults s = test::crafted_study();
+  auto v = compute_verdicts(s);
+  ASSERT_EQ(v.size(), 4u);
+
+  // fp32: the baseline.
+  EXPECT_TRUE(v[0].is_baseline);
+  EXPECT_DOUBLE_EQ(*v[0].speedup, 1.0);
+  EXPECT_EQ(v[0].speedup_check, CheckResult::not_applicable);
+  EXPECT_EQ(v[0].memory_check, CheckResult::not_applicable);
+  EXPECT_EQ(v[0].accuracy_check, CheckResult::pass);
+  EXPECT_EQ(v[0].finite_check, CheckResult::pass);
+  EXPECT_TRUE(v[0].acceptable());
+  EXPECT_FALSE(v[0].passes_all());
+
+  // bf16: 10 / 5.5 = 1.82x (short of 2x), 42% less memory, -0.10 points, finite.
+  EXPECT_NEAR(*v[1].speedup, 10.0 / 5.5, 1e-12);
+  EXPECT_EQ(v[1].speedup_check, CheckResult::fail);
+  EXPECT_NEAR(*v[1].memory_saving, 0.42, 1e-12);
+  EXPECT_EQ(v[1].memory_check, CheckResult::pass);
+  EXPECT_EQ(v[1].quality, QualityMetric::test_accuracy);
+  EXPECT_NEAR(*v[1].accuracy_delta_points, -0.10, 1e-9);
+  EXPECT_EQ(v[1].accuracy_check, CheckResult::pass);
+  EXPECT_EQ(v[1].finite_check, CheckResult::pass);
+  EXPECT_TRUE(v[1].acceptable());
+  EXPECT_FALSE(v[1].passes_all());
+  EXPECT_NEAR(*v[1].energy_ratio, 21.0 / 50.0, 1e-12);
+
+  // fp16: diverged at step 120.
+  EXPECT_TRUE(v[2].diverged);
+  EXPECT_EQ(v[2].diverged_at_step, 120);
+  EXPECT_EQ(v[2].finite_check, CheckResult::fail);
+  EXPECT_EQ(v[2].accuracy_check, CheckResult::fail);
+  EXPECT_FALSE(v[2].acceptable());
+
+  // fp8: 2.5x and 60% less memory, but one point of accuracy lost.
+  EXPECT_EQ(v[3].speedup_check, CheckResult::pass);
+  EXPECT_EQ(v[3].memory_check, CheckResult::pass);
+  EXPECT_NEAR(*v[3].accuracy_delta_points, -1.0, 1e-9);
+  EXPECT_EQ(v[3].accuracy_check, CheckResult::fail);
+  EXPECT_FALSE(v[3].acceptable());
+
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "bf16");
+  EXPECT_TRUE(contains(rec.reason, "fp16 diverged at step 120")) << rec.reason;
+  EXPECT_TRUE(contains(rec.reason, "fp8 was faster but lost 1.00 points")) << rec.reason;
+  EXPECT_EQ(summary_sentence(s, v, rec),
+            "bf16 was 1.8x faster than fp32 with 0.10 points less accuracy and 42% less memory.");
+}
+
+TEST(Verdict, AccuracyThresholdIsStrictAndGainsPass) {
+  StudyResults s;
+  s.runs = {test::make_run("fp32", 10, 0.900, 100, 1), test::make_run("a", 3.5, 0.895, 50, 1),
+            test::make_run("b", 4, 0.8951, 50, 1), test::make_run("c", 4, 0.93, 50, 1)};
+  auto v = compute_verdicts(s);
+  EXPECT_EQ(v[1].accuracy_check, CheckResult::fail);  // exactly 0.5 points lost: not < 0.5
+  EXPECT_EQ(v[2].accuracy_check, CheckResult::pass);  // 0.49 points
+  EXPECT_EQ(v[3].accuracy_check, CheckResult::pass);  // +3 points
+  EXPECT_TRUE(v[3].passes_all());                     // 2.5x, 50% saving, better, finite
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "b");  // b and c tie at 4 ms: the earlier run wins
+  EXPECT_TRUE(contains(rec.reason, "a was faster but lost 0.50 points")) << rec.reason;
+}
+
+TEST(Verdict, PassingAllCriteriaIsSaid) {
+  StudyResults s;
+  s.runs = {test::make_run("fp32", 10, 0.90, 100, 1), test::make_run("bf16", 4, 0.899, 50, 1)};
+  auto v = compute_verdicts(s);
+  EXPECT_TRUE(v[1].passes_all());
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "bf16");
+  EXPECT_TRUE(contains(rec.reason, "meets all four")) << rec.reason;
+}
+
+TEST(Verdict, BaselineStaysWhenNothingFasterIsAcceptable) {
+  StudyResults s;
+  s.runs = {test::make_run("fp32", 10, 0.90, 100, 1), test::make_run("fp8", 5, 0.85, 50, 1),
+            test::make_run("fp64", 30, 0.90, 200, 1)};
+  auto v = compute_verdicts(s);
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "fp32");
+  EXPECT_TRUE(contains(rec.reason, "fp32 stays the choice")) << rec.reason;
+  EXPECT_TRUE(contains(rec.reason, "accuracy within 0.5 points of fp32")) << rec.reason;
+  EXPECT_TRUE(contains(rec.reason, "fp8 was faster but lost 5.00 points")) << rec.reason;
+  // The headline then describes the fastest other run that finished.
+  EXPECT_TRUE(contains(summary_sentence(s, v, rec), "fp8 was 2.0x faster than fp32"));
+}
+
+TEST(Verdict, NoBaselineOrDivergedBaseline) {
+  StudyResults s;
+  s.runs = {test::make_run("bf16", 5, 0.9, 100, 1), test::make_run("fp16", 4, 0.9, 100, 1)};
+  auto v = compute_verdicts(s);
+  EXPECT_EQ(v[0].accuracy_check, CheckResult::not_applicable);
+  EXPECT_FALSE(v[0].speedup);
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "fp16");
+  EXPECT_TRUE(contains(rec.reason, "no fp32 baseline was run")) << rec.reason;
+  EXPECT_EQ(summary_sentence(s, v, rec), "");
+
+  RunRecord base = test::make_run("fp32", 10, 0.9, 100, 1);
+  base.diverged = true;
+  base.diverged_at_step = 7;
+  base.final_loss = std::numeric_limits<double>::quiet_NaN();
+  s.runs.insert(s.runs.begin(), base);
+  v = compute_verdicts(s);
+  rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "fp16");
+  EXPECT_TRUE(contains(rec.reason, "baseline diverged at step 7")) << rec.reason;
+
+  for (RunRecord& r : s.runs) r.diverged = true;
+  v = compute_verdicts(s);
+  rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "");
+  EXPECT_TRUE(contains(rec.reason, "Every run diverged or failed")) << rec.reason;
+  EXPECT_EQ(recommend(StudyResults{}, {}).precision, "");
+}
+
+TEST(Verdict, LanguageModelsAreJudgedOnValidationLoss) {
+  StudyResults s;
+  RunRecord base = test::make_run("fp32", 10, 0, 100, 1);
+  base.test_accuracy.reset();
+  base.val_loss = 2.0;
+  RunRecord good = base, bad = base;
+  good.precision = "bf16";
+  good.ms_per_step = 5;
+  good.val_loss = 2.006;  // +0.3%
+  bad.precision = "fp8";
+  bad.ms_per_step = 4;
+  bad.val_loss = 2.02;  // +1%
+  s.runs = {base, good, bad};
+  auto v = compute_verdicts(s);
+  EXPECT_EQ(v[1].quality, QualityMetric::val_loss);
+  EXPECT_NEAR(*v[1].loss_increase, 0.003, 1e-9);
+  EXPECT_EQ(v[1].accuracy_check, CheckResult::pass);
+  EXPECT_EQ(v[2].accuracy_check, CheckResult::fail);
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "bf16");
+  EXPECT_TRUE(contains(summary_sentence(s, v, rec), "0.3% higher validation loss"));
+}
+
+TEST(Verdict, EnergyRatioNeedsTheSameSourceAndMemoryFallsBackToRss) {
+  StudyResults s;
+  RunRecord base = test::make_run("fp32", 10, 0.9, 0, 100);
+  base.energy_source = "rapl";
+  RunRecord other = test::make_run("bf16", 5, 0.9, 0, 40);
+  base.peak_rss_bytes = 1000;
+  other.peak_rss_bytes = 600;
+  s.runs = {base, other};
+  auto v = compute_verdicts(s);
+  EXPECT_FALSE(v[1].energy_ratio);  // rapl vs estimate: not comparable
+  EXPECT_TRUE(v[1].memory_from_rss);
+  EXPECT_NEAR(*v[1].memory_saving, 0.4, 1e-12);
+  s.runs[1].energy_source = "rapl";
+  v = compute_verdicts(s);
+  EXPECT_NEAR(*v[1].energy_ratio, 0.4, 1e-12);
+}
+
+TEST(Verdict, FailedRunIsNotUsableAndNotCalledDiverged) {
+  StudyResults s;
+  RunRecord base = test::make_run("fp32", 10, 0.9, 100, 1);
+  RunRecord failed = test::make_run("int8-qat", 3, 0.9, 50, 1);
+  failed.error = "oneDNN: unsupported";
+  failed.test_accuracy.reset();
+  s.runs = {base, failed};
+  auto v = compute_verdicts(s);
+  EXPECT_FALSE(v[1].diverged);
+  EXPECT_EQ(v[1].finite_check, CheckResult::not_applicable);
+  EXPECT_EQ(v[1].accuracy_check, CheckResult::fail);
+  Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "fp32");
+  EXPECT_TRUE(contains(rec.reason, "int8-qat failed")) << rec.reason;
+}
+
+}  // namespace
+}  // namespace mixp::study

@@ -1,0 +1,215 @@
+// TrainConfig resolution and JSON, recipes, metrics (median, RAPL wraparound), the JSONL log line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "mixp/train/callbacks.h"
+#include "mixp/train/metrics.h"
+#include "mixp/train/recipe.h"
+#include "mixp/train/train_config.h"
+#include "train_test_util.h"
+
+namespace mixp::train {
+namespace {
+
+using testing::TempDir;
+
+std::string config_error(const TrainConfig& c) {
+  try {
+    (void)c.resolved();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+TEST(TrainConfig, ResolvesModelDefaults) {
+  TrainConfig c;
+  c.model.name = "mlp";
+  c.seed = 7;
+  const TrainConfig r = c.resolved();
+  EXPECT_EQ(r.batch, 128);
+  EXPECT_DOUBLE_EQ(r.lr, 1e-3);
+  EXPECT_EQ(r.epochs, 1);
+  EXPECT_EQ(r.data, kFashionMnistData);
+  EXPECT_EQ(r.model.seed, 7u);
+  c.model.name = "gpt";
+  const TrainConfig g = c.resolved();
+  EXPECT_EQ(g.batch, 16);
+  EXPECT_DOUBLE_EQ(g.lr, 3e-4);
+  EXPECT_EQ(g.data, "/usr/share/games/fortunes");
+}
+
+TEST(TrainConfig, RejectsBadValuesWithClearMessages) {
+  TrainConfig c;
+  c.model.name = "mlp";
+  c.epochs = 2;
+  c.steps = 10;
+  EXPECT_NE(config_error(c).find("give one"), std::string::npos);
+  c.steps = 0;
+  c.batch = -1;
+  EXPECT_NE(config_error(c).find("batch size must be positive"), std::string::npos);
+  c.batch = 0;
+  c.optimizer = "lion";
+  const std::string m = config_error(c);
+  EXPECT_NE(m.find("unknown optimizer 'lion'"), std::string::npos) << m;
+  EXPECT_NE(m.find("adamw, adam, sgd"), std::string::npos) << m;
+  c.optimizer = "adamw";
+  c.model.name = "resnet";
+  const std::string m2 = config_error(c);
+  EXPECT_NE(m2.find("unknown model 'resnet'"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("mlp"), std::string::npos) << m2;
+  c.model.name = "mlp";
+  c.grad_accum = 0;
+  EXPECT_NE(config_error(c).find("gradient accumulation"), std::string::npos);
+}
+
+TEST(TrainConfig, JsonRoundTripIsExact) {
+  TrainConfig c;
+  c.model.name = "gpt";
+  c.model.width = 64;
+  c.model.context = 32;
+  c.model.vocab = 88;
+  c.lr = 0.1 + 0.2;  // not exactly representable in decimal: must survive bit for bit
+  c.weight_decay = 1.0 / 3.0;
+  c.loss_scale_init = 65536;
+  c.seed = 0xFFFFFFFFFFFFFFFFull;
+  c.steps = 17;
+  c.save_dir = "a b/c";
+  const TrainConfig r = config_from_json(config_to_json(c));
+  EXPECT_EQ(r.model.name, "gpt");
+  EXPECT_EQ(r.model.width, 64);
+  EXPECT_EQ(r.model.context, 32);
+  EXPECT_EQ(r.model.vocab, 88);
+  EXPECT_EQ(r.lr, c.lr);
+  EXPECT_EQ(*r.weight_decay, *c.weight_decay);
+  EXPECT_EQ(*r.loss_scale_init, 65536);
+  EXPECT_FALSE(r.growth_interval.has_value());
+  EXPECT_EQ(r.seed, c.seed);
+  EXPECT_EQ(r.steps, 17);
+  EXPECT_EQ(r.save_dir, "a b/c");
+  EXPECT_THROW(config_from_json("[1, 2]"), ConfigError);
+  EXPECT_THROW(config_from_json("{\"lr\": \"fast\"}"), ConfigError);
+}
+
+TEST(Recipe, AvailableAndPlanned) {
+  EXPECT_EQ(make_recipe("fp32")->param_dtype(), DType::fp32);
+  EXPECT_EQ(make_recipe("fp64")->param_dtype(), DType::fp64);
+  EXPECT_EQ(make_recipe("fp32")->loss_scale(), 1.0);
+  try {
+    make_recipe("bf16");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "precision 'bf16' is not available yet; available: fp32, fp64");
+  }
+  try {
+    make_recipe("fp12");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown precision 'fp12'; available: fp32, fp64"),
+              std::string::npos);
+  }
+  try {
+    RecipeOptions lp;
+    lp.layer_precision = "attn=bf16";
+    make_recipe("fp32", lp);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a mixed-precision recipe"), std::string::npos);
+  }
+  RecipeOptions ls;
+  ls.loss_scale_init = 1024.0;
+  EXPECT_THROW(make_recipe("fp32", ls), ConfigError);
+  RecipeOptions gi;
+  gi.growth_interval = 100;
+  EXPECT_THROW(make_recipe("fp64", gi), ConfigError);
+}
+
+TEST(Metrics, MedianExcludesTheFirstStep) {
+  StepTimes t;
+  EXPECT_EQ(t.median_ms(), 0);
+  t.add(100);
+  EXPECT_EQ(t.median_ms(), 100);  // the only step
+  t.add(3);
+  t.add(5);
+  t.add(4);
+  EXPECT_EQ(t.median_ms(), 4);
+  t.add(6);
+  EXPECT_EQ(t.median_ms(), 4.5);
+  EXPECT_EQ(t.total_ms(), 118);
+  EXPECT_GT(peak_rss_bytes(), 1 << 20);
+}
+
+TEST(Metrics, RaplSumsPackagesAndHandlesWraparound) {
+  TempDir dir;
+  auto zone = [&](const std::string& name, uint64_t energy, uint64_t range) {
+    std::filesystem::create_directories(dir / name);
+    std::ofstream(dir / name / "energy_uj") << energy << "\n";
+    std::ofstream(dir / name / "max_energy_range_uj") << range << "\n";
+  };
+  zone("intel-rapl:0", 1'000'000, 10'000'000);
+  zone("intel-rapl:1", 500, 10'000'000);
+  zone("intel-rapl:0:0", 7, 10'000'000);  // a subzone: part of package 0, not counted again
+  EnergyMeter m(dir.path());
+  ASSERT_TRUE(m.available());
+  EXPECT_EQ(m.source(), "rapl");
+  m.start();
+  std::ofstream(dir / "intel-rapl:0" / "energy_uj") << 9'000'000 << "\n";
+  std::ofstream(dir / "intel-rapl:1" / "energy_uj") << 1'000'500 << "\n";
+  m.sample();
+  // Package 0 wraps: 9e6 -> range 1e7 -> 0 -> 2e6 is 3e6 uJ more.
+  std::ofstream(dir / "intel-rapl:0" / "energy_uj") << 2'000'000 << "\n";
+  const auto j = m.joules();
+  ASSERT_TRUE(j.has_value());
+  EXPECT_NEAR(*j, 8.0 + 1.0 + 3.0, 1e-9);
+
+  EnergyMeter none(dir / "missing");
+  EXPECT_FALSE(none.available());
+  EXPECT_EQ(none.source(), "unavailable");
+  EXPECT_FALSE(none.joules().has_value());
+}
+
+TEST(JsonlLog, OneObjectPerLineWithTheContractFields) {
+  TempDir dir;
+  const auto path = dir / "log.jsonl";
+  std::ofstream(path) << "old content\n";
+  {
+    JsonlLogCallback log(path);  // created fresh
+    StepInfo s;
+    s.step = 1;
+    s.loss = 2.5;
+    s.grad_norm = 0.75;
+    s.lr = 1e-3;
+    log.on_step_end(s);
+    s.step = 2;
+    s.loss = NAN;  // JSON has no NaN: null
+    log.on_step_end(s);
+    // Flushed per line: readable before the callback is destroyed.
+    const std::string text = testing::read_text(path);
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  }
+  std::ifstream in(path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (const char* k : {"step", "loss", "loss_scale", "skipped", "grad_norm", "lr"}) {
+      EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+    }
+    EXPECT_EQ(j["step"], n + 1);
+    EXPECT_EQ(j["loss_scale"], 1.0);
+    EXPECT_EQ(j["skipped"], false);
+    if (n == 1) {
+      EXPECT_TRUE(j["loss"].is_null());
+    }
+    ++n;
+  }
+  EXPECT_EQ(n, 2);
+  EXPECT_THROW(JsonlLogCallback(dir / "no" / "such" / "dir.jsonl"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace mixp::train

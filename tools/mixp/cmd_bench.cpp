@@ -1,0 +1,154 @@
+// `mixp bench gemm`: GEMM throughput per dtype against the measured instruction peak
+// (DESIGN.md 4). The measuring is mixp::bench::run_gemm_bench (include/mixp/bench/gemm_bench.h);
+// this file parses and prints only.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "mixp/backend/backend.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/bench/gemm_bench.h"
+
+namespace mixp::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct GemmOptions {
+  int64_t n = 2048;
+  std::string dtypes = "fp32,bf16,int8";
+  int threads = 0;
+  int repeat = 5;
+  bool json = false;
+};
+
+// GFLOP/s for floats, GOP/s for int8.
+const char* unit(DType d) {
+  return d == DType::int8 ? "GOP/s" : "GFLOP/s";
+}
+
+Json result_json(const bench::GemmBenchResult& r) {
+  Json j;
+  j["dtype"] = std::string(name(r.dtype));
+  j["n"] = r.n;
+  j["gflops"] = r.gflops;
+  j["peak_gflops"] = r.peak_gflops;
+  j["fraction_of_peak"] = r.fraction_of_peak;
+  j["speedup_vs_fp32"] = r.speedup_vs_fp32 ? Json(*r.speedup_vs_fp32) : Json(nullptr);
+  j["path"] = r.path;
+  j["implementation"] = r.implementation;
+  j["emulated"] = r.emulated;
+  j["peak_instruction"] = r.peak.instruction;
+  j["peak_native"] = r.peak.native;
+  j["unit"] = unit(r.dtype);
+  j["threads"] = r.threads;
+  j["repeat"] = r.repeat;
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::GemmBenchConfig& cfg,
+                 int threads) {
+  std::cout << fmt::format("GEMM {0} x {0} x {0}, {1} thread{2}, best of {3} ({4})\n", cfg.n,
+                           threads, threads == 1 ? "" : "s", cfg.repeat, cpu_features().model);
+  std::vector<std::vector<std::string>> rows = {
+      {"dtype", "path", "GFLOP/s", "peak", "fraction", "vs fp32", "kernel / peak instruction"}};
+  for (const auto& r : rs) {
+    rows.push_back(
+        {std::string(name(r.dtype)), r.path, fmt::format("{:.1f}", r.gflops),
+         fmt::format("{:.1f}", r.peak_gflops), fmt::format("{:.1f}%", 100.0 * r.fraction_of_peak),
+         r.speedup_vs_fp32 ? fmt::format("{:.2f}x", *r.speedup_vs_fp32) : std::string("-"),
+         r.implementation + " / " + r.peak.instruction +
+             (r.peak.native ? "" : " (no native instruction)")});
+  }
+  std::vector<size_t> w(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], row[i].size());
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < row.size(); ++i) {
+      // Numbers right-aligned, text left-aligned; the last column is not padded.
+      const bool number = i >= 2 && i <= 5;
+      if (i + 1 == row.size())
+        line += " " + row[i];
+      else
+        line += number ? " " + std::string(w[i] - row[i].size(), ' ') + row[i] + " "
+                       : " " + row[i] + std::string(w[i] - row[i].size() + 1, ' ');
+    }
+    std::cout << line << "\n";
+  }
+  std::cout << "GFLOP/s is GOP/s for int8. peak: the measured throughput of the instruction the "
+               "path runs on, on "
+               "the same threads.\n";
+}
+
+void run_gemm(const GemmOptions& o) {
+  if (o.n < 1) throw UsageError("--n must be at least 1, got " + std::to_string(o.n));
+  if (o.repeat < 1)
+    throw UsageError("--repeat must be at least 1, got " + std::to_string(o.repeat));
+  if (o.threads < 0)
+    throw UsageError("--threads must be at least 1, got " + std::to_string(o.threads));
+  bench::GemmBenchConfig cfg;
+  cfg.n = o.n;
+  cfg.repeat = o.repeat;
+  cfg.threads = o.threads;
+  try {
+    cfg.dtypes = bench::parse_gemm_bench_dtypes(o.dtypes);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--dtypes: ") + e.what());
+  }
+  const int threads = o.threads > 0 ? o.threads : get_num_threads();
+  const std::vector<bench::GemmBenchResult> rs = bench::run_gemm_bench(cfg);
+  if (o.json) {
+    Json results = Json::array();
+    for (const auto& r : rs) results.push_back(result_json(r));
+    Json j;
+    j["results"] = std::move(results);
+    j["n"] = o.n;
+    j["threads"] = threads;
+    j["repeat"] = o.repeat;
+    j["cpu"] = cpu_features().model;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    print_table(rs, cfg, threads);
+  }
+}
+
+void setup(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Measure throughput: GEMM per dtype vs the measured instruction peak");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<GemmOptions>();
+  CLI::App* gemm = bench->add_subcommand("gemm",
+                                         "n x n x n GEMM throughput of mixp's kernels per dtype, "
+                                         "as a fraction of the measured peak of the instruction "
+                                         "each path runs on (vfmadd231ps / vdpbf16ps / vpdpbusd)");
+  gemm->add_option("--n", o->n, "Matrix size n (n x n times n x n)")->capture_default_str();
+  gemm->add_option("--dtypes", o->dtypes,
+                   "Comma-separated dtypes: fp32, bf16, int8 (uint8 x int8 -> int32), fp16 "
+                   "(emulated on fp32), "
+                   "fp8_e4m3, fp8_e5m2 (emulated on bf16)")
+      ->capture_default_str();
+  gemm->add_option(
+      "--threads", o->threads,
+      "Threads (default: all the OpenMP runtime gives, i.e. OMP_NUM_THREADS or the cores)");
+  gemm->add_option("--repeat", o->repeat,
+                   "Timed runs per dtype after one warm-up; the best is reported")
+      ->capture_default_str();
+  gemm->add_flag("--json", o->json,
+                 "Print one JSON object: {\"results\": [{\"dtype\", \"n\", \"gflops\", "
+                 "\"peak_gflops\", \"fraction_of_peak\", ...}]}");
+  gemm->callback([o] { run_gemm(*o); });
+}
+
+const RegisterCommand reg(40, setup);
+
+}  // namespace
+}  // namespace mixp::cli

@@ -1,0 +1,235 @@
+// `mixp train`: parses the flags of DESIGN.md section 4 into a TrainConfig, runs the library's
+// Trainer, and prints a summary (or one JSON object with --json). Printing only.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "command.h"
+#include "mixp/nn/models.h"
+#include "mixp/train/checkpoint.h"
+#include "mixp/train/recipe.h"
+#include "mixp/train/trainer.h"
+#include "train_progress.h"
+
+namespace mixp::cli {
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+// Everything the flags can set, kept apart from the TrainConfig so that a resumed run can apply
+// only the flags that were actually given on top of the checkpoint's configuration.
+struct Flags {
+  train::TrainConfig c;
+  // CLI11 2.1 has no std::optional options: these become the config's optionals when given.
+  double loss_scale_init = 0, weight_decay = 0;
+  int64_t growth_interval = 0;
+  bool json = false;
+  CLI::App* sub = nullptr;
+  bool given(const char* name) const { return sub->count(name) > 0; }
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
+  std::cout << fmt::format(
+      "trained {} in {} with {} (lr {:g}), batch {}{}: {} steps ({:.2f} epochs){}\n", r.model,
+      r.precision, c.optimizer, c.lr, r.batch,
+      r.grad_accum > 1 ? fmt::format(" x {} accumulated", r.grad_accum) : "", r.steps, r.epochs,
+      r.steps_this_run != r.steps ? fmt::format(", {} in this run", r.steps_this_run) : "");
+  std::cout << "data:      " << r.data << "\n";
+  std::cout << fmt::format("loss:      {:.4f} (last step)", r.final_loss);
+  if (r.test_accuracy)
+    std::cout << fmt::format("   test accuracy {:.2f}%   test loss {:.4f}", 100 * *r.test_accuracy,
+                             r.test_loss.value_or(NAN));
+  if (r.val_loss) std::cout << fmt::format("   validation loss {:.4f}", *r.val_loss);
+  std::cout << "\n";
+  std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step,
+                           r.samples_per_s);
+  if (r.tokens_per_s > 0) std::cout << fmt::format(", {:.0f} tokens/s", r.tokens_per_s);
+  std::cout << fmt::format(", {:.1f} s training on {} thread{}\n", r.train_time_s, r.threads,
+                           r.threads == 1 ? "" : "s");
+  std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
+                           human_bytes(double(r.peak_memory_bytes)),
+                           human_bytes(double(r.peak_rss_bytes)));
+  std::cout << "energy:    "
+            << (r.energy_joules ? fmt::format("{:.1f} J ({})", *r.energy_joules, r.energy_source)
+                                : std::string("unavailable (no readable RAPL counters)"))
+            << "\n";
+  if (r.skipped_steps > 0) std::cout << "skipped:   " << r.skipped_steps << " steps\n";
+  if (!r.saved_to.empty()) std::cout << "saved:     " << r.saved_to << "\n";
+}
+
+void run(Flags& f) {
+  // The run's configuration: the checkpoint's when resuming, with the given flags on top.
+  train::TrainConfig c;
+  if (f.given("--resume")) {
+    c = train::read_checkpoint_config(f.c.resume_dir);
+    c.save_dir.clear();  // outputs of the earlier run are not this run's
+    c.save_every = 0;
+    c.log_path.clear();
+  } else if (!f.given("--model")) {
+    throw UsageError("--model is required (one of: " + join(nn::model_names()) +
+                     "), unless --resume continues a checkpoint");
+  }
+  if (f.given("--epochs") && f.given("--steps")) {
+    throw UsageError(
+        "--epochs and --steps both given; give one (epochs counts passes over the "
+        "data, steps counts optimizer steps)");
+  }
+  // Zero means "the default" inside TrainConfig; on the command line it is a mistake.
+  auto positive = [&](const char* flag, double v) {
+    if (f.given(flag) && !(v > 0))
+      throw UsageError(fmt::format("{} must be positive, got {:g}", flag, v));
+  };
+  positive("--batch", double(f.c.batch));
+  positive("--epochs", double(f.c.epochs));
+  positive("--steps", double(f.c.steps));
+  positive("--grad-accum", double(f.c.grad_accum));
+  positive("--lr", f.c.lr);
+  positive("--threads", double(f.c.threads));
+  positive("--save-every", double(f.c.save_every));
+  auto set = [&](const char* flag, auto& dst, const auto& src) {
+    if (f.given(flag) || !f.given("--resume")) dst = src;
+  };
+  set("--model", c.model.name, f.c.model.name);
+  set("--width", c.model.width, f.c.model.width);
+  set("--layers", c.model.layers, f.c.model.layers);
+  set("--heads", c.model.heads, f.c.model.heads);
+  set("--context", c.model.context, f.c.model.context);
+  set("--mlp-width", c.model.mlp_width, f.c.model.mlp_width);
+  set("--checkpointing", c.model.checkpointing, f.c.model.checkpointing);
+  set("--data", c.data, f.c.data);
+  set("--train-limit", c.train_limit, f.c.train_limit);
+  set("--test-limit", c.test_limit, f.c.test_limit);
+  set("--precision", c.precision, f.c.precision);
+  set("--layer-precision", c.layer_precision, f.c.layer_precision);
+  if (f.given("--loss-scale-init")) c.loss_scale_init = f.loss_scale_init;
+  if (f.given("--growth-interval")) c.growth_interval = f.growth_interval;
+  if (f.given("--epochs") || f.given("--steps") || !f.given("--resume")) {
+    c.epochs = f.c.epochs;
+    c.steps = f.c.steps;
+  }
+  set("--batch", c.batch, f.c.batch);
+  set("--grad-accum", c.grad_accum, f.c.grad_accum);
+  set("--lr", c.lr, f.c.lr);
+  set("--optimizer", c.optimizer, f.c.optimizer);
+  if (f.given("--weight-decay")) c.weight_decay = f.weight_decay;
+  set("--momentum", c.momentum, f.c.momentum);
+  set("--clip", c.clip, f.c.clip);
+  set("--schedule", c.schedule, f.c.schedule);
+  set("--warmup", c.warmup_steps, f.c.warmup_steps);
+  set("--seed", c.seed, f.c.seed);
+  set("--threads", c.threads, f.c.threads);
+  set("--no-eval", c.evaluate, f.c.evaluate);
+  c.save_dir = f.c.save_dir;
+  c.save_every = f.c.save_every;
+  c.resume_dir = f.c.resume_dir;
+  c.log_path = f.c.log_path;
+
+  std::unique_ptr<train::Trainer> trainer;
+  try {
+    trainer = std::make_unique<train::Trainer>(c);
+  } catch (const train::ConfigError& e) {
+    throw UsageError(e.what());
+  }
+  const train::TrainConfig& rc = trainer->config();
+  std::shared_ptr<ProgressBar> bar;
+  if (stderr_is_tty()) {
+    bar = std::make_shared<ProgressBar>(train::is_language_model(rc.model.name));
+    trainer->add_callback(bar);
+  }
+  if (!rc.log_path.empty()) {
+    // Created fresh: a resumed run logs its own steps to the file it names.
+    trainer->add_callback(std::make_shared<train::JsonlLogCallback>(rc.log_path));
+  }
+  train::TrainResult r;
+  try {
+    r = trainer->fit();
+  } catch (...) {
+    if (bar) bar->on_train_end();  // leave a clean line for the error message
+    throw;
+  }
+  if (f.json) {
+    std::cout << train::result_to_json(r, 2) << "\n";
+  } else {
+    print_summary(r, rc);
+  }
+}
+
+RegisterCommand reg(30, [](CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  auto* sub =
+      app.add_subcommand("train", "train a built-in model (mlp, cnn, gpt) in a given precision");
+  f->sub = sub;
+  train::TrainConfig& c = f->c;
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt");
+  sub->add_option(
+      "--data", c.data,
+      "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
+      "text file or folder (default /usr/share/games/fortunes)");
+  sub->add_option("--precision", c.precision,
+                  "precision recipe: " + join(train::available_recipes()) + " (default fp32)");
+  sub->add_option("--epochs", c.epochs, "passes over the training data (default 1)");
+  sub->add_option("--steps", c.steps,
+                  "optimizer steps instead of epochs (whole run, resumed steps included)");
+  sub->add_option("--batch", c.batch, "samples per micro-batch (default: mlp/cnn 128, gpt 16)");
+  sub->add_option("--lr", c.lr, "learning rate (default: mlp/cnn 1e-3, gpt 3e-4)");
+  sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
+  sub->add_option("--weight-decay", f->weight_decay, "weight decay (default: the optimizer's)");
+  sub->add_option("--momentum", c.momentum, "SGD momentum (default 0.9)");
+  sub->add_option("--schedule", c.schedule,
+                  "learning-rate schedule: constant | cosine | warmup_cosine | linear");
+  sub->add_option("--warmup", c.warmup_steps, "linear warmup steps (default 0)");
+  sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
+  sub->add_option("--clip", c.clip, "clip gradients to this global L2 norm (default off)");
+  sub->add_flag("--checkpointing", c.model.checkpointing,
+                "gradient checkpointing (recompute activations)");
+  sub->add_option("--layer-precision", c.layer_precision,
+                  "per-layer precision overrides, e.g. embed=fp32,attn=bf16 (mixed recipes)");
+  sub->add_option("--loss-scale-init", f->loss_scale_init, "initial loss scale (fp16 recipes)");
+  sub->add_option("--growth-interval", f->growth_interval,
+                  "loss-scale growth interval (fp16 recipes)");
+  sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
+  sub->add_option("--threads", c.threads, "CPU threads (default: all)");
+  sub->add_option("--width", c.model.width,
+                  "model width (mlp: hidden size, cnn: conv1 channels, gpt: embedding)");
+  sub->add_option("--layers", c.model.layers, "number of layers (mlp hidden layers, gpt blocks)");
+  sub->add_option("--heads", c.model.heads, "attention heads (gpt)");
+  sub->add_option("--context", c.model.context, "context length (gpt, default 128)");
+  sub->add_option("--mlp-width", c.model.mlp_width,
+                  "gpt: MLP width (default 1024); cnn: fc1 size (default 128)");
+  sub->add_option("--train-limit", c.train_limit,
+                  "use the first N training samples (gpt: N bytes of text)");
+  sub->add_option("--test-limit", c.test_limit,
+                  "evaluate on the first N test samples (gpt: N windows)");
+  sub->add_flag_callback(
+      "--no-eval", [f] { f->c.evaluate = false; }, "skip the evaluation at the end");
+  sub->add_option("--save", c.save_dir, "write a checkpoint folder at the end (atomically)");
+  sub->add_option("--save-every", c.save_every, "also save every N steps");
+  sub->add_option(
+      "--resume", c.resume_dir,
+      "continue from a checkpoint; its configuration is used, the flags given override it");
+  sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
+  sub->add_flag("--json", f->json, "print one JSON object on stdout");
+  sub->footer(
+      "Examples:\n"
+      "  mixp train --model mlp --epochs 2\n"
+      "  mixp train --model cnn --steps 200 --batch 64 --log run.jsonl --json\n"
+      "  mixp train --model gpt --steps 500 --save ckpt\n"
+      "  mixp train --resume ckpt --steps 1000\n");
+  sub->callback([f] { run(*f); });
+});
+
+}  // namespace
+}  // namespace mixp::cli
