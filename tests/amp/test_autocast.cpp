@@ -24,8 +24,9 @@ TEST(CastPolicyTable, EveryOpHasAPolicyAndGemmsAreLowerPrecision) {
   for (int i = 0; i < kNumOps; ++i) {
     const OpId op = static_cast<OpId>(i);
     EXPECT_EQ(kCastPolicyTable[static_cast<size_t>(i)], cast_policy(op)) << op_name(op);
-    if (op_kind(op) == OpKind::gemm)
+    if (op_kind(op) == OpKind::gemm) {
       EXPECT_EQ(cast_policy(op), CastPolicy::lower_precision) << op_name(op);
+    }
   }
   static_assert(cast_policy(OpId::softmax) == CastPolicy::fp32);
   static_assert(cast_policy(OpId::cat) == CastPolicy::promote);
@@ -49,7 +50,16 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   EXPECT_EQ(conv2d(rnd({1, 2, 5, 5}, 7), rnd({3, 2, 3, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
   const Tensor q = rnd({1, 2, 4, 8}, 10);
   EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
+  {
+    const Tensor h = rnd({4, 5}, 11), c = rnd({4, 5}, 12), wih = rnd({20, 8}, 13), whh = rnd({20, 5}, 14);
+    const auto [h1, c1] = lstm_cell(x, h, c, wih, whh, rnd({20}, 15), rnd({20}, 16));
+    EXPECT_EQ(h1.dtype(), lp);
+    EXPECT_EQ(c1.dtype(), lp);
+  }
   // fp32 even from 16-bit inputs
+  EXPECT_EQ(batch_norm(rnd({4, 3, 2, 2}, 17, lp), Tensor(), Tensor(), rnd({3}, 18), rnd({3}, 19), true).dtype(),
+            DType::fp32);
+  EXPECT_EQ(binary_cross_entropy_with_logits(xl, sigmoid(x)).dtype(), DType::fp32);
   EXPECT_EQ(softmax(xl, 1).dtype(), DType::fp32);
   EXPECT_EQ(log_softmax(xl, 1).dtype(), DType::fp32);
   EXPECT_EQ(exp(xl).dtype(), DType::fp32);
