@@ -6,6 +6,9 @@
 //   build/release/mixp_bench_amp_ops --benchmark_filter=Mlp
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "mixp/mixp.h"
 #include "mixp/nn/models.h"
 
