@@ -208,6 +208,31 @@ TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
   }
 }
 
+TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
+  // w feeds a bf16 linear (through the cached cast) and an fp32 op directly: both gradients reach
+  // w.grad, summed in fp32 (the 16-bit one is widened, the fp32 one never rounded to 16 bits).
+  const Tensor x = rnd({8, 6}, 1);
+  Tensor w = rnd({5, 6}, 2).requires_grad_();
+  Tensor loss;
+  {
+    Autocast ac(DType::bf16);
+    loss = add(sum(linear(x, w)), mul(sum(mul(w, w)), 1e-3));
+  }
+  EXPECT_EQ(loss.dtype(), DType::fp32);
+  loss.backward();
+  // d/dw: sum over rows of x (each output column's weight row) + 2e-3 w
+  const std::vector<double> g = w.grad().to_double_vector(), wv = w.to_double_vector(), xv = x.to_double_vector();
+  ASSERT_EQ(w.grad().dtype(), DType::fp32);
+  for (int64_t o = 0; o < 5; ++o)
+    for (int64_t i = 0; i < 6; ++i) {
+      double colsum = 0;
+      for (int64_t r = 0; r < 8; ++r) colsum += xv[static_cast<size_t>(r * 6 + i)];
+      const double want = colsum + 2e-3 * wv[static_cast<size_t>(o * 6 + i)];
+      // the linear part went through bf16 (x rounded, gradient rounded): 2^-8 relative
+      EXPECT_NEAR(g[static_cast<size_t>(o * 6 + i)], want, 1e-2 * (std::abs(colsum) + 1)) << o << "," << i;
+    }
+}
+
 TEST(Autocast, BannedOpNamesTheAlternativeUnderFp16) {
   const Tensor p = sigmoid(rnd({8}, 1)), t = sigmoid(rnd({8}, 2));
   {
