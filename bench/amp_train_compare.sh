@@ -29,7 +29,8 @@ for round in $(seq 1 "$ROUNDS"); do
 import json, sys
 j = json.loads(sys.stdin.read())
 print(json.dumps({'round': $round, 'who': 'mixp', 'model': j['model'], 'precision': j['precision'],
-                  'ms_per_step': j['ms_per_step'], 'peak_memory_bytes': j['peak_memory_bytes'],
+                  'ms_per_step': j['ms_per_step'], 'cpu_ms_per_step': j.get('cpu_ms_per_step'),
+                  'peak_memory_bytes': j['peak_memory_bytes'],
                   'skipped_steps': j['skipped_steps']}))"
     done
     for p in fp32 bf16; do

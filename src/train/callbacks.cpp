@@ -39,6 +39,7 @@ std::string JsonlLogCallback::format(const StepInfo& s) {
   j["grad_norm"] = number(s.grad_norm);
   j["lr"] = s.lr;
   j["ms"] = s.ms;
+  j["cpu_ms"] = s.cpu_ms;
   j["samples"] = s.samples;
   if (s.tokens > 0) j["tokens"] = s.tokens;
   j["elapsed_s"] = s.elapsed_s;

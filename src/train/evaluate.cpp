@@ -129,6 +129,7 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["batch"] = r.batch;
   j["grad_accum"] = r.grad_accum;
   j["ms_per_step"] = r.ms_per_step;
+  j["cpu_ms_per_step"] = r.cpu_ms_per_step;
   j["samples_per_s"] = r.samples_per_s;
   if (r.model == "gpt" || r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
   if (r.val_loss || r.model == "gpt") {

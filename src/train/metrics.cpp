@@ -1,5 +1,7 @@
 #include "mixp/train/metrics.h"
 
+#include <time.h>
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -86,6 +88,12 @@ std::optional<double> EnergyMeter::joules() {
   if (!available()) return std::nullopt;
   sample();
   return accumulated_uj_ * 1e-6;
+}
+
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
 }  // namespace mixp::train

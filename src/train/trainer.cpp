@@ -83,6 +83,7 @@ void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64
 
 StepInfo Trainer::Impl::run_step() {
   const double t0 = now_ms();
+  const double c0 = process_cpu_ms();
   opt->zero_grad();
   // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
   // and its losses are divided by its own length so that the step still sees a mean.
@@ -143,6 +144,7 @@ StepInfo Trainer::Impl::run_step() {
   info.grad_norm = norm;
   info.lr = lr;
   info.ms = now_ms() - t0;
+  info.cpu_ms = process_cpu_ms() - c0;
   info.samples = samples;
   info.tokens = lm ? samples * cfg.model.context : 0;
   return info;
@@ -185,6 +187,7 @@ TrainResult Trainer::fit() {
     StepInfo info = s.run_step();
     info.elapsed_s = (now_ms() - t0) * 1e-3;
     s.times.add(info.ms);
+    s.cpu_times.add(info.cpu_ms);
     s.losses.push_back(info.loss);
     meter.sample();
     for (auto& cb : s.callbacks) cb->on_step_end(info);
@@ -211,6 +214,7 @@ TrainResult Trainer::fit() {
   r.layer_precision = s.cfg.layer_precision;
   r.epochs = double(s.step) / double(s.steps_per_epoch);
   r.ms_per_step = s.times.median_ms();
+  r.cpu_ms_per_step = s.cpu_times.median_ms();
   const double samples_per_step = double(s.cfg.batch * s.cfg.grad_accum);
   r.samples_per_s = r.ms_per_step > 0 ? samples_per_step * 1000.0 / r.ms_per_step : 0;
   if (s.lm) r.tokens_per_s = r.samples_per_s * double(s.cfg.model.context);

@@ -69,6 +69,7 @@ struct Trainer::Impl {
   double constructed_ms = 0;
   std::vector<double> losses;                         // this run
   StepTimes times;                                    // this run
+  StepTimes cpu_times;                                // this run, process CPU time
   nlohmann::json metrics = nlohmann::json::object();  // saved in state.json
 
   void build();

@@ -22,6 +22,7 @@ struct StepInfo {
   double grad_norm = 0;  // global L2 norm of the unscaled gradients before clipping (NaN: skipped)
   double lr = 0;         // learning rate used by this step
   double ms = 0;         // wall time of the step
+  double cpu_ms = 0;     // process CPU time of the step (all threads)
   int64_t samples = 0;   // samples (gpt: sequences) in this step
   int64_t tokens = 0;    // gpt: samples * context; 0 for classifiers
   double elapsed_s = 0;  // since the start of this run's training loop

@@ -62,6 +62,11 @@ class EnergyMeter {
   double accumulated_uj_ = 0;
 };
 
+// CPU time of this process (all threads), in milliseconds since an arbitrary origin. On a machine
+// shared with other work a step's wall time includes the time slices the process waited for;
+// its CPU time does not (with --threads 1 it is the work done).
+double process_cpu_ms();
+
 // Monotonic wall clock, in milliseconds since an arbitrary origin.
 inline double now_ms() {
   using namespace std::chrono;

@@ -57,6 +57,7 @@ struct TrainResult {
   std::string layer_precision;  // the --layer-precision rules, "" for none
   double epochs = 0;         // passes over the training data done (fractional), resumed included
   double ms_per_step = 0;    // median over this run's steps, the first excluded
+  double cpu_ms_per_step = 0;  // the same for the process CPU time of a step (all threads)
   double samples_per_s = 0;  // samples per optimizer step / median step time
   double tokens_per_s = 0;   // gpt only (samples_per_s * context)
   std::optional<double> test_accuracy;  // classifiers
