@@ -5,13 +5,15 @@
 // levels:
 //   1. by hand: a forward wrapper that opens a disabled Autocast region around one module;
 //   2. a rule list on a model: amp::apply_policy(model, policy, "embed=fp32,head=fp32");
-//   3. the Trainer / CLI: --precision bf16 --layer-precision embed=fp32,attn=bf16,mlp=bf16,head=fp32
+//   3. the Trainer / CLI: --precision bf16 --layer-precision
+//   embed=fp32,attn=bf16,mlp=bf16,head=fp32
 //
 // Run: build/release/example_layer_precision
+#include "mixp/amp/layer_precision.h"
+
 #include <cstdio>
 
 #include "mixp/amp/autocast.h"
-#include "mixp/amp/layer_precision.h"
 #include "mixp/nn/models.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
@@ -20,8 +22,13 @@
 using namespace mixp;
 
 int main() {
-  const nn::ModelConfig cfg{.name = "gpt", .width = 64, .layers = 2, .heads = 2, .context = 32,
-                            .vocab = 50, .mlp_width = 128};
+  const nn::ModelConfig cfg{.name = "gpt",
+                            .width = 64,
+                            .layers = 2,
+                            .heads = 2,
+                            .context = 32,
+                            .vocab = 50,
+                            .mlp_width = 128};
   Generator gen(1);
   const Tensor idx = randint(0, 50, {4, 32}, gen, {.dtype = DType::int64});
 

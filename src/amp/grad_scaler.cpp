@@ -58,7 +58,8 @@ bool unscale_narrow(Tensor& g, float inv) {
     std::span<float> s(buf.data(), static_cast<size_t>(k));
     convert_to_f32(d, base + lo * esz, s);
     bad = unscale_span(buf.data(), k, inv) || bad;
-    convert_f32_to(d, s, base + lo * esz, {.round = Round::nearest_even, .overflow = Overflow::ieee});
+    convert_f32_to(d, s, base + lo * esz,
+                   {.round = Round::nearest_even, .overflow = Overflow::ieee});
   }
   return bad;
 }
@@ -134,9 +135,9 @@ Tensor GradScaler::scale(const Tensor& outputs) const {
   if (!enabled_) return outputs;
   if (!outputs.defined() || !outputs.is_floating_point())
     throw std::invalid_argument("mixp::amp::GradScaler::scale: outputs must be a floating tensor");
-  const Tensor wide =
-      outputs.dtype() == DType::fp32 || outputs.dtype() == DType::fp64 ? outputs
-                                                                        : outputs.to(DType::fp32);
+  const Tensor wide = outputs.dtype() == DType::fp32 || outputs.dtype() == DType::fp64
+                          ? outputs
+                          : outputs.to(DType::fp32);
   return mul(wide, static_cast<double>(scale_));
 }
 
@@ -360,7 +361,8 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   const int64_t tracker = count("_growth_tracker", need("_growth_tracker"));
   if (const double* v = find("min_scale")) o.min_scale = *v;
   if (const double* v = find("max_scale")) o.max_scale = *v;
-  const int64_t skipped = find("skipped_steps") ? count("skipped_steps", *find("skipped_steps")) : 0;
+  const int64_t skipped =
+      find("skipped_steps") ? count("skipped_steps", *find("skipped_steps")) : 0;
   const int64_t at_min = find("skips_at_min") ? count("skips_at_min", *find("skips_at_min")) : 0;
   GradScaler check(o);  // validates every value before anything changes
   opt_ = o;

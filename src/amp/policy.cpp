@@ -77,10 +77,9 @@ PrecisionPolicy preset(const std::string& n) {
 
 const std::vector<std::string>& key_names() {
   static const std::vector<std::string> k{
-      "params",     "compute",         "output",          "autocast",
-      "master",     "rounding",        "kahan",           "states",
-      "norm",       "loss_scale",      "loss_scale_init", "growth_interval",
-      "loss_scale_min", "loss_scale_max", "collapse_after"};
+      "params",          "compute",         "output",         "autocast",       "master",
+      "rounding",        "kahan",           "states",         "norm",           "loss_scale",
+      "loss_scale_init", "growth_interval", "loss_scale_min", "loss_scale_max", "collapse_after"};
   return k;
 }
 
@@ -122,8 +121,7 @@ std::string_view PrecisionPolicy::mode() const {
 std::string PrecisionPolicy::describe() const {
   std::string s = fmt::format("params {}", mixp::name(params));
   if (narrow(params) && norm_fp32) s += " (BatchNorm fp32)";
-  if (narrow(params))
-    s += master_weights ? " with fp32 master weights" : " without master weights";
+  if (narrow(params)) s += master_weights ? " with fp32 master weights" : " without master weights";
   if (narrow(params) && !master_weights)
     s += fmt::format(", {} write-back{}", rounding == Round::stochastic ? "stochastic" : "nearest",
                      kahan ? " with Kahan compensation" : "");
@@ -133,19 +131,23 @@ std::string PrecisionPolicy::describe() const {
   if (states != DType::fp32 && params != DType::fp64)
     s += fmt::format(", optimizer states {}", mixp::name(states));
   switch (loss_scaling) {
-    case LossScaling::none: s += ", no loss scaling"; break;
+    case LossScaling::none:
+      s += ", no loss scaling";
+      break;
     case LossScaling::dynamic:
       s += fmt::format(", dynamic loss scaling from {:g} (growth interval {})", loss_scale,
                        growth_interval);
       break;
-    case LossScaling::fixed: s += fmt::format(", fixed loss scale {:g}", loss_scale); break;
+    case LossScaling::fixed:
+      s += fmt::format(", fixed loss scale {:g}", loss_scale);
+      break;
   }
   return s;
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> v{"fp64",    "fp32",      "tf32",      "bf16", "bf16-pure",
-                                          "fp16",    "fp16-o2",   "fp16-pure", "auto"};
+  static const std::vector<std::string> v{"fp64", "fp32",    "tf32",      "bf16", "bf16-pure",
+                                          "fp16", "fp16-o2", "fp16-pure", "auto"};
   return v;
 }
 
@@ -170,11 +172,11 @@ std::string auto_preset() {
 
 std::optional<DType> parse_policy_dtype(std::string_view s) {
   static const std::map<std::string, DType> names{
-      {"fp64", DType::fp64},    {"f64", DType::fp64},     {"float64", DType::fp64},
-      {"double", DType::fp64},  {"fp32", DType::fp32},    {"f32", DType::fp32},
-      {"float32", DType::fp32}, {"float", DType::fp32},   {"full", DType::fp32},
-      {"tf32", DType::tf32},    {"bf16", DType::bf16},    {"bfloat16", DType::bf16},
-      {"fp16", DType::fp16},    {"f16", DType::fp16},     {"float16", DType::fp16},
+      {"fp64", DType::fp64},    {"f64", DType::fp64},   {"float64", DType::fp64},
+      {"double", DType::fp64},  {"fp32", DType::fp32},  {"f32", DType::fp32},
+      {"float32", DType::fp32}, {"float", DType::fp32}, {"full", DType::fp32},
+      {"tf32", DType::tf32},    {"bf16", DType::bf16},  {"bfloat16", DType::bf16},
+      {"fp16", DType::fp16},    {"f16", DType::fp16},   {"float16", DType::fp16},
       {"half", DType::fp16}};
   auto it = names.find(lower(std::string(s)));
   if (it == names.end()) return std::nullopt;
@@ -204,10 +206,10 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
           "precision '{}' is not available yet (it comes with the fp8/int8 work); available: {}",
           base, join(avail)));
     }
-    throw PolicyError(fmt::format(
-        "unknown precision '{}'; available: {}, or a policy string such as "
-        "'bf16:params=fp32,compute=bf16,output=fp32' (keys: {})",
-        base, join(avail), join(key_names())));
+    throw PolicyError(
+        fmt::format("unknown precision '{}'; available: {}, or a policy string such as "
+                    "'bf16:params=fp32,compute=bf16,output=fp32' (keys: {})",
+                    base, join(avail), join(key_names())));
   }
   PrecisionPolicy p = preset(base);
   if (keys.empty() && trim(keys).empty() && colon == std::string::npos) return p;
@@ -231,8 +233,7 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
           item, join(key_names())));
     const std::string k = lower(trim(item.substr(0, e))), v = trim(item.substr(e + 1));
     if (std::find(key_names().begin(), key_names().end(), k) == key_names().end())
-      throw PolicyError(
-          fmt::format("unknown policy key '{}'; keys: {}", k, join(key_names())));
+      throw PolicyError(fmt::format("unknown policy key '{}'; keys: {}", k, join(key_names())));
     if (given.count(k)) throw PolicyError(fmt::format("policy key '{}' is given twice", k));
     given[k] = v;
     order.push_back(k);
@@ -296,22 +297,26 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
   }
   if (given.count("loss_scale_init")) {
     if (p.loss_scaling != LossScaling::dynamic)
-      throw PolicyError("policy key 'loss_scale_init' needs dynamic loss scaling (loss_scale=dynamic)");
+      throw PolicyError(
+          "policy key 'loss_scale_init' needs dynamic loss scaling (loss_scale=dynamic)");
     p.loss_scale = parse_positive("loss_scale_init", given["loss_scale_init"]);
   }
   if (given.count("growth_interval")) {
     if (p.loss_scaling != LossScaling::dynamic)
-      throw PolicyError("policy key 'growth_interval' needs dynamic loss scaling (loss_scale=dynamic)");
+      throw PolicyError(
+          "policy key 'growth_interval' needs dynamic loss scaling (loss_scale=dynamic)");
     const double g = parse_positive("growth_interval", given["growth_interval"]);
     if (g != std::floor(g) || g > 1e15)
-      throw PolicyError(fmt::format("policy key 'growth_interval' takes a positive integer, got '{}'",
-                                    given["growth_interval"]));
+      throw PolicyError(
+          fmt::format("policy key 'growth_interval' takes a positive integer, got '{}'",
+                      given["growth_interval"]));
     p.growth_interval = static_cast<int64_t>(g);
   }
 
   auto dynamic_only = [&](const char* k) {
     if (p.loss_scaling != LossScaling::dynamic)
-      throw PolicyError(fmt::format("policy key '{}' needs dynamic loss scaling (loss_scale=dynamic)", k));
+      throw PolicyError(
+          fmt::format("policy key '{}' needs dynamic loss scaling (loss_scale=dynamic)", k));
   };
   auto count_value = [&](const char* k) {
     const std::string& v = given.at(k);
@@ -353,26 +358,28 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
   if (p.compute == D::tf32 && p.params != D::fp32)
     throw PolicyError("compute=tf32 rounds fp32 GEMM inputs; it needs params=fp32");
   if (p.autocast && !narrow(p.compute))
-    throw PolicyError(fmt::format(
-        "autocast=on needs compute=bf16 or compute=fp16 (compute is {})", name(p.compute)));
+    throw PolicyError(fmt::format("autocast=on needs compute=bf16 or compute=fp16 (compute is {})",
+                                  name(p.compute)));
   if (!p.autocast && narrow(p.compute) && p.params != p.compute)
     throw PolicyError(fmt::format(
         "compute={} with params={} needs autocast=on: without Autocast every op runs in its "
         "inputs' dtype, so the parameters must be stored in the compute dtype",
         name(p.compute), name(p.params)));
   if (!p.autocast && narrow(p.params) && p.compute != p.params)
-    throw PolicyError(fmt::format("params={} without autocast needs compute={}", name(p.params),
-                                  name(p.params)));
+    throw PolicyError(
+        fmt::format("params={} without autocast needs compute={}", name(p.params), name(p.params)));
   if (p.kahan && p.master_weights && narrow(p.params))
     throw PolicyError(
         "kahan=on replaces fp32 master weights: give master=off with it (e.g. "
         "'bf16-pure:rounding=nearest,kahan=on')");
   if (p.kahan && !narrow(p.params))
-    throw PolicyError("kahan=on compensates the rounding of 16-bit parameters; it needs "
-                      "params=bf16 or params=fp16");
+    throw PolicyError(
+        "kahan=on compensates the rounding of 16-bit parameters; it needs "
+        "params=bf16 or params=fp16");
   if (given.count("rounding") && !narrow(p.params))
-    throw PolicyError("rounding applies to the write-back of 16-bit parameters; it needs "
-                      "params=bf16 or params=fp16");
+    throw PolicyError(
+        "rounding applies to the write-back of 16-bit parameters; it needs "
+        "params=bf16 or params=fp16");
   if (p.params == D::fp64 && p.output != D::fp64)
     throw PolicyError("with params=fp64 the output is fp64 too");
   if (p.params == D::fp64 && p.loss_scaling != LossScaling::none)

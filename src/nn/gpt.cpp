@@ -65,8 +65,7 @@ Tensor Gpt::forward(const Tensor& idx) {
     throw std::invalid_argument(fmt::format(
         "mixp::nn::Gpt: sequence length {} must be in [1, context {}]", T, cfg_.context));
   }
-  Tensor x =
-      add((*tok_emb_)(idx), (*pos_emb_)(positions_.slice(0, 0, T)));  // [B,T,C] + [T,C]
+  Tensor x = add((*tok_emb_)(idx), (*pos_emb_)(positions_.slice(0, 0, T)));  // [B,T,C] + [T,C]
   const bool ckpt = cfg_.checkpointing && GradMode::is_enabled();
   for (auto& b : blocks_) {
     if (ckpt) {

@@ -224,9 +224,8 @@ void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
   const DType sd = nslots > 0 ? st.slots[0].dtype() : DType::fp32;
   const bool narrow_states = sd != DType::fp32;
   const uint64_t seed = write_back_seed(index, st.step);
-  const ConvertOptions param_round{.round = precision_.write_back,
-                                   .overflow = precision_.overflow,
-                                   .seed = seed};
+  const ConvertOptions param_round{
+      .round = precision_.write_back, .overflow = precision_.overflow, .seed = seed};
   // States round to nearest-even, or stochastically (one stream per slot) when the write-back
   // does; a state is never truncated.
   const Round state_round =
@@ -238,7 +237,8 @@ void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
   const size_t ges = grad.element_size();
   auto* cbits = kahan ? static_cast<unsigned char*>(st.comp.data_ptr()) : nullptr;
   unsigned char* sbits[kMaxSlots];
-  for (size_t k = 0; k < nslots; ++k) sbits[k] = static_cast<unsigned char*>(st.slots[k].data_ptr());
+  for (size_t k = 0; k < nslots; ++k)
+    sbits[k] = static_cast<unsigned char*>(st.slots[k].data_ptr());
   const size_t ses = nslots > 0 ? st.slots[0].element_size() : 4;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 

@@ -1,8 +1,7 @@
 #include "mixp/train/metrics.h"
 
-#include <time.h>
-
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <fstream>

@@ -13,19 +13,22 @@
 namespace mixp::train {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::CliResult;
-using testing::TempDir;
+using ::testing::HasSubstr;
 using testing::run_cli;
+using testing::TempDir;
 
-const std::string kSmall = " --data synthetic --train-limit 256 --test-limit 64 --batch 32 --threads 1";
+const std::string kSmall =
+    " --data synthetic --train-limit 256 --test-limit 64 --batch 32 --threads 1";
 
 TEST(CliAmp, Fp16JsonAndLogCarryTheScaleAndSkippedSteps) {
   TempDir dir;
   const std::string log = (dir / "run.jsonl").string();
-  const CliResult r = run_cli("train --model mlp --precision fp16 --loss-scale-init 1e30 --steps 6 "
-                              "--growth-interval 2 --json --log '" + log + "'" + kSmall,
-                              dir.path());
+  const CliResult r = run_cli(
+      "train --model mlp --precision fp16 --loss-scale-init 1e30 --steps 6 "
+      "--growth-interval 2 --json --log '" +
+          log + "'" + kSmall,
+      dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["precision"], "fp16");
@@ -38,7 +41,8 @@ TEST(CliAmp, Fp16JsonAndLogCarryTheScaleAndSkippedSteps) {
   int64_t rows = 0, skipped = 0;
   while (std::getline(in, line)) {
     const auto row = nlohmann::json::parse(line);
-    for (const char* k : {"step", "loss", "loss_scale", "skipped", "skipped_steps", "grad_norm", "lr"})
+    for (const char* k :
+         {"step", "loss", "loss_scale", "skipped", "skipped_steps", "grad_norm", "lr"})
       EXPECT_TRUE(row.contains(k)) << k;
     skipped += row["skipped"].get<bool>();
     EXPECT_EQ(row["skipped_steps"].get<int64_t>(), skipped);
@@ -54,9 +58,11 @@ TEST(CliAmp, AutoPolicyStringsAndLayerRules) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["precision"], amp::auto_preset());
 
-  r = run_cli("train --model mlp --precision 'params=float32,compute=bfloat16,output=float32' "
-              "--layer-precision head=fp32 --steps 2 --json" + kSmall,
-              dir.path());
+  r = run_cli(
+      "train --model mlp --precision 'params=float32,compute=bfloat16,output=float32' "
+      "--layer-precision head=fp32 --steps 2 --json" +
+          kSmall,
+      dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["precision"], "fp32:params=float32,compute=bfloat16,output=float32");
@@ -73,9 +79,11 @@ TEST(CliAmp, AutoPolicyStringsAndLayerRules) {
 TEST(CliAmp, ResumeKeepsTheScalerState) {
   TempDir dir;
   const std::string ck = (dir / "ck").string();
-  CliResult r = run_cli("train --model mlp --precision fp16 --loss-scale-init 1e30 --steps 4 "
-                        "--no-eval --save '" + ck + "'" + kSmall,
-                        dir.path());
+  CliResult r = run_cli(
+      "train --model mlp --precision fp16 --loss-scale-init 1e30 --steps 4 "
+      "--no-eval --save '" +
+          ck + "'" + kSmall,
+      dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream s(dir / "ck" / "state.json");
   std::stringstream ss;

@@ -170,14 +170,14 @@ TEST(GradScaler, StateMachineErrorsAreClear) {
                             "last update()")));
   EXPECT_TRUE(s.step(*p.opt));  // uses the earlier unscale: the gradient is divided once
   EXPECT_NEAR(p.w.to_vector()[0], -1.0 / 65536.0, 0);
-  EXPECT_THAT([&] { s.unscale_(*p.opt); }, ::testing::ThrowsMessage<std::logic_error>(
-                                              HasSubstr("unscale_() is being called after step()")));
+  EXPECT_THAT([&] { s.unscale_(*p.opt); }, ::testing::ThrowsMessage<std::logic_error>(HasSubstr(
+                                               "unscale_() is being called after step()")));
   EXPECT_THAT([&] { s.step(*p.opt); },
               ::testing::ThrowsMessage<std::logic_error>(
                   HasSubstr("step() has already been called since the last update()")));
   s.update();
-  EXPECT_THAT([&] { s.update(); }, ::testing::ThrowsMessage<std::logic_error>(
-                                       HasSubstr("no inf checks were recorded")));
+  EXPECT_THAT([&] { s.update(); },
+              ::testing::ThrowsMessage<std::logic_error>(HasSubstr("no inf checks were recorded")));
   // After update the cycle starts again.
   p.grad(1.0);
   EXPECT_TRUE(s.step(*p.opt));
@@ -321,10 +321,13 @@ TEST(GradScaler, StateDictRoundTripContinuesIdentically) {
     EXPECT_EQ(a.growth_tracker(), b.growth_tracker());
   }
   EXPECT_EQ(a.state_dict(), b.state_dict());
-  EXPECT_THAT([&] { b.load_state_dict({}); },
-              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("the state dict is empty")));
-  EXPECT_THAT([&] { b.load_state_dict({{"scale", 2.0}}); },
-              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("missing entry")));
+  EXPECT_THAT([&] { b.load_state_dict({}); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                                  HasSubstr("the state dict is empty")));
+  EXPECT_THAT(
+      [&] {
+        b.load_state_dict({{"scale", 2.0}});
+      },
+      ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("missing entry")));
   GradScaler::StateDict bad = sd;
   bad[0].second = -1.0;
   EXPECT_THROW(b.load_state_dict(bad), std::invalid_argument);
@@ -353,7 +356,7 @@ TEST(GradScaler, Fp16ParametersWithoutMasterAreRefusedNamingTheAlternatives) {
   f32.w.set_grad(ones({4}, {.dtype = DType::fp16}));
   GradScaler s2;
   EXPECT_THAT([&] { s2.unscale_(*f32.opt); }, ::testing::ThrowsMessage<std::invalid_argument>(
-                                                 HasSubstr("Attempting to unscale FP16")));
+                                                  HasSubstr("Attempting to unscale FP16")));
   // Opting in (pure fp16, Apex O3).
   GradScaler s3({.allow_fp16_params = true});
   EXPECT_NO_THROW(s3.unscale_(*pure.opt));

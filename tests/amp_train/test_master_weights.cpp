@@ -43,8 +43,8 @@ TEST(LowPrecisionOptimizer, PureBf16EqualsFp32UpdateThenRound) {
         a16.step();
         a32.step();
         // The fp32 run keeps its unrounded value; round a copy with the same stream.
-        const Tensor expect = w32.detach().to(DType::bf16, r, Overflow::ieee,
-                                              a16.write_back_seed(0, s + 1));
+        const Tensor expect =
+            w32.detach().to(DType::bf16, r, Overflow::ieee, a16.write_back_seed(0, s + 1));
         ASSERT_EQ(bits16(w16.detach()), bits16(expect));
         NoGradGuard ng;
         w32.copy_(w16.detach());  // continue both from the rounded values
@@ -59,12 +59,11 @@ TEST(LowPrecisionOptimizer, StochasticWriteBackIsThreadCountIndependent) {
     omp_set_num_threads(threads);
     Generator gen(3);
     Tensor w = randn({int64_t{1} << 17}, gen).to(DType::bf16, Round::nearest_even).requires_grad_();
-    AdamW opt(NamedTensors{{"w", w}},
-              {.lr = 1e-3,
-               .precision = {.master_weights = false,
-                             .write_back = Round::stochastic,
-                             .seed = 5,
-                             .state_dtype = DType::bf16}});
+    AdamW opt(NamedTensors{{"w", w}}, {.lr = 1e-3,
+                                       .precision = {.master_weights = false,
+                                                     .write_back = Round::stochastic,
+                                                     .seed = 5,
+                                                     .state_dtype = DType::bf16}});
     for (int s = 0; s < 2; ++s) {
       w.set_grad(randn(w.shape(), gen));
       opt.step();
@@ -183,7 +182,9 @@ TEST(LowPrecisionOptimizer, OptionErrors) {
       },
       ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("set master_weights = false")));
   EXPECT_THAT(
-      [&] { SGD(NamedTensors{{"w", w}}, {.precision = {.state_dtype = DType::fp16}}); },
+      [&] {
+        SGD(NamedTensors{{"w", w}}, {.precision = {.state_dtype = DType::fp16}});
+      },
       ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("fp32 or bf16, not fp16")));
 }
 

@@ -88,7 +88,8 @@ TEST(Policy, JmpStyleStringsRefineAPreset) {
   const PrecisionPolicy g = parse_policy("fp16:loss_scale_init=1024,growth_interval=50");
   EXPECT_EQ(g.loss_scale, 1024.0);
   EXPECT_EQ(g.growth_interval, 50);
-  const PrecisionPolicy b = parse_policy("fp16:loss_scale_min=0,loss_scale_max=1e6,collapse_after=5");
+  const PrecisionPolicy b =
+      parse_policy("fp16:loss_scale_min=0,loss_scale_max=1e6,collapse_after=5");
   EXPECT_EQ(b.loss_scale_min, 0.0);
   EXPECT_EQ(b.loss_scale_max, 1e6);
   EXPECT_EQ(b.collapse_after, 5);
@@ -152,8 +153,13 @@ TEST(LayerRules, AKeyThatMatchesNothingNamesWhatTheModelHas) {
 }
 
 TEST(LayerRules, SelectByKindAliasAndName) {
-  auto gpt = nn::make_model({.name = "gpt", .width = 32, .layers = 2, .heads = 2, .context = 8,
-                             .vocab = 20, .mlp_width = 64});
+  auto gpt = nn::make_model({.name = "gpt",
+                             .width = 32,
+                             .layers = 2,
+                             .heads = 2,
+                             .context = 8,
+                             .vocab = 20,
+                             .mlp_width = 64});
   EXPECT_EQ(modules_matching(*gpt, {"embed", DType::fp32}),
             (std::vector<std::string>{"tok_emb", "pos_emb"}));
   EXPECT_EQ(modules_matching(*gpt, {"attn", DType::bf16}),
@@ -165,8 +171,13 @@ TEST(LayerRules, SelectByKindAliasAndName) {
 }
 
 TEST(ApplyPolicy, StorageFollowsPresetAndRules) {
-  auto gpt = nn::make_model({.name = "gpt", .width = 32, .layers = 1, .heads = 2, .context = 8,
-                             .vocab = 20, .mlp_width = 64});
+  auto gpt = nn::make_model({.name = "gpt",
+                             .width = 32,
+                             .layers = 1,
+                             .heads = 2,
+                             .context = 8,
+                             .vocab = 20,
+                             .mlp_width = 64});
   apply_policy(*gpt, parse_policy("bf16-pure"), parse_layer_precision("embed=fp32,head=fp32"));
   EXPECT_EQ(gpt->parameter("tok_emb.weight").dtype(), DType::fp32);
   EXPECT_EQ(gpt->parameter("head.weight").dtype(), DType::fp32);

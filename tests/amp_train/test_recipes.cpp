@@ -79,7 +79,8 @@ TEST(Recipes, EveryRecipeTrainsTheMlp) {
     Trainer t(c);
     const TrainResult r = t.fit();
     double first = 0, last = 0;
-    for (int i = 0; i < 4; ++i) first += r.losses[size_t(i)] / 4, last += r.losses[size_t(28 + i)] / 4;
+    for (int i = 0; i < 4; ++i)
+      first += r.losses[size_t(i)] / 4, last += r.losses[size_t(28 + i)] / 4;
     EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
     ASSERT_TRUE(r.test_accuracy.has_value());
     EXPECT_GT(*r.test_accuracy, 0.8);
@@ -133,10 +134,10 @@ struct UnderflowRun {
 UnderflowRun run_underflow_model(bool fp16, bool scaled) {
   Generator gen(12);
   auto model = std::make_shared<nn::Sequential>();
-  model->add("fc1", std::make_shared<nn::Linear>(32, 64, gen,
-                                                 nn::LinearOptions{.activation = Activation::relu}));
-  model->add("fc2", std::make_shared<nn::Linear>(64, 64, gen,
-                                                 nn::LinearOptions{.activation = Activation::relu}));
+  model->add("fc1", std::make_shared<nn::Linear>(
+                        32, 64, gen, nn::LinearOptions{.activation = Activation::relu}));
+  model->add("fc2", std::make_shared<nn::Linear>(
+                        64, 64, gen, nn::LinearOptions{.activation = Activation::relu}));
   model->add("head", std::make_shared<nn::Linear>(64, 4, gen));
   // Data: 4 classes from a fixed random teacher.
   Generator dg(5);
@@ -167,8 +168,7 @@ UnderflowRun run_underflow_model(bool fp16, bool scaled) {
     scaler.unscale_(opt);
     if (step == 0) {
       const std::vector<double> g = model->parameter("fc1.weight").grad().to_vector();
-      r.zero_grad_fraction =
-          double(std::count(g.begin(), g.end(), 0.0)) / double(g.size());
+      r.zero_grad_fraction = double(std::count(g.begin(), g.end(), 0.0)) / double(g.size());
     }
     scaler.step(opt);
     scaler.update();

@@ -68,12 +68,13 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
             << "\n";
   std::cout << "precision: " << r.recipe << "\n";
   if (r.skipped_steps > 0 || r.loss_scale != 1.0) {
-    std::cout << fmt::format("scaling:   loss scale {:g} at the end, {} step{} skipped (inf/NaN "
-                             "gradients){}\n",
-                             r.loss_scale, r.skipped_steps, r.skipped_steps == 1 ? "" : "s",
-                             r.skipped_steps != r.skipped_steps_this_run
-                                 ? fmt::format(", {} in this run", r.skipped_steps_this_run)
-                                 : "");
+    std::cout << fmt::format(
+        "scaling:   loss scale {:g} at the end, {} step{} skipped (inf/NaN "
+        "gradients){}\n",
+        r.loss_scale, r.skipped_steps, r.skipped_steps == 1 ? "" : "s",
+        r.skipped_steps != r.skipped_steps_this_run
+            ? fmt::format(", {} in this run", r.skipped_steps_this_run)
+            : "");
   }
   if (!r.saved_to.empty()) std::cout << "saved:     " << r.saved_to << "\n";
 }

@@ -35,9 +35,10 @@
 // The update kernels only ever see fp32/fp64 arrays; everything about storage formats lives here.
 //
 // State dict. tensors: "<param>.<slot>" for each state slot (e.g. "fc1.weight.exp_avg") and
-// "<param>.master" for master copies, "<param>.kahan" for compensation buffers; scalars: "step" (calls of step()),
-// "lr", and "<param>.step". state_dict() returns copies (a snapshot); load_state_dict copies
-// values in after checking every name and shape, so a mismatch changes nothing.
+// "<param>.master" for master copies, "<param>.kahan" for compensation buffers; scalars: "step"
+// (calls of step()), "lr", and "<param>.step". state_dict() returns copies (a snapshot);
+// load_state_dict copies values in after checking every name and shape, so a mismatch changes
+// nothing.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -56,8 +57,8 @@ struct PrecisionOptions {
   Round write_back = Round::nearest_even;  // rounding of the update written back to such params
   Overflow overflow = Overflow::ieee;      // overflow of that write-back
   uint64_t seed = 0;                       // stochastic write-back stream (see write_back_seed)
-  bool kahan = false;            // Kahan-compensated write-back; needs master_weights off
-  DType state_dtype = DType::fp32;  // fp32 or bf16 (fp64 parameters always keep fp64 states)
+  bool kahan = false;                      // Kahan-compensated write-back; needs master_weights off
+  DType state_dtype = DType::fp32;         // fp32 or bf16 (fp64 parameters always keep fp64 states)
 };
 
 struct StateDict {

@@ -12,12 +12,12 @@ namespace mixp::train {
 
 // One optimizer step, as the log records it.
 struct StepInfo {
-  int64_t step = 0;         // optimizer steps done, this one included (1-based)
-  int64_t total_steps = 0;  // the run's target
-  int64_t epoch = 0;        // epoch of this step's last micro-batch, from 0
-  double loss = 0;          // mean loss over the step's micro-batches (unscaled)
-  double loss_scale = 1.0;  // the scale this step's losses were multiplied by (1: no scaling)
-  bool skipped = false;     // the recipe skipped this step (inf/NaN gradients under loss scaling)
+  int64_t step = 0;           // optimizer steps done, this one included (1-based)
+  int64_t total_steps = 0;    // the run's target
+  int64_t epoch = 0;          // epoch of this step's last micro-batch, from 0
+  double loss = 0;            // mean loss over the step's micro-batches (unscaled)
+  double loss_scale = 1.0;    // the scale this step's losses were multiplied by (1: no scaling)
+  bool skipped = false;       // the recipe skipped this step (inf/NaN gradients under loss scaling)
   int64_t skipped_steps = 0;  // steps skipped so far in the run, this one included
   double grad_norm = 0;  // global L2 norm of the unscaled gradients before clipping (NaN: skipped)
   double lr = 0;         // learning rate used by this step

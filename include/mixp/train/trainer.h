@@ -50,16 +50,16 @@ struct TrainResult {
   std::string model, precision, optimizer, data;
   int64_t steps = 0;  // optimizer steps done, resumed ones included
   int64_t steps_this_run = 0;
-  int64_t skipped_steps = 0;           // steps the loss scaler skipped (inf/NaN), resumed included
+  int64_t skipped_steps = 0;  // steps the loss scaler skipped (inf/NaN), resumed included
   int64_t skipped_steps_this_run = 0;
-  double loss_scale = 1.0;   // the loss scale at the end (1 without loss scaling)
-  std::string recipe;        // PrecisionRecipe::describe(): what is stored/computed/scaled in what
+  double loss_scale = 1.0;  // the loss scale at the end (1 without loss scaling)
+  std::string recipe;       // PrecisionRecipe::describe(): what is stored/computed/scaled in what
   std::string layer_precision;  // the --layer-precision rules, "" for none
-  double epochs = 0;         // passes over the training data done (fractional), resumed included
-  double ms_per_step = 0;    // median over this run's steps, the first excluded
-  double cpu_ms_per_step = 0;  // the same for the process CPU time of a step (all threads)
-  double samples_per_s = 0;  // samples per optimizer step / median step time
-  double tokens_per_s = 0;   // gpt only (samples_per_s * context)
+  double epochs = 0;            // passes over the training data done (fractional), resumed included
+  double ms_per_step = 0;       // median over this run's steps, the first excluded
+  double cpu_ms_per_step = 0;   // the same for the process CPU time of a step (all threads)
+  double samples_per_s = 0;     // samples per optimizer step / median step time
+  double tokens_per_s = 0;      // gpt only (samples_per_s * context)
   std::optional<double> test_accuracy;  // classifiers
   std::optional<double> test_loss;      // classifiers
   std::optional<double> val_loss;       // gpt
