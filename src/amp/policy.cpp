@@ -160,7 +160,9 @@ const std::vector<std::string>& planned_recipe_names() {
 
 std::string auto_preset() {
 #ifdef MIXP_HAVE_PLATFORM
-  return recommend_precision(cpu_features(), probe_gpus().gpus).precision;
+  // `mixp doctor`'s decision tree for the device training runs on: the CPU (the Trainer has no
+  // CUDA path yet, so a GPU's advice — fp16 on Volta — would pick an emulated format here).
+  return recommend_precision(cpu_features(), std::span<const GpuInfo>{}).precision;
 #else
   // The CPU branch of `mixp doctor`'s decision tree: bf16 where the CPU multiplies bf16 natively
   // (AVX512_BF16, AMX-BF16), else fp32 (16-bit formats would be emulated: slower, not faster).

@@ -44,8 +44,8 @@
 //              Apex O3's default is a fixed scale of 1: loss_scale=1 gives it]
 //   bf16-pure  bf16 params, activations and Adam states, no master copy, stochastic rounding of
 //              the write-back and of the states (llm.c)
-//   auto       the precision `mixp doctor` recommends for this machine (bf16 with AVX512_BF16 or
-//              AMX-BF16, else fp32)
+//   auto       the precision `mixp doctor` recommends for the CPU training runs on (bf16 with
+//              AVX512_BF16 or AMX-BF16, else fp32; recommend_precision of backend/platform.h)
 //
 // Per-layer rules (`--layer-precision embed=fp32,attn=bf16,mlp=bf16,head=fp32`) name modules by
 // kind (nn/module.h: embedding, attention, mlp, block, linear, conv2d, layer_norm, batch_norm2d,
