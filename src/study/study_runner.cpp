@@ -294,6 +294,14 @@ void check_precisions(const std::vector<std::string>& precisions) {
       throw ConfigError(fmt::format("precision '{}' is listed twice", p));
     }
     if (std::find(have.begin(), have.end(), p) != have.end()) continue;
+    if (std::find(planned.begin(), planned.end(), p) == planned.end()) {
+      // Not a preset name: a policy string the recipes accept ("bf16:params=fp32,...")?
+      try {
+        (void)train::make_recipe(p);
+        continue;
+      } catch (const std::exception&) {
+      }
+    }
     if (std::find(planned.begin(), planned.end(), p) != planned.end()) {
       throw ConfigError(fmt::format(
           "precision '{}' is not available in this build yet; known precisions: {}", p,

@@ -29,6 +29,8 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   return s;
 }
 
+// "fp32,bf16,fp16" -> names. A policy string keeps its own commas: a piece with '=' and no ':'
+// continues the previous one ("fp32,bf16:params=fp32,compute=bf16" -> fp32 and the policy).
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;
@@ -37,11 +39,28 @@ std::vector<std::string> split_list(const std::string& s) {
       while (!cur.empty() && cur.back() == ' ') cur.pop_back();
       size_t i = 0;
       while (i < cur.size() && cur[i] == ' ') ++i;
-      if (i < cur.size()) out.push_back(cur.substr(i));
+      std::string piece = cur.substr(i);
+      const bool continues = !out.empty() && piece.find('=') != std::string::npos &&
+                             piece.find(':') == std::string::npos &&
+                             out.back().find(':') != std::string::npos;
+      if (continues) {
+        out.back() += "," + piece;
+      } else if (!piece.empty()) {
+        out.push_back(piece);
+      }
       cur.clear();
     } else {
       cur += c;
     }
+  }
+  return out;
+}
+
+// `--precisions all`: every recipe this build has, except `auto` (it resolves to one of them).
+std::vector<std::string> all_precisions() {
+  std::vector<std::string> out;
+  for (const auto& p : train::available_recipes()) {
+    if (p != "auto") out.push_back(p);
   }
   return out;
 }
@@ -78,7 +97,7 @@ void run(Flags& f) {
   c.epochs = f.given("--steps") ? 0 : (f.given("--epochs") ? f.epochs : kDefaultEpochs);
 
   if (f.given("--precisions")) {
-    sc.precisions = f.precisions == "all" ? train::available_recipes() : split_list(f.precisions);
+    sc.precisions = f.precisions == "all" ? all_precisions() : split_list(f.precisions);
   } else {
     sc.precisions = study::default_study_precisions();
   }
