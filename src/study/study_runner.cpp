@@ -278,7 +278,6 @@ std::vector<std::string> default_study_precisions() {
   for (const auto& n : wanted) {
     if (has(n)) out.push_back(n);
   }
-  if (out.size() <= 1 && has("fp64")) out.push_back("fp64");
   return out;
 }
 
@@ -416,7 +415,7 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   }
   s.description = sc.description.empty() ? describe(sc, resolved, steps_seen, data_description)
                                          : sc.description;
-  if (!rapl_note.empty()) s.description += ". Energy estimated: " + rapl_note;
+  if (!rapl_note.empty()) s.description += ". Energy estimated (RAPL unavailable: " + rapl_note + ")";
   if (!sc.out_dir.empty()) write_study_report(sc.out_dir, s);
   return out;
 }

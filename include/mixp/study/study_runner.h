@@ -84,8 +84,8 @@ struct StudyOutcome {
 StudyOutcome run_study(const StudyConfig& config, const StudyProgress& progress = {});
 
 // The precisions a study runs when none are named: those of fp32, tf32, bf16, fp16, bf16-pure,
-// fp8, int8-qat that this build has (train::available_recipes()), in that order. When only fp32
-// of them exists, fp64 is added (when available) so that there is something to compare.
+// fp8, int8-qat that this build has (train::available_recipes()), in that order. fp64 is not
+// among them: it is the numerical reference, and slow (90x fp32's step time for the mlp).
 std::vector<std::string> default_study_precisions();
 
 // Checks a list of precision names before anything runs. Throws train::ConfigError for an
