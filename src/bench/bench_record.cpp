@@ -178,4 +178,32 @@ std::optional<std::string> cite_gemm_speedup(const SavedGemmBench& s, std::strin
                      s.threads == 1 ? "" : "s", s.day());
 }
 
+std::vector<std::string> gemm_evidence(const std::optional<SavedGemmBench>& record,
+                                       std::string_view recommended) {
+  if (!record) {
+    return {"Not measured on this machine yet: `mixp bench gemm` measures each format's GEMM "
+            "speed here (saved for doctor to cite), and `mixp compare` trains a model in each "
+            "precision."};
+  }
+  std::vector<std::string> out;
+  const std::string_view subject = recommended == "fp32" ? "bf16" : recommended;
+  if (auto c = cite_gemm_speedup(*record, subject)) out.push_back(*c + ".");
+  std::string others;
+  for (const auto& r : record->results) {
+    if (r.dtype == "fp32" || r.dtype == subject) continue;
+    const SavedGemmResult* f = record->find("fp32");
+    if (!f || !(f->gflops > 0)) break;
+    others += fmt::format("{}{} {:.1f}x{}", others.empty() ? "" : ", ", r.dtype,
+                          r.gflops / f->gflops, r.emulated ? " (emulated)" : "");
+  }
+  if (!others.empty()) {
+    out.push_back(fmt::format("Also measured against fp32 ({}): {}.", record->day(), others));
+  }
+  if (out.empty()) {
+    out.push_back("The saved `mixp bench gemm` result has no " + std::string(subject) +
+                  " or fp32 entry; run `mixp bench gemm` to measure them.");
+  }
+  return out;
+}
+
 }  // namespace mixp::bench

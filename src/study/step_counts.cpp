@@ -192,7 +192,11 @@ StepPrecision step_precision(std::string_view recipe, DType param_dtype,
 }
 
 OpCounts count_training_step(const StepTrace& trace, const StepPrecision& p,
-                             GemmTraffic traffic) {
+                             int64_t micro_batches, GemmTraffic traffic) {
+  if (micro_batches < 1) {
+    throw std::invalid_argument(
+        fmt::format("count_training_step: micro_batches must be at least 1, got {}", micro_batches));
+  }
   OpCounts total;
   for (const StepGemm& g : trace.gemms) {
     const double times = double(g.count);
@@ -200,14 +204,15 @@ OpCounts count_training_step(const StepTrace& trace, const StepPrecision& p,
     if (g.a_grad) total += count_matmul(g.m, g.k, g.n, p.compute, p.compute, traffic) * times;
     if (g.b_grad) total += count_matmul(g.k, g.n, g.m, p.compute, p.compute, traffic) * times;
   }
-  // The optimizer: read parameter and gradient, read and write each state, write the parameter.
-  const double per_value = 2 * bytes_per_value(p.param) + bytes_per_value(p.grad) +
-                           2.0 * p.states * bytes_per_value(p.state);
-  total.dram_bytes += double(trace.parameters) * per_value;
   if (p.casts_weights) {
     total.dram_bytes +=
         double(trace.weight_values) * (bytes_per_value(p.param) + bytes_per_value(p.compute));
   }
+  total *= double(micro_batches);
+  // The optimizer: read parameter and gradient, read and write each state, write the parameter.
+  const double per_value = 2 * bytes_per_value(p.param) + bytes_per_value(p.grad) +
+                           2.0 * p.states * bytes_per_value(p.state);
+  total.dram_bytes += double(trace.parameters) * per_value;
   return total;
 }
 

@@ -167,10 +167,10 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   }
   const train::TrainConfig& rc = trainer->config();
   if (data_description.empty()) data_description = trainer->data_description();
-  if (!trace) trace = trace_step_gemms(rc.model, rc.batch * rc.grad_accum);
+  if (!trace) trace = trace_step_gemms(rc.model, rc.batch);
   const StepPrecision sp =
       step_precision(rc.precision, trainer->recipe().param_dtype(), rc.optimizer);
-  const OpCounts per_step = count_training_step(*trace, sp);
+  const OpCounts per_step = count_training_step(*trace, sp, rc.grad_accum);
 
   auto col = std::make_shared<RunCollector>(progress, event);
   trainer->add_callback(col);

@@ -77,6 +77,16 @@ TEST(StepCounts, TinyMlpBf16MixedStepByHand) {
   EXPECT_EQ(c.dram_bytes, 200 + 644 + 108);
 }
 
+TEST(StepCounts, AccumulationRepeatsTheGemmsNotTheOptimizer) {
+  auto m = tiny_mlp();
+  const StepTrace t = trace_step_gemms(*m, Shape{4}, 2);
+  const OpCounts c = count_training_step(t, step_precision("bf16", DType::fp32), 3);
+  EXPECT_EQ(c[MacKind::bf16], 3 * 84);
+  EXPECT_EQ(c.dram_bytes, 3 * (200 + 108) + 644);
+  EXPECT_THROW(count_training_step(t, step_precision("bf16", DType::fp32), 0),
+               std::invalid_argument);
+}
+
 TEST(StepCounts, Fp64AndSgd) {
   auto m = tiny_mlp();
   const StepTrace t = trace_step_gemms(*m, Shape{4}, 2);

@@ -61,4 +61,11 @@ std::optional<SavedGemmBench> load_gemm_bench_record(std::filesystem::path path 
 // record lacks the dtype or fp32.
 std::optional<std::string> cite_gemm_speedup(const SavedGemmBench& record, std::string_view dtype);
 
+// What `mixp doctor` says about measurements, for the precision it recommends on the CPU:
+// with a record, the citation of that precision against fp32 (for an fp32 recommendation, of bf16,
+// which is what the advice turned down) and every other measured ratio; without one, how to
+// measure. One sentence per entry.
+std::vector<std::string> gemm_evidence(const std::optional<SavedGemmBench>& record,
+                                       std::string_view recommended);
+
 }  // namespace mixp::bench

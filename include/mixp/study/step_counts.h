@@ -21,8 +21,8 @@
 //    - the optimizer: per trained value, read the parameter and its gradient, read and write each
 //      optimizer state, write the parameter (AdamW/Adam: 2 states, SGD with momentum: 1), at
 //      the parameter, gradient and state formats' sizes;
-//    - mixed recipes with fp32 master weights: once per step, each weight is read in fp32 and
-//      written in the compute format (the cast the GEMMs then read).
+//    - mixed recipes with fp32 master weights: once per forward pass (micro-batch), each weight is
+//      read in fp32 and written in the compute format (the cast the GEMMs then read).
 //    Not counted: bias adds, activations functions, normalisation, softmax, losses, embedding
 //    lookups, data loading (elementwise work is small next to the GEMMs on these models).
 #pragma once
@@ -88,8 +88,10 @@ struct StepPrecision {
 StepPrecision step_precision(std::string_view recipe, DType param_dtype,
                              std::string_view optimizer = "adamw");
 
-// One optimizer step's counted work (see the top of this file).
+// One optimizer step's counted work (see the top of this file). `micro_batches` (gradient
+// accumulation): the GEMMs and weight casts happen once per micro-batch (trace the micro-batch),
+// the optimizer once per step.
 OpCounts count_training_step(const StepTrace& trace, const StepPrecision& p,
-                             GemmTraffic traffic = {});
+                             int64_t micro_batches = 1, GemmTraffic traffic = {});
 
 }  // namespace mixp::study
