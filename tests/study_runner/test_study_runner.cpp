@@ -182,6 +182,20 @@ TEST(StudyRunner, AllRunsDivergedStillWritesTheReport) {
   EXPECT_TRUE(std::filesystem::exists(dir / "all" / "report.html"));
 }
 
+TEST(StudyRunner, ARunThatCannotStartIsReportedAsFailed) {
+  TempDir dir;
+  StudyConfig c = tiny({"fp64"});
+  c.base.layer_precision = "head=fp32";  // fp64 takes no per-layer rules: the recipe refuses
+  c.out_dir = dir / "f";
+  const StudyOutcome o = run_study(c);
+  ASSERT_EQ(o.results.runs.size(), 1u);
+  const RunRecord& r = o.results.runs[0];
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_FALSE(r.diverged);
+  EXPECT_FALSE(o.any_finished);
+  EXPECT_NE(read_text(dir / "f" / "report.md").find("failed"), std::string::npos);
+}
+
 TEST(StudyRunner, PrecisionChecks) {
   try {
     check_precisions({"fp32", "fp99"});
