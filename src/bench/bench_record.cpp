@@ -172,18 +172,20 @@ std::optional<std::string> cite_gemm_speedup(const SavedGemmBench& s, std::strin
   const SavedGemmResult* f = s.find("fp32");
   if (!r || !f || !(f->gflops > 0) || !(r->gflops > 0)) return std::nullopt;
   const double ratio = r->gflops / f->gflops;
-  return fmt::format("{} GEMM measured {:.1f}x fp32 on this machine{} (mixp bench gemm, n={}, "
-                     "{} thread{}, {})",
-                     dtype, ratio, r->emulated ? ", emulated" : "", s.n, s.threads,
-                     s.threads == 1 ? "" : "s", s.day());
+  return fmt::format(
+      "{} GEMM measured {:.1f}x fp32 on this machine{} (mixp bench gemm, n={}, "
+      "{} thread{}, {})",
+      dtype, ratio, r->emulated ? ", emulated" : "", s.n, s.threads, s.threads == 1 ? "" : "s",
+      s.day());
 }
 
 std::vector<std::string> gemm_evidence(const std::optional<SavedGemmBench>& record,
                                        std::string_view recommended) {
   if (!record) {
-    return {"Not measured on this machine yet: `mixp bench gemm` measures each format's GEMM "
-            "speed here (saved for doctor to cite), and `mixp compare` trains a model in each "
-            "precision."};
+    return {
+        "Not measured on this machine yet: `mixp bench gemm` measures each format's GEMM "
+        "speed here (saved for doctor to cite), and `mixp compare` trains a model in each "
+        "precision."};
   }
   std::vector<std::string> out;
   const std::string_view subject = recommended == "fp32" ? "bf16" : recommended;

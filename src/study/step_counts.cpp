@@ -85,18 +85,26 @@ void trace_gpt(const nn::Gpt& gpt, int64_t batch, StepTrace& out) {
   const int re = c.checkpointing ? 1 : 0;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string b = fmt::format("blocks.{}", l);
-    out.gemms.push_back({.layer = b + ".attn.qkv", .m = rows, .n = 3 * c.width, .k = c.width,
+    out.gemms.push_back(
+        {.layer = b + ".attn.qkv", .m = rows, .n = 3 * c.width, .k = c.width, .recompute = re});
+    out.gemms.push_back({.layer = b + ".attn (scores)",
+                         .m = T,
+                         .n = T,
+                         .k = D,
+                         .count = batch * c.heads,
                          .recompute = re});
-    out.gemms.push_back({.layer = b + ".attn (scores)", .m = T, .n = T, .k = D,
-                         .count = batch * c.heads, .recompute = re});
-    out.gemms.push_back({.layer = b + ".attn (values)", .m = T, .n = D, .k = T,
-                         .count = batch * c.heads, .recompute = re});
-    out.gemms.push_back({.layer = b + ".attn.proj", .m = rows, .n = c.width, .k = c.width,
+    out.gemms.push_back({.layer = b + ".attn (values)",
+                         .m = T,
+                         .n = D,
+                         .k = T,
+                         .count = batch * c.heads,
                          .recompute = re});
-    out.gemms.push_back({.layer = b + ".mlp.fc", .m = rows, .n = c.mlp_width, .k = c.width,
-                         .recompute = re});
-    out.gemms.push_back({.layer = b + ".mlp.proj", .m = rows, .n = c.width, .k = c.mlp_width,
-                         .recompute = re});
+    out.gemms.push_back(
+        {.layer = b + ".attn.proj", .m = rows, .n = c.width, .k = c.width, .recompute = re});
+    out.gemms.push_back(
+        {.layer = b + ".mlp.fc", .m = rows, .n = c.mlp_width, .k = c.width, .recompute = re});
+    out.gemms.push_back(
+        {.layer = b + ".mlp.proj", .m = rows, .n = c.width, .k = c.mlp_width, .recompute = re});
     out.weight_values += 4 * c.width * c.width + 2 * c.width * c.mlp_width;
   }
   out.gemms.push_back({.layer = "head", .m = rows, .n = c.vocab, .k = c.width});
@@ -139,8 +147,8 @@ StepTrace trace_step_gemms(nn::Module& model, const Shape& sample_shape, int64_t
   // Any other model: each Linear on one row per sample; convolutions cannot be sized.
   for (const auto& [name, m] : model.named_modules()) {
     if (const auto* lin = dynamic_cast<const nn::Linear*>(m)) {
-      out.gemms.push_back({.layer = name, .m = batch, .n = lin->out_features(),
-                           .k = lin->in_features()});
+      out.gemms.push_back(
+          {.layer = name, .m = batch, .n = lin->out_features(), .k = lin->in_features()});
       out.weight_values += lin->weight().numel();
     } else if (dynamic_cast<const nn::Conv2d*>(m)) {
       out.not_counted.push_back(name);
@@ -164,9 +172,7 @@ StepPrecision step_precision(std::string_view recipe, DType param_dtype,
     p.compute = compute;
     p.casts_weights = true;
   };
-  auto pure = [&](DType d) {
-    p.compute = p.param = p.grad = d;
-  };
+  auto pure = [&](DType d) { p.compute = p.param = p.grad = d; };
   if (recipe == "fp64") {
     pure(DType::fp64);
     p.state = DType::fp64;
@@ -191,16 +197,17 @@ StepPrecision step_precision(std::string_view recipe, DType param_dtype,
   return p;
 }
 
-OpCounts count_training_step(const StepTrace& trace, const StepPrecision& p,
-                             int64_t micro_batches, GemmTraffic traffic) {
+OpCounts count_training_step(const StepTrace& trace, const StepPrecision& p, int64_t micro_batches,
+                             GemmTraffic traffic) {
   if (micro_batches < 1) {
-    throw std::invalid_argument(
-        fmt::format("count_training_step: micro_batches must be at least 1, got {}", micro_batches));
+    throw std::invalid_argument(fmt::format(
+        "count_training_step: micro_batches must be at least 1, got {}", micro_batches));
   }
   OpCounts total;
   for (const StepGemm& g : trace.gemms) {
     const double times = double(g.count);
-    total += count_matmul(g.m, g.n, g.k, p.compute, p.compute, traffic) * (times * (1 + g.recompute));
+    total +=
+        count_matmul(g.m, g.n, g.k, p.compute, p.compute, traffic) * (times * (1 + g.recompute));
     if (g.a_grad) total += count_matmul(g.m, g.k, g.n, p.compute, p.compute, traffic) * times;
     if (g.b_grad) total += count_matmul(g.k, g.n, g.m, p.compute, p.compute, traffic) * times;
   }

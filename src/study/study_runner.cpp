@@ -177,8 +177,8 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   try {
     const train::TrainResult r = trainer->fit();
     rec = run_record_from_json(train::result_to_json(r));
-    if (!std::isfinite(r.final_loss) ||
-        (r.test_loss && !std::isfinite(*r.test_loss)) || (r.val_loss && !std::isfinite(*r.val_loss))) {
+    if (!std::isfinite(r.final_loss) || (r.test_loss && !std::isfinite(*r.test_loss)) ||
+        (r.val_loss && !std::isfinite(*r.val_loss))) {
       rec.diverged = true;
       rec.diverged_at_step = col->first_nonfinite.value_or(r.steps);
     } else {
@@ -270,10 +270,12 @@ std::string describe(const StudyConfig& sc, const train::TrainConfig& rc, int64_
 }  // namespace
 
 std::vector<std::string> default_study_precisions() {
-  static const std::vector<std::string> wanted = {"fp32", "tf32",     "bf16",    "fp16",
-                                                  "bf16-pure", "fp8", "int8-qat"};
+  static const std::vector<std::string> wanted = {"fp32",      "tf32", "bf16",    "fp16",
+                                                  "bf16-pure", "fp8",  "int8-qat"};
   const std::vector<std::string> have = train::available_recipes();
-  auto has = [&](const std::string& n) { return std::find(have.begin(), have.end(), n) != have.end(); };
+  auto has = [&](const std::string& n) {
+    return std::find(have.begin(), have.end(), n) != have.end();
+  };
   std::vector<std::string> out;
   for (const auto& n : wanted) {
     if (has(n)) out.push_back(n);
@@ -302,9 +304,9 @@ void check_precisions(const std::vector<std::string>& precisions) {
       }
     }
     if (std::find(planned.begin(), planned.end(), p) != planned.end()) {
-      throw ConfigError(fmt::format(
-          "precision '{}' is not available in this build yet; known precisions: {}", p,
-          join(have)));
+      throw ConfigError(
+          fmt::format("precision '{}' is not available in this build yet; known precisions: {}", p,
+                      join(have)));
     }
     throw ConfigError(fmt::format("unknown precision '{}'; known precisions: {}", p, join(have)));
   }
@@ -326,8 +328,8 @@ void check_output_dir(const std::filesystem::path& dir, bool force) {
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec)) return;
   if (!std::filesystem::is_directory(dir, ec)) {
-    throw StudyError(fmt::format("refusing to write into {}: it exists and is not a folder",
-                                 dir.string()));
+    throw StudyError(
+        fmt::format("refusing to write into {}: it exists and is not a folder", dir.string()));
   }
   if (force || is_previous_study(dir)) return;
   if (std::filesystem::is_empty(dir, ec)) return;  // an empty folder holds nothing to lose
@@ -376,9 +378,9 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   StudyResults& s = out.results;
   s.model = resolved.model.name;
   s.generated_at = now_text();
-  s.baseline_precision =
-      std::find(precisions.begin(), precisions.end(), "fp32") != precisions.end() ? "fp32"
-                                                                                   : precisions[0];
+  s.baseline_precision = std::find(precisions.begin(), precisions.end(), "fp32") != precisions.end()
+                             ? "fp32"
+                             : precisions[0];
 
   std::optional<StepTrace> trace;
   std::string data_description, rapl_note;
@@ -415,7 +417,8 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   }
   s.description = sc.description.empty() ? describe(sc, resolved, steps_seen, data_description)
                                          : sc.description;
-  if (!rapl_note.empty()) s.description += ". Energy estimated (RAPL unavailable: " + rapl_note + ")";
+  if (!rapl_note.empty())
+    s.description += ". Energy estimated (RAPL unavailable: " + rapl_note + ")";
   if (!sc.out_dir.empty()) write_study_report(sc.out_dir, s);
   return out;
 }

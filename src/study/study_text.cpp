@@ -18,7 +18,8 @@ using namespace detail;
 std::string with_sd(const RunRecord& r, const char* field, double v, std::string (*f)(double)) {
   std::string t = f(v);
   auto it = r.stddev.find(field);
-  if (it != r.stddev.end() && std::isfinite(it->second) && it->second > 0) t += " ± " + f(it->second);
+  if (it != r.stddev.end() && std::isfinite(it->second) && it->second > 0)
+    t += " ± " + f(it->second);
   return t;
 }
 
@@ -85,8 +86,8 @@ std::string format_study_table(const StudyResults& in) {
                                [](const RunRecord& r) { return r.test_accuracy.has_value(); });
 
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"precision", lm ? "val loss" : "accuracy %", "final loss", "ms/step",
-                  "speed-up", "peak memory", "energy", "status"});
+  rows.push_back({"precision", lm ? "val loss" : "accuracy %", "final loss", "ms/step", "speed-up",
+                  "peak memory", "energy", "status"});
   for (size_t i = 0; i < s.runs.size(); ++i) {
     const RunRecord& r = s.runs[i];
     const Verdict& v = verdicts[i];

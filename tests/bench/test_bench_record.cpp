@@ -16,8 +16,8 @@ namespace mixp::bench {
 namespace {
 
 struct ScratchDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("mixp_bench_record_" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("mixp_bench_record_" + std::to_string(::getpid()));
   ScratchDir() { std::filesystem::remove_all(path); }
   ~ScratchDir() { std::filesystem::remove_all(path); }
 };
@@ -31,7 +31,8 @@ SavedGemmBench sample() {
   s.n = 2048;
   s.repeat = 5;
   s.results.push_back({.dtype = "fp32", .gflops = 400, .peak_gflops = 500});
-  s.results.push_back({.dtype = "bf16", .gflops = 800, .peak_gflops = 1000, .speedup_vs_fp32 = 2.0});
+  s.results.push_back(
+      {.dtype = "bf16", .gflops = 800, .peak_gflops = 1000, .speedup_vs_fp32 = 2.0});
   s.results.push_back({.dtype = "fp16", .gflops = 300, .emulated = true});
   return s;
 }
@@ -48,7 +49,8 @@ TEST(BenchRecord, PathFollowsTheEnvironment) {
   ::unsetenv("MIXP_CACHE_DIR");
   ::unsetenv("XDG_CACHE_HOME");
   if (const char* home = std::getenv("HOME")) {
-    EXPECT_EQ(gemm_bench_record_path(), std::filesystem::path(home) / ".cache/mixp/bench-gemm.json");
+    EXPECT_EQ(gemm_bench_record_path(),
+              std::filesystem::path(home) / ".cache/mixp/bench-gemm.json");
   }
   if (old_own) ::setenv("MIXP_CACHE_DIR", own.c_str(), 1);
   if (old_xdg) ::setenv("XDG_CACHE_HOME", xdg.c_str(), 1);
@@ -140,7 +142,8 @@ TEST(BenchRecord, BenchSavesAndDoctorCites) {
   save_gemm_bench_record(sample(), d.path / "bench-gemm.json");
   out = run_with_cache(d.path, "doctor", &code);
   ASSERT_EQ(code, 0);
-  const std::string subject = out.find("Recommended precision: fp16") != std::string::npos ? "fp16" : "bf16";
+  const std::string subject =
+      out.find("Recommended precision: fp16") != std::string::npos ? "fp16" : "bf16";
   if (subject == "bf16") {
     EXPECT_NE(out.find("bf16 GEMM measured 2.0x fp32 on this machine (mixp bench gemm, n=2048, 2 "
                        "threads, 2025-11-21)."),

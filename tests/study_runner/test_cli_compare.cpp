@@ -28,7 +28,8 @@ void expect_usage_error(const train::testing::CliResult& r, const std::string& n
 TEST(CliCompare, WritesTheReportAndPrintsTheTable) {
   TempDir dir;
   const auto out = (dir / "st").string();
-  const auto r = run_cli(kTiny + "--precisions fp32,fp64 --steps 3 --out '" + out + "'", dir.path());
+  const auto r =
+      run_cli(kTiny + "--precisions fp32,fp64 --steps 3 --out '" + out + "'", dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* f : {"results.json", "results.csv", "report.md", "report.html"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / "st" / f)) << f;
@@ -53,8 +54,8 @@ TEST(CliCompare, WritesTheReportAndPrintsTheTable) {
 
 TEST(CliCompare, UnknownPrecisionListsTheKnownOnesAndRunsNothing) {
   TempDir dir;
-  const auto r = run_cli(kTiny + "--precisions fp32,fp17 --out '" + (dir / "x").string() + "'",
-                         dir.path());
+  const auto r =
+      run_cli(kTiny + "--precisions fp32,fp17 --out '" + (dir / "x").string() + "'", dir.path());
   expect_usage_error(r, "unknown precision 'fp17'; known precisions: ");
   EXPECT_NE(r.err.find("fp32"), std::string::npos);
   EXPECT_NE(r.err.find("fp64"), std::string::npos);
@@ -65,7 +66,8 @@ TEST(CliCompare, RefusesAFolderThatIsNotAStudyUnlessForced) {
   TempDir dir;
   std::filesystem::create_directories(dir / "mine");
   std::ofstream(dir / "mine" / "notes.txt") << "keep me";
-  const std::string args = kTiny + "--precisions fp32 --steps 2 --out '" + (dir / "mine").string() + "'";
+  const std::string args =
+      kTiny + "--precisions fp32 --steps 2 --out '" + (dir / "mine").string() + "'";
   auto r = run_cli(args, dir.path());
   expect_usage_error(r, "refusing to write into ");
   EXPECT_NE(r.err.find("it exists and is not a previous mixp study; use --force"),
@@ -87,9 +89,9 @@ TEST(CliCompare, BadFlags) {
 
 TEST(CliCompare, EveryRunDivergedIsAnErrorButTheReportIsThere) {
   TempDir dir;
-  const auto r = run_cli(kTiny + "--precisions fp32 --steps 3 --lr 1e30 --out '" +
-                             (dir / "nan").string() + "'",
-                         dir.path());
+  const auto r = run_cli(
+      kTiny + "--precisions fp32 --steps 3 --lr 1e30 --out '" + (dir / "nan").string() + "'",
+      dir.path());
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("[1/1] fp32  seed 0: diverged at step "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no run finished"), std::string::npos) << r.err;

@@ -16,8 +16,8 @@ std::shared_ptr<nn::Sequential> tiny_mlp() {
   Generator gen(1);
   auto m = std::make_shared<nn::Sequential>();
   m->add("flatten", std::make_shared<nn::Flatten>());
-  m->add("fc1", std::make_shared<nn::Linear>(
-                    4, 3, gen, nn::LinearOptions{.activation = Activation::relu}));
+  m->add("fc1", std::make_shared<nn::Linear>(4, 3, gen,
+                                             nn::LinearOptions{.activation = Activation::relu}));
   m->add("head", std::make_shared<nn::Linear>(3, 2, gen));
   return m;
 }
@@ -133,7 +133,8 @@ TEST(StepCounts, GptFromItsConfiguration) {
   const OpCounts c = count_training_step(t, step_precision("fp32", DType::fp32));
   EXPECT_EQ(c.total_macs(), 3 * (768 + 128 + 128 + 256 + 512 + 512 + 160));
   mc.checkpointing = true;
-  const OpCounts ck = count_training_step(trace_step_gemms(mc, 1), step_precision("fp32", DType::fp32));
+  const OpCounts ck =
+      count_training_step(trace_step_gemms(mc, 1), step_precision("fp32", DType::fp32));
   EXPECT_EQ(ck.total_macs() - c.total_macs(), 768 + 128 + 128 + 256 + 512 + 512)
       << "checkpointing recomputes each block's forward once";
 }

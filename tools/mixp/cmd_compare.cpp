@@ -83,7 +83,8 @@ void run(Flags& f) {
     throw UsageError("--epochs and --steps both given; give one");
   }
   auto positive = [&](const char* flag, double v) {
-    if (f.given(flag) && !(v > 0)) throw UsageError(fmt::format("{} must be positive, got {:g}", flag, v));
+    if (f.given(flag) && !(v > 0))
+      throw UsageError(fmt::format("{} must be positive, got {:g}", flag, v));
   };
   positive("--epochs", double(f.epochs));
   positive("--steps", double(f.steps));
@@ -131,8 +132,10 @@ void run(Flags& f) {
   }
   const std::string report = (sc.out_dir / "report.html").string();
   if (!o.any_finished) {
-    throw std::runtime_error("no run finished (every run diverged or failed); the report says "
-                             "why: " + report);
+    throw std::runtime_error(
+        "no run finished (every run diverged or failed); the report says "
+        "why: " +
+        report);
   }
   if (f.json) {
     std::cout << study::render_results_json(o.results);
@@ -161,8 +164,9 @@ RegisterCommand reg(40, [](CLI::App& app) {
   sub->add_option("--seeds", f->sc.seeds,
                   "runs per precision with seeds --seed, --seed+1, ...; the report shows mean "
                   "and spread (default 1)");
-  sub->add_option("--out", f->out, "folder for results.json, results.csv, report.md, report.html "
-                                   "(default mixp-study)");
+  sub->add_option("--out", f->out,
+                  "folder for results.json, results.csv, report.md, report.html "
+                  "(default mixp-study)");
   sub->add_flag("--force", f->sc.force,
                 "write into --out even if it exists and is not a previous study");
   sub->add_option("--data", c.data,

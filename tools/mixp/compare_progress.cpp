@@ -70,7 +70,8 @@ void CompareProgress::operator()(const study::StudyEvent& e) {
       break;
     case Kind::run_end:
       clear_line();
-      if (e.record) std::fputs((prefix(e) + study::format_run_line(*e.record) + "\n").c_str(), stderr);
+      if (e.record)
+        std::fputs((prefix(e) + study::format_run_line(*e.record) + "\n").c_str(), stderr);
       break;
   }
   std::fflush(stderr);

@@ -44,7 +44,7 @@ namespace mixp::study {
 // One forward matrix product C[m x n] = A[m x k] * B[k x n], `count` times (attention: once per
 // sample and head), with the batch already in m.
 struct StepGemm {
-  std::string layer;   // the module's dotted name, e.g. "fc1", "blocks.0.attn (scores)"
+  std::string layer;  // the module's dotted name, e.g. "fc1", "blocks.0.attn (scores)"
   int64_t m = 0, n = 0, k = 0;
   int64_t count = 1;
   bool a_grad = true;  // backward computes dA (false when A is the data)
@@ -54,9 +54,9 @@ struct StepGemm {
 
 struct StepTrace {
   std::vector<StepGemm> gemms;
-  int64_t parameters = 0;                 // trained values (the optimizer's work)
-  int64_t weight_values = 0;              // values of GEMM weights (cast by mixed recipes)
-  std::vector<std::string> not_counted;   // modules with work the trace could not see
+  int64_t parameters = 0;                // trained values (the optimizer's work)
+  int64_t weight_values = 0;             // values of GEMM weights (cast by mixed recipes)
+  std::vector<std::string> not_counted;  // modules with work the trace could not see
 };
 
 // The GEMMs of one training step of `model` on a batch of `batch` samples of `sample_shape`
