@@ -30,10 +30,18 @@ SavedGemmBench sample() {
   s.threads = 2;
   s.n = 2048;
   s.repeat = 5;
-  s.results.push_back({.dtype = "fp32", .gflops = 400, .peak_gflops = 500});
-  s.results.push_back(
-      {.dtype = "bf16", .gflops = 800, .peak_gflops = 1000, .speedup_vs_fp32 = 2.0});
-  s.results.push_back({.dtype = "fp16", .gflops = 300, .emulated = true});
+  auto result = [](const char* dtype, double gflops, std::optional<double> speedup, bool emulated) {
+    SavedGemmResult r;
+    r.dtype = dtype;
+    r.gflops = gflops;
+    r.peak_gflops = 2 * gflops;
+    r.speedup_vs_fp32 = speedup;
+    r.emulated = emulated;
+    return r;
+  };
+  s.results.push_back(result("fp32", 400, std::nullopt, false));
+  s.results.push_back(result("bf16", 800, 2.0, false));
+  s.results.push_back(result("fp16", 300, std::nullopt, true));
   return s;
 }
 
