@@ -1,0 +1,15 @@
+// The baseline tier of the quant kernels (see qkernels.h).
+#define MIXP_QK_NS generic
+#define MIXP_QK_TIER_NAME "generic"
+#include "quant/qkernels.inc"
+
+#include "mixp/backend/cpu_features.h"
+
+namespace mixp::quant::kern {
+const Kernels& kernels_generic() { return generic::table(); }
+
+const Kernels& kernels() {
+  static const Kernels* k = simd_tier() == SimdTier::avx512 ? &kernels_avx512() : &kernels_generic();
+  return *k;
+}
+}  // namespace mixp::quant::kern
