@@ -13,6 +13,8 @@
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
+#include "mixp/io/safetensors.h"
+#include <unistd.h>
 
 namespace mixp::quant {
 namespace {
