@@ -99,6 +99,7 @@ TEST(Models, GptCountNamesShapes) {
   EXPECT_THROW(small->forward(zeros({2, 9}, {.dtype = DType::int64})),
                std::invalid_argument);                                 // > context
   EXPECT_THROW(small->forward(zeros({2, 5})), std::invalid_argument);  // float ids
+  EXPECT_THROW(small->forward(full({1, 3}, 11, {.dtype = DType::int64})), std::out_of_range);  // id >= vocab
 }
 
 TEST(Models, GptInitIsGpt2Style) {

@@ -28,10 +28,12 @@ Buffers make(int64_t n) {
     b.v.push_back(static_cast<float>(gen.uniform01() * 1e-6));
   }
   // special values: zero gradient and state, a tiny v (denominator ~ eps), a NaN gradient
-  b.g[0] = 0.0f;
-  b.m[0] = b.v[0] = 0.0f;
-  b.v[1] = 1e-30f;
-  b.g[2] = std::numeric_limits<float>::quiet_NaN();
+  if (n >= 3) {
+    b.g[0] = 0.0f;
+    b.m[0] = b.v[0] = 0.0f;
+    b.v[1] = 1e-30f;
+    b.g[2] = std::numeric_limits<float>::quiet_NaN();
+  }
   return b;
 }
 

@@ -1,5 +1,7 @@
 #include "backend/cpu/onednn_util.h"
 
+#include <omp.h>
+
 #include "mixp/backend/cpu_features.h"
 #include "mixp/tensor/factories.h"
 
@@ -18,21 +20,31 @@ dnnl::stream& stream() {
 dnnl::memory::data_type data_type(DType dt) {
   using dt_t = dnnl::memory::data_type;
   switch (dt) {
-    case DType::fp32: return dt_t::f32;
-    case DType::bf16: return dt_t::bf16;
-    case DType::fp16: return dt_t::f16;
-    case DType::int8: return dt_t::s8;
-    case DType::uint8: return dt_t::u8;
-    case DType::int32: return dt_t::s32;
-    default: throw std::invalid_argument("oneDNN has no data type for " + std::string(mixp::name(dt)));
+    case DType::fp32:
+      return dt_t::f32;
+    case DType::bf16:
+      return dt_t::bf16;
+    case DType::fp16:
+      return dt_t::f16;
+    case DType::int8:
+      return dt_t::s8;
+    case DType::uint8:
+      return dt_t::u8;
+    case DType::int32:
+      return dt_t::s32;
+    default:
+      throw std::invalid_argument("oneDNN has no data type for " + std::string(mixp::name(dt)));
   }
 }
 
 bool supports(DType dt) {
   switch (dt) {
-    case DType::fp32: return true;
-    case DType::bf16: return cpu_features().use_avx512();  // oneDNN's bf16 needs AVX-512 (emulated without BF16)
-    default: return false;
+    case DType::fp32:
+      return true;
+    case DType::bf16:
+      return cpu_features().use_avx512();  // oneDNN's bf16 needs AVX-512 (emulated without BF16)
+    default:
+      return false;
   }
 }
 
@@ -44,7 +56,11 @@ std::unordered_map<Key, CachedPrimitive, KeyHash>& table() {
 }
 }  // namespace
 
-CachedPrimitive& cached(const Key& key, const std::function<CachedPrimitive()>& make) {
+CachedPrimitive& cached(const Key& key0, const std::function<CachedPrimitive()>& make) {
+  // oneDNN fixes some blocking decisions for the thread count at creation (as its own cache
+  // does, we key on it): set_num_threads() then gets primitives made for the new count.
+  Key key = key0;
+  key.add(omp_get_max_threads());
   std::lock_guard lock(g_mu);
   auto it = table().find(key);
   if (it != table().end()) return it->second;
@@ -60,10 +76,11 @@ void execute(CachedPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
   Tensor scratch;
   if (p.scratchpad_bytes > 0) {
     scratch = empty(Shape{static_cast<int64_t>(p.scratchpad_bytes)}, {.dtype = DType::uint8});
-    args.insert({DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(dnnl::memory::desc({static_cast<int64_t>(p.scratchpad_bytes)}, dnnl::memory::data_type::u8,
-                                                 dnnl::memory::format_tag::a),
-                              engine(), scratch.data_ptr())});
+    args.insert(
+        {DNNL_ARG_SCRATCHPAD,
+         dnnl::memory(dnnl::memory::desc({static_cast<int64_t>(p.scratchpad_bytes)},
+                                         dnnl::memory::data_type::u8, dnnl::memory::format_tag::a),
+                      engine(), scratch.data_ptr())});
   }
   p.prim.execute(stream(), args);
   stream().wait();
@@ -76,8 +93,8 @@ dnnl::primitive_attr base_attr() {
 }
 
 namespace {
-CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked, const dnnl::memory::desc& from,
-                             const dnnl::memory::desc& to) {
+CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked,
+                             const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
   Key k = base;
   k.add(1000 + arg);
   k.add(to_blocked);
@@ -88,7 +105,8 @@ CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked, const dn
 }
 }  // namespace
 
-dnnl::memory LayoutArgs::staged(int arg, const dnnl::memory::desc& plain, const Tensor& t, bool is_input) {
+dnnl::memory LayoutArgs::staged(int arg, const dnnl::memory::desc& plain, const Tensor& t,
+                                bool is_input) {
   const auto it = prim_.arg_descs.find(arg);
   dnnl::memory user(plain, engine(), t.data_ptr());
   if (it == prim_.arg_descs.end() || it->second == plain) return user;
