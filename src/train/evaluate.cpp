@@ -162,7 +162,8 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
       r.weight_bytes = tensor_bytes(*model);
       for (const auto& [n, m] : model->named_modules()) {
         if (const auto* w = dynamic_cast<const quant::WeightOnlyLinear*>(m)) {
-          r.weight_bytes += w->weight_bytes();
+          r.weight_bytes += w->weight_bytes();  // codes and scales
+          for (const auto& [bn, b] : w->named_buffers()) r.weight_bytes += int64_t(b.nbytes());
         }
       }
     } else if (auto inf = recipe->inference_model(*model)) {
