@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
+#include "quant/qkernels.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
@@ -17,19 +18,13 @@ namespace mixp::quant {
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Min/max of n contiguous values; NaN in both when a value is not finite. Branch-free so that it
-// vectorizes; the non-finite check is a separate reduction.
+// Min/max of n contiguous values (the vectorized kernel); NaN in both when a value is not finite.
 MinMax span_minmax(const float* x, int64_t n) {
-  float mn = kInf, mx = -kInf;
-  float bad = 0.0f;  // x - x is 0 for finite x and NaN for NaN and +-inf
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    mn = v < mn ? v : mn;
-    mx = v > mx ? v : mx;
-    bad += v - v;
-  }
-  if (bad != 0.0f) return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
-  return {mn, mx};
+  MinMax m;
+  bool bad = false;
+  kern::kernels().minmax(x, n, &m.min, &m.max, &bad);
+  if (bad) return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
+  return m;
 }
 
 MinMax merge(MinMax a, MinMax b) {

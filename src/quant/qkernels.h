@@ -1,6 +1,7 @@
-// Elementwise kernels of the quant module (internal), in two tiers (DESIGN.md 6.6): the same
-// source (qkernels.inc) compiled for baseline x86-64 (qkernels_generic.cpp) and AVX-512
-// (qkernels_avx512.cpp); kernels() picks one from simd_tier(). The loops are branch-free so GCC
+// Elementwise kernels of the quant module (internal), in three tiers (DESIGN.md 6.6): the same
+// source (qkernels.inc) compiled for baseline x86-64 (qkernels_generic.cpp), AVX2+FMA
+// (qkernels_avx2.cpp) and AVX-512 (qkernels_avx512.cpp); kernels() picks one from simd_tier().
+// (The baseline tier is scalar for the select-heavy loops: SSE2 has no blend.) The loops are branch-free so GCC
 // vectorizes them; they reproduce block_int8's scalar reference bit for bit (tests/quant):
 //
 //   v = x * inv_scale (fp32, inv_scale = 1 / scale in fp32, as PyTorch)
@@ -9,6 +10,7 @@
 //       is clamped first, which changes nothing since such q lies outside every int8 range
 //   q = r + zero_point; in range <=> qmin <= q <= qmax (the straight-through mask)
 //   fake quantization y = (clamp(q, qmin, qmax) - zero_point) * scale; NaN stays NaN (mask 0)
+//   straight-through gradient dx = dy * mask (as PyTorch: a NaN dy stays NaN where mask is 0)
 #pragma once
 #include <cstdint>
 
@@ -33,12 +35,15 @@ struct Kernels {
   // 4-bit blocks (block_int4.h) -> fp32 values [lo, hi) of the flat order (lo even, `block`
   // even): y[i - lo] = lut[code(i)] * scales[i / block]; `high_first`: element 2j in the high
   // nibble (NF4), else the low one (int4).
+  // Min and max of n values, and whether one is NaN or +-inf (*nonfinite). Empty: +inf, -inf.
+  void (*minmax)(const float* x, int64_t n, float* mn, float* mx, bool* nonfinite);
   void (*dequant4)(float* y, const uint8_t* data, const float* scales, int64_t lo, int64_t hi,
                    int64_t block, const float* lut, bool high_first);
 };
 
 const Kernels& kernels();
 const Kernels& kernels_generic();
+const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 
 }  // namespace mixp::quant::kern

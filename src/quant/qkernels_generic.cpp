@@ -9,7 +9,13 @@ namespace mixp::quant::kern {
 const Kernels& kernels_generic() { return generic::table(); }
 
 const Kernels& kernels() {
-  static const Kernels* k = simd_tier() == SimdTier::avx512 ? &kernels_avx512() : &kernels_generic();
+  static const Kernels* k = [] {
+    switch (simd_tier()) {
+      case SimdTier::avx512: return &kernels_avx512();
+      case SimdTier::avx2: return &kernels_avx2();
+      default: return &kernels_generic();
+    }
+  }();
   return *k;
 }
 }  // namespace mixp::quant::kern

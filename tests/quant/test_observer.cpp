@@ -6,6 +6,7 @@
 
 #include "mixp/mixp.h"
 #include "mixp/quant/observer.h"
+#include "quant/qkernels.h"
 #include "quant_test_util.h"
 
 namespace mixp::quant {
@@ -82,6 +83,37 @@ TEST(Observer, NonFiniteBatchesLeaveStatisticsUnchanged) {
 TEST(Observer, RefusesWhatPyTorchRefuses) {
   EXPECT_THROW(MinMaxObserver({QDType::quint8, QScheme::symmetric, true}), std::invalid_argument);
   EXPECT_THROW(MovingAverageMinMaxObserver({}, 0.0f), std::invalid_argument);
+}
+
+TEST(Observer, MinMaxKernelTiersMatchScalar) {
+  Generator g(9);
+  const std::vector<float> base = randn({1000}, g).to_vector<float>();
+  for (int64_t n : {0, 1, 15, 16, 17, 999, 1000}) {
+    for (int poison = 0; poison < 3; ++poison) {
+      std::vector<float> x(base.begin(), base.begin() + n);
+      if (poison == 1 && n > 3) x[size_t(n) / 2] = std::nanf("");
+      if (poison == 2 && n > 3) x[size_t(n) - 1] = -std::numeric_limits<float>::infinity();
+      float mn = std::numeric_limits<float>::infinity(), mx = -mn;
+      bool bad = false;
+      for (float v : x) {
+        bad = bad || !std::isfinite(v);
+        if (std::isfinite(v)) mn = std::min(mn, v), mx = std::max(mx, v);
+      }
+      for (const kern::Kernels* k :
+           {&kern::kernels_generic(), &kern::kernels_avx2(), &kern::kernels_avx512()}) {
+        if (k == &kern::kernels_avx512() && simd_tier() != SimdTier::avx512) continue;
+        if (k == &kern::kernels_avx2() && simd_tier() == SimdTier::scalar) continue;
+        float a, b;
+        bool nf;
+        k->minmax(x.data(), n, &a, &b, &nf);
+        EXPECT_EQ(nf, bad) << k->tier << " n=" << n;
+        if (!bad) {
+          EXPECT_EQ(a, mn) << k->tier << " n=" << n;
+          EXPECT_EQ(b, mx) << k->tier << " n=" << n;
+        }
+      }
+    }
+  }
 }
 
 TEST(Observer, MatchesTorchFixture) {
