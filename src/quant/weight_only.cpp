@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/format/block_int8.h"
+#include "mixp/io/quantized_safetensors.h"
 #include "mixp/nn/sequential.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
@@ -179,6 +181,41 @@ int quantize_weights_4bit(nn::Module& model, const WeightOnlyOptions& opt) {
     throw std::invalid_argument(
         "mixp::quant::quantize_weights_4bit: the model has no Linear layer inside a Sequential "
         "(weight-only 4-bit supports the mlp and cnn models)");
+  }
+  return count;
+}
+
+int load_weights_4bit(nn::Module& model, const SafeTensorsFile& file, DType compute,
+                      std::string* scheme) {
+  std::vector<std::pair<std::string, nn::Sequential*>> seqs;
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* seq = dynamic_cast<nn::Sequential*>(m)) seqs.emplace_back(name, seq);
+  }
+  int count = 0;
+  for (auto& [prefix, seq] : seqs) {
+    for (const auto& [child, c] : seq->named_children()) {
+      const auto* lin = dynamic_cast<const nn::Linear*>(c.get());
+      const std::string wname = (prefix.empty() ? "" : prefix + ".") + child + ".weight";
+      if (!lin || !is_block_tensor(file, wname)) continue;
+      const BlockTensor t = get_block_tensor(file, wname);
+      if (t.scheme != "nf4" && t.scheme != "int4") continue;  // other schemes: decoded to fp32
+      if (t.shape != std::vector<int64_t>{lin->out_features(), lin->in_features()}) {
+        throw std::invalid_argument(fmt::format(
+            "{} is stored with shape [{}] but the layer's weight is [{}, {}]", wname,
+            fmt::join(t.shape, ", "), lin->out_features(), lin->in_features()));
+      }
+      std::vector<float> scales(t.scales.size() / 4);
+      std::memcpy(scales.data(), t.scales.data(), scales.size() * 4);  // little-endian fp32
+      WeightOnlyOptions o;
+      o.kind = parse_block4(t.scheme);
+      o.block_size = t.block_size;
+      o.compute = compute;
+      seq->replace(child, std::make_shared<WeightOnlyLinear>(
+                              lin->in_features(), lin->out_features(), t.data, std::move(scales),
+                              lin->bias(), lin->activation(), o));
+      if (scheme) *scheme = t.scheme;
+      ++count;
+    }
   }
   return count;
 }

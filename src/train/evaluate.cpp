@@ -3,10 +3,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
+#include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/ops/ops.h"
 #include "mixp/quant/int8_model.h"
@@ -89,6 +91,28 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+bool has_block_tensors(const SafeTensorsFile& f) {
+  for (const auto& t : f.tensors) {
+    if (is_block_tensor(f, t.name)) return true;
+  }
+  return false;
+}
+// Every logical tensor of a `mixp convert` file, decoded to fp32.
+SafeTensorsFile decoded(const SafeTensorsFile& f) {
+  SafeTensorsFile out;
+  for (const std::string& name : logical_tensor_names(f)) {
+    std::vector<int64_t> shape;
+    const std::vector<float> v = read_tensor_f32(f, name, &shape);
+    SafeTensor t;
+    t.name = name;
+    t.dtype = DType::fp32;
+    t.shape = shape;
+    t.data.resize(v.size() * sizeof(float));
+    std::memcpy(t.data.data(), v.data(), t.data.size());
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
 int64_t tensor_bytes(const nn::Module& m) {
   int64_t b = 0;
   for (const auto& [n, t] : m.named_parameters()) b += static_cast<int64_t>(t.nbytes());
@@ -141,34 +165,59 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   } else {
     model = detail::build_model(c, *recipe);
     const auto file = dir / kModelFile;
-    load_module_state(*model, read_safetensors(file), file.string());
+    const SafeTensorsFile raw = read_safetensors(file);
+    if (opt.compute != "bf16" && opt.compute != "fp32") {
+      throw ConfigError("--compute must be bf16 or fp32, got '" + opt.compute + "'");
+    }
+    const DType compute = opt.compute == "bf16" ? DType::bf16 : DType::fp32;
     r.evaluated = c.precision;
-    r.weight_bytes = tensor_bytes(*model);
-    if (!opt.weights.empty()) {
+    std::string stored_4bit;  // "nf4" / "int4" when the file holds 4-bit Linear weights
+    if (has_block_tensors(raw)) {
+      // Re-encoded by `mixp convert`: every tensor decoded to fp32 for the model, then the Linear
+      // weights stored as nf4/int4 keep their codes (weight-only 4-bit layers).
+      load_module_state(*model, decoded(raw), file.string());
+      try {
+        if (quant::load_weights_4bit(*model, raw, compute, &stored_4bit) == 0) stored_4bit.clear();
+      } catch (const std::invalid_argument& e) {
+        throw TrainError(file.string() + ": " + e.what());
+      }
+      if (!stored_4bit.empty() && !opt.weights.empty() && opt.weights != stored_4bit) {
+        throw ConfigError(fmt::format("{} holds {} Linear weights (mixp convert); --weights {} "
+                                      "cannot re-quantize them: leave --weights out",
+                                      file.string(), stored_4bit, opt.weights));
+      }
+      r.evaluated = stored_4bit.empty()
+                        ? c.precision + " (tensors decoded from mixp convert)"
+                        : fmt::format("{} weights from mixp convert, {} compute", stored_4bit,
+                                      opt.compute);
+    } else {
+      load_module_state(*model, raw, file.string());
+    }
+    if (!opt.weights.empty() && stored_4bit.empty()) {
       quant::WeightOnlyOptions wo;
       wo.double_quant = opt.double_quant;
+      wo.compute = compute;
       try {
         wo.kind = quant::parse_block4(opt.weights);
-        if (opt.compute != "bf16" && opt.compute != "fp32") {
-          throw std::invalid_argument("--compute must be bf16 or fp32, got '" + opt.compute + "'");
-        }
-        wo.compute = opt.compute == "bf16" ? DType::bf16 : DType::fp32;
         quant::quantize_weights_4bit(*model, wo);
       } catch (const std::invalid_argument& e) {
         throw ConfigError(e.what());
       }
       r.evaluated = fmt::format("{} weights{}, {} compute", opt.weights,
                                 opt.double_quant ? " (double quantization)" : "", opt.compute);
-      r.weight_bytes = tensor_bytes(*model);
-      for (const auto& [n, m] : model->named_modules()) {
-        if (const auto* w = dynamic_cast<const quant::WeightOnlyLinear*>(m)) {
-          r.weight_bytes += w->weight_bytes();  // codes and scales
-          for (const auto& [bn, b] : w->named_buffers()) r.weight_bytes += int64_t(b.nbytes());
-        }
+    }
+    r.weight_bytes = tensor_bytes(*model);
+    for (const auto& [n, m] : model->named_modules()) {
+      if (const auto* w = dynamic_cast<const quant::WeightOnlyLinear*>(m)) {
+        r.weight_bytes += w->weight_bytes();  // codes and scales
+        for (const auto& [bn, b] : w->named_buffers()) r.weight_bytes += int64_t(b.nbytes());
       }
-    } else if (auto inf = recipe->inference_model(*model)) {
-      model = inf;
-      r.evaluated = "int8 (converted from the " + c.precision + " model)";
+    }
+    if (opt.weights.empty() && stored_4bit.empty()) {
+      if (auto inf = recipe->inference_model(*model)) {
+        model = inf;
+        r.evaluated = "int8 (converted from the " + c.precision + " model)";
+      }
     }
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/train_test_util.h"
+#include "mixp/io/convert_safetensors.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/quantize_checkpoint.h"
 #include "mixp/train/trainer.h"
@@ -176,6 +177,20 @@ TEST(QatTrain, EvalWithNf4WeightsIsCloseToFp32) {
                            tmp.path());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("nf4 or int4"), std::string::npos) << bad.err;
+  // A checkpoint whose model.safetensors `mixp convert --to nf4` re-encoded: the Linear weights
+  // keep their stored codes (the same codes --weights nf4 makes), the biases are decoded.
+  std::filesystem::create_directories(tmp / "nf4file");
+  std::filesystem::copy_file(tmp / "mlp" / kStateFile, tmp / "nf4file" / kStateFile);
+  FileConvertOptions co;
+  co.to = "nf4";
+  write_safetensors(tmp / "nf4file" / kModelFile,
+                    convert_safetensors(read_safetensors(tmp / "mlp" / kModelFile), co).file);
+  const EvalResult fromfile = evaluate_checkpoint(tmp / "nf4file", EvalOptions{});
+  EXPECT_EQ(fromfile.evaluated, "nf4 weights from mixp convert, bf16 compute");
+  EXPECT_NEAR(fromfile.accuracy.value_or(0), *r.test_accuracy, 0.03);
+  EvalOptions wrong;
+  wrong.weights = "int4";
+  EXPECT_THROW(evaluate_checkpoint(tmp / "nf4file", wrong), ConfigError);
   const auto no8 = run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --precision int8",
                            tmp.path());
   EXPECT_EQ(no8.exit_code, 2);

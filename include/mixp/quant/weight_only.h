@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "mixp/format/block_int4.h"
+#include "mixp/io/safetensors.h"
 #include "mixp/nn/linear.h"
 
 namespace mixp::quant {
@@ -78,5 +79,14 @@ class WeightOnlyLinear : public nn::Module {
 // by a WeightOnlyLinear; returns how many. Throws std::invalid_argument when there is none
 // (e.g. gpt, whose Linear layers sit inside custom modules).
 int quantize_weights_4bit(nn::Module& model, const WeightOnlyOptions& opt = {});
+
+// For a checkpoint re-encoded by `mixp convert --to nf4|int4` (io/quantized_safetensors.h):
+// replaces every Linear (child of a Sequential) whose "<name>.weight" is stored in `file` as an nf4
+// or int4 block tensor by a WeightOnlyLinear that uses the stored codes and scales as they are (no
+// second quantization); the layer's bias is taken from the module (load the decoded tensors into
+// the model first). Returns how many; `scheme` gets the scheme found ("nf4" / "int4"). Throws
+// std::invalid_argument when a stored weight's shape does not match its layer.
+int load_weights_4bit(nn::Module& model, const SafeTensorsFile& file, DType compute,
+                      std::string* scheme = nullptr);
 
 }  // namespace mixp::quant
