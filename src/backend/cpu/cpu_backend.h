@@ -22,6 +22,7 @@ class CpuBackend : public RefBackend {
   void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) override;
   void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override;
   void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override;
+  void reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src);
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                         bool log) override;
@@ -36,6 +37,8 @@ class CpuBackend : public RefBackend {
   void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                            const Tensor& src, const Tensor& weight, const Tensor& save_mean,
                            const Tensor& save_invstd) override;
+  void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) override;
+  void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
   void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Pool2dParams& p) override;
