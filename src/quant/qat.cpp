@@ -6,7 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "mixp/backend/cpu_features.h"
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "mixp/nn/activation.h"
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/flatten.h"
@@ -18,7 +19,14 @@
 namespace mixp::quant {
 
 bool default_reduce_range() {
-  return !cpu_features().avx512_vnni && !cpu_features().avx_vnni;
+  // What oneDNN will run, not just what the CPU has: ONEDNN_MAX_CPU_ISA (or a tool that hides
+  // AVX-512, such as valgrind) can select kernels without VNNI on a VNNI machine.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto has = [&](dnnl::cpu_isa want) {
+    const auto w = static_cast<unsigned>(want);
+    return (isa & w) == w;
+  };
+  return !has(dnnl::cpu_isa::avx512_core_vnni) && !has(dnnl::cpu_isa::avx2_vnni);
 }
 
 QConfig default_qat_qconfig() {

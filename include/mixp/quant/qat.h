@@ -40,7 +40,8 @@ QConfig default_qat_qconfig();
 // default uses a HistogramObserver; min-max is what mixp offers), PerChannelMinMaxObserver qint8
 // symmetric weights; reduce_range as above.
 QConfig default_ptq_qconfig();
-// True when activations should use reduce_range on this machine (no AVX512-VNNI).
+// True when activations should use reduce_range here: oneDNN's effective ISA (what it will run,
+// after ONEDNN_MAX_CPU_ISA) has neither AVX512-VNNI nor AVX-VNNI.
 bool default_reduce_range();
 
 // Swaps the model's layers for their QAT versions (qat_modules.h) in place and adds the fake
