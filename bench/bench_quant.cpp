@@ -13,14 +13,13 @@
 // Every comparison interleaves the two sides call by call (--pairs calls each, best of each side):
 // on a shared machine the load drifts between two separate measurements, the interleaved ratio
 // does not.
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
@@ -43,7 +42,8 @@ double seconds_of(const std::function<void()>& f) {
 }
 
 // Best time of each side over g_pairs interleaved calls (after one warm-up call each).
-std::pair<double, double> interleaved(const std::function<void()>& a, const std::function<void()>& b) {
+std::pair<double, double> interleaved(const std::function<void()>& a,
+                                      const std::function<void()>& b) {
   a();
   b();
   double ba = 1e300, bb = 1e300;
@@ -81,13 +81,14 @@ struct OnednnMatmul {
       po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(po);
     }
-    const auto pd = fused ? dnnl::matmul::primitive_desc(
-                                dnnl::matmul::desc(a_md, w_any, b_md, c_md), attr, eng)
-                          : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, w_any, c_md), eng);
+    const auto pd =
+        fused ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, w_any, b_md, c_md), attr, eng)
+              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, w_any, c_md), eng);
     prim = std::make_unique<dnnl::matmul>(pd);
     w_reordered = empty({int64_t(pd.weights_desc().get_size())}, {.dtype = DType::uint8});
     const dnnl::memory::desc w_plain({K, N}, dt::s8, dnnl::memory::dims{1, K});
-    dnnl::memory from(w_plain, eng, w_nk.data_ptr()), to(pd.weights_desc(), eng, w_reordered.data_ptr());
+    dnnl::memory from(w_plain, eng, w_nk.data_ptr()),
+        to(pd.weights_desc(), eng, w_reordered.data_ptr());
     dnnl::reorder(from, to).execute(s, from, to);
     s.wait();
     dst = empty({M, N}, {.dtype = fused ? DType::uint8 : DType::int32});
@@ -118,16 +119,18 @@ void gemm_case(int64_t M, int64_t K, int64_t N) {
   quant::Int8Linear layer(p);
   const quant::QAct in{x, p.input};
   std::vector<float> osc(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) osc[size_t(i)] = p.input.scale * p.weight_scale[size_t(i)] / 50.0f;
+  for (int64_t i = 0; i < N; ++i)
+    osc[size_t(i)] = p.input.scale * p.weight_scale[size_t(i)] / 50.0f;
   OnednnMatmul plain(x, w, false, osc), fused(x, w, true, osc);
   const double ops = 2.0 * double(M) * double(K) * double(N);
   const auto [tm, tp] = interleaved([&] { layer.forward(in); }, [&] { plain.run(); });
   const auto [tm2, tf] = interleaved([&] { layer.forward(in); }, [&] { fused.run(); });
   const double best_m = std::min(tm, tm2);
-  std::printf("int8 GEMM %5lld x %5lld x %5lld: mixp Int8Linear %7.1f GOP/s | oneDNN u8s8s32 %7.1f "
-              "(ratio %.2f) | oneDNN fused u8 %7.1f (ratio %.2f)\n",
-              (long long)M, (long long)K, (long long)N, ops / best_m * 1e-9, ops / tp * 1e-9,
-              tp / tm, ops / tf * 1e-9, tf / tm2);
+  std::printf(
+      "int8 GEMM %5lld x %5lld x %5lld: mixp Int8Linear %7.1f GOP/s | oneDNN u8s8s32 %7.1f "
+      "(ratio %.2f) | oneDNN fused u8 %7.1f (ratio %.2f)\n",
+      (long long)M, (long long)K, (long long)N, ops / best_m * 1e-9, ops / tp * 1e-9, tp / tm,
+      ops / tf * 1e-9, tf / tm2);
 }
 
 void conv_case(int64_t N, int64_t C, int64_t H, int64_t O) {
@@ -148,7 +151,8 @@ void conv_case(int64_t N, int64_t C, int64_t H, int64_t O) {
   // oneDNN direct: the same fused convolution.
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream s(eng);
-  const dnnl::memory::desc src({N, C, H, H}, dt::u8, tag::nhwc), dst({N, O, H, H}, dt::u8, tag::nhwc);
+  const dnnl::memory::desc src({N, C, H, H}, dt::u8, tag::nhwc),
+      dst({N, O, H, H}, dt::u8, tag::nhwc);
   const dnnl::memory::desc wa({O, C, 3, 3}, dt::s8, tag::any), b({O}, dt::f32, tag::a);
   dnnl::primitive_attr attr;
   std::vector<float> osc(static_cast<size_t>(O));
@@ -168,19 +172,22 @@ void conv_case(int64_t N, int64_t C, int64_t H, int64_t O) {
   dnnl::memory wto(pd.weights_desc(), eng, wr.data_ptr());
   dnnl::reorder(wfrom, wto).execute(s, wfrom, wto);
   Tensor out = empty({N, H, H, O}, {.dtype = DType::uint8}), bias = zeros({O});
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src, eng, x.data_ptr())},
-                                             {DNNL_ARG_WEIGHTS, wto},
-                                             {DNNL_ARG_BIAS, dnnl::memory(b, eng, bias.data_ptr())},
-                                             {DNNL_ARG_DST, dnnl::memory(dst, eng, out.data_ptr())}};
-  const auto [tm, to] = interleaved([&] { layer.forward(in); }, [&] {
-    prim.execute(s, args);
-    s.wait();
-  });
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(src, eng, x.data_ptr())},
+      {DNNL_ARG_WEIGHTS, wto},
+      {DNNL_ARG_BIAS, dnnl::memory(b, eng, bias.data_ptr())},
+      {DNNL_ARG_DST, dnnl::memory(dst, eng, out.data_ptr())}};
+  const auto [tm, to] = interleaved([&] { layer.forward(in); },
+                                    [&] {
+                                      prim.execute(s, args);
+                                      s.wait();
+                                    });
   const double ops = 2.0 * double(N) * double(H * H) * double(O) * double(C * 9);
-  std::printf("int8 conv %lldx%lldx%lldx%lld -> %lld 3x3: mixp Int8Conv2d %7.1f GOP/s | oneDNN fused "
-              "%7.1f (ratio %.2f)   [%s]\n",
-              (long long)N, (long long)C, (long long)H, (long long)H, (long long)O,
-              ops / tm * 1e-9, ops / to * 1e-9, to / tm, pd.impl_info_str());
+  std::printf(
+      "int8 conv %lldx%lldx%lldx%lld -> %lld 3x3: mixp Int8Conv2d %7.1f GOP/s | oneDNN fused "
+      "%7.1f (ratio %.2f)   [%s]\n",
+      (long long)N, (long long)C, (long long)H, (long long)H, (long long)O, ops / tm * 1e-9,
+      ops / to * 1e-9, to / tm, pd.impl_info_str());
 }
 
 Tensor images(int64_t n, Generator& g) {

@@ -47,9 +47,10 @@ Tensor fake_quantize_impl(const Tensor& x0, std::span<const QParams> params, boo
     g = detail::channel_layout(std::span<const int64_t>(x.shape().data(), x.shape().size()), axis,
                                static_cast<size_t>(x.numel()), who);
     if (static_cast<size_t>(g.channels) != params.size()) {
-      throw std::invalid_argument(fmt::format("mixp::quant::{}: {} channel parameters for {} "
-                                              "channels along axis {}",
-                                              who, params.size(), g.channels, axis));
+      throw std::invalid_argument(
+          fmt::format("mixp::quant::{}: {} channel parameters for {} "
+                      "channels along axis {}",
+                      who, params.size(), g.channels, axis));
     }
   } else {
     g.inner = x.numel();

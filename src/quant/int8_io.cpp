@@ -37,7 +37,8 @@ void add_weight_layer(SafeTensorsFile& f, const Int8WeightLayerParams& p) {
                            p.weight_scale.size()));
   f.tensors.push_back(make(p.name + ".bias", DType::fp32, {O}, p.bias.data(), p.bias.size()));
   f.tensors.push_back(make(p.name + ".input_scale", DType::fp32, {1}, &p.input.scale, 1));
-  f.tensors.push_back(make(p.name + ".input_zero_point", DType::int32, {1}, &p.input.zero_point, 1));
+  f.tensors.push_back(
+      make(p.name + ".input_zero_point", DType::int32, {1}, &p.input.zero_point, 1));
   if (p.output) {
     f.tensors.push_back(make(p.name + ".output_scale", DType::fp32, {1}, &p.output->scale, 1));
     f.tensors.push_back(
@@ -54,7 +55,8 @@ const SafeTensor& need(const SafeTensorsFile& f, const std::filesystem::path& pa
   const SafeTensor* t = f.find(name);
   if (!t) bad(path, "tensor '" + name + "' is missing");
   if (t->dtype != dt) {
-    bad(path, fmt::format("tensor '{}' is {}, expected {}", name, mixp::name(t->dtype), mixp::name(dt)));
+    bad(path,
+        fmt::format("tensor '{}' is {}, expected {}", name, mixp::name(t->dtype), mixp::name(dt)));
   }
   if (numel >= 0 && t->numel() != numel) {
     bad(path, fmt::format("tensor '{}' has {} values, expected {}", name, t->numel(), numel));
@@ -93,9 +95,10 @@ Int8WeightLayerParams read_weight_layer(const SafeTensorsFile& f, const std::fil
                       scalar<int32_t>(need(f, path, p.name + ".input_zero_point", DType::int32, 1)),
                       l.value("input_reduce_range", rr));
   if (l.value("output_u8", false)) {
-    p.output = u8_params(scalar<float>(need(f, path, p.name + ".output_scale", DType::fp32, 1)),
-                         scalar<int32_t>(need(f, path, p.name + ".output_zero_point", DType::int32, 1)),
-                         l.value("output_reduce_range", rr));
+    p.output =
+        u8_params(scalar<float>(need(f, path, p.name + ".output_scale", DType::fp32, 1)),
+                  scalar<int32_t>(need(f, path, p.name + ".output_zero_point", DType::int32, 1)),
+                  l.value("output_reduce_range", rr));
   }
   p.relu = l.value("relu", false);
   if (l.value("kind", "") == "conv2d") {
@@ -171,9 +174,10 @@ std::shared_ptr<Int8Model> load_int8_model(const std::filesystem::path& path) {
       const std::string kind = l.at("kind").get<std::string>();
       const std::string nm = l.at("name").get<std::string>();
       if (kind == "quantize") {
-        const QParams q = u8_params(scalar<float>(need(f, path, nm + ".scale", DType::fp32, 1)),
-                                    scalar<int32_t>(need(f, path, nm + ".zero_point", DType::int32, 1)),
-                                    l.value("reduce_range", false));
+        const QParams q =
+            u8_params(scalar<float>(need(f, path, nm + ".scale", DType::fp32, 1)),
+                      scalar<int32_t>(need(f, path, nm + ".zero_point", DType::int32, 1)),
+                      l.value("reduce_range", false));
         model->add_layer(std::make_unique<Int8Quantize>(nm, q));
       } else if (kind == "linear") {
         model->add_layer(std::make_unique<Int8Linear>(read_weight_layer(f, path, l)));

@@ -29,15 +29,17 @@ struct Requant {
 Requant make_requant(Int8WeightLayerParams& p) {
   const int64_t O = p.weight.size(0);
   const int64_t K = p.weight.numel() / std::max<int64_t>(O, 1);
-  if (static_cast<int64_t>(p.weight_scale.size()) != O || static_cast<int64_t>(p.bias.size()) != O) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::{}: {} weight scales and {} biases for {} output channels", p.name,
-        p.weight_scale.size(), p.bias.size(), O));
+  if (static_cast<int64_t>(p.weight_scale.size()) != O ||
+      static_cast<int64_t>(p.bias.size()) != O) {
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::{}: {} weight scales and {} biases for {} output channels",
+                    p.name, p.weight_scale.size(), p.bias.size(), O));
   }
   if (p.input.qmin != 0 || p.input.qmax <= 0 || p.input.qmax > 255) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::{}: int8 layers take quint8 inputs (range [0, 255] or [0, 127]), got [{}, {}]",
-        p.name, p.input.qmin, p.input.qmax));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::{}: int8 layers take quint8 inputs (range [0, 255] or [0, 127]), "
+                    "got [{}, {}]",
+                    p.name, p.input.qmin, p.input.qmax));
   }
   Requant r;
   r.scales.resize(static_cast<size_t>(O));
@@ -142,14 +144,15 @@ void check_input(const QAct& in, const Int8WeightLayerParams& p, int rank, const
 
 struct Int8Linear::Impl {
   Requant rq;
-  Tensor bias;  // fp32 [1, O] in accumulator units
+  Tensor bias;                     // fp32 [1, O] in accumulator units
   std::map<int64_t, Entry> cache;  // by M
 };
 
-Int8Linear::Int8Linear(Int8WeightLayerParams p) : p_(std::move(p)), impl_(std::make_unique<Impl>()) {
+Int8Linear::Int8Linear(Int8WeightLayerParams p)
+    : p_(std::move(p)), impl_(std::make_unique<Impl>()) {
   if (!p_.weight.defined() || p_.weight.dim() != 2 || p_.weight.dtype() != DType::int8) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Int8Linear '{}': the weight must be int8 [O, K]", p_.name));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8Linear '{}': the weight must be int8 [O, K]", p_.name));
   }
   p_.weight = p_.weight.contiguous().clone();  // owned: make_requant may zero rows
   impl_->rq = make_requant(p_);
@@ -162,9 +165,10 @@ QAct Int8Linear::forward(const QAct& in) {
   check_input(in, p_, 2, "Int8Linear");
   const int64_t M = in.data.size(0), K = in.data.size(1), O = p_.weight.size(0);
   if (K != p_.weight.size(1)) {
-    throw std::invalid_argument(fmt::format("mixp::quant::Int8Linear '{}': input has {} features, "
-                                            "the weight {}",
-                                            p_.name, K, p_.weight.size(1)));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8Linear '{}': input has {} features, "
+                    "the weight {}",
+                    p_.name, K, p_.weight.size(1)));
   }
   QAct out = make_out(Shape{M, O}, p_);
   if (M == 0) return out;
@@ -208,7 +212,8 @@ struct Int8Conv2d::Impl {
   std::map<std::array<int64_t, 3>, Entry> cache;  // by (N, H, W) of the (padded) input
 };
 
-Int8Conv2d::Int8Conv2d(Int8WeightLayerParams p) : p_(std::move(p)), impl_(std::make_unique<Impl>()) {
+Int8Conv2d::Int8Conv2d(Int8WeightLayerParams p)
+    : p_(std::move(p)), impl_(std::make_unique<Impl>()) {
   if (!p_.weight.defined() || p_.weight.dim() != 4 || p_.weight.dtype() != DType::int8) {
     throw std::invalid_argument(fmt::format(
         "mixp::quant::Int8Conv2d '{}': the weight must be int8 [O, C, KH, KW]", p_.name));
@@ -261,12 +266,13 @@ Entry make_conv_entry(const Shape& src, const Shape& w, int64_t OH, int64_t OW, 
   const memory::desc w_any({O, C, w[2], w[3]}, dt::s8, tag::any);
   const memory::dims strides{sh, sw}, dil{0, 0}, pl{ph, pw};
   const memory::dims pr{pad_r(H, OH, w[2], sh, ph)[0], pad_r(W, OW, w[3], sw, pw)[0]};
-  const auto desc = bias ? dnnl::convolution_forward::desc(
-                               dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                               e.src_md, w_any, e.bias_md, e.dst_md, strides, dil, pl, pr)
-                         : dnnl::convolution_forward::desc(
-                               dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                               e.src_md, w_any, e.dst_md, strides, dil, pl, pr);
+  const auto desc =
+      bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::convolution_direct, e.src_md, w_any,
+                                             e.bias_md, e.dst_md, strides, dil, pl, pr)
+           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::convolution_direct, e.src_md, w_any,
+                                             e.dst_md, strides, dil, pl, pr);
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn::engine());
   e.prim = {dnnl::convolution_forward(pd), pd.scratchpad_desc().get_size(), {}};
   e.weights_md = pd.weights_desc();
@@ -284,18 +290,19 @@ QAct Int8Conv2d::forward(const QAct& in) {
   check_input(in, p_, 4, "Int8Conv2d");
   const Shape& ws = p_.weight.shape();
   if (in.data.size(3) != ws[1]) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Int8Conv2d '{}': input has {} channels, the weight {}", p_.name,
-        in.data.size(3), ws[1]));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8Conv2d '{}': input has {} channels, the weight {}", p_.name,
+                    in.data.size(3), ws[1]));
   }
   const Conv2dParams& c = p_.conv;
   const int64_t N = in.data.size(0), H = in.data.size(1), W = in.data.size(2);
   const int64_t OH = conv_out(H, ws[2], c.stride_h, c.pad_h);
   const int64_t OW = conv_out(W, ws[3], c.stride_w, c.pad_w);
   if (OH <= 0 || OW <= 0) {
-    throw std::invalid_argument(fmt::format("mixp::quant::Int8Conv2d '{}': input {} is smaller "
-                                            "than the kernel",
-                                            p_.name, in.data.shape().str()));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8Conv2d '{}': input {} is smaller "
+                    "than the kernel",
+                    p_.name, in.data.shape().str()));
   }
   QAct out = make_out(p_.output ? Shape{N, OH, OW, ws[0]} : Shape{N, ws[0], OH, OW}, p_);
   if (N == 0) return out;
@@ -308,9 +315,9 @@ QAct Int8Conv2d::forward(const QAct& in) {
   const std::array<int64_t, 3> key{N, src.size(1), src.size(2)};
   auto it = impl_->cache.find(key);
   if (it == impl_->cache.end()) {
-    Entry e = make_conv_entry(src.shape(), ws, OH, OW, ph, pw, c.stride_h, c.stride_w,
-                              p_.output ? dt::u8 : dt::f32, true, requant_attr(p_, impl_->rq),
-                              p_.weight);
+    Entry e =
+        make_conv_entry(src.shape(), ws, OH, OW, ph, pw, c.stride_h, c.stride_w,
+                        p_.output ? dt::u8 : dt::f32, true, requant_attr(p_, impl_->rq), p_.weight);
     it = impl_->cache.emplace(key, std::move(e)).first;
   }
   run(it->second, src, impl_->bias, out.data);
@@ -335,7 +342,8 @@ Tensor int8_conv2d_s32(const Tensor& src, const Tensor& weight, const Conv2dPara
   if (!src.defined() || src.dim() != 4 || src.dtype() != DType::uint8 || !weight.defined() ||
       weight.dim() != 4 || weight.dtype() != DType::int8 || src.size(3) != weight.size(1)) {
     throw std::invalid_argument(
-        "mixp::quant::int8_conv2d_s32: expected src u8 [N, H, W, C] and weight int8 [O, C, KH, KW]");
+        "mixp::quant::int8_conv2d_s32: expected src u8 [N, H, W, C] and weight int8 [O, C, KH, "
+        "KW]");
   }
   const Tensor s = src.contiguous(), w = weight.contiguous();
   const int64_t OH = conv_out(s.size(1), w.size(2), p.stride_h, p.pad_h);

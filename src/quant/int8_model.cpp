@@ -88,11 +88,11 @@ std::string Int8Model::describe() const {
 QAct Int8Quantize::forward(const QAct& in) {
   const Tensor& x = in.data;
   if (!x.defined() || x.dtype() != DType::fp32 || (x.dim() != 2 && x.dim() != 4)) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Int8Quantize '{}': expected fp32 [N, C, H, W] or [N, K]", name_));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8Quantize '{}': expected fp32 [N, C, H, W] or [N, K]", name_));
   }
-  const Tensor xc = x.dim() == 4 && x.size(1) != 1 ? x.permute({0, 2, 3, 1}).contiguous()
-                                                   : x.contiguous();
+  const Tensor xc =
+      x.dim() == 4 && x.size(1) != 1 ? x.permute({0, 2, 3, 1}).contiguous() : x.contiguous();
   QAct out;
   out.q = q_;
   out.data = empty(x.dim() == 4 ? Shape{x.size(0), x.size(2), x.size(3), x.size(1)} : x.shape(),
@@ -102,23 +102,24 @@ QAct Int8Quantize::forward(const QAct& in) {
   const float* src = xc.data<float>();
   uint8_t* dst = out.data.data<uint8_t>();
   const int64_t n = xc.numel();
-  cpu::parallel_for(n, n, [&](int64_t lo, int64_t hi) { k.quantize_u8(dst + lo, src + lo, hi - lo, qp); });
+  cpu::parallel_for(
+      n, n, [&](int64_t lo, int64_t hi) { k.quantize_u8(dst + lo, src + lo, hi - lo, qp); });
   return out;
 }
 
 Int8MaxPool2d::Int8MaxPool2d(std::string name, int64_t kernel, int64_t stride, int64_t padding)
     : name_(std::move(name)), k_(kernel), s_(stride > 0 ? stride : kernel), p_(padding) {
   if (k_ <= 0 || p_ < 0 || 2 * p_ > k_) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Int8MaxPool2d '{}': kernel {} stride {} padding {} not supported", name_, k_,
-        s_, p_));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8MaxPool2d '{}': kernel {} stride {} padding {} not supported",
+                    name_, k_, s_, p_));
   }
 }
 
 QAct Int8MaxPool2d::forward(const QAct& in) {
   if (!in.quantized() || in.data.dim() != 4) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Int8MaxPool2d '{}': expected u8 NHWC codes", name_));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8MaxPool2d '{}': expected u8 NHWC codes", name_));
   }
   const Tensor x = in.data.contiguous();
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
@@ -170,7 +171,8 @@ Int8LayerSpec Int8MaxPool2d::spec() const {
 QAct Int8Flatten::forward(const QAct& in) {
   const Tensor& x = in.data;
   if (!x.defined() || x.dim() < 2) {
-    throw std::invalid_argument(fmt::format("mixp::quant::Int8Flatten '{}': expected [N, ...]", name_));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Int8Flatten '{}': expected [N, ...]", name_));
   }
   QAct out;
   out.q = in.q;
@@ -205,8 +207,8 @@ const T* as(const std::shared_ptr<nn::Module>& m) {
 }
 
 [[noreturn]] void unsupported(const std::string& name, const std::string& kind, const char* why) {
-  throw std::invalid_argument(fmt::format("mixp::quant::convert_to_int8: module '{}' ({}) {}", name,
-                                          kind, why));
+  throw std::invalid_argument(
+      fmt::format("mixp::quant::convert_to_int8: module '{}' ({}) {}", name, kind, why));
 }
 
 QParams activation_qparams(const FakeQuantize& fq, const std::string& where) {
@@ -239,11 +241,10 @@ Int8WeightLayerParams weight_params(const std::string& name, const Tensor& weigh
   const Tensor w = detail::as_fp32_contiguous(weight);
   p.weight = empty(weight.shape(), {.dtype = DType::int8});
   const std::vector<int64_t> shape(weight.shape().begin(), weight.shape().end());
-  quantize_int8_per_channel(
-      std::span<uint8_t>(reinterpret_cast<uint8_t*>(p.weight.data<int8_t>()),
-                         static_cast<size_t>(w.numel())),
-      std::span<const float>(w.data<float>(), static_cast<size_t>(w.numel())), shape, 0, q,
-      Round::nearest_even, 0);
+  quantize_int8_per_channel(std::span<uint8_t>(reinterpret_cast<uint8_t*>(p.weight.data<int8_t>()),
+                                               static_cast<size_t>(w.numel())),
+                            std::span<const float>(w.data<float>(), static_cast<size_t>(w.numel())),
+                            shape, 0, q, Round::nearest_even, 0);
   for (const QParams& c : q) p.weight_scale.push_back(c.scale);
   if (bias.defined()) {
     const Tensor b = detail::as_fp32_contiguous(bias);
@@ -285,7 +286,8 @@ std::shared_ptr<Int8Model> convert_to_int8(const nn::Module& prepared) {
         model->add_layer(std::make_unique<Int8Quantize>(name + ".input", cur));
         quantized = true;
       }
-      if (!quantized) unsupported(name, m->kind(), "receives fp32 activations (no fake quant before it)");
+      if (!quantized)
+        unsupported(name, m->kind(), "receives fp32 activations (no fake quant before it)");
       Int8WeightLayerParams p =
           lin ? weight_params(name, lin->weight(), lin->bias(), lin->weight_fake_quant())
               : weight_params(name, conv->weight(), conv->bias(), conv->weight_fake_quant());
@@ -297,9 +299,9 @@ std::shared_ptr<Int8Model> convert_to_int8(const nn::Module& prepared) {
         p.conv = conv->params();
         if (i + 1 < children.size()) {
           if (const auto* bn = as<QatBatchNorm2d>(children[i + 1].second)) {
-            const FoldedConv f = fold_conv_bn(conv->weight(), conv->bias(), bn->running_mean(),
-                                              bn->running_var(), bn->weight(), bn->bias(),
-                                              bn->options().eps);
+            const FoldedConv f =
+                fold_conv_bn(conv->weight(), conv->bias(), bn->running_mean(), bn->running_var(),
+                             bn->weight(), bn->bias(), bn->options().eps);
             const std::vector<double> g = f.factor.to_double_vector();
             const std::vector<double> fb = f.bias.to_double_vector();
             for (size_t o = 0; o < g.size(); ++o) {
@@ -312,7 +314,8 @@ std::shared_ptr<Int8Model> convert_to_int8(const nn::Module& prepared) {
         }
       }
       if (i + 1 < children.size() && as<QatReLU>(children[i + 1].second)) {
-        if (p.relu) unsupported(children[i + 1].first, "relu", "follows a Linear that fuses ReLU already");
+        if (p.relu)
+          unsupported(children[i + 1].first, "relu", "follows a Linear that fuses ReLU already");
         p.relu = true;
         owner = as<QatReLU>(children[i + 1].second);
         ++i;
@@ -340,8 +343,9 @@ std::shared_ptr<Int8Model> convert_to_int8(const nn::Module& prepared) {
     } else if (as<nn::Dropout>(m)) {
       continue;  // identity at inference
     } else {
-      unsupported(name, m->kind(), "has no int8 version (supported: Linear, Conv2d+BatchNorm2d+ReLU, "
-                                   "MaxPool2d, Flatten, Dropout as prepared by prepare_qat)");
+      unsupported(name, m->kind(),
+                  "has no int8 version (supported: Linear, Conv2d+BatchNorm2d+ReLU, "
+                  "MaxPool2d, Flatten, Dropout as prepared by prepare_qat)");
     }
   }
   return model;

@@ -23,7 +23,8 @@ MinMax span_minmax(const float* x, int64_t n) {
   MinMax m;
   bool bad = false;
   kern::kernels().minmax(x, n, &m.min, &m.max, &bad);
-  if (bad) return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
+  if (bad)
+    return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
   return m;
 }
 
@@ -72,15 +73,15 @@ std::string describe(const ObserverSpec& s) {
 
 Observer::Observer(const ObserverSpec& spec, int64_t channels) : spec_(spec) {
   if (channels <= 0 || (!spec.per_channel && channels != 1)) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Observer: {} channels for a {} observer", channels,
-        spec.per_channel ? "per-channel" : "per-tensor (which has exactly 1)"));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Observer: {} channels for a {} observer", channels,
+                    spec.per_channel ? "per-channel" : "per-tensor (which has exactly 1)"));
   }
   if (spec.kind == ObserverKind::moving_average &&
       !(spec.averaging_constant > 0.0f && spec.averaging_constant <= 1.0f)) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::Observer: averaging constant must be in (0, 1], got {}",
-        spec.averaging_constant));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::Observer: averaging constant must be in (0, 1], got {}",
+                    spec.averaging_constant));
   }
   compute_qparams(0.0f, 1.0f, spec.config);  // throws for a configuration PyTorch refuses
   min_.assign(static_cast<size_t>(channels), kInf);
@@ -143,7 +144,8 @@ bool Observer::has_data() const {
 std::vector<QParams> Observer::qparams() const {
   std::vector<QParams> out;
   out.reserve(min_.size());
-  for (size_t i = 0; i < min_.size(); ++i) out.push_back(compute_qparams(min_[i], max_[i], spec_.config));
+  for (size_t i = 0; i < min_.size(); ++i)
+    out.push_back(compute_qparams(min_[i], max_[i], spec_.config));
   return out;
 }
 
@@ -172,8 +174,10 @@ PerChannelMinMaxObserver::PerChannelMinMaxObserver(int64_t channels, int axis,
                                                    const Int8Config& cfg)
     : Observer(ObserverSpec{ObserverKind::min_max, true, axis, 0.01f, cfg}, channels) {}
 
-MovingAveragePerChannelMinMaxObserver::MovingAveragePerChannelMinMaxObserver(
-    int64_t channels, int axis, const Int8Config& cfg, float c)
+MovingAveragePerChannelMinMaxObserver::MovingAveragePerChannelMinMaxObserver(int64_t channels,
+                                                                             int axis,
+                                                                             const Int8Config& cfg,
+                                                                             float c)
     : Observer(ObserverSpec{ObserverKind::moving_average, true, axis, c, cfg}, channels) {}
 
 }  // namespace mixp::quant

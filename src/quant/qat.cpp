@@ -4,9 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <stdexcept>
-
 #include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
 
 #include "mixp/nn/activation.h"
 #include "mixp/nn/dropout.h"
@@ -31,16 +30,22 @@ bool default_reduce_range() {
 
 QConfig default_qat_qconfig() {
   QConfig q;
-  q.activation = {ObserverKind::moving_average, false, 0, 0.01f,
+  q.activation = {ObserverKind::moving_average,
+                  false,
+                  0,
+                  0.01f,
                   {QDType::quint8, QScheme::affine, default_reduce_range()}};
-  q.weight = {ObserverKind::moving_average, true, 0, 0.01f,
-              {QDType::qint8, QScheme::symmetric, false}};
+  q.weight = {
+      ObserverKind::moving_average, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
   return q;
 }
 
 QConfig default_ptq_qconfig() {
   QConfig q;
-  q.activation = {ObserverKind::min_max, false, 0, 0.01f,
+  q.activation = {ObserverKind::min_max,
+                  false,
+                  0,
+                  0.01f,
                   {QDType::quint8, QScheme::affine, default_reduce_range()}};
   q.weight = {ObserverKind::min_max, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
   return q;
@@ -69,8 +74,9 @@ bool is_prepared(const nn::Module& model) {
 void prepare_qat(nn::Module& model, const QConfig& qc) {
   auto* seq = dynamic_cast<nn::Sequential*>(&model);
   if (seq == nullptr) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::prepare_qat: the model ({}) is not a Sequential; {}", model.kind(), kSupported));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::prepare_qat: the model ({}) is not a Sequential; {}",
+                    model.kind(), kSupported));
   }
   if (is_prepared(model)) {
     throw std::invalid_argument("mixp::quant::prepare_qat: the model is prepared already");
@@ -104,9 +110,9 @@ void prepare_qat(nn::Module& model, const QConfig& qc) {
                as<nn::ReLU>(m)) {
       continue;  // quantization-preserving (see the header comment)
     } else {
-      throw std::invalid_argument(fmt::format(
-          "mixp::quant::prepare_qat: cannot quantize module '{}' ({}); {}", name, m->kind(),
-          kSupported));
+      throw std::invalid_argument(
+          fmt::format("mixp::quant::prepare_qat: cannot quantize module '{}' ({}); {}", name,
+                      m->kind(), kSupported));
     }
     if (first) head->set_input_fake_quant(act_fq());
     first = false;
@@ -127,9 +133,8 @@ void prepare_qat(nn::Module& model, const QConfig& qc) {
     owners.push_back(owner);
   }
   if (owners.empty()) {
-    throw std::invalid_argument(
-        fmt::format("mixp::quant::prepare_qat: the model has no Linear or Conv2d to quantize; {}",
-                    kSupported));
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::prepare_qat: the model has no Linear or Conv2d to quantize; {}", kSupported));
   }
   for (size_t g = 0; g < owners.size(); ++g) {
     if (g + 1 < owners.size() || qc.quantize_output) owners[g]->set_output_fake_quant(act_fq());

@@ -45,10 +45,9 @@ QatLinear::QatLinear(const nn::Linear& src, const ObserverSpec& weight_spec)
 
 Tensor QatLinear::forward(const Tensor& x0) {
   if (x0.dim() < 1 || x0.size(-1) != in_features_) {
-    throw std::invalid_argument(
-        fmt::format("mixp::quant::QatLinear({} -> {}): input must be [..., {}], got {}",
-                    in_features_, out_features_, in_features_,
-                    x0.defined() ? x0.shape().str() : "(undefined)"));
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::QatLinear({} -> {}): input must be [..., {}], got {}", in_features_,
+        out_features_, in_features_, x0.defined() ? x0.shape().str() : "(undefined)"));
   }
   const Tensor x = quant_in(x0);
   const Tensor w = wfq_->forward(*weight_);
@@ -82,9 +81,9 @@ QatConv2d::QatConv2d(const nn::Conv2d& src, const ObserverSpec& weight_spec)
 
 Tensor QatConv2d::forward(const Tensor& x0) {
   if (x0.dim() != 4 || x0.size(1) != in_) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::QatConv2d({} -> {}): input must be [N, {}, H, W], got {}", in_, out_, in_,
-        x0.defined() ? x0.shape().str() : "(undefined)"));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::QatConv2d({} -> {}): input must be [N, {}, H, W], got {}", in_,
+                    out_, in_, x0.defined() ? x0.shape().str() : "(undefined)"));
   }
   const Tensor x = quant_in(x0);
   const Tensor w = wfq_->forward(*weight_);

@@ -1,8 +1,9 @@
 // Elementwise kernels of the quant module (internal), in three tiers (DESIGN.md 6.6): the same
 // source (qkernels.inc) compiled for baseline x86-64 (qkernels_generic.cpp), AVX2+FMA
 // (qkernels_avx2.cpp) and AVX-512 (qkernels_avx512.cpp); kernels() picks one from simd_tier().
-// (The baseline tier is scalar for the select-heavy loops: SSE2 has no blend.) The loops are branch-free so GCC
-// vectorizes them; they reproduce block_int8's scalar reference bit for bit (tests/quant):
+// (The baseline tier is scalar for the select-heavy loops: SSE2 has no blend.) The loops are
+// branch-free so GCC vectorizes them; they reproduce block_int8's scalar reference bit for bit
+// (tests/quant):
 //
 //   v = x * inv_scale (fp32, inv_scale = 1 / scale in fp32, as PyTorch)
 //   r = nearest-even integer of v: (min(max(v, -2^22), 2^22) + 1.5 * 2^23) - 1.5 * 2^23, exact

@@ -4,5 +4,7 @@
 #include "quant/qkernels.inc"
 
 namespace mixp::quant::kern {
-const Kernels& kernels_avx2() { return avx2::table(); }
+const Kernels& kernels_avx2() {
+  return avx2::table();
+}
 }  // namespace mixp::quant::kern

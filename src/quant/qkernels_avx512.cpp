@@ -4,5 +4,7 @@
 #include "quant/qkernels.inc"
 
 namespace mixp::quant::kern {
-const Kernels& kernels_avx512() { return avx512::table(); }
+const Kernels& kernels_avx512() {
+  return avx512::table();
+}
 }  // namespace mixp::quant::kern

@@ -21,9 +21,10 @@ inline ChannelLayout channel_layout(std::span<const int64_t> shape, int axis, si
   const int rank = static_cast<int>(shape.size());
   const int a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank) {
-    throw std::invalid_argument(fmt::format("mixp::quant ({}): channel axis {} is out of range for "
-                                            "a tensor of rank {}",
-                                            who, axis, rank));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant ({}): channel axis {} is out of range for "
+                    "a tensor of rank {}",
+                    who, axis, rank));
   }
   ChannelLayout g;
   int64_t n = 1;

@@ -29,8 +29,9 @@ Block4 parse_block4(const std::string& name) {
 namespace {
 void check_options(const WeightOnlyOptions& o) {
   if (o.compute != DType::bf16 && o.compute != DType::fp32) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::WeightOnlyLinear: compute dtype must be bf16 or fp32, got {}", name(o.compute)));
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::WeightOnlyLinear: compute dtype must be bf16 or fp32, got {}",
+                    name(o.compute)));
   }
   if (o.block_size <= 0 || o.block_size % 2 != 0) {
     throw std::invalid_argument(fmt::format(
@@ -200,9 +201,9 @@ int load_weights_4bit(nn::Module& model, const SafeTensorsFile& file, DType comp
       const BlockTensor t = get_block_tensor(file, wname);
       if (t.scheme != "nf4" && t.scheme != "int4") continue;  // other schemes: decoded to fp32
       if (t.shape != std::vector<int64_t>{lin->out_features(), lin->in_features()}) {
-        throw std::invalid_argument(fmt::format(
-            "{} is stored with shape [{}] but the layer's weight is [{}, {}]", wname,
-            fmt::join(t.shape, ", "), lin->out_features(), lin->in_features()));
+        throw std::invalid_argument(
+            fmt::format("{} is stored with shape [{}] but the layer's weight is [{}, {}]", wname,
+                        fmt::join(t.shape, ", "), lin->out_features(), lin->in_features()));
       }
       std::vector<float> scales(t.scales.size() / 4);
       std::memcpy(scales.data(), t.scales.data(), scales.size() * 4);  // little-endian fp32

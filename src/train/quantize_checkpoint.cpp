@@ -86,8 +86,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
   r.after.time_s = seconds_since(t0);
   r.after.evaluated = "int8";
   if (!opt.out.empty()) {
-    nlohmann::ordered_json state =
-        nlohmann::ordered_json::parse(read_checkpoint_state(dir));
+    nlohmann::ordered_json state = nlohmann::ordered_json::parse(read_checkpoint_state(dir));
     state["int8"] = {{"method", "ptq"},
                      {"calibration_batches", opt.calibrate},
                      {"source", dir.string()},

@@ -66,8 +66,8 @@ std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(const RecipeOptions& opt) 
   const int64_t bn = opt.qat_freeze_bn_epoch.value_or(kDefaultQatFreezeBnEpoch);
   const int64_t obs = opt.qat_disable_observer_epoch.value_or(kDefaultQatDisableObserverEpoch);
   if (bn < 0) {
-    throw ConfigError(fmt::format(
-        "--qat-freeze-bn-epoch is a 0-based epoch and must be >= 0, got {}", bn));
+    throw ConfigError(
+        fmt::format("--qat-freeze-bn-epoch is a 0-based epoch and must be >= 0, got {}", bn));
   }
   if (obs < 1) {
     throw ConfigError(fmt::format(

@@ -33,17 +33,17 @@ TEST(FakeQuantize, HandComputedTiesAndEdges) {
     float x, y, grad;
   };
   const Case cases[] = {
-      {0.125f, 0.0f, 1},        // v = 0.5: tie to even 0 -> q = 10
-      {0.375f, 0.5f, 1},        // 1.5 -> 2
-      {0.625f, 0.5f, 1},        // 2.5 -> 2
-      {-0.125f, 0.0f, 1},       // -0.5 -> -0
-      {61.25f, 61.25f, 1},      // q = 255 exactly: in range
-      {61.375f, 61.25f, 0},     // 245.5 -> 246: q = 256 > qmax, clamped, no gradient
-      {61.37f, 61.25f, 1},      // 245.48 -> 245: q = 255
-      {-2.5f, -2.5f, 1},        // q = 0 = qmin
-      {-2.625f, -2.5f, 1},      // -10.5 -> -10 (even): q = 0, in range
-      {-2.875f, -2.5f, 0},      // -11.5 -> -12: q = -2 < qmin
-      {1e30f, 61.25f, 0},       // far out: saturates
+      {0.125f, 0.0f, 1},     // v = 0.5: tie to even 0 -> q = 10
+      {0.375f, 0.5f, 1},     // 1.5 -> 2
+      {0.625f, 0.5f, 1},     // 2.5 -> 2
+      {-0.125f, 0.0f, 1},    // -0.5 -> -0
+      {61.25f, 61.25f, 1},   // q = 255 exactly: in range
+      {61.375f, 61.25f, 0},  // 245.5 -> 246: q = 256 > qmax, clamped, no gradient
+      {61.37f, 61.25f, 1},   // 245.48 -> 245: q = 255
+      {-2.5f, -2.5f, 1},     // q = 0 = qmin
+      {-2.625f, -2.5f, 1},   // -10.5 -> -10 (even): q = 0, in range
+      {-2.875f, -2.5f, 0},   // -11.5 -> -12: q = -2 < qmin
+      {1e30f, 61.25f, 0},    // far out: saturates
       {-1e30f, -2.5f, 0},
   };
   std::vector<float> x;
@@ -70,8 +70,8 @@ TEST(FakeQuantize, NanAndInf) {
 // The vectorized kernels (both tiers) against the scalar reference over random values, all ties
 // and the ends of several ranges.
 TEST(FakeQuantize, KernelsMatchScalarReference) {
-  const QParams params[] = {{0.0173f, 37, 0, 255},  {0.05f, 0, 0, 127},   {0.0031f, 0, -128, 127},
-                            {0.25f, 3, -64, 63},    {3.0e-5f, 128, 0, 255}, {1.0f, 0, -128, 127}};
+  const QParams params[] = {{0.0173f, 37, 0, 255}, {0.05f, 0, 0, 127},     {0.0031f, 0, -128, 127},
+                            {0.25f, 3, -64, 63},   {3.0e-5f, 128, 0, 255}, {1.0f, 0, -128, 127}};
   Generator gen(7);
   for (const QParams& p : params) {
     std::vector<float> x = randn({4000}, gen).mul_(p.scale * 150).to_vector<float>();
@@ -115,8 +115,8 @@ TEST(FakeQuantize, PerChannelMatchesReference) {
   Generator gen(3);
   const Shape s{3, 4, 5};
   const std::vector<float> x = randn(s, gen).to_vector<float>();
-  const std::vector<QParams> p = {{0.01f, 0, -128, 127}, {0.02f, 0, -128, 127},
-                                  {0.005f, 0, -128, 127}, {0.03f, 0, -128, 127}};
+  const std::vector<QParams> p = {
+      {0.01f, 0, -128, 127}, {0.02f, 0, -128, 127}, {0.005f, 0, -128, 127}, {0.03f, 0, -128, 127}};
   Tensor t = from_vector(x, s).requires_grad_();
   Tensor y = fake_quantize_per_channel(t, p, 1);
   sum(y).backward();

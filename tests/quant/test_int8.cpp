@@ -106,9 +106,9 @@ struct LayerCase {
 
 std::vector<LayerCase> layer_cases() {
   return {
-      {{0.02f, 0, 0, 255}, QParams{0.05f, 0, 0, 255}, true},     // ReLU group: zero points 0
+      {{0.02f, 0, 0, 255}, QParams{0.05f, 0, 0, 255}, true},       // ReLU group: zero points 0
       {{0.013f, 71, 0, 255}, QParams{0.04f, 130, 0, 255}, false},  // both zero points nonzero
-      {{0.02f, 5, 0, 127}, std::nullopt, false},                  // reduce_range in, fp32 out
+      {{0.02f, 5, 0, 127}, std::nullopt, false},                   // reduce_range in, fp32 out
       {{0.03f, 17, 0, 255}, std::nullopt, true},
   };
 }
@@ -116,7 +116,8 @@ std::vector<LayerCase> layer_cases() {
 // Checks the fused layer's output against the formula: fp32 outputs to 1e-5 relative, u8 codes
 // within one step (the fp32 requantization may round a near-tie the other way), nearly all equal.
 void check_outputs(const QAct& got, const std::vector<int64_t>& acc, int64_t O,
-                   const std::vector<float>& ws, const std::vector<float>& bias, const LayerCase& c) {
+                   const std::vector<float>& ws, const std::vector<float>& bias,
+                   const LayerCase& c) {
   int64_t differ = 0;
   for (size_t i = 0; i < acc.size(); ++i) {
     const size_t o = i % static_cast<size_t>(O);

@@ -119,7 +119,8 @@ TEST(Observer, MinMaxKernelTiersMatchScalar) {
 TEST(Observer, MatchesTorchFixture) {
   for (const auto& c : fixture()["observers"]) {
     ObserverSpec spec;
-    spec.kind = c["kind"] == "moving_average" ? ObserverKind::moving_average : ObserverKind::min_max;
+    spec.kind =
+        c["kind"] == "moving_average" ? ObserverKind::moving_average : ObserverKind::min_max;
     spec.per_channel = c["per_channel"].get<bool>();
     spec.axis = c["axis"].get<int>();
     spec.averaging_constant = static_cast<float>(c["averaging_constant"].get<double>());
@@ -135,7 +136,8 @@ TEST(Observer, MatchesTorchFixture) {
       for (const auto& d : b["shape"]) shape.push_back(d.get<int64_t>());
       o.observe(from_vector(floats(b["x"]), shape));
       const auto& a = c["after"][i];
-      const std::vector<float> mn = floats(a["min"]), mx = floats(a["max"]), sc = floats(a["scale"]);
+      const std::vector<float> mn = floats(a["min"]), mx = floats(a["max"]),
+                               sc = floats(a["scale"]);
       const auto q = o.qparams();
       ASSERT_EQ(q.size(), mn.size()) << c["name"];
       for (size_t k = 0; k < mn.size(); ++k) {

@@ -2,10 +2,12 @@
 // Conv+BN folding (exact in fp64), the converted int8 model against the fake-quant model, save and
 // load, and the errors (convert before calibration, unsupported models).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 
+#include "mixp/io/safetensors.h"
 #include "mixp/mixp.h"
 #include "mixp/nn/batch_norm2d.h"
 #include "mixp/nn/conv2d.h"
@@ -13,8 +15,6 @@
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
-#include "mixp/io/safetensors.h"
-#include <unistd.h>
 
 namespace mixp::quant {
 namespace {
@@ -82,8 +82,8 @@ TEST(Qat, TrainsWithStraightThroughGradients) {
   prepare_qat(*m);
   Generator g(2);
   const Tensor x = images(8, g);
-  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, Shape{8},
-                               {.dtype = DType::int32});
+  const Tensor y =
+      from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, Shape{8}, {.dtype = DType::int32});
   cross_entropy(m->forward(x), y).backward();
   for (const auto& [n, p] : m->named_parameters()) {
     ASSERT_TRUE(p.grad().defined()) << n;
@@ -108,8 +108,13 @@ TEST(Qat, ConvertNeedsCalibratedObservers) {
 }
 
 TEST(Qat, RefusesModelsItCannotQuantize) {
-  auto gpt = nn::make_model({.name = "gpt", .width = 16, .layers = 1, .heads = 2, .context = 8,
-                             .vocab = 11, .mlp_width = 32});
+  auto gpt = nn::make_model({.name = "gpt",
+                             .width = 16,
+                             .layers = 1,
+                             .heads = 2,
+                             .context = 8,
+                             .vocab = 11,
+                             .mlp_width = 32});
   try {
     prepare_qat(*gpt);
     FAIL();
@@ -126,7 +131,8 @@ TEST(Qat, SwitchesObserversAndBatchNorm) {
   m->train(true);
   set_observers_enabled(*m, false);
   freeze_batch_norm(*m);
-  const std::vector<float> scale0 = m->buffer("relu1.activation_post_process.scale").to_vector<float>();
+  const std::vector<float> scale0 =
+      m->buffer("relu1.activation_post_process.scale").to_vector<float>();
   const std::vector<float> mean0 = m->buffer("bn1.running_mean").to_vector<float>();
   {
     NoGradGuard ng;

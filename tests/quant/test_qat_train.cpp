@@ -6,17 +6,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/train_test_util.h"
 #include "mixp/io/convert_safetensors.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/quantize_checkpoint.h"
 #include "mixp/train/trainer.h"
+#include "train/train_test_util.h"
 
 namespace mixp::train {
 namespace {
 
-using testing::TempDir;
 using testing::run_cli;
+using testing::TempDir;
 
 TrainConfig small(const std::string& model, const std::string& precision) {
   TrainConfig c;
@@ -166,15 +166,15 @@ TEST(QatTrain, EvalWithNf4WeightsIsCloseToFp32) {
               << " (" << e.evaluated << ", " << e.weight_bytes << " bytes)\n";
     EXPECT_NEAR(e.accuracy.value_or(0), *r.test_accuracy, 0.03) << w;
   }
-  const auto cli = run_cli("eval --checkpoint '" + (tmp / "mlp").string() +
-                               "' --weights nf4 --compute fp32 --json",
-                           tmp.path());
+  const auto cli = run_cli(
+      "eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf4 --compute fp32 --json",
+      tmp.path());
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const auto j = nlohmann::json::parse(cli.out);
   EXPECT_EQ(j["weights"], "nf4");
   EXPECT_EQ(j["compute"], "fp32");
-  const auto bad = run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf3",
-                           tmp.path());
+  const auto bad =
+      run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf3", tmp.path());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("nf4 or int4"), std::string::npos) << bad.err;
   // A checkpoint whose model.safetensors `mixp convert --to nf4` re-encoded: the Linear weights
@@ -191,8 +191,8 @@ TEST(QatTrain, EvalWithNf4WeightsIsCloseToFp32) {
   EvalOptions wrong;
   wrong.weights = "int4";
   EXPECT_THROW(evaluate_checkpoint(tmp / "nf4file", wrong), ConfigError);
-  const auto no8 = run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --precision int8",
-                           tmp.path());
+  const auto no8 =
+      run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --precision int8", tmp.path());
   EXPECT_EQ(no8.exit_code, 2);
   EXPECT_NE(no8.err.find("mixp quantize"), std::string::npos) << no8.err;
 }

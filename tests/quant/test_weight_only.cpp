@@ -25,7 +25,8 @@ std::vector<float> reference_dequant(const nn::Linear& lin, Block4 kind) {
 
 TEST(WeightOnly, DequantizationMatchesReferenceIncludingPartialBlocks) {
   Generator g(1);
-  for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{64, 8}, {33, 7}, {5, 3}, {784, 13}}) {
+  for (const auto& [in, out] :
+       std::vector<std::pair<int64_t, int64_t>>{{64, 8}, {33, 7}, {5, 3}, {784, 13}}) {
     nn::Linear lin(in, out, g);
     for (Block4 kind : {Block4::nf4, Block4::int4}) {
       WeightOnlyLinear w(lin, {.kind = kind, .compute = DType::fp32});
@@ -69,7 +70,8 @@ TEST(WeightOnly, ForwardMatchesDequantizedLinear) {
     WeightOnlyLinear q(lin, {.kind = Block4::nf4, .compute = compute});
     NoGradGuard ng;
     const Tensor w = q.dequantized_weight().to(DType::fp32);
-    const Tensor xr = compute == DType::bf16 ? x.to(DType::bf16, Round::nearest_even).to(DType::fp32) : x;
+    const Tensor xr =
+        compute == DType::bf16 ? x.to(DType::bf16, Round::nearest_even).to(DType::fp32) : x;
     const Tensor ref = linear(xr, w, lin.bias(), Activation::relu);
     const std::vector<float> a = q.forward(x).to_vector<float>(), b = ref.to_vector<float>();
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i])));
@@ -104,7 +106,8 @@ TEST(WeightOnly, SmallModelLogitsCloseToFp32) {
   Generator g(5);
   const Tensor x = randn({64, 784}, g);
   NoGradGuard ng;
-  const std::vector<float> a = m->forward(x).to_vector<float>(), b = q->forward(x).to_vector<float>();
+  const std::vector<float> a = m->forward(x).to_vector<float>(),
+                           b = q->forward(x).to_vector<float>();
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     num += (a[i] - b[i]) * (a[i] - b[i]);
@@ -113,8 +116,13 @@ TEST(WeightOnly, SmallModelLogitsCloseToFp32) {
   // NF4 is made for normally distributed weights; these are PyTorch's uniform initialization, and
   // through three layers the logits keep a relative RMS error of 0.16 (measured); bound 0.25.
   EXPECT_LT(std::sqrt(num / den), 0.25);
-  auto gpt = nn::make_model({.name = "gpt", .width = 16, .layers = 1, .heads = 2, .context = 8,
-                             .vocab = 11, .mlp_width = 32});
+  auto gpt = nn::make_model({.name = "gpt",
+                             .width = 16,
+                             .layers = 1,
+                             .heads = 2,
+                             .context = 8,
+                             .vocab = 11,
+                             .mlp_width = 32});
   EXPECT_THROW(quantize_weights_4bit(*gpt), std::invalid_argument);
 }
 

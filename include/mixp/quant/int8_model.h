@@ -105,13 +105,13 @@ class Int8Quantize final : public Int8Layer {
 // Linear and Conv2d share the parameters of the header comment.
 struct Int8WeightLayerParams {
   std::string name;
-  Tensor weight;                       // int8 codes, [O, K] or [O, C, KH, KW]
-  std::vector<float> weight_scale;     // s_w[o] * g[o]
-  std::vector<float> bias;             // b[o] (folded)
-  QParams input;                       // s_x, z_x (u8)
-  std::optional<QParams> output;       // s_y, z_y; nullopt: fp32 output
+  Tensor weight;                    // int8 codes, [O, K] or [O, C, KH, KW]
+  std::vector<float> weight_scale;  // s_w[o] * g[o]
+  std::vector<float> bias;          // b[o] (folded)
+  QParams input;                    // s_x, z_x (u8)
+  std::optional<QParams> output;    // s_y, z_y; nullopt: fp32 output
   bool relu = false;
-  Conv2dParams conv;                   // conv2d only (stride, padding; dilation 1)
+  Conv2dParams conv;  // conv2d only (stride, padding; dilation 1)
 };
 
 class Int8Linear final : public Int8Layer {

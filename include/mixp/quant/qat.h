@@ -3,8 +3,9 @@
 //
 //   auto model = nn::make_model({.name = "cnn"});
 //   quant::prepare_qat(*model, quant::default_qat_qconfig());   // in place
-//   ... train as usual; at epoch k: quant::freeze_batch_norm(*model), quant::set_observers_enabled(*model, false)
-//   auto int8 = quant::convert_to_int8(*model);                  // int8_model.h
+//   ... train as usual; at epoch k: quant::freeze_batch_norm(*model),
+//   quant::set_observers_enabled(*model, false) auto int8 = quant::convert_to_int8(*model); //
+//   int8_model.h
 //
 // What prepare handles: a Sequential model (the built-in mlp and cnn) whose children are Linear
 // (ReLU fused or not), Conv2d, BatchNorm2d, ReLU, MaxPool2d, Flatten and Dropout. Fused groups,
@@ -77,7 +78,7 @@ struct FoldedConv {
   Tensor factor;  // g, [O], fp64: what the int8 convert multiplies the per-channel scale by
 };
 FoldedConv fold_conv_bn(const Tensor& conv_weight, const Tensor& conv_bias,
-                        const Tensor& running_mean, const Tensor& running_var,
-                        const Tensor& gamma, const Tensor& beta, double eps);
+                        const Tensor& running_mean, const Tensor& running_var, const Tensor& gamma,
+                        const Tensor& beta, double eps);
 
 }  // namespace mixp::quant

@@ -67,9 +67,9 @@ class WeightOnlyLinear : public nn::Module {
   Activation act_;
   WeightOnlyOptions opt_;
   std::vector<uint8_t> data_;
-  std::vector<float> scales_;  // fp32 block scales (decoded ones after double quantization)
-  std::vector<int8_t> dq_codes_;     // double quantization: one code per block scale
-  std::vector<float> dq_scales_;     // one per kDoubleQuantBlock scales
+  std::vector<float> scales_;     // fp32 block scales (decoded ones after double quantization)
+  std::vector<int8_t> dq_codes_;  // double quantization: one code per block scale
+  std::vector<float> dq_scales_;  // one per kDoubleQuantBlock scales
   float dq_mean_ = 0.0f;
   Tensor* bias_ = nullptr;
   Tensor no_bias_;

@@ -20,10 +20,10 @@
 namespace mixp::train {
 
 struct QuantizeOptions {
-  int64_t calibrate = 0;        // training batches for calibration
-  std::filesystem::path out;    // "" = do not write
-  std::string data;             // "" = the checkpoint's
-  bool evaluate_fp = true;      // evaluate the source model too
+  int64_t calibrate = 0;      // training batches for calibration
+  std::filesystem::path out;  // "" = do not write
+  std::string data;           // "" = the checkpoint's
+  bool evaluate_fp = true;    // evaluate the source model too
 };
 
 struct QuantizeResult {
