@@ -126,6 +126,10 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   const auto int8_file = dir / kInt8ModelFile;
   const bool has_int8 = std::filesystem::exists(int8_file);
   const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  if (precision == "int8" && !opt.weights.empty()) {
+    throw ConfigError("--weights quantizes the weights of a floating-point model; --precision int8 "
+                      "runs the checkpoint's int8 model, whose weights are int8 already");
+  }
   if (run_int8 && !has_int8) {
     throw ConfigError(fmt::format(
         "checkpoint {} has no int8 model ({}); train with --precision int8-qat or run `mixp "
