@@ -8,6 +8,11 @@
 
 namespace mixp::train {
 
+namespace detail {
+// recipe_int8_qat.cpp
+std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(const RecipeOptions& opt);
+}  // namespace detail
+
 namespace {
 
 std::string join(const std::vector<std::string>& v) {
@@ -66,7 +71,7 @@ const std::vector<std::string>& planned_recipes() {
 }
 
 std::vector<std::string> available_recipes() {
-  return {"fp32", "fp64"};
+  return {"fp32", "fp64", "int8-qat"};
 }
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
@@ -93,6 +98,12 @@ std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const Recipe
     throw ConfigError(std::string(opt.loss_scale_init ? "--loss-scale-init" : "--growth-interval") +
                       " only applies to fp16 recipes with dynamic loss scaling; precision '" + n +
                       "' does not scale the loss");
+  }
+  if (n == "int8-qat") return detail::make_int8_qat_recipe(opt);
+  if (opt.qat_freeze_bn_epoch || opt.qat_disable_observer_epoch) {
+    throw ConfigError(std::string(opt.qat_freeze_bn_epoch ? "--qat-freeze-bn-epoch"
+                                                          : "--qat-disable-observer-epoch") +
+                      " only applies to --precision int8-qat");
   }
   return std::make_unique<UniformRecipe>(n, n == "fp64" ? DType::fp64 : DType::fp32);
 }
