@@ -170,6 +170,23 @@ TEST(Autocast, CacheConvertsEachWeightOncePerRegion) {
   }
 }
 
+TEST(Autocast, CopyMadeUnderNoGradIsRemadeWhenGradientsAreNeeded) {
+  Tensor w = rnd({4, 3}, 1).requires_grad_();
+  const Tensor x = rnd({2, 3}, 2);
+  reset_autocast_cache_stats();
+  Autocast ac(DType::bf16);
+  {
+    NoGradGuard ng;
+    (void)linear(x, w);  // cached without history
+  }
+  Tensor y = linear(x, w);  // a miss: the history-less copy cannot carry gradients
+  EXPECT_EQ(autocast_cache_stats().misses, 2);
+  sum(y).backward();
+  ASSERT_TRUE(w.grad().defined());
+  (void)linear(x, w);  // now a hit
+  EXPECT_EQ(autocast_cache_stats().hits, 1);
+}
+
 TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
   const Tensor x = rnd({16, 32}, 1);
   Tensor w1 = mul(rnd({24, 32}, 2), 0.2).requires_grad_(), b1 = rnd({24}, 3).requires_grad_();
