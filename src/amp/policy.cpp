@@ -205,7 +205,7 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
     std::vector<std::string> avail(presets.begin(), presets.end());
     if (std::find(planned.begin(), planned.end(), base) != planned.end()) {
       throw PolicyError(fmt::format(
-          "precision '{}' is not available yet (it comes with the fp8/int8 work); available: {}",
+          "precision '{}' is not available yet; available as a policy: {}",
           base, join(avail)));
     }
     throw PolicyError(

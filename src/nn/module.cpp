@@ -56,6 +56,18 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+std::shared_ptr<Module> Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  if (!m) throw std::invalid_argument(fmt::format("mixp::nn: module '{}' is null", name));
+  for (auto& [n, c] : children_) {
+    if (n == name) {
+      m->train(training_);
+      std::swap(c, m);
+      return m;
+    }
+  }
+  throw std::out_of_range(fmt::format("mixp::nn: no child module '{}' to replace", name));
+}
+
 void Module::collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
                      std::vector<const TensorImpl*>& seen) const {
   for (const auto& [name, t] : params ? params_ : buffers_) {

@@ -14,6 +14,14 @@ Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
   return add(std::to_string(order_.size()), std::move(m));
 }
 
+std::shared_ptr<Module> Sequential::replace(const std::string& name, std::shared_ptr<Module> m) {
+  std::shared_ptr<Module> old = replace_child(name, m);
+  for (auto& o : order_) {
+    if (o == old) o = m;
+  }
+  return old;
+}
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (const auto& m : order_) y = (*m)(y);

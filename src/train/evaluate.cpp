@@ -1,12 +1,18 @@
 // Evaluation, gradient norms and the `train --json` object.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
+#include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/ops/ops.h"
+#include "mixp/quant/int8_model.h"
+#include "mixp/quant/weight_only.h"
 #include "mixp/train/checkpoint.h"
 #include "trainer_impl.h"
 
@@ -75,11 +81,69 @@ EvalResult evaluate_model(nn::Module& model, BatchSource& source, const Precisio
 
 EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::string& precision,
                                const std::string& data) {
+  EvalOptions o;
+  o.precision = precision;
+  o.data = data;
+  return evaluate_checkpoint(dir, o);
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+bool has_block_tensors(const SafeTensorsFile& f) {
+  for (const auto& t : f.tensors) {
+    if (is_block_tensor(f, t.name)) return true;
+  }
+  return false;
+}
+// Every logical tensor of a `mixp convert` file, decoded to fp32.
+SafeTensorsFile decoded(const SafeTensorsFile& f) {
+  SafeTensorsFile out;
+  for (const std::string& name : logical_tensor_names(f)) {
+    std::vector<int64_t> shape;
+    const std::vector<float> v = read_tensor_f32(f, name, &shape);
+    SafeTensor t;
+    t.name = name;
+    t.dtype = DType::fp32;
+    t.shape = shape;
+    t.data.resize(v.size() * sizeof(float));
+    std::memcpy(t.data.data(), v.data(), t.data.size());
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+int64_t tensor_bytes(const nn::Module& m) {
+  int64_t b = 0;
+  for (const auto& [n, t] : m.named_parameters()) b += static_cast<int64_t>(t.nbytes());
+  return b;
+}
+}  // namespace
+
+EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptions& opt) {
   TrainConfig c = read_checkpoint_config(dir);
+  const std::string& precision = opt.precision;
+  const auto int8_file = dir / kInt8ModelFile;
+  const bool has_int8 = std::filesystem::exists(int8_file);
+  const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  if (precision == "int8" && !opt.weights.empty()) {
+    throw ConfigError("--weights quantizes the weights of a floating-point model; --precision int8 "
+                      "runs the checkpoint's int8 model, whose weights are int8 already");
+  }
+  if (run_int8 && !has_int8) {
+    throw ConfigError(fmt::format(
+        "checkpoint {} has no int8 model ({}); train with --precision int8-qat or run `mixp "
+        "quantize --checkpoint {} --calibrate N --out DIR` first",
+        dir.string(), kInt8ModelFile, dir.string()));
+  }
   // Per-layer rules belong to the precision they were trained with.
   if (!precision.empty() && precision != c.precision) c.layer_precision.clear();
-  if (!precision.empty()) c.precision = precision;
-  if (!data.empty()) c.data = data;
+  if (!precision.empty() && precision != "int8") c.precision = precision;
+  if (run_int8) {
+    c.precision = "fp32";  // the loop's recipe; the int8 model needs none
+    c.layer_precision.clear();
+  }
+  if (!opt.data.empty()) c.data = opt.data;
   c.resume_dir.clear();
   c.save_dir.clear();
   c.save_every = 0;
@@ -89,6 +153,10 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::stri
   const bool lm = is_language_model(c.model.name);
   RecipeOptions ro;
   ro.layer_precision = c.layer_precision;
+  if (c.precision == "int8-qat") {
+    ro.qat_freeze_bn_epoch = c.qat_freeze_bn_epoch;
+    ro.qat_disable_observer_epoch = c.qat_disable_observer_epoch;
+  }
   const auto recipe = make_recipe(c.precision, ro);
   auto source = detail::make_batch_source(c, c.model.context, /*train=*/false);
   if (lm && source->vocab_size() != c.model.vocab) {
@@ -97,10 +165,78 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::stri
                     "{} has {}; evaluate on the corpus it was trained on",
                     c.model.vocab, c.data, source->vocab_size()));
   }
-  auto model = detail::build_model(c, *recipe);
-  const auto file = dir / kModelFile;
-  load_module_state(*model, read_safetensors(file), file.string());
-  return detail::evaluate_model(*model, *source, *recipe, lm);
+  std::shared_ptr<nn::Module> model;
+  EvalResult r;
+  if (run_int8) {
+    auto m = quant::load_int8_model(int8_file);
+    r.weight_bytes = m->weight_bytes();
+    r.evaluated = "int8";
+    model = m;
+  } else {
+    model = detail::build_model(c, *recipe);
+    const auto file = dir / kModelFile;
+    const SafeTensorsFile raw = read_safetensors(file);
+    if (opt.compute != "bf16" && opt.compute != "fp32") {
+      throw ConfigError("--compute must be bf16 or fp32, got '" + opt.compute + "'");
+    }
+    const DType compute = opt.compute == "bf16" ? DType::bf16 : DType::fp32;
+    r.evaluated = c.precision;
+    std::string stored_4bit;  // "nf4" / "int4" when the file holds 4-bit Linear weights
+    if (has_block_tensors(raw)) {
+      // Re-encoded by `mixp convert`: every tensor decoded to fp32 for the model, then the Linear
+      // weights stored as nf4/int4 keep their codes (weight-only 4-bit layers).
+      load_module_state(*model, decoded(raw), file.string());
+      try {
+        if (quant::load_weights_4bit(*model, raw, compute, &stored_4bit) == 0) stored_4bit.clear();
+      } catch (const std::invalid_argument& e) {
+        throw TrainError(file.string() + ": " + e.what());
+      }
+      if (!stored_4bit.empty() && !opt.weights.empty() && opt.weights != stored_4bit) {
+        throw ConfigError(fmt::format("{} holds {} Linear weights (mixp convert); --weights {} "
+                                      "cannot re-quantize them: leave --weights out",
+                                      file.string(), stored_4bit, opt.weights));
+      }
+      r.evaluated = stored_4bit.empty()
+                        ? c.precision + " (tensors decoded from mixp convert)"
+                        : fmt::format("{} weights from mixp convert, {} compute", stored_4bit,
+                                      opt.compute);
+    } else {
+      load_module_state(*model, raw, file.string());
+    }
+    if (!opt.weights.empty() && stored_4bit.empty()) {
+      quant::WeightOnlyOptions wo;
+      wo.double_quant = opt.double_quant;
+      wo.compute = compute;
+      try {
+        wo.kind = quant::parse_block4(opt.weights);
+        quant::quantize_weights_4bit(*model, wo);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(e.what());
+      }
+      r.evaluated = fmt::format("{} weights{}, {} compute", opt.weights,
+                                opt.double_quant ? " (double quantization)" : "", opt.compute);
+    }
+    r.weight_bytes = tensor_bytes(*model);
+    for (const auto& [n, m] : model->named_modules()) {
+      if (const auto* w = dynamic_cast<const quant::WeightOnlyLinear*>(m)) {
+        r.weight_bytes += w->weight_bytes();  // codes and scales
+        for (const auto& [bn, b] : w->named_buffers()) r.weight_bytes += int64_t(b.nbytes());
+      }
+    }
+    if (opt.weights.empty() && stored_4bit.empty()) {
+      if (auto inf = recipe->inference_model(*model)) {
+        model = inf;
+        r.evaluated = "int8 (converted from the " + c.precision + " model)";
+      }
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const EvalResult e = detail::evaluate_model(*model, *source, *recipe, lm);
+  r.time_s = seconds_since(t0);
+  r.accuracy = e.accuracy;
+  r.loss = e.loss;
+  r.samples = e.samples;
+  return r;
 }
 
 namespace {
@@ -138,6 +274,7 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["test_accuracy"] = opt_number(r.test_accuracy);
     j["test_loss"] = opt_number(r.test_loss);
   }
+  for (const auto& [k, v] : r.extra_metrics) j[k] = finite_or_null(v);
   j["final_loss"] = finite_or_null(r.final_loss);
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["peak_rss_bytes"] = r.peak_rss_bytes;

@@ -12,7 +12,20 @@
 
 namespace mixp::train {
 
+namespace detail {
+// recipe_int8_qat.cpp
+std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(const RecipeOptions& opt);
+}  // namespace detail
+
 namespace {
+
+constexpr const char* kInt8Qat = "int8-qat";
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
 
 struct AutocastScope final : ForwardScope {
   explicit AutocastScope(DType d) : ac(d) {}
@@ -189,10 +202,58 @@ const std::vector<std::string>& planned_recipes() {
 }
 
 std::vector<std::string> available_recipes() {
-  return amp::preset_names();
+  // DESIGN.md's order, keeping those this build has.
+  const auto& presets = amp::preset_names();
+  std::vector<std::string> out;
+  for (const std::string& n : planned_recipes()) {
+    if (n == kInt8Qat || std::find(presets.begin(), presets.end(), n) != presets.end())
+      out.push_back(n);
+  }
+  return out;
 }
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
+  const std::string n(name);
+  if (n == kInt8Qat) {
+    // fp32 training with fake quantization: nothing to override per layer and no loss scale.
+    if (!opt.layer_precision.empty()) {
+      throw ConfigError(
+          "--layer-precision does not apply to precision 'int8-qat' (fp32 training with fake "
+          "quantization of every Linear/Conv2d layer)");
+    }
+    if (opt.loss_scale_init || opt.growth_interval) {
+      throw ConfigError(
+          std::string(opt.loss_scale_init ? "--loss-scale-init" : "--growth-interval") +
+          " only applies to dynamic loss scaling (recipes fp16, fp16-o2, fp16-pure); precision "
+          "'int8-qat' does not scale the loss");
+    }
+    return detail::make_int8_qat_recipe(opt);
+  }
+  if (opt.qat_freeze_bn_epoch || opt.qat_disable_observer_epoch) {
+    throw ConfigError(std::string(opt.qat_freeze_bn_epoch ? "--qat-freeze-bn-epoch"
+                                                          : "--qat-disable-observer-epoch") +
+                      " only applies to --precision int8-qat");
+  }
+  if (n.rfind(std::string(kInt8Qat) + ":", 0) == 0) {
+    throw ConfigError("precision 'int8-qat' takes no policy keys (it trains in fp32 with fake "
+                      "quantization); its options are --qat-freeze-bn-epoch and "
+                      "--qat-disable-observer-epoch");
+  }
+  // A bare name that is no preset: name every recipe there is (int8-qat included), not only the
+  // policy presets parse_policy knows.
+  if (n.find(':') == std::string::npos && n.find('=') == std::string::npos) {
+    const auto& presets = amp::preset_names();
+    const std::vector<std::string> avail = available_recipes();
+    if (std::find(presets.begin(), presets.end(), n) == presets.end()) {
+      const auto& planned = planned_recipes();
+      if (std::find(planned.begin(), planned.end(), n) != planned.end()) {
+        throw ConfigError("precision '" + n + "' is not available yet; available: " + join(avail));
+      }
+      throw ConfigError("unknown precision '" + n + "'; available: " + join(avail) +
+                        ", or a policy string such as "
+                        "'bf16:params=fp32,compute=bf16,output=fp32' (docs/amp-training.md)");
+    }
+  }
   amp::PrecisionPolicy policy;
   std::vector<amp::LayerRule> rules;
   try {

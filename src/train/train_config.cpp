@@ -123,6 +123,8 @@ std::string config_to_json(const TrainConfig& c) {
   j["layer_precision"] = c.layer_precision;
   j["loss_scale_init"] = c.loss_scale_init ? nlohmann::ordered_json(*c.loss_scale_init) : nullptr;
   j["growth_interval"] = c.growth_interval ? nlohmann::ordered_json(*c.growth_interval) : nullptr;
+  if (c.qat_freeze_bn_epoch) j["qat_freeze_bn_epoch"] = *c.qat_freeze_bn_epoch;
+  if (c.qat_disable_observer_epoch) j["qat_disable_observer_epoch"] = *c.qat_disable_observer_epoch;
   j["epochs"] = c.epochs;
   j["steps"] = c.steps;
   j["batch"] = c.batch;
@@ -179,6 +181,8 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "layer_precision", c.layer_precision);
     get(j, "loss_scale_init", c.loss_scale_init);
     get(j, "growth_interval", c.growth_interval);
+    get(j, "qat_freeze_bn_epoch", c.qat_freeze_bn_epoch);
+    get(j, "qat_disable_observer_epoch", c.qat_disable_observer_epoch);
     get(j, "epochs", c.epochs);
     get(j, "steps", c.steps);
     get(j, "batch", c.batch);

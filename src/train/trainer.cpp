@@ -42,6 +42,8 @@ void Trainer::Impl::build() {
   ro.layer_precision = cfg.layer_precision;
   ro.loss_scale_init = cfg.loss_scale_init;
   ro.growth_interval = cfg.growth_interval;
+  ro.qat_freeze_bn_epoch = cfg.qat_freeze_bn_epoch;
+  ro.qat_disable_observer_epoch = cfg.qat_disable_observer_epoch;
   ro.seed = cfg.seed;
   recipe = make_recipe(cfg.precision, ro);
   // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
@@ -89,6 +91,7 @@ StepInfo Trainer::Impl::run_step() {
   // and its losses are divided by its own length so that the step still sees a mean.
   const int64_t window = std::min(cfg.grad_accum, source->batches_per_epoch() - source->position());
   const int64_t epoch = source->epoch();
+  recipe->before_step(*model, epoch);
   double loss_sum = 0;
   int64_t samples = 0;
   for (int64_t m = 0; m < window; ++m) {
@@ -231,7 +234,23 @@ TrainResult Trainer::fit() {
   s.metrics["skipped_steps"] = s.skipped;
   if (s.cfg.evaluate) {
     for (auto& cb : s.callbacks) cb->on_evaluate_begin();
-    const EvalResult ev = evaluate();
+    EvalResult ev;
+    if (auto inf = s.recipe->inference_model(*s.model)) {
+      // The recipe reports another model (int8-qat: the converted int8 model); the trained one
+      // is evaluated too, beside it.
+      const double e0 = now_ms();
+      ev = detail::evaluate_model(*inf, *s.source, *s.recipe, s.lm);
+      const double e1 = now_ms();
+      const EvalResult trained = evaluate();
+      const std::string label = s.recipe->trained_model_label();
+      r.extra_metrics.emplace_back(label + "_accuracy", trained.accuracy.value_or(NAN));
+      r.extra_metrics.emplace_back(label + "_loss", trained.loss);
+      for (const auto& [k, v] : r.extra_metrics) s.metrics[k] = v;
+      r.extra_metrics.emplace_back("eval_time_s", (e1 - e0) * 1e-3);
+      r.extra_metrics.emplace_back(label + "_eval_time_s", (now_ms() - e1) * 1e-3);
+    } else {
+      ev = evaluate();
+    }
     if (s.lm) {
       r.val_loss = ev.loss;
       s.metrics["val_loss"] = ev.loss;

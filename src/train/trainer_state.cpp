@@ -43,6 +43,7 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   write_directory_atomic(dir, [&](const std::filesystem::path& staging) {
     write_safetensors(staging / kModelFile, weights);
     write_safetensors(staging / kOptimizerFile, opt_tensors);
+    recipe->save_extra(*model, staging);
     write_text_atomic(staging / kStateFile, text);
   });
 }

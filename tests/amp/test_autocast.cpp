@@ -51,14 +51,17 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   const Tensor q = rnd({1, 2, 4, 8}, 10);
   EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
   {
-    const Tensor h = rnd({4, 5}, 11), c = rnd({4, 5}, 12), wih = rnd({20, 8}, 13), whh = rnd({20, 5}, 14);
+    const Tensor h = rnd({4, 5}, 11), c = rnd({4, 5}, 12), wih = rnd({20, 8}, 13),
+                 whh = rnd({20, 5}, 14);
     const auto [h1, c1] = lstm_cell(x, h, c, wih, whh, rnd({20}, 15), rnd({20}, 16));
     EXPECT_EQ(h1.dtype(), lp);
     EXPECT_EQ(c1.dtype(), lp);
   }
   // fp32 even from 16-bit inputs
-  EXPECT_EQ(batch_norm(rnd({4, 3, 2, 2}, 17, lp), Tensor(), Tensor(), rnd({3}, 18), rnd({3}, 19), true).dtype(),
-            DType::fp32);
+  EXPECT_EQ(
+      batch_norm(rnd({4, 3, 2, 2}, 17, lp), Tensor(), Tensor(), rnd({3}, 18), rnd({3}, 19), true)
+          .dtype(),
+      DType::fp32);
   EXPECT_EQ(binary_cross_entropy_with_logits(xl, sigmoid(x)).dtype(), DType::fp32);
   EXPECT_EQ(softmax(xl, 1).dtype(), DType::fp32);
   EXPECT_EQ(log_softmax(xl, 1).dtype(), DType::fp32);
@@ -167,6 +170,23 @@ TEST(Autocast, CacheConvertsEachWeightOncePerRegion) {
   }
 }
 
+TEST(Autocast, CopyMadeUnderNoGradIsRemadeWhenGradientsAreNeeded) {
+  Tensor w = rnd({4, 3}, 1).requires_grad_();
+  const Tensor x = rnd({2, 3}, 2);
+  reset_autocast_cache_stats();
+  Autocast ac(DType::bf16);
+  {
+    NoGradGuard ng;
+    (void)linear(x, w);  // cached without history
+  }
+  Tensor y = linear(x, w);  // a miss: the history-less copy cannot carry gradients
+  EXPECT_EQ(autocast_cache_stats().misses, 2);
+  sum(y).backward();
+  ASSERT_TRUE(w.grad().defined());
+  (void)linear(x, w);  // now a hit
+  EXPECT_EQ(autocast_cache_stats().hits, 1);
+}
+
 TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
   const Tensor x = rnd({16, 32}, 1);
   Tensor w1 = mul(rnd({24, 32}, 2), 0.2).requires_grad_(), b1 = rnd({24}, 3).requires_grad_();
@@ -221,7 +241,8 @@ TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
   EXPECT_EQ(loss.dtype(), DType::fp32);
   loss.backward();
   // d/dw: sum over rows of x (each output column's weight row) + 2e-3 w
-  const std::vector<double> g = w.grad().to_double_vector(), wv = w.to_double_vector(), xv = x.to_double_vector();
+  const std::vector<double> g = w.grad().to_double_vector(), wv = w.to_double_vector(),
+                            xv = x.to_double_vector();
   ASSERT_EQ(w.grad().dtype(), DType::fp32);
   for (int64_t o = 0; o < 5; ++o)
     for (int64_t i = 0; i < 6; ++i) {
@@ -229,7 +250,8 @@ TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
       for (int64_t r = 0; r < 8; ++r) colsum += xv[static_cast<size_t>(r * 6 + i)];
       const double want = colsum + 2e-3 * wv[static_cast<size_t>(o * 6 + i)];
       // the linear part went through bf16 (x rounded, gradient rounded): 2^-8 relative
-      EXPECT_NEAR(g[static_cast<size_t>(o * 6 + i)], want, 1e-2 * (std::abs(colsum) + 1)) << o << "," << i;
+      EXPECT_NEAR(g[static_cast<size_t>(o * 6 + i)], want, 1e-2 * (std::abs(colsum) + 1))
+          << o << "," << i;
     }
 }
 

@@ -114,7 +114,7 @@ TEST(Recipe, AvailableAndPlanned) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(
                   "unknown precision 'fp12'; available: fp64, fp32, tf32, bf16, bf16-pure, fp16, "
-                  "fp16-o2, fp16-pure, auto"),
+                  "fp16-o2, fp16-pure, int8-qat, auto"),
               std::string::npos);
   }
   try {

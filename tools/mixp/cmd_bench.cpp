@@ -14,6 +14,7 @@
 #include "command.h"
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cpu_features.h"
+#include "mixp/bench/bench_record.h"
 #include "mixp/bench/gemm_bench.h"
 
 namespace mixp::cli {
@@ -89,6 +90,24 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
                "the same threads.\n";
 }
 
+// Keeps the result for `mixp doctor`, which cites it (bench/bench_record.h). Only runs that
+// include fp32 are kept (doctor cites ratios to fp32), and only for n >= 1024 (smaller products
+// measure call overhead more than throughput). Never fails the command.
+void save_record(const std::vector<bench::GemmBenchResult>& rs, const bench::GemmBenchConfig& cfg,
+                 int threads, bool json) {
+  bool has_fp32 = false;
+  for (const auto& r : rs) has_fp32 = has_fp32 || r.dtype == DType::fp32;
+  if (!has_fp32 || cfg.n < 1024) return;
+  try {
+    const auto path = bench::gemm_bench_record_path();
+    bench::save_gemm_bench_record(bench::make_gemm_bench_record(rs, cfg, threads), path);
+    if (!json) std::cout << "Saved to " << path.string() << "; `mixp doctor` cites it.\n";
+  } catch (const std::exception& e) {
+    std::cerr << "mixp bench gemm: warning: the result was not saved for mixp doctor: " << e.what()
+              << "\n";
+  }
+}
+
 void run_gemm(const GemmOptions& o) {
   if (o.n < 1) throw UsageError("--n must be at least 1, got " + std::to_string(o.n));
   if (o.repeat < 1)
@@ -119,6 +138,7 @@ void run_gemm(const GemmOptions& o) {
   } else {
     print_table(rs, cfg, threads);
   }
+  save_record(rs, cfg, threads, o.json);
 }
 
 void setup(CLI::App& app) {

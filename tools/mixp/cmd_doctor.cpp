@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "mixp/backend/platform.h"
+#include "mixp/bench/bench_record.h"
 #include "output.h"
 
 namespace mixp::cli {
@@ -45,6 +46,10 @@ void run(bool json) {
       device_formats = gpu_format_support(g.cc_major, g.cc_minor);
   }
 
+  // What `mixp bench gemm` measured here, when it has been run (bench/bench_record.h).
+  const std::optional<bench::SavedGemmBench> measured = bench::load_gemm_bench_record();
+  const std::vector<std::string> evidence = bench::gemm_evidence(measured, advice.precision);
+
   if (json) {
     Json gpus = Json::array();
     for (const GpuInfo& g : probe.gpus) {
@@ -75,7 +80,10 @@ void run(bool json) {
          {"device", advice.device},
          {"formats", formats_json(device_formats)},
          {"recommended_precision", advice.precision},
-         {"reason", advice.reason}});
+         {"reason", advice.reason},
+         {"measured", measured ? Json::parse(bench::gemm_bench_record_to_json(*measured))
+                               : Json(nullptr)},
+         {"measured_notes", evidence}});
     return;
   }
 
@@ -101,6 +109,7 @@ void run(bool json) {
   }
   std::cout << "\nRecommended precision: " << advice.precision << " on " << advice.device << "\n  "
             << advice.reason << "\n";
+  for (const std::string& e : evidence) std::cout << "  " << e << "\n";
 }
 
 RegisterCommand reg(90, [](CLI::App& app) {

@@ -29,6 +29,7 @@ struct Flags {
   // CLI11 2.1 has no std::optional options: these become the config's optionals when given.
   double loss_scale_init = 0, weight_decay = 0;
   int64_t growth_interval = 0;
+  int64_t qat_freeze_bn_epoch = 0, qat_disable_observer_epoch = 0;
   bool json = false;
   CLI::App* sub = nullptr;
   bool given(const char* name) const { return sub->count(name) > 0; }
@@ -54,6 +55,11 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
                              r.test_loss.value_or(NAN));
   if (r.val_loss) std::cout << fmt::format("   validation loss {:.4f}", *r.val_loss);
   std::cout << "\n";
+  if (!r.extra_metrics.empty()) {
+    std::string extra;
+    for (const auto& [k, v] : r.extra_metrics) extra += fmt::format("{}{} {:.6g}", extra.empty() ? "" : ", ", k, v);
+    std::cout << "also:      " << extra << "\n";
+  }
   std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step,
                            r.samples_per_s);
   if (r.tokens_per_s > 0) std::cout << fmt::format(", {:.0f} tokens/s", r.tokens_per_s);
@@ -125,6 +131,10 @@ void run(Flags& f) {
   set("--layer-precision", c.layer_precision, f.c.layer_precision);
   if (f.given("--loss-scale-init")) c.loss_scale_init = f.loss_scale_init;
   if (f.given("--growth-interval")) c.growth_interval = f.growth_interval;
+  if (f.given("--qat-freeze-bn-epoch")) c.qat_freeze_bn_epoch = f.qat_freeze_bn_epoch;
+  if (f.given("--qat-disable-observer-epoch")) {
+    c.qat_disable_observer_epoch = f.qat_disable_observer_epoch;
+  }
   if (f.given("--epochs") || f.given("--steps") || !f.given("--resume")) {
     c.epochs = f.c.epochs;
     c.steps = f.c.steps;
@@ -218,6 +228,12 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--growth-interval", f->growth_interval,
                   "steps without inf/NaN before the loss scale doubles (fp16 recipes; default "
                   "2000)");
+  sub->add_option("--qat-freeze-bn-epoch", f->qat_freeze_bn_epoch,
+                  "int8-qat: 0-based epoch from which batch norm uses its running statistics "
+                  "(default 1)");
+  sub->add_option("--qat-disable-observer-epoch", f->qat_disable_observer_epoch,
+                  "int8-qat: 0-based epoch from which the quantization parameters are frozen "
+                  "(default 1)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
   sub->add_option("--width", c.model.width,
@@ -249,6 +265,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model mlp --precision fp16 --loss-scale-init 1024 --log run.jsonl\n"
       "  mixp train --model gpt --precision bf16-pure --layer-precision embed=fp32,head=fp32\n"
       "  mixp train --model gpt --precision 'bf16:params=fp32,compute=bf16,output=fp32'\n"
+      "  mixp train --model cnn --epochs 2 --precision int8-qat --save qat --json\n"
       "  mixp train --resume ckpt --steps 1000\n");
   sub->callback([f] { run(*f); });
 });

@@ -128,6 +128,10 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
       return P::banned;  // CUDA banned list
     case OpId::binary_cross_entropy_with_logits:
       return P::fp32;  // CUDA/CPU fp32 list
+    // In no PyTorch list; its scale/zero-point arithmetic is fp32 (PyTorch's kernels compute in
+    // float for every input type), so autocast hands it fp32 inputs (docs/quantization.md).
+    case OpId::fake_quantize:
+      return P::fp32;
   }
   return P::none;
 }

@@ -22,6 +22,8 @@ class BatchNorm2d : public Module {
   const Tensor& bias() const { return *bias_; }
   const Tensor& running_mean() const { return *running_mean_; }
   const Tensor& running_var() const { return *running_var_; }
+  int64_t channels() const { return c_; }
+  const BatchNormOptions& options() const { return opt_; }
 
  protected:
   std::string describe() const override;

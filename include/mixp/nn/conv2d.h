@@ -22,6 +22,8 @@ class Conv2d : public Module {
   const Tensor& bias() const { return *bias_; }      // [out] or undefined
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return out_; }
+  int64_t kernel_size() const { return k_; }
+  const Conv2dParams& params() const { return params_; }
 
  protected:
   std::string describe() const override;

@@ -10,6 +10,8 @@ class Flatten : public Module {
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
       : Module("flatten"), start_(start_dim), end_(end_dim) {}
   Tensor forward(const Tensor& x) override { return x.flatten(start_, end_); }
+  int64_t start_dim() const { return start_; }
+  int64_t end_dim() const { return end_; }
 
  private:
   int64_t start_, end_;

@@ -114,6 +114,10 @@ class Module {
  protected:
   // One line describing this module's configuration for str(), e.g. "in=784, out=512".
   virtual std::string describe() const { return {}; }
+  // Swaps the direct child `name` for `m` (same name and position); returns the old one. Throws
+  // std::out_of_range when there is no such child. Containers that keep their own list of
+  // children (Sequential) wrap it.
+  std::shared_ptr<Module> replace_child(const std::string& name, std::shared_ptr<Module> m);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);

@@ -12,6 +12,10 @@ class Sequential : public Module {
   Sequential& add(const std::string& name, std::shared_ptr<Module> m);
   // Appends `m` named by its position.
   Sequential& push_back(std::shared_ptr<Module> m);
+  // Replaces the child called `name` by `m` at the same position (the quant module swaps layers
+  // for their QAT versions this way); returns the old child. Throws std::out_of_range naming the
+  // missing child.
+  std::shared_ptr<Module> replace(const std::string& name, std::shared_ptr<Module> m);
 
   Tensor forward(const Tensor& x) override;
   size_t size() const { return order_.size(); }

@@ -68,7 +68,9 @@ namespace mixp {
   X(cat, "cat", pointwise)                                                        \
   X(stack, "stack", pointwise)                                                    \
   X(contiguous, "contiguous", layout)                                             \
-  X(to, "to", layout)
+  X(to, "to", layout)                                                             \
+  /* quantization (mixp/quant) */                                                 \
+  X(fake_quantize, "fake_quantize", reduce)
 
 enum class OpId : uint16_t {
 #define MIXP_X(id, name, kind) id,

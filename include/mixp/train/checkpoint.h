@@ -27,6 +27,9 @@ namespace mixp::train {
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kStateFile = "state.json";
+// The int8 model of a checkpoint trained with int8-qat, or written by `mixp quantize`
+// (quant/int8_model.h); `mixp eval` runs it when present.
+inline constexpr const char* kInt8ModelFile = "int8_model.safetensors";
 inline constexpr const char* kCheckpointFormat = "mixp-checkpoint";
 inline constexpr int kCheckpointVersion = 1;
 

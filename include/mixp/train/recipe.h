@@ -17,6 +17,7 @@
 // plus per-layer rules (mixp/amp/layer_precision.h); docs/amp-training.md is the user's guide.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,12 @@ class Module;
 
 namespace mixp::train {
 
+// int8-qat's defaults: batch norm frozen and observers off from the second epoch (epoch 1) on,
+// after PyTorch's QAT tutorial (which freezes them part-way through training). A run of one epoch
+// (or fewer steps) never freezes them.
+inline constexpr int64_t kDefaultQatFreezeBnEpoch = 1;
+inline constexpr int64_t kDefaultQatDisableObserverEpoch = 1;
+
 // Options that only some recipes use; make_recipe rejects those the recipe cannot honour.
 struct RecipeOptions {
   std::string layer_precision;             // per-layer overrides (any recipe but fp64)
@@ -51,6 +58,10 @@ struct RecipeOptions {
   std::optional<double> max_loss_scale;
   std::optional<int64_t> collapse_after;
   uint64_t seed = 0;  // stochastic rounding streams of the optimizer write-back
+  // int8-qat: the 0-based epoch from which batch norm is frozen (running statistics) and from
+  // which the observers stop updating (the quantization parameters are then fixed).
+  std::optional<int64_t> qat_freeze_bn_epoch;
+  std::optional<int64_t> qat_disable_observer_epoch;
 };
 
 // Something held open for the duration of a forward pass (an autocast region).
@@ -91,6 +102,19 @@ class PrecisionRecipe {
   virtual double loss_scale() const { return 1.0; }
   // True when non-finite gradients skip the step instead of stopping the run.
   virtual bool skips_nonfinite() const { return false; }
+
+  // Before each optimizer step, with the 0-based epoch its batches come from (int8-qat freezes
+  // batch norm and the observers at their epochs here; a pure function of the epoch, so resuming
+  // needs no extra state).
+  virtual void before_step(nn::Module& model, int64_t epoch) {}
+  // At the end of training: the model whose test accuracy is reported (int8-qat: the converted
+  // int8 model), or null for the trained model itself. When not null, the trained model is
+  // evaluated too and reported as "<trained_model_label()>_accuracy" / "_loss".
+  virtual std::shared_ptr<nn::Module> inference_model(nn::Module& trained) const { return nullptr; }
+  virtual std::string trained_model_label() const { return "trained"; }
+  // Extra files of a checkpoint (int8-qat: the converted int8 model), written into the folder
+  // being assembled.
+  virtual void save_extra(nn::Module& model, const std::filesystem::path& dir) const {}
 
   // Checkpointed state (e.g. the loss scale and growth tracker); exact doubles.
   virtual std::map<std::string, double> state() const { return {}; }

@@ -55,6 +55,8 @@ struct TrainConfig {
   std::string layer_precision;             // per-layer rules, "embed=fp32,attn=bf16,head=fp32"
   std::optional<double> loss_scale_init;   // dynamic loss scaling (fp16 recipes) only
   std::optional<int64_t> growth_interval;  // dynamic loss scaling (fp16 recipes) only
+  std::optional<int64_t> qat_freeze_bn_epoch;         // int8-qat only (recipe.h)
+  std::optional<int64_t> qat_disable_observer_epoch;  // int8-qat only
 
   // Length: exactly one of epochs and steps may be set; neither = 1 epoch. Both count the whole
   // run, resumed steps included: resuming a checkpoint of step 100 with steps = 200 runs 100 more.

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixp/train/callbacks.h"
@@ -43,6 +44,9 @@ struct EvalResult {
   std::optional<double> accuracy;  // classifiers: fraction of test samples classified correctly
   double loss = 0;                 // mean cross-entropy per sample (gpt: per token)
   int64_t samples = 0;             // test images, or validation windows for gpt
+  std::string evaluated;           // evaluate_checkpoint: what ran ("fp32", "int8", "nf4 weights, bf16 compute")
+  double time_s = 0;               // evaluate_checkpoint: wall time of the evaluation loop
+  int64_t weight_bytes = 0;        // evaluate_checkpoint: bytes of the weights evaluated
 };
 
 // What `mixp train --json` prints (result_to_json gives the exact object).
@@ -74,6 +78,9 @@ struct TrainResult {
   int64_t batch = 0, grad_accum = 1;
   int64_t parameters = 0;  // number of trainable values
   uint64_t seed = 0;
+  // Recipe-specific results, printed after test_loss (int8-qat: fake_quant_accuracy,
+  // fake_quant_loss, eval_time_s of the int8 model, fake_quant_eval_time_s).
+  std::vector<std::pair<std::string, double>> extra_metrics;
   std::vector<double> losses;  // per optimizer step of this run
   std::string saved_to;        // checkpoint folder written at the end ("" = none)
 };
@@ -127,5 +134,21 @@ class Trainer {
 // the checkpoint's test set (or `data` when not empty). `precision` "" keeps the checkpoint's.
 EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::string& precision = "",
                                const std::string& data = "");
+
+// The general form of `mixp eval` (docs/quantization.md):
+//   - a checkpoint holding int8_model.safetensors (int8-qat, `mixp quantize`) runs that int8
+//     model unless `precision` names another recipe; precision "int8" requires it;
+//   - `weights` "nf4" / "int4": the Linear layers get weight-only 4-bit weights (blocks of 64),
+//     computed in `compute` (bf16 or fp32);
+//   - a model.safetensors whose tensors were re-encoded by `mixp convert --to nf4|int4` is read
+//     as such (Linear weights kept in 4 bits, everything else decoded to fp32).
+struct EvalOptions {
+  std::string precision;  // "" = the checkpoint's
+  std::string data;       // "" = the checkpoint's
+  std::string weights;    // "" | nf4 | int4
+  std::string compute = "bf16";
+  bool double_quant = false;
+};
+EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptions& opt);
 
 }  // namespace mixp::train

@@ -1,0 +1,9 @@
+// Umbrella for the quant module (DESIGN.md section 3, quant; docs/quantization.md): observers,
+// fake quantization, QAT/PTQ prepare, int8 inference, weight-only int4/NF4.
+#pragma once
+#include "mixp/quant/fake_quantize.h"
+#include "mixp/quant/int8_model.h"
+#include "mixp/quant/observer.h"
+#include "mixp/quant/qat.h"
+#include "mixp/quant/qat_modules.h"
+#include "mixp/quant/weight_only.h"

@@ -1,0 +1,224 @@
+// prepare_qat / prepare_ptq, the QAT switches and Conv+BN folding; see include/mixp/quant/qat.h.
+#include "mixp/quant/qat.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+
+#include "mixp/nn/activation.h"
+#include "mixp/nn/dropout.h"
+#include "mixp/nn/flatten.h"
+#include "mixp/nn/max_pool2d.h"
+#include "mixp/nn/sequential.h"
+#include "mixp/quant/qat_modules.h"
+#include "mixp/tensor/factories.h"
+
+namespace mixp::quant {
+
+bool default_reduce_range() {
+  // What oneDNN will run, not just what the CPU has: ONEDNN_MAX_CPU_ISA (or a tool that hides
+  // AVX-512, such as valgrind) can select kernels without VNNI on a VNNI machine.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto has = [&](dnnl::cpu_isa want) {
+    const auto w = static_cast<unsigned>(want);
+    return (isa & w) == w;
+  };
+  return !has(dnnl::cpu_isa::avx512_core_vnni) && !has(dnnl::cpu_isa::avx2_vnni);
+}
+
+QConfig default_qat_qconfig() {
+  QConfig q;
+  q.activation = {ObserverKind::moving_average,
+                  false,
+                  0,
+                  0.01f,
+                  {QDType::quint8, QScheme::affine, default_reduce_range()}};
+  q.weight = {
+      ObserverKind::moving_average, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
+  return q;
+}
+
+QConfig default_ptq_qconfig() {
+  QConfig q;
+  q.activation = {ObserverKind::min_max,
+                  false,
+                  0,
+                  0.01f,
+                  {QDType::quint8, QScheme::affine, default_reduce_range()}};
+  q.weight = {ObserverKind::min_max, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
+  return q;
+}
+
+namespace {
+
+const char* kSupported =
+    "supported: a Sequential of Linear, Conv2d, BatchNorm2d (after a Conv2d), ReLU, MaxPool2d, "
+    "Flatten and Dropout (the built-in mlp and cnn)";
+
+template <class T>
+T* as(const std::shared_ptr<nn::Module>& m) {
+  return dynamic_cast<T*>(m.get());
+}
+
+}  // namespace
+
+bool is_prepared(const nn::Module& model) {
+  for (const auto& [name, m] : model.named_modules()) {
+    if (dynamic_cast<const FakeQuantize*>(m) != nullptr) return true;
+  }
+  return false;
+}
+
+void prepare_qat(nn::Module& model, const QConfig& qc) {
+  auto* seq = dynamic_cast<nn::Sequential*>(&model);
+  if (seq == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::prepare_qat: the model ({}) is not a Sequential; {}",
+                    model.kind(), kSupported));
+  }
+  if (is_prepared(model)) {
+    throw std::invalid_argument("mixp::quant::prepare_qat: the model is prepared already");
+  }
+  if (qc.activation.per_channel) {
+    throw std::invalid_argument(
+        "mixp::quant::prepare_qat: activations are quantized per tensor; the qconfig asks for "
+        "per-channel activation observers");
+  }
+  const auto act_fq = [&] { return std::make_shared<FakeQuantize>(qc.activation, 1); };
+  const auto children = seq->named_children();
+  std::vector<QatModule*> owners;  // the last module of each fused group
+  bool first = true;
+  for (size_t i = 0; i < children.size(); ++i) {
+    const auto& [name, m] = children[i];
+    auto next_is = [&](auto* probe) {
+      using T = std::remove_pointer_t<decltype(probe)>;
+      return i + 1 < children.size() && as<T>(children[i + 1].second) != nullptr;
+    };
+    std::shared_ptr<QatModule> head;
+    if (auto* lin = as<nn::Linear>(m)) {
+      if (lin->activation() == Activation::gelu) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::prepare_qat: '{}' fuses GELU, which int8 inference does not run; {}",
+            name, kSupported));
+      }
+      head = std::make_shared<QatLinear>(*lin, qc.weight);
+    } else if (auto* conv = as<nn::Conv2d>(m)) {
+      head = std::make_shared<QatConv2d>(*conv, qc.weight);
+    } else if (as<nn::MaxPool2d>(m) || as<nn::Flatten>(m) || as<nn::Dropout>(m) ||
+               as<nn::ReLU>(m)) {
+      continue;  // quantization-preserving (see the header comment)
+    } else {
+      throw std::invalid_argument(
+          fmt::format("mixp::quant::prepare_qat: cannot quantize module '{}' ({}); {}", name,
+                      m->kind(), kSupported));
+    }
+    if (first) head->set_input_fake_quant(act_fq());
+    first = false;
+    seq->replace(name, head);
+    QatModule* owner = head.get();
+    if (as<nn::Conv2d>(m) && next_is(static_cast<nn::BatchNorm2d*>(nullptr))) {
+      ++i;
+      auto bn = std::make_shared<QatBatchNorm2d>(*as<nn::BatchNorm2d>(children[i].second));
+      seq->replace(children[i].first, bn);
+      owner = bn.get();
+    }
+    if (next_is(static_cast<nn::ReLU*>(nullptr))) {
+      ++i;
+      auto r = std::make_shared<QatReLU>();
+      seq->replace(children[i].first, r);
+      owner = r.get();
+    }
+    owners.push_back(owner);
+  }
+  if (owners.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::prepare_qat: the model has no Linear or Conv2d to quantize; {}", kSupported));
+  }
+  for (size_t g = 0; g < owners.size(); ++g) {
+    if (g + 1 < owners.size() || qc.quantize_output) owners[g]->set_output_fake_quant(act_fq());
+  }
+}
+
+void prepare_ptq(nn::Module& model, const QConfig& qc) {
+  prepare_qat(model, qc);
+  set_fake_quant_enabled(model, false);
+  model.eval();
+}
+
+void set_observers_enabled(nn::Module& model, bool on) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* fq = dynamic_cast<FakeQuantize*>(m)) fq->enable_observer(on);
+  }
+}
+
+void set_fake_quant_enabled(nn::Module& model, bool on) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* fq = dynamic_cast<FakeQuantize*>(m)) fq->enable_fake_quant(on);
+  }
+}
+
+void freeze_batch_norm(nn::Module& model, bool on) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* bn = dynamic_cast<QatBatchNorm2d*>(m)) bn->freeze(on);
+  }
+}
+
+bool observers_calibrated(const nn::Module& model, std::string* missing) {
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto* fq = dynamic_cast<const FakeQuantize*>(m);
+    if (fq != nullptr && !fq->has_data()) {
+      if (missing) *missing = name;
+      return false;
+    }
+  }
+  return true;
+}
+
+FoldedConv fold_conv_bn(const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv,
+                        const Tensor& gamma, const Tensor& beta, double eps) {
+  if (!w.defined() || w.dim() != 4 || !rm.defined() || !rv.defined()) {
+    throw std::invalid_argument(
+        "mixp::quant::fold_conv_bn: needs a conv weight [O, C, KH, KW] and the batch norm's "
+        "running mean and variance");
+  }
+  const int64_t O = w.size(0);
+  for (const Tensor* t : {&b, &rm, &rv, &gamma, &beta}) {
+    if (t->defined() && (t->dim() != 1 || t->size(0) != O)) {
+      throw std::invalid_argument(
+          fmt::format("mixp::quant::fold_conv_bn: per-channel tensors must be [{}], got {}", O,
+                      t->shape().str()));
+    }
+  }
+  const std::vector<double> wv = w.to_double_vector(), mean = rm.to_double_vector(),
+                            var = rv.to_double_vector();
+  const std::vector<double> bv = b.defined() ? b.to_double_vector() : std::vector<double>(O, 0.0);
+  const std::vector<double> gv =
+      gamma.defined() ? gamma.to_double_vector() : std::vector<double>(O, 1.0);
+  const std::vector<double> be =
+      beta.defined() ? beta.to_double_vector() : std::vector<double>(O, 0.0);
+  const int64_t per = w.numel() / std::max<int64_t>(O, 1);
+  std::vector<double> fw(wv.size()), fb(static_cast<size_t>(O)), g(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) {
+    const size_t oi = static_cast<size_t>(o);
+    g[oi] = gv[oi] / std::sqrt(var[oi] + eps);
+    for (int64_t k = 0; k < per; ++k) {
+      const size_t i = static_cast<size_t>(o * per + k);
+      fw[i] = wv[i] * g[oi];
+    }
+    fb[oi] = (bv[oi] - mean[oi]) * g[oi] + be[oi];
+  }
+  const DType dt = w.dtype();
+  FoldedConv f;
+  f.weight = from_vector(fw, w.shape(), {.dtype = DType::fp64});
+  f.bias = from_vector(fb, Shape{O}, {.dtype = DType::fp64});
+  f.factor = from_vector(g, Shape{O}, {.dtype = DType::fp64});
+  if (dt != DType::fp64) {
+    f.weight = f.weight.to(dt, Round::nearest_even);
+    f.bias = f.bias.to(dt, Round::nearest_even);
+  }
+  return f;
+}
+
+}  // namespace mixp::quant

@@ -1,0 +1,51 @@
+// Small helpers shared by the quant sources (internal).
+#pragma once
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "mixp/tensor/tensor.h"
+
+namespace mixp::quant::detail {
+
+// Row-major geometry around a channel axis: index = (o * channels + c) * inner + i.
+struct ChannelLayout {
+  int64_t outer = 1, channels = 1, inner = 1;
+};
+
+inline ChannelLayout channel_layout(std::span<const int64_t> shape, int axis, size_t numel,
+                                    const char* who) {
+  const int rank = static_cast<int>(shape.size());
+  const int a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    throw std::invalid_argument(
+        fmt::format("mixp::quant ({}): channel axis {} is out of range for "
+                    "a tensor of rank {}",
+                    who, axis, rank));
+  }
+  ChannelLayout g;
+  int64_t n = 1;
+  for (int d = 0; d < rank; ++d) {
+    n *= shape[d];
+    if (d < a) g.outer *= shape[d];
+    if (d > a) g.inner *= shape[d];
+  }
+  g.channels = shape[a];
+  if (static_cast<size_t>(n) != numel) {
+    throw std::invalid_argument(
+        fmt::format("mixp::quant ({}): shape has {} values, the data {}", who, n, numel));
+  }
+  return g;
+}
+
+// x detached, widened or rounded (nearest-even) to fp32, contiguous.
+inline Tensor as_fp32_contiguous(const Tensor& x) {
+  Tensor d = x.detach();
+  if (d.dtype() != DType::fp32) d = d.to(DType::fp32, Round::nearest_even);
+  return d.contiguous();
+}
+
+}  // namespace mixp::quant::detail

@@ -1,0 +1,102 @@
+// `mixp compare` as a user runs it: the files, --json, the progress lines, and bad input (one
+// error line, non-zero exit, nothing written).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "train/train_test_util.h"
+
+namespace mixp::study {
+namespace {
+
+using train::testing::read_text;
+using train::testing::run_cli;
+using train::testing::TempDir;
+
+const std::string kTiny =
+    "compare --data synthetic --train-limit 256 --test-limit 128 --batch 64 --threads 1 ";
+
+void expect_usage_error(const train::testing::CliResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("mixp compare: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(CliCompare, WritesTheReportAndPrintsTheTable) {
+  TempDir dir;
+  const auto out = (dir / "st").string();
+  const auto r =
+      run_cli(kTiny + "--precisions fp32,fp64 --steps 3 --out '" + out + "'", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* f : {"results.json", "results.csv", "report.md", "report.html"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir / "st" / f)) << f;
+  }
+  EXPECT_NE(r.out.find("precision"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("report: " + out + "/report.html"), std::string::npos) << r.out;
+  // Not a terminal: one result line per run on stderr, no bar.
+  EXPECT_NE(r.err.find("[1/2] fp32  seed 0: accuracy "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[2/2] fp64  seed 0: accuracy "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+
+  // Again into the same folder: a previous study is overwritten without --force.
+  const auto again =
+      run_cli(kTiny + "--precisions fp32 --steps 2 --json --out '" + out + "'", dir.path());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const auto j = nlohmann::json::parse(again.out);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["steps"], 2);
+  EXPECT_EQ(j, nlohmann::json::parse(read_text(dir / "st" / "results.json")))
+      << "--json prints results.json's object";
+}
+
+TEST(CliCompare, UnknownPrecisionListsTheKnownOnesAndRunsNothing) {
+  TempDir dir;
+  const auto r =
+      run_cli(kTiny + "--precisions fp32,fp17 --out '" + (dir / "x").string() + "'", dir.path());
+  expect_usage_error(r, "unknown precision 'fp17'; known precisions: ");
+  EXPECT_NE(r.err.find("fp32"), std::string::npos);
+  EXPECT_NE(r.err.find("fp64"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+}
+
+TEST(CliCompare, RefusesAFolderThatIsNotAStudyUnlessForced) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "mine");
+  std::ofstream(dir / "mine" / "notes.txt") << "keep me";
+  const std::string args =
+      kTiny + "--precisions fp32 --steps 2 --out '" + (dir / "mine").string() + "'";
+  auto r = run_cli(args, dir.path());
+  expect_usage_error(r, "refusing to write into ");
+  EXPECT_NE(r.err.find("it exists and is not a previous mixp study; use --force"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "mine" / "results.json"));
+  r = run_cli(args + " --force", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "mine" / "report.html"));
+  EXPECT_EQ(read_text(dir / "mine" / "notes.txt"), "keep me");
+}
+
+TEST(CliCompare, BadFlags) {
+  TempDir dir;
+  expect_usage_error(run_cli(kTiny + "--epochs 1 --steps 2", dir.path()), "both given");
+  expect_usage_error(run_cli(kTiny + "--seeds 0", dir.path()), "--seeds must be positive");
+  expect_usage_error(run_cli(kTiny + "--model resnet", dir.path()), "unknown model 'resnet'");
+  EXPECT_FALSE(std::filesystem::exists(dir / "mixp-study"));
+}
+
+TEST(CliCompare, EveryRunDivergedIsAnErrorButTheReportIsThere) {
+  TempDir dir;
+  const auto r = run_cli(
+      kTiny + "--precisions fp32 --steps 3 --lr 1e30 --out '" + (dir / "nan").string() + "'",
+      dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("[1/1] fp32  seed 0: diverged at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no run finished"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "nan" / "report.html"));
+}
+
+}  // namespace
+}  // namespace mixp::study

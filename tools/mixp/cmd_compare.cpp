@@ -1,0 +1,201 @@
+// `mixp compare`: the precision study (DESIGN.md section 4). Parses flags into a StudyConfig, runs
+// mixp::study::run_study with a progress display, prints the summary table (or results.json with
+// --json) and where the report is. Printing only.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "compare_progress.h"
+#include "mixp/nn/models.h"
+#include "mixp/study/report.h"
+#include "mixp/study/study_runner.h"
+#include "mixp/train/recipe.h"
+#include "omp_wait.h"
+
+namespace mixp::cli {
+namespace {
+
+// The default study: the mlp on Fashion-MNIST for one epoch, every available recipe of the
+// seeds' list. Chosen to finish within 5 minutes on a 2-core machine (docs/study.md).
+constexpr int64_t kDefaultEpochs = 1;
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+// "fp32,bf16,fp16" -> names. A policy string keeps its own commas: a piece with '=' and no ':'
+// continues the previous one ("fp32,bf16:params=fp32,compute=bf16" -> fp32 and the policy).
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      while (!cur.empty() && cur.back() == ' ') cur.pop_back();
+      size_t i = 0;
+      while (i < cur.size() && cur[i] == ' ') ++i;
+      std::string piece = cur.substr(i);
+      const bool continues = !out.empty() && piece.find('=') != std::string::npos &&
+                             piece.find(':') == std::string::npos &&
+                             out.back().find(':') != std::string::npos;
+      if (continues) {
+        out.back() += "," + piece;
+      } else if (!piece.empty()) {
+        out.push_back(piece);
+      }
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+// `--precisions all`: every recipe this build has, except `auto` (it resolves to one of them).
+std::vector<std::string> all_precisions() {
+  std::vector<std::string> out;
+  for (const auto& p : train::available_recipes()) {
+    if (p != "auto") out.push_back(p);
+  }
+  return out;
+}
+
+struct Flags {
+  study::StudyConfig sc;
+  std::string precisions;
+  std::string out = "mixp-study";
+  int64_t epochs = 0, steps = 0;
+  bool json = false;
+  CLI::App* sub = nullptr;
+  bool given(const char* name) const { return sub->count(name) > 0; }
+};
+
+void run(Flags& f) {
+  ensure_passive_omp_wait();
+  study::StudyConfig& sc = f.sc;
+  train::TrainConfig& c = sc.base;
+  if (f.given("--epochs") && f.given("--steps")) {
+    throw UsageError("--epochs and --steps both given; give one");
+  }
+  auto positive = [&](const char* flag, double v) {
+    if (f.given(flag) && !(v > 0))
+      throw UsageError(fmt::format("{} must be positive, got {:g}", flag, v));
+  };
+  positive("--epochs", double(f.epochs));
+  positive("--steps", double(f.steps));
+  positive("--batch", double(c.batch));
+  positive("--lr", c.lr);
+  positive("--threads", double(c.threads));
+  positive("--seeds", double(sc.seeds));
+  positive("--train-limit", double(c.train_limit));
+  positive("--test-limit", double(c.test_limit));
+  c.steps = f.steps;
+  c.epochs = f.given("--steps") ? 0 : (f.given("--epochs") ? f.epochs : kDefaultEpochs);
+
+  if (f.given("--precisions")) {
+    sc.precisions = f.precisions == "all" ? all_precisions() : split_list(f.precisions);
+  } else {
+    sc.precisions = study::default_study_precisions();
+  }
+  sc.out_dir = f.out;
+  // Every check that does not need a run happens here, before the first run starts.
+  try {
+    study::check_precisions(sc.precisions);
+    study::check_output_dir(sc.out_dir, sc.force);
+    train::TrainConfig probe = c;
+    probe.precision = sc.precisions.front();
+    (void)probe.resolved();
+  } catch (const train::ConfigError& e) {
+    throw UsageError(e.what());
+  } catch (const study::StudyError& e) {
+    throw UsageError(e.what());
+  }
+
+  const bool live = stderr_is_tty();
+  CompareProgress progress(live);
+  if (!f.json) {
+    std::cerr << fmt::format("comparing {} on {}: {} ({} run{})\n", c.model.name,
+                             c.data.empty() ? "its default data" : c.data, join(sc.precisions),
+                             sc.precisions.size() * size_t(sc.seeds),
+                             sc.precisions.size() * size_t(sc.seeds) == 1 ? "" : "s");
+  }
+  study::StudyOutcome o;
+  try {
+    o = study::run_study(sc, [&](const study::StudyEvent& e) { progress(e); });
+  } catch (const train::ConfigError& e) {
+    throw UsageError(e.what());
+  }
+  const std::string report = (sc.out_dir / "report.html").string();
+  if (!o.any_finished) {
+    throw std::runtime_error(
+        "no run finished (every run diverged or failed); the report says "
+        "why: " +
+        report);
+  }
+  if (f.json) {
+    std::cout << study::render_results_json(o.results);
+  } else {
+    std::cout << "\n" << study::format_study_table(o.results);
+    std::cout << "\nreport: " << report << "\n";
+  }
+}
+
+RegisterCommand reg(40, [](CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  auto* sub = app.add_subcommand(
+      "compare",
+      "the precision study: train one model in several precisions on identical data and "
+      "initialisation, and report accuracy, time, memory and energy");
+  f->sub = sub;
+  train::TrainConfig& c = f->sc.base;
+  c.model.name = "mlp";
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt (default mlp)");
+  sub->add_option("--precisions", f->precisions,
+                  "comma-separated recipes, or 'all' (default: those of fp32,tf32,bf16,fp16,"
+                  "bf16-pure,fp8,int8-qat this build has; available: " +
+                      join(train::available_recipes()) + ")");
+  sub->add_option("--epochs", f->epochs, "passes over the training data per run (default 1)");
+  sub->add_option("--steps", f->steps, "optimizer steps per run instead of epochs");
+  sub->add_option("--seeds", f->sc.seeds,
+                  "runs per precision with seeds --seed, --seed+1, ...; the report shows mean "
+                  "and spread (default 1)");
+  sub->add_option("--out", f->out,
+                  "folder for results.json, results.csv, report.md, report.html "
+                  "(default mixp-study)");
+  sub->add_flag("--force", f->sc.force,
+                "write into --out even if it exists and is not a previous study");
+  sub->add_option("--data", c.data,
+                  "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for "
+                  "gpt a text file or folder");
+  sub->add_option("--batch", c.batch, "samples per batch (default: mlp/cnn 128, gpt 16)");
+  sub->add_option("--lr", c.lr, "learning rate (default: mlp/cnn 1e-3, gpt 3e-4)");
+  sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
+  sub->add_option("--threads", c.threads, "CPU threads (default: all)");
+  sub->add_option("--seed", c.seed, "first seed of initialisation and data order (default 0)");
+  sub->add_option("--train-limit", c.train_limit,
+                  "use the first N training samples (gpt: N bytes of text)");
+  sub->add_option("--test-limit", c.test_limit,
+                  "evaluate on the first N test samples (gpt: N windows)");
+  sub->add_flag("--json", f->json, "print results.json's object on stdout");
+  sub->footer(
+      "Every run of one seed starts from the same weights and sees the same batches; only the "
+      "precision differs.\n"
+      "A run that diverges (NaN) is reported as diverged; the study goes on.\n"
+      "Energy is measured with Linux RAPL where readable, else estimated from counted operations "
+      "(labelled \"estimate\").\n"
+      "OMP_WAIT_POLICY defaults to passive for this command (spinning OpenMP threads distort "
+      "timings on a busy machine); set it to override.\n\n"
+      "Examples:\n"
+      "  mixp compare                                  # the default study (mlp, 1 epoch)\n"
+      "  mixp compare --precisions fp32,bf16,fp16 --epochs 2 --seeds 3\n"
+      "  mixp compare --model cnn --steps 200 --out cnn-study --json\n");
+  sub->callback([f] { run(*f); });
+});
+
+}  // namespace
+}  // namespace mixp::cli
