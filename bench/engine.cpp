@@ -16,9 +16,15 @@ void BM_MixpMatmul(benchmark::State& st) {
   const Tensor a = randn({n, n}, g), b = randn({n, n}, g);
   NoGradGuard ng;
   for (auto _ : st) benchmark::DoNotOptimize(matmul(a, b).data_ptr());
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_MixpMatmul)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_MixpMatmul)
+    ->Arg(512)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 
 void BM_OnednnMatmul(benchmark::State& st) {
   const int64_t n = st.range(0);
@@ -36,9 +42,15 @@ void BM_OnednnMatmul(benchmark::State& st) {
     prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     s.wait();
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_OnednnMatmul)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_OnednnMatmul)
+    ->Arg(512)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 
 // 784-512-512-10 MLP, batch 128: forward + backward (no optimizer).
 void BM_MlpStep(benchmark::State& st) {
@@ -60,9 +72,12 @@ BENCHMARK(BM_MlpStep)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->U
 void BM_CnnStep(benchmark::State& st) {
   Generator g(1);
   Tensor c1 = normal({32, 1, 3, 3}, 0, 0.3, g).requires_grad_(), cb1 = zeros({32}).requires_grad_();
-  Tensor c2 = normal({64, 32, 3, 3}, 0, 0.06, g).requires_grad_(), cb2 = zeros({64}).requires_grad_();
-  Tensor g1 = ones({32}).requires_grad_(), be1 = zeros({32}).requires_grad_(), rm1 = zeros({32}), rv1 = ones({32});
-  Tensor g2 = ones({64}).requires_grad_(), be2 = zeros({64}).requires_grad_(), rm2 = zeros({64}), rv2 = ones({64});
+  Tensor c2 = normal({64, 32, 3, 3}, 0, 0.06, g).requires_grad_(),
+         cb2 = zeros({64}).requires_grad_();
+  Tensor g1 = ones({32}).requires_grad_(), be1 = zeros({32}).requires_grad_(), rm1 = zeros({32}),
+         rv1 = ones({32});
+  Tensor g2 = ones({64}).requires_grad_(), be2 = zeros({64}).requires_grad_(), rm2 = zeros({64}),
+         rv2 = ones({64});
   Tensor w1 = normal({128, 3136}, 0, 0.02, g).requires_grad_(), b1 = zeros({128}).requires_grad_();
   Tensor w2 = normal({10, 128}, 0, 0.09, g).requires_grad_(), b2 = zeros({10}).requires_grad_();
   const Tensor x = randn({128, 1, 28, 28}, g), y = randint(0, 10, {128}, g);
@@ -81,9 +96,11 @@ void BM_GptBlock(benchmark::State& st) {
   Generator g(1);
   Tensor ln1w = ones({C}).requires_grad_(), ln1b = zeros({C}).requires_grad_();
   Tensor ln2w = ones({C}).requires_grad_(), ln2b = zeros({C}).requires_grad_();
-  Tensor wqkv = normal({3 * C, C}, 0, 0.02, g).requires_grad_(), bqkv = zeros({3 * C}).requires_grad_();
+  Tensor wqkv = normal({3 * C, C}, 0, 0.02, g).requires_grad_(),
+         bqkv = zeros({3 * C}).requires_grad_();
   Tensor wo = normal({C, C}, 0, 0.02, g).requires_grad_(), bo = zeros({C}).requires_grad_();
-  Tensor wfc = normal({4 * C, C}, 0, 0.02, g).requires_grad_(), bfc = zeros({4 * C}).requires_grad_();
+  Tensor wfc = normal({4 * C, C}, 0, 0.02, g).requires_grad_(),
+         bfc = zeros({4 * C}).requires_grad_();
   Tensor wpr = normal({C, 4 * C}, 0, 0.02, g).requires_grad_(), bpr = zeros({C}).requires_grad_();
   const Tensor x0 = randn({B, T, C}, g);
   for (auto _ : st) {
@@ -91,7 +108,8 @@ void BM_GptBlock(benchmark::State& st) {
     Tensor qkv = linear(layer_norm(x, {C}, ln1w, ln1b), wqkv, bqkv);
     auto parts = chunk(qkv, 3, 2);
     auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, C / H}).transpose(1, 2); };
-    Tensor a = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+    Tensor a =
+        scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
     a = a.transpose(1, 2).reshape({B, T, C});
     x = add(x, linear(a, wo, bo));
     x = add(x, linear(gelu(linear(layer_norm(x, {C}, ln2w, ln2b), wfc, bfc)), wpr, bpr));

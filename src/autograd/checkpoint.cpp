@@ -26,7 +26,8 @@ uint64_t checkpoint_aware_seed(Generator& gen) {
   if (!log) return gen.next_u64();
   if (log->replay) {
     if (log->next >= log->seeds.size()) {
-      throw std::logic_error("mixp::checkpoint: the recomputation drew more dropout seeds than the forward pass");
+      throw std::logic_error(
+          "mixp::checkpoint: the recomputation drew more dropout seeds than the forward pass");
     }
     return log->seeds[log->next++];
   }
@@ -49,7 +50,9 @@ class CheckpointNode final : public Node {
       : fn_(std::move(fn)), inputs_(std::move(inputs)), seeds_(std::move(seeds)) {}
 
   void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override {
-    if (!fn_) throw std::runtime_error("mixp::checkpoint: backward through a freed checkpoint segment (retain_graph was false)");
+    if (!fn_)
+      throw std::runtime_error(
+          "mixp::checkpoint: backward through a freed checkpoint segment (retain_graph was false)");
     // Recompute the segment with recording on, from detached copies of the inputs.
     std::vector<Tensor> detached;
     detached.reserve(inputs_.size());

@@ -25,8 +25,9 @@ void accumulate(Tensor& slot, const Tensor& g) {
     return;
   }
   if (slot.shape() != g.shape()) {
-    throw std::logic_error("mixp autograd: gradients of shapes " + slot.shape().str() + " and " + g.shape().str() +
-                           " arrive at the same tensor (a backward function returned a wrong shape)");
+    throw std::logic_error(
+        "mixp autograd: gradients of shapes " + slot.shape().str() + " and " + g.shape().str() +
+        " arrive at the same tensor (a backward function returned a wrong shape)");
   }
   // Add in place when nobody else can see the slot's buffer (the common case: a fresh gradient
   // from a backward function); never modify a gradient another node may still hold.
@@ -60,8 +61,8 @@ void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
   if (!impl) return;  // the leaf is gone: nobody can read its gradient
   Tensor g = grad_outputs[0];
   if (g.shape() != impl->shape) {
-    throw std::logic_error("mixp autograd: gradient of shape " + g.shape().str() + " for a leaf of shape " +
-                           impl->shape.str());
+    throw std::logic_error("mixp autograd: gradient of shape " + g.shape().str() +
+                           " for a leaf of shape " + impl->shape.str());
   }
   const DType gd = grad_dtype_for(impl->dtype);
   if (!impl->grad) {
@@ -82,15 +83,19 @@ void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
   }
 }
 
-FunctionNode::FunctionNode(OpId op, DType compute, BackwardFn fn) : op_(op), compute_(compute), fn_(std::move(fn)) {}
+FunctionNode::FunctionNode(OpId op, DType compute, BackwardFn fn)
+    : op_(op), compute_(compute), fn_(std::move(fn)) {}
 
-std::string FunctionNode::name() const { return std::string(op_name(op_)) + "_backward"; }
+std::string FunctionNode::name() const {
+  return std::string(op_name(op_)) + "_backward";
+}
 
 void FunctionNode::apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) {
   if (!fn_) {
-    throw std::runtime_error("mixp autograd: trying to backward through the graph a second time (through " + name() +
-                             "); the saved tensors were freed after the first backward. Pass "
-                             "retain_graph=true to the first backward if you need to run it twice.");
+    throw std::runtime_error(
+        "mixp autograd: trying to backward through the graph a second time (through " + name() +
+        "); the saved tensors were freed after the first backward. Pass "
+        "retain_graph=true to the first backward if you need to run it twice.");
   }
   for (Tensor& g : grad_outputs) {
     if (g.defined() && g.dtype() != compute_) g = g.to(compute_, Round::nearest_even);
@@ -104,7 +109,8 @@ void FunctionNode::apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_
       continue;
     }
     if (!g.defined()) continue;
-    if (i < input_dtypes.size() && g.dtype() != input_dtypes[i] && traits(input_dtypes[i]).is_float()) {
+    if (i < input_dtypes.size() && g.dtype() != input_dtypes[i] &&
+        traits(input_dtypes[i]).is_float()) {
       g = g.to(input_dtypes[i], Round::nearest_even);
     }
   }
@@ -124,7 +130,8 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, bool retain_graph) {
-  if (roots.size() != grads.size()) throw std::invalid_argument("mixp backward: one gradient per root is needed");
+  if (roots.size() != grads.size())
+    throw std::invalid_argument("mixp backward: one gradient per root is needed");
   NoGradGuard no_grad;  // backward functions do not record (no higher-order gradients)
   detail::CastPolicyScope no_autocast(/*suspended=*/true);  // they run in the forward's dtypes
 
@@ -142,19 +149,22 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     const Tensor& r = roots[i];
     if (!r.defined()) throw std::invalid_argument("mixp backward: undefined root tensor");
     if (!r.requires_grad()) {
-      throw std::runtime_error("mixp backward: the tensor does not require grad and has no grad_fn "
-                               "(was it computed under NoGradGuard, or from tensors without requires_grad?)");
+      throw std::runtime_error(
+          "mixp backward: the tensor does not require grad and has no grad_fn "
+          "(was it computed under NoGradGuard, or from tensors without requires_grad?)");
     }
     Tensor g = grads[i];
     if (!g.defined()) {
       if (r.numel() != 1) {
-        throw std::invalid_argument("mixp backward: a gradient can be implied only for one-element outputs; the output "
-                                    "has shape " + r.shape().str() + ", pass grad explicitly");
+        throw std::invalid_argument(
+            "mixp backward: a gradient can be implied only for one-element outputs; the output "
+            "has shape " +
+            r.shape().str() + ", pass grad explicitly");
       }
       g = ones(r.shape(), {.dtype = r.dtype()});
     } else if (g.shape() != r.shape()) {
-      throw std::invalid_argument("mixp backward: gradient shape " + g.shape().str() + " differs from output shape " +
-                                  r.shape().str());
+      throw std::invalid_argument("mixp backward: gradient shape " + g.shape().str() +
+                                  " differs from output shape " + r.shape().str());
     }
     Edge e = gradient_edge(r);
     keep_alive.push_back(e.fn);
@@ -214,8 +224,9 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
         auto& buf = buffers[m];
         if (buf.empty()) buf.resize(m->outputs.size());
         if (gin[i].shape() != m->outputs[e.input_nr].shape) {
-          throw std::logic_error(fmt::format("mixp autograd: {} produced a gradient of shape {} for an input of shape {}",
-                                             n->name(), gin[i].shape().str(), m->outputs[e.input_nr].shape.str()));
+          throw std::logic_error(fmt::format(
+              "mixp autograd: {} produced a gradient of shape {} for an input of shape {}",
+              n->name(), gin[i].shape().str(), m->outputs[e.input_nr].shape.str()));
         }
         accumulate(buf[e.input_nr], gin[i]);
       }
@@ -233,8 +244,10 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
             for (const Edge& f : k->next_edges) {
               if (!f.valid()) continue;
               if (--dependencies[f.fn.get()] == 0) {
-                if (buffers.count(f.fn.get())) ready.push({f.fn.get()});
-                else stack.push_back(f.fn.get());
+                if (buffers.count(f.fn.get()))
+                  ready.push({f.fn.get()});
+                else
+                  stack.push_back(f.fn.get());
               }
             }
           }

@@ -27,19 +27,35 @@ Backend& get_backend(BackendKind kind) {
   return kind == BackendKind::ref ? static_cast<Backend&>(*ref) : static_cast<Backend&>(*cpu);
 }
 
-BackendKind current_backend_kind() { return g_override >= 0 ? static_cast<BackendKind>(g_override) : g_default; }
-Backend& backend() { return get_backend(current_backend_kind()); }
-void set_default_backend(BackendKind kind) { g_default = kind; }
-const char* to_string(BackendKind kind) { return kind == BackendKind::ref ? "ref" : "cpu"; }
+BackendKind current_backend_kind() {
+  return g_override >= 0 ? static_cast<BackendKind>(g_override) : g_default;
+}
+Backend& backend() {
+  return get_backend(current_backend_kind());
+}
+void set_default_backend(BackendKind kind) {
+  g_default = kind;
+}
+const char* to_string(BackendKind kind) {
+  return kind == BackendKind::ref ? "ref" : "cpu";
+}
 
-BackendGuard::BackendGuard(BackendKind kind) : prev_(g_override) { g_override = static_cast<int>(kind); }
-BackendGuard::~BackendGuard() { g_override = prev_; }
+BackendGuard::BackendGuard(BackendKind kind) : prev_(g_override) {
+  g_override = static_cast<int>(kind);
+}
+BackendGuard::~BackendGuard() {
+  g_override = prev_;
+}
 
 void set_num_threads(int n) {
-  if (n < 1) throw std::invalid_argument("mixp::set_num_threads: need at least 1 thread, got " + std::to_string(n));
+  if (n < 1)
+    throw std::invalid_argument("mixp::set_num_threads: need at least 1 thread, got " +
+                                std::to_string(n));
   // oneDNN is built on the same OpenMP runtime (libgomp) and reads omp_get_max_threads() per call.
   omp_set_num_threads(n);
 }
-int get_num_threads() { return omp_get_max_threads(); }
+int get_num_threads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace mixp

@@ -15,11 +15,13 @@ namespace mixp::kern {
 template <class F>
 decltype(auto) dispatch_float(DType dt, const char* what, F&& f) {
   switch (dt) {
-    case DType::fp32: return f(float{});
-    case DType::fp64: return f(double{});
+    case DType::fp32:
+      return f(float{});
+    case DType::fp64:
+      return f(double{});
     default:
-      throw std::invalid_argument(std::string("mixp backend: ") + what + " computes in fp32 or fp64, got " +
-                                  std::string(mixp::name(dt)));
+      throw std::invalid_argument(std::string("mixp backend: ") + what +
+                                  " computes in fp32 or fp64, got " + std::string(mixp::name(dt)));
   }
 }
 
@@ -116,14 +118,22 @@ inline T gelu_grad(T x) {
 template <class T>
 inline T unary_fwd(UnaryOp op, T x) {
   switch (op) {
-    case UnaryOp::neg: return -x;
-    case UnaryOp::exp: return std::exp(x);
-    case UnaryOp::log: return std::log(x);
-    case UnaryOp::sqrt: return std::sqrt(x);
-    case UnaryOp::relu: return x > T(0) ? x : T(0);
-    case UnaryOp::gelu: return gelu_fwd(x);
-    case UnaryOp::tanh: return std::tanh(x);
-    case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::exp:
+      return std::exp(x);
+    case UnaryOp::log:
+      return std::log(x);
+    case UnaryOp::sqrt:
+      return std::sqrt(x);
+    case UnaryOp::relu:
+      return x > T(0) ? x : T(0);
+    case UnaryOp::gelu:
+      return gelu_fwd(x);
+    case UnaryOp::tanh:
+      return std::tanh(x);
+    case UnaryOp::sigmoid:
+      return T(1) / (T(1) + std::exp(-x));
   }
   return x;
 }
@@ -132,18 +142,28 @@ inline T unary_fwd(UnaryOp op, T x) {
 template <class T>
 inline T unary_bwd(UnaryOp op, T g, T x, T y) {
   switch (op) {
-    case UnaryOp::neg: return -g;
-    case UnaryOp::exp: return g * y;
-    case UnaryOp::log: return g / x;
-    case UnaryOp::sqrt: return g / (T(2) * y);
-    case UnaryOp::relu: return y > T(0) ? g : T(0);
-    case UnaryOp::gelu: return g * gelu_grad(x);
-    case UnaryOp::tanh: return g * (T(1) - y * y);
-    case UnaryOp::sigmoid: return g * y * (T(1) - y);
+    case UnaryOp::neg:
+      return -g;
+    case UnaryOp::exp:
+      return g * y;
+    case UnaryOp::log:
+      return g / x;
+    case UnaryOp::sqrt:
+      return g / (T(2) * y);
+    case UnaryOp::relu:
+      return y > T(0) ? g : T(0);
+    case UnaryOp::gelu:
+      return g * gelu_grad(x);
+    case UnaryOp::tanh:
+      return g * (T(1) - y * y);
+    case UnaryOp::sigmoid:
+      return g * y * (T(1) - y);
   }
   return g;
 }
-inline bool unary_bwd_needs_src(UnaryOp op) { return op == UnaryOp::gelu || op == UnaryOp::log; }
+inline bool unary_bwd_needs_src(UnaryOp op) {
+  return op == UnaryOp::gelu || op == UnaryOp::log;
+}
 inline bool unary_bwd_needs_dst(UnaryOp op) {
   return op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::relu || op == UnaryOp::tanh ||
          op == UnaryOp::sigmoid;
@@ -152,10 +172,14 @@ inline bool unary_bwd_needs_dst(UnaryOp op) {
 template <class T>
 inline T binary_fwd(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::add: return a + b;
-    case BinaryOp::sub: return a - b;
-    case BinaryOp::mul: return a * b;
-    case BinaryOp::div: return a / b;
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
+    case BinaryOp::div:
+      return a / b;
   }
   return a;
 }
@@ -163,11 +187,16 @@ inline T binary_fwd(BinaryOp op, T a, T b) {
 template <class T>
 inline T scalar_fwd(ScalarOp op, T x, T s) {
   switch (op) {
-    case ScalarOp::add: return x + s;
-    case ScalarOp::mul: return x * s;
-    case ScalarOp::pow: return std::pow(x, s);
-    case ScalarOp::rsub: return s - x;
-    case ScalarOp::rdiv: return s / x;
+    case ScalarOp::add:
+      return x + s;
+    case ScalarOp::mul:
+      return x * s;
+    case ScalarOp::pow:
+      return std::pow(x, s);
+    case ScalarOp::rsub:
+      return s - x;
+    case ScalarOp::rdiv:
+      return s / x;
   }
   return x;
 }
@@ -177,6 +206,8 @@ inline uint32_t dropout_threshold(double p) {
   const double t = p * 4294967296.0;
   return t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(t);
 }
-inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t threshold) { return sr_bits(seed, i) >= threshold; }
+inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t threshold) {
+  return sr_bits(seed, i) >= threshold;
+}
 
 }  // namespace mixp::kern

@@ -15,16 +15,28 @@ std::atomic<CastPolicyHook> g_hook{nullptr};
 thread_local bool g_suspended = false;
 }  // namespace
 
-std::string_view op_name(OpId op) { return kOpNames[static_cast<int>(op)]; }
-OpKind op_kind(OpId op) { return kOpKinds[static_cast<int>(op)]; }
+std::string_view op_name(OpId op) {
+  return kOpNames[static_cast<int>(op)];
+}
+OpKind op_kind(OpId op) {
+  return kOpKinds[static_cast<int>(op)];
+}
 
-void set_cast_policy_hook(CastPolicyHook hook) { g_hook.store(hook); }
-CastPolicyHook cast_policy_hook() { return g_suspended ? nullptr : g_hook.load(std::memory_order_relaxed); }
+void set_cast_policy_hook(CastPolicyHook hook) {
+  g_hook.store(hook);
+}
+CastPolicyHook cast_policy_hook() {
+  return g_suspended ? nullptr : g_hook.load(std::memory_order_relaxed);
+}
 
 namespace detail {
 
-CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) { g_suspended = suspended; }
-CastPolicyScope::~CastPolicyScope() { g_suspended = prev_; }
+CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) {
+  g_suspended = suspended;
+}
+CastPolicyScope::~CastPolicyScope() {
+  g_suspended = prev_;
+}
 
 DType result_dtype(std::initializer_list<const Tensor*> inputs) {
   bool first = true;
@@ -77,7 +89,8 @@ Tensor raw_expand(const Tensor& t, const Shape& shape) {
     if (t.shape()[j] == shape[i]) {
       st[i] = t.strides()[j];
     } else if (t.shape()[j] != 1) {
-      throw std::invalid_argument("mixp::expand: shape " + t.shape().str() + " cannot be expanded to " + shape.str());
+      throw std::invalid_argument("mixp::expand: shape " + t.shape().str() +
+                                  " cannot be expanded to " + shape.str());
     }
   }
   return raw_view(t, shape, st, t.storage_offset());
@@ -92,7 +105,8 @@ Tensor raw_contiguous(const Tensor& t) {
 
 Tensor raw_reshape(const Tensor& t, const Shape& shape) {
   if (shape.numel() != t.numel()) {
-    throw std::invalid_argument("mixp::reshape: cannot reshape " + t.shape().str() + " into " + shape.str());
+    throw std::invalid_argument("mixp::reshape: cannot reshape " + t.shape().str() + " into " +
+                                shape.str());
   }
   const Tensor c = raw_contiguous(t);
   return raw_view(c, shape, contiguous_strides(shape), c.storage_offset());
@@ -103,8 +117,10 @@ DType grad_dtype_of(DType dt) {
     case DType::fp64:
     case DType::fp32:
     case DType::bf16:
-    case DType::fp16: return dt;
-    default: return DType::fp32;
+    case DType::fp16:
+      return dt;
+    default:
+      return DType::fp32;
   }
 }
 
@@ -121,8 +137,8 @@ void finish_record(std::shared_ptr<FunctionNode> node, std::initializer_list<Ten
 }
 }  // namespace
 
-void record(OpId op, DType compute, std::initializer_list<const Tensor*> inputs, std::initializer_list<Tensor*> outputs,
-            BackwardFn fn) {
+void record(OpId op, DType compute, std::initializer_list<const Tensor*> inputs,
+            std::initializer_list<Tensor*> outputs, BackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(op, compute, std::move(fn));
   node->next_edges.reserve(inputs.size());
   node->input_dtypes.reserve(inputs.size());
@@ -133,8 +149,8 @@ void record(OpId op, DType compute, std::initializer_list<const Tensor*> inputs,
   finish_record(std::move(node), outputs);
 }
 
-void record(OpId op, DType compute, std::span<const Tensor> inputs, std::initializer_list<Tensor*> outputs,
-            BackwardFn fn) {
+void record(OpId op, DType compute, std::span<const Tensor> inputs,
+            std::initializer_list<Tensor*> outputs, BackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(op, compute, std::move(fn));
   node->next_edges.reserve(inputs.size());
   node->input_dtypes.reserve(inputs.size());
@@ -146,17 +162,21 @@ void record(OpId op, DType compute, std::span<const Tensor> inputs, std::initial
 }
 
 void check_defined(const Tensor& t, const char* op, const char* arg) {
-  if (!t.defined()) throw std::invalid_argument(fmt::format("mixp::{}: argument '{}' is an undefined tensor", op, arg));
+  if (!t.defined())
+    throw std::invalid_argument(
+        fmt::format("mixp::{}: argument '{}' is an undefined tensor", op, arg));
 }
 
 void shape_error(const char* op, const std::string& what, const Shape& a, const Shape& b) {
-  throw std::invalid_argument(fmt::format("mixp::{}: {} (shapes {} and {})", op, what, a.str(), b.str()));
+  throw std::invalid_argument(
+      fmt::format("mixp::{}: {} (shapes {} and {})", op, what, a.str(), b.str()));
 }
 
 void check_float(const Tensor& t, const char* op, const char* arg) {
   check_defined(t, op, arg);
   if (!t.is_floating_point()) {
-    throw std::invalid_argument(fmt::format("mixp::{}: argument '{}' must be floating point, got {}", op, arg, name(t.dtype())));
+    throw std::invalid_argument(fmt::format(
+        "mixp::{}: argument '{}' must be floating point, got {}", op, arg, name(t.dtype())));
   }
 }
 

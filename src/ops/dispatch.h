@@ -26,7 +26,9 @@ inline bool should_record(std::initializer_list<const Tensor*> inputs) {
 // Result dtype of a floating op (see ops.h): equal float dtypes stay, fp64 wins, other mixes and
 // non-float inputs give fp32.
 DType result_dtype(std::initializer_list<const Tensor*> inputs);
-inline DType compute_of(DType result) { return result == DType::fp64 ? DType::fp64 : DType::fp32; }
+inline DType compute_of(DType result) {
+  return result == DType::fp64 ? DType::fp64 : DType::fp32;
+}
 
 // `t` in dtype c, converted without recording (exact for every widening to fp32/fp64).
 Tensor as_compute(const Tensor& t, DType c);
@@ -42,14 +44,16 @@ Tensor raw_contiguous(const Tensor& t);
 // t with a new shape of the same numel: a view when t is contiguous, else a copy; not recorded.
 Tensor raw_reshape(const Tensor& t, const Shape& shape);
 
-inline Tensor new_tensor(const Shape& shape, DType dt) { return Tensor::empty(shape, {.dtype = dt}); }
+inline Tensor new_tensor(const Shape& shape, DType dt) {
+  return Tensor::empty(shape, {.dtype = dt});
+}
 
 // Records `fn` as the backward of `outputs` with edges to `inputs` (undefined inputs get no edge).
-void record(OpId op, DType compute, std::initializer_list<const Tensor*> inputs, std::initializer_list<Tensor*> outputs,
-            BackwardFn fn);
+void record(OpId op, DType compute, std::initializer_list<const Tensor*> inputs,
+            std::initializer_list<Tensor*> outputs, BackwardFn fn);
 
-void record(OpId op, DType compute, std::span<const Tensor> inputs, std::initializer_list<Tensor*> outputs,
-            BackwardFn fn);
+void record(OpId op, DType compute, std::span<const Tensor> inputs,
+            std::initializer_list<Tensor*> outputs, BackwardFn fn);
 
 // The dtype gradients of a non-leaf tensor of dtype `dt` travel in: its own dtype for fp64, fp32,
 // bf16 and fp16 (as PyTorch); fp32 for narrower formats (an unscaled fp8 gradient would lose
@@ -57,7 +61,8 @@ void record(OpId op, DType compute, std::span<const Tensor> inputs, std::initial
 DType grad_dtype_of(DType dt);
 
 void check_defined(const Tensor& t, const char* op, const char* arg);
-[[noreturn]] void shape_error(const char* op, const std::string& what, const Shape& a, const Shape& b);
+[[noreturn]] void shape_error(const char* op, const std::string& what, const Shape& a,
+                              const Shape& b);
 void check_float(const Tensor& t, const char* op, const char* arg);
 
 // Suspends (or re-enables) the autocast hook for its lifetime: the engine runs backward functions

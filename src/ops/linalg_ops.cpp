@@ -12,7 +12,9 @@ namespace {
 // The dtype GEMM products are computed in. fp64 when an input is fp64, else fp32. The
 // mixed-precision issue adds: both inputs bf16 (or fp16, fp8 on the bf16 path) and the backend
 // supports it -> that dtype (MatmulConfig::compute), with fp32 accumulation and an fp32 dst.
-DType gemm_compute_dtype(std::initializer_list<const Tensor*> inputs) { return compute_of(result_dtype(inputs)); }
+DType gemm_compute_dtype(std::initializer_list<const Tensor*> inputs) {
+  return compute_of(result_dtype(inputs));
+}
 
 // t^T over its last two dims, as a strided view (not recorded).
 Tensor raw_t(const Tensor& t) {
@@ -30,10 +32,13 @@ Tensor rows_of(const Tensor& t) {
   return raw_reshape(t, Shape{k ? t.numel() / k : 0, k});
 }
 
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, DType c, Activation act = Activation::none) {
-  Shape out_shape = a.dim() == 3 || b.dim() == 3 ? Shape{std::max(a.dim() == 3 ? a.shape()[0] : 1, b.dim() == 3 ? b.shape()[0] : 1),
-                                                         a.shape()[a.dim() - 2], b.shape()[b.dim() - 1]}
-                                                  : Shape{a.shape()[0], b.shape()[1]};
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, DType c,
+            Activation act = Activation::none) {
+  Shape out_shape =
+      a.dim() == 3 || b.dim() == 3
+          ? Shape{std::max(a.dim() == 3 ? a.shape()[0] : 1, b.dim() == 3 ? b.shape()[0] : 1),
+                  a.shape()[a.dim() - 2], b.shape()[b.dim() - 1]}
+          : Shape{a.shape()[0], b.shape()[1]};
   Tensor dst = new_tensor(out_shape, DType::fp32 == c ? DType::fp32 : c);
   MatmulConfig cfg;
   cfg.compute = c;
@@ -43,7 +48,9 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, DType c, Activ
 }
 
 // dbias = sum of g over rows.
-Tensor bias_grad(const Tensor& g2) { return sum(g2, Shape{0}, false); }
+Tensor bias_grad(const Tensor& g2) {
+  return sum(g2, Shape{0}, false);
+}
 }  // namespace
 
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
@@ -55,9 +62,11 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   const Tensor& a = in[0];
   const Tensor& b = in[1];
   if (a.dim() < 2 || b.dim() != 2) {
-    shape_error("matmul", "expected a [..., M, K] and b [K, N] (or two [B, M, K] x [B, K, N])", a.shape(), b.shape());
+    shape_error("matmul", "expected a [..., M, K] and b [K, N] (or two [B, M, K] x [B, K, N])",
+                a.shape(), b.shape());
   }
-  if (a.shape()[a.dim() - 1] != b.shape()[0]) shape_error("matmul", "inner dimensions differ", a.shape(), b.shape());
+  if (a.shape()[a.dim() - 1] != b.shape()[0])
+    shape_error("matmul", "inner dimensions differ", a.shape(), b.shape());
   const DType rd = result_dtype({&a, &b});
   const DType c = gemm_compute_dtype({&a, &b});
   const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
@@ -65,14 +74,16 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   Tensor y2 = gemm(a2, bc, Tensor(), c);
   Shape out_shape = a.shape();
   out_shape[out_shape.size() - 1] = b.shape()[1];
-  Tensor out = finish(raw_view(y2, out_shape, contiguous_strides(out_shape), y2.storage_offset()), rd);
+  Tensor out =
+      finish(raw_view(y2, out_shape, contiguous_strides(out_shape), y2.storage_offset()), rd);
   if (should_record({&a, &b})) {
     Tensor keep_a = b.requires_grad() ? a2.detach() : Tensor();
     Tensor keep_b = a.requires_grad() ? bc.detach() : Tensor();
     const Shape a_shape = a.shape();
     record(OpId::matmul, c, {&a, &b}, {&out}, [keep_a, keep_b, a_shape, c](BackwardContext& ctx) {
       const Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
-      if (ctx.needs(0)) ctx.grad_inputs[0] = raw_reshape(gemm(g2, raw_t(keep_b), Tensor(), c), a_shape);
+      if (ctx.needs(0))
+        ctx.grad_inputs[0] = raw_reshape(gemm(g2, raw_t(keep_b), Tensor(), c), a_shape);
       if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(keep_a), g2, Tensor(), c);
     });
   }
@@ -86,9 +97,11 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   apply_cast_policy(OpId::bmm, in);
   const Tensor& a = in[0];
   const Tensor& b = in[1];
-  if (a.dim() != 3 || b.dim() != 3) shape_error("bmm", "expected [B, M, K] and [B, K, N]", a.shape(), b.shape());
+  if (a.dim() != 3 || b.dim() != 3)
+    shape_error("bmm", "expected [B, M, K] and [B, K, N]", a.shape(), b.shape());
   if (a.shape()[0] != b.shape()[0]) shape_error("bmm", "batch sizes differ", a.shape(), b.shape());
-  if (a.shape()[2] != b.shape()[1]) shape_error("bmm", "inner dimensions differ", a.shape(), b.shape());
+  if (a.shape()[2] != b.shape()[1])
+    shape_error("bmm", "inner dimensions differ", a.shape(), b.shape());
   const DType rd = result_dtype({&a, &b});
   const DType c = gemm_compute_dtype({&a, &b});
   const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
@@ -116,7 +129,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
   if (w.dim() != 2 || x.dim() < 1 || x.shape()[x.dim() - 1] != w.shape()[1]) {
     shape_error("linear", "expected x [..., in] and w [out, in]", x.shape(), w.shape());
   }
-  if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0])) shape_error("linear", "bias must be [out]", w.shape(), b.shape());
+  if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))
+    shape_error("linear", "bias must be [out]", w.shape(), b.shape());
   const bool rec = should_record({&x, &w, &b});
   // gelu's backward needs the pre-activation, which a fused epilogue does not keep.
   if (act == Activation::gelu && rec) return gelu(linear(x, w, b, Activation::none));
@@ -127,23 +141,26 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
   Tensor y2 = gemm(x2, raw_t(wc), bc, c, act);
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = w.shape()[0];
-  Tensor out = finish(raw_view(y2, out_shape, contiguous_strides(out_shape), y2.storage_offset()), rd);
+  Tensor out =
+      finish(raw_view(y2, out_shape, contiguous_strides(out_shape), y2.storage_offset()), rd);
   if (rec) {
     Tensor keep_x = w.requires_grad() ? x2.detach() : Tensor();
     Tensor keep_w = x.requires_grad() ? wc.detach() : Tensor();
     Tensor keep_y = act == Activation::relu ? y2.detach() : Tensor();
     const Shape x_shape = x.shape();
-    record(OpId::linear, c, {&x, &w, &b}, {&out}, [keep_x, keep_w, keep_y, x_shape, c](BackwardContext& ctx) {
-      Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
-      if (keep_y.defined()) {
-        Tensor gz = new_tensor(g2.shape(), g2.dtype());
-        backend().unary_backward(UnaryOp::relu, gz, g2, Tensor(), keep_y);
-        g2 = gz;
-      }
-      if (ctx.needs(0)) ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), c), x_shape);
-      if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), c);
-      if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
-    });
+    record(OpId::linear, c, {&x, &w, &b}, {&out},
+           [keep_x, keep_w, keep_y, x_shape, c](BackwardContext& ctx) {
+             Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
+             if (keep_y.defined()) {
+               Tensor gz = new_tensor(g2.shape(), g2.dtype());
+               backend().unary_backward(UnaryOp::relu, gz, g2, Tensor(), keep_y);
+               g2 = gz;
+             }
+             if (ctx.needs(0))
+               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), c), x_shape);
+             if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), c);
+             if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
+           });
   }
   return out;
 }
@@ -156,20 +173,29 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   const Tensor& x = in[0];
   const Tensor& w = in[1];
   const Tensor& b = in[2];
-  if (x.dim() != 4 || w.dim() != 4) shape_error("conv2d", "expected x [N, C, H, W] and w [O, C, KH, KW]", x.shape(), w.shape());
-  if (x.shape()[1] != w.shape()[1]) shape_error("conv2d", "input channels differ (groups are not supported)", x.shape(), w.shape());
-  if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0])) shape_error("conv2d", "bias must be [O]", w.shape(), b.shape());
-  if (p0.stride_h < 1 || p0.stride_w < 1 || p0.dilation_h < 1 || p0.dilation_w < 1 || p0.pad_h < 0 || p0.pad_w < 0) {
-    throw std::invalid_argument("mixp::conv2d: strides and dilations must be >= 1 and padding >= 0");
+  if (x.dim() != 4 || w.dim() != 4)
+    shape_error("conv2d", "expected x [N, C, H, W] and w [O, C, KH, KW]", x.shape(), w.shape());
+  if (x.shape()[1] != w.shape()[1])
+    shape_error("conv2d", "input channels differ (groups are not supported)", x.shape(), w.shape());
+  if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))
+    shape_error("conv2d", "bias must be [O]", w.shape(), b.shape());
+  if (p0.stride_h < 1 || p0.stride_w < 1 || p0.dilation_h < 1 || p0.dilation_w < 1 ||
+      p0.pad_h < 0 || p0.pad_w < 0) {
+    throw std::invalid_argument(
+        "mixp::conv2d: strides and dilations must be >= 1 and padding >= 0");
   }
-  const int64_t OH = (x.shape()[2] + 2 * p0.pad_h - p0.dilation_h * (w.shape()[2] - 1) - 1) / p0.stride_h + 1;
-  const int64_t OW = (x.shape()[3] + 2 * p0.pad_w - p0.dilation_w * (w.shape()[3] - 1) - 1) / p0.stride_w + 1;
-  if (OH <= 0 || OW <= 0) shape_error("conv2d", "the kernel is larger than the padded input", x.shape(), w.shape());
+  const int64_t OH =
+      (x.shape()[2] + 2 * p0.pad_h - p0.dilation_h * (w.shape()[2] - 1) - 1) / p0.stride_h + 1;
+  const int64_t OW =
+      (x.shape()[3] + 2 * p0.pad_w - p0.dilation_w * (w.shape()[3] - 1) - 1) / p0.stride_w + 1;
+  if (OH <= 0 || OW <= 0)
+    shape_error("conv2d", "the kernel is larger than the padded input", x.shape(), w.shape());
   const DType rd = result_dtype({&x, &w, &b});
   const DType c = gemm_compute_dtype({&x, &w, &b});
   Conv2dParams p = p0;
   p.compute = c;
-  const Tensor xc = raw_contiguous(as_compute(x, c)), wc = raw_contiguous(as_compute(w, c)), bc = as_compute(b, c);
+  const Tensor xc = raw_contiguous(as_compute(x, c)), wc = raw_contiguous(as_compute(w, c)),
+               bc = as_compute(b, c);
   Tensor y = new_tensor(Shape{x.shape()[0], w.shape()[0], OH, OW}, c);
   backend().conv2d(y, xc, wc, bc.defined() ? raw_contiguous(bc) : bc, p);
   Tensor out = finish(y, rd);
@@ -177,25 +203,26 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
     Tensor keep_x = w.requires_grad() ? xc.detach() : Tensor();
     Tensor keep_w = x.requires_grad() ? wc.detach() : Tensor();
     const Shape x_shape = x.shape(), w_shape = w.shape();
-    record(OpId::conv2d, c, {&x, &w, &b}, {&out}, [keep_x, keep_w, x_shape, w_shape, p](BackwardContext& ctx) {
-      const Tensor g = raw_contiguous(ctx.grad());
-      if (ctx.needs(0)) {
-        Tensor gx = new_tensor(x_shape, g.dtype());
-        backend().conv2d_backward_data(gx, g, keep_w, p);
-        ctx.grad_inputs[0] = gx;
-      }
-      if (ctx.needs(1) || ctx.needs(2)) {
-        if (ctx.needs(1)) {
-          Tensor gw = new_tensor(w_shape, g.dtype());
-          Tensor gb = ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype()) : Tensor();
-          backend().conv2d_backward_weights(gw, gb, g, keep_x, p);
-          ctx.grad_inputs[1] = gw;
-          if (gb.defined()) ctx.grad_inputs[2] = gb;
-        } else {
-          ctx.grad_inputs[2] = sum(g, Shape{0, 2, 3}, false);
-        }
-      }
-    });
+    record(OpId::conv2d, c, {&x, &w, &b}, {&out},
+           [keep_x, keep_w, x_shape, w_shape, p](BackwardContext& ctx) {
+             const Tensor g = raw_contiguous(ctx.grad());
+             if (ctx.needs(0)) {
+               Tensor gx = new_tensor(x_shape, g.dtype());
+               backend().conv2d_backward_data(gx, g, keep_w, p);
+               ctx.grad_inputs[0] = gx;
+             }
+             if (ctx.needs(1) || ctx.needs(2)) {
+               if (ctx.needs(1)) {
+                 Tensor gw = new_tensor(w_shape, g.dtype());
+                 Tensor gb = ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype()) : Tensor();
+                 backend().conv2d_backward_weights(gw, gb, g, keep_x, p);
+                 ctx.grad_inputs[1] = gw;
+                 if (gb.defined()) ctx.grad_inputs[2] = gb;
+               } else {
+                 ctx.grad_inputs[2] = sum(g, Shape{0, 2, 3}, false);
+               }
+             }
+           });
   }
   return out;
 }
@@ -207,7 +234,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   return conv2d(x, w, b, p);
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool causal, double scale) {
+Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
+                                    bool causal, double scale) {
   check_float(q0, "attention", "q");
   check_float(k0, "attention", "k");
   check_float(v0, "attention", "v");
@@ -216,46 +244,58 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   const Tensor& q = in[0];
   const Tensor& k = in[1];
   const Tensor& v = in[2];
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) shape_error("attention", "q, k, v must be [B, H, T, D]", q.shape(), k.shape());
-  if (k.shape() != v.shape()) shape_error("attention", "k and v must have the same shape", k.shape(), v.shape());
-  if (q.shape()[0] != k.shape()[0] || q.shape()[1] != k.shape()[1] || q.shape()[3] != k.shape()[3]) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4)
+    shape_error("attention", "q, k, v must be [B, H, T, D]", q.shape(), k.shape());
+  if (k.shape() != v.shape())
+    shape_error("attention", "k and v must have the same shape", k.shape(), v.shape());
+  if (q.shape()[0] != k.shape()[0] || q.shape()[1] != k.shape()[1] ||
+      q.shape()[3] != k.shape()[3]) {
     shape_error("attention", "q and k differ in batch, heads or head size", q.shape(), k.shape());
   }
-  if (causal && q.shape()[2] > k.shape()[2]) shape_error("attention", "causal attention needs Tq <= Tk", q.shape(), k.shape());
+  if (causal && q.shape()[2] > k.shape()[2])
+    shape_error("attention", "causal attention needs Tq <= Tk", q.shape(), k.shape());
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   const DType rd = result_dtype({&q, &k, &v});
   const DType c = gemm_compute_dtype({&q, &k, &v});
-  const Tensor qc = raw_contiguous(as_compute(q, c)), kc = raw_contiguous(as_compute(k, c)), vc = raw_contiguous(as_compute(v, c));
+  const Tensor qc = raw_contiguous(as_compute(q, c)), kc = raw_contiguous(as_compute(k, c)),
+               vc = raw_contiguous(as_compute(v, c));
   Tensor y = new_tensor(q.shape(), c);
   Tensor lse = new_tensor(Shape{q.shape()[0], q.shape()[1], q.shape()[2]}, c);
   backend().attention(y, lse, qc, kc, vc, causal, scale);
   Tensor out = finish(y, rd);
   if (should_record({&q, &k, &v})) {
     Tensor sq = qc.detach(), sk = kc.detach(), sv = vc.detach(), sy = y.detach(), sl = lse.detach();
-    record(OpId::attention, c, {&q, &k, &v}, {&out}, [sq, sk, sv, sy, sl, causal, scale](BackwardContext& ctx) {
-      const Tensor g = raw_contiguous(ctx.grad());
-      Tensor dq = new_tensor(sq.shape(), g.dtype()), dk = new_tensor(sk.shape(), g.dtype()), dv = new_tensor(sv.shape(), g.dtype());
-      backend().attention_backward(dq, dk, dv, g, sq, sk, sv, sy, sl, causal, scale);
-      ctx.grad_inputs[0] = dq;
-      ctx.grad_inputs[1] = dk;
-      ctx.grad_inputs[2] = dv;
-    });
+    record(OpId::attention, c, {&q, &k, &v}, {&out},
+           [sq, sk, sv, sy, sl, causal, scale](BackwardContext& ctx) {
+             const Tensor g = raw_contiguous(ctx.grad());
+             Tensor dq = new_tensor(sq.shape(), g.dtype()), dk = new_tensor(sk.shape(), g.dtype()),
+                    dv = new_tensor(sv.shape(), g.dtype());
+             backend().attention_backward(dq, dk, dv, g, sq, sk, sv, sy, sl, causal, scale);
+             ctx.grad_inputs[0] = dq;
+             ctx.grad_inputs[1] = dk;
+             ctx.grad_inputs[2] = dv;
+           });
   }
   return out;
 }
 
-std::pair<Tensor, Tensor> lstm_cell(const Tensor& x0, const Tensor& h0, const Tensor& c0, const Tensor& w_ih0,
-                                    const Tensor& w_hh0, const Tensor& b_ih0, const Tensor& b_hh0) {
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& x0, const Tensor& h0, const Tensor& c0,
+                                    const Tensor& w_ih0, const Tensor& w_hh0, const Tensor& b_ih0,
+                                    const Tensor& b_hh0) {
   Tensor in[7] = {x0, h0, c0, w_ih0, w_hh0, b_ih0, b_hh0};
   apply_cast_policy(OpId::lstm_cell, in);
-  const Tensor &x = in[0], &h = in[1], &c = in[2], &w_ih = in[3], &w_hh = in[4], &b_ih = in[5], &b_hh = in[6];
+  const Tensor &x = in[0], &h = in[1], &c = in[2], &w_ih = in[3], &w_hh = in[4], &b_ih = in[5],
+               &b_hh = in[6];
   check_float(x, "lstm_cell", "x");
   check_float(h, "lstm_cell", "h");
   check_float(c, "lstm_cell", "c");
-  if (h.dim() != 2 || c.shape() != h.shape()) shape_error("lstm_cell", "h and c must both be [N, H]", h.shape(), c.shape());
+  if (h.dim() != 2 || c.shape() != h.shape())
+    shape_error("lstm_cell", "h and c must both be [N, H]", h.shape(), c.shape());
   const int64_t H = h.shape()[1];
-  if (w_ih.dim() != 2 || w_ih.shape()[0] != 4 * H) shape_error("lstm_cell", "w_ih must be [4H, I]", w_ih.shape(), h.shape());
-  if (w_hh.dim() != 2 || w_hh.shape()[0] != 4 * H || w_hh.shape()[1] != H) shape_error("lstm_cell", "w_hh must be [4H, H]", w_hh.shape(), h.shape());
+  if (w_ih.dim() != 2 || w_ih.shape()[0] != 4 * H)
+    shape_error("lstm_cell", "w_ih must be [4H, I]", w_ih.shape(), h.shape());
+  if (w_hh.dim() != 2 || w_hh.shape()[0] != 4 * H || w_hh.shape()[1] != H)
+    shape_error("lstm_cell", "w_hh must be [4H, H]", w_hh.shape(), h.shape());
   // Composed from recorded ops (each has its own gradient), PyTorch gate order i, f, g, o.
   const Tensor gates = add(linear(x, w_ih, b_ih), linear(h, w_hh, b_hh));
   const std::vector<Tensor> q = chunk(gates, 4, 1);

@@ -27,8 +27,10 @@ Tensor softmax_impl(OpId id, const Tensor& x0, int64_t dim0, bool log) {
     record(id, c, {&x}, {&out}, [keep_y, dim, log](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       Tensor gi = new_tensor(g.shape(), g.dtype());
-      if (keep_y.dim() == 0) backend().fill(gi, 0.0);
-      else backend().softmax_backward(gi, g, keep_y, dim, log);
+      if (keep_y.dim() == 0)
+        backend().fill(gi, 0.0);
+      else
+        backend().softmax_backward(gi, g, keep_y, dim, log);
       ctx.grad_inputs[0] = gi;
     });
   }
@@ -36,21 +38,32 @@ Tensor softmax_impl(OpId id, const Tensor& x0, int64_t dim0, bool log) {
 }
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(OpId::softmax, x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(OpId::log_softmax, x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(OpId::softmax, x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(OpId::log_softmax, x, dim, true);
+}
 
-Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor& w0, const Tensor& b0, double eps) {
+Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor& w0,
+                  const Tensor& b0, double eps) {
   check_float(x0, "layer_norm", "x");
   Tensor in[3] = {x0, w0, b0};
   apply_cast_policy(OpId::layer_norm, in);
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   const int k = normalized_shape.size();
-  if (k == 0 || k > x.dim()) shape_error("layer_norm", "normalized_shape must be trailing dims of x", x.shape(), normalized_shape);
+  if (k == 0 || k > x.dim())
+    shape_error("layer_norm", "normalized_shape must be trailing dims of x", x.shape(),
+                normalized_shape);
   for (int i = 0; i < k; ++i) {
-    if (x.shape()[x.dim() - k + i] != normalized_shape[i]) shape_error("layer_norm", "normalized_shape must be trailing dims of x", x.shape(), normalized_shape);
+    if (x.shape()[x.dim() - k + i] != normalized_shape[i])
+      shape_error("layer_norm", "normalized_shape must be trailing dims of x", x.shape(),
+                  normalized_shape);
   }
-  if (w.defined() && !(w.shape() == normalized_shape)) shape_error("layer_norm", "weight must have normalized_shape", w.shape(), normalized_shape);
-  if (b.defined() && !(b.shape() == normalized_shape)) shape_error("layer_norm", "bias must have normalized_shape", b.shape(), normalized_shape);
+  if (w.defined() && !(w.shape() == normalized_shape))
+    shape_error("layer_norm", "weight must have normalized_shape", w.shape(), normalized_shape);
+  if (b.defined() && !(b.shape() == normalized_shape))
+    shape_error("layer_norm", "bias must have normalized_shape", b.shape(), normalized_shape);
   const int64_t n = normalized_shape.numel();
   const int64_t rows = n ? x.numel() / n : 0;
   const DType rd = result_dtype({&x, &w, &b});
@@ -63,39 +76,46 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   backend().layer_norm(y, mean_t, rstd_t, xc, wc, bc, eps);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {
-    Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(), sm = mean_t.detach(), sr = rstd_t.detach();
+    Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(), sm = mean_t.detach(),
+           sr = rstd_t.detach();
     const Shape ns = normalized_shape;
-    record(OpId::layer_norm, c, {&x, &w, &b}, {&out}, [sx, sw, sm, sr, ns, n](BackwardContext& ctx) {
-      const Tensor g = raw_contiguous(ctx.grad());
-      Tensor gx = new_tensor(sx.shape(), g.dtype());
-      Tensor gw = ctx.needs(1) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
-      Tensor gb = ctx.needs(2) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
-      backend().layer_norm_backward(gx, gw, gb, g, sx, sw, sm, sr);
-      ctx.grad_inputs[0] = gx;
-      if (gw.defined()) ctx.grad_inputs[1] = raw_reshape(gw, ns);
-      if (gb.defined()) ctx.grad_inputs[2] = raw_reshape(gb, ns);
-    });
+    record(OpId::layer_norm, c, {&x, &w, &b}, {&out},
+           [sx, sw, sm, sr, ns, n](BackwardContext& ctx) {
+             const Tensor g = raw_contiguous(ctx.grad());
+             Tensor gx = new_tensor(sx.shape(), g.dtype());
+             Tensor gw = ctx.needs(1) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
+             Tensor gb = ctx.needs(2) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
+             backend().layer_norm_backward(gx, gw, gb, g, sx, sw, sm, sr);
+             ctx.grad_inputs[0] = gx;
+             if (gw.defined()) ctx.grad_inputs[1] = raw_reshape(gw, ns);
+             if (gb.defined()) ctx.grad_inputs[2] = raw_reshape(gb, ns);
+           });
   }
   return out;
 }
 
-Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, const Tensor& w0, const Tensor& b0,
-                  bool training, double momentum, double eps) {
+Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, const Tensor& w0,
+                  const Tensor& b0, bool training, double momentum, double eps) {
   check_float(x0, "batch_norm", "x");
   Tensor in[3] = {x0, w0, b0};
   apply_cast_policy(OpId::batch_norm, in);
   const Tensor &x = in[0], &w = in[1], &b = in[2];
-  if (x.dim() < 2) throw std::invalid_argument("mixp::batch_norm: x must be [N, C] or [N, C, *], got " + x.shape().str());
+  if (x.dim() < 2)
+    throw std::invalid_argument("mixp::batch_norm: x must be [N, C] or [N, C, *], got " +
+                                x.shape().str());
   const int64_t C = x.shape()[1];
   const Shape cs{C};
-  for (const Tensor* t : {&w, &b, static_cast<const Tensor*>(&running_mean), static_cast<const Tensor*>(&running_var)}) {
-    if (t->defined() && !(t->shape() == cs)) shape_error("batch_norm", "per-channel tensors must be [C]", x.shape(), t->shape());
+  for (const Tensor* t : {&w, &b, static_cast<const Tensor*>(&running_mean),
+                          static_cast<const Tensor*>(&running_var)}) {
+    if (t->defined() && !(t->shape() == cs))
+      shape_error("batch_norm", "per-channel tensors must be [C]", x.shape(), t->shape());
   }
   if (!training && (!running_mean.defined() || !running_var.defined())) {
     throw std::invalid_argument("mixp::batch_norm: eval mode needs running_mean and running_var");
   }
   if (training && x.numel() / C <= 1) {
-    throw std::invalid_argument("mixp::batch_norm: training needs more than one value per channel, got " + x.shape().str());
+    throw std::invalid_argument(
+        "mixp::batch_norm: training needs more than one value per channel, got " + x.shape().str());
   }
   const DType rd = result_dtype({&x, &w, &b});
   const DType c = compute_of(rd);
@@ -123,25 +143,29 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
         backend().unary(UnaryOp::sqrt, inv, tmp);
         backend().scalar(ScalarOp::rdiv, inv, inv, 1.0);
       }
-      Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(), sm = as_compute(running_mean, c).detach();
+      Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(),
+             sm = as_compute(running_mean, c).detach();
       const int nd = x.dim();
-      record(OpId::batch_norm, c, {&x, &w, &b}, {&out}, [sx, sw, sm, inv, nd](BackwardContext& ctx) {
-        const Tensor& g = ctx.grad();
-        Shape bshape = Shape::filled(nd, 1);
-        bshape[1] = inv.shape()[0];
-        Shape red;
-        for (int i = 0; i < nd; ++i) if (i != 1) red.push_back(i);
-        const Tensor invb = raw_reshape(inv, bshape);
-        const Tensor scale = sw.defined() ? mul(invb, raw_reshape(sw, bshape)) : invb;
-        if (ctx.needs(0)) ctx.grad_inputs[0] = mul(g, scale);
-        if (ctx.needs(1)) {
-          const Tensor xhat = mul(sub(sx, raw_reshape(sm, bshape)), invb);
-          ctx.grad_inputs[1] = sum(mul(g, xhat), red, false);
-        }
-        if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, red, false);
-      });
+      record(OpId::batch_norm, c, {&x, &w, &b}, {&out},
+             [sx, sw, sm, inv, nd](BackwardContext& ctx) {
+               const Tensor& g = ctx.grad();
+               Shape bshape = Shape::filled(nd, 1);
+               bshape[1] = inv.shape()[0];
+               Shape red;
+               for (int i = 0; i < nd; ++i)
+                 if (i != 1) red.push_back(i);
+               const Tensor invb = raw_reshape(inv, bshape);
+               const Tensor scale = sw.defined() ? mul(invb, raw_reshape(sw, bshape)) : invb;
+               if (ctx.needs(0)) ctx.grad_inputs[0] = mul(g, scale);
+               if (ctx.needs(1)) {
+                 const Tensor xhat = mul(sub(sx, raw_reshape(sm, bshape)), invb);
+                 ctx.grad_inputs[1] = sum(mul(g, xhat), red, false);
+               }
+               if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, red, false);
+             });
     } else {
-      Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(), sm = save_mean.detach(), si = save_invstd.detach();
+      Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(), sm = save_mean.detach(),
+             si = save_invstd.detach();
       record(OpId::batch_norm, c, {&x, &w, &b}, {&out}, [sx, sw, sm, si, cs](BackwardContext& ctx) {
         const Tensor g = raw_contiguous(ctx.grad());
         Tensor gx = new_tensor(sx.shape(), g.dtype());
@@ -163,12 +187,16 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& targets) {
   Tensor in[1] = {logits0};
   apply_cast_policy(OpId::cross_entropy, in);
   const Tensor& logits = in[0];
-  if (logits.dim() != 2) shape_error("cross_entropy", "logits must be [N, C]", logits.shape(), targets.shape());
+  if (logits.dim() != 2)
+    shape_error("cross_entropy", "logits must be [N, C]", logits.shape(), targets.shape());
   if (targets.dim() != 1 || targets.shape()[0] != logits.shape()[0]) {
-    shape_error("cross_entropy", "targets must be [N] class indices", logits.shape(), targets.shape());
+    shape_error("cross_entropy", "targets must be [N] class indices", logits.shape(),
+                targets.shape());
   }
   if (targets.dtype() != DType::int64 && targets.dtype() != DType::int32) {
-    throw std::invalid_argument("mixp::cross_entropy: targets must be int64 or int32 class indices, got " + std::string(name(targets.dtype())));
+    throw std::invalid_argument(
+        "mixp::cross_entropy: targets must be int64 or int32 class indices, got " +
+        std::string(name(targets.dtype())));
   }
   const DType rd = result_dtype({&logits});
   const DType c = compute_of(rd);
@@ -194,7 +222,9 @@ Tensor mse_loss(const Tensor& pred0, const Tensor& target0) {
   check_float(target0, "mse_loss", "target");
   Tensor in[2] = {pred0, target0};
   apply_cast_policy(OpId::mse_loss, in);
-  if (!(in[0].shape() == in[1].shape())) shape_error("mse_loss", "pred and target must have the same shape", in[0].shape(), in[1].shape());
+  if (!(in[0].shape() == in[1].shape()))
+    shape_error("mse_loss", "pred and target must have the same shape", in[0].shape(),
+                in[1].shape());
   // Composed from recorded ops: mean((pred - target)^2).
   const Tensor d = sub(in[0], in[1]);
   return mean(mul(d, d));
@@ -215,21 +245,28 @@ Tensor pool_impl(OpId id, const Tensor& x0, const Pool2dParams& p) {
   Tensor in[1] = {x0};
   apply_cast_policy(id, in);
   const Tensor& x = in[0];
-  if (x.dim() != 4) throw std::invalid_argument(fmt::format("mixp::{}: x must be [N, C, H, W], got {}", nm, x.shape().str()));
-  if (p.kernel_h < 1 || p.kernel_w < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_h < 0 || p.pad_w < 0 ||
-      p.pad_h * 2 > p.kernel_h || p.pad_w * 2 > p.kernel_w) {
-    throw std::invalid_argument(fmt::format("mixp::{}: invalid kernel/stride/padding (padding must be at most half the kernel)", nm));
+  if (x.dim() != 4)
+    throw std::invalid_argument(
+        fmt::format("mixp::{}: x must be [N, C, H, W], got {}", nm, x.shape().str()));
+  if (p.kernel_h < 1 || p.kernel_w < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_h < 0 ||
+      p.pad_w < 0 || p.pad_h * 2 > p.kernel_h || p.pad_w * 2 > p.kernel_w) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::{}: invalid kernel/stride/padding (padding must be at most half the kernel)", nm));
   }
   const int64_t OH = (x.shape()[2] + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1;
   const int64_t OW = (x.shape()[3] + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1;
-  if (OH <= 0 || OW <= 0) throw std::invalid_argument(fmt::format("mixp::{}: kernel larger than the input {}", nm, x.shape().str()));
+  if (OH <= 0 || OW <= 0)
+    throw std::invalid_argument(
+        fmt::format("mixp::{}: kernel larger than the input {}", nm, x.shape().str()));
   const DType rd = result_dtype({&x});
   const DType c = compute_of(rd);
   const Tensor xc = as_compute(x, c);
   Tensor y = new_tensor(Shape{x.shape()[0], x.shape()[1], OH, OW}, c);
   const bool is_max = id == OpId::max_pool2d;
-  if (is_max) backend().max_pool2d(y, xc, p);
-  else backend().avg_pool2d(y, xc, p);
+  if (is_max)
+    backend().max_pool2d(y, xc, p);
+  else
+    backend().avg_pool2d(y, xc, p);
   Tensor out = finish(y, rd);
   if (should_record({&x})) {
     Tensor sx = is_max ? xc.detach() : Tensor();
@@ -237,8 +274,10 @@ Tensor pool_impl(OpId id, const Tensor& x0, const Pool2dParams& p) {
     record(id, c, {&x}, {&out}, [sx, xs, p, is_max](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       Tensor gi = new_tensor(xs, g.dtype());
-      if (is_max) backend().max_pool2d_backward(gi, g, sx, p);
-      else backend().avg_pool2d_backward(gi, g, p);
+      if (is_max)
+        backend().max_pool2d_backward(gi, g, sx, p);
+      else
+        backend().avg_pool2d_backward(gi, g, p);
       ctx.grad_inputs[0] = gi;
     });
   }
@@ -252,8 +291,12 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   return pool_impl(OpId::avg_pool2d, x, pool_params(kernel, stride, padding));
 }
-Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) { return pool_impl(OpId::max_pool2d, x, p); }
-Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) { return pool_impl(OpId::avg_pool2d, x, p); }
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
+  return pool_impl(OpId::max_pool2d, x, p);
+}
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
+  return pool_impl(OpId::avg_pool2d, x, p);
+}
 
 Tensor embedding(const Tensor& indices, const Tensor& w0) {
   check_defined(indices, "embedding", "indices");
@@ -263,7 +306,8 @@ Tensor embedding(const Tensor& indices, const Tensor& w0) {
   const Tensor& w = in[0];
   if (w.dim() != 2) shape_error("embedding", "weight must be [V, E]", indices.shape(), w.shape());
   if (indices.dtype() != DType::int64 && indices.dtype() != DType::int32) {
-    throw std::invalid_argument("mixp::embedding: indices must be int64 or int32, got " + std::string(name(indices.dtype())));
+    throw std::invalid_argument("mixp::embedding: indices must be int64 or int32, got " +
+                                std::string(name(indices.dtype())));
   }
   const DType rd = result_dtype({&w});
   const DType c = compute_of(rd);

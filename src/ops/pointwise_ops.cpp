@@ -27,8 +27,11 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
     const Shape sa = a.shape(), sb = b.shape();
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     // mul/div keep their operands (only the ones the other gradient needs).
-    Tensor keep_a = (bop == BinaryOp::mul && need_b) || (bop == BinaryOp::div && need_b) ? ac.detach() : Tensor();
-    Tensor keep_b = (bop == BinaryOp::mul && need_a) || bop == BinaryOp::div ? bc.detach() : Tensor();
+    Tensor keep_a = (bop == BinaryOp::mul && need_b) || (bop == BinaryOp::div && need_b)
+                        ? ac.detach()
+                        : Tensor();
+    Tensor keep_b =
+        (bop == BinaryOp::mul && need_a) || bop == BinaryOp::div ? bc.detach() : Tensor();
     record(id, c, {&a, &b}, {&out}, [bop, sa, sb, keep_a, keep_b](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       switch (bop) {
@@ -74,9 +77,15 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
     record(id, c, {&x}, {&out}, [sop, s, keep](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       switch (sop) {
-        case ScalarOp::add: ctx.grad_inputs[0] = g; break;
-        case ScalarOp::mul: ctx.grad_inputs[0] = mul(g, s); break;
-        case ScalarOp::rsub: ctx.grad_inputs[0] = neg(g); break;
+        case ScalarOp::add:
+          ctx.grad_inputs[0] = g;
+          break;
+        case ScalarOp::mul:
+          ctx.grad_inputs[0] = mul(g, s);
+          break;
+        case ScalarOp::rsub:
+          ctx.grad_inputs[0] = neg(g);
+          break;
         case ScalarOp::pow:  // s * x^(s-1)
           ctx.grad_inputs[0] = mul(g, mul(pow(keep, s - 1.0), s));
           break;
@@ -116,23 +125,57 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpId::add, BinaryOp::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpId::sub, BinaryOp::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpId::mul, BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpId::div, BinaryOp::div, a, b); }
-Tensor add(const Tensor& a, double s) { return scalar_op(OpId::add_scalar, ScalarOp::add, a, s); }
-Tensor mul(const Tensor& a, double s) { return scalar_op(OpId::mul_scalar, ScalarOp::mul, a, s); }
-Tensor pow(const Tensor& a, double e) { return scalar_op(OpId::pow_scalar, ScalarOp::pow, a, e); }
-Tensor rsub(double s, const Tensor& a) { return scalar_op(OpId::rsub_scalar, ScalarOp::rsub, a, s); }
-Tensor rdiv(double s, const Tensor& a) { return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s); }
-Tensor neg(const Tensor& a) { return unary_op(OpId::neg, UnaryOp::neg, a); }
-Tensor exp(const Tensor& a) { return unary_op(OpId::exp, UnaryOp::exp, a); }
-Tensor log(const Tensor& a) { return unary_op(OpId::log, UnaryOp::log, a); }
-Tensor sqrt(const Tensor& a) { return unary_op(OpId::sqrt, UnaryOp::sqrt, a); }
-Tensor relu(const Tensor& a) { return unary_op(OpId::relu, UnaryOp::relu, a); }
-Tensor gelu(const Tensor& a) { return unary_op(OpId::gelu, UnaryOp::gelu, a); }
-Tensor tanh(const Tensor& a) { return unary_op(OpId::tanh, UnaryOp::tanh, a); }
-Tensor sigmoid(const Tensor& a) { return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::add, BinaryOp::add, a, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::sub, BinaryOp::sub, a, b);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::mul, BinaryOp::mul, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(OpId::div, BinaryOp::div, a, b);
+}
+Tensor add(const Tensor& a, double s) {
+  return scalar_op(OpId::add_scalar, ScalarOp::add, a, s);
+}
+Tensor mul(const Tensor& a, double s) {
+  return scalar_op(OpId::mul_scalar, ScalarOp::mul, a, s);
+}
+Tensor pow(const Tensor& a, double e) {
+  return scalar_op(OpId::pow_scalar, ScalarOp::pow, a, e);
+}
+Tensor rsub(double s, const Tensor& a) {
+  return scalar_op(OpId::rsub_scalar, ScalarOp::rsub, a, s);
+}
+Tensor rdiv(double s, const Tensor& a) {
+  return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s);
+}
+Tensor neg(const Tensor& a) {
+  return unary_op(OpId::neg, UnaryOp::neg, a);
+}
+Tensor exp(const Tensor& a) {
+  return unary_op(OpId::exp, UnaryOp::exp, a);
+}
+Tensor log(const Tensor& a) {
+  return unary_op(OpId::log, UnaryOp::log, a);
+}
+Tensor sqrt(const Tensor& a) {
+  return unary_op(OpId::sqrt, UnaryOp::sqrt, a);
+}
+Tensor relu(const Tensor& a) {
+  return unary_op(OpId::relu, UnaryOp::relu, a);
+}
+Tensor gelu(const Tensor& a) {
+  return unary_op(OpId::gelu, UnaryOp::gelu, a);
+}
+Tensor tanh(const Tensor& a) {
+  return unary_op(OpId::tanh, UnaryOp::tanh, a);
+}
+Tensor sigmoid(const Tensor& a) {
+  return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a);
+}
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
@@ -141,7 +184,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 
 Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   check_defined(x0, "dropout", "x");
-  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument(fmt::format("mixp::dropout: p must be in [0, 1], got {}", p));
+  if (!(p >= 0.0 && p <= 1.0))
+    throw std::invalid_argument(fmt::format("mixp::dropout: p must be in [0, 1], got {}", p));
   if (!training || p == 0.0) return x0;
   Tensor in[1] = {x0};
   apply_cast_policy(OpId::dropout, in);
@@ -164,17 +208,41 @@ Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   return out;
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double s) { return add(a, s); }
-Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
-Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
-Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
-Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
-Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator+(const Tensor& a, double s) {
+  return add(a, s);
+}
+Tensor operator-(const Tensor& a, double s) {
+  return add(a, -s);
+}
+Tensor operator*(const Tensor& a, double s) {
+  return mul(a, s);
+}
+Tensor operator/(const Tensor& a, double s) {
+  return mul(a, 1.0 / s);
+}
+Tensor operator+(double s, const Tensor& a) {
+  return add(a, s);
+}
+Tensor operator-(double s, const Tensor& a) {
+  return rsub(s, a);
+}
+Tensor operator*(double s, const Tensor& a) {
+  return mul(a, s);
+}
+Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
 
 }  // namespace mixp

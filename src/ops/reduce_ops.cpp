@@ -6,7 +6,8 @@ using namespace detail;
 
 namespace {
 // keepdim shape of reducing `dims` (empty = all) of `shape`, and the final shape.
-void reduced_shapes(const Shape& shape, const Shape& dims, bool keepdim, const char* op, Shape& kept, Shape& final_shape) {
+void reduced_shapes(const Shape& shape, const Shape& dims, bool keepdim, const char* op,
+                    Shape& kept, Shape& final_shape) {
   bool red[kMaxDims] = {};
   if (dims.empty()) {
     for (int i = 0; i < shape.size(); ++i) red[i] = true;
@@ -17,8 +18,10 @@ void reduced_shapes(const Shape& shape, const Shape& dims, bool keepdim, const c
   final_shape = Shape();
   for (int i = 0; i < shape.size(); ++i) {
     if (red[i]) kept[i] = 1;
-    if (!red[i]) final_shape.push_back(shape[i]);
-    else if (keepdim) final_shape.push_back(1);
+    if (!red[i])
+      final_shape.push_back(shape[i]);
+    else if (keepdim)
+      final_shape.push_back(1);
   }
 }
 
@@ -30,23 +33,30 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
   const Tensor& x = in[0];
   Shape kept, final_shape;
   reduced_shapes(x.shape(), dims, keepdim, nm, kept, final_shape);
-  if (rop == ReduceOp::max && x.numel() == 0) throw std::invalid_argument("mixp::max: empty tensor " + x.shape().str());
+  if (rop == ReduceOp::max && x.numel() == 0)
+    throw std::invalid_argument("mixp::max: empty tensor " + x.shape().str());
   const DType rd = result_dtype({&x});
   const DType c = compute_of(rd);
   const Tensor xc = as_compute(x, c);
   Tensor kc = new_tensor(kept, c);
   backend().reduce(rop, kc, xc);
-  Tensor out = finish(raw_view(kc, final_shape, contiguous_strides(final_shape), kc.storage_offset()), rd);
+  Tensor out =
+      finish(raw_view(kc, final_shape, contiguous_strides(final_shape), kc.storage_offset()), rd);
   if (should_record({&x})) {
     const Shape in_shape = x.shape();
     Tensor keep_x = rop == ReduceOp::max ? xc.detach() : Tensor();
     Tensor keep_y = rop == ReduceOp::max ? kc.detach() : Tensor();
-    const double count = kept.numel() ? static_cast<double>(x.numel()) / static_cast<double>(kept.numel()) : 1.0;
+    const double count =
+        kept.numel() ? static_cast<double>(x.numel()) / static_cast<double>(kept.numel()) : 1.0;
     record(id, c, {&x}, {&out}, [rop, in_shape, kept, keep_x, keep_y, count](BackwardContext& ctx) {
       const Tensor g = raw_reshape(ctx.grad(), kept);
       switch (rop) {
-        case ReduceOp::sum: ctx.grad_inputs[0] = raw_contiguous(raw_expand(g, in_shape)); break;
-        case ReduceOp::mean: ctx.grad_inputs[0] = mul(raw_expand(g, in_shape), 1.0 / count); break;
+        case ReduceOp::sum:
+          ctx.grad_inputs[0] = raw_contiguous(raw_expand(g, in_shape));
+          break;
+        case ReduceOp::mean:
+          ctx.grad_inputs[0] = mul(raw_expand(g, in_shape), 1.0 / count);
+          break;
         case ReduceOp::max: {
           Tensor gi = new_tensor(in_shape, g.dtype());
           backend().reduce_max_backward(gi, g, keep_x, keep_y);
@@ -60,12 +70,24 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
 }
 }  // namespace
 
-Tensor sum(const Tensor& x) { return reduce_op(OpId::sum, ReduceOp::sum, x, Shape(), false); }
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_op(OpId::sum, ReduceOp::sum, x, dims, keepdim); }
-Tensor mean(const Tensor& x) { return reduce_op(OpId::mean, ReduceOp::mean, x, Shape(), false); }
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_op(OpId::mean, ReduceOp::mean, x, dims, keepdim); }
-Tensor max(const Tensor& x) { return reduce_op(OpId::max, ReduceOp::max, x, Shape(), false); }
-Tensor max(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_op(OpId::max, ReduceOp::max, x, dims, keepdim); }
+Tensor sum(const Tensor& x) {
+  return reduce_op(OpId::sum, ReduceOp::sum, x, Shape(), false);
+}
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_op(OpId::sum, ReduceOp::sum, x, dims, keepdim);
+}
+Tensor mean(const Tensor& x) {
+  return reduce_op(OpId::mean, ReduceOp::mean, x, Shape(), false);
+}
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_op(OpId::mean, ReduceOp::mean, x, dims, keepdim);
+}
+Tensor max(const Tensor& x) {
+  return reduce_op(OpId::max, ReduceOp::max, x, Shape(), false);
+}
+Tensor max(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_op(OpId::max, ReduceOp::max, x, dims, keepdim);
+}
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;

@@ -15,7 +15,9 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
   int64_t known = 1;
   for (int i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      if (infer >= 0) throw std::invalid_argument(fmt::format("mixp::{}: only one dim can be -1 in {}", op, shape.str()));
+      if (infer >= 0)
+        throw std::invalid_argument(
+            fmt::format("mixp::{}: only one dim can be -1 in {}", op, shape.str()));
       infer = i;
     } else {
       known *= out[i];
@@ -66,7 +68,8 @@ Tensor record_view(OpId id, const Tensor& x, Tensor out, BackwardFn fn) {
 }
 
 BackwardFn reshape_back(const Shape& in_shape) {
-  return [in_shape](BackwardContext& ctx) { ctx.grad_inputs[0] = raw_reshape(ctx.grad(), in_shape); };
+  return
+      [in_shape](BackwardContext& ctx) { ctx.grad_inputs[0] = raw_reshape(ctx.grad(), in_shape); };
 }
 }  // namespace
 
@@ -75,9 +78,11 @@ Tensor Tensor::view(const Shape& shape0) const {
   const Shape shape = infer_shape(shape0, numel(), "view", this->shape());
   Shape st;
   if (!view_strides(*this, shape, st)) {
-    shape_error("view", "the strides are not compatible with the new shape; use reshape() (copies)", this->shape(), shape);
+    shape_error("view", "the strides are not compatible with the new shape; use reshape() (copies)",
+                this->shape(), shape);
   }
-  return record_view(OpId::reshape, *this, raw_view(*this, shape, st, storage_offset()), reshape_back(this->shape()));
+  return record_view(OpId::reshape, *this, raw_view(*this, shape, st, storage_offset()),
+                     reshape_back(this->shape()));
 }
 
 Tensor Tensor::reshape(const Shape& shape0) const {
@@ -85,7 +90,8 @@ Tensor Tensor::reshape(const Shape& shape0) const {
   const Shape shape = infer_shape(shape0, numel(), "reshape", this->shape());
   Shape st;
   if (view_strides(*this, shape, st)) {
-    return record_view(OpId::reshape, *this, raw_view(*this, shape, st, storage_offset()), reshape_back(this->shape()));
+    return record_view(OpId::reshape, *this, raw_view(*this, shape, st, storage_offset()),
+                       reshape_back(this->shape()));
   }
   return contiguous().view(shape);
 }
@@ -97,19 +103,21 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   Shape sh = shape(), st = strides();
   std::swap(sh[a], sh[b]);
   std::swap(st[a], st[b]);
-  return record_view(OpId::transpose, *this, raw_view(*this, sh, st, storage_offset()), [a, b](BackwardContext& ctx) {
-    const Tensor& g = ctx.grad();
-    Shape gs = g.shape(), gst = g.strides();
-    std::swap(gs[a], gs[b]);
-    std::swap(gst[a], gst[b]);
-    ctx.grad_inputs[0] = raw_view(g, gs, gst, g.storage_offset());
-  });
+  return record_view(OpId::transpose, *this, raw_view(*this, sh, st, storage_offset()),
+                     [a, b](BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();
+                       Shape gs = g.shape(), gst = g.strides();
+                       std::swap(gs[a], gs[b]);
+                       std::swap(gst[a], gst[b]);
+                       ctx.grad_inputs[0] = raw_view(g, gs, gst, g.storage_offset());
+                     });
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
   check_defined(*this, "permute", "x");
   if (dims.size() != dim()) {
-    throw std::invalid_argument(fmt::format("mixp::permute: {} dims given for a tensor of shape {}", dims.size(), shape().str()));
+    throw std::invalid_argument(fmt::format("mixp::permute: {} dims given for a tensor of shape {}",
+                                            dims.size(), shape().str()));
   }
   Shape perm = dims, sh = shape(), st = strides();
   bool seen[kMaxDims] = {};
@@ -120,15 +128,16 @@ Tensor Tensor::permute(const Shape& dims) const {
     sh[i] = shape()[static_cast<int>(perm[i])];
     st[i] = strides()[static_cast<int>(perm[i])];
   }
-  return record_view(OpId::permute, *this, raw_view(*this, sh, st, storage_offset()), [perm](BackwardContext& ctx) {
-    const Tensor& g = ctx.grad();
-    Shape gs = g.shape(), gst = g.strides();
-    for (int i = 0; i < perm.size(); ++i) {
-      gs[static_cast<int>(perm[i])] = g.shape()[i];
-      gst[static_cast<int>(perm[i])] = g.strides()[i];
-    }
-    ctx.grad_inputs[0] = raw_view(g, gs, gst, g.storage_offset());
-  });
+  return record_view(OpId::permute, *this, raw_view(*this, sh, st, storage_offset()),
+                     [perm](BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();
+                       Shape gs = g.shape(), gst = g.strides();
+                       for (int i = 0; i < perm.size(); ++i) {
+                         gs[static_cast<int>(perm[i])] = g.shape()[i];
+                         gst[static_cast<int>(perm[i])] = g.strides()[i];
+                       }
+                       ctx.grad_inputs[0] = raw_view(g, gs, gst, g.storage_offset());
+                     });
 }
 
 Tensor Tensor::slice(int64_t dim0, int64_t start, int64_t end, int64_t step) const {
@@ -144,7 +153,8 @@ Tensor Tensor::slice(int64_t dim0, int64_t start, int64_t end, int64_t step) con
   sh[d] = (end - start + step - 1) / step;
   st[d] = strides()[d] * step;
   const Shape in_shape = shape();
-  return record_view(OpId::slice, *this, raw_view(*this, sh, st, storage_offset() + start * strides()[d]),
+  return record_view(OpId::slice, *this,
+                     raw_view(*this, sh, st, storage_offset() + start * strides()[d]),
                      [in_shape, d, start, step](BackwardContext& ctx) {
                        const Tensor& g = ctx.grad();
                        Tensor gi = zeros(in_shape, {.dtype = g.dtype()});
@@ -159,7 +169,9 @@ Tensor Tensor::slice(int64_t dim0, int64_t start, int64_t end, int64_t step) con
 Tensor Tensor::select(int64_t dim0, int64_t index) const {
   const int d = wrap_dim(dim0, dim(), "select");
   const int64_t n = shape()[d];
-  if (index < -n || index >= n) throw std::out_of_range(fmt::format("mixp::select: index {} out of range for dim of size {}", index, n));
+  if (index < -n || index >= n)
+    throw std::out_of_range(
+        fmt::format("mixp::select: index {} out of range for dim of size {}", index, n));
   if (index < 0) index += n;
   return slice(d, index, index + 1).squeeze(d);
 }
@@ -170,7 +182,8 @@ Tensor Tensor::unsqueeze(int64_t dim0) const {
   Shape sh = shape(), st = strides();
   sh.insert(d, 1);
   st.insert(d, d < dim() ? strides()[d] * shape()[d] : 1);
-  return record_view(OpId::reshape, *this, raw_view(*this, sh, st, storage_offset()), reshape_back(shape()));
+  return record_view(OpId::reshape, *this, raw_view(*this, sh, st, storage_offset()),
+                     reshape_back(shape()));
 }
 
 Tensor Tensor::squeeze(int64_t dim0) const {
@@ -180,7 +193,8 @@ Tensor Tensor::squeeze(int64_t dim0) const {
   Shape sh = shape(), st = strides();
   sh.erase(d);
   st.erase(d);
-  return record_view(OpId::reshape, *this, raw_view(*this, sh, st, storage_offset()), reshape_back(shape()));
+  return record_view(OpId::reshape, *this, raw_view(*this, sh, st, storage_offset()),
+                     reshape_back(shape()));
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -200,11 +214,13 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 Tensor Tensor::expand(const Shape& shape0) const {
   check_defined(*this, "expand", "x");
   Shape shape = shape0;
-  if (shape.size() < dim()) shape_error("expand", "the target has fewer dims", this->shape(), shape0);
+  if (shape.size() < dim())
+    shape_error("expand", "the target has fewer dims", this->shape(), shape0);
   for (int i = 0; i < shape.size(); ++i) {
     const int j = dim() - shape.size() + i;
     if (shape[i] == -1) {
-      if (j < 0) shape_error("expand", "-1 is not allowed for a new leading dim", this->shape(), shape0);
+      if (j < 0)
+        shape_error("expand", "-1 is not allowed for a new leading dim", this->shape(), shape0);
       shape[i] = this->shape()[j];
     }
     if (j >= 0 && this->shape()[j] != 1 && this->shape()[j] != shape[i]) {
@@ -213,8 +229,9 @@ Tensor Tensor::expand(const Shape& shape0) const {
   }
   if (shape == this->shape()) return *this;
   const Shape in_shape = this->shape();
-  return record_view(OpId::expand, *this, raw_expand(*this, shape),
-                     [in_shape](BackwardContext& ctx) { ctx.grad_inputs[0] = sum_to(ctx.grad(), in_shape); });
+  return record_view(
+      OpId::expand, *this, raw_expand(*this, shape),
+      [in_shape](BackwardContext& ctx) { ctx.grad_inputs[0] = sum_to(ctx.grad(), in_shape); });
 }
 
 Tensor Tensor::contiguous() const {
@@ -228,7 +245,8 @@ Tensor Tensor::clone() const {
   Tensor out = new_tensor(shape(), dtype());
   backend().copy(out, *this);
   if (should_record({this})) {
-    record(OpId::contiguous, grad_dtype_of(dtype()), {this}, {&out}, [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
+    record(OpId::contiguous, grad_dtype_of(dtype()), {this}, {&out},
+           [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
   }
   return out;
 }
@@ -239,26 +257,43 @@ Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const
   Tensor out = new_tensor(shape(), dt);
   backend().convert(out, *this, round, overflow, seed);
   if (traits(dt).is_float() && should_record({this})) {
-    record(OpId::to, grad_dtype_of(dt), {this}, {&out}, [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
+    record(OpId::to, grad_dtype_of(dt), {this}, {&out},
+           [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
   }
   return out;
 }
 
 Tensor Tensor::to(DType dt) const {
   if (!is_exact_conversion(dtype(), dt)) {
-    throw std::invalid_argument(fmt::format("mixp: converting {} to {} may round; name the rounding: to(DType::{}, Round::nearest_even)",
-                                            name(dtype()), name(dt), name(dt)));
+    throw std::invalid_argument(
+        fmt::format("mixp: converting {} to {} may round; name the rounding: to(DType::{}, "
+                    "Round::nearest_even)",
+                    name(dtype()), name(dt), name(dt)));
   }
   return to(dt, Round::nearest_even, Overflow::ieee, 0);
 }
 
-Tensor reshape(const Tensor& x, const Shape& shape) { return x.reshape(shape); }
-Tensor view(const Tensor& x, const Shape& shape) { return x.view(shape); }
-Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) { return x.transpose(d0, d1); }
-Tensor permute(const Tensor& x, const Shape& dims) { return x.permute(dims); }
-Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) { return x.slice(dim, start, end, step); }
-Tensor expand(const Tensor& x, const Shape& shape) { return x.expand(shape); }
-Tensor contiguous(const Tensor& x) { return x.contiguous(); }
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  return x.reshape(shape);
+}
+Tensor view(const Tensor& x, const Shape& shape) {
+  return x.view(shape);
+}
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  return x.transpose(d0, d1);
+}
+Tensor permute(const Tensor& x, const Shape& dims) {
+  return x.permute(dims);
+}
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  return x.slice(dim, start, end, step);
+}
+Tensor expand(const Tensor& x, const Shape& shape) {
+  return x.expand(shape);
+}
+Tensor contiguous(const Tensor& x) {
+  return x.contiguous();
+}
 
 Tensor cat(std::span<const Tensor> xs0, int64_t dim0) {
   if (xs0.empty()) throw std::invalid_argument("mixp::cat: no tensors given");
@@ -271,12 +306,15 @@ Tensor cat(std::span<const Tensor> xs0, int64_t dim0) {
   int64_t total = 0;
   DType rd = xs[0].dtype();
   for (const Tensor& t : xs) {
-    if (t.dim() != first.dim()) shape_error("cat", "tensors have different ranks", first.shape(), t.shape());
+    if (t.dim() != first.dim())
+      shape_error("cat", "tensors have different ranks", first.shape(), t.shape());
     for (int i = 0; i < t.dim(); ++i) {
-      if (i != d && t.shape()[i] != first.shape()[i]) shape_error("cat", fmt::format("sizes differ in dim {}", i), first.shape(), t.shape());
+      if (i != d && t.shape()[i] != first.shape()[i])
+        shape_error("cat", fmt::format("sizes differ in dim {}", i), first.shape(), t.shape());
     }
     total += t.shape()[d];
-    if (t.dtype() != rd) rd = (t.dtype() == DType::fp64 || rd == DType::fp64) ? DType::fp64 : DType::fp32;
+    if (t.dtype() != rd)
+      rd = (t.dtype() == DType::fp64 || rd == DType::fp64) ? DType::fp64 : DType::fp32;
   }
   out_shape[d] = total;
   Tensor out = new_tensor(out_shape, rd);
@@ -294,63 +332,74 @@ Tensor cat(std::span<const Tensor> xs0, int64_t dim0) {
   for (const Tensor& t : xs) rec = rec || should_record({&t});
   rec = rec && traits(rd).is_float();
   if (rec) {
-    record(OpId::cat, grad_dtype_of(rd), std::span<const Tensor>(xs), {&out}, [d, sizes](BackwardContext& ctx) {
-      const Tensor& g = ctx.grad();
-      int64_t o = 0;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        if (ctx.needs(static_cast<int>(i))) {
-          Shape sh = g.shape();
-          sh[d] = sizes[i];
-          ctx.grad_inputs[i] = raw_view(g, sh, g.strides(), g.storage_offset() + o * g.strides()[d]);
-        }
-        o += sizes[i];
-      }
-    });
+    record(OpId::cat, grad_dtype_of(rd), std::span<const Tensor>(xs), {&out},
+           [d, sizes](BackwardContext& ctx) {
+             const Tensor& g = ctx.grad();
+             int64_t o = 0;
+             for (size_t i = 0; i < sizes.size(); ++i) {
+               if (ctx.needs(static_cast<int>(i))) {
+                 Shape sh = g.shape();
+                 sh[d] = sizes[i];
+                 ctx.grad_inputs[i] =
+                     raw_view(g, sh, g.strides(), g.storage_offset() + o * g.strides()[d]);
+               }
+               o += sizes[i];
+             }
+           });
   }
   return out;
 }
-Tensor cat(std::initializer_list<Tensor> xs, int64_t dim) { return cat(std::span<const Tensor>(xs.begin(), xs.size()), dim); }
+Tensor cat(std::initializer_list<Tensor> xs, int64_t dim) {
+  return cat(std::span<const Tensor>(xs.begin(), xs.size()), dim);
+}
 
 Tensor stack(std::span<const Tensor> xs, int64_t dim0) {
   if (xs.empty()) throw std::invalid_argument("mixp::stack: no tensors given");
   const int d = wrap_dim(dim0, xs[0].dim() + 1, "stack");
   for (const Tensor& t : xs) {
     check_defined(t, "stack", "xs");
-    if (t.shape() != xs[0].shape()) shape_error("stack", "all tensors must have the same shape", xs[0].shape(), t.shape());
+    if (t.shape() != xs[0].shape())
+      shape_error("stack", "all tensors must have the same shape", xs[0].shape(), t.shape());
   }
   std::vector<Tensor> us;
   us.reserve(xs.size());
   for (const Tensor& t : xs) us.push_back(t.unsqueeze(d));
   return cat(std::span<const Tensor>(us), d);
 }
-Tensor stack(std::initializer_list<Tensor> xs, int64_t dim) { return stack(std::span<const Tensor>(xs.begin(), xs.size()), dim); }
+Tensor stack(std::initializer_list<Tensor> xs, int64_t dim) {
+  return stack(std::span<const Tensor>(xs.begin(), xs.size()), dim);
+}
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim0) {
   check_defined(x, "chunk", "x");
   const int d = wrap_dim(dim0, x.dim(), "chunk");
   if (chunks <= 0 || x.shape()[d] % chunks != 0) {
-    throw std::invalid_argument(fmt::format("mixp::chunk: dim {} of shape {} does not split into {} equal chunks", d, x.shape().str(), chunks));
+    throw std::invalid_argument(
+        fmt::format("mixp::chunk: dim {} of shape {} does not split into {} equal chunks", d,
+                    x.shape().str(), chunks));
   }
   const int64_t n = x.shape()[d] / chunks;
   std::vector<Tensor> out;
   out.reserve(static_cast<size_t>(chunks));
   Shape sh = x.shape();
   sh[d] = n;
-  for (int64_t i = 0; i < chunks; ++i) out.push_back(raw_view(x, sh, x.strides(), x.storage_offset() + i * n * x.strides()[d]));
+  for (int64_t i = 0; i < chunks; ++i)
+    out.push_back(raw_view(x, sh, x.strides(), x.storage_offset() + i * n * x.strides()[d]));
   if (should_record({&x})) {
     // One node for all pieces: backward writes each piece's gradient into one buffer (zeros
     // where a piece got none) instead of summing `chunks` zero-padded slices.
     const Shape in_shape = x.shape();
-    auto node = std::make_shared<FunctionNode>(OpId::slice, grad_dtype_of(x.dtype()), [in_shape, d, n, chunks](BackwardContext& ctx) {
-      Tensor gi = new_tensor(in_shape, ctx.grad(0).dtype());
-      for (int64_t i = 0; i < chunks; ++i) {
-        Shape s = in_shape;
-        s[d] = n;
-        Tensor window = raw_view(gi, s, gi.strides(), i * n * gi.strides()[d]);
-        backend().copy(window, ctx.grad(static_cast<int>(i)));
-      }
-      ctx.grad_inputs[0] = gi;
-    });
+    auto node = std::make_shared<FunctionNode>(
+        OpId::slice, grad_dtype_of(x.dtype()), [in_shape, d, n, chunks](BackwardContext& ctx) {
+          Tensor gi = new_tensor(in_shape, ctx.grad(0).dtype());
+          for (int64_t i = 0; i < chunks; ++i) {
+            Shape s = in_shape;
+            s[d] = n;
+            Tensor window = raw_view(gi, s, gi.strides(), i * n * gi.strides()[d]);
+            backend().copy(window, ctx.grad(static_cast<int>(i)));
+          }
+          ctx.grad_inputs[0] = gi;
+        });
     node->next_edges.push_back(gradient_edge(x));
     node->input_dtypes.push_back(grad_dtype_of(x.dtype()));
     for (int64_t i = 0; i < chunks; ++i) {

@@ -38,7 +38,8 @@ struct CachingAllocator::Impl {
 };
 
 CachingAllocator::CachingAllocator() : impl_(new Impl) {
-  if (const char* e = std::getenv("MIXP_ALLOCATOR"); e && std::strcmp(e, "system") == 0) impl_->caching = false;
+  if (const char* e = std::getenv("MIXP_ALLOCATOR"); e && std::strcmp(e, "system") == 0)
+    impl_->caching = false;
 }
 
 CachingAllocator& CachingAllocator::cpu() {
@@ -120,8 +121,14 @@ bool CachingAllocator::caching() const {
   return impl_->caching;
 }
 
-AllocatorStats allocator_stats() { return CachingAllocator::cpu().stats(); }
-void reset_peak_memory() { CachingAllocator::cpu().reset_peak(); }
-void empty_cache() { CachingAllocator::cpu().empty_cache(); }
+AllocatorStats allocator_stats() {
+  return CachingAllocator::cpu().stats();
+}
+void reset_peak_memory() {
+  CachingAllocator::cpu().reset_peak();
+}
+void empty_cache() {
+  CachingAllocator::cpu().empty_cache();
+}
 
 }  // namespace mixp

@@ -31,14 +31,17 @@ Tensor generate(const Shape& shape, const TensorOptions& opts, F&& f) {
     double* q = static_cast<double*>(p);
     for (int64_t i = 0; i < n; ++i) q[i] = f(i);
   } else {
-    for (int64_t i = 0; i < n; ++i) store_element(p, opts.dtype, i, f(i), Round::nearest_even, Overflow::saturate, 0);
+    for (int64_t i = 0; i < n; ++i)
+      store_element(p, opts.dtype, i, f(i), Round::nearest_even, Overflow::saturate, 0);
   }
   if (opts.requires_grad) t.requires_grad_(true);
   return t;
 }
 }  // namespace
 
-Tensor empty(const Shape& shape, const TensorOptions& opts) { return Tensor::empty(shape, opts); }
+Tensor empty(const Shape& shape, const TensorOptions& opts) {
+  return Tensor::empty(shape, opts);
+}
 
 Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
   TensorOptions o = opts;
@@ -48,34 +51,51 @@ Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
   if (opts.requires_grad) t.requires_grad_(true);
   return t;
 }
-Tensor zeros(const Shape& shape, const TensorOptions& opts) { return full(shape, 0.0, opts); }
-Tensor ones(const Shape& shape, const TensorOptions& opts) { return full(shape, 1.0, opts); }
-Tensor scalar_tensor(double value, const TensorOptions& opts) { return full(Shape{}, value, opts); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor zeros(const Shape& shape, const TensorOptions& opts) {
+  return full(shape, 0.0, opts);
+}
+Tensor ones(const Shape& shape, const TensorOptions& opts) {
+  return full(shape, 1.0, opts);
+}
+Tensor scalar_tensor(double value, const TensorOptions& opts) {
+  return full(Shape{}, value, opts);
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
 
 namespace {
 template <class V>
 Tensor from_values(const std::vector<V>& values, const Shape& shape, const TensorOptions& opts) {
   if (static_cast<int64_t>(values.size()) != shape.numel()) {
     throw std::invalid_argument("mixp::from_vector: " + std::to_string(values.size()) +
-                                " values for shape " + shape.str() + " (" + std::to_string(shape.numel()) +
-                                " elements)");
+                                " values for shape " + shape.str() + " (" +
+                                std::to_string(shape.numel()) + " elements)");
   }
-  return generate(shape, opts, [&](int64_t i) { return static_cast<double>(values[static_cast<size_t>(i)]); });
+  return generate(shape, opts,
+                  [&](int64_t i) { return static_cast<double>(values[static_cast<size_t>(i)]); });
 }
 }  // namespace
 
-Tensor from_vector(const std::vector<double>& values, const Shape& shape, const TensorOptions& opts) {
+Tensor from_vector(const std::vector<double>& values, const Shape& shape,
+                   const TensorOptions& opts) {
   return from_values(values, shape, opts);
 }
-Tensor from_vector(const std::vector<float>& values, const Shape& shape, const TensorOptions& opts) {
+Tensor from_vector(const std::vector<float>& values, const Shape& shape,
+                   const TensorOptions& opts) {
   return from_values(values, shape, opts);
 }
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, const TensorOptions& opts) {
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
+                   const TensorOptions& opts) {
   if (opts.dtype == DType::int64) {
-    if (static_cast<int64_t>(values.size()) != shape.numel()) return from_values(values, shape, opts);  // throws
+    if (static_cast<int64_t>(values.size()) != shape.numel())
+      return from_values(values, shape, opts);  // throws
     Tensor t = Tensor::empty(shape, opts);
     std::copy(values.begin(), values.end(), t.data<int64_t>());
     return t;
@@ -85,7 +105,8 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, const
 
 Tensor from_blob(void* data, const Shape& shape, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
-  const size_t bytes = static_cast<size_t>(shape.numel()) * static_cast<size_t>(traits(dtype).storage_bytes);
+  const size_t bytes =
+      static_cast<size_t>(shape.numel()) * static_cast<size_t>(traits(dtype).storage_bytes);
   impl->storage = std::make_shared<Storage>(data, bytes, Device::cpu());
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
@@ -97,22 +118,34 @@ Tensor arange(double start, double end, double step, const TensorOptions& opts) 
   if (step == 0) throw std::invalid_argument("mixp::arange: step must be non-zero");
   const double n = std::ceil((end - start) / step);
   const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
-  return generate(Shape{count}, opts, [&](int64_t i) { return start + static_cast<double>(i) * step; });
+  return generate(Shape{count}, opts,
+                  [&](int64_t i) { return start + static_cast<double>(i) * step; });
 }
-Tensor arange(int64_t end, const TensorOptions& opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
+Tensor arange(int64_t end, const TensorOptions& opts) {
+  return arange(0.0, static_cast<double>(end), 1.0, opts);
+}
 
-Tensor randn(const Shape& shape, Generator& gen, const TensorOptions& opts) { return normal(shape, 0.0, 1.0, gen, opts); }
-Tensor normal(const Shape& shape, double mean, double stddev, Generator& gen, const TensorOptions& opts) {
+Tensor randn(const Shape& shape, Generator& gen, const TensorOptions& opts) {
+  return normal(shape, 0.0, 1.0, gen, opts);
+}
+Tensor normal(const Shape& shape, double mean, double stddev, Generator& gen,
+              const TensorOptions& opts) {
   return generate(shape, opts, [&](int64_t) { return mean + stddev * gen.normal(); });
 }
-Tensor rand(const Shape& shape, Generator& gen, const TensorOptions& opts) { return uniform(shape, 0.0, 1.0, gen, opts); }
-Tensor uniform(const Shape& shape, double low, double high, Generator& gen, const TensorOptions& opts) {
+Tensor rand(const Shape& shape, Generator& gen, const TensorOptions& opts) {
+  return uniform(shape, 0.0, 1.0, gen, opts);
+}
+Tensor uniform(const Shape& shape, double low, double high, Generator& gen,
+               const TensorOptions& opts) {
   return generate(shape, opts, [&](int64_t) { return low + (high - low) * gen.uniform01(); });
 }
-Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, const TensorOptions& opts) {
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen,
+               const TensorOptions& opts) {
   if (high <= low) throw std::invalid_argument("mixp::randint: high must be greater than low");
   const uint64_t range = static_cast<uint64_t>(high - low);
-  return generate(shape, opts, [&](int64_t) { return static_cast<double>(low + static_cast<int64_t>(gen.next_u64() % range)); });
+  return generate(shape, opts, [&](int64_t) {
+    return static_cast<double>(low + static_cast<int64_t>(gen.next_u64() % range));
+  });
 }
 
 }  // namespace mixp

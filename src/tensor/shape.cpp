@@ -13,7 +13,9 @@ std::string Shape::str() const {
   return s + "]";
 }
 
-std::string to_string(const Shape& s) { return s.str(); }
+std::string to_string(const Shape& s) {
+  return s.str();
+}
 
 Shape contiguous_strides(const Shape& shape) {
   Shape st = Shape::filled(shape.size(), 1);
@@ -41,8 +43,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     const int ia = a.size() - n + i, ib = b.size() - n + i;
     const int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
     if (da != db && da != 1 && db != 1) {
-      throw std::invalid_argument(fmt::format("mixp::{}: shapes {} and {} cannot be broadcast together",
-                                              op, a.str(), b.str()));
+      throw std::invalid_argument(fmt::format(
+          "mixp::{}: shapes {} and {} cannot be broadcast together", op, a.str(), b.str()));
     }
     out[i] = da == 1 ? db : da;
   }

@@ -13,13 +13,15 @@
 namespace mixp {
 
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev), owned(true) {
-  if (!dev.is_cpu()) throw std::invalid_argument("mixp: only CPU storage is implemented (device " + dev.str() + ")");
+  if (!dev.is_cpu())
+    throw std::invalid_argument("mixp: only CPU storage is implemented (device " + dev.str() + ")");
   const auto b = CachingAllocator::cpu().allocate(n);
   data = b.ptr;
   block_size = b.size;
 }
 
-Storage::Storage(void* external, size_t n, Device dev) : data(external), nbytes(n), device(dev), owned(false) {}
+Storage::Storage(void* external, size_t n, Device dev)
+    : data(external), nbytes(n), device(dev), owned(false) {}
 
 Storage::~Storage() {
   if (owned && data) CachingAllocator::cpu().deallocate({data, block_size}, nbytes);
@@ -27,10 +29,12 @@ Storage::~Storage() {
 
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& opts) {
   for (int64_t d : shape) {
-    if (d < 0) throw std::invalid_argument("mixp::empty: negative dimension in shape " + shape.str());
+    if (d < 0)
+      throw std::invalid_argument("mixp::empty: negative dimension in shape " + shape.str());
   }
   auto impl = std::make_shared<TensorImpl>();
-  const size_t bytes = static_cast<size_t>(shape.numel()) * static_cast<size_t>(traits(opts.dtype).storage_bytes);
+  const size_t bytes =
+      static_cast<size_t>(shape.numel()) * static_cast<size_t>(traits(opts.dtype).storage_bytes);
   impl->storage = std::make_shared<Storage>(bytes, opts.device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
@@ -44,9 +48,15 @@ Tensor Tensor::empty(const Shape& shape, const TensorOptions& opts) {
   return Tensor(std::move(impl));
 }
 
-int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
-size_t Tensor::element_size() const { return static_cast<size_t>(traits(dtype()).storage_bytes); }
+int64_t Tensor::size(int64_t d) const {
+  return impl_->shape[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return impl_->strides[wrap_dim(d, dim(), "stride")];
+}
+size_t Tensor::element_size() const {
+  return static_cast<size_t>(traits(dtype()).storage_bytes);
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -60,27 +70,31 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   if (!impl_) throw std::logic_error("mixp: data_ptr() of an undefined tensor");
-  return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(element_size());
+  return static_cast<char*>(impl_->storage->data) +
+         impl_->offset * static_cast<int64_t>(element_size());
 }
 
 void Tensor::check_dtype(DType expected) const {
   if (!impl_) throw std::logic_error("mixp: data() of an undefined tensor");
   if (dtype() != expected) {
-    throw std::invalid_argument(fmt::format("mixp: data<{}>() on a tensor of dtype {}", name(expected), name(dtype())));
+    throw std::invalid_argument(
+        fmt::format("mixp: data<{}>() on a tensor of dtype {}", name(expected), name(dtype())));
   }
 }
 
 namespace {
 int64_t element_offset(const Tensor& t, std::initializer_list<int64_t> index) {
   if (static_cast<int>(index.size()) != t.dim()) {
-    throw std::invalid_argument(fmt::format("mixp: index of {} dims for a tensor of shape {}", index.size(), t.shape().str()));
+    throw std::invalid_argument(fmt::format("mixp: index of {} dims for a tensor of shape {}",
+                                            index.size(), t.shape().str()));
   }
   int64_t off = 0;
   int d = 0;
   for (int64_t i : index) {
     const int64_t n = t.shape()[d];
     if (i < -n || i >= n) {
-      throw std::out_of_range(fmt::format("mixp: index {} out of range for dim {} of shape {}", i, d, t.shape().str()));
+      throw std::out_of_range(
+          fmt::format("mixp: index {} out of range for dim {} of shape {}", i, d, t.shape().str()));
     }
     off += (i < 0 ? i + n : i) * t.strides()[d];
     ++d;
@@ -91,7 +105,8 @@ int64_t element_offset(const Tensor& t, std::initializer_list<int64_t> index) {
 
 double Tensor::item() const {
   if (numel() != 1) {
-    throw std::invalid_argument("mixp: item() needs a tensor with one element, got shape " + shape().str());
+    throw std::invalid_argument("mixp: item() needs a tensor with one element, got shape " +
+                                shape().str());
   }
   return load_element(data_ptr(), dtype(), 0);
 }
@@ -101,7 +116,8 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
 }
 
 void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
-  store_element(data_ptr(), dtype(), element_offset(*this, index), v, Round::nearest_even, Overflow::saturate, 0);
+  store_element(data_ptr(), dtype(), element_offset(*this, index), v, Round::nearest_even,
+                Overflow::saturate, 0);
 }
 
 std::vector<double> Tensor::to_double_vector() const {
@@ -128,10 +144,12 @@ std::vector<double> Tensor::to_double_vector() const {
 
 Tensor& Tensor::requires_grad_(bool on) {
   if (!is_leaf()) {
-    throw std::logic_error("mixp: requires_grad_ can only be changed on leaf tensors (use detach() first)");
+    throw std::logic_error(
+        "mixp: requires_grad_ can only be changed on leaf tensors (use detach() first)");
   }
   if (on && !is_floating_point()) {
-    throw std::invalid_argument("mixp: only floating-point tensors can require grad (dtype " + std::string(name(dtype())) + ")");
+    throw std::invalid_argument("mixp: only floating-point tensors can require grad (dtype " +
+                                std::string(name(dtype())) + ")");
   }
   impl_->requires_grad = on;
   return *this;
@@ -139,7 +157,8 @@ Tensor& Tensor::requires_grad_(bool on) {
 
 void Tensor::set_grad(const Tensor& g) {
   if (g.defined() && g.shape() != shape()) {
-    throw std::invalid_argument("mixp: set_grad: gradient shape " + g.shape().str() + " differs from tensor shape " + shape().str());
+    throw std::invalid_argument("mixp: set_grad: gradient shape " + g.shape().str() +
+                                " differs from tensor shape " + shape().str());
   }
   impl_->grad = g.impl_ptr();
 }
@@ -163,7 +182,8 @@ Tensor Tensor::detach() const {
 
 namespace {
 void check_inplace(const Tensor& t, const char* what) {
-  if (!t.defined()) throw std::logic_error(std::string("mixp: ") + what + " on an undefined tensor");
+  if (!t.defined())
+    throw std::logic_error(std::string("mixp: ") + what + " on an undefined tensor");
   if (t.requires_grad() && GradMode::is_enabled()) {
     throw std::logic_error(std::string("mixp: ") + what +
                            " on a tensor that requires grad while grad mode is on; "
@@ -172,7 +192,9 @@ void check_inplace(const Tensor& t, const char* what) {
 }
 }  // namespace
 
-Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::zero_() {
+  return fill_(0.0);
+}
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
@@ -184,7 +206,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   const Shape bs = broadcast_shapes(shape(), src.shape(), "copy_");
   if (!(bs == shape())) {
-    throw std::invalid_argument("mixp::copy_: source shape " + src.shape().str() + " does not broadcast to " + shape().str());
+    throw std::invalid_argument("mixp::copy_: source shape " + src.shape().str() +
+                                " does not broadcast to " + shape().str());
   }
   backend().copy(*this, src.shape() == shape() ? src : src.detach().expand(shape()));
   return *this;
@@ -194,9 +217,11 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace(*this, "add_");
   const Shape bs = broadcast_shapes(shape(), other.shape(), "add_");
   if (!(bs == shape())) {
-    throw std::invalid_argument("mixp::add_: shape " + other.shape().str() + " does not broadcast to " + shape().str());
+    throw std::invalid_argument("mixp::add_: shape " + other.shape().str() +
+                                " does not broadcast to " + shape().str());
   }
-  backend().add_inplace(*this, other.shape() == shape() ? other : other.detach().expand(shape()), alpha);
+  backend().add_inplace(*this, other.shape() == shape() ? other : other.detach().expand(shape()),
+                        alpha);
   return *this;
 }
 

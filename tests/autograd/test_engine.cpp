@@ -161,7 +161,8 @@ TEST(Checkpoint, SameGradientsLowerPeakMemory) {
   const auto g_ckpt = run(true, peak_ckpt);
   ASSERT_EQ(g_plain.size(), g_ckpt.size());
   for (size_t i = 0; i < g_plain.size(); ++i) {
-    for (size_t j = 0; j < g_plain[i].size(); ++j) ASSERT_NEAR(g_plain[i][j], g_ckpt[i][j], 1e-6) << i;
+    for (size_t j = 0; j < g_plain[i].size(); ++j)
+      ASSERT_NEAR(g_plain[i][j], g_ckpt[i][j], 1e-6) << i;
   }
   // Plain forward keeps 2 activations per layer (linear output for gelu, gelu output for the
   // next linear): about 12 x 256 KiB; checkpointed keeps only the segment output.

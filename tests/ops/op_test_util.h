@@ -43,8 +43,8 @@ struct RunResult {
 
 // Runs fn on fresh leaf copies of `inputs` (those that are floating point require grad) on the
 // given backend, then backward with upstream gradient `gout` (if differentiable).
-inline RunResult run_on(BackendKind kind, const OpFn& fn, const std::vector<Tensor>& inputs, const Tensor& gout,
-                        bool backward = true) {
+inline RunResult run_on(BackendKind kind, const OpFn& fn, const std::vector<Tensor>& inputs,
+                        const Tensor& gout, bool backward = true) {
   BackendGuard guard(kind);
   std::vector<Tensor> leaves;
   for (const Tensor& t : inputs) {
@@ -61,14 +61,16 @@ inline RunResult run_on(BackendKind kind, const OpFn& fn, const std::vector<Tens
   r.out = fn(leaves);
   if (backward && r.out.requires_grad()) {
     r.out.backward(gout.defined() ? gout.to(r.out.dtype(), Round::nearest_even) : Tensor());
-    for (const Tensor& l : leaves) r.grads.push_back(l.defined() && l.requires_grad() ? l.grad() : Tensor());
+    for (const Tensor& l : leaves)
+      r.grads.push_back(l.defined() && l.requires_grad() ? l.grad() : Tensor());
   }
   return r;
 }
 
 // Compares fn under cpu and ref: the output and every input gradient.
-inline void expect_cpu_matches_ref(const std::string& what, const OpFn& fn, const std::vector<Tensor>& inputs,
-                                   double tol = kTolFp32, bool backward = true, uint64_t seed = 99) {
+inline void expect_cpu_matches_ref(const std::string& what, const OpFn& fn,
+                                   const std::vector<Tensor>& inputs, double tol = kTolFp32,
+                                   bool backward = true, uint64_t seed = 99) {
   SCOPED_TRACE(what);
   Tensor probe;
   {

@@ -50,7 +50,8 @@ TEST(Backend, CpuMatmulBf16Case) {
   cfg.compute = DType::bf16;
   get_backend(BackendKind::cpu).matmul(d16, a, b, bias, cfg);
   // bf16 products are exact in fp32: the fp32 GEMM of the widened inputs is the reference.
-  get_backend(BackendKind::ref).matmul(d32, a.to(DType::fp32), b.to(DType::fp32), bias, MatmulConfig{});
+  get_backend(BackendKind::ref)
+      .matmul(d32, a.to(DType::fp32), b.to(DType::fp32), bias, MatmulConfig{});
   EXPECT_LE(testing::normalized_error(d16, d32), 1e-5);
 }
 

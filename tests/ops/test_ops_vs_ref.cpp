@@ -11,12 +11,14 @@ TEST(CpuVsRef, BinaryBroadcasting) {
   struct Case {
     Shape a, b;
   };
-  const Case cases[] = {{{7}, {7}}, {{3, 5}, {3, 5}}, {{3, 5}, {5}}, {{3, 5}, {3, 1}}, {{4, 1, 6}, {1, 5, 1}},
-                        {{2, 3, 4}, {}}, {{}, {2, 3}}, {{64, 300}, {300}}, {{300, 200}, {300, 200}}};
+  const Case cases[] = {{{7}, {7}},       {{3, 5}, {3, 5}},       {{3, 5}, {5}},
+                        {{3, 5}, {3, 1}}, {{4, 1, 6}, {1, 5, 1}}, {{2, 3, 4}, {}},
+                        {{}, {2, 3}},     {{64, 300}, {300}},     {{300, 200}, {300, 200}}};
   for (const auto& c : cases) {
     const Tensor a = rnd(c.a, 1), b = rnd(c.b, 2);
     const Tensor bpos = add(mul(b, b), 0.5).detach();  // away from 0 for div
-    expect_cpu_matches_ref("add " + c.a.str() + c.b.str(), [](const V& v) { return add(v[0], v[1]); }, {a, b});
+    expect_cpu_matches_ref("add " + c.a.str() + c.b.str(),
+                           [](const V& v) { return add(v[0], v[1]); }, {a, b});
     expect_cpu_matches_ref("sub", [](const V& v) { return sub(v[0], v[1]); }, {a, b});
     expect_cpu_matches_ref("mul", [](const V& v) { return mul(v[0], v[1]); }, {a, b});
     expect_cpu_matches_ref("div", [](const V& v) { return div(v[0], v[1]); }, {a, bpos});
@@ -24,7 +26,7 @@ TEST(CpuVsRef, BinaryBroadcasting) {
 }
 
 TEST(CpuVsRef, NonContiguousOperands) {
-  const Tensor a = rnd({6, 4}, 3).t();           // [4, 6] transposed view
+  const Tensor a = rnd({6, 4}, 3).t();                  // [4, 6] transposed view
   const Tensor b = rnd({4, 12}, 4).slice(1, 0, 12, 2);  // [4, 6] with stride 2
   ASSERT_FALSE(a.is_contiguous());
   ASSERT_FALSE(b.is_contiguous());
@@ -63,7 +65,8 @@ TEST(CpuVsRef, Unary) {
 }
 
 TEST(CpuVsRef, UnaryExtremes) {
-  const Tensor x = from_vector(std::vector<double>{-100, -30, -10, -1e-3, -1e-7, 0, 1e-7, 1e-3, 0.05, 0.07, 1, 10, 30, 80, 100},
+  const Tensor x = from_vector(std::vector<double>{-100, -30, -10, -1e-3, -1e-7, 0, 1e-7, 1e-3,
+                                                   0.05, 0.07, 1, 10, 30, 80, 100},
                                {15});
   for (auto* f : {+[](const V& v) { return tanh(v[0]); }, +[](const V& v) { return sigmoid(v[0]); },
                   +[](const V& v) { return gelu(v[0]); }}) {
@@ -71,18 +74,23 @@ TEST(CpuVsRef, UnaryExtremes) {
   }
   // exp over its whole range, including overflow to inf and underflow to 0
   const Tensor e = from_vector(std::vector<double>{-200, -87, -50, -1, 0, 1, 50, 88}, {8});
-  expect_cpu_matches_ref("exp range", [](const V& v) { return exp(v[0]); }, {e}, kTolFp32, false);
+  expect_cpu_matches_ref(
+      "exp range", [](const V& v) { return exp(v[0]); }, {e}, kTolFp32, false);
   Tensor big = exp(from_vector(std::vector<double>{100.0}, {1}));
   EXPECT_TRUE(std::isinf(big.item()));
 }
 
 TEST(CpuVsRef, Reductions) {
   const Tensor a = rnd({4, 5, 6}, 7);
-  for (const Shape& dims : {Shape{}, Shape{0}, Shape{1}, Shape{2}, Shape{0, 1}, Shape{1, 2}, Shape{0, 2}, Shape{-1}}) {
+  for (const Shape& dims :
+       {Shape{}, Shape{0}, Shape{1}, Shape{2}, Shape{0, 1}, Shape{1, 2}, Shape{0, 2}, Shape{-1}}) {
     for (bool keep : {false, true}) {
-      expect_cpu_matches_ref("sum " + dims.str(), [dims, keep](const V& v) { return sum(v[0], dims, keep); }, {a});
-      expect_cpu_matches_ref("mean " + dims.str(), [dims, keep](const V& v) { return mean(v[0], dims, keep); }, {a});
-      expect_cpu_matches_ref("max " + dims.str(), [dims, keep](const V& v) { return max(v[0], dims, keep); }, {a});
+      expect_cpu_matches_ref("sum " + dims.str(),
+                             [dims, keep](const V& v) { return sum(v[0], dims, keep); }, {a});
+      expect_cpu_matches_ref("mean " + dims.str(),
+                             [dims, keep](const V& v) { return mean(v[0], dims, keep); }, {a});
+      expect_cpu_matches_ref("max " + dims.str(),
+                             [dims, keep](const V& v) { return max(v[0], dims, keep); }, {a});
     }
   }
   const Tensor big = rnd({64, 4096}, 8);
@@ -105,11 +113,16 @@ TEST(CpuVsRef, LayerNorm) {
   for (const Shape& s : {Shape{4, 16}, Shape{2, 3, 256}, Shape{64, 768}}) {
     const Shape ns{s.back()};
     const Tensor x = rnd(s, 10, DType::fp32, 2.0), w = rnd(ns, 11), b = rnd(ns, 12);
-    expect_cpu_matches_ref("layer_norm", [ns](const V& v) { return layer_norm(v[0], ns, v[1], v[2]); }, {x, w, b});
-    expect_cpu_matches_ref("layer_norm no affine", [ns](const V& v) { return layer_norm(v[0], ns); }, {x});
+    expect_cpu_matches_ref(
+        "layer_norm", [ns](const V& v) { return layer_norm(v[0], ns, v[1], v[2]); }, {x, w, b});
+    expect_cpu_matches_ref("layer_norm no affine",
+                           [ns](const V& v) { return layer_norm(v[0], ns); }, {x});
   }
   const Tensor x = rnd({3, 4, 5}, 13);
-  expect_cpu_matches_ref("layer_norm 2 dims", [](const V& v) { return layer_norm(v[0], {4, 5}, v[1], v[2]); },
+  expect_cpu_matches_ref("layer_norm 2 dims",
+                         [](const V& v) {
+                           return layer_norm(v[0], {4, 5}, v[1], v[2]);
+                         },
                          {x, rnd({4, 5}, 14), rnd({4, 5}, 15)});
 }
 
@@ -117,13 +130,16 @@ TEST(CpuVsRef, BatchNorm) {
   for (const Shape& s : {Shape{8, 3}, Shape{4, 3, 5, 5}, Shape{16, 32, 14, 14}}) {
     const int64_t C = s[1];
     const Tensor x = rnd(s, 16, DType::fp32, 2.0), w = rnd({C}, 17), b = rnd({C}, 18);
-    expect_cpu_matches_ref("batch_norm train", [C](const V& v) {
-      return batch_norm(v[0], zeros({C}), ones({C}), v[1], v[2], true);
-    }, {x, w, b});
+    expect_cpu_matches_ref(
+        "batch_norm train",
+        [C](const V& v) { return batch_norm(v[0], zeros({C}), ones({C}), v[1], v[2], true); },
+        {x, w, b});
     const Tensor rm = rnd({C}, 19), rv = add(mul(rnd({C}, 20), rnd({C}, 20)), 0.5).detach();
-    expect_cpu_matches_ref("batch_norm eval", [C, rm, rv](const V& v) {
-      return batch_norm(v[0], rm.clone(), rv.clone(), v[1], v[2], false);
-    }, {x, w, b});
+    expect_cpu_matches_ref("batch_norm eval",
+                           [C, rm, rv](const V& v) {
+                             return batch_norm(v[0], rm.clone(), rv.clone(), v[1], v[2], false);
+                           },
+                           {x, w, b});
   }
 }
 
@@ -144,14 +160,16 @@ TEST(CpuVsRef, Matmul) {
   struct Case {
     Shape a, b;
   };
-  for (const auto& c : {Case{{1, 1}, {1, 1}}, Case{{5, 7}, {7, 3}}, Case{{64, 128}, {128, 96}}, Case{{2, 3, 16}, {16, 8}},
-                        Case{{3, 17, 9}, {3, 9, 11}}}) {
+  for (const auto& c : {Case{{1, 1}, {1, 1}}, Case{{5, 7}, {7, 3}}, Case{{64, 128}, {128, 96}},
+                        Case{{2, 3, 16}, {16, 8}}, Case{{3, 17, 9}, {3, 9, 11}}}) {
     const Tensor a = rnd(c.a, 22), b = rnd(c.b, 23);
-    expect_cpu_matches_ref("matmul " + c.a.str() + c.b.str(), [](const V& v) { return matmul(v[0], v[1]); }, {a, b});
+    expect_cpu_matches_ref("matmul " + c.a.str() + c.b.str(),
+                           [](const V& v) { return matmul(v[0], v[1]); }, {a, b});
   }
   const Tensor a = rnd({4, 6, 5}, 24), b = rnd({4, 5, 7}, 25);
   expect_cpu_matches_ref("bmm", [](const V& v) { return bmm(v[0], v[1]); }, {a, b});
-  expect_cpu_matches_ref("bmm transposed views", [](const V& v) { return bmm(v[0].transpose(1, 2), v[1].transpose(1, 2)); },
+  expect_cpu_matches_ref("bmm transposed views",
+                         [](const V& v) { return bmm(v[0].transpose(1, 2), v[1].transpose(1, 2)); },
                          {rnd({4, 5, 6}, 26), rnd({4, 7, 5}, 27)});
 }
 
@@ -159,13 +177,19 @@ TEST(CpuVsRef, Linear) {
   const Tensor x = rnd({32, 20}, 28), w = rnd({12, 20}, 29), b = rnd({12}, 30);
   expect_cpu_matches_ref("linear", [](const V& v) { return linear(v[0], v[1], v[2]); }, {x, w, b});
   expect_cpu_matches_ref("linear no bias", [](const V& v) { return linear(v[0], v[1]); }, {x, w});
-  expect_cpu_matches_ref("linear relu", [](const V& v) { return linear(v[0], v[1], v[2], Activation::relu); }, {x, w, b});
-  expect_cpu_matches_ref("linear gelu", [](const V& v) { return linear(v[0], v[1], v[2], Activation::gelu); }, {x, w, b});
-  expect_cpu_matches_ref("linear 3d", [](const V& v) { return linear(v[0], v[1], v[2]); }, {rnd({2, 5, 20}, 31), w, b});
+  expect_cpu_matches_ref("linear relu",
+                         [](const V& v) { return linear(v[0], v[1], v[2], Activation::relu); },
+                         {x, w, b});
+  expect_cpu_matches_ref("linear gelu",
+                         [](const V& v) { return linear(v[0], v[1], v[2], Activation::gelu); },
+                         {x, w, b});
+  expect_cpu_matches_ref("linear 3d", [](const V& v) { return linear(v[0], v[1], v[2]); },
+                         {rnd({2, 5, 20}, 31), w, b});
   {
     NoGradGuard ng;  // fused gelu epilogue (no gradient recorded)
-    expect_cpu_matches_ref("linear gelu fused", [](const V& v) { return linear(v[0], v[1], v[2], Activation::gelu); },
-                           {x, w, b}, kTolFp32, false);
+    expect_cpu_matches_ref(
+        "linear gelu fused", [](const V& v) { return linear(v[0], v[1], v[2], Activation::gelu); },
+        {x, w, b}, kTolFp32, false);
   }
 }
 
@@ -174,13 +198,17 @@ TEST(CpuVsRef, Conv2d) {
     Shape x, w;
     int64_t stride, pad;
   };
-  for (const auto& c : {Case{{2, 3, 8, 8}, {4, 3, 3, 3}, 1, 1}, Case{{1, 1, 7, 9}, {2, 1, 3, 3}, 2, 0},
-                        Case{{2, 4, 10, 10}, {3, 4, 5, 5}, 1, 2}, Case{{4, 1, 28, 28}, {8, 1, 3, 3}, 1, 1}}) {
+  for (const auto& c :
+       {Case{{2, 3, 8, 8}, {4, 3, 3, 3}, 1, 1}, Case{{1, 1, 7, 9}, {2, 1, 3, 3}, 2, 0},
+        Case{{2, 4, 10, 10}, {3, 4, 5, 5}, 1, 2}, Case{{4, 1, 28, 28}, {8, 1, 3, 3}, 1, 1}}) {
     const Tensor x = rnd(c.x, 32), w = rnd(c.w, 33), b = rnd({c.w[0]}, 34);
     const int64_t s = c.stride, p = c.pad;
-    expect_cpu_matches_ref("conv2d " + c.x.str() + c.w.str(), [s, p](const V& v) { return conv2d(v[0], v[1], v[2], s, p); },
+    expect_cpu_matches_ref("conv2d " + c.x.str() + c.w.str(),
+                           [s, p](const V& v) { return conv2d(v[0], v[1], v[2], s, p); },
                            {x, w, b});
-    expect_cpu_matches_ref("conv2d no bias", [s, p](const V& v) { return conv2d(v[0], v[1], Tensor(), s, p); }, {x, w});
+    expect_cpu_matches_ref("conv2d no bias",
+                           [s, p](const V& v) { return conv2d(v[0], v[1], Tensor(), s, p); },
+                           {x, w});
   }
   Conv2dParams p;
   p.dilation_h = p.dilation_w = 2;
@@ -192,13 +220,18 @@ TEST(CpuVsRef, Conv2d) {
 TEST(CpuVsRef, Pooling) {
   const Tensor x = rnd({2, 3, 8, 9}, 38);
   expect_cpu_matches_ref("max_pool2d k2", [](const V& v) { return max_pool2d(v[0], 2); }, {x});
-  expect_cpu_matches_ref("max_pool2d k3 s2 p1", [](const V& v) { return max_pool2d(v[0], 3, 2, 1); }, {x});
+  expect_cpu_matches_ref("max_pool2d k3 s2 p1",
+                         [](const V& v) { return max_pool2d(v[0], 3, 2, 1); }, {x});
   expect_cpu_matches_ref("avg_pool2d k2", [](const V& v) { return avg_pool2d(v[0], 2); }, {x});
   // ties go to the first maximum of the window (row-major) on both backends
-  const Tensor ties = from_vector(std::vector<double>{1, 1, 1, 1, 2, 3, 3, 0, 5, 5, 7, 7, 4, 5, 7, 6}, {1, 1, 4, 4});
-  expect_cpu_matches_ref("max_pool2d ties", [](const V& v) { return max_pool2d(v[0], 2); }, {ties}, 0.0);
-  expect_cpu_matches_ref("max_pool2d odd", [](const V& v) { return max_pool2d(v[0], 2); }, {rnd({2, 2, 5, 7}, 65)});
-  expect_cpu_matches_ref("avg_pool2d k3 s1 p1", [](const V& v) { return avg_pool2d(v[0], 3, 1, 1); }, {x});
+  const Tensor ties = from_vector(
+      std::vector<double>{1, 1, 1, 1, 2, 3, 3, 0, 5, 5, 7, 7, 4, 5, 7, 6}, {1, 1, 4, 4});
+  expect_cpu_matches_ref(
+      "max_pool2d ties", [](const V& v) { return max_pool2d(v[0], 2); }, {ties}, 0.0);
+  expect_cpu_matches_ref("max_pool2d odd", [](const V& v) { return max_pool2d(v[0], 2); },
+                         {rnd({2, 2, 5, 7}, 65)});
+  expect_cpu_matches_ref("avg_pool2d k3 s1 p1",
+                         [](const V& v) { return avg_pool2d(v[0], 3, 1, 1); }, {x});
 }
 
 TEST(CpuVsRef, EmbeddingAndLosses) {
@@ -208,60 +241,101 @@ TEST(CpuVsRef, EmbeddingAndLosses) {
   const Tensor logits = rnd({16, 10}, 40, DType::fp32, 3.0);
   Generator g(41);
   const Tensor tgt = randint(0, 10, {16}, g);
-  expect_cpu_matches_ref("cross_entropy", [tgt](const V& v) { return cross_entropy(v[0], tgt); }, {logits});
-  expect_cpu_matches_ref("cross_entropy int32", [tgt](const V& v) { return cross_entropy(v[0], tgt.to(DType::int32, Round::nearest_even)); }, {logits});
-  expect_cpu_matches_ref("mse", [](const V& v) { return mse_loss(v[0], v[1]); }, {rnd({4, 5}, 42), rnd({4, 5}, 43)});
+  expect_cpu_matches_ref("cross_entropy", [tgt](const V& v) { return cross_entropy(v[0], tgt); },
+                         {logits});
+  expect_cpu_matches_ref(
+      "cross_entropy int32",
+      [tgt](const V& v) { return cross_entropy(v[0], tgt.to(DType::int32, Round::nearest_even)); },
+      {logits});
+  expect_cpu_matches_ref("mse", [](const V& v) { return mse_loss(v[0], v[1]); },
+                         {rnd({4, 5}, 42), rnd({4, 5}, 43)});
 }
 
 TEST(CpuVsRef, Dropout) {
   const Tensor x = rnd({64, 300}, 44);
-  expect_cpu_matches_ref("dropout", [](const V& v) { return dropout(v[0], 0.3, true, uint64_t{7}); }, {x}, 0.0);
+  expect_cpu_matches_ref(
+      "dropout", [](const V& v) { return dropout(v[0], 0.3, true, uint64_t{7}); }, {x}, 0.0);
 }
 
 TEST(CpuVsRef, Attention) {
   for (bool causal : {true, false}) {
     const Tensor q = rnd({2, 3, 9, 8}, 45), k = rnd({2, 3, 9, 8}, 46), v = rnd({2, 3, 9, 8}, 47);
-    expect_cpu_matches_ref(causal ? "attention causal" : "attention", [causal](const V& a) {
-      return scaled_dot_product_attention(a[0], a[1], a[2], causal);
-    }, {q, k, v});
+    expect_cpu_matches_ref(
+        causal ? "attention causal" : "attention",
+        [causal](const V& a) { return scaled_dot_product_attention(a[0], a[1], a[2], causal); },
+        {q, k, v});
   }
   const Tensor q = rnd({1, 2, 4, 8}, 48), k = rnd({1, 2, 7, 8}, 49), v = rnd({1, 2, 7, 8}, 50);
-  expect_cpu_matches_ref("attention Tq<Tk causal", [](const V& a) { return scaled_dot_product_attention(a[0], a[1], a[2], true); },
-                         {q, k, v});
+  expect_cpu_matches_ref(
+      "attention Tq<Tk causal",
+      [](const V& a) { return scaled_dot_product_attention(a[0], a[1], a[2], true); }, {q, k, v});
   // heads split from a [B, T, H*D] projection: non-contiguous q/k/v views
   const Tensor qkv = rnd({2, 16, 3 * 32}, 51);
-  expect_cpu_matches_ref("attention from views", [](const V& a) {
-    auto parts = chunk(a[0], 3, 2);
-    auto heads = [](const Tensor& t) { return t.reshape({2, 16, 4, 8}).transpose(1, 2); };
-    return scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
-  }, {qkv});
+  expect_cpu_matches_ref("attention from views",
+                         [](const V& a) {
+                           auto parts = chunk(a[0], 3, 2);
+                           auto heads = [](const Tensor& t) {
+                             return t.reshape({2, 16, 4, 8}).transpose(1, 2);
+                           };
+                           return scaled_dot_product_attention(heads(parts[0]), heads(parts[1]),
+                                                               heads(parts[2]), true);
+                         },
+                         {qkv});
 }
 
 TEST(CpuVsRef, LayoutOps) {
   const Tensor a = rnd({3, 4, 5}, 52);
-  expect_cpu_matches_ref("reshape", [](const V& v) { return mul(v[0].reshape({4, 15}), 2.0); }, {a});
-  expect_cpu_matches_ref("permute", [](const V& v) { return mul(v[0].permute({2, 0, 1}).contiguous(), 2.0); }, {a});
+  expect_cpu_matches_ref("reshape",
+                         [](const V& v) {
+                           return mul(v[0].reshape({4, 15}), 2.0);
+                         },
+                         {a});
+  expect_cpu_matches_ref("permute",
+                         [](const V& v) {
+                           return mul(v[0].permute({2, 0, 1}).contiguous(), 2.0);
+                         },
+                         {a});
   expect_cpu_matches_ref("slice", [](const V& v) { return mul(v[0].slice(2, 1, 5, 2), 2.0); }, {a});
-  expect_cpu_matches_ref("cat", [](const V& v) { return cat({v[0], v[1]}, 1); }, {a, rnd({3, 2, 5}, 53)});
-  expect_cpu_matches_ref("stack", [](const V& v) { return stack({v[0], v[1]}, 0); }, {a, rnd({3, 4, 5}, 54)});
-  expect_cpu_matches_ref("expand", [](const V& v) { return mul(v[0].expand({2, 4, 3}), 1.0); }, {rnd({4, 1}, 55)});
+  expect_cpu_matches_ref("cat",
+                         [](const V& v) {
+                           return cat({v[0], v[1]}, 1);
+                         },
+                         {a, rnd({3, 2, 5}, 53)});
+  expect_cpu_matches_ref("stack",
+                         [](const V& v) {
+                           return stack({v[0], v[1]}, 0);
+                         },
+                         {a, rnd({3, 4, 5}, 54)});
+  expect_cpu_matches_ref("expand",
+                         [](const V& v) {
+                           return mul(v[0].expand({2, 4, 3}), 1.0);
+                         },
+                         {rnd({4, 1}, 55)});
 }
 
 TEST(CpuVsRef, LstmCell) {
   const Tensor x = rnd({3, 5}, 56), h = rnd({3, 4}, 57), c = rnd({3, 4}, 58);
-  const Tensor wih = rnd({16, 5}, 59), whh = rnd({16, 4}, 60), bih = rnd({16}, 61), bhh = rnd({16}, 62);
-  expect_cpu_matches_ref("lstm h", [](const V& v) { return lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]).first; },
-                         {x, h, c, wih, whh, bih, bhh});
-  expect_cpu_matches_ref("lstm c", [](const V& v) { return lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]).second; },
-                         {x, h, c, wih, whh, bih, bhh});
+  const Tensor wih = rnd({16, 5}, 59), whh = rnd({16, 4}, 60), bih = rnd({16}, 61),
+               bhh = rnd({16}, 62);
+  expect_cpu_matches_ref(
+      "lstm h",
+      [](const V& v) { return lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]).first; },
+      {x, h, c, wih, whh, bih, bhh});
+  expect_cpu_matches_ref(
+      "lstm c",
+      [](const V& v) { return lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]).second; },
+      {x, h, c, wih, whh, bih, bhh});
 }
 
 TEST(CpuVsRef, Bf16Storage) {
   // bf16 inputs compute in fp32 and round the result to bf16 on both backends.
   const Tensor a = rnd({16, 32}, 63, DType::bf16), b = rnd({32, 8}, 64, DType::bf16);
-  expect_cpu_matches_ref("bf16 matmul", [](const V& v) { return matmul(v[0], v[1]); }, {a, b}, kTolBf16);
-  expect_cpu_matches_ref("bf16 gelu", [](const V& v) { return gelu(v[0]); }, {a}, kTolBf16);
-  expect_cpu_matches_ref("bf16 softmax", [](const V& v) { return softmax(v[0], -1); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 matmul", [](const V& v) { return matmul(v[0], v[1]); }, {a, b}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 gelu", [](const V& v) { return gelu(v[0]); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 softmax", [](const V& v) { return softmax(v[0], -1); }, {a}, kTolBf16);
   const Tensor y = matmul(a, b);
   EXPECT_EQ(y.dtype(), DType::bf16);
 }

@@ -37,14 +37,17 @@ TEST(VecTiers, UnaryAgainstDouble) {
   for (const auto* k : tiers()) {
     SCOPED_TRACE(k->tier);
     k->unary(UnaryOp::exp, y.data(), x.data(), n);
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], std::exp(double(x[i])), kUlp4 * std::exp(double(x[i])));
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(y[i], std::exp(double(x[i])), kUlp4 * std::exp(double(x[i])));
     k->unary(UnaryOp::tanh, y.data(), x.data(), n);
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], std::tanh(double(x[i])), 1e-6 + kUlp4 * std::fabs(std::tanh(double(x[i]))));
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(y[i], std::tanh(double(x[i])), 1e-6 + kUlp4 * std::fabs(std::tanh(double(x[i]))));
     k->unary(UnaryOp::sigmoid, y.data(), x.data(), n);
     for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], 1.0 / (1.0 + std::exp(-double(x[i]))), 2e-7);
     k->unary(UnaryOp::gelu, y.data(), x.data(), n);
     for (int64_t i = 0; i < n; ++i) {
-      const double v = x[i], ref = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      const double v = x[i],
+                   ref = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
       EXPECT_NEAR(y[i], ref, 1e-6 * (1 + std::fabs(ref)));
     }
   }
@@ -67,7 +70,8 @@ TEST(VecTiers, ExpSpecialValues) {
 
 TEST(VecTiers, TiersAgree) {
   const int64_t rows = 7, n = 77;
-  const std::vector<float> x = values(rows * n, 3.0, 2), g = values(rows * n, 1.0, 3), w = values(n, 1.0, 4);
+  const std::vector<float> x = values(rows * n, 3.0, 2), g = values(rows * n, 1.0, 3),
+                           w = values(n, 1.0, 4);
   auto run = [&](const vec::Kernels* k) {
     std::vector<float> out;
     std::vector<float> y(rows * n), gi(rows * n), mean(rows), rstd(rows), dw(n, 0.f), db(n, 0.f);
@@ -77,9 +81,11 @@ TEST(VecTiers, TiersAgree) {
     out.insert(out.end(), gi.begin(), gi.end());
     k->softmax_rows(y.data(), x.data(), rows, n, true);
     out.insert(out.end(), y.begin(), y.end());
-    k->layer_norm_rows(y.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), rows, n, 1e-5f);
+    k->layer_norm_rows(y.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), rows, n,
+                       1e-5f);
     out.insert(out.end(), y.begin(), y.end());
-    k->layer_norm_bwd_rows(gi.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, n);
+    k->layer_norm_bwd_rows(gi.data(), dw.data(), db.data(), g.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), rows, n);
     out.insert(out.end(), gi.begin(), gi.end());
     out.insert(out.end(), dw.begin(), dw.end());
     out.push_back(k->logsumexp(x.data(), n));
@@ -90,7 +96,8 @@ TEST(VecTiers, TiersAgree) {
   for (const auto* k : tiers()) {
     const std::vector<float> o = run(k);
     ASSERT_EQ(o.size(), base.size());
-    for (size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], base[i], 1e-5 * (1 + std::fabs(base[i]))) << k->tier << " " << i;
+    for (size_t i = 0; i < o.size(); ++i)
+      EXPECT_NEAR(o[i], base[i], 1e-5 * (1 + std::fabs(base[i]))) << k->tier << " " << i;
   }
 }
 
@@ -98,15 +105,17 @@ TEST(VecTiers, MaxPoolAvx512MatchesPortable) {
   if (!cpu_features().use_avx512()) GTEST_SKIP() << "no AVX-512";
   const int64_t W = 38, OH = 9, OW = 19;  // tails in both directions
   std::vector<float> x = values(2 * OH * W, 1.0, 5), g = values(OH * OW, 1.0, 6);
-  x[0] = x[1];                    // a tie
-  x[5] = NAN;                     // a NaN
+  x[0] = x[1];                                                       // a tie
+  x[5] = NAN;                                                        // a NaN
   x[2 * W + 8] = x[2 * W + 9] = x[3 * W + 8] = x[3 * W + 9] = 1.5f;  // a 4-way tie
   std::vector<float> y1(OH * OW), y2(OH * OW), g1(2 * OH * W, -1.f), g2(2 * OH * W, -1.f);
   vec::kernels_generic().maxpool2x2(y1.data(), x.data(), W, OH, OW);
   pool::maxpool2x2_avx512(y2.data(), x.data(), W, OH, OW);
   for (size_t i = 0; i < y1.size(); ++i) {
-    if (std::isnan(y1[i])) EXPECT_TRUE(std::isnan(y2[i]));
-    else EXPECT_EQ(y1[i], y2[i]) << i;
+    if (std::isnan(y1[i]))
+      EXPECT_TRUE(std::isnan(y2[i]));
+    else
+      EXPECT_EQ(y1[i], y2[i]) << i;
   }
   vec::kernels_generic().maxpool2x2_bwd(g1.data(), g.data(), x.data(), W, OH, OW);
   pool::maxpool2x2_bwd_avx512(g2.data(), g.data(), x.data(), W, OH, OW);

@@ -60,10 +60,12 @@ struct Step {
   void run() {
     Tensor h = linear(x, w1, b1, Activation::relu);
     Tensor logits = linear(dropout(h, 0.1, true, g), w2, b2);
-    Tensor c = max_pool2d(relu(batch_norm(conv2d(img, cw, Tensor(), 1, 1), rm, rv, gamma, beta, true)), 2);
+    Tensor c =
+        max_pool2d(relu(batch_norm(conv2d(img, cw, Tensor(), 1, 1), rm, rv, gamma, beta, true)), 2);
     Tensor qq = mul(q, mean(c));
     Tensor a = scaled_dot_product_attention(qq, qq, qq, true);
-    Tensor loss = add(add(cross_entropy(logits, y), mean(a)), mse_loss(layer_norm(h, {64}), zeros({16, 64})));
+    Tensor loss =
+        add(add(cross_entropy(logits, y), mean(a)), mse_loss(layer_norm(h, {64}), zeros({16, 64})));
     loss.backward();
     NoGradGuard ng;
     for (Tensor* p : params) {

@@ -40,7 +40,8 @@ TEST(Tensor, RandomIsSeededAndDocumented) {
   // The documented stream: first normal of seed 123 is Box-Muller of the first two draws.
   Generator g(123);
   const double u1 = 1.0 - g.uniform01(), u2 = g.uniform01();
-  EXPECT_FLOAT_EQ(static_cast<float>(a[0]), static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2)));
+  EXPECT_FLOAT_EQ(static_cast<float>(a[0]),
+                  static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2)));
   double mean = 0, var = 0;
   Generator gl(5);
   const auto big = randn({20000}, gl, {.dtype = DType::fp64}).to_vector<double>();
@@ -64,8 +65,8 @@ TEST(Tensor, RandomIsSeededAndDocumented) {
 
 TEST(Tensor, EveryRequiredDtypeStores) {
   const std::vector<double> vals{0, 1, -2, 3};
-  for (DType dt : {DType::fp64, DType::fp32, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::int8,
-                   DType::int32, DType::int64, DType::tf32}) {
+  for (DType dt : {DType::fp64, DType::fp32, DType::bf16, DType::fp16, DType::fp8_e4m3,
+                   DType::fp8_e5m2, DType::int8, DType::int32, DType::int64, DType::tf32}) {
     Tensor t = from_vector(vals, {4}, {.dtype = dt});
     EXPECT_EQ(t.dtype(), dt);
     EXPECT_EQ(t.element_size(), static_cast<size_t>(traits(dt).storage_bytes));
@@ -98,55 +99,66 @@ TEST(Tensor, ConversionsNameTheirRounding) {
   EXPECT_TRUE(std::isinf(big.mul_(100.0).to(DType::fp16, Round::nearest_even).item()));
   // stochastic rounding is reproducible from its seed and unbiased on average
   Tensor y = full({20000}, 1.0 + 1.0 / 512);  // a quarter of the way between two bf16 values
-  const double m1 = mean(y.to(DType::bf16, Round::stochastic, Overflow::ieee, 11).to(DType::fp64)).item();
-  const double m2 = mean(y.to(DType::bf16, Round::stochastic, Overflow::ieee, 11).to(DType::fp64)).item();
+  const double m1 =
+      mean(y.to(DType::bf16, Round::stochastic, Overflow::ieee, 11).to(DType::fp64)).item();
+  const double m2 =
+      mean(y.to(DType::bf16, Round::stochastic, Overflow::ieee, 11).to(DType::fp64)).item();
   EXPECT_EQ(m1, m2);
   EXPECT_NEAR(m1, 1.0 + 1.0 / 512, 2e-4);
   // integers round as named and saturate
   Tensor f = from_vector(std::vector<double>{2.5, -2.5, 3.7, 1000}, {4});
-  EXPECT_EQ(f.to(DType::int8, Round::nearest_even).to_vector<double>(), (std::vector<double>{2, -2, 4, 127}));
-  EXPECT_EQ(f.to(DType::int8, Round::toward_zero).to_vector<double>(), (std::vector<double>{2, -2, 3, 127}));
+  EXPECT_EQ(f.to(DType::int8, Round::nearest_even).to_vector<double>(),
+            (std::vector<double>{2, -2, 4, 127}));
+  EXPECT_EQ(f.to(DType::int8, Round::toward_zero).to_vector<double>(),
+            (std::vector<double>{2, -2, 3, 127}));
   EXPECT_THROW(f.to(DType::int8), std::invalid_argument);
-  EXPECT_EQ(from_vector(std::vector<double>{7}, {1}, {.dtype = DType::int8}).to(DType::fp32).item(), 7.0);
+  EXPECT_EQ(from_vector(std::vector<double>{7}, {1}, {.dtype = DType::int8}).to(DType::fp32).item(),
+            7.0);
 }
 
 TEST(Tensor, CpuAndRefConvertAlike) {
   Generator g(3);
   Tensor x = mul(randn({1000}, g), 100.0);
-  for (DType dt : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::tf32, DType::fp64}) {
-    for (Round r : {Round::nearest_even, Round::toward_zero, Round::stochastic, Round::nearest_away}) {
-    for (Overflow o : {Overflow::ieee, Overflow::saturate}) {
-      if (dt == DType::fp64 && r != Round::nearest_even) continue;  // widening: exact
-      Tensor a, b;
-      {
-        BackendGuard bg(BackendKind::cpu);
-        a = x.to(dt, r, o, 77);
+  for (DType dt :
+       {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::tf32, DType::fp64}) {
+    for (Round r :
+         {Round::nearest_even, Round::toward_zero, Round::stochastic, Round::nearest_away}) {
+      for (Overflow o : {Overflow::ieee, Overflow::saturate}) {
+        if (dt == DType::fp64 && r != Round::nearest_even) continue;  // widening: exact
+        Tensor a, b;
+        {
+          BackendGuard bg(BackendKind::cpu);
+          a = x.to(dt, r, o, 77);
+        }
+        {
+          BackendGuard bg(BackendKind::ref);
+          b = x.to(dt, r, o, 77);
+        }
+        const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+        for (size_t i = 0; i < va.size(); ++i) {
+          if (std::isnan(vb[i]))
+            EXPECT_TRUE(std::isnan(va[i]));
+          else
+            EXPECT_EQ(va[i], vb[i]) << name(dt) << " " << to_string(r) << " " << i;
+        }
+        // and back to fp32 (widening) on both backends
+        Tensor wa, wb;
+        {
+          BackendGuard bg(BackendKind::cpu);
+          wa = a.to(DType::fp32, Round::nearest_even);
+        }
+        {
+          BackendGuard bg(BackendKind::ref);
+          wb = a.to(DType::fp32, Round::nearest_even);
+        }
+        const auto xa = wa.to_vector<double>(), xb = wb.to_vector<double>();
+        for (size_t i = 0; i < xa.size(); ++i) {
+          if (std::isnan(xb[i]))
+            EXPECT_TRUE(std::isnan(xa[i]));
+          else
+            EXPECT_EQ(xa[i], xb[i]);
+        }
       }
-      {
-        BackendGuard bg(BackendKind::ref);
-        b = x.to(dt, r, o, 77);
-      }
-      const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-      for (size_t i = 0; i < va.size(); ++i) {
-        if (std::isnan(vb[i])) EXPECT_TRUE(std::isnan(va[i]));
-        else EXPECT_EQ(va[i], vb[i]) << name(dt) << " " << to_string(r) << " " << i;
-      }
-      // and back to fp32 (widening) on both backends
-      Tensor wa, wb;
-      {
-        BackendGuard bg(BackendKind::cpu);
-        wa = a.to(DType::fp32, Round::nearest_even);
-      }
-      {
-        BackendGuard bg(BackendKind::ref);
-        wb = a.to(DType::fp32, Round::nearest_even);
-      }
-      const auto xa = wa.to_vector<double>(), xb = wb.to_vector<double>();
-      for (size_t i = 0; i < xa.size(); ++i) {
-        if (std::isnan(xb[i])) EXPECT_TRUE(std::isnan(xa[i]));
-        else EXPECT_EQ(xa[i], xb[i]);
-      }
-    }
     }
   }
 }
@@ -173,14 +185,16 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(x.select(0, 2).to_vector<double>(), (std::vector<double>{8, 9, 10, 11}));
   EXPECT_EQ(x.unsqueeze(0).shape(), (Shape{1, 3, 4}));
   EXPECT_EQ(x.unsqueeze(0).squeeze(0).shape(), (Shape{3, 4}));
-  EXPECT_EQ(arange(3).reshape({3, 1}).expand({3, 2}).to_vector<double>(), (std::vector<double>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(arange(3).reshape({3, 1}).expand({3, 2}).to_vector<double>(),
+            (std::vector<double>{0, 0, 1, 1, 2, 2}));
   Tensor y = zeros({2, 2});
   y.set_at({0, 1}, 5.0);
   EXPECT_DOUBLE_EQ(y.at({0, 1}), 5.0);
   EXPECT_THROW(y.at({2, 0}), std::out_of_range);
   auto parts = chunk(arange(6), 3, 0);
   EXPECT_EQ(parts[2].to_vector<double>(), (std::vector<double>{4, 5}));
-  EXPECT_EQ(cat({arange(2), arange(3)}, 0).to_vector<double>(), (std::vector<double>{0, 1, 0, 1, 2}));
+  EXPECT_EQ(cat({arange(2), arange(3)}, 0).to_vector<double>(),
+            (std::vector<double>{0, 1, 0, 1, 2}));
   EXPECT_EQ(stack({arange(2), arange(2)}, 1).shape(), (Shape{2, 2}));
 }
 
@@ -214,10 +228,18 @@ TEST(Tensor, ShapeMismatchNamesOpAndBothShapes) {
   expect_msg([] { matmul(zeros({2, 3}), zeros({4, 5})); }, {"matmul", "[2, 3]", "[4, 5]"});
   expect_msg([] { bmm(zeros({2, 2, 3}), zeros({3, 3, 5})); }, {"bmm", "[2, 2, 3]", "[3, 3, 5]"});
   expect_msg([] { linear(zeros({2, 3}), zeros({5, 4})); }, {"linear", "[2, 3]", "[5, 4]"});
-  expect_msg([] { conv2d(zeros({1, 3, 5, 5}), zeros({2, 4, 3, 3})); }, {"conv2d", "[1, 3, 5, 5]", "[2, 4, 3, 3]"});
+  expect_msg(
+      [] {
+        conv2d(zeros({1, 3, 5, 5}), zeros({2, 4, 3, 3}));
+      },
+      {"conv2d", "[1, 3, 5, 5]", "[2, 4, 3, 3]"});
   expect_msg([] { cat({zeros({2, 3}), zeros({3, 3})}, 1); }, {"cat", "[2, 3]", "[3, 3]"});
   expect_msg([] { mse_loss(zeros({2}), zeros({3})); }, {"mse_loss", "[2]", "[3]"});
-  expect_msg([] { cross_entropy(zeros({2, 3}), zeros({3}, {.dtype = DType::int64})); }, {"cross_entropy", "[2, 3]", "[3]"});
+  expect_msg(
+      [] {
+        cross_entropy(zeros({2, 3}), zeros({3}, {.dtype = DType::int64}));
+      },
+      {"cross_entropy", "[2, 3]", "[3]"});
   expect_msg([] { zeros({2, 3}).view({4}); }, {"view", "[2, 3]", "[4]"});
   expect_msg([] { layer_norm(zeros({2, 3}), {4}); }, {"layer_norm", "[2, 3]", "[4]"});
 }

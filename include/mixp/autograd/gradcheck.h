@@ -31,8 +31,8 @@ struct GradcheckOptions {
   uint64_t seed = 1234;
 };
 
-inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, std::vector<Tensor> inputs,
-                                 const GradcheckOptions& opt = {}) {
+inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                                 std::vector<Tensor> inputs, const GradcheckOptions& opt = {}) {
   GradcheckResult res;
   for (Tensor& t : inputs) {
     if (t.defined() && t.requires_grad() && t.dtype() != DType::fp64) {
@@ -55,7 +55,9 @@ inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Te
     if (!x.defined() || !x.requires_grad()) continue;
     const Tensor g = x.grad();
     const Tensor xc = x.contiguous();
-    std::vector<double> analytic = g.defined() ? g.to_double_vector() : std::vector<double>(static_cast<size_t>(x.numel()), 0.0);
+    std::vector<double> analytic = g.defined()
+                                       ? g.to_double_vector()
+                                       : std::vector<double>(static_cast<size_t>(x.numel()), 0.0);
     // Perturb a private copy so that views/aliases of x elsewhere are not touched.
     for (int64_t j = 0; j < x.numel(); ++j) {
       Tensor xp = xc.detach().clone();
@@ -73,8 +75,8 @@ inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Te
       res.max_abs_error = std::max(res.max_abs_error, err);
       if (res.ok && !(err <= opt.atol + opt.rtol * std::fabs(numeric))) {
         res.ok = false;
-        res.message = "input " + std::to_string(k) + " element " + std::to_string(j) + ": analytic " + std::to_string(a) +
-                      " vs numeric " + std::to_string(numeric);
+        res.message = "input " + std::to_string(k) + " element " + std::to_string(j) +
+                      ": analytic " + std::to_string(a) + " vs numeric " + std::to_string(numeric);
       }
     }
   }

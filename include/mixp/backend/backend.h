@@ -62,7 +62,8 @@ class Backend {
   // --- copies. copy: same shape, any dtypes (nearest-even, IEEE overflow); src may be strided.
   virtual void copy(Tensor& dst, const Tensor& src) = 0;
   // Element i of dst (row-major) uses sr_bits(seed, i) under Round::stochastic.
-  virtual void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) = 0;
+  virtual void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
+                       uint64_t seed) = 0;
   virtual void fill(Tensor& dst, double value) = 0;
   // dst += alpha * src (dst any layout, src broadcastable view of dst's shape). For grads.
   virtual void add_inplace(Tensor& dst, const Tensor& src, double alpha) = 0;
@@ -82,11 +83,13 @@ class Backend {
   // --- reductions: dst has src's rank, reduced dims have size 1 (keepdim form).
   virtual void reduce(ReduceOp op, Tensor& dst, const Tensor& src) = 0;
   // Gradient of max: ddst is split equally among the elements equal to the max (like torch.amax).
-  virtual void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) = 0;
+  virtual void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                   const Tensor& dst) = 0;
 
   // --- softmax over `dim` (log: log_softmax)
   virtual void softmax(Tensor& dst, const Tensor& src, int dim, bool log) = 0;
-  virtual void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) = 0;
+  virtual void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
+                                bool log) = 0;
 
   // --- layer norm over the last `norm_size` elements of each row: src is [rows, norm_size]
   // (any leading shape), mean/rstd are [rows]. weight/bias [norm_size] may be undefined.
@@ -101,8 +104,8 @@ class Backend {
   // save mean/invstd [C], and update running_mean/var (if defined) with momentum and the unbiased
   // variance (PyTorch). Eval: normalize with the running statistics (save_* untouched).
   virtual void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
-                          Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
-                          bool training, double momentum, double eps) = 0;
+                          Tensor& running_var, const Tensor& src, const Tensor& weight,
+                          const Tensor& bias, bool training, double momentum, double eps) = 0;
   // Training-mode gradient (batch statistics). dweight/dbias may be undefined.
   virtual void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                    const Tensor& src, const Tensor& weight, const Tensor& save_mean,
@@ -116,7 +119,8 @@ class Backend {
   // --- 2-D pooling on NCHW. max: ties go to the first maximum in the window (row-major);
   // avg: counts the padding (PyTorch count_include_pad=True).
   virtual void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) = 0;
-  virtual void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) = 0;
+  virtual void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                   const Pool2dParams& p) = 0;
   virtual void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) = 0;
   virtual void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) = 0;
 
@@ -131,20 +135,22 @@ class Backend {
   virtual void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
                                     const Conv2dParams& p) = 0;
   // dbias may be undefined.
-  virtual void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                                       const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                       const Tensor& src, const Conv2dParams& p) = 0;
 
   // --- scaled dot-product attention on [B, H, T, D] (q, k, v contiguous); lse [B, H, T] is the
   // log-sum-exp of each row of scores (kept for backward instead of the T x T probabilities).
-  virtual void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         bool causal, double scale) = 0;
-  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
-                                  const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
-                                  bool causal, double scale) = 0;
+  virtual void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
+                         const Tensor& v, bool causal, double scale) = 0;
+  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
+                                  const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& dst, const Tensor& lse, bool causal,
+                                  double scale) = 0;
 
-  // --- cross entropy from logits [N, C] and class indices [N]: loss [] = mean_i (lse_i - x_i[t_i]);
-  // lse [N] saved for backward.
-  virtual void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) = 0;
+  // --- cross entropy from logits [N, C] and class indices [N]: loss [] = mean_i (lse_i -
+  // x_i[t_i]); lse [N] saved for backward.
+  virtual void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
+                             const Tensor& targets) = 0;
   virtual void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                       const Tensor& targets, const Tensor& lse) = 0;
 };

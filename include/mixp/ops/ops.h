@@ -75,13 +75,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool causal = true, double scale = 0.0);
 // One LSTM step (PyTorch LSTMCell, gate order i, f, g, o): x [N, I], h/c [N, H],
 // w_ih [4H, I], w_hh [4H, H], b_ih/b_hh [4H] or undefined. Returns (h', c').
-std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tensor& c, const Tensor& w_ih,
-                                    const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh);
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tensor& c,
+                                    const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                                    const Tensor& b_hh);
 
 // ---- softmax and normalization
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-// Normalizes over the trailing dims `normalized_shape`; weight/bias have that shape or are undefined.
+// Normalizes over the trailing dims `normalized_shape`; weight/bias have that shape or are
+// undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // x [N, C] or [N, C, *]. Training: batch statistics, running stats updated in place (momentum
@@ -106,7 +108,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 
 // ---- pooling and embedding
-Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);  // stride 0 = kernel
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0,
+                  int64_t padding = 0);  // stride 0 = kernel
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);

@@ -7,9 +7,9 @@
 //
 // Policy: requests are rounded up to 64 bytes (<= 4 KiB), to 512 bytes (<= 1 MiB), else to 64 KiB.
 // A request is served by the smallest cached block that is at least as large and at most twice as
-// large (best fit with bounded waste). Blocks are 64-byte aligned (one cache line, one AVX-512 vector).
-// MIXP_ALLOCATOR=system in the environment disables the cache (every free goes back to the system),
-// which makes ASan find use-after-free in tensor code.
+// large (best fit with bounded waste). Blocks are 64-byte aligned (one cache line, one AVX-512
+// vector). MIXP_ALLOCATOR=system in the environment disables the cache (every free goes back to the
+// system), which makes ASan find use-after-free in tensor code.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,12 +21,12 @@ struct AllocatorStats {
   int64_t peak_allocated_bytes = 0;  // maximum of allocated_bytes since the last reset_peak
   int64_t requested_bytes = 0;       // bytes asked for now (before rounding)
   int64_t peak_requested_bytes = 0;
-  int64_t reserved_bytes = 0;        // allocated + cached (what the process holds from the system)
+  int64_t reserved_bytes = 0;  // allocated + cached (what the process holds from the system)
   int64_t peak_reserved_bytes = 0;
-  int64_t system_allocs = 0;         // calls to the system allocator, ever
+  int64_t system_allocs = 0;  // calls to the system allocator, ever
   int64_t system_frees = 0;
-  int64_t allocs = 0;                // allocate() calls, ever
-  int64_t cache_hits = 0;            // allocate() calls served from the cache
+  int64_t allocs = 0;      // allocate() calls, ever
+  int64_t cache_hits = 0;  // allocate() calls served from the cache
 };
 
 inline constexpr size_t kTensorAlignment = 64;

@@ -14,8 +14,12 @@ struct Device {
   static constexpr Device cpu() { return Device{DeviceKind::cpu, 0}; }
   static constexpr Device cuda(int i = 0) { return Device{DeviceKind::cuda, i}; }
   bool is_cpu() const { return kind == DeviceKind::cpu; }
-  friend constexpr bool operator==(Device a, Device b) { return a.kind == b.kind && a.index == b.index; }
-  std::string str() const { return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index); }
+  friend constexpr bool operator==(Device a, Device b) {
+    return a.kind == b.kind && a.index == b.index;
+  }
+  std::string str() const {
+    return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index);
+  }
 };
 
 }  // namespace mixp

@@ -21,8 +21,10 @@ Tensor empty_like(const Tensor& t);
 
 // Values are given in row-major order; their count must equal shape.numel(). They are stored
 // in opts.dtype with round-to-nearest-even (integers: rounded, saturated).
-Tensor from_vector(const std::vector<double>& values, const Shape& shape, const TensorOptions& opts = {});
-Tensor from_vector(const std::vector<float>& values, const Shape& shape, const TensorOptions& opts = {});
+Tensor from_vector(const std::vector<double>& values, const Shape& shape,
+                   const TensorOptions& opts = {});
+Tensor from_vector(const std::vector<float>& values, const Shape& shape,
+                   const TensorOptions& opts = {});
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
                    const TensorOptions& opts = {.dtype = DType::int64});
 // Wraps caller-owned memory (not copied, not freed); the caller keeps it alive.
@@ -34,10 +36,12 @@ Tensor arange(int64_t end, const TensorOptions& opts = {});
 
 // Standard normal * stddev + mean.
 Tensor randn(const Shape& shape, Generator& gen, const TensorOptions& opts = {});
-Tensor normal(const Shape& shape, double mean, double stddev, Generator& gen, const TensorOptions& opts = {});
+Tensor normal(const Shape& shape, double mean, double stddev, Generator& gen,
+              const TensorOptions& opts = {});
 // Uniform in [0, 1) / [low, high).
 Tensor rand(const Shape& shape, Generator& gen, const TensorOptions& opts = {});
-Tensor uniform(const Shape& shape, double low, double high, Generator& gen, const TensorOptions& opts = {});
+Tensor uniform(const Shape& shape, double low, double high, Generator& gen,
+               const TensorOptions& opts = {});
 // Uniform integers in [low, high), int64 by default.
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen,
                const TensorOptions& opts = {.dtype = DType::int64});

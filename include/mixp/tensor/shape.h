@@ -83,7 +83,9 @@ class Shape {
 };
 
 std::string to_string(const Shape& s);
-inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
+inline std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  return os << s.str();
+}
 
 // Row-major (C-contiguous) strides of a shape.
 Shape contiguous_strides(const Shape& shape);

@@ -30,7 +30,7 @@ struct Storage {
   size_t nbytes = 0;
   Device device = Device::cpu();
   size_t block_size = 0;  // the allocator block's real size
-  bool owned = true;  // false when wrapping memory the caller owns (from_blob)
+  bool owned = true;      // false when wrapping memory the caller owns (from_blob)
   Storage(size_t nbytes, Device device);
   Storage(void* external, size_t nbytes, Device device);  // not owned
   ~Storage();
@@ -47,9 +47,9 @@ struct TensorImpl {
   Device device = Device::cpu();
   // autograd
   bool requires_grad = false;
-  uint32_t output_nr = 0;             // which output of grad_fn this tensor is
-  std::shared_ptr<Node> grad_fn;      // null for leaves
-  std::shared_ptr<TensorImpl> grad;   // accumulated gradient (leaves)
+  uint32_t output_nr = 0;                // which output of grad_fn this tensor is
+  std::shared_ptr<Node> grad_fn;         // null for leaves
+  std::shared_ptr<TensorImpl> grad;      // accumulated gradient (leaves)
   std::weak_ptr<Node> grad_accumulator;  // cached AccumulateGrad node of a leaf
 };
 
@@ -75,7 +75,7 @@ class Tensor {
   const Shape& shape() const { return impl_->shape; }
   const Shape& strides() const { return impl_->strides; }
   int dim() const { return impl_->shape.size(); }
-  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return impl_->shape.numel(); }
   int64_t storage_offset() const { return impl_->offset; }
@@ -142,7 +142,7 @@ class Tensor {
   const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
   uint32_t output_nr() const { return impl_->output_nr; }
   Tensor grad() const { return Tensor(impl_->grad); }  // undefined until a backward reaches it
-  void set_grad(const Tensor& g);                        // an undefined tensor clears it
+  void set_grad(const Tensor& g);                      // an undefined tensor clears it
   // Reverse-mode gradient of this tensor w.r.t. the leaves that require grad, accumulated into
   // their .grad(). `grad` defaults to 1 for a one-element tensor. The graph is freed unless
   // retain_graph (a second backward through a freed graph throws).
@@ -166,7 +166,9 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+inline std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.str();
+}
 
 // Arithmetic operators, for readability (same as add/sub/mul/div/neg in ops/ops.h).
 Tensor operator+(const Tensor& a, const Tensor& b);

@@ -10,41 +10,52 @@ class CpuBackend : public RefBackend {
  public:
   const char* name() const override { return "cpu"; }
   void copy(Tensor& dst, const Tensor& src) override;
-  void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) override;
+  void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
+               uint64_t seed) override;
   void fill(Tensor& dst, double value) override;
   void add_inplace(Tensor& dst, const Tensor& src, double alpha) override;
 
   void unary(UnaryOp op, Tensor& dst, const Tensor& src) override;
-  void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) override;
+  void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                      const Tensor& dst) override;
   void binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) override;
   void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) override;
   void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override;
   void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override;
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
-  void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) override;
+  void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
+                        bool log) override;
   void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
                   const Tensor& bias, double eps) override;
-  void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                           const Tensor& weight, const Tensor& mean, const Tensor& rstd) override;
-  void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean, Tensor& running_var,
-                  const Tensor& src, const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) override;
-  void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                           const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd) override;
+  void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                           const Tensor& src, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd) override;
+  void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                  Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) override;
+  void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                           const Tensor& src, const Tensor& weight, const Tensor& save_mean,
+                           const Tensor& save_invstd) override;
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
-  void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) override;
-  void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) override;
-  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse) override;
-  void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                 double scale) override;
-  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const Tensor& dst, const Tensor& lse, bool causal, double scale) override;
-  void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulConfig& cfg) override;
-  void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) override;
-  void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight, const Conv2dParams& p) override;
-  void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                               const Conv2dParams& p) override;
+  void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                           const Pool2dParams& p) override;
+  void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
+                     const Tensor& targets) override;
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                              const Tensor& targets, const Tensor& lse) override;
+  void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                 bool causal, double scale) override;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
+                          bool causal, double scale) override;
+  void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+              const MatmulConfig& cfg) override;
+  void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
+              const Conv2dParams& p) override;
+  void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
+                            const Conv2dParams& p) override;
+  void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                               const Tensor& src, const Conv2dParams& p) override;
 };
 
 }  // namespace mixp

@@ -47,12 +47,15 @@ void operand_desc(const Tensor& t, int rank, memory::dims& dims, memory::dims& s
 }
 }  // namespace
 
-void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const MatmulConfig& cfg) {
+void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, const Tensor& bias,
+                        const MatmulConfig& cfg) {
   const DType in_dt = a_in.dtype();
   const bool ok_dtypes = onednn::supports(in_dt) && b_in.dtype() == in_dt && cfg.compute == in_dt &&
-                         dst.dtype() == DType::fp32 && (!bias.defined() || bias.dtype() == DType::fp32);
+                         dst.dtype() == DType::fp32 &&
+                         (!bias.defined() || bias.dtype() == DType::fp32);
   // oneDNN rejects (or crashes on) zero-sized GEMMs; the ref loops handle them.
-  if (!ok_dtypes || !dst.is_contiguous() || dst.numel() == 0 || a_in.numel() == 0 || b_in.numel() == 0) {
+  if (!ok_dtypes || !dst.is_contiguous() || dst.numel() == 0 || a_in.numel() == 0 ||
+      b_in.numel() == 0) {
     RefBackend::matmul(dst, a_in, b_in, bias, cfg);
     return;
   }
@@ -93,8 +96,10 @@ void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, con
     dnnl::primitive_attr attr = onednn::base_attr();
     dnnl::post_ops po;
     if (cfg.accumulate) po.append_sum(1.0f);
-    if (cfg.activation == Activation::relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    if (cfg.activation == Activation::gelu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    if (cfg.activation == Activation::relu)
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (cfg.activation == Activation::gelu)
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     attr.set_post_ops(po);
     const dnnl::matmul::desc desc = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, d_md)
                                                    : dnnl::matmul::desc(a_md, b_md, d_md);

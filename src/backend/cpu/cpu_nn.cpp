@@ -10,8 +10,8 @@
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
-#include "mixp/backend/cpu_features.h"
 #include "backend/kernel_util.h"
+#include "mixp/backend/cpu_features.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp {
@@ -19,8 +19,12 @@ using cpu::parallel_for;
 using cpu::view_of;
 
 namespace {
-bool f32c(const Tensor& t) { return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous()); }
-float* fp(const Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
+bool f32c(const Tensor& t) {
+  return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous());
+}
+float* fp(const Tensor& t) {
+  return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
+}
 }  // namespace
 
 // ---- reductions: src contiguous, the reduced dims one contiguous block -> [outer, mid, inner].
@@ -76,11 +80,13 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
   auto run = [&](int64_t o, int64_t ilo, int64_t ihi) {
     float* yo = y + o * inner;
     const float* xo = x + o * mid * inner;
-    for (int64_t i = ilo; i < ihi; ++i) yo[i] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    for (int64_t i = ilo; i < ihi; ++i)
+      yo[i] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
     for (int64_t m = 0; m < mid; ++m) {
       const float* r = xo + m * inner;
       if (is_max) {
-        for (int64_t i = ilo; i < ihi; ++i) yo[i] = (r[i] > yo[i] || std::isnan(r[i])) ? r[i] : yo[i];
+        for (int64_t i = ilo; i < ihi; ++i)
+          yo[i] = (r[i] > yo[i] || std::isnan(r[i])) ? r[i] : yo[i];
       } else {
 #pragma omp simd
         for (int64_t i = ilo; i < ihi; ++i) yo[i] += r[i];
@@ -102,14 +108,19 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
 
 // ---- softmax over the last dim
 void CpuBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
-  if (!(f32c(dst) && f32c(src)) || dim != src.dim() - 1) return RefBackend::softmax(dst, src, dim, log);
+  if (!(f32c(dst) && f32c(src)) || dim != src.dim() - 1)
+    return RefBackend::softmax(dst, src, dim, log);
   const int64_t n = src.shape()[dim], rows = n ? src.numel() / n : 0;
   const auto& k = vec::kernels();
-  parallel_for(rows, src.numel() * 8, [&](int64_t lo, int64_t hi) { k.softmax_rows(fp(dst) + lo * n, fp(src) + lo * n, hi - lo, n, log); });
+  parallel_for(rows, src.numel() * 8, [&](int64_t lo, int64_t hi) {
+    k.softmax_rows(fp(dst) + lo * n, fp(src) + lo * n, hi - lo, n, log);
+  });
 }
 
-void CpuBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) {
-  if (!(f32c(dsrc) && f32c(ddst) && f32c(dst)) || dim != dst.dim() - 1) return RefBackend::softmax_backward(dsrc, ddst, dst, dim, log);
+void CpuBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
+                                  bool log) {
+  if (!(f32c(dsrc) && f32c(ddst) && f32c(dst)) || dim != dst.dim() - 1)
+    return RefBackend::softmax_backward(dsrc, ddst, dst, dim, log);
   const int64_t n = dst.shape()[dim], rows = n ? dst.numel() / n : 0;
   const auto& k = vec::kernels();
   parallel_for(rows, dst.numel() * 4, [&](int64_t lo, int64_t hi) {
@@ -118,22 +129,24 @@ void CpuBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor
 }
 
 // ---- layer norm
-void CpuBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+void CpuBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
+                            const Tensor& weight, const Tensor& bias, double eps) {
   if (!(f32c(dst) && f32c(src) && f32c(weight) && f32c(bias) && f32c(mean) && f32c(rstd))) {
     return RefBackend::layer_norm(dst, mean, rstd, src, weight, bias, eps);
   }
   const int64_t rows = mean.numel(), n = rows ? src.numel() / rows : 0;
   const auto& k = vec::kernels();
   parallel_for(rows, src.numel() * 4, [&](int64_t lo, int64_t hi) {
-    k.layer_norm_rows(fp(dst) + lo * n, fp(mean) + lo, fp(rstd) + lo, fp(src) + lo * n, fp(weight), fp(bias), hi - lo, n,
-                      static_cast<float>(eps));
+    k.layer_norm_rows(fp(dst) + lo * n, fp(mean) + lo, fp(rstd) + lo, fp(src) + lo * n, fp(weight),
+                      fp(bias), hi - lo, n, static_cast<float>(eps));
   });
 }
 
-void CpuBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                                     const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
-  if (!(f32c(dsrc) && f32c(dweight) && f32c(dbias) && f32c(ddst) && f32c(src) && f32c(weight) && f32c(mean) && f32c(rstd))) {
+void CpuBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& ddst, const Tensor& src, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd) {
+  if (!(f32c(dsrc) && f32c(dweight) && f32c(dbias) && f32c(ddst) && f32c(src) && f32c(weight) &&
+        f32c(mean) && f32c(rstd))) {
     return RefBackend::layer_norm_backward(dsrc, dweight, dbias, ddst, src, weight, mean, rstd);
   }
   const int64_t rows = mean.numel(), n = rows ? src.numel() / rows : 0;
@@ -146,8 +159,8 @@ void CpuBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
     const int t = omp_get_thread_num();
     float* pw = want_w ? part.data() + static_cast<size_t>(t) * 2 * n : nullptr;
     float* pb = want_b ? part.data() + (static_cast<size_t>(t) * 2 + 1) * n : nullptr;
-    k.layer_norm_bwd_rows(fp(dsrc) + lo * n, pw, pb, fp(ddst) + lo * n, fp(src) + lo * n, fp(weight), fp(mean) + lo,
-                          fp(rstd) + lo, hi - lo, n);
+    k.layer_norm_bwd_rows(fp(dsrc) + lo * n, pw, pb, fp(ddst) + lo * n, fp(src) + lo * n,
+                          fp(weight), fp(mean) + lo, fp(rstd) + lo, hi - lo, n);
   });
   for (int which = 0; which < 2; ++which) {
     Tensor& out = which == 0 ? dweight : dbias;
@@ -162,12 +175,14 @@ void CpuBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
 }
 
 // ---- batch norm over [N, C, S]
-void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean, Tensor& running_var,
-                            const Tensor& src, const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                            double eps) {
-  if (!(f32c(dst) && f32c(src) && f32c(weight) && f32c(bias) && f32c(save_mean) && f32c(save_invstd) && f32c(running_mean) &&
-        f32c(running_var))) {
-    return RefBackend::batch_norm(dst, save_mean, save_invstd, running_mean, running_var, src, weight, bias, training, momentum, eps);
+void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
+                            Tensor& running_mean, Tensor& running_var, const Tensor& src,
+                            const Tensor& weight, const Tensor& bias, bool training,
+                            double momentum, double eps) {
+  if (!(f32c(dst) && f32c(src) && f32c(weight) && f32c(bias) && f32c(save_mean) &&
+        f32c(save_invstd) && f32c(running_mean) && f32c(running_var))) {
+    return RefBackend::batch_norm(dst, save_mean, save_invstd, running_mean, running_var, src,
+                                  weight, bias, training, momentum, eps);
   }
   const int64_t N = src.shape()[0], C = src.shape()[1], S = C ? src.numel() / (N * C) : 0;
   const float* x = fp(src);
@@ -190,10 +205,13 @@ void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
         invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
         fp(save_mean)[c] = m;
         fp(save_invstd)[c] = invstd;
-        if (running_mean.defined()) fp(running_mean)[c] = static_cast<float>((1 - momentum) * fp(running_mean)[c] + momentum * mean);
+        if (running_mean.defined())
+          fp(running_mean)[c] =
+              static_cast<float>((1 - momentum) * fp(running_mean)[c] + momentum * mean);
         if (running_var.defined()) {
           const double unbiased = cnt > 1 ? sq / (cnt - 1) : var;
-          fp(running_var)[c] = static_cast<float>((1 - momentum) * fp(running_var)[c] + momentum * unbiased);
+          fp(running_var)[c] =
+              static_cast<float>((1 - momentum) * fp(running_var)[c] + momentum * unbiased);
         }
       } else {
         m = fp(running_mean)[c];
@@ -206,11 +224,13 @@ void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
   });
 }
 
-void CpuBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                                     const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd) {
-  if (!(f32c(dsrc) && f32c(dweight) && f32c(dbias) && f32c(ddst) && f32c(src) && f32c(weight) && f32c(save_mean) &&
-        f32c(save_invstd))) {
-    return RefBackend::batch_norm_backward(dsrc, dweight, dbias, ddst, src, weight, save_mean, save_invstd);
+void CpuBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& ddst, const Tensor& src, const Tensor& weight,
+                                     const Tensor& save_mean, const Tensor& save_invstd) {
+  if (!(f32c(dsrc) && f32c(dweight) && f32c(dbias) && f32c(ddst) && f32c(src) && f32c(weight) &&
+        f32c(save_mean) && f32c(save_invstd))) {
+    return RefBackend::batch_norm_backward(dsrc, dweight, dbias, ddst, src, weight, save_mean,
+                                           save_invstd);
   }
   const int64_t N = src.shape()[0], C = src.shape()[1], S = C ? src.numel() / (N * C) : 0;
   const float* x = fp(src);
@@ -231,7 +251,9 @@ void CpuBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
       }
       const float sum_g = static_cast<float>(sg), sum_gxhat = static_cast<float>(sgx) * is;
       const float k1 = w * is, k2 = sum_g / cnt, k3 = sum_gxhat / cnt;
-      for (int64_t n = 0; n < N; ++n) k.bn_bwd_apply(gx + (n * C + c) * S, g + (n * C + c) * S, x + (n * C + c) * S, S, m, k1, k2, is * k3);
+      for (int64_t n = 0; n < N; ++n)
+        k.bn_bwd_apply(gx + (n * C + c) * S, g + (n * C + c) * S, x + (n * C + c) * S, S, m, k1, k2,
+                       is * k3);
       if (dweight.defined()) fp(dweight)[c] = sum_gxhat;
       if (dbias.defined()) fp(dbias)[c] = sum_g;
     }
@@ -260,7 +282,8 @@ void CpuBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed
 // ---- max pooling (NCHW planes in parallel)
 namespace {
 bool is_2x2_s2(const Pool2dParams& p) {
-  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
+  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
+         p.pad_w == 0;
 }
 }  // namespace
 
@@ -269,9 +292,11 @@ void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
   const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
   const int64_t OH = dst.shape()[2], OW = dst.shape()[3];
   if (is_2x2_s2(p)) {  // the CNN's pooling: branch-free rows in the vector tier
-    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_avx512 : vec::kernels().maxpool2x2;
+    const auto kern =
+        simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_avx512 : vec::kernels().maxpool2x2;
     parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t pl = lo; pl < hi; ++pl) kern(fp(dst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
+      for (int64_t pl = lo; pl < hi; ++pl)
+        kern(fp(dst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
     });
     return;
   }
@@ -298,16 +323,20 @@ void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
   });
 }
 
-void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) {
-  if (!(f32c(dsrc) && f32c(ddst) && f32c(src))) return RefBackend::max_pool2d_backward(dsrc, ddst, src, p);
+void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                     const Pool2dParams& p) {
+  if (!(f32c(dsrc) && f32c(ddst) && f32c(src)))
+    return RefBackend::max_pool2d_backward(dsrc, ddst, src, p);
   const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
   const int64_t OH = ddst.shape()[2], OW = ddst.shape()[3];
   if (is_2x2_s2(p)) {
-    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_bwd_avx512 : vec::kernels().maxpool2x2_bwd;
+    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_bwd_avx512
+                                                      : vec::kernels().maxpool2x2_bwd;
     parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
       for (int64_t pl = lo; pl < hi; ++pl) {
         float* gi = fp(dsrc) + pl * H * W;
-        if (H != 2 * OH || W != 2 * OW) std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
+        if (H != 2 * OH || W != 2 * OW)
+          std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
         kern(gi, fp(ddst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
       }
     });
@@ -345,18 +374,22 @@ void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
 // ---- cross entropy
 namespace {
 int64_t class_at(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::int64 ? static_cast<const int64_t*>(t.data_ptr())[i] : static_cast<const int32_t*>(t.data_ptr())[i];
+  return t.dtype() == DType::int64 ? static_cast<const int64_t*>(t.data_ptr())[i]
+                                   : static_cast<const int32_t*>(t.data_ptr())[i];
 }
 }  // namespace
 
-void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) {
+void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
+                               const Tensor& targets) {
   if (!(f32c(loss) && f32c(lse) && f32c(logits)) || !targets.is_contiguous()) {
     return RefBackend::cross_entropy(loss, lse, logits, targets);
   }
   const int64_t N = logits.shape()[0], C = logits.shape()[1];
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = class_at(targets, n);
-    if (t < 0 || t >= C) throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(t) + " out of [0, " + std::to_string(C) + ")");
+    if (t < 0 || t >= C)
+      throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(t) + " out of [0, " +
+                              std::to_string(C) + ")");
   }
   const auto& k = vec::kernels();
   const float* x = fp(logits);
@@ -366,7 +399,8 @@ void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, 
     for (int64_t n = lo; n < hi; ++n) {
       const float l = k.logsumexp(x + n * C, C);
       fp(lse)[n] = l;
-      row_loss[static_cast<size_t>(n)] = static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
+      row_loss[static_cast<size_t>(n)] =
+          static_cast<double>(l) - static_cast<double>(x[n * C + class_at(targets, n)]);
     }
   });
   double total = 0;
@@ -374,8 +408,8 @@ void CpuBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, 
   fp(loss)[0] = N ? static_cast<float>(total / static_cast<double>(N)) : 0.0f;
 }
 
-void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                                        const Tensor& lse) {
+void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                                        const Tensor& targets, const Tensor& lse) {
   if (!(f32c(dlogits) && f32c(dloss) && f32c(logits) && f32c(lse)) || !targets.is_contiguous()) {
     return RefBackend::cross_entropy_backward(dlogits, dloss, logits, targets, lse);
   }
@@ -394,9 +428,12 @@ void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
 }
 
 // ---- attention: S = q k^T and P V as batched oneDNN matmuls over [B*H]; softmax rows between.
-void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  if (!(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v))) return RefBackend::attention(dst, lse, q, k, v, causal, scale);
-  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
+void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, bool causal, double scale) {
+  if (!(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v)))
+    return RefBackend::attention(dst, lse, q, k, v, causal, scale);
+  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
+                D = q.shape()[3];
   const Tensor q3 = view_of(q, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset());
   const Tensor kT = view_of(k, Shape{BH, D, Tk}, Shape{Tk * D, 1, D}, k.storage_offset());
   const Tensor v3 = view_of(v, Shape{BH, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset());
@@ -418,14 +455,22 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   matmul(o3, s, v3, Tensor(), MatmulConfig{});
 }
 
-void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q, const Tensor& k,
-                                    const Tensor& v, const Tensor& dst, const Tensor& lse, bool causal, double scale) {
-  if (!(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) && f32c(dst) && f32c(lse))) {
+void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
+                                    const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& dst, const Tensor& lse, bool causal,
+                                    double scale) {
+  if (!(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) &&
+        f32c(dst) && f32c(lse))) {
     return RefBackend::attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
   }
-  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
-  auto v3 = [&](const Tensor& t, int64_t T) { return view_of(t, Shape{BH, T, D}, Shape{T * D, D, 1}, t.storage_offset()); };
-  auto v3T = [&](const Tensor& t, int64_t T) { return view_of(t, Shape{BH, D, T}, Shape{T * D, 1, D}, t.storage_offset()); };
+  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
+                D = q.shape()[3];
+  auto v3 = [&](const Tensor& t, int64_t T) {
+    return view_of(t, Shape{BH, T, D}, Shape{T * D, D, 1}, t.storage_offset());
+  };
+  auto v3T = [&](const Tensor& t, int64_t T) {
+    return view_of(t, Shape{BH, D, T}, Shape{T * D, 1, D}, t.storage_offset());
+  };
   // Recompute P from the saved log-sum-exp.
   Tensor p = empty(Shape{BH, Tq, Tk});
   matmul(p, v3(q, Tq), v3T(k, Tk), Tensor(), MatmulConfig{});
@@ -450,7 +495,7 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
       float delta = 0.0f;
 #pragma omp simd reduction(+ : delta)
       for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
-      // dS = P (dP - delta) * scale (into dp)
+        // dS = P (dP - delta) * scale (into dp)
 #pragma omp simd
       for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
     }

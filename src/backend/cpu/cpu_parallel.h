@@ -12,7 +12,9 @@ namespace mixp::cpu {
 // Below this many elements of work a parallel region costs more than it saves.
 inline constexpr int64_t kParallelGrain = 1 << 15;
 
-inline bool parallel_worth(int64_t work) { return work >= kParallelGrain && omp_get_max_threads() > 1; }
+inline bool parallel_worth(int64_t work) {
+  return work >= kParallelGrain && omp_get_max_threads() > 1;
+}
 
 // Splits [0, n) into one contiguous chunk per thread when `work` (elements touched) is large
 // enough; f(lo, hi).

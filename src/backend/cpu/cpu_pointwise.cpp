@@ -18,7 +18,9 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelGrain = 1 << 15;
 
-inline bool parallel_worth(int64_t n) { return n >= kParallelGrain && omp_get_max_threads() > 1; }
+inline bool parallel_worth(int64_t n) {
+  return n >= kParallelGrain && omp_get_max_threads() > 1;
+}
 
 template <class F>
 void parallel_chunks(int64_t n, F&& f) {
@@ -35,7 +37,9 @@ void parallel_chunks(int64_t n, F&& f) {
   }
 }
 
-bool f32(const Tensor& t) { return t.dtype() == DType::fp32; }
+bool f32(const Tensor& t) {
+  return t.dtype() == DType::fp32;
+}
 
 // Offset of the start of row r (all dims but the last) in a strided tensor of this shape.
 inline int64_t row_offset(const Shape& shape, const Shape& strides, int64_t r) {
@@ -72,7 +76,8 @@ void strided_copy(Tensor& dst, const Tensor& src) {
     {
       const int nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t chunk = (rows + nt - 1) / nt;
-      const int64_t lo = std::min<int64_t>(rows, t * chunk), hi = std::min<int64_t>(rows, lo + chunk);
+      const int64_t lo = std::min<int64_t>(rows, t * chunk),
+                    hi = std::min<int64_t>(rows, lo + chunk);
       if (lo < hi) run(lo, hi);
     }
   } else {
@@ -81,9 +86,12 @@ void strided_copy(Tensor& dst, const Tensor& src) {
 }
 }  // namespace
 
-void CpuBackend::copy(Tensor& dst, const Tensor& src) { convert(dst, src, Round::nearest_even, Overflow::ieee, 0); }
+void CpuBackend::copy(Tensor& dst, const Tensor& src) {
+  convert(dst, src, Round::nearest_even, Overflow::ieee, 0);
+}
 
-void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) {
+void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
+                         uint64_t seed) {
   const int64_t n = dst.numel();
   if (dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
     const DType dd = dst.dtype(), sd = src.dtype();
@@ -91,19 +99,26 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
       char* d = static_cast<char*>(dst.data_ptr());
       const char* s = static_cast<const char*>(src.data_ptr());
       const int64_t es = static_cast<int64_t>(dst.element_size());
-      parallel_chunks(n, [&](int64_t lo, int64_t hi) { std::memcpy(d + lo * es, s + lo * es, static_cast<size_t>((hi - lo) * es)); });
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        std::memcpy(d + lo * es, s + lo * es, static_cast<size_t>((hi - lo) * es));
+      });
       return;
     }
     if (sd == DType::fp32 && dd == DType::fp64) {
       const float* s = ptr<float>(src);
       double* d = ptr<double>(dst);
-      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = s[i]; });
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) d[i] = s[i];
+      });
       return;
     }
-    if (sd == DType::fp64 && dd == DType::fp32 && round == Round::nearest_even && overflow == Overflow::ieee) {
+    if (sd == DType::fp64 && dd == DType::fp32 && round == Round::nearest_even &&
+        overflow == Overflow::ieee) {
       const double* s = ptr<double>(src);
       float* d = ptr<float>(dst);
-      parallel_chunks(n, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(s[i]); });
+      parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(s[i]);
+      });
       return;
     }
     // fp32 <-> bf16/fp16/fp8/tf32: the bulk SIMD converters of mixp/format/convert.h, in
@@ -114,7 +129,8 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
       const int64_t es = static_cast<int64_t>(dst.element_size());
       parallel_chunks(n, [&](int64_t lo, int64_t hi) {
         const ConvertOptions opt{round, overflow, seed, static_cast<uint64_t>(lo)};
-        convert_f32_to(dd, std::span<const float>(s + lo, static_cast<size_t>(hi - lo)), d + lo * es, opt);
+        convert_f32_to(dd, std::span<const float>(s + lo, static_cast<size_t>(hi - lo)),
+                       d + lo * es, opt);
       });
       return;
     }
@@ -130,11 +146,16 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
   }
   if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.dim() > 0) {
     switch (dst.element_size()) {
-      case 1: return strided_copy<uint8_t>(dst, src);
-      case 2: return strided_copy<uint16_t>(dst, src);
-      case 4: return strided_copy<uint32_t>(dst, src);
-      case 8: return strided_copy<uint64_t>(dst, src);
-      default: break;
+      case 1:
+        return strided_copy<uint8_t>(dst, src);
+      case 2:
+        return strided_copy<uint16_t>(dst, src);
+      case 4:
+        return strided_copy<uint32_t>(dst, src);
+      case 8:
+        return strided_copy<uint64_t>(dst, src);
+      default:
+        break;
     }
   }
   RefBackend::convert(dst, src, round, overflow, seed);
@@ -158,7 +179,8 @@ void CpuBackend::fill(Tensor& dst, double value) {
 }
 
 void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
-  if (f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
+  if (f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous() &&
+      dst.shape() == src.shape()) {
     float* d = ptr<float>(dst);
     const float* s = ptr<float>(src);
     const float a = static_cast<float>(alpha);
@@ -171,17 +193,21 @@ void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
-  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::unary(op, dst, src);
+  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous()))
+    return RefBackend::unary(op, dst, src);
   float* d = ptr<float>(dst);
   const float* s = ptr<float>(src);
   const auto& k = vec::kernels();
-  parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { k.unary(op, d + lo, s + lo, hi - lo); });
+  parallel_chunks(dst.numel(),
+                  [&](int64_t lo, int64_t hi) { k.unary(op, d + lo, s + lo, hi - lo); });
 }
 
-void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
+void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                const Tensor& dst) {
   const bool need_x = unary_bwd_needs_src(op), need_y = unary_bwd_needs_dst(op);
   const bool ok = f32(dsrc) && f32(ddst) && dsrc.is_contiguous() && ddst.is_contiguous() &&
-                  (!need_x || (f32(src) && src.is_contiguous())) && (!need_y || (f32(dst) && dst.is_contiguous()));
+                  (!need_x || (f32(src) && src.is_contiguous())) &&
+                  (!need_y || (f32(dst) && dst.is_contiguous()));
   if (!ok) return RefBackend::unary_backward(op, dsrc, ddst, src, dst);
   float* gi = ptr<float>(dsrc);
   const float* g = ptr<float>(ddst);
@@ -215,16 +241,21 @@ void binary_row(float* d, const float* a, int64_t sa, const float* b, int64_t sb
 template <class F>
 void dispatch_binary(BinaryOp op, F&& f) {
   switch (op) {
-    case BinaryOp::add: return f(std::integral_constant<BinaryOp, BinaryOp::add>{});
-    case BinaryOp::sub: return f(std::integral_constant<BinaryOp, BinaryOp::sub>{});
-    case BinaryOp::mul: return f(std::integral_constant<BinaryOp, BinaryOp::mul>{});
-    case BinaryOp::div: return f(std::integral_constant<BinaryOp, BinaryOp::div>{});
+    case BinaryOp::add:
+      return f(std::integral_constant<BinaryOp, BinaryOp::add>{});
+    case BinaryOp::sub:
+      return f(std::integral_constant<BinaryOp, BinaryOp::sub>{});
+    case BinaryOp::mul:
+      return f(std::integral_constant<BinaryOp, BinaryOp::mul>{});
+    case BinaryOp::div:
+      return f(std::integral_constant<BinaryOp, BinaryOp::div>{});
   }
 }
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
-  if (!(f32(dst) && f32(a) && f32(b) && dst.is_contiguous()) || dst.dim() == 0) return RefBackend::binary(op, dst, a, b);
+  if (!(f32(dst) && f32(a) && f32(b) && dst.is_contiguous()) || dst.dim() == 0)
+    return RefBackend::binary(op, dst, a, b);
   const int nd = dst.dim();
   const int64_t inner = dst.shape()[nd - 1];
   const int64_t sa = a.strides()[nd - 1], sb = b.strides()[nd - 1];
@@ -235,7 +266,9 @@ void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
   dispatch_binary(op, [&](auto opc) {
     constexpr BinaryOp OP = decltype(opc)::value;
     if (same_contig) {
-      parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { binary_row<OP>(d + lo, pa + lo, 1, pb + lo, 1, hi - lo); });
+      parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
+        binary_row<OP>(d + lo, pa + lo, 1, pb + lo, 1, hi - lo);
+      });
       return;
     }
     const int64_t rows = inner ? dst.numel() / inner : 0;
@@ -255,11 +288,13 @@ void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
 }
 
 void CpuBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
-  if (f32(dst) && f32(src) && dst.is_contiguous() && !src.is_contiguous() && dst.shape() == src.shape()) {
+  if (f32(dst) && f32(src) && dst.is_contiguous() && !src.is_contiguous() &&
+      dst.shape() == src.shape()) {
     copy(dst, src);  // gather first (broadcast views from reductions' backward), then in place
     return scalar(op, dst, dst, s);
   }
-  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous())) return RefBackend::scalar(op, dst, src, s);
+  if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous()))
+    return RefBackend::scalar(op, dst, src, s);
   float* d = ptr<float>(dst);
   const float* x = ptr<float>(src);
   const float sv = static_cast<float>(s);

@@ -20,21 +20,31 @@ dnnl::stream& stream() {
 dnnl::memory::data_type data_type(DType dt) {
   using dt_t = dnnl::memory::data_type;
   switch (dt) {
-    case DType::fp32: return dt_t::f32;
-    case DType::bf16: return dt_t::bf16;
-    case DType::fp16: return dt_t::f16;
-    case DType::int8: return dt_t::s8;
-    case DType::uint8: return dt_t::u8;
-    case DType::int32: return dt_t::s32;
-    default: throw std::invalid_argument("oneDNN has no data type for " + std::string(mixp::name(dt)));
+    case DType::fp32:
+      return dt_t::f32;
+    case DType::bf16:
+      return dt_t::bf16;
+    case DType::fp16:
+      return dt_t::f16;
+    case DType::int8:
+      return dt_t::s8;
+    case DType::uint8:
+      return dt_t::u8;
+    case DType::int32:
+      return dt_t::s32;
+    default:
+      throw std::invalid_argument("oneDNN has no data type for " + std::string(mixp::name(dt)));
   }
 }
 
 bool supports(DType dt) {
   switch (dt) {
-    case DType::fp32: return true;
-    case DType::bf16: return cpu_features().use_avx512();  // oneDNN's bf16 needs AVX-512 (emulated without BF16)
-    default: return false;
+    case DType::fp32:
+      return true;
+    case DType::bf16:
+      return cpu_features().use_avx512();  // oneDNN's bf16 needs AVX-512 (emulated without BF16)
+    default:
+      return false;
   }
 }
 
@@ -66,10 +76,11 @@ void execute(CachedPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
   Tensor scratch;
   if (p.scratchpad_bytes > 0) {
     scratch = empty(Shape{static_cast<int64_t>(p.scratchpad_bytes)}, {.dtype = DType::uint8});
-    args.insert({DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(dnnl::memory::desc({static_cast<int64_t>(p.scratchpad_bytes)}, dnnl::memory::data_type::u8,
-                                                 dnnl::memory::format_tag::a),
-                              engine(), scratch.data_ptr())});
+    args.insert(
+        {DNNL_ARG_SCRATCHPAD,
+         dnnl::memory(dnnl::memory::desc({static_cast<int64_t>(p.scratchpad_bytes)},
+                                         dnnl::memory::data_type::u8, dnnl::memory::format_tag::a),
+                      engine(), scratch.data_ptr())});
   }
   p.prim.execute(stream(), args);
   stream().wait();
@@ -82,8 +93,8 @@ dnnl::primitive_attr base_attr() {
 }
 
 namespace {
-CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked, const dnnl::memory::desc& from,
-                             const dnnl::memory::desc& to) {
+CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked,
+                             const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
   Key k = base;
   k.add(1000 + arg);
   k.add(to_blocked);
@@ -94,7 +105,8 @@ CachedPrimitive& reorder_for(const Key& base, int arg, bool to_blocked, const dn
 }
 }  // namespace
 
-dnnl::memory LayoutArgs::staged(int arg, const dnnl::memory::desc& plain, const Tensor& t, bool is_input) {
+dnnl::memory LayoutArgs::staged(int arg, const dnnl::memory::desc& plain, const Tensor& t,
+                                bool is_input) {
   const auto it = prim_.arg_descs.find(arg);
   dnnl::memory user(plain, engine(), t.data_ptr());
   if (it == prim_.arg_descs.end() || it->second == plain) return user;

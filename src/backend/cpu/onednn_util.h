@@ -6,12 +6,11 @@
 // We key on everything that defines the primitive (shapes, strides, dtypes, post-ops) and keep
 // the primitive and its scratchpad size.
 #pragma once
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -29,8 +28,12 @@ dnnl::memory::data_type data_type(DType dt);
 // Whether oneDNN can run a primitive of this dtype on this machine (used to pick fallbacks).
 bool supports(DType dt);
 
-inline dnnl::memory::dims dims_of(const Tensor& t) { return dnnl::memory::dims(t.shape().begin(), t.shape().end()); }
-inline dnnl::memory::dims strides_of(const Tensor& t) { return dnnl::memory::dims(t.strides().begin(), t.strides().end()); }
+inline dnnl::memory::dims dims_of(const Tensor& t) {
+  return dnnl::memory::dims(t.shape().begin(), t.shape().end());
+}
+inline dnnl::memory::dims strides_of(const Tensor& t) {
+  return dnnl::memory::dims(t.strides().begin(), t.strides().end());
+}
 inline dnnl::memory memory(const dnnl::memory::desc& md, const Tensor& t) {
   return dnnl::memory(md, engine(), t.data_ptr());
 }
@@ -43,7 +46,9 @@ struct Key {
     if (n == 32) throw std::logic_error("onednn::Key: too many fields");
     v[n++] = x;
   }
-  friend bool operator==(const Key& a, const Key& b) { return a.n == b.n && std::memcmp(a.v, b.v, sizeof(int64_t) * a.n) == 0; }
+  friend bool operator==(const Key& a, const Key& b) {
+    return a.n == b.n && std::memcmp(a.v, b.v, sizeof(int64_t) * a.n) == 0;
+  }
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {

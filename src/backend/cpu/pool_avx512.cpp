@@ -16,7 +16,8 @@ const __m512i kEven = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 2
 const __m512i kOdd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 // interleave lo/hi halves back: out0 = e0 o0 e1 o1 ... e7 o7, out1 = e8 o8 ... e15 o15
 const __m512i kLoInter = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-const __m512i kHiInter = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+const __m512i kHiInter =
+    _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
 
 // b replaces a when b > a, or b is NaN and a is not.
 inline __m512 max_nan(__m512 a, __m512 b) {
@@ -62,7 +63,8 @@ void maxpool2x2_avx512(float* y, const float* x, int64_t W, int64_t OH, int64_t 
   }
 }
 
-void maxpool2x2_bwd_avx512(float* gi, const float* g, const float* x, int64_t W, int64_t OH, int64_t OW) {
+void maxpool2x2_bwd_avx512(float* gi, const float* g, const float* x, int64_t W, int64_t OH,
+                           int64_t OW) {
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t oh = 0; oh < OH; ++oh) {
     const float* r0 = x + 2 * oh * W;
@@ -77,11 +79,14 @@ void maxpool2x2_bwd_avx512(float* gi, const float* g, const float* x, int64_t W,
       load_pairs(r1 + 2 * ow, n, c, d);
       const __m512 m = max_nan(max_nan(max_nan(a, b), c), d);
       const __mmask16 ea = is_max(a, m), eb = is_max(b, m), ec = is_max(c, m);
-      const __mmask16 ta = ea, tb = static_cast<__mmask16>(~ea & eb), tc = static_cast<__mmask16>(~ea & ~eb & ec);
+      const __mmask16 ta = ea, tb = static_cast<__mmask16>(~ea & eb),
+                      tc = static_cast<__mmask16>(~ea & ~eb & ec);
       const __mmask16 td = static_cast<__mmask16>(~ea & ~eb & ~ec);
       const __m512 gv = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), gr + ow);
-      store_pairs(q0 + 2 * ow, n, _mm512_mask_blend_ps(ta, zero, gv), _mm512_mask_blend_ps(tb, zero, gv));
-      store_pairs(q1 + 2 * ow, n, _mm512_mask_blend_ps(tc, zero, gv), _mm512_mask_blend_ps(td, zero, gv));
+      store_pairs(q0 + 2 * ow, n, _mm512_mask_blend_ps(ta, zero, gv),
+                  _mm512_mask_blend_ps(tb, zero, gv));
+      store_pairs(q1 + 2 * ow, n, _mm512_mask_blend_ps(tc, zero, gv),
+                  _mm512_mask_blend_ps(td, zero, gv));
     }
   }
 }

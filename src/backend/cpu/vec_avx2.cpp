@@ -6,5 +6,7 @@
 #include "backend/cpu/vec_kernels.inc"
 
 namespace mixp::vec {
-const Kernels& kernels_avx2() { return avx2::table(); }
+const Kernels& kernels_avx2() {
+  return avx2::table();
+}
 }  // namespace mixp::vec

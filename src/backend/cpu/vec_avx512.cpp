@@ -6,5 +6,7 @@
 #include "backend/cpu/vec_kernels.inc"
 
 namespace mixp::vec {
-const Kernels& kernels_avx512() { return avx512::table(); }
+const Kernels& kernels_avx512() {
+  return avx512::table();
+}
 }  // namespace mixp::vec

@@ -5,9 +5,12 @@ namespace mixp::vec {
 const Kernels& kernels() {
   static const Kernels* k = [] {
     switch (simd_tier()) {
-      case SimdTier::avx512: return &kernels_avx512();
-      case SimdTier::avx2: return &kernels_avx2();
-      default: return &kernels_generic();
+      case SimdTier::avx512:
+        return &kernels_avx512();
+      case SimdTier::avx2:
+        return &kernels_avx2();
+      default:
+        return &kernels_generic();
     }
   }();
   return *k;

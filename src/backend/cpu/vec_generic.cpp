@@ -6,5 +6,7 @@
 #include "backend/cpu/vec_kernels.inc"
 
 namespace mixp::vec {
-const Kernels& kernels_generic() { return generic::table(); }
+const Kernels& kernels_generic() {
+  return generic::table();
+}
 }  // namespace mixp::vec

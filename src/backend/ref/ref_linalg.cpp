@@ -13,17 +13,22 @@ namespace {
 template <class T>
 T activate(Activation act, double x) {
   switch (act) {
-    case Activation::none: return static_cast<T>(x);
-    case Activation::relu: return static_cast<T>(x > 0 ? x : 0.0);
-    case Activation::gelu: return static_cast<T>(gelu_fwd(x));
+    case Activation::none:
+      return static_cast<T>(x);
+    case Activation::relu:
+      return static_cast<T>(x > 0 ? x : 0.0);
+    case Activation::gelu:
+      return static_cast<T>(gelu_fwd(x));
   }
   return static_cast<T>(x);
 }
 }  // namespace
 
-void RefBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulConfig& cfg) {
+void RefBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+                        const MatmulConfig& cfg) {
   if (cfg.compute != DType::fp32 && cfg.compute != DType::fp64) {
-    throw std::invalid_argument("ref matmul: compute dtype " + std::string(mixp::name(cfg.compute)) +
+    throw std::invalid_argument("ref matmul: compute dtype " +
+                                std::string(mixp::name(cfg.compute)) +
                                 " is not implemented (fp32 and fp64 are)");
   }
   dispatch_float(dst.dtype(), "matmul", [&](auto t) {
@@ -44,8 +49,10 @@ void RefBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Ten
         for (int64_t n = 0; n < N; ++n) {
           double acc = 0;
           for (int64_t k = 0; k < K; ++k)
-            acc += static_cast<double>(A[bb * asb + m * asm_ + k * ask]) * static_cast<double>(Bp[bb * bsb + k * bsk + n * bsn]);
-          if (bias.defined()) acc += static_cast<double>(ptr<T>(bias)[n * (bias.dim() ? bias.strides()[0] : 0)]);
+            acc += static_cast<double>(A[bb * asb + m * asm_ + k * ask]) *
+                   static_cast<double>(Bp[bb * bsb + k * bsk + n * bsn]);
+          if (bias.defined())
+            acc += static_cast<double>(ptr<T>(bias)[n * (bias.dim() ? bias.strides()[0] : 0)]);
           T& out = D[(bb * M + m) * N + n];
           if (cfg.accumulate) acc += static_cast<double>(out);
           out = activate<T>(cfg.activation, acc);
@@ -58,12 +65,13 @@ struct ConvGeom {
   int64_t N, C, H, W, O, KH, KW, OH, OW;
 };
 ConvGeom conv_geom(const Tensor& src, const Tensor& weight, const Tensor& dst) {
-  return {src.shape()[0], src.shape()[1], src.shape()[2], src.shape()[3], weight.shape()[0],
+  return {src.shape()[0],    src.shape()[1],    src.shape()[2], src.shape()[3], weight.shape()[0],
           weight.shape()[2], weight.shape()[3], dst.shape()[2], dst.shape()[3]};
 }
 }  // namespace
 
-void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                        const Conv2dParams& p) {
   dispatch_float(dst.dtype(), "conv2d", [&](auto t) {
     using T = decltype(t);
     const ConvGeom g = conv_geom(src, weight, dst);
@@ -73,22 +81,26 @@ void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, co
       for (int64_t o = 0; o < g.O; ++o)
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
-            double acc = bias.defined() ? static_cast<double>(ptr<T>(bias)[o * bias.strides()[0]]) : 0.0;
+            double acc =
+                bias.defined() ? static_cast<double>(ptr<T>(bias)[o * bias.strides()[0]]) : 0.0;
             for (int64_t c = 0; c < g.C; ++c)
               for (int64_t kh = 0; kh < g.KH; ++kh)
                 for (int64_t kw = 0; kw < g.KW; ++kw) {
                   const int64_t h = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
                   const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
                   if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                  acc += static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]) *
-                         static_cast<double>(ptr<T>(weight)[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]]);
+                  acc += static_cast<double>(
+                             ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]) *
+                         static_cast<double>(
+                             ptr<T>(weight)[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]]);
                 }
             ptr<T>(dst)[((n * g.O + o) * g.OH + oh) * g.OW + ow] = static_cast<T>(acc);
           }
   });
 }
 
-void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight, const Conv2dParams& p) {
+void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
+                                      const Conv2dParams& p) {
   dispatch_float(dsrc.dtype(), "conv2d backward data", [&](auto t) {
     using T = decltype(t);
     const ConvGeom g = conv_geom(dsrc, weight, ddst);
@@ -99,7 +111,8 @@ void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             const int64_t lin = ((n * g.O + o) * g.OH + oh) * g.OW + ow;
-            const double gv = static_cast<double>(ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]);
+            const double gv = static_cast<double>(
+                ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]);
             for (int64_t c = 0; c < g.C; ++c)
               for (int64_t kh = 0; kh < g.KH; ++kh)
                 for (int64_t kw = 0; kw < g.KW; ++kw) {
@@ -107,26 +120,30 @@ void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
                   const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
                   if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
                   acc[static_cast<size_t>(((n * g.C + c) * g.H + h) * g.W + w)] +=
-                      gv * static_cast<double>(ptr<T>(weight)[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]]);
+                      gv * static_cast<double>(
+                               ptr<T>(weight)[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]]);
                 }
           }
-    for (int64_t i = 0; i < dsrc.numel(); ++i) ptr<T>(dsrc)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < dsrc.numel(); ++i)
+      ptr<T>(dsrc)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
   });
 }
 
-void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src,
-                                         const Conv2dParams& p) {
+void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                         const Tensor& src, const Conv2dParams& p) {
   dispatch_float(dweight.dtype(), "conv2d backward weights", [&](auto t) {
     using T = decltype(t);
     const ConvGeom g = conv_geom(src, dweight, ddst);
-    std::vector<double> acc(static_cast<size_t>(dweight.numel()), 0.0), bacc(static_cast<size_t>(g.O), 0.0);
+    std::vector<double> acc(static_cast<size_t>(dweight.numel()), 0.0),
+        bacc(static_cast<size_t>(g.O), 0.0);
     const auto& ss = src.strides();
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t o = 0; o < g.O; ++o)
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             const int64_t lin = ((n * g.O + o) * g.OH + oh) * g.OW + ow;
-            const double gv = static_cast<double>(ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]);
+            const double gv = static_cast<double>(
+                ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]);
             bacc[static_cast<size_t>(o)] += gv;
             for (int64_t c = 0; c < g.C; ++c)
               for (int64_t kh = 0; kh < g.KH; ++kh)
@@ -135,32 +152,38 @@ void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const T
                   const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
                   if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
                   acc[static_cast<size_t>(((o * g.C + c) * g.KH + kh) * g.KW + kw)] +=
-                      gv * static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
+                      gv * static_cast<double>(
+                               ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
                 }
           }
-    for (int64_t i = 0; i < dweight.numel(); ++i) ptr<T>(dweight)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < dweight.numel(); ++i)
+      ptr<T>(dweight)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
     if (dbias.defined())
-      for (int64_t o = 0; o < g.O; ++o) ptr<T>(dbias)[o] = static_cast<T>(bacc[static_cast<size_t>(o)]);
+      for (int64_t o = 0; o < g.O; ++o)
+        ptr<T>(dbias)[o] = static_cast<T>(bacc[static_cast<size_t>(o)]);
   });
 }
 
-void RefBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                           double scale) {
+void RefBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, bool causal, double scale) {
   dispatch_float(dst.dtype(), "attention", [&](auto t) {
     using T = decltype(t);
-    const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
+    const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
+                  D = q.shape()[3];
     const T* Q = ptr<T>(q);
     const T* K = ptr<T>(k);
     const T* V = ptr<T>(v);
     std::vector<double> s(static_cast<size_t>(Tk));
     for (int64_t bh = 0; bh < BH; ++bh)
       for (int64_t i = 0; i < Tq; ++i) {
-        const int64_t jmax = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;  // aligned to the end, as PyTorch
+        const int64_t jmax =
+            causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;  // aligned to the end, as PyTorch
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < jmax; ++j) {
           double acc = 0;
           for (int64_t d = 0; d < D; ++d)
-            acc += static_cast<double>(Q[(bh * Tq + i) * D + d]) * static_cast<double>(K[(bh * Tk + j) * D + d]);
+            acc += static_cast<double>(Q[(bh * Tq + i) * D + d]) *
+                   static_cast<double>(K[(bh * Tk + j) * D + d]);
           s[static_cast<size_t>(j)] = acc * scale;
           mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
@@ -170,36 +193,44 @@ void RefBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
         ptr<T>(lse)[bh * Tq + i] = static_cast<T>(l);
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < jmax; ++j) acc += std::exp(s[static_cast<size_t>(j)] - l) * static_cast<double>(V[(bh * Tk + j) * D + d]);
+          for (int64_t j = 0; j < jmax; ++j)
+            acc += std::exp(s[static_cast<size_t>(j)] - l) *
+                   static_cast<double>(V[(bh * Tk + j) * D + d]);
           ptr<T>(dst)[(bh * Tq + i) * D + d] = static_cast<T>(acc);
         }
       }
   });
 }
 
-void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
-                                    const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse, bool causal,
+void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
+                                    const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& dst, const Tensor& lse, bool causal,
                                     double scale) {
   dispatch_float(dq.dtype(), "attention backward", [&](auto t) {
     using T = decltype(t);
-    const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2], D = q.shape()[3];
+    const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
+                  D = q.shape()[3];
     const T* Q = ptr<T>(q);
     const T* K = ptr<T>(k);
     const T* V = ptr<T>(v);
     const T* O = ptr<T>(dst);
     const T* G = ptr<T>(ddst);
-    std::vector<double> gq(static_cast<size_t>(dq.numel()), 0.0), gk(static_cast<size_t>(dk.numel()), 0.0),
-        gv(static_cast<size_t>(dv.numel()), 0.0);
+    std::vector<double> gq(static_cast<size_t>(dq.numel()), 0.0),
+        gk(static_cast<size_t>(dk.numel()), 0.0), gv(static_cast<size_t>(dv.numel()), 0.0);
     for (int64_t bh = 0; bh < BH; ++bh)
       for (int64_t i = 0; i < Tq; ++i) {
         const int64_t jmax = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
         const double l = static_cast<double>(ptr<T>(lse)[bh * Tq + i]);
         // delta_i = sum_d dO[i,d] O[i,d]  (= sum_j P_ij dP_ij)
         double delta = 0;
-        for (int64_t d = 0; d < D; ++d) delta += static_cast<double>(G[(bh * Tq + i) * D + d]) * static_cast<double>(O[(bh * Tq + i) * D + d]);
+        for (int64_t d = 0; d < D; ++d)
+          delta += static_cast<double>(G[(bh * Tq + i) * D + d]) *
+                   static_cast<double>(O[(bh * Tq + i) * D + d]);
         for (int64_t j = 0; j < jmax; ++j) {
           double sij = 0;
-          for (int64_t d = 0; d < D; ++d) sij += static_cast<double>(Q[(bh * Tq + i) * D + d]) * static_cast<double>(K[(bh * Tk + j) * D + d]);
+          for (int64_t d = 0; d < D; ++d)
+            sij += static_cast<double>(Q[(bh * Tq + i) * D + d]) *
+                   static_cast<double>(K[(bh * Tk + j) * D + d]);
           const double p = std::exp(sij * scale - l);
           double dp = 0;
           for (int64_t d = 0; d < D; ++d) {
@@ -209,14 +240,19 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
           }
           const double ds = p * (dp - delta) * scale;
           for (int64_t d = 0; d < D; ++d) {
-            gq[static_cast<size_t>((bh * Tq + i) * D + d)] += ds * static_cast<double>(K[(bh * Tk + j) * D + d]);
-            gk[static_cast<size_t>((bh * Tk + j) * D + d)] += ds * static_cast<double>(Q[(bh * Tq + i) * D + d]);
+            gq[static_cast<size_t>((bh * Tq + i) * D + d)] +=
+                ds * static_cast<double>(K[(bh * Tk + j) * D + d]);
+            gk[static_cast<size_t>((bh * Tk + j) * D + d)] +=
+                ds * static_cast<double>(Q[(bh * Tq + i) * D + d]);
           }
         }
       }
-    for (int64_t i = 0; i < dq.numel(); ++i) ptr<T>(dq)[i] = static_cast<T>(gq[static_cast<size_t>(i)]);
-    for (int64_t i = 0; i < dk.numel(); ++i) ptr<T>(dk)[i] = static_cast<T>(gk[static_cast<size_t>(i)]);
-    for (int64_t i = 0; i < dv.numel(); ++i) ptr<T>(dv)[i] = static_cast<T>(gv[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < dq.numel(); ++i)
+      ptr<T>(dq)[i] = static_cast<T>(gq[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < dk.numel(); ++i)
+      ptr<T>(dk)[i] = static_cast<T>(gk[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < dv.numel(); ++i)
+      ptr<T>(dv)[i] = static_cast<T>(gv[static_cast<size_t>(i)]);
   });
 }
 

@@ -13,7 +13,8 @@ int64_t index_at(const Tensor& idx, int64_t i) {
   const int64_t off = idx.is_contiguous() ? i : offset_of(idx, i);
   if (idx.dtype() == DType::int64) return static_cast<const int64_t*>(idx.data_ptr())[off];
   if (idx.dtype() == DType::int32) return static_cast<const int32_t*>(idx.data_ptr())[off];
-  throw std::invalid_argument("mixp::embedding: indices must be int64 or int32, got " + std::string(mixp::name(idx.dtype())));
+  throw std::invalid_argument("mixp::embedding: indices must be int64 or int32, got " +
+                              std::string(mixp::name(idx.dtype())));
 }
 }  // namespace
 
@@ -23,8 +24,12 @@ void RefBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& indi
     const int64_t V = weight.shape()[0], E = weight.shape()[1], n = indices.numel();
     for (int64_t i = 0; i < n; ++i) {
       const int64_t row = index_at(indices, i);
-      if (row < 0 || row >= V) throw std::out_of_range("mixp::embedding: index " + std::to_string(row) + " out of [0, " + std::to_string(V) + ")");
-      for (int64_t e = 0; e < E; ++e) ptr<T>(dst)[i * E + e] = ptr<T>(weight)[row * weight.strides()[0] + e * weight.strides()[1]];
+      if (row < 0 || row >= V)
+        throw std::out_of_range("mixp::embedding: index " + std::to_string(row) + " out of [0, " +
+                                std::to_string(V) + ")");
+      for (int64_t e = 0; e < E; ++e)
+        ptr<T>(dst)[i * E + e] =
+            ptr<T>(weight)[row * weight.strides()[0] + e * weight.strides()[1]];
     }
   });
 }
@@ -37,7 +42,8 @@ void RefBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const T
       const int64_t row = index_at(indices, i);
       for (int64_t e = 0; e < E; ++e) {
         const int64_t lin = i * E + e;
-        ptr<T>(dweight)[row * E + e] += ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+        ptr<T>(dweight)[row * E + e] +=
+            ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
       }
     }
   });
@@ -48,7 +54,8 @@ struct PoolGeom {
   int64_t N, C, H, W, OH, OW;
 };
 PoolGeom geom(const Tensor& src, const Tensor& dst) {
-  return {src.shape()[0], src.shape()[1], src.shape()[2], src.shape()[3], dst.shape()[2], dst.shape()[3]};
+  return {src.shape()[0], src.shape()[1], src.shape()[2],
+          src.shape()[3], dst.shape()[2], dst.shape()[3]};
 }
 }  // namespace
 
@@ -64,7 +71,8 @@ void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
             T best = -std::numeric_limits<T>::infinity();
             for (int64_t kh = 0; kh < p.kernel_h; ++kh)
               for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                const int64_t h = oh * p.stride_h - p.pad_h + kh,
+                              w = ow * p.stride_w - p.pad_w + kw;
                 if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
                 const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
                 if (v > best || std::isnan(v)) best = v;
@@ -74,7 +82,8 @@ void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
   });
 }
 
-void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) {
+void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                     const Pool2dParams& p) {
   dispatch_float(dsrc.dtype(), "max_pool2d backward", [&](auto t) {
     using T = decltype(t);
     const PoolGeom g = geom(src, ddst);
@@ -89,7 +98,8 @@ void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
             int64_t arg = -1;
             for (int64_t kh = 0; kh < p.kernel_h; ++kh)
               for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                const int64_t h = oh * p.stride_h - p.pad_h + kh,
+                              w = ow * p.stride_w - p.pad_w + kw;
                 if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
                 const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
                 if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
@@ -98,7 +108,9 @@ void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
                 }
               }
             const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
-            if (arg >= 0) gi[(n * g.C + c) * g.H * g.W + arg] += ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+            if (arg >= 0)
+              gi[(n * g.C + c) * g.H * g.W + arg] +=
+                  ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
           }
   });
 }
@@ -116,9 +128,11 @@ void RefBackend::avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
             double s = 0;
             for (int64_t kh = 0; kh < p.kernel_h; ++kh)
               for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                const int64_t h = oh * p.stride_h - p.pad_h + kh,
+                              w = ow * p.stride_w - p.pad_w + kw;
                 if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                s += static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
+                s +=
+                    static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
               }
             ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = static_cast<T>(s / area);
           }
@@ -137,10 +151,13 @@ void RefBackend::avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Poo
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
-            const double gv = static_cast<double>(ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]) / area;
+            const double gv = static_cast<double>(
+                                  ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]) /
+                              area;
             for (int64_t kh = 0; kh < p.kernel_h; ++kh)
               for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh, w = ow * p.stride_w - p.pad_w + kw;
+                const int64_t h = oh * p.stride_h - p.pad_h + kh,
+                              w = ow * p.stride_w - p.pad_w + kw;
                 if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
                 gi[(n * g.C + c) * g.H * g.W + h * g.W + w] += static_cast<T>(gv);
               }

@@ -12,15 +12,19 @@ void RefBackend::copy(Tensor& dst, const Tensor& src) {
   convert(dst, src, Round::nearest_even, Overflow::ieee, 0);
 }
 
-void RefBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) {
-  if (dst.shape() != src.shape()) throw std::invalid_argument("ref copy: shapes " + dst.shape().str() + " and " + src.shape().str());
+void RefBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
+                         uint64_t seed) {
+  if (dst.shape() != src.shape())
+    throw std::invalid_argument("ref copy: shapes " + dst.shape().str() + " and " +
+                                src.shape().str());
   void* d = dst.data_ptr();
   const void* s = src.data_ptr();
   const DType dd = dst.dtype(), sd = src.dtype();
   if (dd == sd) {
     const size_t es = dst.element_size();
     for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) {
-      std::memcpy(static_cast<char*>(d) + od * static_cast<int64_t>(es), static_cast<const char*>(s) + os * static_cast<int64_t>(es), es);
+      std::memcpy(static_cast<char*>(d) + od * static_cast<int64_t>(es),
+                  static_cast<const char*>(s) + os * static_cast<int64_t>(es), es);
     });
     return;
   }
@@ -47,7 +51,8 @@ void RefBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
       T* d = ptr<T>(dst);
       const T* s = ptr<T>(src);
       const T a = static_cast<T>(alpha);
-      for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) { d[od] += a * s[os]; });
+      for_each2(dst.shape(), dst.strides(), src.strides(),
+                [&](int64_t od, int64_t os) { d[od] += a * s[os]; });
     });
     return;
   }
@@ -64,11 +69,13 @@ void RefBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
     const T* s = ptr<T>(src);
-    for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) { d[od] = unary_fwd<T>(op, s[os]); });
+    for_each2(dst.shape(), dst.strides(), src.strides(),
+              [&](int64_t od, int64_t os) { d[od] = unary_fwd<T>(op, s[os]); });
   });
 }
 
-void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
+void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                const Tensor& dst) {
   dispatch_float(dsrc.dtype(), "unary backward", [&](auto t) {
     using T = decltype(t);
     T* gi = ptr<T>(dsrc);
@@ -106,7 +113,8 @@ void RefBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
     T* d = ptr<T>(dst);
     const T* x = ptr<T>(src);
     const T sv = static_cast<T>(s);
-    for_each2(dst.shape(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) { d[od] = scalar_fwd<T>(op, x[os], sv); });
+    for_each2(dst.shape(), dst.strides(), src.strides(),
+              [&](int64_t od, int64_t os) { d[od] = scalar_fwd<T>(op, x[os], sv); });
   });
 }
 

@@ -41,7 +41,8 @@ void RefBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
   dispatch_float(dst.dtype(), "reduce", [&](auto t) {
     using T = decltype(t);
     const int64_t n = dst.numel();
-    std::vector<double> acc(static_cast<size_t>(n), op == ReduceOp::max ? -std::numeric_limits<double>::infinity() : 0.0);
+    std::vector<double> acc(static_cast<size_t>(n),
+                            op == ReduceOp::max ? -std::numeric_limits<double>::infinity() : 0.0);
     const T* s = ptr<T>(src);
     // Index acc through a contiguous map of dst's shape (0 along reduced dims).
     Shape dstrides = contiguous_strides(dst.shape());
@@ -60,13 +61,15 @@ void RefBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
     const double count = n > 0 ? static_cast<double>(src.numel()) / static_cast<double>(n) : 1.0;
     T* d = ptr<T>(dst);
     for (int64_t i = 0; i < n; ++i) {
-      const double v = op == ReduceOp::mean ? acc[static_cast<size_t>(i)] / count : acc[static_cast<size_t>(i)];
+      const double v =
+          op == ReduceOp::mean ? acc[static_cast<size_t>(i)] / count : acc[static_cast<size_t>(i)];
       d[dst.is_contiguous() ? i : offset_of(dst, i)] = static_cast<T>(v);
     }
   });
 }
 
-void RefBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) {
+void RefBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                     const Tensor& dst) {
   dispatch_float(dsrc.dtype(), "max backward", [&](auto t) {
     using T = decltype(t);
     const Shape rs_dst = reduced_strides(dst, src);
@@ -86,7 +89,9 @@ void RefBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Ten
     for_each3(src.shape(), src.strides(), rs_dst, cstr, [&](int64_t os, int64_t om, int64_t oc) {
       const int64_t og = offset_of(ddst, oc);  // ddst has dst's shape
       gi[dsrc.is_contiguous() ? i : offset_of(dsrc, i)] =
-          s[os] == m[om] ? static_cast<T>(static_cast<double>(g[og]) / count[static_cast<size_t>(oc)]) : T(0);
+          s[os] == m[om]
+              ? static_cast<T>(static_cast<double>(g[og]) / count[static_cast<size_t>(oc)])
+              : T(0);
       ++i;
     });
   });
@@ -100,9 +105,11 @@ void RefBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
     T* d = ptr<T>(dst);
     for (int64_t r = 0; r < rv.rows(); ++r) {
       double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < rv.n; ++j) mx = std::max(mx, static_cast<double>(s[row_offset(src, rv, dim, r, j)]));
+      for (int64_t j = 0; j < rv.n; ++j)
+        mx = std::max(mx, static_cast<double>(s[row_offset(src, rv, dim, r, j)]));
       double sum = 0;
-      for (int64_t j = 0; j < rv.n; ++j) sum += std::exp(static_cast<double>(s[row_offset(src, rv, dim, r, j)]) - mx);
+      for (int64_t j = 0; j < rv.n; ++j)
+        sum += std::exp(static_cast<double>(s[row_offset(src, rv, dim, r, j)]) - mx);
       const double lse = mx + std::log(sum);
       for (int64_t j = 0; j < rv.n; ++j) {
         const double x = static_cast<double>(s[row_offset(src, rv, dim, r, j)]);
@@ -112,7 +119,8 @@ void RefBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
   });
 }
 
-void RefBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) {
+void RefBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
+                                  bool log) {
   dispatch_float(dsrc.dtype(), "softmax backward", [&](auto t) {
     using T = decltype(t);
     const RowView rv(dst.shape(), dim);
@@ -129,14 +137,15 @@ void RefBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor
         const double gj = static_cast<double>(g[row_offset(ddst, rv, dim, r, j)]);
         const double yj = static_cast<double>(y[row_offset(dst, rv, dim, r, j)]);
         // softmax: y (g - sum g y);  log_softmax: g - exp(y) sum g
-        gi[row_offset(dsrc, rv, dim, r, j)] = static_cast<T>(log ? gj - std::exp(yj) * dot : yj * (gj - dot));
+        gi[row_offset(dsrc, rv, dim, r, j)] =
+            static_cast<T>(log ? gj - std::exp(yj) * dot : yj * (gj - dot));
       }
     }
   });
 }
 
-void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
+                            const Tensor& weight, const Tensor& bias, double eps) {
   dispatch_float(dst.dtype(), "layer_norm", [&](auto t) {
     using T = decltype(t);
     const int64_t rows = mean.numel();
@@ -148,7 +157,8 @@ void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tenso
     const bool sc = src.is_contiguous();
     for (int64_t r = 0; r < rows; ++r) {
       double m = 0, v = 0;
-      for (int64_t j = 0; j < n; ++j) m += static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]);
+      for (int64_t j = 0; j < n; ++j)
+        m += static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]);
       m /= static_cast<double>(n);
       for (int64_t j = 0; j < n; ++j) {
         const double x = static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]) - m;
@@ -168,17 +178,21 @@ void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tenso
   });
 }
 
-void RefBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
-                                     const Tensor& src, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+void RefBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& ddst, const Tensor& src, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd) {
   dispatch_float(dsrc.dtype(), "layer_norm backward", [&](auto t) {
     using T = decltype(t);
     const int64_t rows = mean.numel();
     const int64_t n = rows ? src.numel() / rows : 0;
-    auto at = [](const Tensor& x, int64_t i) { return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]); };
+    auto at = [](const Tensor& x, int64_t i) {
+      return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]);
+    };
     std::vector<double> dw(static_cast<size_t>(n), 0.0), db(static_cast<size_t>(n), 0.0);
     for (int64_t r = 0; r < rows; ++r) {
       const double m = at(mean, r), rs = at(rstd, r);
-      // y = xhat * w + b; dxhat = g * w;  dx = rs * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+      // y = xhat * w + b; dxhat = g * w;  dx = rs * (dxhat - mean(dxhat) - xhat * mean(dxhat *
+      // xhat))
       double sum_dxhat = 0, sum_dxhat_xhat = 0;
       for (int64_t j = 0; j < n; ++j) {
         const double xhat = (at(src, r * n + j) - m) * rs;
@@ -194,23 +208,30 @@ void RefBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
         const double g = at(ddst, r * n + j);
         const double dxhat = weight.defined() ? g * at(weight, j) : g;
         ptr<T>(dsrc)[r * n + j] =
-            static_cast<T>(rs * (dxhat - sum_dxhat / static_cast<double>(n) - xhat * sum_dxhat_xhat / static_cast<double>(n)));
+            static_cast<T>(rs * (dxhat - sum_dxhat / static_cast<double>(n) -
+                                 xhat * sum_dxhat_xhat / static_cast<double>(n)));
       }
     }
-    if (dweight.defined()) for (int64_t j = 0; j < n; ++j) ptr<T>(dweight)[j] = static_cast<T>(dw[static_cast<size_t>(j)]);
-    if (dbias.defined()) for (int64_t j = 0; j < n; ++j) ptr<T>(dbias)[j] = static_cast<T>(db[static_cast<size_t>(j)]);
+    if (dweight.defined())
+      for (int64_t j = 0; j < n; ++j)
+        ptr<T>(dweight)[j] = static_cast<T>(dw[static_cast<size_t>(j)]);
+    if (dbias.defined())
+      for (int64_t j = 0; j < n; ++j) ptr<T>(dbias)[j] = static_cast<T>(db[static_cast<size_t>(j)]);
   });
 }
 
-void RefBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
-                            Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
-                            bool training, double momentum, double eps) {
+void RefBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
+                            Tensor& running_mean, Tensor& running_var, const Tensor& src,
+                            const Tensor& weight, const Tensor& bias, bool training,
+                            double momentum, double eps) {
   dispatch_float(dst.dtype(), "batch_norm", [&](auto t) {
     using T = decltype(t);
     const int64_t N = src.shape()[0], C = src.shape()[1];
     const int64_t S = C ? src.numel() / (N * C) : 0;  // spatial size
     auto idx = [&](int64_t n, int64_t c, int64_t s) { return (n * C + c) * S + s; };
-    auto at = [](const Tensor& x, int64_t i) { return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]); };
+    auto at = [](const Tensor& x, int64_t i) {
+      return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]);
+    };
     for (int64_t c = 0; c < C; ++c) {
       double m, invstd;
       if (training) {
@@ -244,20 +265,23 @@ void RefBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
       const double w = weight.defined() ? at(weight, c) : 1.0;
       const double b = bias.defined() ? at(bias, c) : 0.0;
       for (int64_t n = 0; n < N; ++n)
-        for (int64_t s = 0; s < S; ++s) ptr<T>(dst)[idx(n, c, s)] = static_cast<T>((at(src, idx(n, c, s)) - m) * invstd * w + b);
+        for (int64_t s = 0; s < S; ++s)
+          ptr<T>(dst)[idx(n, c, s)] = static_cast<T>((at(src, idx(n, c, s)) - m) * invstd * w + b);
     }
   });
 }
 
-void RefBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
-                                     const Tensor& src, const Tensor& weight, const Tensor& save_mean,
-                                     const Tensor& save_invstd) {
+void RefBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& ddst, const Tensor& src, const Tensor& weight,
+                                     const Tensor& save_mean, const Tensor& save_invstd) {
   dispatch_float(dsrc.dtype(), "batch_norm backward", [&](auto t) {
     using T = decltype(t);
     const int64_t N = src.shape()[0], C = src.shape()[1];
     const int64_t S = C ? src.numel() / (N * C) : 0;
     auto idx = [&](int64_t n, int64_t c, int64_t s) { return (n * C + c) * S + s; };
-    auto at = [](const Tensor& x, int64_t i) { return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]); };
+    auto at = [](const Tensor& x, int64_t i) {
+      return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]);
+    };
     const double cnt = static_cast<double>(N * S);
     for (int64_t c = 0; c < C; ++c) {
       const double m = at(save_mean, c), invstd = at(save_invstd, c);
@@ -273,7 +297,8 @@ void RefBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
         for (int64_t s = 0; s < S; ++s) {
           const double xhat = (at(src, idx(n, c, s)) - m) * invstd;
           const double g = at(ddst, idx(n, c, s));
-          ptr<T>(dsrc)[idx(n, c, s)] = static_cast<T>(w * invstd * (g - sum_g / cnt - xhat * sum_g_xhat / cnt));
+          ptr<T>(dsrc)[idx(n, c, s)] =
+              static_cast<T>(w * invstd * (g - sum_g / cnt - xhat * sum_g_xhat / cnt));
         }
       if (dweight.defined()) ptr<T>(dweight)[c] = static_cast<T>(sum_g_xhat);
       if (dbias.defined()) ptr<T>(dbias)[c] = static_cast<T>(sum_g);
@@ -286,15 +311,19 @@ int64_t target_at(const Tensor& targets, int64_t i) {
   const int64_t off = targets.is_contiguous() ? i : offset_of(targets, i);
   if (targets.dtype() == DType::int64) return static_cast<const int64_t*>(targets.data_ptr())[off];
   if (targets.dtype() == DType::int32) return static_cast<const int32_t*>(targets.data_ptr())[off];
-  throw std::invalid_argument("mixp backend: class indices must be int64 or int32, got " + std::string(mixp::name(targets.dtype())));
+  throw std::invalid_argument("mixp backend: class indices must be int64 or int32, got " +
+                              std::string(mixp::name(targets.dtype())));
 }
 }  // namespace
 
-void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) {
+void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
+                               const Tensor& targets) {
   dispatch_float(loss.dtype(), "cross_entropy", [&](auto t) {
     using T = decltype(t);
     const int64_t N = logits.shape()[0], C = logits.shape()[1];
-    auto at = [&](int64_t n, int64_t c) { return static_cast<double>(ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]); };
+    auto at = [&](int64_t n, int64_t c) {
+      return static_cast<double>(ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]);
+    };
     double total = 0;
     for (int64_t n = 0; n < N; ++n) {
       double mx = -std::numeric_limits<double>::infinity();
@@ -304,7 +333,9 @@ void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, 
       const double l = mx + std::log(s);
       ptr<T>(lse)[n] = static_cast<T>(l);
       const int64_t tgt = target_at(targets, n);
-      if (tgt < 0 || tgt >= C) throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(tgt) + " out of [0, " + std::to_string(C) + ")");
+      if (tgt < 0 || tgt >= C)
+        throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(tgt) +
+                                " out of [0, " + std::to_string(C) + ")");
       total += l - at(n, tgt);
     }
     ptr<T>(loss)[0] = static_cast<T>(N ? total / static_cast<double>(N) : 0.0);
@@ -321,7 +352,8 @@ void RefBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
       const double l = static_cast<double>(ptr<T>(lse)[n]);
       const int64_t tgt = target_at(targets, n);
       for (int64_t c = 0; c < C; ++c) {
-        const double x = static_cast<double>(ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]);
+        const double x =
+            static_cast<double>(ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]);
         const double p = std::exp(x - l);
         ptr<T>(dlogits)[n * C + c] = static_cast<T>(g * (p - (c == tgt ? 1.0 : 0.0)));
       }
