@@ -1,5 +1,6 @@
 // Umbrella header: includes the public API only.
 #pragma once
+#include "mixp/amp/amp.h"
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/node.h"
@@ -8,6 +9,7 @@
 #include "mixp/format/dtype.h"
 #include "mixp/format/minifloat.h"
 #include "mixp/format/rounding.h"
+#include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/op_list.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/allocator.h"

@@ -3,17 +3,54 @@
 // transpose is ever materialized.
 #include <cmath>
 
+#include "backend/narrow.h"
+#include "mixp/ops/matmul_precision.h"
 #include "ops/dispatch.h"
 
 namespace mixp {
 using namespace detail;
 
 namespace {
-// The dtype GEMM products are computed in. fp64 when an input is fp64, else fp32. The
-// mixed-precision issue adds: both inputs bf16 (or fp16, fp8 on the bf16 path) and the backend
-// supports it -> that dtype (MatmulConfig::compute), with fp32 accumulation and an fp32 dst.
-DType gemm_compute_dtype(std::initializer_list<const Tensor*> inputs) {
-  return compute_of(result_dtype(inputs));
+// How the GEMMs of one op run, decided at forward time and reused by its backward GEMMs.
+//   c        the dtype products are computed in: fp64 when an input is fp64; bf16 / fp16 when every
+//            input has that dtype (bf16 native on oneDNN, fp16 emulated exactly; fp32 accumulation,
+//            result in that dtype, PyTorch's autocast semantics); else fp32.
+//   mode     for c == fp32: TF32 or bf16 rounding of the operands (mixp/ops/matmul_precision.h).
+struct GemmPlan {
+  DType c = DType::fp32;
+  Fp32GemmMode mode;
+};
+
+GemmPlan plan_gemm(std::initializer_list<const Tensor*> inputs) {
+  const DType rd = result_dtype(inputs);
+  if (kern::is_narrow(rd)) return GemmPlan{rd, {}};
+  GemmPlan p{compute_of(rd), {}};
+  if (p.c == DType::fp32) p.mode = effective_fp32_gemm_mode();
+  return p;
+}
+
+// An fp32 GEMM operand rounded as the plan says (a same-layout copy), or t itself.
+Tensor plan_operand(const Tensor& t, const GemmPlan& p) {
+  if (p.c != DType::fp32 || !t.defined() || t.dtype() != DType::fp32) return t;
+  switch (p.mode.precision) {
+    case MatmulPrecision::highest:
+      return t;
+    case MatmulPrecision::high:
+      return kern::convert_view(backend(), t, DType::tf32, p.mode.round, DType::fp32);
+    case MatmulPrecision::medium:
+      return kern::convert_view(backend(), t, DType::bf16, Round::nearest_even);
+  }
+  return t;
+}
+
+// The compute dtype the backend sees: bf16 for fp32 GEMMs at precision medium.
+DType backend_compute(const GemmPlan& p) {
+  return p.c == DType::fp32 && p.mode.precision == MatmulPrecision::medium ? DType::bf16 : p.c;
+}
+
+// The dtype of a GEMM's result: the 16-bit compute dtype, else fp32/fp64.
+DType gemm_out_dtype(const GemmPlan& p) {
+  return p.c;
 }
 
 // t^T over its last two dims, as a strided view (not recorded).
@@ -32,18 +69,18 @@ Tensor rows_of(const Tensor& t) {
   return raw_reshape(t, Shape{k ? t.numel() / k : 0, k});
 }
 
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, DType c,
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const GemmPlan& plan,
             Activation act = Activation::none) {
   Shape out_shape =
       a.dim() == 3 || b.dim() == 3
           ? Shape{std::max(a.dim() == 3 ? a.shape()[0] : 1, b.dim() == 3 ? b.shape()[0] : 1),
                   a.shape()[a.dim() - 2], b.shape()[b.dim() - 1]}
           : Shape{a.shape()[0], b.shape()[1]};
-  Tensor dst = new_tensor(out_shape, DType::fp32 == c ? DType::fp32 : c);
+  Tensor dst = new_tensor(out_shape, gemm_out_dtype(plan));
   MatmulConfig cfg;
-  cfg.compute = c;
+  cfg.compute = backend_compute(plan);
   cfg.activation = act;
-  backend().matmul(dst, a, b, bias, cfg);
+  backend().matmul(dst, plan_operand(a, plan), plan_operand(b, plan), bias, cfg);
   return dst;
 }
 
@@ -68,10 +105,11 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   if (a.shape()[a.dim() - 1] != b.shape()[0])
     shape_error("matmul", "inner dimensions differ", a.shape(), b.shape());
   const DType rd = result_dtype({&a, &b});
-  const DType c = gemm_compute_dtype({&a, &b});
+  const GemmPlan plan = plan_gemm({&a, &b});
+  const DType c = plan.c;
   const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
   const Tensor a2 = rows_of(ac);
-  Tensor y2 = gemm(a2, bc, Tensor(), c);
+  Tensor y2 = gemm(a2, bc, Tensor(), plan);
   Shape out_shape = a.shape();
   out_shape[out_shape.size() - 1] = b.shape()[1];
   Tensor out =
@@ -80,12 +118,13 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     Tensor keep_a = b.requires_grad() ? a2.detach() : Tensor();
     Tensor keep_b = a.requires_grad() ? bc.detach() : Tensor();
     const Shape a_shape = a.shape();
-    record(OpId::matmul, c, {&a, &b}, {&out}, [keep_a, keep_b, a_shape, c](BackwardContext& ctx) {
-      const Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
-      if (ctx.needs(0))
-        ctx.grad_inputs[0] = raw_reshape(gemm(g2, raw_t(keep_b), Tensor(), c), a_shape);
-      if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(keep_a), g2, Tensor(), c);
-    });
+    record(OpId::matmul, c, {&a, &b}, {&out},
+           [keep_a, keep_b, a_shape, plan](BackwardContext& ctx) {
+             const Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
+             if (ctx.needs(0))
+               ctx.grad_inputs[0] = raw_reshape(gemm(g2, raw_t(keep_b), Tensor(), plan), a_shape);
+             if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(keep_a), g2, Tensor(), plan);
+           });
   }
   return out;
 }
@@ -103,16 +142,17 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   if (a.shape()[2] != b.shape()[1])
     shape_error("bmm", "inner dimensions differ", a.shape(), b.shape());
   const DType rd = result_dtype({&a, &b});
-  const DType c = gemm_compute_dtype({&a, &b});
+  const GemmPlan plan = plan_gemm({&a, &b});
+  const DType c = plan.c;
   const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
-  Tensor out = finish(gemm(ac, bc, Tensor(), c), rd);
+  Tensor out = finish(gemm(ac, bc, Tensor(), plan), rd);
   if (should_record({&a, &b})) {
     Tensor keep_a = b.requires_grad() ? ac.detach() : Tensor();
     Tensor keep_b = a.requires_grad() ? bc.detach() : Tensor();
-    record(OpId::bmm, c, {&a, &b}, {&out}, [keep_a, keep_b, c](BackwardContext& ctx) {
+    record(OpId::bmm, c, {&a, &b}, {&out}, [keep_a, keep_b, plan](BackwardContext& ctx) {
       const Tensor g = raw_contiguous(ctx.grad());
-      if (ctx.needs(0)) ctx.grad_inputs[0] = gemm(g, raw_t(keep_b), Tensor(), c);
-      if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(keep_a), g, Tensor(), c);
+      if (ctx.needs(0)) ctx.grad_inputs[0] = gemm(g, raw_t(keep_b), Tensor(), plan);
+      if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(keep_a), g, Tensor(), plan);
     });
   }
   return out;
@@ -135,10 +175,11 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
   // gelu's backward needs the pre-activation, which a fused epilogue does not keep.
   if (act == Activation::gelu && rec) return gelu(linear(x, w, b, Activation::none));
   const DType rd = result_dtype({&x, &w, &b});
-  const DType c = gemm_compute_dtype({&x, &w, &b});
+  const GemmPlan plan = plan_gemm({&x, &w, &b});
+  const DType c = plan.c;
   const Tensor xc = as_compute(x, c), wc = as_compute(w, c), bc = as_compute(b, c);
   const Tensor x2 = x.dim() == 1 ? raw_reshape(xc, Shape{1, xc.shape()[0]}) : rows_of(xc);
-  Tensor y2 = gemm(x2, raw_t(wc), bc, c, act);
+  Tensor y2 = gemm(x2, raw_t(wc), bc, plan, act);
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = w.shape()[0];
   Tensor out =
@@ -149,7 +190,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
     Tensor keep_y = act == Activation::relu ? y2.detach() : Tensor();
     const Shape x_shape = x.shape();
     record(OpId::linear, c, {&x, &w, &b}, {&out},
-           [keep_x, keep_w, keep_y, x_shape, c](BackwardContext& ctx) {
+           [keep_x, keep_w, keep_y, x_shape, plan](BackwardContext& ctx) {
              Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
              if (keep_y.defined()) {
                Tensor gz = new_tensor(g2.shape(), g2.dtype());
@@ -157,8 +198,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
                g2 = gz;
              }
              if (ctx.needs(0))
-               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), c), x_shape);
-             if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), c);
+               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
+             if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), plan);
              if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
            });
   }
@@ -191,31 +232,36 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   if (OH <= 0 || OW <= 0)
     shape_error("conv2d", "the kernel is larger than the padded input", x.shape(), w.shape());
   const DType rd = result_dtype({&x, &w, &b});
-  const DType c = gemm_compute_dtype({&x, &w, &b});
+  const GemmPlan plan = plan_gemm({&x, &w, &b});
+  const DType c = plan.c;
   Conv2dParams p = p0;
-  p.compute = c;
+  p.compute = backend_compute(plan);
   const Tensor xc = raw_contiguous(as_compute(x, c)), wc = raw_contiguous(as_compute(w, c)),
                bc = as_compute(b, c);
   Tensor y = new_tensor(Shape{x.shape()[0], w.shape()[0], OH, OW}, c);
-  backend().conv2d(y, xc, wc, bc.defined() ? raw_contiguous(bc) : bc, p);
+  backend().conv2d(y, plan_operand(xc, plan), plan_operand(wc, plan),
+                   bc.defined() ? raw_contiguous(bc) : bc, p);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {
     Tensor keep_x = w.requires_grad() ? xc.detach() : Tensor();
     Tensor keep_w = x.requires_grad() ? wc.detach() : Tensor();
     const Shape x_shape = x.shape(), w_shape = w.shape();
     record(OpId::conv2d, c, {&x, &w, &b}, {&out},
-           [keep_x, keep_w, x_shape, w_shape, p](BackwardContext& ctx) {
+           [keep_x, keep_w, x_shape, w_shape, p, plan](BackwardContext& ctx) {
              const Tensor g = raw_contiguous(ctx.grad());
+             const Tensor gp = plan_operand(g, plan);
+             // Gradients in g's dtype (fp32 at precision medium, where the operands are
+             // bf16-rounded).
              if (ctx.needs(0)) {
                Tensor gx = new_tensor(x_shape, g.dtype());
-               backend().conv2d_backward_data(gx, g, keep_w, p);
+               backend().conv2d_backward_data(gx, gp, plan_operand(keep_w, plan), p);
                ctx.grad_inputs[0] = gx;
              }
              if (ctx.needs(1) || ctx.needs(2)) {
                if (ctx.needs(1)) {
                  Tensor gw = new_tensor(w_shape, g.dtype());
                  Tensor gb = ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype()) : Tensor();
-                 backend().conv2d_backward_weights(gw, gb, g, keep_x, p);
+                 backend().conv2d_backward_weights(gw, gb, gp, plan_operand(keep_x, plan), p);
                  ctx.grad_inputs[1] = gw;
                  if (gb.defined()) ctx.grad_inputs[2] = gb;
                } else {
@@ -256,11 +302,16 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
     shape_error("attention", "causal attention needs Tq <= Tk", q.shape(), k.shape());
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   const DType rd = result_dtype({&q, &k, &v});
-  const DType c = gemm_compute_dtype({&q, &k, &v});
-  const Tensor qc = raw_contiguous(as_compute(q, c)), kc = raw_contiguous(as_compute(k, c)),
-               vc = raw_contiguous(as_compute(v, c));
+  const GemmPlan plan = plan_gemm({&q, &k, &v});
+  const DType c = plan.c;
+  // TF32 / bf16 precision of fp32 attention rounds q, k, v (the rounded copies are what is saved).
+  auto operand = [&](const Tensor& t) {
+    return raw_contiguous(plan_operand(raw_contiguous(as_compute(t, c)), plan));
+  };
+  const Tensor qc = operand(q), kc = operand(k), vc = operand(v);
   Tensor y = new_tensor(q.shape(), c);
-  Tensor lse = new_tensor(Shape{q.shape()[0], q.shape()[1], q.shape()[2]}, c);
+  Tensor lse = new_tensor(Shape{q.shape()[0], q.shape()[1], q.shape()[2]},
+                          kern::is_narrow(c) ? DType::fp32 : c);
   backend().attention(y, lse, qc, kc, vc, causal, scale);
   Tensor out = finish(y, rd);
   if (should_record({&q, &k, &v})) {

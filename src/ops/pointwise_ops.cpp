@@ -1,5 +1,6 @@
 // Front ends of the pointwise ops: binary (broadcasting), scalar, unary, dropout, operators.
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "mixp/autograd/checkpoint.h"
 #include "ops/dispatch.h"
 
@@ -7,6 +8,14 @@ namespace mixp {
 using namespace detail;
 
 namespace {
+
+// 16-bit results (bf16, fp16 inputs of one dtype): the backend kernels read and write the 16-bit
+// tensors directly and compute in fp32 (backend.h), so nothing is widened in memory, the tensors
+// saved for backward stay 16-bit, and the backward node runs in that dtype (its gradients arrive
+// and leave 16-bit, as for PyTorch's bf16 tensors). Other results compute in fp32/fp64 copies.
+DType pointwise_compute(DType result) {
+  return kern::is_narrow(result) ? result : compute_of(result);
+}
 
 Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   const char* nm = op_name(id).data();
@@ -18,8 +27,13 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   const Tensor& b = in[1];
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), nm);
   const DType rd = result_dtype({&a, &b});
-  const DType c = compute_of(rd);
-  const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
+  const DType c = pointwise_compute(rd);
+  // fp32 results with 16-bit operands (a bf16 activation added to the fp32 residual stream): the
+  // backend widens them in registers; no fp32 copy is made or saved.
+  auto operand = [&](const Tensor& t) {
+    return c == DType::fp32 && kern::is_narrow(t.dtype()) ? t : as_compute(t, c);
+  };
+  const Tensor ac = operand(a), bc = operand(b);
   Tensor out = new_tensor(shape, c);
   backend().binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
   out = finish(out, rd);
@@ -67,7 +81,7 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
   apply_cast_policy(id, in);
   const Tensor& x = in[0];
   const DType rd = result_dtype({&x});
-  const DType c = compute_of(rd);
+  const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor out = new_tensor(x.shape(), c);
   backend().scalar(sop, out, xc, s);
@@ -105,7 +119,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
   apply_cast_policy(id, in);
   const Tensor& x = in[0];
   const DType rd = result_dtype({&x});
-  const DType c = compute_of(rd);
+  const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor yc = new_tensor(x.shape(), c);
   backend().unary(uop, yc, xc);
@@ -192,7 +206,7 @@ Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   const Tensor& x = in[0];
   if (p == 1.0) return mul(x, 0.0);
   const DType rd = result_dtype({&x});
-  const DType c = compute_of(rd);
+  const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor out = new_tensor(x.shape(), c);
   backend().dropout(out, xc, p, seed);

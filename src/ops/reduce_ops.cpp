@@ -1,4 +1,5 @@
 // Reductions: sum, mean, max over dims (keepdim or not), and sum_to (the gradient of a broadcast).
+#include "backend/narrow.h"
 #include "ops/dispatch.h"
 
 namespace mixp {
@@ -37,7 +38,9 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
     throw std::invalid_argument("mixp::max: empty tensor " + x.shape().str());
   const DType rd = result_dtype({&x});
   const DType c = compute_of(rd);
-  const Tensor xc = as_compute(x, c);
+  // sum/mean of a 16-bit tensor: the backend widens it on the fly (no fp32 copy).
+  const bool direct = rop != ReduceOp::max && c == DType::fp32 && kern::is_narrow(x.dtype());
+  const Tensor xc = direct ? x : as_compute(x, c);
   Tensor kc = new_tensor(kept, c);
   backend().reduce(rop, kc, xc);
   Tensor out =

@@ -13,59 +13,61 @@
 
 namespace mixp {
 
-#define MIXP_OP_LIST(X)                     \
-  /* gemm */                                \
-  X(matmul, "matmul", gemm)                 \
-  X(linear, "linear", gemm)                 \
-  X(bmm, "bmm", gemm)                       \
-  X(conv2d, "conv2d", gemm)                 \
-  X(attention, "attention", gemm)           \
-  X(lstm_cell, "lstm_cell", gemm)           \
-  /* pointwise, binary */                   \
-  X(add, "add", pointwise)                  \
-  X(sub, "sub", pointwise)                  \
-  X(mul, "mul", pointwise)                  \
-  X(div, "div", pointwise)                  \
-  /* pointwise, with a scalar */            \
-  X(add_scalar, "add_scalar", pointwise)    \
-  X(mul_scalar, "mul_scalar", pointwise)    \
-  X(pow_scalar, "pow_scalar", reduce)       \
-  X(rsub_scalar, "rsub_scalar", pointwise)  \
-  X(rdiv_scalar, "rdiv_scalar", reduce)     \
-  /* pointwise, unary */                    \
-  X(neg, "neg", pointwise)                  \
-  X(exp, "exp", reduce)                     \
-  X(log, "log", reduce)                     \
-  X(sqrt, "sqrt", reduce)                   \
-  X(relu, "relu", pointwise)                \
-  X(gelu, "gelu", pointwise)                \
-  X(tanh, "tanh", pointwise)                \
-  X(sigmoid, "sigmoid", pointwise)          \
-  X(dropout, "dropout", pointwise)          \
-  /* normalization, softmax, losses */      \
-  X(softmax, "softmax", reduce)             \
-  X(log_softmax, "log_softmax", reduce)     \
-  X(layer_norm, "layer_norm", reduce)       \
-  X(batch_norm, "batch_norm", reduce)       \
-  X(cross_entropy, "cross_entropy", reduce) \
-  X(mse_loss, "mse_loss", reduce)           \
-  /* reductions */                          \
-  X(sum, "sum", reduce)                     \
-  X(mean, "mean", reduce)                   \
-  X(max, "max", reduce)                     \
-  /* pooling, embedding */                  \
-  X(max_pool2d, "max_pool2d", layout)       \
-  X(avg_pool2d, "avg_pool2d", pointwise)    \
-  X(embedding, "embedding", layout)         \
-  /* layout and copies */                   \
-  X(reshape, "reshape", layout)             \
-  X(transpose, "transpose", layout)         \
-  X(permute, "permute", layout)             \
-  X(slice, "slice", layout)                 \
-  X(expand, "expand", layout)               \
-  X(cat, "cat", pointwise)                  \
-  X(stack, "stack", pointwise)              \
-  X(contiguous, "contiguous", layout)       \
+#define MIXP_OP_LIST(X)                                                           \
+  /* gemm */                                                                      \
+  X(matmul, "matmul", gemm)                                                       \
+  X(linear, "linear", gemm)                                                       \
+  X(bmm, "bmm", gemm)                                                             \
+  X(conv2d, "conv2d", gemm)                                                       \
+  X(attention, "attention", gemm)                                                 \
+  X(lstm_cell, "lstm_cell", gemm)                                                 \
+  /* pointwise, binary */                                                         \
+  X(add, "add", pointwise)                                                        \
+  X(sub, "sub", pointwise)                                                        \
+  X(mul, "mul", pointwise)                                                        \
+  X(div, "div", pointwise)                                                        \
+  /* pointwise, with a scalar */                                                  \
+  X(add_scalar, "add_scalar", pointwise)                                          \
+  X(mul_scalar, "mul_scalar", pointwise)                                          \
+  X(pow_scalar, "pow_scalar", reduce)                                             \
+  X(rsub_scalar, "rsub_scalar", pointwise)                                        \
+  X(rdiv_scalar, "rdiv_scalar", reduce)                                           \
+  /* pointwise, unary */                                                          \
+  X(neg, "neg", pointwise)                                                        \
+  X(exp, "exp", reduce)                                                           \
+  X(log, "log", reduce)                                                           \
+  X(sqrt, "sqrt", reduce)                                                         \
+  X(relu, "relu", pointwise)                                                      \
+  X(gelu, "gelu", pointwise)                                                      \
+  X(tanh, "tanh", pointwise)                                                      \
+  X(sigmoid, "sigmoid", pointwise)                                                \
+  X(dropout, "dropout", pointwise)                                                \
+  /* normalization, softmax, losses */                                            \
+  X(softmax, "softmax", reduce)                                                   \
+  X(log_softmax, "log_softmax", reduce)                                           \
+  X(layer_norm, "layer_norm", reduce)                                             \
+  X(batch_norm, "batch_norm", reduce)                                             \
+  X(cross_entropy, "cross_entropy", reduce)                                       \
+  X(mse_loss, "mse_loss", reduce)                                                 \
+  X(binary_cross_entropy, "binary_cross_entropy", reduce)                         \
+  X(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", reduce) \
+  /* reductions */                                                                \
+  X(sum, "sum", reduce)                                                           \
+  X(mean, "mean", reduce)                                                         \
+  X(max, "max", reduce)                                                           \
+  /* pooling, embedding */                                                        \
+  X(max_pool2d, "max_pool2d", layout)                                             \
+  X(avg_pool2d, "avg_pool2d", pointwise)                                          \
+  X(embedding, "embedding", layout)                                               \
+  /* layout and copies */                                                         \
+  X(reshape, "reshape", layout)                                                   \
+  X(transpose, "transpose", layout)                                               \
+  X(permute, "permute", layout)                                                   \
+  X(slice, "slice", layout)                                                       \
+  X(expand, "expand", layout)                                                     \
+  X(cat, "cat", pointwise)                                                        \
+  X(stack, "stack", pointwise)                                                    \
+  X(contiguous, "contiguous", layout)                                             \
   X(to, "to", layout)
 
 enum class OpId : uint16_t {

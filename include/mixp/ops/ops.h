@@ -106,6 +106,12 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // logits [N, C], targets [N] int64/int32 class indices in [0, C).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
+// Binary cross entropy of probabilities p in [0, 1] against targets t of the same shape (mean):
+// -(t log p + (1 - t) log(1 - p)), each log clamped at -100 (PyTorch). Banned under fp16 autocast
+// (amp/cast_policy.h): a sigmoid followed by this loss is binary_cross_entropy_with_logits.
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target);
+// The stable fusion of sigmoid and BCE (mean): max(x, 0) - x t + log(1 + exp(-|x|)).
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target);
 
 // ---- pooling and embedding
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0,

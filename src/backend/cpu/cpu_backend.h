@@ -22,6 +22,7 @@ class CpuBackend : public RefBackend {
   void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) override;
   void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override;
   void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override;
+  void reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src);
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                         bool log) override;

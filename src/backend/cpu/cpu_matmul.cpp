@@ -2,11 +2,12 @@
 // memory descriptors (no copies); bias and relu/gelu are fused (bias argument, eltwise post-op);
 // accumulate is a sum post-op. Primitives are cached per (shapes, strides, dtypes, epilogue).
 //
-// Adding a compute dtype: inputs arrive in that dtype (the front end converts them), dst is fp32;
-// add it to onednn::supports() and the dtype check below. bf16 x bf16 -> fp32 already goes
-// through this path when the inputs are bf16 and MatmulConfig::compute is bf16.
+// Compute dtypes: fp32; bf16 (native on AVX512_BF16: bf16 operands, fp32 accumulation, dst and
+// bias fp32 or bf16); fp16 (no native fp16 GEMM on this CPU class: exact emulation on the fp32
+// GEMM, see below). Anything else falls through to the ref loops.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/onednn_util.h"
+#include "backend/narrow.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp {
@@ -50,9 +51,26 @@ void operand_desc(const Tensor& t, int rank, memory::dims& dims, memory::dims& s
 void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, const Tensor& bias,
                         const MatmulConfig& cfg) {
   const DType in_dt = a_in.dtype();
+  // fp16 on a CPU without native fp16 GEMMs: exact emulation. fp16 values are exact in fp32 and
+  // so are their products (11 + 11 significant bits < 24), so widening the operands and running
+  // the fp32 GEMM gives fp16 x fp16 products with fp32 accumulation; dst is rounded once.
+  if (cfg.compute == DType::fp16 && in_dt == DType::fp16 && b_in.dtype() == DType::fp16 &&
+      dst.numel() > 0) {
+    const Tensor a32 = kern::widen(*this, a_in, DType::fp32),
+                 b32 = kern::widen(*this, b_in, DType::fp32);
+    const Tensor bias32 = kern::widen(*this, bias, DType::fp32);
+    MatmulConfig c32 = cfg;
+    c32.compute = DType::fp32;
+    kern::with_dst_as(*this, dst, DType::fp32, cfg.accumulate,
+                      [&](Tensor& d) { matmul(d, a32, b32, bias32, c32); });
+    return;
+  }
+  // bf16 x bf16 -> fp32 accumulation (oneDNN, AVX512_BF16); dst and bias in fp32 or bf16.
+  auto dst_ok = [&](DType d) {
+    return d == DType::fp32 || (in_dt == DType::bf16 && d == DType::bf16);
+  };
   const bool ok_dtypes = onednn::supports(in_dt) && b_in.dtype() == in_dt && cfg.compute == in_dt &&
-                         dst.dtype() == DType::fp32 &&
-                         (!bias.defined() || bias.dtype() == DType::fp32);
+                         dst_ok(dst.dtype()) && (!bias.defined() || dst_ok(bias.dtype()));
   // oneDNN rejects (or crashes on) zero-sized GEMMs; the ref loops handle them.
   if (!ok_dtypes || !dst.is_contiguous() || dst.numel() == 0 || a_in.numel() == 0 ||
       b_in.numel() == 0) {
@@ -76,20 +94,22 @@ void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, con
   for (auto v : bs) key.add(v);
   for (auto v : dd) key.add(v);
   key.add(static_cast<int64_t>(in_dt));
+  key.add(static_cast<int64_t>(dst.dtype()));
+  key.add(bias.defined() ? static_cast<int64_t>(bias.dtype()) : -1);
   key.add(bias.defined() ? bias.strides()[0] + 1 : 0);
   key.add(static_cast<int64_t>(cfg.activation));
   key.add(cfg.accumulate);
 
   memory::desc a_md(ad, onednn::data_type(in_dt), as);
   memory::desc b_md(bd, onednn::data_type(in_dt), bs);
-  memory::desc d_md(dd, memory::data_type::f32, onednn::strides_of(dst));
+  memory::desc d_md(dd, onednn::data_type(dst.dtype()), onednn::strides_of(dst));
   memory::desc bias_md;
   if (bias.defined()) {
     memory::dims bdims(rank, 1), bstr(rank, 0);
     bdims[rank - 1] = bias.shape()[0];
     for (int i = 0; i < rank; ++i) bstr[i] = bias.shape()[0];
     bstr[rank - 1] = bias.strides()[0] == 0 ? 1 : bias.strides()[0];
-    bias_md = memory::desc(bdims, memory::data_type::f32, bstr);
+    bias_md = memory::desc(bdims, onednn::data_type(bias.dtype()), bstr);
   }
 
   onednn::CachedPrimitive& p = onednn::cached(key, [&] {

@@ -11,7 +11,9 @@
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "mixp/backend/cpu_features.h"
+#include "mixp/format/convert.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp {
@@ -22,13 +24,88 @@ namespace {
 bool f32c(const Tensor& t) {
   return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous());
 }
+bool onednn_bf16_ok() {
+  return cpu_features().use_avx512();
+}  // as onednn::supports(bf16)
 float* fp(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
 }
 }  // namespace
 
+// Sum / mean of a contiguous bf16/fp16 src into an fp32 dst (a bias gradient of a 16-bit GEMM):
+// rows are widened to fp32 in L1-sized pieces and accumulated in fp32, without a widened copy.
+void CpuBackend::reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src) {
+  int first = -1, last = -1;
+  for (int d = 0; d < src.dim(); ++d) {
+    if (dst.shape()[d] != src.shape()[d]) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  }
+  bool one_block = first >= 0;
+  for (int d = first; one_block && d <= last; ++d) one_block = dst.shape()[d] == 1;
+  if (!one_block) {
+    Tensor s32 = kern::widen(*this, src, DType::fp32);
+    return reduce(op, dst, s32);
+  }
+  int64_t outer = 1, mid = 1, inner = 1;
+  for (int d = 0; d < first; ++d) outer *= src.shape()[d];
+  for (int d = first; d <= last; ++d) mid *= src.shape()[d];
+  for (int d = last + 1; d < src.dim(); ++d) inner *= src.shape()[d];
+  const DType sd = src.dtype();
+  const uint16_t* x = static_cast<const uint16_t*>(src.data_ptr());
+  float* y = fp(dst);
+  const float scale = op == ReduceOp::mean ? 1.0f / static_cast<float>(mid) : 1.0f;
+  constexpr int64_t kPiece = 1024;
+  if (inner == 1) {
+    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
+      alignas(64) float buf[kPiece];
+      for (int64_t o = lo; o < hi; ++o) {
+        float s = 0.0f;
+        for (int64_t m0 = 0; m0 < mid; m0 += kPiece) {
+          const int64_t n = std::min(kPiece, mid - m0);
+          convert_to_f32(sd, x + o * mid + m0, std::span<float>(buf, static_cast<size_t>(n)));
+#pragma omp simd reduction(+ : s)
+          for (int64_t i = 0; i < n; ++i) s += buf[i];
+        }
+        y[o] = s * scale;
+      }
+    });
+    return;
+  }
+  auto run = [&](int64_t o, int64_t ilo, int64_t ihi) {
+    alignas(64) float buf[kPiece];
+    float* yo = y + o * inner;
+    for (int64_t i0 = ilo; i0 < ihi; i0 += kPiece) {
+      const int64_t n = std::min(kPiece, ihi - i0);
+      for (int64_t i = 0; i < n; ++i) yo[i0 + i] = 0.0f;
+      for (int64_t m = 0; m < mid; ++m) {
+        convert_to_f32(sd, x + (o * mid + m) * inner + i0,
+                       std::span<float>(buf, static_cast<size_t>(n)));
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) yo[i0 + i] += buf[i];
+      }
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < n; ++i) yo[i0 + i] *= scale;
+    }
+  };
+  if (outer >= omp_get_max_threads() || !cpu::parallel_worth(src.numel())) {
+    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) run(o, 0, inner);
+    });
+  } else {
+    for (int64_t o = 0; o < outer; ++o) {
+      parallel_for(inner, src.numel() / outer, [&](int64_t lo, int64_t hi) { run(o, lo, hi); });
+    }
+  }
+}
+
 // ---- reductions: src contiguous, the reduced dims one contiguous block -> [outer, mid, inner].
 void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
+  if (op != ReduceOp::max && f32c(dst) && src.is_contiguous() && kern::is_narrow(src.dtype()) &&
+      src.numel() > 0) {
+    return reduce_narrow_sum(op, dst, src);
+  }
   if (!(f32c(dst) && f32c(src)) || src.numel() == 0) return RefBackend::reduce(op, dst, src);
   int first = -1, last = -1;
   for (int d = 0; d < src.dim(); ++d) {
@@ -428,17 +505,60 @@ void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
 }
 
 // ---- attention: S = q k^T and P V as batched oneDNN matmuls over [B*H]; softmax rows between.
+//
+// bf16 q, k, v run natively: the GEMMs take bf16 operands with fp32 accumulation; S, the softmax
+// and dS are fp32, and P (and dS) are rounded to bf16 (nearest even) where they become a GEMM
+// operand, as in PyTorch's bf16 math attention. fp16 (no native fp16 GEMM here) is widened
+// exactly and runs the fp32 path.
+namespace {
+bool attn_native_bf16(std::initializer_list<const Tensor*> ins,
+                      std::initializer_list<const Tensor*> outs) {
+  if (!onednn_bf16_ok()) return false;
+  for (const Tensor* t : ins) {
+    if (t->dtype() != DType::bf16 || !t->is_contiguous()) return false;
+  }
+  for (const Tensor* t : outs) {
+    if ((t->dtype() != DType::bf16 && t->dtype() != DType::fp32) || !t->is_contiguous())
+      return false;
+  }
+  return true;
+}
+Tensor to_bf16(Backend& be, const Tensor& t) {
+  Tensor r = Tensor::empty(t.shape(), {.dtype = DType::bf16});
+  be.convert(r, t, Round::nearest_even, Overflow::ieee, 0);
+  return r;
+}
+// One row of n elements of t (fp32 or bf16, contiguous) starting at element off, as fp32.
+const float* row_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
+  if (t.dtype() == DType::fp32) return fp(t) + off;
+  convert_to_f32(DType::bf16, static_cast<const uint16_t*>(t.data_ptr()) + off,
+                 std::span<float>(buf, static_cast<size_t>(n)));
+  return buf;
+}
+}  // namespace
+
 void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
                            const Tensor& v, bool causal, double scale) {
-  if (!(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v)))
+  const bool bf16 = attn_native_bf16({&q, &k, &v}, {&dst}) && f32c(lse);
+  if (!bf16 && kern::any_narrow({&dst, &q, &k, &v})) {  // fp16: widened exactly, computed in fp32
+    auto w = [&](const Tensor& t) { return kern::widen(*this, t, DType::fp32); };
+    const Tensor q32 = w(q), k32 = w(k), v32 = w(v);
+    kern::with_dst_as(*this, dst, DType::fp32, false,
+                      [&](Tensor& d) { attention(d, lse, q32, k32, v32, causal, scale); });
+    return;
+  }
+  if (!bf16 && !(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v)))
     return RefBackend::attention(dst, lse, q, k, v, causal, scale);
+  const DType gd = bf16 ? DType::bf16 : DType::fp32;
+  MatmulConfig cfg;
+  cfg.compute = gd;
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
                 D = q.shape()[3];
   const Tensor q3 = view_of(q, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset());
   const Tensor kT = view_of(k, Shape{BH, D, Tk}, Shape{Tk * D, 1, D}, k.storage_offset());
   const Tensor v3 = view_of(v, Shape{BH, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset());
   Tensor s = empty(Shape{BH, Tq, Tk});
-  matmul(s, q3, kT, Tensor(), MatmulConfig{});
+  matmul(s, q3, kT, Tensor(), cfg);
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
   parallel_for(BH * Tq, s.numel() * 8, [&](int64_t lo, int64_t hi) {
@@ -452,17 +572,33 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
     }
   });
   Tensor o3 = view_of(dst, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, dst.storage_offset());
-  matmul(o3, s, v3, Tensor(), MatmulConfig{});
+  matmul(o3, bf16 ? to_bf16(*this, s) : s, v3, Tensor(), cfg);
 }
 
 void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
                                     const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& dst, const Tensor& lse, bool causal,
                                     double scale) {
-  if (!(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) &&
-        f32c(dst) && f32c(lse))) {
+  const bool bf16 = attn_native_bf16({&ddst, &q, &k, &v, &dst}, {&dq, &dk, &dv}) && f32c(lse);
+  if (!bf16 && kern::any_narrow({&dq, &dk, &dv, &ddst, &q, &k, &v, &dst})) {
+    auto w = [&](const Tensor& t) { return kern::widen(*this, t, DType::fp32); };
+    const Tensor g = w(ddst), q32 = w(q), k32 = w(k), v32 = w(v), y32 = w(dst);
+    kern::with_dst_as(*this, dq, DType::fp32, false, [&](Tensor& a) {
+      kern::with_dst_as(*this, dk, DType::fp32, false, [&](Tensor& b) {
+        kern::with_dst_as(*this, dv, DType::fp32, false, [&](Tensor& c) {
+          attention_backward(a, b, c, g, q32, k32, v32, y32, lse, causal, scale);
+        });
+      });
+    });
+    return;
+  }
+  if (!bf16 && !(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) &&
+                 f32c(dst) && f32c(lse))) {
     return RefBackend::attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
   }
+  const DType gd = bf16 ? DType::bf16 : DType::fp32;
+  MatmulConfig cfg;
+  cfg.compute = gd;
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
                 D = q.shape()[3];
   auto v3 = [&](const Tensor& t, int64_t T) {
@@ -473,13 +609,14 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   };
   // Recompute P from the saved log-sum-exp.
   Tensor p = empty(Shape{BH, Tq, Tk});
-  matmul(p, v3(q, Tq), v3T(k, Tk), Tensor(), MatmulConfig{});
+  matmul(p, v3(q, Tq), v3T(k, Tk), Tensor(), cfg);
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
   // dP = dO V^T
   Tensor dp = empty(Shape{BH, Tq, Tk});
-  matmul(dp, v3(ddst, Tq), v3T(v, Tk), Tensor(), MatmulConfig{});
+  matmul(dp, v3(ddst, Tq), v3T(v, Tk), Tensor(), cfg);
   parallel_for(BH * Tq, p.numel() * 8, [&](int64_t lo, int64_t hi) {
+    std::vector<float> bg(static_cast<size_t>(D)), bo(static_cast<size_t>(D));
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t i = r % Tq;
       float* prow = fp(p) + r * Tk;
@@ -490,8 +627,8 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
       kern.exp_shift(prow, prow, fp(lse)[r], valid);
       for (int64_t j = valid; j < Tk; ++j) prow[j] = 0.0f;
       // delta = sum_d dO O
-      const float* go = fp(ddst) + r * D;
-      const float* o = fp(dst) + r * D;
+      const float* go = row_f32(ddst, r * D, D, bg.data());
+      const float* o = row_f32(dst, r * D, D, bo.data());
       float delta = 0.0f;
 #pragma omp simd reduction(+ : delta)
       for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
@@ -500,12 +637,13 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
       for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
     }
   });
-  const Tensor pT = view_of(p, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, p.storage_offset());
-  const Tensor dsT = view_of(dp, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dp.storage_offset());
+  const Tensor pg = bf16 ? to_bf16(*this, p) : p, dsg = bf16 ? to_bf16(*this, dp) : dp;
+  const Tensor pT = view_of(pg, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
+  const Tensor dsT = view_of(dsg, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
   Tensor dv3 = v3(dv, Tk), dq3 = v3(dq, Tq), dk3 = v3(dk, Tk);
-  matmul(dv3, pT, v3(ddst, Tq), Tensor(), MatmulConfig{});  // dV = P^T dO
-  matmul(dq3, dp, v3(k, Tk), Tensor(), MatmulConfig{});     // dQ = dS K
-  matmul(dk3, dsT, v3(q, Tq), Tensor(), MatmulConfig{});    // dK = dS^T Q
+  matmul(dv3, pT, v3(ddst, Tq), Tensor(), cfg);  // dV = P^T dO
+  matmul(dq3, dsg, v3(k, Tk), Tensor(), cfg);    // dQ = dS K
+  matmul(dk3, dsT, v3(q, Tq), Tensor(), cfg);    // dK = dS^T Q
 }
 
 }  // namespace mixp

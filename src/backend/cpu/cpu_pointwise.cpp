@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "mixp/format/convert.h"
 
 namespace mixp {
@@ -39,6 +40,40 @@ void parallel_chunks(int64_t n, F&& f) {
 
 bool f32(const Tensor& t) {
   return t.dtype() == DType::fp32;
+}
+
+// ---- 16-bit operands (bf16, fp16): the kernels read and write them directly, converting blocks
+// of kBlock elements to fp32 in an L1-resident buffer with the bulk SIMD converters, running the
+// fp32 row kernel and rounding the result block back (nearest even). A bf16 pointwise op thus
+// moves half the bytes of its fp32 twin instead of adding full-size conversion passes.
+constexpr int64_t kBlock = 512;
+
+bool pw_ok(const Tensor& t) {
+  return !t.defined() || ((t.dtype() == DType::fp32 || is_narrow(t.dtype())) && t.is_contiguous());
+}
+
+// n elements of t from element `off` as fp32: t's own memory for fp32, else converted into buf.
+inline const float* load_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
+  if (t.dtype() == DType::fp32) return static_cast<const float*>(t.data_ptr()) + off;
+  convert_to_f32(t.dtype(), static_cast<const uint16_t*>(t.data_ptr()) + off,
+                 std::span<float>(buf, static_cast<size_t>(n)));
+  return buf;
+}
+inline float* out_f32(const Tensor& t, int64_t off, float* buf) {
+  return t.dtype() == DType::fp32 ? static_cast<float*>(t.data_ptr()) + off : buf;
+}
+inline void store_f32(const Tensor& t, int64_t off, int64_t n, const float* y) {
+  if (t.dtype() == DType::fp32) return;
+  convert_f32_to(t.dtype(), std::span<const float>(y, static_cast<size_t>(n)),
+                 static_cast<uint16_t*>(t.data_ptr()) + off,
+                 ConvertOptions{Round::nearest_even, Overflow::ieee});
+}
+// f(offset, count) over [0, n) in blocks, the blocks split across threads.
+template <class F>
+void blocked(int64_t n, F&& f) {
+  parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; b += kBlock) f(b, std::min(kBlock, hi - b));
+  });
 }
 
 // Offset of the start of row r (all dims but the last) in a strided tensor of this shape.
@@ -189,10 +224,32 @@ void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
     });
     return;
   }
+  if (any_narrow({&dst, &src}) && pw_ok(dst) && pw_ok(src) && dst.shape() == src.shape()) {
+    const float a = static_cast<float>(alpha);
+    blocked(dst.numel(), [&](int64_t off, int64_t n) {
+      alignas(64) float bd[kBlock], bs[kBlock];
+      float* d = const_cast<float*>(load_f32(dst, off, n, bd));
+      const float* x = load_f32(src, off, n, bs);
+      for (int64_t i = 0; i < n; ++i) d[i] += a * x[i];
+      store_f32(dst, off, n, d);
+    });
+    return;
+  }
   RefBackend::add_inplace(dst, src, alpha);
 }
 
 void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (any_narrow({&dst, &src}) && pw_ok(dst) && pw_ok(src) && dst.shape() == src.shape()) {
+    const auto& k = vec::kernels();
+    blocked(dst.numel(), [&](int64_t off, int64_t n) {
+      alignas(64) float bx[kBlock], by[kBlock];
+      const float* x = load_f32(src, off, n, bx);
+      float* y = out_f32(dst, off, by);
+      k.unary(op, y, x, n);
+      store_f32(dst, off, n, y);
+    });
+    return;
+  }
   if (!(f32(dst) && f32(src) && dst.is_contiguous() && src.is_contiguous()))
     return RefBackend::unary(op, dst, src);
   float* d = ptr<float>(dst);
@@ -205,6 +262,21 @@ void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
 void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                 const Tensor& dst) {
   const bool need_x = unary_bwd_needs_src(op), need_y = unary_bwd_needs_dst(op);
+  if (any_narrow({&dsrc, &ddst, &src, &dst}) && pw_ok(dsrc) && pw_ok(ddst) &&
+      (!need_x || (src.defined() && pw_ok(src))) && (!need_y || (dst.defined() && pw_ok(dst))) &&
+      dsrc.shape() == ddst.shape()) {
+    const auto& k = vec::kernels();
+    blocked(dsrc.numel(), [&](int64_t off, int64_t n) {
+      alignas(64) float bg[kBlock], bx[kBlock], by[kBlock], bo[kBlock];
+      const float* g = load_f32(ddst, off, n, bg);
+      const float* x = need_x ? load_f32(src, off, n, bx) : nullptr;
+      const float* y = need_y ? load_f32(dst, off, n, by) : nullptr;
+      float* gi = out_f32(dsrc, off, bo);
+      k.unary_bwd(op, gi, g, x, y, n);
+      store_f32(dsrc, off, n, gi);
+    });
+    return;
+  }
   const bool ok = f32(dsrc) && f32(ddst) && dsrc.is_contiguous() && ddst.is_contiguous() &&
                   (!need_x || (f32(src) && src.is_contiguous())) &&
                   (!need_y || (f32(dst) && dst.is_contiguous()));
@@ -238,6 +310,25 @@ void binary_row(float* d, const float* a, int64_t sa, const float* b, int64_t sb
     for (int64_t i = 0; i < n; ++i) d[i] = binary_fwd<float>(OP, a[i * sa], b[i * sb]);
   }
 }
+void scalar_row(ScalarOp op, float* d, const float* x, float sv, int64_t n) {
+  switch (op) {
+    case ScalarOp::add:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) d[i] = x[i] + sv;
+      break;
+    case ScalarOp::mul:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) d[i] = x[i] * sv;
+      break;
+    case ScalarOp::rsub:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) d[i] = sv - x[i];
+      break;
+    default:
+      for (int64_t i = 0; i < n; ++i) d[i] = scalar_fwd<float>(op, x[i], sv);
+  }
+}
+
 template <class F>
 void dispatch_binary(BinaryOp op, F&& f) {
   switch (op) {
@@ -254,6 +345,25 @@ void dispatch_binary(BinaryOp op, F&& f) {
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
+  if (any_narrow({&dst, &a, &b})) {
+    if (!(pw_ok(dst) && pw_ok(a) && pw_ok(b) && a.shape() == dst.shape() &&
+          b.shape() == dst.shape())) {
+      return RefBackend::binary(op, dst, a,
+                                b);  // widens (broadcast views stay views), then the fp32 path
+    }
+    dispatch_binary(op, [&](auto opc) {
+      constexpr BinaryOp OP = decltype(opc)::value;
+      blocked(dst.numel(), [&](int64_t off, int64_t n) {
+        alignas(64) float ba[kBlock], bb[kBlock], bd[kBlock];
+        const float* x = load_f32(a, off, n, ba);
+        const float* y = load_f32(b, off, n, bb);
+        float* d = out_f32(dst, off, bd);
+        binary_row<OP>(d, x, 1, y, 1, n);
+        store_f32(dst, off, n, d);
+      });
+    });
+    return;
+  }
   if (!(f32(dst) && f32(a) && f32(b) && dst.is_contiguous()) || dst.dim() == 0)
     return RefBackend::binary(op, dst, a, b);
   const int nd = dst.dim();
@@ -288,6 +398,19 @@ void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
 }
 
 void CpuBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  if (any_narrow({&dst, &src})) {
+    if (!(pw_ok(dst) && pw_ok(src) && dst.shape() == src.shape()))
+      return RefBackend::scalar(op, dst, src, s);
+    const float sv = static_cast<float>(s);
+    blocked(dst.numel(), [&](int64_t off, int64_t n) {
+      alignas(64) float bx[kBlock], bd[kBlock];
+      const float* x = load_f32(src, off, n, bx);
+      float* d = out_f32(dst, off, bd);
+      scalar_row(op, d, x, sv, n);
+      store_f32(dst, off, n, d);
+    });
+    return;
+  }
   if (f32(dst) && f32(src) && dst.is_contiguous() && !src.is_contiguous() &&
       dst.shape() == src.shape()) {
     copy(dst, src);  // gather first (broadcast views from reductions' backward), then in place
@@ -298,24 +421,8 @@ void CpuBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
   float* d = ptr<float>(dst);
   const float* x = ptr<float>(src);
   const float sv = static_cast<float>(s);
-  parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
-    switch (op) {
-      case ScalarOp::add:
-#pragma omp simd
-        for (int64_t i = lo; i < hi; ++i) d[i] = x[i] + sv;
-        break;
-      case ScalarOp::mul:
-#pragma omp simd
-        for (int64_t i = lo; i < hi; ++i) d[i] = x[i] * sv;
-        break;
-      case ScalarOp::rsub:
-#pragma omp simd
-        for (int64_t i = lo; i < hi; ++i) d[i] = sv - x[i];
-        break;
-      default:
-        for (int64_t i = lo; i < hi; ++i) d[i] = scalar_fwd<float>(op, x[i], sv);
-    }
-  });
+  parallel_chunks(dst.numel(),
+                  [&](int64_t lo, int64_t hi) { scalar_row(op, d + lo, x + lo, sv, hi - lo); });
 }
 
 }  // namespace mixp

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "backend/ref/ref_backend.h"
 
 namespace mixp {
@@ -24,8 +25,27 @@ T activate(Activation act, double x) {
 }
 }  // namespace
 
+namespace {
+bool narrow_compute(DType c) {
+  return is_narrow(c);
+}
+}  // namespace
+
+// bf16/fp16 GEMMs (MatmulConfig::compute bf16 or fp16, operands in that dtype, dst and bias in it
+// or fp32): every operand widened exactly to fp64, products exact, double accumulation, one
+// rounding into dst. The oracle of the cpu paths (native bf16, emulated fp16).
 void RefBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                         const MatmulConfig& cfg) {
+  if (narrow_compute(cfg.compute) || any_narrow({&dst, &a, &b, &bias})) {
+    const Tensor a64 = convert_view(*this, a, DType::fp64),
+                 b64 = convert_view(*this, b, DType::fp64),
+                 bias64 = convert_view(*this, bias, DType::fp64);
+    MatmulConfig c64 = cfg;
+    c64.compute = DType::fp64;
+    with_dst_as(*this, dst, DType::fp64, cfg.accumulate,
+                [&](Tensor& d) { RefBackend::matmul(d, a64, b64, bias64, c64); });
+    return;
+  }
   if (cfg.compute != DType::fp32 && cfg.compute != DType::fp64) {
     throw std::invalid_argument("ref matmul: compute dtype " +
                                 std::string(mixp::name(cfg.compute)) +
@@ -72,6 +92,16 @@ ConvGeom conv_geom(const Tensor& src, const Tensor& weight, const Tensor& dst) {
 
 void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
                         const Conv2dParams& p) {
+  if (narrow_compute(p.compute) || any_narrow({&dst, &src, &weight, &bias})) {
+    Conv2dParams p64 = p;
+    p64.compute = DType::fp64;
+    const Tensor x = convert_view(*this, src, DType::fp64),
+                 w = convert_view(*this, weight, DType::fp64),
+                 b = convert_view(*this, bias, DType::fp64);
+    with_dst_as(*this, dst, DType::fp64, false,
+                [&](Tensor& d) { RefBackend::conv2d(d, x, w, b, p64); });
+    return;
+  }
   dispatch_float(dst.dtype(), "conv2d", [&](auto t) {
     using T = decltype(t);
     const ConvGeom g = conv_geom(src, weight, dst);
@@ -101,6 +131,15 @@ void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, co
 
 void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
                                       const Conv2dParams& p) {
+  if (narrow_compute(p.compute) || any_narrow({&dsrc, &ddst, &weight})) {
+    Conv2dParams p64 = p;
+    p64.compute = DType::fp64;
+    const Tensor g = convert_view(*this, ddst, DType::fp64),
+                 w = convert_view(*this, weight, DType::fp64);
+    with_dst_as(*this, dsrc, DType::fp64, false,
+                [&](Tensor& d) { RefBackend::conv2d_backward_data(d, g, w, p64); });
+    return;
+  }
   dispatch_float(dsrc.dtype(), "conv2d backward data", [&](auto t) {
     using T = decltype(t);
     const ConvGeom g = conv_geom(dsrc, weight, ddst);
@@ -131,6 +170,17 @@ void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
 
 void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                          const Tensor& src, const Conv2dParams& p) {
+  if (narrow_compute(p.compute) || any_narrow({&dweight, &dbias, &ddst, &src})) {
+    Conv2dParams p64 = p;
+    p64.compute = DType::fp64;
+    const Tensor g = convert_view(*this, ddst, DType::fp64),
+                 x = convert_view(*this, src, DType::fp64);
+    with_dst_as(*this, dweight, DType::fp64, false, [&](Tensor& dw) {
+      with_dst_as(*this, dbias, DType::fp64, false,
+                  [&](Tensor& db) { RefBackend::conv2d_backward_weights(dw, db, g, x, p64); });
+    });
+    return;
+  }
   dispatch_float(dweight.dtype(), "conv2d backward weights", [&](auto t) {
     using T = decltype(t);
     const ConvGeom g = conv_geom(src, dweight, ddst);
@@ -164,8 +214,17 @@ void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const T
   });
 }
 
+// 16-bit q, k, v (dst in their dtype, lse fp32): widened exactly to fp32, computed in fp32 with
+// double accumulation, dst rounded once.
 void RefBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
                            const Tensor& v, bool causal, double scale) {
+  if (any_narrow({&dst, &q, &k, &v})) {
+    const Tensor q32 = widen(*this, q, DType::fp32), k32 = widen(*this, k, DType::fp32),
+                 v32 = widen(*this, v, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false,
+                [&](Tensor& d) { attention(d, lse, q32, k32, v32, causal, scale); });
+    return;
+  }
   dispatch_float(dst.dtype(), "attention", [&](auto t) {
     using T = decltype(t);
     const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
@@ -206,6 +265,18 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
                                     const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& dst, const Tensor& lse, bool causal,
                                     double scale) {
+  if (any_narrow({&dq, &dk, &dv, &ddst, &q, &k, &v, &dst})) {
+    auto w = [&](const Tensor& t) { return widen(*this, t, DType::fp32); };
+    const Tensor g = w(ddst), q32 = w(q), k32 = w(k), v32 = w(v), y32 = w(dst);
+    with_dst_as(*this, dq, DType::fp32, false, [&](Tensor& a) {
+      with_dst_as(*this, dk, DType::fp32, false, [&](Tensor& b) {
+        with_dst_as(*this, dv, DType::fp32, false, [&](Tensor& c) {
+          attention_backward(a, b, c, g, q32, k32, v32, y32, lse, causal, scale);
+        });
+      });
+    });
+    return;
+  }
   dispatch_float(dq.dtype(), "attention backward", [&](auto t) {
     using T = decltype(t);
     const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "backend/ref/ref_backend.h"
 #include "mixp/tensor/element.h"
 
@@ -64,7 +65,14 @@ void RefBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
+// Operands stored in bf16/fp16 compute in fp32: widened exactly, the kernel runs in fp32 (through
+// the virtual call, so a derived backend's fp32 kernel), the result is rounded to dst's dtype.
 void RefBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (any_narrow({&dst, &src})) {
+    const Tensor s = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { unary(op, d, s); });
+    return;
+  }
   dispatch_float(dst.dtype(), "unary op", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
@@ -76,6 +84,13 @@ void RefBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
 
 void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                 const Tensor& dst) {
+  if (any_narrow({&dsrc, &ddst, &src, &dst})) {
+    const Tensor g = widen(*this, ddst, DType::fp32), x = widen(*this, src, DType::fp32),
+                 y = widen(*this, dst, DType::fp32);
+    with_dst_as(*this, dsrc, DType::fp32, false,
+                [&](Tensor& d) { unary_backward(op, d, g, x, y); });
+    return;
+  }
   dispatch_float(dsrc.dtype(), "unary backward", [&](auto t) {
     using T = decltype(t);
     T* gi = ptr<T>(dsrc);
@@ -97,6 +112,11 @@ void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, co
 }
 
 void RefBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
+  if (any_narrow({&dst, &a, &b})) {
+    const Tensor x = widen(*this, a, DType::fp32), y = widen(*this, b, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { binary(op, d, x, y); });
+    return;
+  }
   dispatch_float(dst.dtype(), "binary op", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
@@ -108,6 +128,11 @@ void RefBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
 }
 
 void RefBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  if (any_narrow({&dst, &src})) {
+    const Tensor x = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { scalar(op, d, x, s); });
+    return;
+  }
   dispatch_float(dst.dtype(), "scalar op", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);
@@ -119,6 +144,11 @@ void RefBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
 }
 
 void RefBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) {
+  if (any_narrow({&dst, &src})) {
+    const Tensor x = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { dropout(d, x, p, seed); });
+    return;
+  }
   dispatch_float(dst.dtype(), "dropout", [&](auto t) {
     using T = decltype(t);
     T* d = ptr<T>(dst);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/kernel_util.h"
+#include "backend/narrow.h"
 #include "backend/ref/ref_backend.h"
 
 namespace mixp {
@@ -38,6 +39,11 @@ int64_t row_offset(const Tensor& t, const RowView& rv, int dim, int64_t r, int64
 }  // namespace
 
 void RefBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
+  if (any_narrow({&dst, &src})) {  // 16-bit operands: widened exactly, reduced in fp32's kernel
+    const Tensor s = widen(*this, src, DType::fp32);
+    with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { reduce(op, d, s); });
+    return;
+  }
   dispatch_float(dst.dtype(), "reduce", [&](auto t) {
     using T = decltype(t);
     const int64_t n = dst.numel();

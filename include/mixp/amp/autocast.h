@@ -1,0 +1,90 @@
+// Autocast: run each op in the dtype its cast policy (cast_policy.h) asks for, PyTorch-style, as
+// an RAII guard (what libtorch users ask for in pytorch issue 44710).
+//
+//   {
+//     amp::Autocast ac(DType::bf16);          // or DType::fp16 (fp16 works on the CPU too)
+//     Tensor logits = model.forward(x);       // linear/conv/matmul/attention run in bf16
+//     Tensor loss = cross_entropy(logits, y); // the loss runs in fp32
+//   }                                          // cast cache cleared here
+//   loss.backward();                           // gradients reach the fp32 weights
+//
+// Semantics (they follow torch.autocast):
+//  - Thread-local: a guard affects ops on the thread that made it, nothing else. The engine's
+//    hook (ops.h, set_cast_policy_hook) is installed process-wide the first time a guard is made
+//    and stays installed; it does nothing on threads with no enabled region.
+//  - Nestable: a guard saves the state it replaces and restores it on destruction. An inner
+//    guard may change the dtype (Autocast(DType::fp16) inside a bf16 region) or disable autocast
+//    (Autocast(DType::bf16, /*enabled=*/false), PyTorch's autocast(enabled=False)): ops inside
+//    then see their inputs as they are; cast what comes from the outer region to fp32 yourself
+//    if the inner code needs it (as in PyTorch).
+//  - Per-layer overrides (recipes): nest a guard around one module's forward, e.g.
+//        { amp::Autocast keep_fp32(DType::bf16, false); x = head.forward(x.to(DType::fp32)); }
+//        { amp::Autocast fp16(DType::fp16); x = mlp.forward(x); }
+//    The enabled/dtype state is per guard; the cast cache belongs to the outermost region.
+//  - Backward runs outside autocast (the engine suspends the hook): each backward function runs
+//    in the dtypes its forward chose. Wrap only the forward pass and the loss.
+//  - The cast cache: the low-precision copy of an fp32 leaf that requires grad (a weight) is made
+//    once per (tensor, dtype) in the outermost region and reused by every later op in it, so a
+//    weight used by several ops (tied embeddings, a weight shared across timesteps) is converted
+//    once. The copy is made with the differentiable Tensor::to, so the gradients of all its uses
+//    add up and flow back to the fp32 weight. The cache is cleared when the outermost guard is
+//    destroyed (also when it was disabled): weights updated by the optimizer between regions are
+//    re-converted. Do not step the optimizer inside a region (the copies would be stale).
+//    A copy made under NoGradGuard has no history; a later use with grad mode on re-converts.
+//  - Casts round to nearest even (Overflow::ieee: fp32 values beyond fp16's range become inf,
+//    as in PyTorch; GradScaler exists for the gradients).
+#pragma once
+#include <cstdint>
+
+#include "mixp/amp/cast_policy.h"
+#include "mixp/format/dtype.h"
+#include "mixp/tensor/tensor.h"
+
+namespace mixp::amp {
+
+struct AutocastOptions {
+  DType dtype = DType::bf16;  // bf16 or fp16
+  bool enabled = true;
+  bool cache_enabled = true;  // PyTorch's cache_enabled
+};
+
+class Autocast {
+ public:
+  // dtype must be bf16 or fp16 (std::invalid_argument otherwise), even when disabled.
+  explicit Autocast(DType dtype = DType::bf16, bool enabled = true);
+  explicit Autocast(const AutocastOptions& options);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+  Autocast(Autocast&&) = delete;
+  Autocast& operator=(Autocast&&) = delete;
+
+ private:
+  AutocastOptions prev_;
+};
+
+// The state of this thread: whether ops are autocast now, and to which dtype (the innermost
+// guard's; bf16 when there is none).
+bool is_autocast_enabled();
+DType autocast_dtype();
+bool is_autocast_cache_enabled();
+// Guards alive on this thread (enabled or not); the cache lives while this is > 0.
+int autocast_nesting();
+
+// Cast-cache counters of this thread since the last reset: a hit reuses a copy, a miss makes one.
+struct AutocastCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t entries = 0;  // copies held now
+};
+AutocastCacheStats autocast_cache_stats();
+void reset_autocast_cache_stats();
+// Drops this thread's cached copies now (torch.clear_autocast_cache); the guard does it on exit.
+void clear_autocast_cache();
+
+// What the hook does to one op's inputs under the given state, exposed for tests and for code
+// that wants the policy without a guard: casts entries of `inputs` in place per
+// cast_policy(op, dtype). Uses (and fills) this thread's cache when use_cache is true.
+void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cache);
+
+}  // namespace mixp::amp

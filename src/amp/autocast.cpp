@@ -1,0 +1,205 @@
+// The Autocast guard, its thread-local state and cast cache, and the hook the op front ends call.
+#include "mixp/amp/autocast.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/ops/ops.h"
+
+namespace mixp::amp {
+
+namespace {
+
+struct CacheKey {
+  const TensorImpl* src;
+  DType dtype;
+  friend bool operator==(const CacheKey& a, const CacheKey& b) {
+    return a.src == b.src && a.dtype == b.dtype;
+  }
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& k) const {
+    return std::hash<const void*>()(k.src) ^ (static_cast<size_t>(k.dtype) * 0x9E3779B97F4A7C15ULL);
+  }
+};
+struct CacheEntry {
+  Tensor src;   // keeps the key's TensorImpl alive (so its address cannot be reused)
+  Tensor copy;  // the low-precision copy (with history when `recorded`)
+  bool recorded = false;
+};
+
+struct ThreadState {
+  AutocastOptions cur{DType::bf16, false, true};
+  int nesting = 0;
+  std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> cache;
+  AutocastCacheStats stats;
+};
+
+ThreadState& tls() {
+  thread_local ThreadState s;
+  return s;
+}
+
+bool is_low(DType d) {
+  return d == DType::bf16 || d == DType::fp16;
+}
+
+void check_dtype(DType d) {
+  if (!is_low(d)) {
+    throw std::invalid_argument(
+        fmt::format("mixp::amp::Autocast: dtype must be bf16 or fp16, got {} "
+                    "(for fp32 use Autocast(DType::bf16, /*enabled=*/false))",
+                    name(d)));
+  }
+}
+
+// A floating tensor the policy may cast (PyTorch: is_autocast_eligible and not fp64).
+bool eligible(const Tensor& t) {
+  return t.defined() && t.is_floating_point() && t.dtype() != DType::fp64;
+}
+
+Tensor cast(const Tensor& t, DType to) {
+  return t.to(to, Round::nearest_even, Overflow::ieee, 0);
+}
+
+Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
+  // PyTorch caches only fp32 leaves that require grad (the weights), which are the ones reused.
+  const bool cacheable = use_cache && tls().nesting > 0 && t.dtype() == DType::fp32 &&
+                         t.is_leaf() && t.requires_grad();
+  if (!cacheable) return cast(t, to);
+  ThreadState& s = tls();
+  const bool want_history = GradMode::is_enabled();
+  const CacheKey key{t.impl(), to};
+  auto it = s.cache.find(key);
+  if (it != s.cache.end() && (it->second.recorded || !want_history)) {
+    ++s.stats.hits;
+    return it->second.copy;
+  }
+  ++s.stats.misses;
+  Tensor copy = cast(t, to);
+  s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history});
+  s.stats.entries = static_cast<int64_t>(s.cache.size());
+  return copy;
+}
+
+void hook(OpId op, std::span<Tensor> inputs) {
+  const ThreadState& s = tls();
+  if (!s.cur.enabled) return;
+  apply_autocast(op, inputs, s.cur.dtype, s.cur.cache_enabled);
+}
+
+void install_hook_once() {
+  static const bool installed = [] {
+    set_cast_policy_hook(&hook);
+    return true;
+  }();
+  (void)installed;
+}
+
+// Widest floating dtype of the inputs, by the engine's promotion rule (ops.h): equal dtypes stay,
+// any fp64 gives fp64, other mixes give fp32. Returns false when they already agree.
+bool promoted_dtype(std::span<Tensor> inputs, DType& out) {
+  bool first = true, mixed = false, any64 = false;
+  DType d = DType::fp32;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !t.is_floating_point()) continue;
+    if (t.dtype() == DType::fp64) any64 = true;
+    if (first) {
+      d = t.dtype();
+      first = false;
+    } else if (t.dtype() != d) {
+      mixed = true;
+    }
+  }
+  if (!mixed) return false;
+  out = any64 ? DType::fp64 : DType::fp32;
+  return true;
+}
+
+}  // namespace
+
+void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cache) {
+  switch (cast_policy(op, dtype)) {
+    case CastPolicy::none:
+      return;
+    case CastPolicy::lower_precision:
+      for (Tensor& t : inputs) {
+        if (eligible(t) && t.dtype() != dtype) t = cast_lower(t, dtype, use_cache);
+      }
+      return;
+    case CastPolicy::fp32:
+      for (Tensor& t : inputs) {
+        if (eligible(t) && t.dtype() != DType::fp32) t = cast(t, DType::fp32);
+      }
+      return;
+    case CastPolicy::promote: {
+      // add/sub/mul/div: the engine's own promotion gives the same result dtype (ops.h), and its
+      // pointwise kernels read 16-bit operands directly, so the widening is fused into the op
+      // instead of materializing an fp32 copy (the gradient is narrowed for the 16-bit input by
+      // the engine, as the cast's backward would). cat/stack cast explicitly.
+      if (op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div) return;
+      DType to;
+      if (!promoted_dtype(inputs, to)) return;
+      for (Tensor& t : inputs) {
+        if (t.defined() && t.is_floating_point() && t.dtype() != to) t = cast(t, to);
+      }
+      return;
+    }
+    case CastPolicy::banned:
+      throw BannedOpError(op);
+  }
+}
+
+Autocast::Autocast(DType dtype, bool enabled) : Autocast(AutocastOptions{dtype, enabled, true}) {}
+
+Autocast::Autocast(const AutocastOptions& options) {
+  check_dtype(options.dtype);
+  install_hook_once();
+  ThreadState& s = tls();
+  prev_ = s.cur;
+  s.cur = options;
+  ++s.nesting;
+}
+
+Autocast::~Autocast() {
+  ThreadState& s = tls();
+  s.cur = prev_;
+  if (--s.nesting == 0) {
+    s.cache.clear();
+    s.stats.entries = 0;
+  }
+}
+
+bool is_autocast_enabled() {
+  return tls().cur.enabled;
+}
+DType autocast_dtype() {
+  return tls().cur.dtype;
+}
+bool is_autocast_cache_enabled() {
+  return tls().cur.cache_enabled;
+}
+int autocast_nesting() {
+  return tls().nesting;
+}
+
+AutocastCacheStats autocast_cache_stats() {
+  AutocastCacheStats st = tls().stats;
+  st.entries = static_cast<int64_t>(tls().cache.size());
+  return st;
+}
+
+void reset_autocast_cache_stats() {
+  ThreadState& s = tls();
+  s.stats = AutocastCacheStats{};
+}
+
+void clear_autocast_cache() {
+  ThreadState& s = tls();
+  s.cache.clear();
+  s.stats.entries = 0;
+}
+
+}  // namespace mixp::amp

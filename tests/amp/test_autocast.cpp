@@ -1,0 +1,225 @@
+// Autocast: the policy table, output dtypes of every op category, nesting, enabled=false, the
+// cast cache, gradients through the casts, banned ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "mixp/mixp.h"
+
+namespace mixp::amp {
+namespace {
+
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::fp32) {
+  Generator gen(seed);
+  Tensor t = randn(s, gen);
+  return dt == DType::fp32 ? t : t.to(dt, Round::nearest_even);
+}
+
+class AutocastDtypes : public ::testing::TestWithParam<DType> {};
+
+TEST(CastPolicyTable, EveryOpHasAPolicyAndGemmsAreLowerPrecision) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    EXPECT_EQ(kCastPolicyTable[static_cast<size_t>(i)], cast_policy(op)) << op_name(op);
+    if (op_kind(op) == OpKind::gemm)
+      EXPECT_EQ(cast_policy(op), CastPolicy::lower_precision) << op_name(op);
+  }
+  static_assert(cast_policy(OpId::softmax) == CastPolicy::fp32);
+  static_assert(cast_policy(OpId::cat) == CastPolicy::promote);
+  static_assert(cast_policy(OpId::reshape) == CastPolicy::none);
+  static_assert(cast_policy(OpId::binary_cross_entropy, DType::fp16) == CastPolicy::banned);
+  static_assert(cast_policy(OpId::binary_cross_entropy, DType::bf16) == CastPolicy::fp32);
+  EXPECT_EQ(banned_alternative(OpId::binary_cross_entropy), "binary_cross_entropy_with_logits");
+}
+
+TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
+  const DType lp = GetParam();
+  const Tensor x = rnd({4, 8}, 1), w = rnd({6, 8}, 2), b = rnd({6}, 3);
+  const Tensor xl = rnd({4, 8}, 4, lp);
+  Autocast ac(lp);
+  EXPECT_TRUE(is_autocast_enabled());
+  EXPECT_EQ(autocast_dtype(), lp);
+  // lower_precision
+  EXPECT_EQ(linear(x, w, b).dtype(), lp);
+  EXPECT_EQ(matmul(x, w.transpose(0, 1)).dtype(), lp);
+  EXPECT_EQ(bmm(rnd({2, 3, 4}, 5), rnd({2, 4, 5}, 6)).dtype(), lp);
+  EXPECT_EQ(conv2d(rnd({1, 2, 5, 5}, 7), rnd({3, 2, 3, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
+  const Tensor q = rnd({1, 2, 4, 8}, 10);
+  EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
+  // fp32 even from 16-bit inputs
+  EXPECT_EQ(softmax(xl, 1).dtype(), DType::fp32);
+  EXPECT_EQ(log_softmax(xl, 1).dtype(), DType::fp32);
+  EXPECT_EQ(exp(xl).dtype(), DType::fp32);
+  EXPECT_EQ(log(add(mul(xl, xl), 1.0)).dtype(), DType::fp32);
+  EXPECT_EQ(pow(xl, 2.0).dtype(), DType::fp32);
+  EXPECT_EQ(layer_norm(xl, Shape{8}).dtype(), DType::fp32);
+  EXPECT_EQ(sum(xl).dtype(), DType::fp32);
+  EXPECT_EQ(mean(xl).dtype(), DType::fp32);
+  EXPECT_EQ(mse_loss(xl, xl).dtype(), DType::fp32);
+  const Tensor tgt = from_vector(std::vector<int64_t>{0, 1, 2, 3}, Shape{4});
+  EXPECT_EQ(cross_entropy(xl, tgt).dtype(), DType::fp32);
+  // promote: the widest input
+  EXPECT_EQ(add(xl, x).dtype(), DType::fp32);
+  EXPECT_EQ(mul(xl, xl).dtype(), lp);
+  EXPECT_EQ(cat({xl, x}, 0).dtype(), DType::fp32);
+  EXPECT_EQ(cat({xl, xl}, 0).dtype(), lp);
+  // none: the input's dtype
+  EXPECT_EQ(relu(xl).dtype(), lp);
+  EXPECT_EQ(gelu(xl).dtype(), lp);
+  EXPECT_EQ(relu(x).dtype(), DType::fp32);
+  EXPECT_EQ(xl.reshape({8, 4}).dtype(), lp);
+  EXPECT_EQ(xl.transpose(0, 1).contiguous().dtype(), lp);
+  EXPECT_EQ(max(xl).dtype(), lp);
+}
+
+TEST(Autocast, NestingAndDisabling) {
+  const Tensor x = rnd({4, 8}, 1), w = rnd({6, 8}, 2);
+  EXPECT_FALSE(is_autocast_enabled());
+  EXPECT_EQ(autocast_nesting(), 0);
+  EXPECT_EQ(linear(x, w).dtype(), DType::fp32);
+  {
+    Autocast outer(DType::bf16);
+    EXPECT_EQ(linear(x, w).dtype(), DType::bf16);
+    {
+      Autocast inner(DType::fp16);
+      EXPECT_EQ(autocast_nesting(), 2);
+      EXPECT_EQ(linear(x, w).dtype(), DType::fp16);
+      {
+        Autocast off(DType::bf16, false);
+        EXPECT_FALSE(is_autocast_enabled());
+        EXPECT_EQ(linear(x, w).dtype(), DType::fp32);
+        // a bf16 activation from the outer region meets an fp32 weight: the engine promotes
+        EXPECT_EQ(linear(x.to(DType::bf16, Round::nearest_even), w).dtype(), DType::fp32);
+      }
+      EXPECT_TRUE(is_autocast_enabled());
+      EXPECT_EQ(linear(x, w).dtype(), DType::fp16);
+    }
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+    EXPECT_EQ(linear(x, w).dtype(), DType::bf16);
+  }
+  EXPECT_FALSE(is_autocast_enabled());
+  EXPECT_EQ(autocast_nesting(), 0);
+  EXPECT_EQ(linear(x, w).dtype(), DType::fp32);
+  EXPECT_THROW(Autocast(DType::fp32), std::invalid_argument);
+}
+
+TEST(Autocast, StateIsThreadLocal) {
+  Autocast ac(DType::bf16);
+  bool other_enabled = true;
+  DType other_out = DType::bf16;
+  std::thread th([&] {
+    other_enabled = is_autocast_enabled();
+    other_out = linear(rnd({2, 3}, 1), rnd({4, 3}, 2)).dtype();
+  });
+  th.join();
+  EXPECT_FALSE(other_enabled);
+  EXPECT_EQ(other_out, DType::fp32);
+}
+
+TEST(Autocast, CacheConvertsEachWeightOncePerRegion) {
+  Tensor w = rnd({6, 8}, 2).requires_grad_();
+  const Tensor x = rnd({4, 8}, 1);
+  reset_autocast_cache_stats();
+  {
+    Autocast ac(DType::bf16);
+    Tensor y = add(add(linear(x, w), linear(x, w)), linear(x, w));
+    const AutocastCacheStats st = autocast_cache_stats();
+    EXPECT_EQ(st.misses, 1);
+    EXPECT_EQ(st.hits, 2);
+    EXPECT_EQ(st.entries, 1);
+    {
+      Autocast inner(DType::bf16);  // nested: same cache
+      (void)linear(x, w);
+      EXPECT_EQ(autocast_cache_stats().hits, 3);
+      Autocast fp16(DType::fp16);  // another dtype: another entry
+      (void)linear(x, w);
+      EXPECT_EQ(autocast_cache_stats().misses, 2);
+    }
+    // activations (non-leaves) and tensors without requires_grad are never cached
+    (void)linear(x, x.slice(0, 0, 3));
+    EXPECT_EQ(autocast_cache_stats().misses, 2);
+  }
+  EXPECT_EQ(autocast_cache_stats().entries, 0);
+  {
+    Autocast ac(DType::bf16);  // a new region converts again
+    (void)linear(x, w);
+    EXPECT_EQ(autocast_cache_stats().misses, 3);
+  }
+  {
+    Autocast ac(AutocastOptions{.dtype = DType::bf16, .enabled = true, .cache_enabled = false});
+    (void)linear(x, w);
+    (void)linear(x, w);
+    EXPECT_EQ(autocast_cache_stats().misses, 3);
+    EXPECT_EQ(autocast_cache_stats().hits, 3);
+  }
+}
+
+TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
+  const Tensor x = rnd({16, 32}, 1);
+  Tensor w1 = mul(rnd({24, 32}, 2), 0.2).requires_grad_(), b1 = rnd({24}, 3).requires_grad_();
+  Tensor w2 = mul(rnd({10, 24}, 4), 0.2).requires_grad_();
+  Generator tg(5);
+  const Tensor tgt = randint(0, 10, Shape{16}, tg);
+  auto step = [&](bool amp16, DType dt) {
+    w1.set_grad(Tensor());
+    b1.set_grad(Tensor());
+    w2.set_grad(Tensor());
+    Tensor loss;
+    {
+      Autocast ac(dt, amp16);
+      // w1 is used twice (cache hit): both uses' gradients must arrive
+      Tensor h = relu(linear(x, w1, b1));
+      Tensor h2 = linear(x, w1);
+      loss = cross_entropy(linear(add(h, h2), w2), tgt);
+      EXPECT_EQ(loss.dtype(), DType::fp32);
+    }
+    loss.backward();
+    return std::vector<Tensor>{w1.grad(), b1.grad(), w2.grad()};
+  };
+  const std::vector<Tensor> ref = step(false, DType::bf16);
+  for (DType dt : {DType::bf16, DType::fp16}) {
+    const std::vector<Tensor> got = step(true, dt);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_TRUE(got[i].defined());
+      EXPECT_EQ(got[i].dtype(), DType::fp32);
+      const std::vector<double> a = got[i].to_double_vector(), r = ref[i].to_double_vector();
+      double num = 0, den = 0;
+      for (size_t j = 0; j < a.size(); ++j) {
+        num += (a[j] - r[j]) * (a[j] - r[j]);
+        den += r[j] * r[j];
+      }
+      // bf16 keeps 8 significant bits (relative rounding error 2^-9 per value, a few roundings
+      // along the path); fp16 keeps 11.
+      EXPECT_LT(std::sqrt(num / den), dt == DType::bf16 ? 3e-2 : 4e-3) << name(dt) << " grad " << i;
+    }
+  }
+}
+
+TEST(Autocast, BannedOpNamesTheAlternativeUnderFp16) {
+  const Tensor p = sigmoid(rnd({8}, 1)), t = sigmoid(rnd({8}, 2));
+  {
+    Autocast ac(DType::fp16);
+    try {
+      (void)binary_cross_entropy(p, t);
+      FAIL() << "expected BannedOpError";
+    } catch (const BannedOpError& e) {
+      EXPECT_EQ(e.op(), OpId::binary_cross_entropy);
+      EXPECT_NE(std::string(e.what()).find("binary_cross_entropy_with_logits"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(binary_cross_entropy_with_logits(rnd({8}, 3), t).dtype(), DType::fp32);
+  }
+  {
+    Autocast ac(DType::bf16);  // bf16: runs, in fp32
+    EXPECT_EQ(binary_cross_entropy(p.to(DType::bf16, Round::nearest_even), t).dtype(), DType::fp32);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16Fp16, AutocastDtypes, ::testing::Values(DType::bf16, DType::fp16),
+                         [](const auto& info) { return std::string(name(info.param)); });
+
+}  // namespace
+}  // namespace mixp::amp
