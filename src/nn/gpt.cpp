@@ -5,9 +5,11 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "mixp/amp/autocast.h"
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/sequential.h"
+#include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
 
@@ -64,17 +66,29 @@ Tensor Gpt::forward(const Tensor& idx) {
         "mixp::nn::Gpt: sequence length {} must be in [1, context {}]", T, cfg_.context));
   }
   Tensor x =
-      add(tok_emb_->forward(idx), pos_emb_->forward(positions_.slice(0, 0, T)));  // [B,T,C] + [T,C]
+      add((*tok_emb_)(idx), (*pos_emb_)(positions_.slice(0, 0, T)));  // [B,T,C] + [T,C]
   const bool ckpt = cfg_.checkpointing && GradMode::is_enabled();
   for (auto& b : blocks_) {
     if (ckpt) {
       TransformerBlock* blk = b.get();
-      x = checkpoint([blk](const Tensor& in) { return blk->forward(in); }, x);
+      // The recomputation runs during backward, outside the caller's Autocast region and TF32
+      // guard: re-enter the state the forward ran in, so that it recomputes the same dtypes
+      // (torch.utils.checkpoint does the same with the autocast state).
+      const bool ac = amp::is_autocast_enabled();
+      const DType ac_dtype = amp::autocast_dtype();
+      const Fp32GemmMode gemm = effective_fp32_gemm_mode();
+      x = checkpoint(
+          [blk, ac, ac_dtype, gemm](const Tensor& in) {
+            amp::Autocast autocast(ac_dtype, ac);
+            Tf32Guard tf32(gemm.precision, gemm.round);
+            return (*blk)(in);
+          },
+          x);
     } else {
-      x = b->forward(x);
+      x = (*b)(x);
     }
   }
-  return head_->forward(ln_f_->forward(x));
+  return (*head_)((*ln_f_)(x));
 }
 
 std::string Gpt::describe() const {

@@ -15,7 +15,7 @@ GptMlp::GptMlp(int64_t width, int64_t mlp_width, Generator& gen, const GptMlpOpt
 }
 
 Tensor GptMlp::forward(const Tensor& x) {
-  return proj_->forward(fc_->forward(x));
+  return (*proj_)((*fc_)(x));
 }
 
 }  // namespace mixp::nn

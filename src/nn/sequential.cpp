@@ -16,7 +16,7 @@ Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& m : order_) y = m->forward(y);
+  for (const auto& m : order_) y = (*m)(y);
   return y;
 }
 

@@ -22,8 +22,8 @@ TransformerBlock::TransformerBlock(int64_t width, int64_t heads, int64_t mlp_wid
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  const Tensor h = add(x, attn_->forward(ln1_->forward(x)));
-  return add(h, mlp_->forward(ln2_->forward(h)));
+  const Tensor h = add(x, (*attn_)((*ln1_)(x)));
+  return add(h, (*mlp_)((*ln2_)(h)));
 }
 
 }  // namespace mixp::nn

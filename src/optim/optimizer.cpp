@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
+#include "mixp/format/convert.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
+#include "parallel_loop.h"
 
 namespace mixp::optim {
 
@@ -25,6 +29,8 @@ bool narrower_than_fp32(DType d) {
 }
 
 constexpr size_t kMaxSlots = 8;
+// Elements per chunk of the chunked update (fp32 scratch per thread: a few times 16 KiB).
+constexpr int64_t kChunk = 4096;
 
 }  // namespace
 
@@ -58,6 +64,17 @@ Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& pre
       precision.write_back != Round::toward_zero) {
     throw std::invalid_argument("mixp::optim: unsupported write-back rounding");
   }
+  if (precision.state_dtype != DType::fp32 && precision.state_dtype != DType::bf16) {
+    throw std::invalid_argument(
+        fmt::format("mixp::optim: optimizer states can be stored in fp32 or bf16, not {}",
+                    mixp::name(precision.state_dtype)));
+  }
+  if (precision.kahan && precision.master_weights) {
+    throw std::invalid_argument(
+        "mixp::optim: Kahan compensation replaces fp32 master weights (it keeps the rounding "
+        "error of low-precision parameters in a 16-bit buffer instead); set master_weights = "
+        "false to use it");
+  }
   std::map<std::string, int> names;
   std::vector<const TensorImpl*> seen;
   NoGradGuard ng;
@@ -90,8 +107,17 @@ Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& pre
       st.master = empty(p.shape(), {.dtype = DType::fp32});
       backend().copy(st.master, p.detach());  // widening: exact
     }
+    if (narrower_than_fp32(p.dtype()) && !is_elementwise_float(p.dtype())) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::optim: parameter '{}' has dtype {}; low-precision parameters must be an "
+          "element-wise float format (bf16, fp16, fp8_e4m3, fp8_e5m2, tf32)",
+          name, mixp::name(p.dtype())));
+    }
+    if (narrower_than_fp32(p.dtype()) && precision.kahan && !precision.master_weights)
+      st.comp = zeros(p.shape(), {.dtype = p.dtype()});
+    const DType sd = w == DType::fp64 ? DType::fp64 : precision.state_dtype;
     for (size_t k = 0; k < slot_names_.size(); ++k)
-      st.slots.push_back(zeros(p.shape(), {.dtype = w}));
+      st.slots.push_back(zeros(p.shape(), {.dtype = sd}));
     params_.push_back(std::move(st));
   }
 }
@@ -146,17 +172,22 @@ void Optimizer::step_param(size_t index) {
                     g0.shape().str(), st.param.shape().str()));
   }
   const DType w = working_dtype(st.param.dtype());
-  // Working values: the parameter itself, its master copy, or a scratch copy.
-  Tensor values;
-  if (st.param.dtype() == w) {
-    values = st.param;
-  } else if (st.master.defined()) {
-    values = st.master;
-  } else {
-    if (!st.work.defined()) st.work = empty(st.param.shape(), {.dtype = w});
-    backend().copy(st.work, st.param.detach());
-    values = st.work;
+  const bool narrow_states = !st.slots.empty() && st.slots[0].dtype() != w;
+  const bool narrow_param = st.param.dtype() != w;
+  if (narrow_states || st.comp.defined() || (narrow_param && !st.master.defined())) {
+    // Gradient: contiguous, and fp32 or an element-wise format the chunks widen.
+    Tensor g = g0;
+    if (!g.is_contiguous() || !is_elementwise_float(g.dtype())) {
+      if (!st.grad_work.defined()) st.grad_work = empty(st.param.shape(), {.dtype = w});
+      backend().copy(st.grad_work, g0);
+      g = st.grad_work;
+    }
+    st.step += 1;
+    step_param_chunked(index, g);
+    return;
   }
+  // Working values: the parameter itself or its master copy.
+  const Tensor values = narrow_param ? st.master : st.param;
   // Gradient in the working dtype, contiguous.
   Tensor g = g0;
   if (g.dtype() != w || !g.is_contiguous()) {
@@ -182,6 +213,113 @@ void Optimizer::step_param(size_t index) {
   if (!values.is_same(st.param)) write_back(index, values);
 }
 
+void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
+  ParamState& st = params_[index];
+  const int64_t n = st.param.numel();
+  const DType pd = st.param.dtype(), gd = grad.dtype();
+  const bool narrow_param = pd != DType::fp32;
+  const bool has_master = st.master.defined();
+  const bool kahan = st.comp.defined();
+  const size_t nslots = st.slots.size();
+  const DType sd = nslots > 0 ? st.slots[0].dtype() : DType::fp32;
+  const bool narrow_states = sd != DType::fp32;
+  const uint64_t seed = write_back_seed(index, st.step);
+  const ConvertOptions param_round{.round = precision_.write_back,
+                                   .overflow = precision_.overflow,
+                                   .seed = seed};
+  // States round to nearest-even, or stochastically (one stream per slot) when the write-back
+  // does; a state is never truncated.
+  const Round state_round =
+      precision_.write_back == Round::stochastic ? Round::stochastic : Round::nearest_even;
+  auto* pbits = static_cast<unsigned char*>(st.param.data_ptr());
+  const size_t pes = st.param.element_size();
+  float* master = has_master ? static_cast<float*>(st.master.data_ptr()) : nullptr;
+  auto* gbits = static_cast<const unsigned char*>(grad.data_ptr());
+  const size_t ges = grad.element_size();
+  auto* cbits = kahan ? static_cast<unsigned char*>(st.comp.data_ptr()) : nullptr;
+  unsigned char* sbits[kMaxSlots];
+  for (size_t k = 0; k < nslots; ++k) sbits[k] = static_cast<unsigned char*>(st.slots[k].data_ptr());
+  const size_t ses = nslots > 0 ? st.slots[0].element_size() : 4;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+
+  auto body = [&](int64_t c) {
+    // Scratch: w, g, old p, comp/y, new p, then one per slot.
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>((5 + kMaxSlots) * kChunk));
+    const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+    const size_t ulen = static_cast<size_t>(len);
+    float* buf_w = scratch.data();
+    float* buf_g = buf_w + kChunk;
+    float* buf_old = buf_g + kChunk;
+    float* buf_c = buf_old + kChunk;
+    float* buf_new = buf_c + kChunk;
+    float* w;
+    if (master) {
+      w = master + lo;
+    } else if (narrow_param) {
+      w = buf_w;
+      convert_to_f32(pd, pbits + lo * pes, {w, ulen});
+    } else {
+      w = reinterpret_cast<float*>(pbits) + lo;  // fp32 parameter, narrow states
+    }
+    if (kahan) std::copy(w, w + len, buf_old);
+    const float* gp;
+    if (gd == DType::fp32) {
+      gp = reinterpret_cast<const float*>(gbits) + lo;
+    } else {
+      convert_to_f32(gd, gbits + lo * ges, {buf_g, ulen});
+      gp = buf_g;
+    }
+    float* slots[kMaxSlots];
+    for (size_t k = 0; k < nslots; ++k) {
+      if (narrow_states) {
+        slots[k] = buf_new + (1 + k) * kChunk;
+        convert_to_f32(sd, sbits[k] + lo * ses, {slots[k], ulen});
+      } else {
+        slots[k] = reinterpret_cast<float*>(sbits[k]) + lo;
+      }
+    }
+    update(w, gp, slots, len, st.step);
+    for (size_t k = 0; k < nslots && narrow_states; ++k) {
+      convert_f32_to(sd, {slots[k], ulen}, sbits[k] + lo * ses,
+                     {.round = state_round,
+                      .overflow = Overflow::ieee,
+                      .seed = Generator::splitmix64(seed + 0x9E3779B97F4A7C15ULL * (k + 1)),
+                      .offset = static_cast<uint64_t>(lo)});
+    }
+    if (!narrow_param) return;
+    ConvertOptions pr = param_round;
+    pr.offset = static_cast<uint64_t>(lo);
+    if (!kahan) {
+      convert_f32_to(pd, {w, ulen}, pbits + lo * pes, pr);
+      return;
+    }
+    // Kahan: y = (w_new - p) + comp; p' = round(p + y); comp' = y - (p' - p).
+    convert_to_f32(pd, cbits + lo * pes, {buf_c, ulen});
+    for (int64_t i = 0; i < len; ++i) {
+      const float y = (w[i] - buf_old[i]) + buf_c[i];
+      buf_c[i] = y;
+      w[i] = buf_old[i] + y;
+    }
+    convert_f32_to(pd, {w, ulen}, pbits + lo * pes, pr);
+    convert_to_f32(pd, pbits + lo * pes, {buf_new, ulen});
+    for (int64_t i = 0; i < len; ++i) {
+      const float y = buf_c[i];
+      // A non-finite parameter has no meaningful remainder; keep the buffer finite.
+      const float r = y - (buf_new[i] - buf_old[i]);
+      buf_c[i] = std::isfinite(r) ? r : 0.0f;
+    }
+    convert_f32_to(pd, {buf_c, ulen}, cbits + lo * pes,
+                   {.round = Round::nearest_even, .overflow = Overflow::saturate});
+  };
+  if (n < kOptimParallelGrain || omp_get_max_threads() == 1) {
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  }
+}
+
 void Optimizer::write_back(size_t index, const Tensor& from) {
   ParamState& st = params_[index];
   Tensor dst = st.param.detach();  // same storage
@@ -205,6 +343,7 @@ StateDict Optimizer::state_dict() const {
     for (size_t k = 0; k < slot_names_.size(); ++k)
       sd.tensors.emplace_back(p.name + "." + slot_names_[k], p.slots[k].clone());
     if (p.master.defined()) sd.tensors.emplace_back(p.name + ".master", p.master.clone());
+    if (p.comp.defined()) sd.tensors.emplace_back(p.name + ".kahan", p.comp.clone());
     sd.scalars.emplace_back(p.name + ".step", static_cast<double>(p.step));
   }
   return sd;
@@ -257,6 +396,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     for (size_t k = 0; k < slot_names_.size(); ++k)
       p.slots[k].copy_(*given.at(p.name + "." + slot_names_[k]));
     if (p.master.defined()) p.master.copy_(*given.at(p.name + ".master"));
+    if (p.comp.defined()) p.comp.copy_(*given.at(p.name + ".kahan"));
     p.step = static_cast<int64_t>(*sd.find_scalar(p.name + ".step"));
   }
 }

@@ -35,6 +35,7 @@ std::string JsonlLogCallback::format(const StepInfo& s) {
   j["loss"] = number(s.loss);
   j["loss_scale"] = s.loss_scale;
   j["skipped"] = s.skipped;
+  j["skipped_steps"] = s.skipped_steps;
   j["grad_norm"] = number(s.grad_norm);
   j["lr"] = s.lr;
   j["ms"] = s.ms;

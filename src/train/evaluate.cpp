@@ -49,7 +49,7 @@ EvalResult evaluate_model(nn::Module& model, BatchSource& source, const Precisio
     Tensor loss;
     {
       auto scope = recipe.forward_scope();
-      logits = model.forward(b.input);
+      logits = model(b.input);  // through the recipe's forward wrappers
       if (language_model) logits = logits.reshape({-1, logits.size(-1)});
       loss = cross_entropy(logits, b.target);
     }
@@ -76,6 +76,8 @@ EvalResult evaluate_model(nn::Module& model, BatchSource& source, const Precisio
 EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::string& precision,
                                const std::string& data) {
   TrainConfig c = read_checkpoint_config(dir);
+  // Per-layer rules belong to the precision they were trained with.
+  if (!precision.empty() && precision != c.precision) c.layer_precision.clear();
   if (!precision.empty()) c.precision = precision;
   if (!data.empty()) c.data = data;
   c.resume_dir.clear();
@@ -85,7 +87,9 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const std::stri
   c = c.resolved();
   if (c.threads > 0) set_num_threads(c.threads);
   const bool lm = is_language_model(c.model.name);
-  const auto recipe = make_recipe(c.precision, {});
+  RecipeOptions ro;
+  ro.layer_precision = c.layer_precision;
+  const auto recipe = make_recipe(c.precision, ro);
   auto source = detail::make_batch_source(c, c.model.context, /*train=*/false);
   if (lm && source->vocab_size() != c.model.vocab) {
     throw TrainError(
@@ -117,6 +121,10 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["steps"] = r.steps;
   j["steps_this_run"] = r.steps_this_run;
   j["skipped_steps"] = r.skipped_steps;
+  j["skipped_steps_this_run"] = r.skipped_steps_this_run;
+  j["loss_scale"] = r.loss_scale;
+  j["recipe"] = r.recipe;
+  if (!r.layer_precision.empty()) j["layer_precision"] = r.layer_precision;
   j["epochs"] = r.epochs;
   j["batch"] = r.batch;
   j["grad_accum"] = r.grad_accum;

@@ -37,15 +37,18 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
-                                                  const nn::NamedTensors& params) {
+                                                  const nn::NamedTensors& params,
+                                                  const optim::PrecisionOptions& precision) {
   if (c.optimizer == "sgd") {
     optim::SGDOptions o;
+    o.precision = precision;
     o.lr = c.lr;
     o.momentum = c.momentum;
     if (c.weight_decay) o.weight_decay = *c.weight_decay;
     return std::make_unique<optim::SGD>(params, o);
   }
   optim::AdamOptions o;
+  o.precision = precision;
   o.lr = c.lr;
   o.weight_decay = c.weight_decay;  // unset: 0 for Adam, 0.01 for AdamW (PyTorch's defaults)
   if (c.optimizer == "adam") return std::make_unique<optim::Adam>(params, o);

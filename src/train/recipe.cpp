@@ -1,100 +1,211 @@
 #include "mixp/train/recipe.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
-#include "mixp/autograd/grad_mode.h"
+#include "mixp/amp/autocast.h"
 #include "mixp/nn/module.h"
+#include "mixp/ops/matmul_precision.h"
+#include "mixp/tensor/generator.h"
 #include "mixp/train/train_config.h"
 
 namespace mixp::train {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
+// Defaults of the GradScaler in mixp's fp16 recipes beyond PyTorch's (RecipeOptions).
+constexpr double kDefaultMinLossScale = 1.0;
+constexpr int64_t kDefaultCollapseAfter = 20;
 
-// Replaces the contents of `t`'s TensorImpl by a converted copy, so that every handle to the
-// parameter (the module's, the optimizer's) sees the new dtype.
-void convert_in_place(Tensor& t, DType dtype) {
-  if (!t.defined() || !t.is_floating_point() || t.dtype() == dtype) return;
-  Tensor c;
-  {
-    NoGradGuard ng;
-    c = t.detach().to(dtype, Round::nearest_even).contiguous();
-  }
-  TensorImpl* impl = t.impl();
-  impl->storage = c.impl()->storage;
-  impl->offset = c.impl()->offset;
-  impl->shape = c.impl()->shape;
-  impl->strides = c.impl()->strides;
-  impl->dtype = dtype;
-  impl->grad.reset();
-}
+struct AutocastScope final : ForwardScope {
+  explicit AutocastScope(DType d) : ac(d) {}
+  amp::Autocast ac;
+};
 
-// The two recipes without any mixed precision: every parameter, activation and gradient in one
-// floating type. They differ only in that type.
-class UniformRecipe final : public PrecisionRecipe {
- public:
-  UniformRecipe(std::string name, DType dtype) : name_(std::move(name)), dtype_(dtype) {}
-  std::string name() const override { return name_; }
-  DType param_dtype() const override { return dtype_; }
-
- private:
-  std::string name_;
-  DType dtype_;
+struct Tf32Scope final : ForwardScope {
+  Tf32Scope() : tf32(true) {}
+  Tf32Guard tf32;
 };
 
 }  // namespace
+
+bool PrecisionRecipe::step(optim::Optimizer& opt) {
+  opt.step();
+  return true;
+}
 
 void PrecisionRecipe::prepare_model(nn::Module& model) const {
   convert_module(model, param_dtype());
 }
 
 void convert_module(nn::Module& model, DType dtype) {
-  for (auto& [name, p] : model.named_parameters()) convert_in_place(p, dtype);
-  for (auto& [name, b] : model.named_buffers()) convert_in_place(b, dtype);
+  for (auto& [name, p] : model.named_parameters()) amp::convert_tensor_in_place(p, dtype);
+  for (auto& [name, b] : model.named_buffers()) amp::convert_tensor_in_place(b, dtype);
+}
+
+PolicyRecipe::PolicyRecipe(amp::PrecisionPolicy policy, std::vector<amp::LayerRule> rules,
+                           const RecipeOptions& opt)
+    : policy_(std::move(policy)), rules_(std::move(rules)), seed_(opt.seed) {
+  if (!rules_.empty() && policy_.params == DType::fp64) {
+    throw ConfigError(
+        "--layer-precision needs a recipe below fp64: fp64 is the reference and runs every layer "
+        "in fp64");
+  }
+  // An fp16 layer in a recipe that does not scale the loss gets dynamic scaling, unless the
+  // policy string said loss_scale explicitly.
+  if (policy_.loss_scaling == amp::LossScaling::none &&
+      policy_.name.find("loss_scale=") == std::string::npos &&
+      amp::needs_fp16_loss_scaling(policy_, rules_)) {
+    policy_.loss_scaling = amp::LossScaling::dynamic;
+  }
+  const bool dynamic = policy_.loss_scaling == amp::LossScaling::dynamic;
+  auto refuse = [&](const char* flag) {
+    throw ConfigError(fmt::format(
+        "{} only applies to dynamic loss scaling (recipes fp16, fp16-o2, fp16-pure, or a policy "
+        "with loss_scale=dynamic); precision '{}' {}",
+        flag, policy_.name,
+        policy_.loss_scaling == amp::LossScaling::fixed
+            ? "uses a fixed loss scale"
+            : "does not scale the loss (only fp16 needs it: bf16 has fp32's exponent range)"));
+  };
+  if (opt.loss_scale_init && !dynamic) refuse("--loss-scale-init");
+  if (opt.growth_interval && !dynamic) refuse("--growth-interval");
+  if (opt.min_loss_scale && !dynamic) refuse("--min-loss-scale");
+  if (opt.max_loss_scale && !dynamic) refuse("--max-loss-scale");
+  if (opt.loss_scale_init) policy_.loss_scale = *opt.loss_scale_init;
+  if (opt.growth_interval) policy_.growth_interval = *opt.growth_interval;
+  if (policy_.loss_scaling == amp::LossScaling::none) return;
+
+  amp::GradScalerOptions so;
+  so.init_scale = policy_.loss_scale;
+  so.growth_interval = policy_.growth_interval;
+  so.allow_fp16_params = !policy_.master_weights;  // pure fp16: fp32 leaf gradients, no master
+  if (dynamic) {
+    so.min_scale = opt.min_loss_scale.value_or(kDefaultMinLossScale);
+    so.max_scale = opt.max_loss_scale.value_or(0.0);
+    so.collapse_after = opt.collapse_after.value_or(kDefaultCollapseAfter);
+    if (so.min_scale <= 0) so.collapse_after = 0;
+    if (so.max_scale > 0 && so.init_scale > so.max_scale) {
+      throw ConfigError(fmt::format("the initial loss scale {:g} is above the maximum {:g}",
+                                    so.init_scale, so.max_scale));
+    }
+    if (so.init_scale < so.min_scale) {
+      throw ConfigError(fmt::format("the initial loss scale {:g} is below the minimum {:g}",
+                                    so.init_scale, so.min_scale));
+    }
+  }
+  try {
+    scaler_ = std::make_unique<amp::GradScaler>(so);
+  } catch (const std::invalid_argument& e) {
+    std::string m = e.what();
+    if (m.rfind("mixp::amp::GradScaler: ", 0) == 0) m = "loss scaling: " + m.substr(23);
+    throw ConfigError(m);
+  }
+}
+
+PolicyRecipe::~PolicyRecipe() = default;
+
+std::string PolicyRecipe::describe() const {
+  std::string s = policy_.name + ": " + policy_.describe();
+  if (!rules_.empty()) {
+    s += "; layers";
+    for (size_t i = 0; i < rules_.size(); ++i)
+      s += fmt::format("{} {}={}", i ? "," : "", rules_[i].key, mixp::name(rules_[i].dtype));
+  }
+  return s;
+}
+
+void PolicyRecipe::prepare_model(nn::Module& model) const {
+  try {
+    amp::apply_policy(model, policy_, rules_);
+  } catch (const amp::PolicyError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+optim::PrecisionOptions PolicyRecipe::optimizer_precision() const {
+  optim::PrecisionOptions o;
+  o.master_weights = policy_.master_weights;
+  o.write_back = policy_.rounding;
+  o.overflow = Overflow::ieee;
+  o.kahan = policy_.kahan;
+  o.state_dtype = policy_.params == DType::fp64 ? DType::fp32 : policy_.states;
+  // The write-back stream: a function of the run's seed, apart from the model's init stream.
+  o.seed = Generator::splitmix64(seed_ ^ 0x5752495445424143ULL);  // "WRITEBAC"
+  return o;
+}
+
+std::unique_ptr<ForwardScope> PolicyRecipe::forward_scope() const {
+  if (policy_.autocast) return std::make_unique<AutocastScope>(policy_.compute);
+  if (policy_.compute == DType::tf32) return std::make_unique<Tf32Scope>();
+  return nullptr;
+}
+
+Tensor PolicyRecipe::scale_loss(const Tensor& loss) const {
+  return scaler_ ? scaler_->scale(loss) : loss;
+}
+
+bool PolicyRecipe::unscale_and_check(optim::Optimizer& opt) {
+  if (!scaler_) return true;
+  scaler_->unscale_(opt);
+  return !scaler_->found_inf(opt);
+}
+
+bool PolicyRecipe::step(optim::Optimizer& opt) {
+  if (!scaler_) return PrecisionRecipe::step(opt);
+  return scaler_->step(opt);
+}
+
+void PolicyRecipe::update(bool skipped) {
+  if (!scaler_) return;
+  if (policy_.loss_scaling == amp::LossScaling::fixed) {
+    scaler_->update(policy_.loss_scale);  // the scale stays; only the per-step state resets
+    return;
+  }
+  scaler_->update();
+}
+
+double PolicyRecipe::loss_scale() const {
+  return scaler_ ? scaler_->get_scale() : 1.0;
+}
+
+std::map<std::string, double> PolicyRecipe::state() const {
+  std::map<std::string, double> m;
+  if (scaler_) {
+    for (const auto& [k, v] : scaler_->state_dict()) m[k] = v;
+  }
+  return m;
+}
+
+void PolicyRecipe::load_state(const std::map<std::string, double>& s) {
+  if (!scaler_ || s.empty()) return;
+  amp::GradScaler::StateDict sd(s.begin(), s.end());
+  try {
+    scaler_->load_state_dict(sd);
+  } catch (const std::invalid_argument& e) {
+    throw TrainError(std::string("the checkpoint's loss-scale state: ") + e.what());
+  }
 }
 
 const std::vector<std::string>& planned_recipes() {
-  static const std::vector<std::string> v{"fp64",  "fp32",     "tf32",      "bf16", "bf16-pure",
-                                          "fp16",  "fp16-o2",  "fp16-pure", "fp8",  "fp8-current",
-                                          "mxfp8", "int8-qat", "auto"};
-  return v;
+  return amp::planned_recipe_names();
 }
 
 std::vector<std::string> available_recipes() {
-  return {"fp32", "fp64"};
+  return amp::preset_names();
 }
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
-  const std::vector<std::string> avail = available_recipes();
-  const std::string n(name);
-  if (std::find(avail.begin(), avail.end(), n) == avail.end()) {
-    const auto& planned = planned_recipes();
-    if (std::find(planned.begin(), planned.end(), n) != planned.end()) {
-      throw ConfigError("precision '" + n + "' is not available yet; available: " + join(avail));
-    }
-    std::vector<std::string> later;
-    for (const auto& p : planned)
-      if (std::find(avail.begin(), avail.end(), p) == avail.end()) later.push_back(p);
-    throw ConfigError("unknown precision '" + n + "'; available: " + join(avail) +
-                      " (not yet available: " + join(later) + ")");
+  amp::PrecisionPolicy policy;
+  std::vector<amp::LayerRule> rules;
+  try {
+    policy = amp::parse_policy(name);
+    rules = amp::parse_layer_precision(opt.layer_precision);
+  } catch (const amp::PolicyError& e) {
+    throw ConfigError(e.what());
   }
-  // fp32 and fp64 compute everything in one type: nothing to override per layer and no loss
-  // scale to tune. Refusing these options says so instead of silently ignoring them.
-  if (!opt.layer_precision.empty()) {
-    throw ConfigError("--layer-precision needs a mixed-precision recipe; precision '" + n +
-                      "' runs every layer in " + n);
-  }
-  if (opt.loss_scale_init || opt.growth_interval) {
-    throw ConfigError(std::string(opt.loss_scale_init ? "--loss-scale-init" : "--growth-interval") +
-                      " only applies to fp16 recipes with dynamic loss scaling; precision '" + n +
-                      "' does not scale the loss");
-  }
-  return std::make_unique<UniformRecipe>(n, n == "fp64" ? DType::fp64 : DType::fp32);
+  return std::make_unique<PolicyRecipe>(std::move(policy), std::move(rules), opt);
 }
 
 }  // namespace mixp::train

@@ -37,9 +37,14 @@ void Trainer::Impl::build() {
   lm = is_language_model(cfg.model.name);
   if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
   if (cfg.threads > 0) set_num_threads(cfg.threads);
-  recipe = make_recipe(cfg.precision, {.layer_precision = cfg.layer_precision,
-                                       .loss_scale_init = cfg.loss_scale_init,
-                                       .growth_interval = cfg.growth_interval});
+  RecipeOptions ro;
+  ro.layer_precision = cfg.layer_precision;
+  ro.loss_scale_init = cfg.loss_scale_init;
+  ro.growth_interval = cfg.growth_interval;
+  ro.seed = cfg.seed;
+  recipe = make_recipe(cfg.precision, ro);
+  // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
+  cfg.precision = recipe->name();
   if (lm && cfg.model.context == 0) cfg.model.context = detail::resolve_model(cfg.model).context;
   source = detail::make_batch_source(cfg, cfg.model.context);
   if (lm) {
@@ -57,7 +62,7 @@ void Trainer::Impl::build() {
   model = detail::build_model(cfg, *recipe);
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
-  opt = detail::build_optimizer(cfg, named);
+  opt = detail::build_optimizer(cfg, named, recipe->optimizer_precision());
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
 }
@@ -89,7 +94,7 @@ StepInfo Trainer::Impl::run_step() {
     Tensor loss;
     {
       auto scope = recipe->forward_scope();
-      Tensor logits = model->forward(b.input);
+      Tensor logits = (*model)(b.input);  // through the recipe's forward wrappers
       if (lm) logits = logits.reshape({-1, logits.size(-1)});
       loss = cross_entropy(logits, b.target);
     }
@@ -99,18 +104,23 @@ StepInfo Trainer::Impl::run_step() {
     samples += b.samples;
     recipe->scale_loss(window == 1 ? loss : mul(loss, 1.0 / double(window))).backward();
   }
-  bool skip = !recipe->unscale_and_check(params);
-  double norm = 0;
-  if (!skip) {
+  // Unscale (fp16 recipes), then clip the real gradients. Non-finite gradients skip the step
+  // under loss scaling; otherwise they are an error (the NaN guard).
+  const bool finite = recipe->unscale_and_check(*opt);
+  double norm = std::nan("");
+  if (finite) {
     norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
-    if (!std::isfinite(norm)) {
-      if (!recipe->skips_nonfinite()) nonfinite_error("gradient norm", norm, -1, window);
-      skip = true;
-    }
+    if (!std::isfinite(norm) && !recipe->skips_nonfinite())
+      nonfinite_error("gradient norm", norm, -1, window);
+  } else if (!recipe->skips_nonfinite()) {
+    nonfinite_error("gradient", std::nan(""), -1, window);
   }
-  const double lr = detail::schedule_lr(cfg, step, total);
+  // The schedule advances on steps taken, not on steps skipped by the loss scaler.
+  const double lr = detail::schedule_lr(cfg, step - skipped, total);
   opt->set_lr(lr);
-  if (!skip) opt->step();
+  const double scale_used = recipe->loss_scale();  // what this step's losses were multiplied by
+  const bool stepped = recipe->step(*opt);
+  const bool skip = !stepped;
   recipe->update(skip);
   ++step;
   if (skip) ++skipped;
@@ -121,8 +131,9 @@ StepInfo Trainer::Impl::run_step() {
   info.total_steps = total;
   info.epoch = epoch;
   info.loss = last_loss;
-  info.loss_scale = recipe->loss_scale();
+  info.loss_scale = scale_used;
   info.skipped = skip;
+  info.skipped_steps = skipped;
   info.grad_norm = norm;
   info.lr = lr;
   info.ms = now_ms() - t0;
@@ -158,6 +169,7 @@ TrainResult Trainer::fit() {
         "epochs (they count the whole run, resumed steps included)",
         s.step, s.total));
   }
+  s.skipped_at_start = s.skipped;
   reset_peak_memory();
   EnergyMeter meter;
   meter.start();
@@ -187,6 +199,10 @@ TrainResult Trainer::fit() {
   r.steps = s.step;
   r.steps_this_run = int64_t(s.losses.size());
   r.skipped_steps = s.skipped;
+  r.skipped_steps_this_run = s.skipped - s.skipped_at_start;
+  r.loss_scale = s.recipe->loss_scale();
+  r.recipe = s.recipe->describe();
+  r.layer_precision = s.cfg.layer_precision;
   r.epochs = double(s.step) / double(s.steps_per_epoch);
   r.ms_per_step = s.times.median_ms();
   const double samples_per_step = double(s.cfg.batch * s.cfg.grad_accum);

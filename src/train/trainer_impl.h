@@ -26,7 +26,8 @@ nn::ModelConfig resolve_model(const nn::ModelConfig& m);
 // The optimizer the config names over the model's named parameters (state names follow them:
 // "fc1.weight.exp_avg").
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,
-                                                  const nn::NamedTensors& params);
+                                                  const nn::NamedTensors& params,
+                                                  const optim::PrecisionOptions& precision = {});
 // Learning rate of optimizer step `step` (0-based) of a run of `total` steps.
 double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
 // Optimizer state: tensors to safetensors entries and scalars to JSON, and back.
@@ -61,7 +62,8 @@ struct Trainer::Impl {
   int64_t step = 0;  // optimizer steps done
   int64_t total = 0;
   int64_t steps_per_epoch = 1;
-  int64_t skipped = 0;
+  int64_t skipped = 0;           // steps skipped by the loss scaler, resumed ones included
+  int64_t skipped_at_start = 0;  // of this run (fit())
   double last_loss = 0;
   double prior_train_time_s = 0;  // from the resumed checkpoint
   double constructed_ms = 0;

@@ -99,33 +99,40 @@ TEST(Recipe, AvailableAndPlanned) {
   EXPECT_EQ(make_recipe("fp32")->param_dtype(), DType::fp32);
   EXPECT_EQ(make_recipe("fp64")->param_dtype(), DType::fp64);
   EXPECT_EQ(make_recipe("fp32")->loss_scale(), 1.0);
+  EXPECT_EQ(make_recipe("bf16-pure")->param_dtype(), DType::bf16);
+  EXPECT_EQ(make_recipe("fp16")->loss_scale(), 65536.0);
   try {
-    make_recipe("bf16");
+    make_recipe("fp8");
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "precision 'bf16' is not available yet; available: fp32, fp64");
+    EXPECT_NE(std::string(e.what()).find("precision 'fp8' is not available yet"),
+              std::string::npos);
   }
   try {
     make_recipe("fp12");
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown precision 'fp12'; available: fp32, fp64"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "unknown precision 'fp12'; available: fp64, fp32, tf32, bf16, bf16-pure, fp16, "
+                  "fp16-o2, fp16-pure, auto"),
               std::string::npos);
   }
   try {
     RecipeOptions lp;
     lp.layer_precision = "attn=bf16";
-    make_recipe("fp32", lp);
+    make_recipe("fp64", lp);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs a mixed-precision recipe"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("needs a recipe below fp64"), std::string::npos);
   }
   RecipeOptions ls;
   ls.loss_scale_init = 1024.0;
   EXPECT_THROW(make_recipe("fp32", ls), ConfigError);
+  EXPECT_EQ(make_recipe("fp16", ls)->loss_scale(), 1024.0);
   RecipeOptions gi;
   gi.growth_interval = 100;
   EXPECT_THROW(make_recipe("fp64", gi), ConfigError);
+  EXPECT_THROW(make_recipe("bf16", gi), ConfigError);
 }
 
 TEST(Metrics, MedianExcludesTheFirstStep) {

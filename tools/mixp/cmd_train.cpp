@@ -66,7 +66,15 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
             << (r.energy_joules ? fmt::format("{:.1f} J ({})", *r.energy_joules, r.energy_source)
                                 : std::string("unavailable (no readable RAPL counters)"))
             << "\n";
-  if (r.skipped_steps > 0) std::cout << "skipped:   " << r.skipped_steps << " steps\n";
+  std::cout << "precision: " << r.recipe << "\n";
+  if (r.skipped_steps > 0 || r.loss_scale != 1.0) {
+    std::cout << fmt::format("scaling:   loss scale {:g} at the end, {} step{} skipped (inf/NaN "
+                             "gradients){}\n",
+                             r.loss_scale, r.skipped_steps, r.skipped_steps == 1 ? "" : "s",
+                             r.skipped_steps != r.skipped_steps_this_run
+                                 ? fmt::format(", {} in this run", r.skipped_steps_this_run)
+                                 : "");
+  }
   if (!r.saved_to.empty()) std::cout << "saved:     " << r.saved_to << "\n";
 }
 
@@ -179,7 +187,11 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
       "text file or folder (default /usr/share/games/fortunes)");
   sub->add_option("--precision", c.precision,
-                  "precision recipe: " + join(train::available_recipes()) + " (default fp32)");
+                  "precision recipe: " + join(train::available_recipes()) +
+                      " (default fp32), optionally refined by a policy string, e.g. "
+                      "'bf16:params=fp32,compute=bf16,output=fp32' (keys: params compute output "
+                      "autocast master rounding kahan states norm loss_scale loss_scale_init "
+                      "growth_interval; docs/amp-training.md)");
   sub->add_option("--epochs", c.epochs, "passes over the training data (default 1)");
   sub->add_option("--steps", c.steps,
                   "optimizer steps instead of epochs (whole run, resumed steps included)");
@@ -196,10 +208,15 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_flag("--checkpointing", c.model.checkpointing,
                 "gradient checkpointing (recompute activations)");
   sub->add_option("--layer-precision", c.layer_precision,
-                  "per-layer precision overrides, e.g. embed=fp32,attn=bf16 (mixed recipes)");
-  sub->add_option("--loss-scale-init", f->loss_scale_init, "initial loss scale (fp16 recipes)");
+                  "per-layer precision: kind or name = fp32|bf16|fp16, e.g. "
+                  "embed=fp32,attn=bf16,mlp=bf16,head=fp32 (kinds: embedding/embed, "
+                  "attention/attn, mlp, block, linear, conv2d/conv, layer_norm/ln, "
+                  "batch_norm2d/bn, norm, head; names: fc1, blocks.0, ...)");
+  sub->add_option("--loss-scale-init", f->loss_scale_init,
+                  "initial loss scale of dynamic loss scaling (fp16 recipes; default 65536)");
   sub->add_option("--growth-interval", f->growth_interval,
-                  "loss-scale growth interval (fp16 recipes)");
+                  "steps without inf/NaN before the loss scale doubles (fp16 recipes; default "
+                  "2000)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
   sub->add_option("--width", c.model.width,
@@ -227,6 +244,10 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model mlp --epochs 2\n"
       "  mixp train --model cnn --steps 200 --batch 64 --log run.jsonl --json\n"
       "  mixp train --model gpt --steps 500 --save ckpt\n"
+      "  mixp train --model mlp --epochs 3 --precision bf16\n"
+      "  mixp train --model mlp --precision fp16 --loss-scale-init 1024 --log run.jsonl\n"
+      "  mixp train --model gpt --precision bf16-pure --layer-precision embed=fp32,head=fp32\n"
+      "  mixp train --model gpt --precision 'bf16:params=fp32,compute=bf16,output=fp32'\n"
       "  mixp train --resume ckpt --steps 1000\n");
   sub->callback([f] { run(*f); });
 });

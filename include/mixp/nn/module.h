@@ -17,10 +17,17 @@
 // "max_pool2d", "sequential", "gpt", and "head" for a model's final classifier / LM head (a Linear
 // whose kind was set by the model). Rules select modules by kind or by dotted name.
 //
+// Forward wrappers. `m(x)` (operator()) runs forward(x) through the module's forward wrapper when
+// one is set (set_forward_wrapper): the amp recipes use it for per-layer precision, e.g. to run
+// one module under its own Autocast region with casts at its boundary (jmp's per-module policy).
+// Modules call their children through operator(), never child->forward() directly, so that a
+// wrapper set on any module is honoured wherever it sits in the tree.
+//
 // Modules are not copyable (parameters are identities); share them with std::shared_ptr.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,7 +48,15 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x), through the forward wrapper when one is set.
+  Tensor operator()(const Tensor& x) { return wrapper_ ? wrapper_(*this, x) : forward(x); }
+
+  // A function run instead of forward(x) by operator(); it receives the module and the input and
+  // must call module.forward(...) itself (wrappers do not nest: setting one replaces the previous;
+  // an empty function removes it).
+  using ForwardWrapper = std::function<Tensor(Module& self, const Tensor& x)>;
+  void set_forward_wrapper(ForwardWrapper w) { wrapper_ = std::move(w); }
+  const ForwardWrapper& forward_wrapper() const { return wrapper_; }
 
   // What this module is (see the header comment). A model may retag a child (its head: "head").
   virtual std::string kind() const { return kind_; }
@@ -108,6 +123,7 @@ class Module {
   void str_into(const std::string& name, int depth, std::string& out) const;
 
   std::string kind_;
+  ForwardWrapper wrapper_;
   bool training_ = true;
   std::deque<std::pair<std::string, Tensor>> params_;
   std::deque<std::pair<std::string, Tensor>> buffers_;

@@ -11,23 +11,31 @@
 // a true reference); optimizer states have the working dtype. Parameters narrower than fp32
 // (bf16, fp16, fp8, ...) are handled by the extension point below.
 //
-// EXTENSION POINT: low-precision parameters, master weights and write-back rounding
-// (DESIGN.md section 3, optim). Every parameter has a ParamState slot:
+// Low-precision parameters, master weights and write-back rounding (DESIGN.md section 3, optim).
+// Every parameter has a ParamState slot:
 //   param   the model's tensor, in whatever dtype the recipe gave it
 //   master  an fp32 copy, made at construction when param is narrower than fp32 and
 //           PrecisionOptions::master_weights is on; the update is applied to it, then
 //   write-back: param = round(master) with PrecisionOptions::write_back (nearest-even, or
 //           stochastic as in llm.c's pure-bf16 training, with a counter-based seed per parameter
 //           and step, so resumed runs round identically) and PrecisionOptions::overflow.
-//   Without master weights (pure low-precision training) the fp32 value is read from param into a
-//   scratch buffer, updated, and written back the same way.
-// The write-back is done by backend().convert (format/rounding.h semantics). What a next step adds
-// (Kahan-compensated write-back, an fp32 master for fp32 params under fp8 recipes, per-parameter
-// overrides) goes into write_back() and PrecisionOptions, not into the update kernels, which only
-// ever see fp32/fp64 arrays.
+//   Without master weights (pure low-precision training) the update runs on fp32 values widened
+//   from param chunk by chunk (no full-size fp32 copy exists), and is written back the same way.
+//   comp    (PrecisionOptions::kahan, only without master weights) a Kahan compensation buffer in
+//           param's dtype: the part of each update that the rounding of param lost is carried to
+//           the next step instead of being dropped (Zamirai et al. 2020, "Revisiting BFloat16
+//           Training"; optimi's kahan_sum). Per element, in fp32:
+//             y = (w_new - p) + comp;  p' = round(p + y);  comp' = round_ne(y - (p' - p))
+//           It costs 2 bytes per bf16 parameter where a master copy costs 4.
+//   States  slots are stored in PrecisionOptions::state_dtype: fp32 (default) or bf16 (pure bf16
+//           training, "bf16 parameters and states"). bf16 states are widened chunk by chunk and
+//           rounded back with write_back's rounding; with stochastic rounding each slot has its
+//           own stream, so Adam's second moment keeps moving although (1 - beta2) g^2 is below
+//           half a bf16 ulp of v (nearest rounding would freeze it).
+// The update kernels only ever see fp32/fp64 arrays; everything about storage formats lives here.
 //
 // State dict. tensors: "<param>.<slot>" for each state slot (e.g. "fc1.weight.exp_avg") and
-// "<param>.master" for master copies; scalars: "step" (calls of step()),
+// "<param>.master" for master copies, "<param>.kahan" for compensation buffers; scalars: "step" (calls of step()),
 // "lr", and "<param>.step". state_dict() returns copies (a snapshot); load_state_dict copies
 // values in after checking every name and shape, so a mismatch changes nothing.
 #pragma once
@@ -48,6 +56,8 @@ struct PrecisionOptions {
   Round write_back = Round::nearest_even;  // rounding of the update written back to such params
   Overflow overflow = Overflow::ieee;      // overflow of that write-back
   uint64_t seed = 0;                       // stochastic write-back stream (see write_back_seed)
+  bool kahan = false;            // Kahan-compensated write-back; needs master_weights off
+  DType state_dtype = DType::fp32;  // fp32 or bf16 (fp64 parameters always keep fp64 states)
 };
 
 struct StateDict {
@@ -62,9 +72,9 @@ struct ParamState {
   std::string name;
   Tensor param;
   Tensor master;              // fp32, or undefined (the update is applied to param directly)
-  std::vector<Tensor> slots;  // optimizer states, the working dtype, param's shape
+  Tensor comp;                // Kahan compensation (param's dtype), or undefined
+  std::vector<Tensor> slots;  // optimizer states, PrecisionOptions::state_dtype, param's shape
   int64_t step = 0;           // updates applied to this parameter
-  Tensor work;                // scratch working values (low precision without master), lazily made
   Tensor grad_work;           // scratch gradient when .grad is not contiguous in the working dtype
 };
 
@@ -118,6 +128,9 @@ class Optimizer {
  private:
   void step_param(size_t index);
   void write_back(size_t index, const Tensor& from);
+  // The update through fp32 chunks: parameters narrower than fp32 without a master, narrow
+  // states, Kahan compensation.
+  void step_param_chunked(size_t index, const Tensor& grad);
 
   std::vector<ParamState> params_;
   std::vector<std::string> slot_names_;

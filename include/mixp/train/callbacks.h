@@ -16,9 +16,10 @@ struct StepInfo {
   int64_t total_steps = 0;  // the run's target
   int64_t epoch = 0;        // epoch of this step's last micro-batch, from 0
   double loss = 0;          // mean loss over the step's micro-batches (unscaled)
-  double loss_scale = 1.0;
-  bool skipped = false;  // the recipe skipped this step (non-finite gradients)
-  double grad_norm = 0;  // global L2 norm of the gradients before clipping
+  double loss_scale = 1.0;  // the scale this step's losses were multiplied by (1: no scaling)
+  bool skipped = false;     // the recipe skipped this step (inf/NaN gradients under loss scaling)
+  int64_t skipped_steps = 0;  // steps skipped so far in the run, this one included
+  double grad_norm = 0;  // global L2 norm of the unscaled gradients before clipping (NaN: skipped)
   double lr = 0;         // learning rate used by this step
   double ms = 0;         // wall time of the step
   int64_t samples = 0;   // samples (gpt: sequences) in this step
@@ -54,8 +55,9 @@ class StepFunctionCallback final : public TrainCallback {
 };
 
 // Writes one JSON object per optimizer step to `path`:
-//   {"step":1,"epoch":0,"loss":2.30,"loss_scale":1.0,"skipped":false,"grad_norm":1.7,"lr":0.001,
-//    "ms":12.5,"samples":128,"elapsed_s":0.01}
+//   {"step":1,"epoch":0,"loss":2.30,"loss_scale":1.0,"skipped":false,"skipped_steps":0,
+//    "grad_norm":1.7,"lr":0.001,"ms":12.5,"samples":128,"elapsed_s":0.01}
+// (grad_norm is null on a skipped step: the gradients had an inf/NaN)
 // (plus "tokens" for gpt). The file is the user's own log, not an output that must appear whole,
 // so it is written directly rather than atomically: a crashed run leaves the lines of the steps
 // it completed, each flushed as it is written. The file is created fresh (truncated) when the

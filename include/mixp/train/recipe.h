@@ -2,19 +2,19 @@
 //
 // A recipe (DESIGN.md section 3, amp) decides the dtype of the parameters, what runs under
 // autocast, whether the loss is scaled, whether a step with non-finite gradients is skipped (fp16)
-// or is an error (fp32: the NaN guard stops the run), and what of its state goes into a
+// or is an error (fp32: the NaN guard stops the run), how the optimizer keeps low-precision
+// parameters (master weights, rounding, state dtype), and what of its state goes into a
 // checkpoint. The Trainer calls the hooks below in this order for every optimizer step:
 //
 //   for each micro-batch:  { auto scope = forward_scope(); loss = model(x) ... }
 //                          scale_loss(loss / grad_accum).backward()
-//   ok = unscale_and_check(params)       // false: skip this step (only if skips_nonfinite())
-//   clip, optimizer step (unless skipped)
-//   update(skipped)                      // e.g. grow or back off the loss scale
+//   ok = unscale_and_check(opt)          // false: inf/NaN gradients (skip if skips_nonfinite())
+//   clip; stepped = step(opt)            // the optimizer step, or not (GradScaler::step)
+//   update(!stepped)                     // e.g. grow or back off the loss scale
 //
-// Today fp32 (everything in fp32, PyTorch AMP's O0) and fp64 (parameters and compute in fp64, the
-// reference against which the others are judged) are available. The mixed-precision recipes
-// (tf32, bf16, fp16 with dynamic loss scaling, fp8, int8-qat, ...) subclass PrecisionRecipe and
-// register themselves in make_recipe.
+// The recipes are the presets and policy strings of mixp/amp/policy.h (fp64 fp32 tf32 bf16
+// bf16-pure fp16 fp16-o2 fp16-pure auto, refined by "bf16:params=fp32,compute=bf16,output=fp32")
+// plus per-layer rules (mixp/amp/layer_precision.h); docs/amp-training.md is the user's guide.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -25,7 +25,11 @@
 #include <string_view>
 #include <vector>
 
+#include "mixp/amp/grad_scaler.h"
+#include "mixp/amp/layer_precision.h"
+#include "mixp/amp/policy.h"
 #include "mixp/format/dtype.h"
+#include "mixp/optim/optimizer.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::nn {
@@ -36,9 +40,16 @@ namespace mixp::train {
 
 // Options that only some recipes use; make_recipe rejects those the recipe cannot honour.
 struct RecipeOptions {
-  std::string layer_precision;             // per-layer overrides (mixed recipes)
+  std::string layer_precision;             // per-layer overrides (any recipe but fp64)
   std::optional<double> loss_scale_init;   // dynamic loss scaling (fp16 recipes)
   std::optional<int64_t> growth_interval;  // dynamic loss scaling (fp16 recipes)
+  // The GradScaler's floor, cap and collapse detection (GradScalerOptions); the defaults of
+  // mixp's fp16 recipes are min 1 (DeepSpeed, jmp), no cap beyond fp32's range (PyTorch), and
+  // an error after 20 consecutive skipped steps at the minimum.
+  std::optional<double> min_loss_scale;
+  std::optional<double> max_loss_scale;
+  std::optional<int64_t> collapse_after;
+  uint64_t seed = 0;  // stochastic rounding streams of the optimizer write-back
 };
 
 // Something held open for the duration of a forward pass (an autocast region).
@@ -49,24 +60,33 @@ struct ForwardScope {
 class PrecisionRecipe {
  public:
   virtual ~PrecisionRecipe() = default;
+  // The canonical name: a preset ("bf16"; `auto` resolved) or "preset:key=value,...".
   virtual std::string name() const = 0;
-  // The dtype parameters are stored in (fp32 master weights for mixed recipes).
+  // The dtype parameters are stored in (fp32 for the Autocast recipes, whose masters they are).
   virtual DType param_dtype() const = 0;
+  // One line for logs: what is stored, computed and scaled in what.
+  virtual std::string describe() const { return name(); }
 
   // Once, on the freshly built (or loaded) model, before the optimizer sees its parameters:
-  // converts parameters and buffers to param_dtype().
+  // converts parameters and buffers, installs per-layer precision and the casts at the model's
+  // boundary (forward wrappers: call the model through operator()).
   virtual void prepare_model(nn::Module& model) const;
+  // How the optimizer keeps the parameters: master weights, write-back rounding, Kahan
+  // compensation, state dtype.
+  virtual optim::PrecisionOptions optimizer_precision() const { return {}; }
   // Held open around each forward pass and loss; null when the recipe needs none.
   virtual std::unique_ptr<ForwardScope> forward_scope() const { return nullptr; }
   // The tensor to call backward() on.
   virtual Tensor scale_loss(const Tensor& loss) const { return loss; }
-  // Unscales the gradients in place; returns false when a gradient is not finite and the step
-  // must be skipped. Recipes without loss scaling return true and leave non-finite gradients to
-  // the Trainer's NaN guard.
-  virtual bool unscale_and_check(std::span<Tensor> params) { return true; }
+  // Unscales the optimizer's gradients in place; returns false when a gradient is not finite.
+  // Recipes without loss scaling return true and leave non-finite gradients to the Trainer's
+  // NaN guard.
+  virtual bool unscale_and_check(optim::Optimizer& opt) { return true; }
+  // The optimizer step; returns false when the recipe skipped it (inf/NaN gradients).
+  virtual bool step(optim::Optimizer& opt);
   // After each optimizer step (skipped or not).
   virtual void update(bool skipped) {}
-  // The current loss scale (1 without loss scaling), for the log.
+  // The loss scale the next scale_loss multiplies by (1 without loss scaling), for the log.
   virtual double loss_scale() const { return 1.0; }
   // True when non-finite gradients skip the step instead of stopping the run.
   virtual bool skips_nonfinite() const { return false; }
@@ -76,15 +96,49 @@ class PrecisionRecipe {
   virtual void load_state(const std::map<std::string, double>& s) {}
 };
 
-// A recipe by name. Throws ConfigError (train_config.h):
-//   - "precision 'bf16' is not available yet; available: fp32, fp64" for a recipe of DESIGN.md's
-//     list that this build does not implement yet;
-//   - "unknown precision 'x'; available: fp32, fp64 (planned: ...)" for any other name;
-//   - for options the recipe cannot use (--layer-precision needs a mixed-precision recipe; the
-//     loss-scale options need an fp16 recipe).
+// The recipe behind every name: a policy (amp/policy.h), per-layer rules (amp/layer_precision.h)
+// and, when the policy scales the loss, a GradScaler (dynamic) or a fixed scale.
+class PolicyRecipe : public PrecisionRecipe {
+ public:
+  // Throws ConfigError for rules or options that do not fit the policy (see make_recipe).
+  PolicyRecipe(amp::PrecisionPolicy policy, std::vector<amp::LayerRule> rules,
+               const RecipeOptions& opt = {});
+  ~PolicyRecipe() override;
+
+  std::string name() const override { return policy_.name; }
+  DType param_dtype() const override { return policy_.params; }
+  std::string describe() const override;
+  void prepare_model(nn::Module& model) const override;
+  optim::PrecisionOptions optimizer_precision() const override;
+  std::unique_ptr<ForwardScope> forward_scope() const override;
+  Tensor scale_loss(const Tensor& loss) const override;
+  bool unscale_and_check(optim::Optimizer& opt) override;
+  bool step(optim::Optimizer& opt) override;
+  void update(bool skipped) override;
+  double loss_scale() const override;
+  bool skips_nonfinite() const override { return scaler_ != nullptr; }
+  std::map<std::string, double> state() const override;
+  void load_state(const std::map<std::string, double>& s) override;
+
+  const amp::PrecisionPolicy& policy() const { return policy_; }
+  const std::vector<amp::LayerRule>& layer_rules() const { return rules_; }
+  // The scaler (dynamic or fixed loss scaling), or null.
+  const amp::GradScaler* scaler() const { return scaler_.get(); }
+
+ private:
+  amp::PrecisionPolicy policy_;
+  std::vector<amp::LayerRule> rules_;
+  uint64_t seed_ = 0;
+  std::unique_ptr<amp::GradScaler> scaler_;
+};
+
+// A recipe by name or policy string. Throws ConfigError (train_config.h) with the message of
+// amp::PolicyError for an unknown recipe, key or value (naming the alternatives), for a recipe of
+// DESIGN.md's list that is not available yet, for a --layer-precision that cannot be parsed, and
+// for loss-scale options given to a recipe that does not scale the loss.
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt = {});
 
-// Names make_recipe accepts, in DESIGN.md's order.
+// Names make_recipe accepts, in DESIGN.md's order (`auto` included).
 std::vector<std::string> available_recipes();
 // Every recipe name of DESIGN.md section 3, available or not.
 const std::vector<std::string>& planned_recipes();

@@ -7,7 +7,8 @@
 //       forward under the recipe's scope, cross-entropy loss, NaN guard on the loss,
 //       backward of recipe.scale_loss(loss / micro-batches in this step)
 //     recipe.unscale_and_check; global gradient norm (clipped to `clip` when set); NaN guard
-//     learning rate from the schedule; optimizer step; recipe.update
+//     learning rate from the schedule (which advances on taken steps only); recipe.step (the
+//     optimizer step, skipped by a loss scaler on inf/NaN gradients); recipe.update
 //     callbacks (progress, JSONL log); periodic checkpoint
 //   evaluate on the test set; final checkpoint
 //
@@ -49,7 +50,11 @@ struct TrainResult {
   std::string model, precision, optimizer, data;
   int64_t steps = 0;  // optimizer steps done, resumed ones included
   int64_t steps_this_run = 0;
-  int64_t skipped_steps = 0;
+  int64_t skipped_steps = 0;           // steps the loss scaler skipped (inf/NaN), resumed included
+  int64_t skipped_steps_this_run = 0;
+  double loss_scale = 1.0;   // the loss scale at the end (1 without loss scaling)
+  std::string recipe;        // PrecisionRecipe::describe(): what is stored/computed/scaled in what
+  std::string layer_precision;  // the --layer-precision rules, "" for none
   double epochs = 0;         // passes over the training data done (fractional), resumed included
   double ms_per_step = 0;    // median over this run's steps, the first excluded
   double samples_per_s = 0;  // samples per optimizer step / median step time
@@ -72,7 +77,8 @@ struct TrainResult {
   std::string saved_to;        // checkpoint folder written at the end ("" = none)
 };
 
-// The `train --json` object: model, precision, steps, skipped_steps, ms_per_step, samples_per_s,
+// The `train --json` object: model, precision, steps, skipped_steps (+ skipped_steps_this_run,
+// loss_scale, recipe, layer_precision), ms_per_step, samples_per_s,
 // test_accuracy (classifiers) or val_loss (gpt), final_loss, peak_memory_bytes, energy_joules
 // (null when unavailable), energy_source, peak_rss_bytes, train_time_s, threads, batch, epochs,
 // seed, and more. One line, or indented with `indent` >= 0.

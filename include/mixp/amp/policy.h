@@ -1,0 +1,111 @@
+// Precision policies: what a training recipe stores, computes and scales in, as data.
+//
+// A PrecisionPolicy is what `mixp train --precision` names (DESIGN.md section 3, recipes). The
+// named recipes are presets; a jmp-style policy string refines one:
+//
+//   --precision bf16                                           a preset
+//   --precision "bf16:params=fp32,compute=bf16,output=fp32"    a preset refined by keys
+//   --precision "params=fp32,compute=bf16,output=fp32"         keys alone refine fp32 (O0)
+//
+// Keys (jmp's three first; dtype spellings: fp32/f32/float32/full, bf16/bfloat16, fp16/f16/
+// float16/half, fp64/f64/float64, tf32):
+//   params=fp64|fp32|bf16|fp16   dtype the parameters are stored in
+//   compute=fp64|fp32|tf32|bf16|fp16
+//                                dtype the GEMMs run in (tf32: fp32 storage, TF32 GEMM inputs)
+//   output=fp64|fp32|bf16|fp16   dtype of the model output handed to the loss
+//   autocast=on|off              bf16/fp16 compute through Autocast (each op in the dtype of the
+//                                cast policy: GEMMs low, softmax/norms/losses fp32) or "pure"
+//                                (every op in its inputs' dtype). Default: on unless params are
+//                                already the compute dtype (and no norm layer is kept in fp32)
+//   master=on|off                fp32 master copies of 16-bit parameters
+//   rounding=nearest|stochastic  rounding of the update written back to 16-bit parameters
+//   kahan=on|off                 Kahan-compensated write-back (needs master=off)
+//   states=fp32|bf16             dtype of the optimizer states (Adam's m and v)
+//   norm=fp32|params             BatchNorm parameters and statistics in fp32 (Apex O2's
+//                                keep_batchnorm_fp32) or in the parameters' dtype
+//   loss_scale=dynamic|none|X    dynamic loss scaling (GradScaler), none, or a fixed scale X.
+//                                Default: dynamic when fp16 is stored or computed anywhere
+//                                (per-layer rules included), none otherwise
+//   loss_scale_init=X  growth_interval=N   the GradScaler's initial scale and growth interval
+//
+// The presets (Apex opt levels in brackets):
+//   fp64       params fp64, compute fp64: the reference
+//   fp32       everything fp32 [O0]
+//   tf32       fp32 parameters and activations, GEMM inputs rounded to TF32
+//   bf16       fp32 params, Autocast bf16, no loss scaling (bf16 has fp32's 8 exponent bits)
+//   fp16       fp32 params, Autocast fp16, dynamic loss scaling [O1]
+//   fp16-o2    fp16 params except BatchNorm, fp32 master weights, Autocast fp16 at the op
+//              boundaries where BatchNorm's fp32 meets fp16, dynamic loss scaling [O2]
+//   fp16-pure  fp16 params and activations, no master, nearest write-back, dynamic scaling [O3;
+//              Apex O3's default is a fixed scale of 1: loss_scale=1 gives it]
+//   bf16-pure  bf16 params, activations and Adam states, no master copy, stochastic rounding of
+//              the write-back and of the states (llm.c)
+//   auto       the precision `mixp doctor` recommends for this machine (bf16 with AVX512_BF16 or
+//              AMX-BF16, else fp32)
+//
+// Per-layer rules (`--layer-precision embed=fp32,attn=bf16,mlp=bf16,head=fp32`) name modules by
+// kind (nn/module.h: embedding, attention, mlp, block, linear, conv2d, layer_norm, batch_norm2d,
+// head, ...; aliases embed, attn, norm (both norms), ln, bn, conv) or by dotted name (fc1,
+// blocks.0, blocks.0.attn), and give each a dtype: fp32, bf16 or fp16. See layer_precision.h.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixp/format/dtype.h"
+#include "mixp/format/rounding.h"
+
+namespace mixp::amp {
+
+// A policy string, preset name or layer rule that cannot be used; the message names the
+// alternatives. Derives from std::invalid_argument (the caller's mistake).
+class PolicyError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class LossScaling : uint8_t { none, dynamic, fixed };
+
+struct PrecisionPolicy {
+  std::string name = "fp32";  // canonical: preset, or "preset:key=value,..." as given
+  DType params = DType::fp32;
+  DType compute = DType::fp32;
+  DType output = DType::fp32;
+  bool autocast = false;
+  bool master_weights = true;
+  Round rounding = Round::nearest_even;
+  bool kahan = false;
+  DType states = DType::fp32;
+  bool norm_fp32 = false;
+  LossScaling loss_scaling = LossScaling::none;
+  double loss_scale = 65536.0;  // dynamic: initial scale; fixed: the scale
+  int64_t growth_interval = 2000;
+
+  // "mixed" (Autocast), "pure" (16-bit params and activations, no Autocast) or "full" (one
+  // 32/64-bit dtype, tf32 included).
+  std::string_view mode() const;
+  bool uses_fp16() const { return params == DType::fp16 || compute == DType::fp16; }
+  // One line: "params fp32, compute bf16 (autocast), output fp32, no loss scaling".
+  std::string describe() const;
+};
+
+// The presets that exist (DESIGN.md's order), and every recipe name DESIGN.md plans.
+const std::vector<std::string>& preset_names();
+const std::vector<std::string>& planned_recipe_names();
+
+// The preset `auto` resolves to on this machine (bf16 or fp32).
+std::string auto_preset();
+
+// Parses a preset name or policy string (see the header comment). `auto` resolves to
+// auto_preset(). Throws PolicyError: unknown preset (naming the presets, and saying which planned
+// recipes are not available yet), unknown key (naming the keys), bad value (naming the accepted
+// ones), or a combination that cannot work (e.g. kahan=on with master=on).
+PrecisionPolicy parse_policy(std::string_view spec);
+
+// Parses a dtype name as the policy strings spell it; nullopt when unknown.
+std::optional<DType> parse_policy_dtype(std::string_view s);
+
+}  // namespace mixp::amp
