@@ -39,6 +39,19 @@ std::shared_ptr<Fp8LinearMeta> fp8_meta(const nn::Linear& layer) {
   return f ? f->meta : nullptr;
 }
 
+bool is_fp8_state_name(std::string_view n) {
+  const size_t dot = n.rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? n : n.substr(dot + 1);
+  if (last.rfind("fp8_", 0) != 0) return false;
+  for (Fp8Role role : kFp8Roles) {
+    const std::string prefix = "fp8_" + std::string(to_string(role)) + "_";
+    if (last.rfind(prefix, 0) != 0) continue;
+    const std::string_view t = last.substr(prefix.size());
+    if (t == "amax_history" || t == "scale" || t == "scale_inv") return true;
+  }
+  return false;
+}
+
 std::vector<std::string> enable_fp8(nn::Module& model, const Fp8Recipe& recipe,
                                     const Fp8Selector& select) {
   recipe.validate();

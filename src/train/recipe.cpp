@@ -7,6 +7,7 @@
 #include "mixp/amp/autocast.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/matmul_precision.h"
+#include "mixp/train/fp8_recipe.h"
 #include "mixp/tensor/generator.h"
 #include "mixp/train/train_config.h"
 
@@ -193,10 +194,18 @@ const std::vector<std::string>& planned_recipes() {
 }
 
 std::vector<std::string> available_recipes() {
-  return amp::preset_names();
+  // The presets and the FP8 recipes, in DESIGN.md's order.
+  std::vector<std::string> out;
+  const auto& presets = amp::preset_names();
+  for (const std::string& n : planned_recipes()) {
+    if (is_fp8_recipe(n) || std::find(presets.begin(), presets.end(), n) != presets.end())
+      out.push_back(n);
+  }
+  return out;
 }
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
+  if (is_fp8_recipe(name)) return std::make_unique<Fp8TrainingRecipe>(name, opt);
   amp::PrecisionPolicy policy;
   std::vector<amp::LayerRule> rules;
   try {

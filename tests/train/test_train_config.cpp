@@ -102,10 +102,10 @@ TEST(Recipe, AvailableAndPlanned) {
   EXPECT_EQ(make_recipe("bf16-pure")->param_dtype(), DType::bf16);
   EXPECT_EQ(make_recipe("fp16")->loss_scale(), 65536.0);
   try {
-    make_recipe("fp8");
+    make_recipe("int8-qat");
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("precision 'fp8' is not available yet"),
+    EXPECT_NE(std::string(e.what()).find("precision 'int8-qat' is not available yet"),
               std::string::npos);
   }
   try {
@@ -114,7 +114,7 @@ TEST(Recipe, AvailableAndPlanned) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(
                   "unknown precision 'fp12'; available: fp64, fp32, tf32, bf16, bf16-pure, fp16, "
-                  "fp16-o2, fp16-pure, auto"),
+                  "fp16-o2, fp16-pure, fp8, fp8-current, mxfp8, auto"),
               std::string::npos);
   }
   try {

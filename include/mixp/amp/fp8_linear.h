@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -92,6 +93,10 @@ void fp8_update_backward_states();
 std::shared_ptr<Fp8LinearMeta> enable_fp8(nn::Linear& layer, const Fp8Recipe& recipe);
 // The meta enable_fp8 installed on `layer`, or null.
 std::shared_ptr<Fp8LinearMeta> fp8_meta(const nn::Linear& layer);
+
+// True for the names enable_fp8 gives the state buffers ("fc1.fp8_input_amax_history", ...):
+// checkpoint loaders tell them from weights with it.
+bool is_fp8_state_name(std::string_view dotted_name);
 
 // Applies enable_fp8 to every nn::Linear of `model` that `select(dotted_name, module)` accepts;
 // by default to modules of kind "linear" (so a model's head, kind "head", stays out, as do
