@@ -11,6 +11,7 @@
 #include "amp/fp8_kernels.h"
 #include "mixp/amp/fp8_scaling.h"
 #include "mixp/backend/cpu_features.h"
+#include "mixp/backend/gemm.h"
 #include "ops/dispatch.h"
 
 namespace mixp::amp {
@@ -155,6 +156,18 @@ Fp8Quantized mxfp8_quantize(const Tensor& x, DType fp8, int block) {
   if (x.numel() > 0) mxfp8_quantize_to_bf16(span_of(xf), row_len, fp8, block, bits_of(q.data));
   q.amax = fp8_amax(span_of(xf));
   return q;
+}
+
+Tensor fp8_gemm(const Fp8Quantized& a, const Fp8Quantized& b) {
+  if (a.data.dim() != 2 || b.data.dim() != 2) {
+    throw std::invalid_argument("mixp::amp::fp8_gemm: expected a [M, K] and b [K, N], got " +
+                                a.data.shape().str() + " and " + b.data.shape().str());
+  }
+  Tensor dst = Tensor::empty({a.data.size(0), b.data.size(1)});
+  gemm(dst, a.data, b.data);
+  const float alpha = a.scale_inv * b.scale_inv;
+  if (alpha != 1.0f) fp8k::kernels().scale_inplace(static_cast<float*>(dst.data_ptr()), dst.numel(), alpha);
+  return dst;
 }
 
 Tensor fp8_fake_quantize(const Tensor& x, DType fp8, float scale) {

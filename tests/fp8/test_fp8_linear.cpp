@@ -402,3 +402,22 @@ TEST(Fp8Linear, SmallModelTrainsUnderEveryScaling) {
     EXPECT_GT(acc, base - 0.05) << r.describe() << ": fp8 " << acc << " vs fp32 " << base;
   }
 }
+
+#include "mixp/bench/gemm_bench.h"
+
+TEST(Fp8Bench, GemmBenchTimesTheQuantizePath) {
+  bench::GemmBenchConfig c;
+  c.n = 64;
+  c.repeat = 1;
+  c.threads = 1;
+  c.peak_seconds = 0.005;
+  c.dtypes = {DType::fp8_e4m3, DType::fp8_e5m2};
+  const auto r = bench::run_gemm_bench(c);
+  ASSERT_EQ(r.size(), 2u);
+  for (const auto& x : r) {
+    EXPECT_TRUE(x.emulated);
+    EXPECT_NE(x.path.find("quantize"), std::string::npos) << x.path;
+    EXPECT_NE(x.path.find("mixp::gemm bf16"), std::string::npos) << x.path;
+    EXPECT_GT(x.gflops, 0);
+  }
+}

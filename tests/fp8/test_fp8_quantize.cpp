@@ -283,3 +283,25 @@ TEST(Fp8Mx, TensorFrontEnd) {
   std::vector<uint16_t> o(10);
   EXPECT_THROW(mxfp8_quantize_to_bf16(bad, 3, DType::fp8_e4m3, 32, o), std::invalid_argument);
 }
+
+TEST(Fp8Gemm, AppliesBothScaleInvsToTheFp32Result) {
+  Generator g(21);
+  Tensor a = randn({9, 50}, g), b = randn({50, 7}, g);
+  const Fp8Quantized qa = fp8_quantize_current(a, DType::fp8_e4m3);
+  const Fp8Quantized qb = fp8_quantize_current(b.t(), DType::fp8_e4m3);  // [7, 50], as a weight
+  Fp8Quantized qbt = qb;
+  qbt.data = qb.data.t();  // [50, 7] view
+  const Tensor y = fp8_gemm(qa, qbt);
+  const auto av = qa.data.to_vector<double>(), bv = qb.data.to_vector<double>();
+  const auto yv = y.to_vector<double>();
+  const double alpha = static_cast<double>(qa.scale_inv * qb.scale_inv);
+  for (int64_t i = 0; i < 9; ++i)
+    for (int64_t j = 0; j < 7; ++j) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < 50; ++k) {
+        s += av[i * 50 + k] * bv[j * 50 + k];
+        m += std::abs(av[i * 50 + k] * bv[j * 50 + k]);
+      }
+      ASSERT_NEAR(yv[i * 7 + j], s * alpha, 1e-5 * m * alpha);
+    }
+}

@@ -63,6 +63,11 @@ Fp8Quantized fp8_quantize_current(const Tensor& x, DType fp8, int margin = 0);
 // MXFP8 along the last dimension.
 Fp8Quantized mxfp8_quantize(const Tensor& x, DType fp8, int block = 32);
 
+// The emulated FP8 GEMM: (a.data @ b.data) * a.scale_inv * b.scale_inv, a [M, K] and b [K, N]
+// (either may be a transposed view), on the bf16 x bf16 -> fp32 oneDNN path (exact products,
+// fp32 accumulation). MX operands (scale_inv 1) pass through unchanged. Not recorded.
+Tensor fp8_gemm(const Fp8Quantized& a, const Fp8Quantized& b);
+
 // Quantize-dequantize with a straight-through gradient (the gradient passes unchanged, as for
 // fake quantization): fp32 result x_q = q * scale_inv. For experiments and tests; the FP8
 // linear layers use fp8_linear (fp8_linear.h), which keeps the codes for the GEMM instead.
