@@ -244,8 +244,11 @@ Fp8TrainingRecipe::Fp8TrainingRecipe(Parsed p, const RecipeOptions& opt)
       all_rules_(std::move(p.all_rules)) {}
 
 std::string Fp8TrainingRecipe::describe() const {
-  std::string s = fmt::format("{}: FP8 Linear layers ({}); other layers: {}", name_,
-                              fp8_.describe(), policy().describe());
+  const std::string where =
+      fp8_layers_.empty() ? std::string("FP8 Linear layers")
+                          : fmt::format("FP8 Linear layers {}", join(fp8_layers_));
+  std::string s = fmt::format("{}: {} ({}); other layers: {}", name_, where, fp8_.describe(),
+                              policy().describe());
   if (!all_rules_.empty()) {
     s += "; layers";
     for (size_t i = 0; i < all_rules_.size(); ++i) {
