@@ -14,6 +14,8 @@ namespace {
 struct Region {
   int depth = 0;
   bool enabled = false;
+  bool recompute = false;
+  bool training = true;  // grad mode was on when the outermost level was entered
   std::vector<std::shared_ptr<Fp8ScalingState>> forward_used;
 };
 
@@ -48,6 +50,10 @@ void note_backward_state(const std::shared_ptr<Fp8ScalingState>& s) {
   std::lock_guard<std::mutex> lock(pending_mutex());
   add_once(pending(), s);
 }
+bool records_amax() {
+  const Region& r = region();
+  return !r.recompute && (r.depth == 0 || r.training);
+}
 }  // namespace detail
 
 void fp8_update_backward_states() {
@@ -59,30 +65,38 @@ void fp8_update_backward_states() {
   for (const auto& s : todo) s->update();
 }
 
-Fp8Autocast::Fp8Autocast(bool enabled) {
+Fp8Autocast::Fp8Autocast(bool enabled, bool recompute) {
   Region& r = region();
   prev_enabled_ = r.enabled;
-  if (r.depth == 0) {
+  prev_recompute_ = r.recompute;
+  // A recomputation runs inside backward: it neither applies pending updates nor schedules any.
+  outermost_ = r.depth == 0 && !recompute;
+  if (outermost_) {
     // The backward of the previous pass has ended: its grad_output updates are due.
     fp8_update_backward_states();
     r.forward_used.clear();
+    r.training = GradMode::is_enabled();
   }
   ++r.depth;
   r.enabled = enabled;
+  r.recompute = recompute || r.recompute;
 }
 
 Fp8Autocast::~Fp8Autocast() {
   Region& r = region();
   r.enabled = prev_enabled_;
-  if (--r.depth > 0) return;
-  // TE updates the forward scales only when the region ran with gradients (a training pass);
-  // an evaluation pass leaves its amaxes in slot 0 for the next update.
-  if (GradMode::is_enabled()) {
+  r.recompute = prev_recompute_;
+  --r.depth;
+  if (!outermost_) return;
+  // TE updates the forward scales only when the region ran with gradients (a training pass).
+  if (r.training && GradMode::is_enabled()) {
     for (const auto& s : r.forward_used) s->update();
   }
   r.forward_used.clear();
+  r.training = true;
 }
 
 bool Fp8Autocast::is_enabled() { return region().enabled; }
+bool Fp8Autocast::is_recompute() { return region().recompute; }
 
 }  // namespace mixp::amp

@@ -11,5 +11,8 @@ namespace mixp::amp::detail {
 void note_forward_state(const std::shared_ptr<Fp8ScalingState>& s);
 // A grad_output state recorded an amax in backward: updated by fp8_update_backward_states().
 void note_backward_state(const std::shared_ptr<Fp8ScalingState>& s);
+// Whether casts record their amax now: outside any region, or in a region entered with grad
+// mode on (not an evaluation pass) that is not a recomputation.
+bool records_amax();
 
 }  // namespace mixp::amp::detail

@@ -42,8 +42,15 @@ Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& m
   const DType dt = r.dtype(role);
   if (r.scaling == Fp8Scaling::current) return fp8_quantize_current(t, dt, r.margin);
   const std::shared_ptr<Fp8ScalingState>& s = meta.state_ptr(role);
+  if (role != Fp8Role::grad_output && Fp8Autocast::is_recompute()) {
+    // Activation recomputation: the scales the original forward used, nothing recorded.
+    Fp8Quantized q = fp8_quantize(t, dt, s->previous_scale());
+    q.scale_inv = s->previous_scale_inv();
+    return q;
+  }
   Fp8Quantized q = fp8_quantize(t, dt, s->scale());
   q.scale_inv = s->scale_inv();  // TE's stored scale_inv (1/scale, fp32)
+  if (!detail::records_amax()) return q;  // an evaluation pass
   s->record_amax(q.amax);
   if (role == Fp8Role::grad_output)
     detail::note_backward_state(s);

@@ -94,7 +94,16 @@ float fp8_scale_from_amax(float amax, float max, int margin, float previous) {
 }
 
 namespace {
-float* f32(const Tensor& t) { return static_cast<float*>(t.data_ptr()); }
+// The state's tensors are read on every call (they may be module buffers that a checkpoint
+// loader fills in place); they must stay fp32.
+float* f32(const Tensor& t) {
+  if (t.dtype() != DType::fp32 || !t.is_contiguous()) {
+    throw std::logic_error(
+        "mixp::amp::Fp8ScalingState: the state tensors must stay contiguous fp32 (got " +
+        std::string(name(t.dtype())) + "); do not convert FP8 scaling buffers");
+  }
+  return static_cast<float*>(t.data_ptr());
+}
 }  // namespace
 
 Fp8ScalingState::Fp8ScalingState(DType fp8, int64_t history_len, AmaxComputeAlgo algo, int margin)
@@ -144,6 +153,8 @@ void Fp8ScalingState::update() {
     h[i] = i > 0 ? a : 0.0f;
   }
   if (algo_ == AmaxComputeAlgo::most_recent) amax = last;
+  prev_scale_ = scale();
+  prev_scale_inv_ = scale_inv();
   const float s = fp8_scale_from_amax(amax, fp8_max(dtype_), margin_, scale());
   f32(scale_)[0] = s;
   f32(scale_inv_)[0] = 1.0f / s;
@@ -153,6 +164,7 @@ void Fp8ScalingState::reset() {
   std::fill_n(f32(history_), history_len(), 0.0f);
   f32(scale_)[0] = 1.0f;
   f32(scale_inv_)[0] = 1.0f;
+  prev_scale_ = prev_scale_inv_ = 1.0f;
 }
 
 std::vector<std::pair<std::string, Tensor>> Fp8ScalingState::tensors() const {
@@ -186,6 +198,8 @@ void Fp8ScalingState::load(const std::vector<std::pair<std::string, Tensor>>& en
   }
   NoGradGuard ng;
   for (auto& [src, dst] : plan) dst.copy_(src);
+  prev_scale_ = scale();
+  prev_scale_inv_ = scale_inv();
 }
 
 }  // namespace mixp::amp

@@ -261,13 +261,14 @@ TEST(Fp8Linear, AutocastUpdatesForwardAtExitAndBackwardAfterward) {
   EXPECT_EQ(plain.to_vector<float>(), linear(x, layer.weight(), layer.bias()).to_vector<float>());
   EXPECT_EQ(meta.state(Fp8Role::input)->history(0), 0.0f);
 
-  // Evaluation (no grad): amaxes are recorded, scales not updated (TE).
+  // Evaluation (no grad): FP8, but the state is left untouched.
   {
     NoGradGuard ng;
     Fp8Autocast ac;
-    (void)layer(x);
+    const Tensor e = layer(x);
+    EXPECT_NE(e.to_vector<float>(), plain.to_vector<float>());  // quantized
   }
-  EXPECT_EQ(meta.state(Fp8Role::input)->history(0), 6.0f);
+  EXPECT_EQ(meta.state(Fp8Role::input)->history(0), 0.0f);
   EXPECT_EQ(meta.state(Fp8Role::input)->scale(), 1.0f);
 
   // Training pass: the forward roles update when the region exits.
@@ -286,6 +287,7 @@ TEST(Fp8Linear, AutocastUpdatesForwardAtExitAndBackwardAfterward) {
   EXPECT_EQ(meta.state(Fp8Role::input)->scale(), 448.0f / 6.0f);
   EXPECT_EQ(meta.state(Fp8Role::weight)->scale(), 448.0f / wmax);
   EXPECT_EQ(meta.state(Fp8Role::input)->history(3), 6.0f);
+  EXPECT_EQ(meta.state(Fp8Role::input)->previous_scale(), 1.0f);  // what the forward used
   EXPECT_EQ(meta.state(Fp8Role::grad_output)->scale(), 1.0f);
 
   sum(y).backward();  // dL/dy = 1 everywhere
@@ -295,6 +297,21 @@ TEST(Fp8Linear, AutocastUpdatesForwardAtExitAndBackwardAfterward) {
     Fp8Autocast ac;  // entering the next pass applies the backward update
     EXPECT_EQ(meta.state(Fp8Role::grad_output)->scale(), 57344.0f);
   }
+  // A recomputation quantizes with the scales from before the last update and records nothing.
+  const auto before = meta.state(Fp8Role::input)->history();
+  Tensor r1, r2;
+  {
+    Fp8Autocast rc(true, /*recompute=*/true);
+    EXPECT_TRUE(Fp8Autocast::is_recompute());
+    r1 = layer(x);
+  }
+  EXPECT_EQ(meta.state(Fp8Role::input)->history(), before);
+  {
+    NoGradGuard ng;
+    Fp8LinearMeta fresh(r);  // scale 1 everywhere, as the first forward had
+    r2 = fp8_linear(x, layer.weight(), layer.bias(), Activation::none, fresh);
+  }
+  EXPECT_EQ(r1.to_vector<float>(), r2.to_vector<float>());
 }
 
 TEST(Fp8Linear, ModelTransformKeepsTheHeadAndRegistersTheState) {

@@ -28,6 +28,18 @@
 //     of a backward and the next forward, so the two points are equivalent.
 // Outside any Fp8Autocast region fp8_linear still quantizes and records amaxes, but nothing
 // updates the scales: call Fp8ScalingState::update() yourself.
+//
+// Evaluation: a region whose outermost level was entered with grad mode off (an evaluation pass)
+// quantizes with the current scales and leaves the state untouched. (TE records such a pass's
+// amaxes into slot 0, where the next training update picks them up; mixp does not, so that
+// evaluating never changes training and a run resumed from a checkpoint written after an
+// evaluation continues bit for bit.)
+//
+// Activation recomputation (checkpoint()): the recomputed forward runs during backward, after
+// the forward roles were updated. A region opened with `recompute = true` (gpt's checkpointed
+// blocks do it) quantizes the forward roles with the scales from before that update -- the ones
+// the original forward used, so the recomputed activations are the same -- and records nothing
+// (TE keeps a copy of the forward meta for recompute for the same reason).
 #pragma once
 #include <array>
 #include <functional>
@@ -73,14 +85,16 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
 // region decides; see the header comment for the scale updates at entry and exit.
 class Fp8Autocast {
  public:
-  explicit Fp8Autocast(bool enabled = true);
+  explicit Fp8Autocast(bool enabled = true, bool recompute = false);
   ~Fp8Autocast();
   Fp8Autocast(const Fp8Autocast&) = delete;
   Fp8Autocast& operator=(const Fp8Autocast&) = delete;
   static bool is_enabled();
+  static bool is_recompute();
 
  private:
-  bool prev_enabled_;
+  bool prev_enabled_, prev_recompute_;
+  bool outermost_;
 };
 
 // Updates every grad_output state that recorded an amax since the last update (see above).

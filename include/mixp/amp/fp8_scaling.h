@@ -113,6 +113,10 @@ class Fp8ScalingState {
 
   float scale() const;
   float scale_inv() const;
+  // The scale and scale_inv before the last update() (activation recomputation quantizes with
+  // them; fp8_linear.h). Not part of the saved state: after load() they equal the current ones.
+  float previous_scale() const { return prev_scale_; }
+  float previous_scale_inv() const { return prev_scale_inv_; }
   float history(int64_t i) const;  // slot i
   std::vector<float> history() const;
 
@@ -136,6 +140,7 @@ class Fp8ScalingState {
   AmaxComputeAlgo algo_;
   int margin_;
   Tensor history_, scale_, scale_inv_;
+  float prev_scale_ = 1.0f, prev_scale_inv_ = 1.0f;
 };
 
 }  // namespace mixp::amp
