@@ -7,7 +7,7 @@ packages=(
   libdnnl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes-min
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch libopenblas0-pthread
   chromium
 )
 missing=()

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "command.h"
+#include "mixp/format/describe.h"
 
 namespace mixp::cli {
 namespace {
@@ -22,8 +24,27 @@ RegisterCommand::RegisterCommand(int order, CommandSetup setup) {
   registry().emplace_back(order, setup);
 }
 
-bool stdout_is_tty() { return isatty(STDOUT_FILENO) != 0; }
-bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
+// CLI11 reads "-inf", "-nan" and "-.5" as short options ("-i nf"...); "-1.5" it already takes as a
+// value. A leading space makes CLI11 see a plain argument, and every number parser (strtod,
+// mixp::parse_real, CLI11's own) skips it, so negative numbers work as positionals and values.
+static std::vector<std::string> protect_negative_numbers(int argc, char** argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (size_t i = 1; i < out.size(); ++i) {
+    const std::string& a = out[i];
+    if (a == "--") break;  // after "--" everything is positional anyway
+    const bool looks_like_option =
+        a.size() > 1 && a[0] == '-' && a[1] != '-' && !(a[1] >= '0' && a[1] <= '9');
+    if (looks_like_option && mixp::parse_real(a)) out[i] = " " + a;
+  }
+  return out;
+}
+
+bool stdout_is_tty() {
+  return isatty(STDOUT_FILENO) != 0;
+}
+bool stderr_is_tty() {
+  return isatty(STDERR_FILENO) != 0;
+}
 
 }  // namespace mixp::cli
 
@@ -39,20 +60,27 @@ int main(int argc, char** argv) {
   std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
   for (auto& [order, setup] : reg) setup(app);
 
+  std::vector<std::string> args = protect_negative_numbers(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (auto& a : args) arg_ptrs.push_back(a.data());
+  // Every failure prints one line, "mixp <command>: error: <what>", on stderr (DESIGN.md 4).
+  const auto fail = [&app](const char* what, int code) {
+    std::fflush(stdout);
+    const auto subs = app.get_subcommands();
+    std::cerr << "mixp" << (subs.empty() ? "" : " " + subs[0]->get_name()) << ": error: " << what
+              << "\n";
+    return code;
+  };
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return fail((std::string(e.what()) + " (see --help)").c_str(), 2);
   } catch (const UsageError& e) {
-    std::fflush(stdout);
-    std::cerr << "mixp " << (app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name())
-              << ": error: " << e.what() << "\n";
-    return 2;
+    return fail(e.what(), 2);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::cerr << "mixp " << (app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name())
-              << ": error: " << e.what() << "\n";
-    return 1;
+    return fail(e.what(), 1);
   }
   return 0;
 }

@@ -12,12 +12,21 @@
 namespace mixp::pool {
 namespace {
 
-const __m512i kEven = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-const __m512i kOdd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+// Index vectors are built inside the AVX-512 code path, never as namespace-scope constants: those
+// would be initialised at library load with AVX-512 stores and crash CPUs without AVX-512.
+__m512i even_index() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+__m512i odd_index() {
+  return _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
 // interleave lo/hi halves back: out0 = e0 o0 e1 o1 ... e7 o7, out1 = e8 o8 ... e15 o15
-const __m512i kLoInter = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-const __m512i kHiInter =
-    _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+__m512i lo_interleave_index() {
+  return _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+}
+__m512i hi_interleave_index() {
+  return _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+}
 
 // b replaces a when b > a, or b is NaN and a is not.
 inline __m512 max_nan(__m512 a, __m512 b) {
@@ -35,14 +44,14 @@ inline void load_pairs(const float* p, int64_t n, __m512& even, __m512& odd) {
   const __mmask16 m1 = n <= 8 ? 0 : static_cast<__mmask16>((1u << (2 * (n - 8))) - 1);
   const __m512 a0 = _mm512_maskz_loadu_ps(m0, p);
   const __m512 a1 = _mm512_maskz_loadu_ps(m1, p + 16);
-  even = _mm512_permutex2var_ps(a0, kEven, a1);
-  odd = _mm512_permutex2var_ps(a0, kOdd, a1);
+  even = _mm512_permutex2var_ps(a0, even_index(), a1);
+  odd = _mm512_permutex2var_ps(a0, odd_index(), a1);
 }
 inline void store_pairs(float* p, int64_t n, __m512 even, __m512 odd) {
   const __mmask16 m0 = n >= 8 ? 0xFFFF : static_cast<__mmask16>((1u << (2 * n)) - 1);
   const __mmask16 m1 = n <= 8 ? 0 : static_cast<__mmask16>((1u << (2 * (n - 8))) - 1);
-  _mm512_mask_storeu_ps(p, m0, _mm512_permutex2var_ps(even, kLoInter, odd));
-  _mm512_mask_storeu_ps(p + 16, m1, _mm512_permutex2var_ps(even, kHiInter, odd));
+  _mm512_mask_storeu_ps(p, m0, _mm512_permutex2var_ps(even, lo_interleave_index(), odd));
+  _mm512_mask_storeu_ps(p + 16, m1, _mm512_permutex2var_ps(even, hi_interleave_index(), odd));
 }
 
 }  // namespace

@@ -1,0 +1,126 @@
+// `mixp doctor`: this machine's CPU and GPUs, which formats run natively and which are emulated,
+// and the precision to train in. The facts and the advice come from
+// include/mixp/backend/platform.h.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "command.h"
+#include "mixp/backend/platform.h"
+#include "output.h"
+
+namespace mixp::cli {
+namespace {
+
+Json formats_json(const std::vector<FormatSupport>& fs) {
+  Json out = Json::array();
+  for (const FormatSupport& f : fs) {
+    out.push_back({{"format", name(f.format)}, {"support", to_string(f.support)}, {"how", f.how}});
+  }
+  return out;
+}
+
+void print_formats(const std::vector<FormatSupport>& fs) {
+  TextTable tt({"format", "support", "how"});
+  for (const FormatSupport& f : fs) {
+    tt.add({std::string(name(f.format)), std::string(to_string(f.support)), f.how});
+  }
+  tt.print(std::cout);
+}
+
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1ULL << 30));
+}
+
+void run(bool json) {
+  const CpuFeatures& cpu = cpu_features();
+  const HostInfo host = host_info();
+  const GpuProbe& probe = probe_gpus();
+  const PrecisionAdvice advice = recommend_precision(cpu, probe.gpus);
+  const std::vector<FormatSupport> cpu_formats = cpu_format_support(cpu);
+  // The top-level "formats" describe the device the advice is for.
+  std::vector<FormatSupport> device_formats = cpu_formats;
+  for (const GpuInfo& g : probe.gpus) {
+    if (advice.device == "cuda:" + std::to_string(g.index))
+      device_formats = gpu_format_support(g.cc_major, g.cc_minor);
+  }
+
+  if (json) {
+    Json gpus = Json::array();
+    for (const GpuInfo& g : probe.gpus) {
+      gpus.push_back({{"index", g.index},
+                      {"name", g.name},
+                      {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)},
+                      {"cc_major", g.cc_major},
+                      {"cc_minor", g.cc_minor},
+                      {"architecture", gpu_architecture(g.cc_major, g.cc_minor)},
+                      {"memory_bytes", g.memory_bytes},
+                      {"multiprocessors", g.multiprocessors},
+                      {"formats", formats_json(gpu_format_support(g.cc_major, g.cc_minor))}});
+    }
+    print_json(
+        {{"cpu",
+          {{"vendor", cpu.vendor},
+           {"model", cpu.model},
+           {"features", cpu.names()},
+           {"cores", host.cores},
+           {"online_cpus", host.online_cpus},
+           {"simd_tier", to_string(simd_tier())},
+           {"formats", formats_json(cpu_formats)}}},
+         {"memory",
+          {{"total_bytes", host.memory_bytes}, {"available_bytes", host.available_bytes}}},
+         {"gpu_status", probe.status},
+         {"cuda_driver_version", probe.driver_found ? Json(probe.driver_version) : Json(nullptr)},
+         {"gpus", gpus},
+         {"device", advice.device},
+         {"formats", formats_json(device_formats)},
+         {"recommended_precision", advice.precision},
+         {"reason", advice.reason}});
+    return;
+  }
+
+  std::cout << "CPU      " << (cpu.model.empty() ? cpu.vendor : cpu.model) << "\n"
+            << "         " << host.cores << " cores usable (" << host.online_cpus
+            << " online), SIMD tier " << to_string(simd_tier()) << "\n"
+            << "         features:";
+  for (const std::string& f : cpu.names()) std::cout << " " << f;
+  std::cout << "\nMemory   " << gib(host.memory_bytes) << " total";
+  if (host.available_bytes) std::cout << ", " << gib(host.available_bytes) << " available";
+  std::cout << "\nGPU      " << probe.status << "\n";
+  for (const GpuInfo& g : probe.gpus) {
+    std::cout << fmt::format("  cuda:{}  {}  compute capability {}.{} ({}), {}, {} SMs\n", g.index,
+                             g.name, g.cc_major, g.cc_minor,
+                             gpu_architecture(g.cc_major, g.cc_minor), gib(g.memory_bytes),
+                             g.multiprocessors);
+  }
+  std::cout << "\nFormats on the CPU:\n";
+  print_formats(cpu_formats);
+  for (const GpuInfo& g : probe.gpus) {
+    std::cout << "\nFormats on cuda:" << g.index << ":\n";
+    print_formats(gpu_format_support(g.cc_major, g.cc_minor));
+  }
+  std::cout << "\nRecommended precision: " << advice.precision << " on " << advice.device << "\n  "
+            << advice.reason << "\n";
+}
+
+RegisterCommand reg(90, [](CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  auto* sub = app.add_subcommand(
+      "doctor", "CPU/GPU features, which formats run natively, the precision to use");
+  sub->add_flag("--json", *json, "print one JSON object on stdout");
+  sub->footer(
+      "Reads the CPU with cpuid and looks for NVIDIA GPUs through the CUDA driver (libcuda.so.1,\n"
+      "loaded at run time; MIXP_LIBCUDA names another path). \"native\" formats run on the\n"
+      "hardware's own instructions; \"emulated\" ones are rounded to their grid exactly and "
+      "computed\n"
+      "in a wider format. The advice follows the decision tree: Ampere or newer -> bf16,\n"
+      "Volta/Turing -> fp16 with loss scaling, older GPUs -> fp32; without a GPU, bf16 where the\n"
+      "CPU has AVX512_BF16 or AMX-BF16, else fp32.\n\n"
+      "Examples:\n"
+      "  mixp doctor\n"
+      "  mixp doctor --json\n");
+  sub->callback([json] { run(*json); });
+});
+
+}  // namespace
+}  // namespace mixp::cli
