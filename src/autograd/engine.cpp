@@ -32,11 +32,18 @@ void accumulate(Tensor& slot, const Tensor& g) {
   // Add in place when nobody else can see the slot's buffer (the common case: a fresh gradient
   // from a backward function); never modify a gradient another node may still hold.
   if (slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous() &&
-      slot.dtype() == g.dtype()) {
+      (slot.dtype() == g.dtype() ||
+       (slot.dtype() == DType::fp32 && (g.dtype() == DType::bf16 || g.dtype() == DType::fp16)))) {
     backend().add_inplace(slot, g, 1.0);
     return;
   }
-  Tensor sum = Tensor::empty(slot.shape(), {.dtype = slot.dtype()});
+  // Mixed dtypes (a 16-bit gradient from a cast meets an fp32 one at the same leaf): sum in the
+  // wider one, never round the fp32 gradient to 16 bits.
+  DType sd = slot.dtype();
+  if (g.dtype() != sd) {
+    sd = (sd == DType::fp64 || g.dtype() == DType::fp64) ? DType::fp64 : DType::fp32;
+  }
+  Tensor sum = Tensor::empty(slot.shape(), {.dtype = sd});
   backend().copy(sum, slot);
   backend().add_inplace(sum, g, 1.0);
   slot = sum;

@@ -259,6 +259,12 @@ Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const
   if (traits(dt).is_float() && should_record({this})) {
     record(OpId::to, grad_dtype_of(dt), {this}, {&out},
            [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
+    // A 16-bit copy of an fp32 leaf (autocast's weight casts): its gradient goes to the leaf's
+    // accumulator as it is, which widens it exactly while adding it into the fp32 .grad, instead
+    // of materializing an fp32 copy first. Same values.
+    if (is_leaf() && dtype() == DType::fp32 && (dt == DType::bf16 || dt == DType::fp16)) {
+      static_cast<FunctionNode*>(out.grad_fn().get())->input_dtypes[0] = dt;
+    }
   }
   return out;
 }

@@ -24,8 +24,9 @@ TEST(CastPolicyTable, EveryOpHasAPolicyAndGemmsAreLowerPrecision) {
   for (int i = 0; i < kNumOps; ++i) {
     const OpId op = static_cast<OpId>(i);
     EXPECT_EQ(kCastPolicyTable[static_cast<size_t>(i)], cast_policy(op)) << op_name(op);
-    if (op_kind(op) == OpKind::gemm)
+    if (op_kind(op) == OpKind::gemm) {
       EXPECT_EQ(cast_policy(op), CastPolicy::lower_precision) << op_name(op);
+    }
   }
   static_assert(cast_policy(OpId::softmax) == CastPolicy::fp32);
   static_assert(cast_policy(OpId::cat) == CastPolicy::promote);
@@ -49,7 +50,16 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   EXPECT_EQ(conv2d(rnd({1, 2, 5, 5}, 7), rnd({3, 2, 3, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
   const Tensor q = rnd({1, 2, 4, 8}, 10);
   EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
+  {
+    const Tensor h = rnd({4, 5}, 11), c = rnd({4, 5}, 12), wih = rnd({20, 8}, 13), whh = rnd({20, 5}, 14);
+    const auto [h1, c1] = lstm_cell(x, h, c, wih, whh, rnd({20}, 15), rnd({20}, 16));
+    EXPECT_EQ(h1.dtype(), lp);
+    EXPECT_EQ(c1.dtype(), lp);
+  }
   // fp32 even from 16-bit inputs
+  EXPECT_EQ(batch_norm(rnd({4, 3, 2, 2}, 17, lp), Tensor(), Tensor(), rnd({3}, 18), rnd({3}, 19), true).dtype(),
+            DType::fp32);
+  EXPECT_EQ(binary_cross_entropy_with_logits(xl, sigmoid(x)).dtype(), DType::fp32);
   EXPECT_EQ(softmax(xl, 1).dtype(), DType::fp32);
   EXPECT_EQ(log_softmax(xl, 1).dtype(), DType::fp32);
   EXPECT_EQ(exp(xl).dtype(), DType::fp32);
@@ -196,6 +206,31 @@ TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
       EXPECT_LT(std::sqrt(num / den), dt == DType::bf16 ? 3e-2 : 4e-3) << name(dt) << " grad " << i;
     }
   }
+}
+
+TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
+  // w feeds a bf16 linear (through the cached cast) and an fp32 op directly: both gradients reach
+  // w.grad, summed in fp32 (the 16-bit one is widened, the fp32 one never rounded to 16 bits).
+  const Tensor x = rnd({8, 6}, 1);
+  Tensor w = rnd({5, 6}, 2).requires_grad_();
+  Tensor loss;
+  {
+    Autocast ac(DType::bf16);
+    loss = add(sum(linear(x, w)), mul(sum(mul(w, w)), 1e-3));
+  }
+  EXPECT_EQ(loss.dtype(), DType::fp32);
+  loss.backward();
+  // d/dw: sum over rows of x (each output column's weight row) + 2e-3 w
+  const std::vector<double> g = w.grad().to_double_vector(), wv = w.to_double_vector(), xv = x.to_double_vector();
+  ASSERT_EQ(w.grad().dtype(), DType::fp32);
+  for (int64_t o = 0; o < 5; ++o)
+    for (int64_t i = 0; i < 6; ++i) {
+      double colsum = 0;
+      for (int64_t r = 0; r < 8; ++r) colsum += xv[static_cast<size_t>(r * 6 + i)];
+      const double want = colsum + 2e-3 * wv[static_cast<size_t>(o * 6 + i)];
+      // the linear part went through bf16 (x rounded, gradient rounded): 2^-8 relative
+      EXPECT_NEAR(g[static_cast<size_t>(o * 6 + i)], want, 1e-2 * (std::abs(colsum) + 1)) << o << "," << i;
+    }
 }
 
 TEST(Autocast, BannedOpNamesTheAlternativeUnderFp16) {

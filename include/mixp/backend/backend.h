@@ -5,9 +5,12 @@
 //  - dst tensors are allocated by the op front end, contiguous, of the right shape; kernels only
 //    write them (or accumulate where the name says so).
 //  - Floating inputs and outputs are in the compute dtype: fp32 or fp64 (the front end converts).
-//    The exceptions are matmul/conv2d, whose inputs may be in a storage dtype named by
-//    MatmulConfig::compute (the next issue adds bf16/fp16/int8 there: a new case in the cpu
-//    backend, nothing else changes). Index tensors are int64 or int32.
+//    The exceptions are the 16-bit paths (docs/amp.md): matmul/conv2d operands in the dtype named
+//    by MatmulConfig::compute / Conv2dParams::compute (bf16 or fp16; dst and bias in it or fp32);
+//    attention with bf16/fp16 q, k, v, dst (lse fp32); and the pointwise kernels (unary,
+//    unary_backward, binary, scalar, dropout, add_inplace) and sum/mean reductions, whose
+//    operands and dst may be bf16/fp16 mixed with fp32 (computed in fp32, dst rounded to nearest
+//    even). Index tensors are int64 or int32.
 //  - src tensors may be strided views, including broadcast views with stride 0 (the front end
 //    expands broadcast operands to dst's shape before calling binary()).
 //  - Reductions in fp32 accumulate in fp32 (the ref backend in double where noted).
@@ -33,9 +36,9 @@ enum class ReduceOp : uint8_t { sum, mean, max };
 enum class Activation : uint8_t { none, relu, gelu };
 
 struct MatmulConfig {
-  // The dtype products are computed in. fp32 and fp64 today; bf16/fp16/fp8/int8 are added as
-  // cases of CpuBackend::matmul by the mixed-precision issue (inputs then arrive in that dtype
-  // and dst stays fp32).
+  // The dtype products are computed in: fp32, fp64, bf16 or fp16. For bf16/fp16 the operands are
+  // in that dtype, products are exact, accumulation is fp32 (double in ref), dst and bias are in
+  // that dtype or fp32 (cpu: bf16 on oneDNN, fp16 emulated exactly on the fp32 GEMM).
   DType compute = DType::fp32;
   Activation activation = Activation::none;
   bool accumulate = false;  // dst += a @ b (+ bias) instead of dst = ...

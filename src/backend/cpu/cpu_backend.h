@@ -37,6 +37,8 @@ class CpuBackend : public RefBackend {
   void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                            const Tensor& src, const Tensor& weight, const Tensor& save_mean,
                            const Tensor& save_invstd) override;
+  void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) override;
+  void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
   void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Pool2dParams& p) override;

@@ -183,6 +183,55 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
   }
 }
 
+// ---- embedding: row gathers (memcpy) and a row scatter-add, for contiguous weights/gradients
+// (the ref loops index every element through the tensor accessors: ~40x slower on the gpt).
+namespace {
+bool index_ok(const Tensor& idx) {
+  return idx.is_contiguous() && (idx.dtype() == DType::int64 || idx.dtype() == DType::int32);
+}
+int64_t row_index(const Tensor& idx, int64_t i) {
+  return idx.dtype() == DType::int64 ? static_cast<const int64_t*>(idx.data_ptr())[i]
+                                     : static_cast<const int32_t*>(idx.data_ptr())[i];
+}
+}  // namespace
+
+void CpuBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) {
+  if (!(dst.is_contiguous() && weight.is_contiguous() && index_ok(indices) &&
+        dst.dtype() == weight.dtype())) {
+    return RefBackend::embedding(dst, weight, indices);
+  }
+  const int64_t V = weight.shape()[0], E = weight.shape()[1], n = indices.numel();
+  const size_t row_bytes = static_cast<size_t>(E) * weight.element_size();
+  const char* w = static_cast<const char*>(weight.data_ptr());
+  char* d = static_cast<char*>(dst.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = row_index(indices, i);
+    if (row < 0 || row >= V) {
+      throw std::out_of_range("mixp::embedding: index " + std::to_string(row) + " out of [0, " +
+                              std::to_string(V) + ")");
+    }
+    std::memcpy(d + static_cast<size_t>(i) * row_bytes, w + static_cast<size_t>(row) * row_bytes,
+                row_bytes);
+  }
+}
+
+void CpuBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) {
+  if (!(f32c(dweight) && f32c(ddst) && index_ok(indices)))
+    return RefBackend::embedding_backward(dweight, ddst, indices);
+  const int64_t E = dweight.shape()[1], n = indices.numel();
+  float* dw = fp(dweight);
+  const float* g = fp(ddst);
+  // Parallel over column blocks: every thread sees every index, so repeated rows never race.
+  parallel_for(E, n * E, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = 0; i < n; ++i) {
+      float* r = dw + row_index(indices, i) * E;
+      const float* s = g + i * E;
+#pragma omp simd
+      for (int64_t e = lo; e < hi; ++e) r[e] += s[e];
+    }
+  });
+}
+
 // ---- softmax over the last dim
 void CpuBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
   if (!(f32c(dst) && f32c(src)) || dim != src.dim() - 1)
@@ -523,10 +572,11 @@ bool attn_native_bf16(std::initializer_list<const Tensor*> ins,
   }
   return true;
 }
-Tensor to_bf16(Backend& be, const Tensor& t) {
-  Tensor r = Tensor::empty(t.shape(), {.dtype = DType::bf16});
-  be.convert(r, t, Round::nearest_even, Overflow::ieee, 0);
-  return r;
+// Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t.
+void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
+  convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)),
+                 static_cast<uint16_t*>(t.data_ptr()) + off,
+                 ConvertOptions{Round::nearest_even, Overflow::ieee});
 }
 // One row of n elements of t (fp32 or bf16, contiguous) starting at element off, as fp32.
 const float* row_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
@@ -559,6 +609,8 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   const Tensor v3 = view_of(v, Shape{BH, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset());
   Tensor s = empty(Shape{BH, Tq, Tk});
   matmul(s, q3, kT, Tensor(), cfg);
+  // bf16: each row of P is rounded while it is in cache (not in a second pass over S).
+  Tensor p16 = bf16 ? Tensor::empty(s.shape(), {.dtype = DType::bf16}) : Tensor();
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
   parallel_for(BH * Tq, s.numel() * 8, [&](int64_t lo, int64_t hi) {
@@ -569,10 +621,11 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
 #pragma omp simd
       for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
       fp(lse)[r] = kern.softmax_inplace_masked(row, valid, Tk);
+      if (bf16) store_bf16_row(p16, r * Tk, row, Tk);
     }
   });
   Tensor o3 = view_of(dst, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, dst.storage_offset());
-  matmul(o3, bf16 ? to_bf16(*this, s) : s, v3, Tensor(), cfg);
+  matmul(o3, bf16 ? p16 : s, v3, Tensor(), cfg);
 }
 
 void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
@@ -615,6 +668,8 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   // dP = dO V^T
   Tensor dp = empty(Shape{BH, Tq, Tk});
   matmul(dp, v3(ddst, Tq), v3T(v, Tk), Tensor(), cfg);
+  Tensor p16 = bf16 ? Tensor::empty(p.shape(), {.dtype = DType::bf16}) : Tensor();
+  Tensor ds16 = bf16 ? Tensor::empty(p.shape(), {.dtype = DType::bf16}) : Tensor();
   parallel_for(BH * Tq, p.numel() * 8, [&](int64_t lo, int64_t hi) {
     std::vector<float> bg(static_cast<size_t>(D)), bo(static_cast<size_t>(D));
     for (int64_t r = lo; r < hi; ++r) {
@@ -635,9 +690,13 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
         // dS = P (dP - delta) * scale (into dp)
 #pragma omp simd
       for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
+      if (bf16) {
+        store_bf16_row(p16, r * Tk, prow, Tk);
+        store_bf16_row(ds16, r * Tk, dprow, Tk);
+      }
     }
   });
-  const Tensor pg = bf16 ? to_bf16(*this, p) : p, dsg = bf16 ? to_bf16(*this, dp) : dp;
+  const Tensor pg = bf16 ? p16 : p, dsg = bf16 ? ds16 : dp;
   const Tensor pT = view_of(pg, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
   const Tensor dsT = view_of(dsg, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
   Tensor dv3 = v3(dv, Tk), dq3 = v3(dq, Tq), dk3 = v3(dk, Tk);
