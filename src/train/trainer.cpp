@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "mixp/amp/grad_scaler.h"
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/clip_grad.h"
@@ -121,7 +122,12 @@ StepInfo Trainer::Impl::run_step() {
   const double scale_used = recipe->loss_scale();  // what this step's losses were multiplied by
   const bool stepped = recipe->step(*opt);
   const bool skip = !stepped;
-  recipe->update(skip);
+  try {
+    recipe->update(skip);
+  } catch (const amp::LossScaleCollapsed& e) {
+    throw TrainError(fmt::format("step {} (epoch {}): {}{}", step + 1, source->epoch(), e.what(),
+                                 cfg.save_dir.empty() ? "" : "; no checkpoint was written"));
+  }
   ++step;
   if (skip) ++skipped;
   last_loss = loss_sum / double(window);

@@ -48,11 +48,13 @@ struct TrainConfig {
   int64_t train_limit = 0;  // keep the first N training samples (0 = all); gpt: first N tokens
   int64_t test_limit = 0;   // evaluate on the first N test samples (gpt: N validation windows)
 
-  // Precision recipe (recipe.h). Today fp32 and fp64; the mixed-precision recipes come next.
+  // Precision recipe (recipe.h, docs/amp-training.md): fp64 fp32 tf32 bf16 bf16-pure fp16
+  // fp16-o2 fp16-pure auto, or a policy string "bf16:params=fp32,compute=bf16,output=fp32".
+  // The Trainer replaces `auto` by the recipe it picked.
   std::string precision = "fp32";
-  std::string layer_precision;             // per-layer overrides; needs a mixed recipe
-  std::optional<double> loss_scale_init;   // fp16 recipes only
-  std::optional<int64_t> growth_interval;  // fp16 recipes only
+  std::string layer_precision;             // per-layer rules, "embed=fp32,attn=bf16,head=fp32"
+  std::optional<double> loss_scale_init;   // dynamic loss scaling (fp16 recipes) only
+  std::optional<int64_t> growth_interval;  // dynamic loss scaling (fp16 recipes) only
 
   // Length: exactly one of epochs and steps may be set; neither = 1 epoch. Both count the whole
   // run, resumed steps included: resuming a checkpoint of step 100 with steps = 200 runs 100 more.

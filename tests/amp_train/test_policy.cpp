@@ -1,0 +1,216 @@
+// Precision policies: the presets, jmp-style policy strings, per-layer rules and their errors, and
+// what apply_policy does to a model's storage and forward pass.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "mixp/amp/autocast.h"
+#include "mixp/amp/layer_precision.h"
+#include "mixp/amp/policy.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/nn/models.h"
+#include "mixp/tensor/factories.h"
+
+namespace mixp::amp {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const PolicyError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Policy, PresetsMatchTheirDefinitions) {
+  const PrecisionPolicy fp32 = parse_policy("fp32");
+  EXPECT_EQ(fp32.mode(), "full");
+  EXPECT_EQ(fp32.loss_scaling, LossScaling::none);
+  const PrecisionPolicy bf16 = parse_policy("bf16");
+  EXPECT_EQ(bf16.params, DType::fp32);
+  EXPECT_EQ(bf16.compute, DType::bf16);
+  EXPECT_TRUE(bf16.autocast);
+  EXPECT_EQ(bf16.loss_scaling, LossScaling::none);  // bf16 has fp32's exponent range
+  const PrecisionPolicy fp16 = parse_policy("fp16");
+  EXPECT_TRUE(fp16.autocast);
+  EXPECT_EQ(fp16.loss_scaling, LossScaling::dynamic);
+  EXPECT_EQ(fp16.loss_scale, 65536.0);
+  EXPECT_EQ(fp16.growth_interval, 2000);
+  const PrecisionPolicy o2 = parse_policy("fp16-o2");
+  EXPECT_EQ(o2.params, DType::fp16);
+  EXPECT_TRUE(o2.master_weights);
+  EXPECT_TRUE(o2.norm_fp32);
+  EXPECT_EQ(o2.mode(), "mixed");
+  const PrecisionPolicy o3 = parse_policy("fp16-pure");
+  EXPECT_EQ(o3.mode(), "pure");
+  EXPECT_FALSE(o3.master_weights);
+  const PrecisionPolicy bp = parse_policy("bf16-pure");
+  EXPECT_EQ(bp.params, DType::bf16);
+  EXPECT_EQ(bp.states, DType::bf16);
+  EXPECT_EQ(bp.rounding, Round::stochastic);
+  EXPECT_FALSE(bp.master_weights);
+  EXPECT_EQ(bp.loss_scaling, LossScaling::none);
+  const PrecisionPolicy tf32 = parse_policy("tf32");
+  EXPECT_EQ(tf32.compute, DType::tf32);
+  EXPECT_EQ(parse_policy("fp64").params, DType::fp64);
+}
+
+TEST(Policy, AutoFollowsTheCpu) {
+  const PrecisionPolicy a = parse_policy("auto");
+  const CpuFeatures& f = cpu_features();
+  const bool bf16 = (f.avx512_bf16 && f.os_avx512) || (f.amx_bf16 && f.os_amx);
+  EXPECT_EQ(a.name, bf16 ? "bf16" : "fp32");
+  EXPECT_EQ(a.name, auto_preset());
+}
+
+TEST(Policy, JmpStyleStringsRefineAPreset) {
+  const PrecisionPolicy p = parse_policy("bf16:params=fp32,compute=bf16,output=fp32");
+  EXPECT_EQ(p.name, "bf16:params=fp32,compute=bf16,output=fp32");
+  EXPECT_TRUE(p.autocast);
+  // Keys alone refine fp32, with jmp's spellings.
+  const PrecisionPolicy q = parse_policy("params=float32,compute=bfloat16,output=float32");
+  EXPECT_EQ(q.compute, DType::bf16);
+  EXPECT_TRUE(q.autocast);
+  EXPECT_EQ(q.loss_scaling, LossScaling::none);
+  // fp16 anywhere turns dynamic loss scaling on unless said otherwise.
+  EXPECT_EQ(parse_policy("params=fp32,compute=half").loss_scaling, LossScaling::dynamic);
+  EXPECT_EQ(parse_policy("fp16:loss_scale=none").loss_scaling, LossScaling::none);
+  const PrecisionPolicy fixed = parse_policy("fp16-pure:loss_scale=1");  // Apex O3's default
+  EXPECT_EQ(fixed.loss_scaling, LossScaling::fixed);
+  EXPECT_EQ(fixed.loss_scale, 1.0);
+  const PrecisionPolicy k = parse_policy("bf16-pure:rounding=nearest,kahan=on,states=fp32");
+  EXPECT_TRUE(k.kahan);
+  EXPECT_EQ(k.rounding, Round::nearest_even);
+  EXPECT_EQ(k.states, DType::fp32);
+  const PrecisionPolicy g = parse_policy("fp16:loss_scale_init=1024,growth_interval=50");
+  EXPECT_EQ(g.loss_scale, 1024.0);
+  EXPECT_EQ(g.growth_interval, 50);
+  // Pure bf16 params with fp32 compute is not expressible without autocast; with master weights
+  // and autocast it is a mixed recipe.
+  EXPECT_EQ(parse_policy("params=bf16,compute=bf16").mode(), "pure");
+  EXPECT_EQ(parse_policy("params=bf16,compute=bf16,autocast=on").mode(), "mixed");
+}
+
+TEST(Policy, BadStringsNameTheAlternatives) {
+  EXPECT_THAT(error_of([] { parse_policy("bf17"); }),
+              HasSubstr("unknown precision 'bf17'; available: fp64, fp32, tf32, bf16, bf16-pure, "
+                        "fp16, fp16-o2, fp16-pure, auto"));
+  EXPECT_THAT(error_of([] { parse_policy("fp8"); }), HasSubstr("not available yet"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:speed=max"); }),
+              HasSubstr("unknown policy key 'speed'; keys: params, compute, output"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:params=int8"); }),
+              HasSubstr("policy key 'params' takes fp64|fp32|bf16|fp16, got 'int8'"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:params"); }), HasSubstr("is not key=value"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:master=maybe"); }), HasSubstr("on or off"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16-pure:master=on,kahan=on"); }),
+              HasSubstr("kahan=on replaces fp32 master weights"));
+  EXPECT_THAT(error_of([] { parse_policy("fp32:compute=fp64"); }),
+              HasSubstr("fp64 is the reference"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:loss_scale=-3"); }), HasSubstr("positive number"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:growth_interval=10"); }),
+              HasSubstr("needs dynamic loss scaling"));
+  EXPECT_THAT(error_of([] { parse_policy("fp32:rounding=stochastic"); }),
+              HasSubstr("needs params=bf16 or params=fp16"));
+  EXPECT_THAT(error_of([] { parse_policy("bf16:params=fp32,params=bf16"); }),
+              HasSubstr("given twice"));
+}
+
+TEST(LayerRules, ParseAndErrors) {
+  const auto rules = parse_layer_precision("embed=fp32, attn=bf16,mlp=bfloat16,head=fp32");
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[0].key, "embed");
+  EXPECT_EQ(rules[2].dtype, DType::bf16);
+  EXPECT_THAT(error_of([] { parse_layer_precision("mlp=fp8"); }),
+              HasSubstr("a layer can run in fp32, bf16 or fp16 (fp8 layers come with the fp8"));
+  EXPECT_THAT(error_of([] { parse_layer_precision("mlp"); }), HasSubstr("is not layer=dtype"));
+  EXPECT_TRUE(parse_layer_precision("").empty());
+}
+
+TEST(LayerRules, AKeyThatMatchesNothingNamesWhatTheModelHas) {
+  auto mlp = nn::make_model({.name = "mlp", .width = 16});
+  const std::string e = error_of(
+      [&] { apply_policy(*mlp, parse_policy("bf16"), parse_layer_precision("attn=bf16")); });
+  EXPECT_THAT(e, HasSubstr("'attn' matches no module of this model"));
+  EXPECT_THAT(e, HasSubstr("head"));
+  EXPECT_THAT(e, HasSubstr("linear"));
+  EXPECT_THAT(e, HasSubstr("fc1"));
+  EXPECT_THAT(error_of([&] {
+                apply_policy(*mlp, parse_policy("fp64"), parse_layer_precision("fc1=fp32"));
+              }),
+              HasSubstr("fp64"));
+}
+
+TEST(LayerRules, SelectByKindAliasAndName) {
+  auto gpt = nn::make_model({.name = "gpt", .width = 32, .layers = 2, .heads = 2, .context = 8,
+                             .vocab = 20, .mlp_width = 64});
+  EXPECT_EQ(modules_matching(*gpt, {"embed", DType::fp32}),
+            (std::vector<std::string>{"tok_emb", "pos_emb"}));
+  EXPECT_EQ(modules_matching(*gpt, {"attn", DType::bf16}),
+            (std::vector<std::string>{"blocks.0.attn", "blocks.1.attn"}));
+  EXPECT_EQ(modules_matching(*gpt, {"blocks.1", DType::bf16}),
+            (std::vector<std::string>{"blocks.1"}));
+  EXPECT_EQ(modules_matching(*gpt, {"head", DType::fp32}), (std::vector<std::string>{"head"}));
+  EXPECT_EQ(modules_matching(*gpt, {"norm", DType::fp32}).size(), 5u);  // 2 per block + ln_f
+}
+
+TEST(ApplyPolicy, StorageFollowsPresetAndRules) {
+  auto gpt = nn::make_model({.name = "gpt", .width = 32, .layers = 1, .heads = 2, .context = 8,
+                             .vocab = 20, .mlp_width = 64});
+  apply_policy(*gpt, parse_policy("bf16-pure"), parse_layer_precision("embed=fp32,head=fp32"));
+  EXPECT_EQ(gpt->parameter("tok_emb.weight").dtype(), DType::fp32);
+  EXPECT_EQ(gpt->parameter("head.weight").dtype(), DType::fp32);
+  EXPECT_EQ(gpt->parameter("blocks.0.attn.qkv.weight").dtype(), DType::bf16);
+  EXPECT_EQ(gpt->parameter("ln_f.weight").dtype(), DType::bf16);
+  // The forward pass works across the boundaries: fp32 embeddings feed bf16 blocks (the region
+  // casts its output back... to the recipe's bf16 for integer inputs), the fp32 head gets bf16.
+  Tensor idx = from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4});
+  Tensor y = (*gpt)(idx);
+  EXPECT_EQ(y.dtype(), DType::fp32);  // output=fp32
+  EXPECT_EQ(y.shape(), (Shape{1, 4, 20}));
+
+  // fp16-o2 keeps BatchNorm in fp32.
+  auto cnn = nn::make_model({.name = "cnn", .width = 4, .mlp_width = 8});
+  apply_policy(*cnn, parse_policy("fp16-o2"));
+  EXPECT_EQ(cnn->parameter("conv1.weight").dtype(), DType::fp16);
+  EXPECT_EQ(cnn->parameter("bn1.weight").dtype(), DType::fp32);
+  EXPECT_EQ(cnn->buffer("bn1.running_var").dtype(), DType::fp32);
+  Tensor out;
+  {
+    Autocast ac(DType::fp16);
+    out = (*cnn)(zeros({2, 1, 28, 28}));
+  }
+  EXPECT_EQ(out.dtype(), DType::fp32);
+
+  // Mixed recipes keep fp32 storage whatever the rules say (Autocast casts per op).
+  auto mlp = nn::make_model({.name = "mlp", .width = 16});
+  apply_policy(*mlp, parse_policy("bf16"), parse_layer_precision("head=fp32,fc1=fp16"));
+  for (const auto& [n, p] : mlp->named_parameters()) EXPECT_EQ(p.dtype(), DType::fp32) << n;
+  EXPECT_TRUE(needs_fp16_loss_scaling(parse_policy("bf16"), parse_layer_precision("fc1=fp16")));
+  EXPECT_FALSE(needs_fp16_loss_scaling(parse_policy("bf16"), parse_layer_precision("fc1=fp32")));
+}
+
+TEST(ApplyPolicy, LayerRegionsRunInTheirDtype) {
+  // Under bf16 autocast, a head kept in fp32 produces fp32 logits from an fp32 GEMM, and the
+  // result differs from the all-bf16 head.
+  auto a = nn::make_model({.name = "mlp", .width = 16, .seed = 4});
+  auto b = nn::make_model({.name = "mlp", .width = 16, .seed = 4});
+  apply_policy(*a, parse_policy("bf16"));
+  apply_policy(*b, parse_policy("bf16"), parse_layer_precision("fc1=fp32,fc2=fp32,head=fp32"));
+  auto c = nn::make_model({.name = "mlp", .width = 16, .seed = 4});  // plain fp32
+  Generator g(1);
+  Tensor x = randn({8, 784}, g);
+  Tensor ya, yb, yc = (*c)(x);
+  {
+    Autocast ac(DType::bf16);
+    ya = (*a)(x);
+    yb = (*b)(x);
+  }
+  EXPECT_EQ(yb.to_vector(), yc.to_vector());  // every layer in fp32: exactly the fp32 model
+  EXPECT_NE(ya.to_vector(), yc.to_vector());
+}
+
+}  // namespace
+}  // namespace mixp::amp
