@@ -76,6 +76,8 @@ TEST(Fp8Recipe, NamesOptionsAndErrors) {
   EXPECT_TRUE(has(error_of([] { make_recipe("fp8:speed=max"); }), "unknown policy key 'speed'"));
   EXPECT_TRUE(has(error_of([] { make_recipe("fp8:amax_history=0"); }), "[1, 1048576]"));
   EXPECT_TRUE(has(error_of([] { make_recipe("mxfp8:margin=1"); }), "does not apply to mxfp8"));
+  // The rest of the model in fp16 needs a GradScaler again (fp8.md, "No loss scaling").
+  EXPECT_EQ(make_recipe("fp8:compute=fp16")->loss_scale(), 65536.0);
   RecipeOptions ls;
   ls.loss_scale_init = 1024.0;
   EXPECT_TRUE(has(error_of([&] { make_recipe("fp8", ls); }), "fp8 does not scale the loss"));
