@@ -203,9 +203,15 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
       const bool fp8 = n == "fp8" || n == "fp8-current" || n == "mxfp8";
       if (fp8 || std::find(presets.begin(), presets.end(), n) != presets.end()) avail.push_back(n);
     }
+    if (base == "fp8" || base == "fp8-current" || base == "mxfp8") {
+      throw PolicyError(fmt::format(
+          "precision '{}' is an FP8 recipe, not a policy preset: train::make_recipe builds it "
+          "(mixp/train/fp8_recipe.h; options as 'fp8:amax_history=16')",
+          base));
+    }
     if (std::find(planned.begin(), planned.end(), base) != planned.end()) {
       throw PolicyError(fmt::format(
-          "precision '{}' is not available yet (it comes with the fp8/int8 work); available: {}",
+          "precision '{}' is not available yet (it comes with the int8 work); available: {}",
           base, join(avail)));
     }
     throw PolicyError(fmt::format(
