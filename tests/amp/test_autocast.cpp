@@ -51,14 +51,17 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   const Tensor q = rnd({1, 2, 4, 8}, 10);
   EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
   {
-    const Tensor h = rnd({4, 5}, 11), c = rnd({4, 5}, 12), wih = rnd({20, 8}, 13), whh = rnd({20, 5}, 14);
+    const Tensor h = rnd({4, 5}, 11), c = rnd({4, 5}, 12), wih = rnd({20, 8}, 13),
+                 whh = rnd({20, 5}, 14);
     const auto [h1, c1] = lstm_cell(x, h, c, wih, whh, rnd({20}, 15), rnd({20}, 16));
     EXPECT_EQ(h1.dtype(), lp);
     EXPECT_EQ(c1.dtype(), lp);
   }
   // fp32 even from 16-bit inputs
-  EXPECT_EQ(batch_norm(rnd({4, 3, 2, 2}, 17, lp), Tensor(), Tensor(), rnd({3}, 18), rnd({3}, 19), true).dtype(),
-            DType::fp32);
+  EXPECT_EQ(
+      batch_norm(rnd({4, 3, 2, 2}, 17, lp), Tensor(), Tensor(), rnd({3}, 18), rnd({3}, 19), true)
+          .dtype(),
+      DType::fp32);
   EXPECT_EQ(binary_cross_entropy_with_logits(xl, sigmoid(x)).dtype(), DType::fp32);
   EXPECT_EQ(softmax(xl, 1).dtype(), DType::fp32);
   EXPECT_EQ(log_softmax(xl, 1).dtype(), DType::fp32);
@@ -221,7 +224,8 @@ TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
   EXPECT_EQ(loss.dtype(), DType::fp32);
   loss.backward();
   // d/dw: sum over rows of x (each output column's weight row) + 2e-3 w
-  const std::vector<double> g = w.grad().to_double_vector(), wv = w.to_double_vector(), xv = x.to_double_vector();
+  const std::vector<double> g = w.grad().to_double_vector(), wv = w.to_double_vector(),
+                            xv = x.to_double_vector();
   ASSERT_EQ(w.grad().dtype(), DType::fp32);
   for (int64_t o = 0; o < 5; ++o)
     for (int64_t i = 0; i < 6; ++i) {
@@ -229,7 +233,8 @@ TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
       for (int64_t r = 0; r < 8; ++r) colsum += xv[static_cast<size_t>(r * 6 + i)];
       const double want = colsum + 2e-3 * wv[static_cast<size_t>(o * 6 + i)];
       // the linear part went through bf16 (x rounded, gradient rounded): 2^-8 relative
-      EXPECT_NEAR(g[static_cast<size_t>(o * 6 + i)], want, 1e-2 * (std::abs(colsum) + 1)) << o << "," << i;
+      EXPECT_NEAR(g[static_cast<size_t>(o * 6 + i)], want, 1e-2 * (std::abs(colsum) + 1))
+          << o << "," << i;
     }
 }
 

@@ -6,9 +6,11 @@
 // CNN). Primitives and reorders are cached per shape and data types.
 //
 // bf16 (Conv2dParams::compute bf16): oneDNN bf16 convolutions (bf16 data, fp32 accumulation;
-// dst, bias and the weight/bias gradients fp32 or bf16). fp16: exact emulation on the fp32
-// primitives (operands widened exactly, products exact in fp32, results rounded once).
+// dst, bias and the weight/bias gradients fp32 or bf16). fp16, and bf16 on a CPU without bf16
+// dot products (cpu_bf16.h): exact emulation on the fp32 primitives (operands widened exactly,
+// products exact in fp32, results rounded once).
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/onednn_util.h"
 #include "backend/narrow.h"
 
@@ -120,7 +122,7 @@ DType dt_or_f32(const Tensor& t) {
 }
 
 bool fp16_emulated(const Conv2dParams& p, std::initializer_list<const Tensor*> ts) {
-  if (p.compute != DType::fp16) return false;
+  if (!cpu::emulated_16(p.compute)) return false;
   for (const Tensor* t : ts) {
     if (t->defined() && t->numel() == 0) return false;
   }

@@ -6,6 +6,7 @@
 // bias fp32 or bf16); fp16 (no native fp16 GEMM on this CPU class: exact emulation on the fp32
 // GEMM, see below). Anything else falls through to the ref loops.
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/onednn_util.h"
 #include "backend/narrow.h"
 #include "mixp/tensor/factories.h"
@@ -51,10 +52,11 @@ void operand_desc(const Tensor& t, int rank, memory::dims& dims, memory::dims& s
 void CpuBackend::matmul(Tensor& dst, const Tensor& a_in, const Tensor& b_in, const Tensor& bias,
                         const MatmulConfig& cfg) {
   const DType in_dt = a_in.dtype();
-  // fp16 on a CPU without native fp16 GEMMs: exact emulation. fp16 values are exact in fp32 and
-  // so are their products (11 + 11 significant bits < 24), so widening the operands and running
-  // the fp32 GEMM gives fp16 x fp16 products with fp32 accumulation; dst is rounded once.
-  if (cfg.compute == DType::fp16 && in_dt == DType::fp16 && b_in.dtype() == DType::fp16 &&
+  // fp16 on a CPU without native fp16 GEMMs (and bf16 without bf16 dot products): exact
+  // emulation. fp16 values are exact in fp32 and so are their products (11 + 11 significant bits
+  // < 24), so widening the operands and running the fp32 GEMM gives fp16 x fp16 products with
+  // fp32 accumulation; dst is rounded once.
+  if (cpu::emulated_16(cfg.compute) && in_dt == cfg.compute && b_in.dtype() == cfg.compute &&
       dst.numel() > 0) {
     const Tensor a32 = kern::widen(*this, a_in, DType::fp32),
                  b32 = kern::widen(*this, b_in, DType::fp32);

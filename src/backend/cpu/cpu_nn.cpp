@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_bf16.h"
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
@@ -24,9 +25,6 @@ namespace {
 bool f32c(const Tensor& t) {
   return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous());
 }
-bool onednn_bf16_ok() {
-  return cpu_features().use_avx512();
-}  // as onednn::supports(bf16)
 float* fp(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
 }
@@ -562,7 +560,7 @@ void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
 namespace {
 bool attn_native_bf16(std::initializer_list<const Tensor*> ins,
                       std::initializer_list<const Tensor*> outs) {
-  if (!onednn_bf16_ok()) return false;
+  if (!cpu::native_bf16()) return false;
   for (const Tensor* t : ins) {
     if (t->dtype() != DType::bf16 || !t->is_contiguous()) return false;
   }
