@@ -77,8 +77,10 @@ PrecisionPolicy preset(const std::string& n) {
 
 const std::vector<std::string>& key_names() {
   static const std::vector<std::string> k{
-      "params",   "compute", "output", "autocast",   "master",          "rounding",
-      "kahan",    "states",  "norm",   "loss_scale", "loss_scale_init", "growth_interval"};
+      "params",     "compute",         "output",          "autocast",
+      "master",     "rounding",        "kahan",           "states",
+      "norm",       "loss_scale",      "loss_scale_init", "growth_interval",
+      "loss_scale_min", "loss_scale_max", "collapse_after"};
   return k;
 }
 
@@ -317,6 +319,42 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
       throw PolicyError(fmt::format("policy key 'growth_interval' takes a positive integer, got '{}'",
                                     given["growth_interval"]));
     p.growth_interval = static_cast<int64_t>(g);
+  }
+
+  auto dynamic_only = [&](const char* k) {
+    if (p.loss_scaling != LossScaling::dynamic)
+      throw PolicyError(fmt::format("policy key '{}' needs dynamic loss scaling (loss_scale=dynamic)", k));
+  };
+  auto count_value = [&](const char* k) {
+    const std::string& v = given.at(k);
+    size_t used = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(v, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != v.size() || n < 0)
+      throw PolicyError(fmt::format("policy key '{}' takes an integer >= 0, got '{}'", k, v));
+    return static_cast<int64_t>(n);
+  };
+  if (given.count("loss_scale_min")) {
+    dynamic_only("loss_scale_min");
+    const std::string v = given["loss_scale_min"];
+    p.loss_scale_min = v == "0" ? 0.0 : parse_positive("loss_scale_min", v);
+  }
+  if (given.count("loss_scale_max")) {
+    dynamic_only("loss_scale_max");
+    p.loss_scale_max = parse_positive("loss_scale_max", given["loss_scale_max"]);
+  }
+  if (given.count("collapse_after")) {
+    dynamic_only("collapse_after");
+    p.collapse_after = count_value("collapse_after");
+  }
+  if (p.loss_scaling == LossScaling::dynamic) {
+    if (p.loss_scale_max > 0 && p.loss_scale_min > p.loss_scale_max)
+      throw PolicyError(fmt::format("loss_scale_min {:g} is above loss_scale_max {:g}",
+                                    p.loss_scale_min, p.loss_scale_max));
   }
 
   // Combinations that cannot work.

@@ -15,10 +15,6 @@ namespace mixp::train {
 
 namespace {
 
-// Defaults of the GradScaler in mixp's fp16 recipes beyond PyTorch's (RecipeOptions).
-constexpr double kDefaultMinLossScale = 1.0;
-constexpr int64_t kDefaultCollapseAfter = 20;
-
 struct AutocastScope final : ForwardScope {
   explicit AutocastScope(DType d) : ac(d) {}
   amp::Autocast ac;
@@ -83,9 +79,9 @@ PolicyRecipe::PolicyRecipe(amp::PrecisionPolicy policy, std::vector<amp::LayerRu
   so.growth_interval = policy_.growth_interval;
   so.allow_fp16_params = !policy_.master_weights;  // pure fp16: fp32 leaf gradients, no master
   if (dynamic) {
-    so.min_scale = opt.min_loss_scale.value_or(kDefaultMinLossScale);
-    so.max_scale = opt.max_loss_scale.value_or(0.0);
-    so.collapse_after = opt.collapse_after.value_or(kDefaultCollapseAfter);
+    so.min_scale = opt.min_loss_scale.value_or(policy_.loss_scale_min);
+    so.max_scale = opt.max_loss_scale.value_or(policy_.loss_scale_max);
+    so.collapse_after = opt.collapse_after.value_or(policy_.collapse_after);
     if (so.min_scale <= 0) so.collapse_after = 0;
     if (so.max_scale > 0 && so.init_scale > so.max_scale) {
       throw ConfigError(fmt::format("the initial loss scale {:g} is above the maximum {:g}",

@@ -88,6 +88,14 @@ TEST(Policy, JmpStyleStringsRefineAPreset) {
   const PrecisionPolicy g = parse_policy("fp16:loss_scale_init=1024,growth_interval=50");
   EXPECT_EQ(g.loss_scale, 1024.0);
   EXPECT_EQ(g.growth_interval, 50);
+  const PrecisionPolicy b = parse_policy("fp16:loss_scale_min=0,loss_scale_max=1e6,collapse_after=5");
+  EXPECT_EQ(b.loss_scale_min, 0.0);
+  EXPECT_EQ(b.loss_scale_max, 1e6);
+  EXPECT_EQ(b.collapse_after, 5);
+  EXPECT_THAT(error_of([] { parse_policy("bf16:loss_scale_max=1e6"); }),
+              HasSubstr("needs dynamic loss scaling"));
+  EXPECT_THAT(error_of([] { parse_policy("fp16:loss_scale_min=8,loss_scale_max=4"); }),
+              HasSubstr("above loss_scale_max"));
   // Pure bf16 params with fp32 compute is not expressible without autocast; with master weights
   // and autocast it is a mixed recipe.
   EXPECT_EQ(parse_policy("params=bf16,compute=bf16").mode(), "pure");

@@ -27,6 +27,10 @@
 //                                Default: dynamic when fp16 is stored or computed anywhere
 //                                (per-layer rules included), none otherwise
 //   loss_scale_init=X  growth_interval=N   the GradScaler's initial scale and growth interval
+//   loss_scale_min=X  loss_scale_max=X  collapse_after=N
+//                                the GradScaler's floor (default 1), cap (default none: fp32's
+//                                range) and the skipped steps at the floor that stop the run
+//                                (default 20; 0 = never)
 //
 // The presets (Apex opt levels in brackets):
 //   fp64       params fp64, compute fp64: the reference
@@ -83,6 +87,9 @@ struct PrecisionPolicy {
   LossScaling loss_scaling = LossScaling::none;
   double loss_scale = 65536.0;  // dynamic: initial scale; fixed: the scale
   int64_t growth_interval = 2000;
+  double loss_scale_min = 1.0;  // dynamic: floor (0 = none, PyTorch)
+  double loss_scale_max = 0.0;  // dynamic: cap (0 = fp32's range only, PyTorch)
+  int64_t collapse_after = 20;  // dynamic: skipped steps at the floor before an error (0 = never)
 
   // "mixed" (Autocast), "pure" (16-bit params and activations, no Autocast) or "full" (one
   // 32/64-bit dtype, tf32 included).

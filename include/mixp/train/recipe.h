@@ -43,9 +43,10 @@ struct RecipeOptions {
   std::string layer_precision;             // per-layer overrides (any recipe but fp64)
   std::optional<double> loss_scale_init;   // dynamic loss scaling (fp16 recipes)
   std::optional<int64_t> growth_interval;  // dynamic loss scaling (fp16 recipes)
-  // The GradScaler's floor, cap and collapse detection (GradScalerOptions); the defaults of
-  // mixp's fp16 recipes are min 1 (DeepSpeed, jmp), no cap beyond fp32's range (PyTorch), and
-  // an error after 20 consecutive skipped steps at the minimum.
+  // The GradScaler's floor, cap and collapse detection (GradScalerOptions), overriding the
+  // policy's (loss_scale_min/loss_scale_max/collapse_after keys; defaults: min 1 as DeepSpeed
+  // and jmp, no cap beyond fp32's range as PyTorch, an error after 20 consecutive skipped steps
+  // at the minimum).
   std::optional<double> min_loss_scale;
   std::optional<double> max_loss_scale;
   std::optional<int64_t> collapse_after;
