@@ -115,9 +115,11 @@ std::vector<LayerRule> parse_layer_precision(std::string_view spec_in) {
     const std::optional<DType> d = parse_policy_dtype(v);
     if (!d || !(*d == DType::fp32 || narrow(*d))) {
       const bool fp8 = v.rfind("fp8", 0) == 0 || v.rfind("mxfp8", 0) == 0;
-      throw PolicyError(
-          fmt::format("--layer-precision {}={}: a layer can run in fp32, bf16 or fp16{}", key, v,
-                      fp8 ? " (fp8 layers come with the fp8 recipes, not available yet)" : ""));
+      throw PolicyError(fmt::format(
+          "--layer-precision {}={}: a layer can run in fp32, bf16 or fp16{}", key, v,
+          fp8 ? " (fp8 layers need an FP8 recipe: --precision fp8, fp8-current or mxfp8, which "
+                "take NAME=fp8)"
+              : ""));
     }
     rules.push_back({key, *d});
   }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "mixp/amp/autocast.h"
+#include "mixp/amp/fp8_linear.h"
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/sequential.h"
@@ -76,10 +77,14 @@ Tensor Gpt::forward(const Tensor& idx) {
       const bool ac = amp::is_autocast_enabled();
       const DType ac_dtype = amp::autocast_dtype();
       const Fp32GemmMode gemm = effective_fp32_gemm_mode();
+      // FP8 layers too; the recomputation (the call with grad mode on) quantizes with the scales
+      // the forward used (amp/fp8_linear.h).
+      const bool fp8 = amp::Fp8Autocast::is_enabled();
       x = checkpoint(
-          [blk, ac, ac_dtype, gemm](const Tensor& in) {
+          [blk, ac, ac_dtype, gemm, fp8](const Tensor& in) {
             amp::Autocast autocast(ac_dtype, ac);
             Tf32Guard tf32(gemm.precision, gemm.round);
+            amp::Fp8Autocast fp8_region(fp8, /*recompute=*/GradMode::is_enabled());
             return (*blk)(in);
           },
           x);

@@ -30,6 +30,10 @@ Tensor Linear::forward(const Tensor& x) {
         fmt::format("mixp::nn::Linear({} -> {}): input must be [..., {}], got {}", in_, out_, in_,
                     x.defined() ? x.shape().str() : "(undefined)"));
   }
+  return impl_ ? impl_(*this, x) : forward_default(x);
+}
+
+Tensor Linear::forward_default(const Tensor& x) {
   // In training, GELU is applied as its own op even when nothing records a gradient: the fused
   // epilogue rounds differently, and checkpoint() recomputes a segment (with recording) that it
   // first ran without; both runs must compute bit-identical activations.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mixp/amp/fp8_linear.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/module.h"
 #include "mixp/tensor/factories.h"
@@ -85,17 +86,33 @@ void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::stri
   for (const auto& t : file.tensors) stored[t.name] = &t;
   std::vector<std::pair<std::string, Tensor>> targets = model.named_parameters();
   for (auto& b : model.named_buffers()) targets.push_back(b);
+  bool model_has_fp8_state = false;
+  for (const auto& tg : targets) model_has_fp8_state |= amp::is_fp8_state_name(tg.first);
 
   // Check everything before changing anything, so a mismatch leaves the model as it was.
   for (const auto& [name, t] : targets) {
+    const bool fp8 = amp::is_fp8_state_name(name);
     auto it = stored.find(name);
     if (it == stored.end()) {
+      if (fp8) {
+        throw TrainError(std::string(source) + " has no FP8 scaling state '" + name +
+                         "' (shape " + t.shape().str() +
+                         ") that the model needs: the checkpoint was not trained with FP8 "
+                         "delayed scaling on this layer (precision fp8 and the same "
+                         "--layer-precision); fp8-current and mxfp8 keep no state");
+      }
       throw TrainError(std::string(source) + " has no tensor '" + name + "' (shape " +
                        t.shape().str() +
                        ") that the model needs; the checkpoint belongs to a different model or "
                        "model shape (--width, --layers, ...)");
     }
     if (it->second->shape != detail::dims(t.shape())) {
+      if (fp8) {
+        throw TrainError(std::string(source) + ": FP8 scaling state '" + name + "' has shape " +
+                         shape_str(it->second->shape) + " but the model's is " + t.shape().str() +
+                         "; the checkpoint was trained with another amax history length "
+                         "(precision 'fp8:amax_history=N')");
+      }
       throw TrainError(std::string(source) + ": tensor '" + name + "' has shape " +
                        shape_str(it->second->shape) + " but the model's is " + t.shape().str() +
                        "; the checkpoint belongs to a different model shape");
@@ -105,12 +122,19 @@ void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::stri
     for (const auto& [name, st] : stored) {
       bool known = false;
       for (const auto& tg : targets) known = known || tg.first == name;
-      if (!known) {
-        throw TrainError(std::string(source) + " has a tensor '" + name + "' (shape " +
-                         shape_str(st->shape) +
-                         ") that the model does not have; the checkpoint belongs to a different "
-                         "model or model shape");
+      if (known) continue;
+      // A model without FP8 state (evaluated in another precision) ignores the checkpoint's:
+      // it is the recipe's state, not a weight.
+      if (amp::is_fp8_state_name(name) && !model_has_fp8_state) continue;
+      if (amp::is_fp8_state_name(name)) {
+        throw TrainError(std::string(source) + " has FP8 scaling state '" + name +
+                         "' for a layer that does not run in FP8 delayed scaling in this model; "
+                         "the checkpoint was trained with another --layer-precision");
       }
+      throw TrainError(std::string(source) + " has a tensor '" + name + "' (shape " +
+                       shape_str(st->shape) +
+                       ") that the model does not have; the checkpoint belongs to a different "
+                       "model or model shape");
     }
   }
   NoGradGuard ng;

@@ -7,6 +7,7 @@
 #include "mixp/amp/autocast.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/matmul_precision.h"
+#include "mixp/train/fp8_recipe.h"
 #include "mixp/tensor/generator.h"
 #include "mixp/train/train_config.h"
 
@@ -202,11 +203,13 @@ const std::vector<std::string>& planned_recipes() {
 }
 
 std::vector<std::string> available_recipes() {
-  // DESIGN.md's order, keeping those this build has.
+  // DESIGN.md's order, keeping those this build has: the policy presets, the FP8 recipes and
+  // int8-qat.
   const auto& presets = amp::preset_names();
   std::vector<std::string> out;
   for (const std::string& n : planned_recipes()) {
-    if (n == kInt8Qat || std::find(presets.begin(), presets.end(), n) != presets.end())
+    if (n == kInt8Qat || is_fp8_recipe(n) ||
+        std::find(presets.begin(), presets.end(), n) != presets.end())
       out.push_back(n);
   }
   return out;
@@ -234,6 +237,7 @@ std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const Recipe
                                                           : "--qat-disable-observer-epoch") +
                       " only applies to --precision int8-qat");
   }
+  if (is_fp8_recipe(name)) return std::make_unique<Fp8TrainingRecipe>(name, opt);
   if (n.rfind(std::string(kInt8Qat) + ":", 0) == 0) {
     throw ConfigError("precision 'int8-qat' takes no policy keys (it trains in fp32 with fake "
                       "quantization); its options are --qat-freeze-bn-epoch and "
@@ -245,10 +249,6 @@ std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const Recipe
     const auto& presets = amp::preset_names();
     const std::vector<std::string> avail = available_recipes();
     if (std::find(presets.begin(), presets.end(), n) == presets.end()) {
-      const auto& planned = planned_recipes();
-      if (std::find(planned.begin(), planned.end(), n) != planned.end()) {
-        throw ConfigError("precision '" + n + "' is not available yet; available: " + join(avail));
-      }
       throw ConfigError("unknown precision '" + n + "'; available: " + join(avail) +
                         ", or a policy string such as "
                         "'bf16:params=fp32,compute=bf16,output=fp32' (docs/amp-training.md)");

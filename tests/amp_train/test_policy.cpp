@@ -106,8 +106,8 @@ TEST(Policy, JmpStyleStringsRefineAPreset) {
 TEST(Policy, BadStringsNameTheAlternatives) {
   EXPECT_THAT(error_of([] { parse_policy("bf17"); }),
               HasSubstr("unknown precision 'bf17'; available: fp64, fp32, tf32, bf16, bf16-pure, "
-                        "fp16, fp16-o2, fp16-pure, auto"));
-  EXPECT_THAT(error_of([] { parse_policy("fp8"); }), HasSubstr("not available yet"));
+                        "fp16, fp16-o2, fp16-pure, fp8, fp8-current, mxfp8, int8-qat, auto"));
+  EXPECT_THAT(error_of([] { parse_policy("fp8"); }), HasSubstr("is a training recipe, not a policy preset"));
   EXPECT_THAT(error_of([] { parse_policy("bf16:speed=max"); }),
               HasSubstr("unknown policy key 'speed'; keys: params, compute, output"));
   EXPECT_THAT(error_of([] { parse_policy("bf16:params=int8"); }),
@@ -133,7 +133,7 @@ TEST(LayerRules, ParseAndErrors) {
   EXPECT_EQ(rules[0].key, "embed");
   EXPECT_EQ(rules[2].dtype, DType::bf16);
   EXPECT_THAT(error_of([] { parse_layer_precision("mlp=fp8"); }),
-              HasSubstr("a layer can run in fp32, bf16 or fp16 (fp8 layers come with the fp8"));
+              HasSubstr("a layer can run in fp32, bf16 or fp16 (fp8 layers need an FP8 recipe"));
   EXPECT_THAT(error_of([] { parse_layer_precision("mlp"); }), HasSubstr("is not layer=dtype"));
   EXPECT_TRUE(parse_layer_precision("").empty());
 }

@@ -100,7 +100,6 @@ TEST(CliTrain, BadInputIsAOneLineErrorWithoutACheckpoint) {
       {"--model mlp --batch -4", "--batch must be positive"},
       {"--model resnet", "unknown model 'resnet'"},
       {"--model mlp --optimizer lion", "unknown optimizer 'lion'"},
-      {"--model mlp --precision fp8", "precision 'fp8' is not available yet"},
       {"--model mlp --precision fp7", "unknown precision 'fp7'; available: fp64, fp32, tf32"},
       {"--model mlp --precision 'bf16:params=fp32,speed=max'", "unknown policy key 'speed'"},
       {"--model mlp --precision bf16 --layer-precision attn=bf16",

@@ -8,8 +8,11 @@
 //   int8      mixp::gemm(a, b): uint8 x int8 -> int32 (oneDNN u8s8s32)   PeakPath::int8
 //   fp16      emulated: both inputs widened to fp32 (exact) per call,   PeakPath::fp32
 //             then the fp32 mixp::gemm
-//   fp8_e4m3  emulated: both inputs widened to bf16 (exact) per call,   PeakPath::bf16
-//   fp8_e5m2  then the bf16 mixp::gemm
+//   fp8_e4m3  emulated as FP8 training runs it (amp/fp8_quantize.h):   PeakPath::bf16
+//   fp8_e5m2  both fp32 inputs quantized per call (per-tensor scale, amax
+//             in the same pass), the codes multiplied by the bf16
+//             mixp::gemm (exact, fp32 accumulation), scale_inv applied
+//             to the fp32 output
 //
 // mixp::matmul on bf16 Tensors would widen them to fp32 (the front end computes in fp32 until
 // the mixed-precision issue routes bf16 to MatmulConfig::compute = bf16), so bf16 is timed on

@@ -1,7 +1,14 @@
 // Linear: y = act(x W^T + b), x [..., in] -> [..., out] (torch.nn.Linear, with an optional fused
 // activation: ReLU is fused into the GEMM by oneDNN; GELU is fused in eval mode only, see
 // linear.cpp).
+//
+// The computation can be swapped while the parameters stay in place: set_forward_impl installs a
+// function that forward() runs instead of the default (after the shape check). The FP8 recipes
+// use it to run the layer's GEMM in fp8 (mixp/amp/fp8_linear.h); forward_default() is the
+// original computation, for implementations that fall back to it.
 #pragma once
+#include <functional>
+
 #include "mixp/nn/module.h"
 #include "mixp/ops/ops.h"
 
@@ -19,6 +26,13 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, const LinearOptions& opt = {});
   Tensor forward(const Tensor& x) override;
+  // What forward() computes without a forward implementation installed.
+  Tensor forward_default(const Tensor& x);
+
+  using ForwardImpl = std::function<Tensor(Linear& self, const Tensor& x)>;
+  // Replaces forward's computation; an empty function restores the default.
+  void set_forward_impl(ForwardImpl impl) { impl_ = std::move(impl); }
+  const ForwardImpl& forward_impl() const { return impl_; }
 
   const Tensor& weight() const { return *weight_; }  // [out, in]
   const Tensor& bias() const { return *bias_; }      // [out] or undefined
@@ -35,6 +49,7 @@ class Linear : public Module {
   Tensor* weight_ = nullptr;
   Tensor* bias_ = nullptr;
   Tensor no_bias_;
+  ForwardImpl impl_;
 };
 
 }  // namespace mixp::nn

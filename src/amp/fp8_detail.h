@@ -1,0 +1,18 @@
+// Internal: how fp8_linear tells the Fp8Autocast machinery which scaling states it used.
+#pragma once
+#include <memory>
+
+#include "mixp/amp/fp8_scaling.h"
+
+namespace mixp::amp::detail {
+
+// A forward role's state was used: updated when the outermost Fp8Autocast region exits (with
+// grad mode on). Ignored outside any region.
+void note_forward_state(const std::shared_ptr<Fp8ScalingState>& s);
+// A grad_output state recorded an amax in backward: updated by fp8_update_backward_states().
+void note_backward_state(const std::shared_ptr<Fp8ScalingState>& s);
+// Whether casts record their amax now: outside any region, or in a region entered with grad
+// mode on (not an evaluation pass) that is not a recomputation.
+bool records_amax();
+
+}  // namespace mixp::amp::detail

@@ -1,0 +1,199 @@
+// fp8_linear: the FP8 (per-tensor) and MXFP8 linear op (see fp8_linear.h).
+#include "mixp/amp/fp8_linear.h"
+
+#include <fmt/format.h>
+
+#include "amp/fp8_detail.h"
+#include "amp/fp8_kernels.h"
+#include "mixp/amp/fp8_quantize.h"
+#include "mixp/backend/gemm.h"
+#include "ops/dispatch.h"
+
+namespace mixp::amp {
+
+using mixp::detail::new_tensor;
+
+Fp8LinearMeta::Fp8LinearMeta(const Fp8Recipe& recipe) : recipe_(recipe) {
+  recipe_.validate();
+  if (recipe_.scaling != Fp8Scaling::delayed) return;
+  for (Fp8Role role : kFp8Roles) {
+    states_[static_cast<int>(role)] = std::make_shared<Fp8ScalingState>(
+        recipe_.dtype(role), recipe_.amax_history_len, recipe_.amax_compute_algo, recipe_.margin);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Fp8LinearMeta::buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (Fp8Role role : kFp8Roles) {
+    if (!state(role)) continue;
+    for (auto& [n, t] : state(role)->tensors())
+      out.emplace_back(fmt::format("fp8_{}_{}", to_string(role), n), t);
+  }
+  return out;
+}
+
+namespace {
+
+float* fdata(const Tensor& t) { return static_cast<float*>(t.data_ptr()); }
+
+// Per-tensor quantization of `t` (fp32, contiguous) for `role` with the meta's scaling.
+Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& meta) {
+  const Fp8Recipe& r = meta.recipe();
+  const DType dt = r.dtype(role);
+  if (r.scaling == Fp8Scaling::current) return fp8_quantize_current(t, dt, r.margin);
+  const std::shared_ptr<Fp8ScalingState>& s = meta.state_ptr(role);
+  if (role != Fp8Role::grad_output && Fp8Autocast::is_recompute()) {
+    // Activation recomputation: the scales the original forward used, nothing recorded.
+    Fp8Quantized q = fp8_quantize(t, dt, s->previous_scale());
+    q.scale_inv = s->previous_scale_inv();
+    return q;
+  }
+  Fp8Quantized q = fp8_quantize(t, dt, s->scale());
+  q.scale_inv = s->scale_inv();  // TE's stored scale_inv (1/scale, fp32)
+  if (!detail::records_amax()) return q;  // an evaluation pass
+  s->record_amax(q.amax);
+  if (role == Fp8Role::grad_output)
+    detail::note_backward_state(s);
+  else
+    detail::note_forward_state(s);
+  return q;
+}
+
+// MX quantization of a [R, C] fp32 tensor along its rows (dim 1), or along its columns (dim 0:
+// the result is the quantized transpose [C, R], contiguous).
+Tensor mx_rows(const Tensor& t, DType dt, int block, bool along_columns) {
+  Tensor src = along_columns ? t.t().contiguous() : t;
+  Tensor out = new_tensor(src.shape(), DType::bf16);
+  if (src.numel() == 0) return out;
+  mxfp8_quantize_to_bf16(
+      std::span<const float>(fdata(src), static_cast<size_t>(src.numel())), src.size(1), dt,
+      block, std::span<uint16_t>(static_cast<uint16_t*>(out.data_ptr()),
+                                 static_cast<size_t>(out.numel())));
+  return out;
+}
+
+// dst (fp32 [M, N]) = a [M, K] @ b [K, N] on the bf16 path; empty K gives zeros.
+Tensor gemm_f32(const Tensor& a, const Tensor& b) {
+  Tensor dst = new_tensor(Shape{a.size(0), b.size(1)}, DType::fp32);
+  gemm(dst, a, b);
+  return dst;
+}
+
+// [..., C] -> [R, C], detached fp32 contiguous.
+Tensor rows_f32(const Tensor& t, int64_t c) {
+  Tensor f = mixp::detail::raw_contiguous(mixp::detail::as_compute(t.detach(), DType::fp32));
+  return mixp::detail::raw_reshape(f, Shape{c ? f.numel() / c : 0, c});
+}
+
+}  // namespace
+
+Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                  Fp8LinearMeta& meta) {
+  mixp::detail::check_float(x, "fp8_linear", "x");
+  mixp::detail::check_float(w, "fp8_linear", "w");
+  if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1)) {
+    mixp::detail::shape_error("fp8_linear", "expected x [..., in] and w [out, in]", x.shape(),
+                              w.shape());
+  }
+  if (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0))) {
+    mixp::detail::shape_error("fp8_linear", "bias must be [out]", w.shape(), b.shape());
+  }
+  // GELU's backward needs the pre-activation: applied as its own op.
+  if (act == Activation::gelu) return gelu(fp8_linear(x, w, b, Activation::none, meta));
+
+  const bool rec = mixp::detail::should_record({&x, &w, &b});
+  const bool need_dx = rec && x.requires_grad();
+  const bool need_dw = rec && w.requires_grad();
+  const bool relu = act == Activation::relu;
+  const int64_t K = w.size(1), N = w.size(0);
+  const Fp8Recipe& recipe = meta.recipe();
+  const auto& k = fp8k::kernels();
+
+  Tensor x2 = rows_f32(x, K), wf = rows_f32(w, K);
+  Tensor bf = b.defined() ? rows_f32(b, N) : Tensor();
+  const int64_t M = x2.size(0);
+
+  Tensor y;
+  // What backward keeps: the quantized operands for each backward GEMM and their scale_invs.
+  Tensor keep_x, keep_w;
+  float sinv_x = 1.0f, sinv_w = 1.0f;
+  {
+    NoGradGuard ng;
+    if (recipe.scaling == Fp8Scaling::mxfp8) {
+      const int blk = recipe.mx_block;
+      const Tensor qx = mx_rows(x2, recipe.dtype(Fp8Role::input), blk, false);
+      const Tensor qw = mx_rows(wf, recipe.dtype(Fp8Role::weight), blk, false);
+      y = gemm_f32(qx, qw.t());
+      // Column-wise copies for the backward GEMMs, quantized from the high-precision tensors.
+      if (need_dw) keep_x = mx_rows(x2, recipe.dtype(Fp8Role::input), blk, true);   // [K, M]
+      if (need_dx) keep_w = mx_rows(wf, recipe.dtype(Fp8Role::weight), blk, true);  // [K, N]
+    } else {
+      const Fp8Quantized qx = quantize_role(x2, Fp8Role::input, meta);
+      const Fp8Quantized qw = quantize_role(wf, Fp8Role::weight, meta);
+      y = gemm_f32(qx.data, qw.data.t());
+      sinv_x = qx.scale_inv;
+      sinv_w = qw.scale_inv;
+      if (need_dw) keep_x = qx.data;  // [M, K]
+      if (need_dx) keep_w = qw.data;  // [N, K]
+    }
+    k.epilogue(fdata(y), fdata(y), M, N, sinv_x * sinv_w, bf.defined() ? fdata(bf) : nullptr,
+               relu);
+  }
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = N;
+  Tensor out = mixp::detail::raw_reshape(y, out_shape);
+  if (!rec) return out;
+
+  Tensor keep_y = relu ? y.detach() : Tensor();
+  const Shape x_shape = x.shape();
+  auto grad_state = meta.state_ptr(Fp8Role::grad_output);
+  mixp::detail::record(
+      OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
+      [keep_x, keep_w, keep_y, sinv_x, sinv_w, recipe, grad_state, x_shape, M, N,
+       K](BackwardContext& ctx) {
+        const auto& kk = fp8k::kernels();
+        Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(ctx.grad()), Shape{M, N});
+        if (keep_y.defined()) {
+          Tensor gz = new_tensor(g.shape(), DType::fp32);
+          kk.relu_mask(fdata(gz), fdata(g), fdata(keep_y), M * N);
+          g = gz;
+        }
+        // TE: the bias gradient comes from the high-precision gradient.
+        if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, Shape{0}, false);
+        if (!ctx.needs(0) && !ctx.needs(1)) return;
+        const DType gdt = recipe.dtype(Fp8Role::grad_output);
+        if (recipe.scaling == Fp8Scaling::mxfp8) {
+          if (ctx.needs(0)) {  // dx [M, K] = g [M, N] @ w [N, K], blocks along N
+            const Tensor qg = mx_rows(g, gdt, recipe.mx_block, false);
+            ctx.grad_inputs[0] = mixp::detail::raw_reshape(gemm_f32(qg, keep_w.t()), x_shape);
+          }
+          if (ctx.needs(1)) {  // dw [N, K] = g^T [N, M] @ x [M, K], blocks along M
+            const Tensor qgt = mx_rows(g, gdt, recipe.mx_block, true);
+            ctx.grad_inputs[1] = gemm_f32(qgt, keep_x.t());
+          }
+          return;
+        }
+        Fp8Quantized qg;
+        if (recipe.scaling == Fp8Scaling::current) {
+          qg = fp8_quantize_current(g, gdt, recipe.margin);
+        } else {
+          qg = fp8_quantize(g, gdt, grad_state->scale());
+          qg.scale_inv = grad_state->scale_inv();
+          grad_state->record_amax(qg.amax);
+          detail::note_backward_state(grad_state);
+        }
+        if (ctx.needs(0)) {
+          Tensor dx = gemm_f32(qg.data, keep_w);
+          kk.scale_inplace(fdata(dx), dx.numel(), qg.scale_inv * sinv_w);
+          ctx.grad_inputs[0] = mixp::detail::raw_reshape(dx, x_shape);
+        }
+        if (ctx.needs(1)) {
+          Tensor dw = gemm_f32(qg.data.t(), keep_x);
+          kk.scale_inplace(fdata(dw), dw.numel(), qg.scale_inv * sinv_x);
+          ctx.grad_inputs[1] = dw;
+        }
+      });
+  return out;
+}
+
+}  // namespace mixp::amp

@@ -1,0 +1,205 @@
+#include "mixp/amp/fp8_scaling.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <stdexcept>
+
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/tensor/factories.h"
+
+namespace mixp::amp {
+
+std::string_view to_string(Fp8Role r) {
+  switch (r) {
+    case Fp8Role::input: return "input";
+    case Fp8Role::weight: return "weight";
+    case Fp8Role::grad_output: return "grad_output";
+  }
+  return "?";
+}
+
+std::string_view to_string(Fp8Scaling s) {
+  switch (s) {
+    case Fp8Scaling::delayed: return "delayed";
+    case Fp8Scaling::current: return "current";
+    case Fp8Scaling::mxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+std::string_view to_string(Fp8Format f) {
+  return f == Fp8Format::hybrid ? "HYBRID" : "E4M3";
+}
+
+std::string_view to_string(AmaxComputeAlgo a) {
+  return a == AmaxComputeAlgo::max ? "max" : "most_recent";
+}
+
+DType Fp8Recipe::dtype(Fp8Role role) const {
+  if (role == Fp8Role::grad_output && format == Fp8Format::hybrid) return DType::fp8_e5m2;
+  return DType::fp8_e4m3;
+}
+
+void Fp8Recipe::validate() const {
+  if (amax_history_len < 1) {
+    throw std::invalid_argument(
+        fmt::format("FP8 recipe: the amax history length must be at least 1, got {}",
+                    amax_history_len));
+  }
+  if (margin < 0 || margin > 64) {
+    throw std::invalid_argument(
+        fmt::format("FP8 recipe: the margin must be in [0, 64], got {}", margin));
+  }
+  if (mx_block < 1) {
+    throw std::invalid_argument(
+        fmt::format("FP8 recipe: the MX block size must be at least 1, got {}", mx_block));
+  }
+}
+
+std::string Fp8Recipe::describe() const {
+  const std::string fmt_s = format == Fp8Format::hybrid ? "HYBRID (E4M3 forward, E5M2 gradients)"
+                                                        : "E4M3 (forward and gradients)";
+  switch (scaling) {
+    case Fp8Scaling::delayed:
+      return fmt::format("delayed scaling, {}, amax history {} ({}), margin {}", fmt_s,
+                         amax_history_len, to_string(amax_compute_algo), margin);
+    case Fp8Scaling::current:
+      return fmt::format("current scaling, {}, margin {}", fmt_s, margin);
+    case Fp8Scaling::mxfp8:
+      return fmt::format("MXFP8 block scaling (blocks of {} along K, e8m0 scales), {}", mx_block,
+                         fmt_s);
+  }
+  return {};
+}
+
+float fp8_max(DType fp8) {
+  switch (fp8) {
+    case DType::fp8_e4m3: return 448.0f;
+    case DType::fp8_e5m2: return 57344.0f;
+    default:
+      throw std::invalid_argument("fp8_max: expected fp8_e4m3 or fp8_e5m2, got " +
+                                  std::string(name(fp8)));
+  }
+}
+
+float fp8_scale_from_amax(float amax, float max, int margin, float previous) {
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return previous;
+  // TE: scaled_max = fp8_max * std::pow(2.f, -margin), then scaled_max / amax, all in fp32.
+  const float scaled_max = max * std::ldexp(1.0f, -margin);
+  const float s = scaled_max / amax;
+  return std::isinf(s) ? FLT_MAX : s;
+}
+
+namespace {
+// The state's tensors are read on every call (they may be module buffers that a checkpoint
+// loader fills in place); they must stay fp32.
+float* f32(const Tensor& t) {
+  if (t.dtype() != DType::fp32 || !t.is_contiguous()) {
+    throw std::logic_error(
+        "mixp::amp::Fp8ScalingState: the state tensors must stay contiguous fp32 (got " +
+        std::string(name(t.dtype())) + "); do not convert FP8 scaling buffers");
+  }
+  return static_cast<float*>(t.data_ptr());
+}
+}  // namespace
+
+Fp8ScalingState::Fp8ScalingState(DType fp8, int64_t history_len, AmaxComputeAlgo algo, int margin)
+    : dtype_(fp8), algo_(algo), margin_(margin) {
+  (void)fp8_max(fp8);  // validates the dtype
+  if (history_len < 1) {
+    throw std::invalid_argument(
+        fmt::format("Fp8ScalingState: the amax history length must be at least 1, got {}",
+                    history_len));
+  }
+  history_ = zeros({history_len});
+  scale_ = ones({1});
+  scale_inv_ = ones({1});
+}
+
+float Fp8ScalingState::scale() const { return f32(scale_)[0]; }
+float Fp8ScalingState::scale_inv() const { return f32(scale_inv_)[0]; }
+
+float Fp8ScalingState::history(int64_t i) const {
+  if (i < 0 || i >= history_len()) {
+    throw std::out_of_range(fmt::format("Fp8ScalingState::history: slot {} of {}", i,
+                                        history_len()));
+  }
+  return f32(history_)[i];
+}
+
+std::vector<float> Fp8ScalingState::history() const {
+  const float* h = f32(history_);
+  return std::vector<float>(h, h + history_len());
+}
+
+void Fp8ScalingState::record_amax(float amax) {
+  float& slot = f32(history_)[0];
+  slot = std::fmax(slot, amax);  // fmaxf: a NaN amax leaves the slot as it was
+}
+
+void Fp8ScalingState::update() {
+  float* h = f32(history_);
+  const int64_t n = history_len();
+  const float last = h[0];
+  float amax = 0.0f;
+  // TE's kernel: a_i = history[i+1] for i < L-1, a_{L-1} = history[0]; amax = max a_i;
+  // history[i] = a_i for i > 0 and history[0] = 0.
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = i < n - 1 ? h[i + 1] : last;
+    amax = std::fmax(amax, a);
+    h[i] = i > 0 ? a : 0.0f;
+  }
+  if (algo_ == AmaxComputeAlgo::most_recent) amax = last;
+  prev_scale_ = scale();
+  prev_scale_inv_ = scale_inv();
+  const float s = fp8_scale_from_amax(amax, fp8_max(dtype_), margin_, scale());
+  f32(scale_)[0] = s;
+  f32(scale_inv_)[0] = 1.0f / s;
+}
+
+void Fp8ScalingState::reset() {
+  std::fill_n(f32(history_), history_len(), 0.0f);
+  f32(scale_)[0] = 1.0f;
+  f32(scale_inv_)[0] = 1.0f;
+  prev_scale_ = prev_scale_inv_ = 1.0f;
+}
+
+std::vector<std::pair<std::string, Tensor>> Fp8ScalingState::tensors() const {
+  return {{"amax_history", history_}, {"scale", scale_}, {"scale_inv", scale_inv_}};
+}
+
+void Fp8ScalingState::load(const std::vector<std::pair<std::string, Tensor>>& entries,
+                           const std::string& prefix) {
+  std::vector<std::pair<Tensor, Tensor>> plan;  // (source, destination)
+  for (const auto& [name, dst] : tensors()) {
+    const std::string full = prefix + name;
+    auto it = std::find_if(entries.begin(), entries.end(),
+                           [&](const auto& e) { return e.first == full; });
+    if (it == entries.end()) {
+      throw std::invalid_argument(fmt::format(
+          "FP8 scaling state '{}' is missing; the checkpoint was not trained with this FP8 "
+          "recipe and layer selection",
+          full));
+    }
+    const Tensor& src = it->second;
+    if (!src.defined() || !src.is_floating_point()) {
+      throw std::invalid_argument(
+          fmt::format("FP8 scaling state '{}' must be a floating tensor", full));
+    }
+    if (src.shape() != dst.shape()) {
+      throw std::invalid_argument(fmt::format(
+          "FP8 scaling state '{}' has shape {} but this model's is {}{}", full, src.shape().str(),
+          dst.shape().str(), name == "amax_history" ? " (the amax history length differs)" : ""));
+    }
+    plan.emplace_back(src, dst);
+  }
+  NoGradGuard ng;
+  for (auto& [src, dst] : plan) dst.copy_(src);
+  prev_scale_ = scale();
+  prev_scale_inv_ = scale_inv();
+}
+
+}  // namespace mixp::amp

@@ -1,0 +1,274 @@
+// The fp8, fp8-current and mxfp8 training recipes through the Trainer: what runs in FP8, options
+// and their errors, the scaling state in checkpoints (bit-identical resume, mismatches refused by
+// name), evaluation in FP8 and in another precision.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "mixp/amp/fp8_linear.h"
+#include "mixp/io/safetensors.h"
+#include "mixp/nn/linear.h"
+#include "mixp/nn/module.h"
+#include "mixp/train/checkpoint.h"
+#include "mixp/train/fp8_recipe.h"
+#include "mixp/train/trainer.h"
+#include "train/train_test_util.h"
+
+namespace mixp::train {
+namespace {
+
+using testing::TempDir;
+
+TrainConfig small_mlp(const std::string& precision) {
+  TrainConfig c;
+  c.model.name = "mlp";
+  c.model.width = 64;
+  c.data = kSyntheticData;
+  c.train_limit = 512;
+  c.test_limit = 256;
+  c.batch = 32;
+  c.seed = 3;
+  c.threads = 1;
+  c.precision = precision;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool has(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(Fp8Recipe, NamesOptionsAndErrors) {
+  for (const char* n : {"fp8", "fp8-current", "mxfp8"}) {
+    auto r = make_recipe(n);
+    EXPECT_EQ(r->name(), n);
+    EXPECT_EQ(r->param_dtype(), DType::fp32);
+    EXPECT_EQ(r->loss_scale(), 1.0);
+    EXPECT_FALSE(r->skips_nonfinite());
+  }
+  const auto avail = available_recipes();
+  EXPECT_EQ(avail, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "bf16-pure", "fp16",
+                                             "fp16-o2", "fp16-pure", "fp8", "fp8-current",
+                                             "mxfp8", "int8-qat", "auto"}));
+  auto d = make_recipe("fp8:amax_history=16,amax_algo=most_recent,margin=2,format=e4m3");
+  const auto& f = dynamic_cast<Fp8TrainingRecipe&>(*d).fp8();
+  EXPECT_EQ(f.amax_history_len, 16);
+  EXPECT_EQ(f.amax_compute_algo, amp::AmaxComputeAlgo::most_recent);
+  EXPECT_EQ(f.margin, 2);
+  EXPECT_EQ(f.format, amp::Fp8Format::e4m3);
+  EXPECT_TRUE(has(d->describe(), "delayed scaling")) << d->describe();
+  EXPECT_TRUE(has(make_recipe("mxfp8")->describe(), "MXFP8 block scaling"));
+
+  EXPECT_TRUE(has(error_of([] { make_recipe("fp8-current:amax_history=16"); }),
+                  "only applies to precision fp8 (delayed scaling)"));
+  EXPECT_TRUE(has(error_of([] { make_recipe("fp8:format=e5m2"); }),
+                  "pure E5M2 training is not supported"));
+  EXPECT_TRUE(has(error_of([] { make_recipe("fp8:speed=max"); }), "unknown policy key 'speed'"));
+  EXPECT_TRUE(has(error_of([] { make_recipe("fp8:amax_history=0"); }), "[1, 1048576]"));
+  EXPECT_TRUE(has(error_of([] { make_recipe("mxfp8:margin=1"); }), "does not apply to mxfp8"));
+  // The rest of the model in fp16 needs a GradScaler again (fp8.md, "No loss scaling").
+  EXPECT_EQ(make_recipe("fp8:compute=fp16")->loss_scale(), 65536.0);
+  RecipeOptions ls;
+  ls.loss_scale_init = 1024.0;
+  EXPECT_TRUE(has(error_of([&] { make_recipe("fp8", ls); }), "fp8 does not scale the loss"));
+  RecipeOptions lp;
+  lp.layer_precision = "fc1=fp8_e5m2";
+  EXPECT_TRUE(has(error_of([&] { make_recipe("fp8", lp); }),
+                  "under an FP8 recipe a layer runs in fp8"));
+}
+
+TEST(Fp8Recipe, MlpTrainsWithItsLinearLayersInFp8AndTheHeadOutside) {
+  for (const char* p : {"fp8", "fp8-current", "mxfp8"}) {
+    TrainConfig c = small_mlp(p);
+    c.steps = 30;
+    Trainer t(c);
+    const auto& r = dynamic_cast<const Fp8TrainingRecipe&>(t.recipe());
+    EXPECT_EQ(r.fp8_layers(), (std::vector<std::string>{"fc1", "fc2"})) << p;
+    EXPECT_NE(amp::fp8_meta(static_cast<nn::Linear&>(t.model().module("fc1"))), nullptr);
+    EXPECT_EQ(amp::fp8_meta(static_cast<nn::Linear&>(t.model().module("head"))), nullptr);
+    const TrainResult res = t.fit();
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) first += res.losses[size_t(i)], last += res.losses[size_t(25 + i)];
+    EXPECT_LT(last, first * 0.7) << p;
+    ASSERT_TRUE(res.test_accuracy.has_value());
+    EXPECT_GT(*res.test_accuracy, 0.5) << p;
+  }
+  // Delayed scaling: the state is buffers of the layers, updated every step.
+  TrainConfig c = small_mlp("fp8:amax_history=4");
+  c.steps = 3;
+  c.evaluate = false;
+  Trainer t(c);
+  t.fit();
+  const Tensor h = t.model().buffer("fc1.fp8_input_amax_history");
+  EXPECT_EQ(h.shape(), Shape({4}));
+  EXPECT_EQ(h.at({0}), 0.0);  // nothing pending after a step
+  EXPECT_GT(h.at({3}), 0.0);  // the last step's amax
+  EXPECT_GT(t.model().buffer("fc2.fp8_grad_output_scale").item(), 1.0);  // gradients are small
+  EXPECT_THROW(t.model().buffer("head.fp8_input_scale"), std::out_of_range);
+}
+
+TEST(Fp8Recipe, LayerPrecisionRules) {
+  auto layers = [](const std::string& rules) {
+    TrainConfig c = small_mlp("fp8");
+    c.layer_precision = rules;
+    c.steps = 1;
+    Trainer t(c);
+    return dynamic_cast<const Fp8TrainingRecipe&>(t.recipe()).fp8_layers();
+  };
+  EXPECT_EQ(layers("fc1=bf16"), (std::vector<std::string>{"fc2"}));
+  EXPECT_EQ(layers("head=fp8"), (std::vector<std::string>{"fc1", "fc2", "head"}));
+  EXPECT_EQ(layers("linear=fp32,fc2=fp8"), (std::vector<std::string>{"fc2"}));  // name beats kind
+  EXPECT_EQ(layers("fc2=fp8,fc2=bf16"), (std::vector<std::string>{"fc1"}));     // last wins
+  EXPECT_TRUE(has(error_of([&] { layers("embed=fp8"); }), "'embed' matches no module"));
+  EXPECT_TRUE(has(error_of([&] { layers("flatten=fp8"); }), "'flatten' has no Linear layer"));
+  EXPECT_TRUE(has(error_of([&] { layers("linear=bf16"); }), "no Linear layer of this model runs in FP8"));
+}
+
+TEST(Fp8Recipe, ResumeIsBitIdentical) {
+  for (const char* p : {"fp8:amax_history=8", "fp8-current", "mxfp8"}) {
+    TempDir dir;
+    TrainConfig c = small_mlp(p);
+    c.grad_accum = 2;
+    c.evaluate = false;
+    c.steps = 8;
+    Trainer full(c);
+    const TrainResult rf = full.fit();
+    TrainConfig first = c;
+    first.steps = 4;
+    first.evaluate = true;  // an evaluation before the checkpoint must not change the state
+    first.save_dir = (dir / "ck").string();
+    Trainer a(first);
+    const TrainResult ra = a.fit();
+    TrainConfig second = c;
+    second.resume_dir = (dir / "ck").string();
+    Trainer b(second);
+    const TrainResult rb = b.fit();
+    std::vector<double> resumed = ra.losses;
+    resumed.insert(resumed.end(), rb.losses.begin(), rb.losses.end());
+    ASSERT_EQ(resumed.size(), rf.losses.size());
+    for (size_t i = 0; i < resumed.size(); ++i)
+      EXPECT_EQ(std::memcmp(&resumed[i], &rf.losses[i], sizeof(double)), 0) << p << " step " << i;
+    const auto sf = module_state(full.model()), sb = module_state(b.model());
+    ASSERT_EQ(sf.tensors.size(), sb.tensors.size());
+    for (size_t i = 0; i < sf.tensors.size(); ++i)
+      EXPECT_TRUE(sf.tensors[i].data == sb.tensors[i].data) << p << " " << sf.tensors[i].name;
+  }
+}
+
+TEST(Fp8Recipe, GptWithActivationCheckpointingMatchesWithout) {
+  // The recomputed blocks quantize with the scales their forward used: same losses, same weights.
+  auto run = [](bool ckpt) {
+    TrainConfig c;
+    c.model.name = "gpt";
+    c.model.width = 32;
+    c.model.layers = 2;
+    c.model.heads = 2;
+    c.model.context = 16;
+    c.model.checkpointing = ckpt;
+    c.data = kSyntheticData;
+    c.train_limit = 20000;
+    c.batch = 4;
+    c.lr = 3e-3;
+    c.seed = 1;
+    c.threads = 1;
+    c.steps = 6;
+    c.evaluate = false;
+    c.precision = "fp8:amax_history=4";
+    Trainer t(c);
+    const TrainResult r = t.fit();
+    return std::make_pair(r.losses, module_state(t.model()));
+  };
+  const auto [la, sa] = run(false);
+  const auto [lb, sb] = run(true);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i)
+    EXPECT_EQ(std::memcmp(&la[i], &lb[i], sizeof(double)), 0) << "step " << i;
+  ASSERT_EQ(sa.tensors.size(), sb.tensors.size());
+  for (size_t i = 0; i < sa.tensors.size(); ++i)
+    EXPECT_TRUE(sa.tensors[i].data == sb.tensors[i].data) << sa.tensors[i].name;
+  EXPECT_NE(sa.find("blocks.0.attn.qkv.fp8_input_amax_history"), nullptr);
+  EXPECT_NE(sa.find("blocks.1.mlp.fc.fp8_grad_output_scale"), nullptr);
+}
+
+TEST(Fp8Recipe, CheckpointWhoseScalingStateDoesNotMatchIsRefusedByName) {
+  TempDir dir;
+  TrainConfig c = small_mlp("fp8:amax_history=16");
+  c.steps = 2;
+  c.evaluate = false;
+  c.save_dir = (dir / "ck").string();
+  Trainer(c).fit();
+  const auto file = dir / "ck" / "model.safetensors";
+  const SafeTensorsFile good = read_safetensors(file);
+  ASSERT_NE(good.find("fc2.fp8_weight_amax_history"), nullptr);
+  ASSERT_NE(good.find("fc1.fp8_grad_output_scale"), nullptr);
+
+  TrainConfig r = small_mlp("fp8:amax_history=16");
+  r.steps = 4;
+  r.resume_dir = (dir / "ck").string();
+  // A history of another length.
+  SafeTensorsFile bad = good;
+  SafeTensor* h = bad.find("fc2.fp8_weight_amax_history");
+  h->shape = {8};
+  h->data.resize(8 * sizeof(float));
+  write_safetensors(file, bad);
+  std::string e = error_of([&] { Trainer t(r); });
+  EXPECT_TRUE(has(e, "FP8 scaling state 'fc2.fp8_weight_amax_history' has shape [8] but the "
+                     "model's is [16]"))
+      << e;
+  // A missing entry.
+  bad = good;
+  bad.tensors.erase(std::find_if(bad.tensors.begin(), bad.tensors.end(),
+                                 [](const SafeTensor& t) { return t.name == "fc1.fp8_grad_output_scale"; }));
+  write_safetensors(file, bad);
+  e = error_of([&] { Trainer t(r); });
+  EXPECT_TRUE(has(e, "has no FP8 scaling state 'fc1.fp8_grad_output_scale'")) << e;
+  // State for a layer that is not in FP8 in this run.
+  write_safetensors(file, good);
+  TrainConfig other = r;
+  other.layer_precision = "fc2=bf16";
+  e = error_of([&] { (void)evaluate_checkpoint(dir / "ck", "", ""); });
+  EXPECT_EQ(e, "(no error)");
+  e = error_of([&] {
+    Trainer t(other);
+  });
+  EXPECT_TRUE(has(e, "fc2.fp8_")) << e;
+}
+
+TEST(Fp8Recipe, EvaluationUsesTheSavedStateAndOtherPrecisionsIgnoreIt) {
+  TempDir dir;
+  TrainConfig c = small_mlp("fp8");
+  c.steps = 20;
+  c.save_dir = (dir / "ck").string();
+  Trainer t(c);
+  const TrainResult r = t.fit();
+  ASSERT_TRUE(r.test_accuracy.has_value());
+  const EvalResult same = evaluate_checkpoint(dir / "ck", "", "");
+  ASSERT_TRUE(same.accuracy.has_value());
+  EXPECT_EQ(*same.accuracy, *r.test_accuracy);  // same model, same saved scales
+  const EvalResult bf16 = evaluate_checkpoint(dir / "ck", "bf16", "");
+  ASSERT_TRUE(bf16.accuracy.has_value());
+  EXPECT_NEAR(*bf16.accuracy, *r.test_accuracy, 0.05);
+  // A bf16 checkpoint has no FP8 state to evaluate delayed scaling with.
+  TrainConfig b = small_mlp("bf16");
+  b.steps = 2;
+  b.evaluate = false;
+  b.save_dir = (dir / "ck16").string();
+  Trainer(b).fit();
+  const std::string e = error_of([&] { (void)evaluate_checkpoint(dir / "ck16", "fp8", ""); });
+  EXPECT_TRUE(has(e, "has no FP8 scaling state 'fc1.fp8_input_amax_history'")) << e;
+  EXPECT_TRUE(has(e, "fp8-current and mxfp8 keep no state")) << e;
+  const EvalResult cur = evaluate_checkpoint(dir / "ck16", "fp8-current", "");
+  EXPECT_TRUE(cur.accuracy.has_value());
+}
+
+}  // namespace mixp::train
