@@ -143,6 +143,11 @@ TEST(Report, ResultsCsvSchema) {
   EXPECT_EQ(std::stod(rows[1][col("ms_per_step")]), 10.0);
   EXPECT_EQ(rows[4][col("error")], "note: \"quoted\", with a comma");
   EXPECT_EQ(rows[2][col("acceptable")], "true");
+  // The study runner's fields come last; empty where a record lacks them.
+  const std::vector<std::string> last = {"energy_estimate_joules", "estimate_compute_dtype",
+                                         "evaluated_model"};
+  EXPECT_EQ(std::vector<std::string>(rows[0].end() - 3, rows[0].end()), last);
+  EXPECT_EQ(rows[1][col("evaluated_model")], "");
 }
 
 TEST(Report, MarkdownHasEveryRunAndTheVerdict) {
