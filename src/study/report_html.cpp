@@ -129,11 +129,10 @@ void tiles(std::string& o, const Page& pg) {
     o += st.empty() ? "<p class=\"status ok\">✓ finished</p>"
                     : "<p class=\"status diverged\">✗ " + st + "</p>";
     o += "<dl>";
-    o += fmt::format("<dt>{}</dt><dd>{}</dd>",
-                     pg.lm                        ? "val loss"
-                     : evaluated_model(r).empty() ? "accuracy"
-                                                  : "accuracy (int8)",
-                     e(quality_value(pg, r)));
+    // int8-qat's accuracy is the converted int8 model's (the notes say more).
+    o += fmt::format(
+        "<dt>{}</dt><dd>{}{}</dd>", pg.lm ? "val loss" : "accuracy", e(quality_value(pg, r)),
+        evaluated_model(r).empty() ? "" : "<small class=\"model-note\">int8 model</small>");
     o += fmt::format("<dt>speed</dt><dd>{}</dd>",
                      v.speedup
                          ? e(format_ratio(*v.speedup)) + " vs " + e(pg.p.study.baseline_precision)
@@ -274,9 +273,8 @@ void loss_chart(std::string& o, const Page& pg) {
     zoom = c;
     zoom->id = "loss-curves-zoom";
     zoom->title = fmt::format("Training loss from step {}, zoomed", half);
-    zoom->description =
-        fmt::format("The same curves from step {} to {}, with the y axis fitted to them.", half,
-                    last_step);
+    zoom->description = fmt::format(
+        "The same curves from step {} to {}, with the y axis fitted to them.", half, last_step);
     zoom->height = 280;
     bool any_zoomed = false;
     for (LineSeries& s : zoom->series) {

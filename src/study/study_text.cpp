@@ -134,8 +134,9 @@ std::string format_study_table(const StudyResults& in) {
     if (r.error) out += fmt::format("{} failed: {}\n", r.precision, *r.error);
   }
   if (any_other_model) {
-    out += "* accuracy of the int8 model converted after training; time, memory and energy of "
-           "its training (fp32 with fake quantization)\n";
+    out +=
+        "* accuracy of the int8 model converted after training; time, memory and energy of "
+        "its training (fp32 with fake quantization)\n";
   }
   if (!rec.precision.empty()) {
     out += fmt::format("\nrecommended: {}. {}\n", rec.precision, rec.reason);

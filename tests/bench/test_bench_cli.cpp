@@ -95,9 +95,8 @@ TEST(BenchGemmCli, EmulatedDtypesAreLabelled) {
 TEST(BenchGemmCli, TextTable) {
   const CliRun r = mixp("bench gemm --n 32 --repeat 1 --threads 1 --dtypes bf16,fp32");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* s :
-       {"dtype", "GFLOP/s", "peak", "fraction", "vs fp32", "bf16", "fp32", "1.00x",
-        "path (what is timed):\n", "mixp::gemm bf16 x bf16 -> fp32"}) {
+  for (const char* s : {"dtype", "GFLOP/s", "peak", "fraction", "vs fp32", "bf16", "fp32", "1.00x",
+                        "path (what is timed):\n", "mixp::gemm bf16 x bf16 -> fp32"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
   EXPECT_TRUE(r.err.empty()) << r.err;

@@ -107,7 +107,7 @@ TEST_F(ReportInChromium, DomHasHeadingsTablesAndCharts) {
   EXPECT_EQ(count(dom, "<svg"), 7u);
   EXPECT_NE(dom.find("id=\"loss-curves-zoom\""), std::string::npos);
   EXPECT_GE(count(dom, "<path class=\"series\""), 10u);  // 2 x 4 loss curves + 2 scale traces
-  EXPECT_GE(count(dom, "<rect"), 15u);                  // the bars
+  EXPECT_GE(count(dom, "<rect"), 15u);                   // the bars
   EXPECT_NE(dom.find("diverged at step 120"), std::string::npos);
   EXPECT_NE(dom.find("class=\"rec-precision\">bf16<"), std::string::npos);
 }

@@ -209,7 +209,9 @@ TEST(StudyRunner, Fp8AndInt8QatRowsWithTheirEnergyAndNotes) {
               std::string::npos)
         << f;
   }
-  EXPECT_NE(read_text(dir / "q" / "report.html").find("accuracy (int8)"), std::string::npos);
+  EXPECT_NE(
+      read_text(dir / "q" / "report.html").find("<small class=\"model-note\">int8 model</small>"),
+      std::string::npos);
   const std::string table = format_study_table(o.results);
   EXPECT_NE(table.find("int8-qat*"), std::string::npos) << table;
   EXPECT_NE(table.find("* accuracy of the int8 model"), std::string::npos) << table;
