@@ -266,6 +266,31 @@ TEST(StudyRunner, ADivergingRunIsReportedAndTheStudyGoesOn) {
   EXPECT_NE(j["runs"][0]["diverged_reason"].get<std::string>().find("NaN"), std::string::npos);
 }
 
+// The same forced divergence in the FP8 and int8 recipes: reported per run, the study goes on.
+TEST(StudyRunner, DivergingFp8AndInt8QatRunsAreReportedAndTheStudyGoesOn) {
+  TempDir dir;
+  StudyConfig c = tiny({"fp8", "int8-qat", "fp64"});
+  c.base.lr = 1e9;  // as above: far past fp32's range within 8 steps, not fp64's
+  c.out_dir = dir / "d8";
+  const StudyOutcome o = run_study(c);
+  ASSERT_EQ(o.results.runs.size(), 3u);
+  EXPECT_TRUE(o.any_finished);
+  const std::string md = read_text(dir / "d8" / "report.md");
+  const auto j = nlohmann::json::parse(read_text(dir / "d8" / "results.json"));
+  for (size_t i = 0; i < 2; ++i) {
+    const RunRecord& r = o.results.runs[i];
+    SCOPED_TRACE(r.precision);
+    EXPECT_TRUE(r.diverged);
+    EXPECT_FALSE(r.error);
+    ASSERT_TRUE(r.diverged_at_step.has_value());
+    EXPECT_NE(md.find("diverged at step " + std::to_string(*r.diverged_at_step)),
+              std::string::npos);
+    EXPECT_EQ(j["verdicts"][i]["checks"]["no_nan"], "fail");
+  }
+  EXPECT_FALSE(o.results.runs[2].diverged);
+  EXPECT_EQ(o.results.runs[2].steps, 8);
+}
+
 TEST(StudyRunner, AllRunsDivergedStillWritesTheReport) {
   TempDir dir;
   StudyConfig c = tiny({"fp32"});
