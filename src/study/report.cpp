@@ -140,6 +140,15 @@ std::vector<std::string> precision_notes(const PreparedStudy& p) {
         "spend them.",
         fmt::join(fp8, ", ")));
   }
+  // One seed cannot separate a precision's effect from seed noise; say so where it matters.
+  const bool one_seed = std::all_of(p.study.runs.begin(), p.study.runs.end(),
+                                    [](const RunRecord& r) { return r.num_seeds <= 1; });
+  if (one_seed && p.study.runs.size() > 1) {
+    notes.push_back(
+        "One seed per precision: differences of a few tenths of a point of accuracy (or a few "
+        "percent of loss) can be seed-to-seed noise, and step times move with the machine's "
+        "load. mixp compare --seeds 3 reports each metric as mean ± sd.");
+  }
   for (const RunRecord& r : p.study.runs) {
     if (r.precision != "int8-qat") continue;
     std::string n =

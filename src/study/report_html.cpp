@@ -487,8 +487,12 @@ void results_table(std::string& o, const Page& pg) {
       o += r.val_loss ? cell(r, "val_loss", *r.val_loss, loss, format_spread)
                       : "<td class=\"num\">–</td>";
     } else {
-      o += r.test_accuracy ? cell(r, "test_accuracy", *r.test_accuracy, acc)
-                           : "<td class=\"num\">–</td>";
+      std::string a = r.test_accuracy ? cell(r, "test_accuracy", *r.test_accuracy, acc)
+                                      : "<td class=\"num\">–</td>";
+      if (r.test_accuracy && !evaluated_model(r).empty()) {
+        a.insert(a.size() - 5, "<small>int8 model</small>");  // before "</td>"
+      }
+      o += a;
     }
     o += std::isfinite(r.final_loss) ? cell(r, "final_loss", r.final_loss, loss, format_spread)
                                      : "<td class=\"num\">NaN</td>";

@@ -208,6 +208,7 @@ TEST(StudyRunner, Fp8AndInt8QatRowsWithTheirEnergyAndNotes) {
     EXPECT_NE(t.find("accuracy is that of the int8 model converted after training"),
               std::string::npos)
         << f;
+    EXPECT_NE(t.find("One seed per precision"), std::string::npos) << f;
   }
   EXPECT_NE(
       read_text(dir / "q" / "report.html").find("<small class=\"model-note\">int8 model</small>"),
@@ -233,6 +234,7 @@ TEST(StudyRunner, SeedsGiveOneRecordPerSeedAndAggregateInTheReport) {
   EXPECT_EQ(j["runs"][0]["num_seeds"], 2);
   EXPECT_EQ(j["seed_runs"].size(), 2u);
   EXPECT_TRUE(j["runs"][0].contains("std"));
+  EXPECT_EQ(read_text(dir / "s" / "report.md").find("One seed per precision"), std::string::npos);
 }
 
 TEST(StudyRunner, ADivergingRunIsReportedAndTheStudyGoesOn) {
