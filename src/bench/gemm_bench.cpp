@@ -186,6 +186,12 @@ std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
     start = end + 1;
     if (item.empty()) continue;
+    if (item == "all") {
+      for (DType d : gemm_bench_dtypes()) {
+        if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+      }
+      continue;
+    }
     const std::optional<DType> d = find_dtype(item);
     if (!d) {
       throw std::invalid_argument("unknown dtype '" + std::string(item) +

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "mixp/io/atomic_file.h"
@@ -97,6 +98,72 @@ std::string energy_note(const PreparedStudy& p) {
   }
   if (!p.any_energy) note = "No energy was measured or estimated for these runs.";
   return note;
+}
+
+namespace {
+
+std::optional<double> extra_number(const RunRecord& r, const char* key) {
+  if (r.extra_json.empty()) return std::nullopt;
+  const auto j = nlohmann::json::parse(r.extra_json, nullptr, false);
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+bool is_fp8_recipe(const std::string& p) {
+  return p == "fp8" || p == "fp8-current" || p == "mxfp8";
+}
+
+}  // namespace
+
+std::string evaluated_model(const RunRecord& r) {
+  if (r.extra_json.empty()) return "";
+  const auto j = nlohmann::json::parse(r.extra_json, nullptr, false);
+  if (!j.is_object() || !j.contains("evaluated_model") || !j["evaluated_model"].is_string()) {
+    return "";
+  }
+  return j["evaluated_model"].get<std::string>();
+}
+
+std::vector<std::string> precision_notes(const PreparedStudy& p) {
+  std::vector<std::string> notes;
+  std::vector<std::string> fp8;
+  for (const RunRecord& r : p.study.runs) {
+    if (is_fp8_recipe(r.precision)) fp8.push_back(r.precision);
+  }
+  if (!fp8.empty()) {
+    notes.push_back(fmt::format(
+        "{}: this CPU has no FP8 arithmetic, so the FP8 layers' operands are rounded to E4M3 "
+        "(forward) and E5M2 (gradients) with their scales and multiplied exactly on the bf16 "
+        "path with fp32 accumulation (docs/fp8.md). Its time is bf16's plus the quantization "
+        "passes, its memory holds the codes in bf16 (2 bytes where FP8 hardware keeps 1), and "
+        "its energy estimate prices the products as fp8 multiply-adds, as FP8 hardware would "
+        "spend them.",
+        fmt::join(fp8, ", ")));
+  }
+  // One seed cannot separate a precision's effect from seed noise; say so where it matters.
+  const bool one_seed = std::all_of(p.study.runs.begin(), p.study.runs.end(),
+                                    [](const RunRecord& r) { return r.num_seeds <= 1; });
+  if (one_seed && p.study.runs.size() > 1) {
+    notes.push_back(
+        "One seed per precision: differences of a few tenths of a point of accuracy (or a few "
+        "percent of loss) can be seed-to-seed noise, and step times move with the machine's "
+        "load. mixp compare --seeds 3 reports each metric as mean ± sd.");
+  }
+  for (const RunRecord& r : p.study.runs) {
+    if (r.precision != "int8-qat") continue;
+    std::string n =
+        "int8-qat trains in fp32 with fake quantization (observers, then int8 rounding in the "
+        "forward pass); its accuracy is that of the int8 model converted after training";
+    if (const auto fq = extra_number(r, "fake_quant_accuracy"); fq && std::isfinite(*fq)) {
+      n += " (the fake-quantized model it was converted from: " + format_accuracy(*fq) + ")";
+    }
+    n += ". Its time, memory and energy are those of the fp32 training with fake quantization, "
+         "not of int8 inference (mixp eval --checkpoint DIR times the int8 model; "
+         "docs/quantization.md).";
+    notes.push_back(n);
+    break;
+  }
+  return notes;
 }
 
 }  // namespace detail

@@ -43,5 +43,13 @@ std::string format_spread(double v);
 // Where the criteria and the energy numbers come from, for the notes of every report.
 extern const char* const kCriteriaSource;
 std::string energy_note(const PreparedStudy& p);
+// What a reader needs to know about the recipes in this study that do not train the way their
+// name suggests on this machine (int8-qat: fp32 training, int8 model evaluated; fp8: emulated on
+// the bf16 path), one sentence group per recipe family present, and, for a one-seed study, that
+// small differences can be seed noise.
+std::vector<std::string> precision_notes(const PreparedStudy& p);
+// The model whose test accuracy a run reports when it is not the trained one (results.json's
+// `evaluated_model`, e.g. "int8 model converted after training"), or "".
+std::string evaluated_model(const RunRecord& r);
 
 }  // namespace mixp::study::detail

@@ -129,8 +129,10 @@ void tiles(std::string& o, const Page& pg) {
     o += st.empty() ? "<p class=\"status ok\">✓ finished</p>"
                     : "<p class=\"status diverged\">✗ " + st + "</p>";
     o += "<dl>";
-    o += fmt::format("<dt>{}</dt><dd>{}</dd>", pg.lm ? "val loss" : "accuracy",
-                     e(quality_value(pg, r)));
+    // int8-qat's accuracy is the converted int8 model's (the notes say more).
+    o += fmt::format(
+        "<dt>{}</dt><dd>{}{}</dd>", pg.lm ? "val loss" : "accuracy", e(quality_value(pg, r)),
+        evaluated_model(r).empty() ? "" : "<small class=\"model-note\">int8 model</small>");
     o += fmt::format("<dt>speed</dt><dd>{}</dd>",
                      v.speedup
                          ? e(format_ratio(*v.speedup)) + " vs " + e(pg.p.study.baseline_precision)
@@ -214,14 +216,27 @@ void verdict_table(std::string& o, const Page& pg) {
        "diverged or failed.</p>\n</section>\n";
 }
 
+// Loss curves are noisy step to step (one mini-batch each) and precisions differ by a few
+// hundredths, so the chart draws a centred moving average and, below it, the second half of
+// training with its own y range, where the precisions separate. The raw values are in
+// results.json (loss_curve).
 void loss_chart(std::string& o, const Page& pg) {
   const auto& runs = pg.p.study.runs;
+  size_t longest = 0;
+  int64_t last_step = 0;
+  for (const RunRecord& r : runs) {
+    longest = std::max(longest, r.loss_curve.size());
+    if (!r.loss_curve.empty()) last_step = std::max(last_step, r.loss_curve.back().first);
+  }
+  const int window = smoothing_window(longest);
   LineChart c;
   c.id = "loss-curves";
   c.title = "Training loss per precision";
-  c.description = "Training loss against optimizer step, one line per precision.";
+  c.description = "Training loss against optimizer step, one line per precision";
+  c.description += window > 1 ? fmt::format(" (moving average over {} logged steps).", window)
+                              : std::string(".");
   c.x_label = "optimizer step";
-  c.y_label = "training loss";
+  c.y_label = window > 1 ? "training loss (smoothed)" : "training loss";
   bool any = false;
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunRecord& r = runs[i];
@@ -229,7 +244,9 @@ void loss_chart(std::string& o, const Page& pg) {
     s.label = r.precision;
     s.color = pg.styles[i].color;
     s.dash = pg.styles[i].dash;
-    for (const auto& [step, loss] : r.loss_curve) s.points.push_back({double(step), loss});
+    std::vector<ChartPoint> raw;
+    for (const auto& [step, loss] : r.loss_curve) raw.push_back({double(step), loss});
+    s.points = smooth_points(raw, window);
     if (r.diverged) {
       // The cross sits at the last finite loss, at the step where the run diverged.
       std::optional<ChartPoint> last;
@@ -248,10 +265,49 @@ void loss_chart(std::string& o, const Page& pg) {
   }
   if (!any) return;
   for (const auto& s : c.series) c.description += " " + s.label + ".";
+
+  // The second half, zoomed: only where there are enough points for it to say something.
+  std::optional<LineChart> zoom;
+  const int64_t half = last_step / 2;
+  if (longest >= 40 && half > 0) {
+    zoom = c;
+    zoom->id = "loss-curves-zoom";
+    zoom->title = fmt::format("Training loss from step {}, zoomed", half);
+    zoom->description = fmt::format(
+        "The same curves from step {} to {}, with the y axis fitted to them.", half, last_step);
+    zoom->height = 280;
+    bool any_zoomed = false;
+    for (LineSeries& s : zoom->series) {
+      std::vector<ChartPoint> kept;
+      for (const ChartPoint& pt : s.points) {
+        if (pt.x >= double(half)) kept.push_back(pt);
+      }
+      s.points = std::move(kept);
+      if (s.cross && s.cross->x < double(half)) {
+        s.cross.reset();  // diverged before the zoomed range: its label says so
+      }
+      any_zoomed |= !s.points.empty();
+    }
+    if (!any_zoomed) zoom.reset();
+  }
+
   o += "<section class=\"card\" aria-labelledby=\"loss-h\">\n<h2 id=\"loss-h\">Training loss"
-       "</h2>\n<p class=\"lede\">Loss at each logged optimizer step. Lines that end in a red cross "
-       "diverged (the loss became NaN or infinite) at that step.</p>\n";
+       "</h2>\n<p class=\"lede\">";
+  o += window > 1 ? e(fmt::format("Loss against optimizer step, smoothed: each point is the mean "
+                                  "of {} logged steps around it (the raw values are in "
+                                  "results.json). ",
+                                  window))
+                  : std::string("Loss at each logged optimizer step. ");
+  o += "Lines that end in a red cross diverged (the loss became NaN or infinite) at that step."
+       "</p>\n";
   o += render_line_chart(c);
+  if (zoom) {
+    o += fmt::format(
+        "<p class=\"lede after\">From step {} on, with the y axis fitted to those steps: where "
+        "the precisions part.</p>\n",
+        half);
+    o += render_line_chart(*zoom);
+  }
   o += "</section>\n";
 }
 
@@ -431,8 +487,12 @@ void results_table(std::string& o, const Page& pg) {
       o += r.val_loss ? cell(r, "val_loss", *r.val_loss, loss, format_spread)
                       : "<td class=\"num\">–</td>";
     } else {
-      o += r.test_accuracy ? cell(r, "test_accuracy", *r.test_accuracy, acc)
-                           : "<td class=\"num\">–</td>";
+      std::string a = r.test_accuracy ? cell(r, "test_accuracy", *r.test_accuracy, acc)
+                                      : "<td class=\"num\">–</td>";
+      if (r.test_accuracy && !evaluated_model(r).empty()) {
+        a.insert(a.size() - 5, "<small>int8 model</small>");  // before "</td>"
+      }
+      o += a;
     }
     o += std::isfinite(r.final_loss) ? cell(r, "final_loss", r.final_loss, loss, format_spread)
                                      : "<td class=\"num\">NaN</td>";
@@ -459,6 +519,7 @@ void notes(std::string& o, const Page& pg) {
   o += "<li>" + e(kCriteriaSource) + "</li>\n";
   std::string en = e(energy_note(pg.p));
   o += "<li>" + en + "</li>\n";
+  for (const std::string& n : precision_notes(pg.p)) o += "<li>" + e(n) + "</li>\n";
   o += fmt::format("<li>Machine: {}, {} threads{}{}.</li>\n", e(s.machine.cpu_model),
                    s.machine.threads, s.machine.gpu.empty() ? "" : ", GPU " + e(s.machine.gpu),
                    s.machine.os.empty() ? "" : ", " + e(s.machine.os));

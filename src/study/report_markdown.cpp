@@ -126,6 +126,7 @@ std::string render_report_markdown(const PreparedStudy& p) {
   o += "\n## Notes\n\n";
   o += "- " + std::string(kCriteriaSource) + "\n";
   o += "- " + energy_note(p) + "\n";
+  for (const std::string& n : precision_notes(p)) o += "- " + md_escape(n) + "\n";
   o += fmt::format("- Machine: {}; {} threads; features: {}{}.\n", md_escape(s.machine.cpu_model),
                    s.machine.threads,
                    md_escape(fmt::format("{}", fmt::join(s.machine.cpu_features, ", "))),

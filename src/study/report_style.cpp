@@ -54,6 +54,7 @@ h3 { font-size: 15px; margin: 0; }
 .tile dl { display: grid; grid-template-columns: auto 1fr; gap: 2px 10px; margin: 8px 0 0;
   font-size: 13.5px; }
 .tile dt { color: var(--muted); }
+.tile dd small.model-note { display: block; color: var(--muted); font-size: 12px; font-weight: 500; }
 .tile dd { margin: 0; text-align: right; font-weight: 600; font-variant-numeric: tabular-nums; }
 .tile .status { margin: 6px 0 0; font-size: 13px; font-weight: 600; }
 .ok { color: var(--pass); }

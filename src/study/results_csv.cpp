@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "study/report_detail.h"
 
@@ -29,6 +30,21 @@ std::string num(const std::optional<double>& v) {
 // Derived ratios: 12 significant digits, so 1 - 0.58 reads 0.42, not 0.42000000000000004.
 std::string derived(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? fmt::format("{:.12g}", *v) : std::string();
+}
+
+// A field the study runner adds beside the train --json ones (extra_json), as text.
+std::string extra_cell(const RunRecord& r, const char* key, const char* sub = nullptr) {
+  if (r.extra_json.empty()) return "";
+  const auto j = nlohmann::json::parse(r.extra_json, nullptr, false);
+  if (!j.is_object() || !j.contains(key)) return "";
+  const nlohmann::json* v = &j[key];
+  if (sub) {
+    if (!v->is_object() || !v->contains(sub)) return "";
+    v = &(*v)[sub];
+  }
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_number()) return num(v->get<double>());
+  return "";
 }
 
 struct Column {
@@ -90,6 +106,18 @@ const std::vector<Column>& columns() {
                  }});
     c.push_back({"acceptable", [](const RunRecord&, const Verdict& v) {
                    return std::string(v.acceptable() ? "true" : "false");
+                 }});
+    // What the study runner adds: the energy estimate (also where RAPL measured), the format
+    // its products were priced in, and the model whose accuracy is reported when it is not the
+    // trained one (int8-qat).
+    c.push_back({"energy_estimate_joules", [](const RunRecord& r, const Verdict&) {
+                   return extra_cell(r, "energy_estimate_joules");
+                 }});
+    c.push_back({"estimate_compute_dtype", [](const RunRecord& r, const Verdict&) {
+                   return extra_cell(r, "estimate_per_step", "compute_dtype");
+                 }});
+    c.push_back({"evaluated_model", [](const RunRecord& r, const Verdict&) {
+                   return extra_cell(r, "evaluated_model");
                  }});
     return c;
   }();

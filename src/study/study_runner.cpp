@@ -209,6 +209,13 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
     const nlohmann::ordered_json trainer_extra = nlohmann::ordered_json::parse(rec.extra_json);
     for (const auto& [k, v] : trainer_extra.items()) extra[k] = v;
   }
+  // A recipe that reports another model's accuracy (int8-qat: the converted int8 model; the
+  // trained one is reported as "<label>_accuracy") says so.
+  if (extra.contains(trainer->recipe().trained_model_label() + "_accuracy")) {
+    extra["evaluated_model"] = rc.precision == "int8-qat"
+                                   ? "int8 model converted after training"
+                                   : "the recipe's inference model, not the trained one";
+  }
   rec.loss_curve = downsample_curve(col->loss_curve, sc.max_curve_points);
   rec.loss_scale_trace = all_ones(col->loss_scales)
                              ? std::vector<std::pair<int64_t, double>>{}

@@ -7,6 +7,7 @@
 
 #include "mixp/study/study_runner.h"
 #include "mixp/study/verdict.h"
+#include "study/report_detail.h"
 #include "study/text_format.h"
 
 namespace mixp::study {
@@ -85,6 +86,7 @@ std::string format_study_table(const StudyResults& in) {
   const bool lm = std::none_of(s.runs.begin(), s.runs.end(),
                                [](const RunRecord& r) { return r.test_accuracy.has_value(); });
 
+  bool any_other_model = false;
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"precision", lm ? "val loss" : "accuracy %", "final loss", "ms/step", "speed-up",
                   "peak memory", "energy", "status"});
@@ -97,8 +99,10 @@ std::string format_study_table(const StudyResults& in) {
     if (done && !lm && r.test_accuracy) {
       quality = with_sd(r, "test_accuracy", *r.test_accuracy, acc_points);
     }
+    const bool other_model = !detail::evaluated_model(r).empty();
+    any_other_model |= other_model;
     rows.push_back({
-        r.precision,
+        r.precision + (other_model ? "*" : ""),
         quality,
         done ? with_sd(r, "final_loss", r.final_loss, loss4) : "–",
         r.ms_per_step > 0 ? with_sd(r, "ms_per_step", r.ms_per_step, ms3) : "–",
@@ -128,6 +132,11 @@ std::string format_study_table(const StudyResults& in) {
   }
   for (const RunRecord& r : s.runs) {
     if (r.error) out += fmt::format("{} failed: {}\n", r.precision, *r.error);
+  }
+  if (any_other_model) {
+    out +=
+        "* accuracy of the int8 model converted after training; time, memory and energy of "
+        "its training (fp32 with fake quantization)\n";
   }
   if (!rec.precision.empty()) {
     out += fmt::format("\nrecommended: {}. {}\n", rec.precision, rec.reason);

@@ -112,6 +112,31 @@ std::vector<double> nice_ticks(double lo, double hi, int count) {
   return t;
 }
 
+int smoothing_window(size_t points) {
+  if (points < 40) return 1;
+  return int(points / 20) | 1;  // odd: centred
+}
+
+std::vector<ChartPoint> smooth_points(const std::vector<ChartPoint>& pts, int window) {
+  if (window <= 1) return pts;
+  const ptrdiff_t half = window / 2, n = ptrdiff_t(pts.size());
+  std::vector<ChartPoint> out(pts.size());
+  for (ptrdiff_t i = 0; i < n; ++i) {
+    out[size_t(i)] = pts[size_t(i)];
+    if (!std::isfinite(pts[size_t(i)].y)) continue;
+    double sum = 0;
+    int count = 0;
+    for (ptrdiff_t j = std::max<ptrdiff_t>(0, i - half); j <= std::min(n - 1, i + half); ++j) {
+      if (std::isfinite(pts[size_t(j)].y)) {
+        sum += pts[size_t(j)].y;
+        ++count;
+      }
+    }
+    out[size_t(i)].y = sum / count;
+  }
+  return out;
+}
+
 std::string render_line_chart(const LineChart& c) {
   const int W = c.width, H = c.height;
   const double left = 66, right = 24, bottom = 50;

@@ -62,6 +62,14 @@ struct BarChart {
 
 std::string render_bar_chart(const BarChart& c);
 
+// The moving-average window for a curve of `points` logged values: about a twentieth of them
+// (1, no smoothing, below 40 points).
+int smoothing_window(size_t points);
+
+// Centred moving average over `window` points (shrinking at the ends), of the finite values only;
+// a non-finite point stays non-finite (so a diverged run's line still stops there).
+std::vector<ChartPoint> smooth_points(const std::vector<ChartPoint>& pts, int window);
+
 // Tick positions: about `count` "nice" values (1, 2, 5 x 10^k) covering [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, int count);
 

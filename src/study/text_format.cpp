@@ -96,7 +96,14 @@ std::string format_joules(double j) {
 
 std::string format_loss(double v) {
   if (!std::isfinite(v)) return "NaN";
-  return format_number(v, 4);
+  // Four significant digits, trailing zeros kept: losses sit in columns (0.3500 beside 0.3187).
+  const double a = std::fabs(v);
+  if (a == 0) return "0";
+  if (a >= 1e7 || a < 1e-4) return fmt::format("{:.4g}", v);
+  const int digits_before = a >= 1 ? int(std::floor(std::log10(a))) + 1 : 1;
+  int decimals = std::max(0, 4 - digits_before);
+  if (a < 1) decimals = std::max(decimals, int(-std::floor(std::log10(a))) + 3);
+  return fmt::format("{:.{}f}", v, decimals);
 }
 
 std::string format_count(int64_t n) {

@@ -51,8 +51,9 @@ TEST(BenchGemmCli, JsonShapeAndRelations) {
   ASSERT_TRUE(j.contains("results"));
   const auto& rs = j["results"];
   ASSERT_TRUE(rs.is_array());
-  ASSERT_EQ(rs.size(), 3u);  // default fp32,bf16,int8
-  const char* order[] = {"fp32", "bf16", "int8"};
+  // The default is every dtype that runs, fp32 first (the speed-ups are against it).
+  ASSERT_EQ(rs.size(), 6u);
+  const char* order[] = {"fp32", "bf16", "int8", "fp16", "fp8_e4m3", "fp8_e5m2"};
   const double fp32 = rs[0]["gflops"].get<double>();
   for (size_t i = 0; i < rs.size(); ++i) {
     const auto& e = rs[i];
@@ -72,6 +73,11 @@ TEST(BenchGemmCli, JsonShapeAndRelations) {
     EXPECT_NEAR(g, 2.0 * 128 * 128 * 128 / e["seconds"].get<double>() * 1e-9, 1e-9 * g);
   }
   EXPECT_EQ(rs[2]["unit"], "GOP/s");
+  for (size_t i = 3; i < rs.size(); ++i) EXPECT_TRUE(rs[i]["emulated"].get<bool>()) << i;
+  // "all" names the same list.
+  const CliRun all = mixp("bench gemm --n 16 --repeat 1 --threads 1 --dtypes all --json");
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_EQ(nlohmann::json::parse(all.out)["results"].size(), 6u);
 }
 
 TEST(BenchGemmCli, EmulatedDtypesAreLabelled) {
@@ -89,8 +95,8 @@ TEST(BenchGemmCli, EmulatedDtypesAreLabelled) {
 TEST(BenchGemmCli, TextTable) {
   const CliRun r = mixp("bench gemm --n 32 --repeat 1 --threads 1 --dtypes bf16,fp32");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* s :
-       {"dtype", "path", "GFLOP/s", "peak", "fraction", "vs fp32", "bf16", "fp32", "1.00x"}) {
+  for (const char* s : {"dtype", "GFLOP/s", "peak", "fraction", "vs fp32", "bf16", "fp32", "1.00x",
+                        "path (what is timed):\n", "mixp::gemm bf16 x bf16 -> fp32"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
   EXPECT_TRUE(r.err.empty()) << r.err;

@@ -136,8 +136,8 @@ TEST(BenchRecord, BenchSavesAndDoctorCites) {
   run_with_cache(d.path, "bench gemm --n 64 --repeat 1 --threads 1 --dtypes fp32,bf16", &code);
   ASSERT_EQ(code, 0);
   EXPECT_FALSE(std::filesystem::exists(d.path / "bench-gemm.json"));
-  out = run_with_cache(d.path, "bench gemm --n 1024 --repeat 1 --threads 1 --dtypes fp32,bf16",
-                       &code);
+  out = run_with_cache(
+      d.path, "bench gemm --n 1024 --repeat 1 --threads 1 --dtypes fp32,bf16,int8,fp8_e4m3", &code);
   ASSERT_EQ(code, 0);
   EXPECT_NE(out.find("mixp doctor"), std::string::npos) << out;
   const auto saved = load_gemm_bench_record(d.path / "bench-gemm.json");
@@ -145,6 +145,22 @@ TEST(BenchRecord, BenchSavesAndDoctorCites) {
   EXPECT_EQ(saved->n, 1024);
   EXPECT_EQ(saved->threads, 1);
   ASSERT_NE(saved->find("bf16"), nullptr);
+  ASSERT_NE(saved->find("fp8_e4m3"), nullptr);
+
+  // Doctor cites what this bench measured, end to end: the record, then the sentences.
+  j = nlohmann::json::parse(run_with_cache(d.path, "doctor --json"));
+  EXPECT_EQ(j.at("measured").at("n"), 1024);
+  EXPECT_EQ(j.at("measured").at("results").size(), 4u);
+  ASSERT_FALSE(j.at("measured_notes").empty());
+  std::string notes;
+  for (const auto& n : j["measured_notes"]) notes += n.get<std::string>() + "\n";
+  EXPECT_NE(notes.find("n=1024, 1 thread"), std::string::npos) << notes;
+  for (const char* dt : {"int8", "fp8_e4m3"}) {
+    EXPECT_NE(notes.find(dt), std::string::npos) << dt << " missing from\n" << notes;
+  }
+  out = run_with_cache(d.path, "doctor", &code);
+  ASSERT_EQ(code, 0);
+  EXPECT_NE(out.find("(mixp bench gemm, n=1024, 1 thread"), std::string::npos) << out;
 
   // Doctor cites a known record word for word.
   save_gemm_bench_record(sample(), d.path / "bench-gemm.json");

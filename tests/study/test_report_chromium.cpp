@@ -103,9 +103,11 @@ TEST_F(ReportInChromium, DomHasHeadingsTablesAndCharts) {
   }
   EXPECT_EQ(count(dom, "<table"), 2u);
   EXPECT_GE(count(dom, "<th scope=\"col\""), 18u);
-  EXPECT_EQ(count(dom, "<svg"), 6u);
-  EXPECT_GE(count(dom, "<path class=\"series\""), 6u);  // 4 loss curves + 2 loss-scale traces
-  EXPECT_GE(count(dom, "<rect"), 15u);                  // the bars
+  // Loss (whole run and its second half, zoomed), 4 relative bars, loss scale.
+  EXPECT_EQ(count(dom, "<svg"), 7u);
+  EXPECT_NE(dom.find("id=\"loss-curves-zoom\""), std::string::npos);
+  EXPECT_GE(count(dom, "<path class=\"series\""), 10u);  // 2 x 4 loss curves + 2 scale traces
+  EXPECT_GE(count(dom, "<rect"), 15u);                   // the bars
   EXPECT_NE(dom.find("diverged at step 120"), std::string::npos);
   EXPECT_NE(dom.find("class=\"rec-precision\">bf16<"), std::string::npos);
 }

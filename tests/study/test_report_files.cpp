@@ -143,6 +143,11 @@ TEST(Report, ResultsCsvSchema) {
   EXPECT_EQ(std::stod(rows[1][col("ms_per_step")]), 10.0);
   EXPECT_EQ(rows[4][col("error")], "note: \"quoted\", with a comma");
   EXPECT_EQ(rows[2][col("acceptable")], "true");
+  // The study runner's fields come last; empty where a record lacks them.
+  const std::vector<std::string> last = {"energy_estimate_joules", "estimate_compute_dtype",
+                                         "evaluated_model"};
+  EXPECT_EQ(std::vector<std::string>(rows[0].end() - 3, rows[0].end()), last);
+  EXPECT_EQ(rows[1][col("evaluated_model")], "");
 }
 
 TEST(Report, MarkdownHasEveryRunAndTheVerdict) {
@@ -182,7 +187,9 @@ TEST(Report, HtmlShowsEveryRunDivergenceAndEstimates) {
   EXPECT_NE(html.find("class=\"diverged-mark\""), std::string::npos);
   // Every energy number is marked as an estimate: tiles, results table, chart subtitle.
   EXPECT_GE(count(html, "(estimate)"), 2 * s.runs.size() + 1);
-  EXPECT_GE(count(html, "<svg"), 6u);  // loss, 4 relative bars, loss scale
+  EXPECT_EQ(count(html, "<svg"), 7u);  // loss and its zoom, 4 relative bars, loss scale
+  EXPECT_NE(html.find("id=\"loss-curves-zoom\""), std::string::npos);
+  EXPECT_NE(html.find("smoothed: each point is the mean of 3 logged steps"), std::string::npos);
   EXPECT_NE(html.find("id=\"loss-scale\""), std::string::npos);
   EXPECT_NE(html.find("<title id=\"loss-curves-title\">"), std::string::npos);
   EXPECT_NE(html.find("bf16 was 1.8x faster than fp32 with 0.10 points less accuracy and 42% "

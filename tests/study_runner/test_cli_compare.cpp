@@ -59,7 +59,31 @@ TEST(CliCompare, UnknownPrecisionListsTheKnownOnesAndRunsNothing) {
   expect_usage_error(r, "unknown precision 'fp17'; known precisions: ");
   EXPECT_NE(r.err.find("fp32"), std::string::npos);
   EXPECT_NE(r.err.find("fp64"), std::string::npos);
+  for (const char* p : {"fp8", "fp8-current", "mxfp8", "int8-qat"}) {
+    EXPECT_NE(r.err.find(std::string(p) + ","), std::string::npos) << p << ": " << r.err;
+  }
   EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+}
+
+// The 8-bit rows as a user asks for them: a line per run, rows in the table (int8-qat marked as
+// the int8 model's accuracy), and the runs in results.json.
+TEST(CliCompare, Fp8AndInt8QatRowsAppearWhenAsked) {
+  TempDir dir;
+  const auto out = (dir / "q8").string();
+  const auto r = run_cli(
+      kTiny + "--precisions fp32,bf16,fp8,int8-qat --steps 3 --out '" + out + "'", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[3/4] fp8  seed 0: accuracy "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[4/4] int8-qat  seed 0: accuracy "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\nfp8 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nint8-qat* "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("* accuracy of the int8 model converted after training"), std::string::npos)
+      << r.out;
+  const auto j = nlohmann::json::parse(read_text(dir / "q8" / "results.json"));
+  ASSERT_EQ(j["runs"].size(), 4u);
+  EXPECT_EQ(j["runs"][2]["precision"], "fp8");
+  EXPECT_EQ(j["runs"][3]["precision"], "int8-qat");
+  EXPECT_EQ(j["runs"][3]["evaluated_model"], "int8 model converted after training");
 }
 
 TEST(CliCompare, RefusesAFolderThatIsNotAStudyUnlessForced) {

@@ -77,6 +77,33 @@ TEST(StepCounts, TinyMlpBf16MixedStepByHand) {
   EXPECT_EQ(c.dram_bytes, 200 + 644 + 108);
 }
 
+// The 8-bit rows of a study, by hand on the same model: fp8 prices every product (forward and
+// both gradients) as an fp8 multiply-add on 1-byte operands; int8-qat's fake-quantized training
+// is fp32's step exactly.
+TEST(StepCounts, TinyMlpFp8AndInt8QatStepsByHand) {
+  auto m = tiny_mlp();
+  const StepTrace t = trace_step_gemms(*m, Shape{4}, 2);
+  const OpCounts fp8 = count_training_step(t, step_precision("fp8", DType::fp32));
+  EXPECT_EQ(fp8[MacKind::fp8], 84);
+  EXPECT_EQ(fp8.total_macs(), 84);
+  // GEMMs: 100 values at 1 byte; AdamW on fp32 master weights 644; the cast of the 18 weight
+  // values: read fp32 (4) + write fp8 (1) = 90.
+  EXPECT_EQ(fp8.dram_bytes, 100 + 644 + 90);
+  EXPECT_EQ(fp8.sram_bytes, 100);
+  // 1.4 pJ per fp8 MAC (0.5 multiply at p = 4, 0.9 fp32 accumulate).
+  EXPECT_NEAR(estimate_joules(fp8), (84 * 1.4 + 834 * 243.75 + 100 * 1.25) * 1e-12, 1e-18);
+  for (const char* r : {"fp8-current", "mxfp8"}) {
+    EXPECT_EQ(count_training_step(t, step_precision(r, DType::fp32)).dram_bytes, fp8.dram_bytes)
+        << r;
+  }
+
+  const OpCounts qat = count_training_step(t, step_precision("int8-qat", DType::fp32));
+  const OpCounts fp32 = count_training_step(t, step_precision("fp32", DType::fp32));
+  EXPECT_EQ(qat[MacKind::fp32], 84);
+  EXPECT_EQ(qat.dram_bytes, fp32.dram_bytes);
+  EXPECT_EQ(estimate_joules(qat), estimate_joules(fp32));
+}
+
 TEST(StepCounts, AccumulationRepeatsTheGemmsNotTheOptimizer) {
   auto m = tiny_mlp();
   const StepTrace t = trace_step_gemms(*m, Shape{4}, 2);

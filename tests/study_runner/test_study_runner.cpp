@@ -123,6 +123,101 @@ TEST(StudyRunner, ReproducibleFromItsSeed) {
   EXPECT_NE(c.results.runs[0].loss_curve, x.loss_curve) << "another seed, another run";
 }
 
+// The low-precision recipes are as reproducible as fp32: FP8's delayed-scaling history and
+// int8-qat's observers are part of the run, started fresh from the seed each time.
+TEST(StudyRunner, Fp8AndInt8QatAreReproducibleFromTheSeed) {
+  const StudyOutcome a = run_study(tiny({"fp8", "int8-qat"}));
+  const StudyOutcome b = run_study(tiny({"fp8", "int8-qat"}));
+  ASSERT_EQ(a.results.runs.size(), 2u);
+  ASSERT_EQ(b.results.runs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const RunRecord& x = a.results.runs[i];
+    const RunRecord& y = b.results.runs[i];
+    SCOPED_TRACE(x.precision);
+    ASSERT_FALSE(x.diverged || x.error);
+    ASSERT_TRUE(x.test_accuracy && y.test_accuracy);
+    EXPECT_EQ(*x.test_accuracy, *y.test_accuracy);
+    EXPECT_EQ(x.final_loss, y.final_loss);
+    EXPECT_EQ(x.loss_curve, y.loss_curve);
+    EXPECT_EQ(x.energy_joules, y.energy_joules);
+  }
+}
+
+// fp8 and int8 rows beside fp32: each run is there with its own energy count (fp8 products
+// priced as fp8 multiply-adds, int8-qat's fake-quantized training as fp32), int8-qat says which
+// model its accuracy is of, and the files carry the new fields and notes.
+TEST(StudyRunner, Fp8AndInt8QatRowsWithTheirEnergyAndNotes) {
+  TempDir dir;
+  StudyConfig c = tiny({"fp32", "bf16", "fp8", "int8-qat"});
+  c.out_dir = dir / "q";
+  const StudyOutcome o = run_study(c);
+  ASSERT_EQ(o.results.runs.size(), 4u);
+  for (const RunRecord& r : o.results.runs) {
+    EXPECT_FALSE(r.diverged || r.error) << r.precision;
+    EXPECT_TRUE(r.test_accuracy.has_value()) << r.precision;
+  }
+  const auto j = nlohmann::json::parse(read_text(dir / "q" / "results.json"));
+  ASSERT_EQ(j["runs"].size(), 4u);
+  ASSERT_EQ(j["verdicts"].size(), 4u);
+  const auto& fp32 = j["runs"][0];
+  const auto& bf16 = j["runs"][1];
+  const auto& fp8 = j["runs"][2];
+  const auto& qat = j["runs"][3];
+  EXPECT_EQ(fp8["precision"], "fp8");
+  EXPECT_EQ(qat["precision"], "int8-qat");
+  EXPECT_EQ(fp8["estimate_per_step"]["compute_dtype"], "fp8_e4m3");
+  EXPECT_TRUE(fp8["estimate_per_step"]["macs"].contains("fp8"));
+  EXPECT_EQ(fp8["estimate_per_step"]["macs"]["fp8"], fp32["estimate_per_step"]["macs"]["fp32"])
+      << "the same products, priced in another format";
+  EXPECT_EQ(qat["estimate_per_step"]["compute_dtype"], "fp32");
+  const double e32 = fp32["energy_estimate_joules"], e16 = bf16["energy_estimate_joules"],
+               e8 = fp8["energy_estimate_joules"], eq = qat["energy_estimate_joules"];
+  EXPECT_LT(e8, e32);
+  EXPECT_LT(e16, e32);
+  EXPECT_DOUBLE_EQ(eq, e32) << "fake quantization trains in fp32";
+  for (const auto& r : j["runs"]) {
+    if (r["energy_source"] == "estimate") {
+      EXPECT_EQ(r["energy_joules"], r["energy_estimate_joules"]);
+    }
+  }
+  // int8-qat: the accuracy is the converted int8 model's; the fake-quantized one is beside it.
+  EXPECT_EQ(qat["evaluated_model"], "int8 model converted after training");
+  EXPECT_TRUE(qat["fake_quant_accuracy"].is_number());
+  EXPECT_FALSE(fp8.contains("evaluated_model"));
+  EXPECT_TRUE(fp8["recipe"].get<std::string>().find("E4M3") != std::string::npos);
+  for (const auto& v : j["verdicts"]) EXPECT_EQ(v["checks"]["no_nan"], "pass");
+
+  // results.csv: the study's extra columns.
+  const std::string csv = read_text(dir / "q" / "results.csv");
+  std::vector<std::string> lines;
+  for (size_t p = 0, q; p < csv.size(); p = q + 1) {
+    q = csv.find('\n', p);
+    lines.push_back(csv.substr(p, q - p));
+  }
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[0].find(",energy_estimate_joules,estimate_compute_dtype,evaluated_model"),
+            std::string::npos);
+  EXPECT_NE(lines[3].find(",fp8_e4m3,"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[4].find(",fp32,int8 model converted after training"), std::string::npos)
+      << lines[4];
+
+  // The notes say what fp8 and int8-qat are on this machine, in both reports.
+  for (const char* f : {"report.md", "report.html"}) {
+    const std::string t = read_text(dir / "q" / f);
+    EXPECT_NE(t.find("this CPU has no FP8 arithmetic"), std::string::npos) << f;
+    EXPECT_NE(t.find("accuracy is that of the int8 model converted after training"),
+              std::string::npos)
+        << f;
+    EXPECT_NE(t.find("One seed per precision"), std::string::npos) << f;
+  }
+  EXPECT_NE(
+      read_text(dir / "q" / "report.html").find("<small class=\"model-note\">int8 model</small>"),
+      std::string::npos);
+  const std::string table = format_study_table(o.results);
+  EXPECT_NE(table.find("int8-qat*"), std::string::npos) << table;
+  EXPECT_NE(table.find("* accuracy of the int8 model"), std::string::npos) << table;
+}
+
 TEST(StudyRunner, SeedsGiveOneRecordPerSeedAndAggregateInTheReport) {
   TempDir dir;
   StudyConfig c = tiny({"fp32"});
@@ -139,6 +234,7 @@ TEST(StudyRunner, SeedsGiveOneRecordPerSeedAndAggregateInTheReport) {
   EXPECT_EQ(j["runs"][0]["num_seeds"], 2);
   EXPECT_EQ(j["seed_runs"].size(), 2u);
   EXPECT_TRUE(j["runs"][0].contains("std"));
+  EXPECT_EQ(read_text(dir / "s" / "report.md").find("One seed per precision"), std::string::npos);
 }
 
 TEST(StudyRunner, ADivergingRunIsReportedAndTheStudyGoesOn) {
@@ -170,6 +266,31 @@ TEST(StudyRunner, ADivergingRunIsReportedAndTheStudyGoesOn) {
   EXPECT_EQ(j["runs"][0]["diverged"], true);
   EXPECT_TRUE(j["runs"][0]["final_loss"].is_null());
   EXPECT_NE(j["runs"][0]["diverged_reason"].get<std::string>().find("NaN"), std::string::npos);
+}
+
+// The same forced divergence in the FP8 and int8 recipes: reported per run, the study goes on.
+TEST(StudyRunner, DivergingFp8AndInt8QatRunsAreReportedAndTheStudyGoesOn) {
+  TempDir dir;
+  StudyConfig c = tiny({"fp8", "int8-qat", "fp64"});
+  c.base.lr = 1e9;  // as above: far past fp32's range within 8 steps, not fp64's
+  c.out_dir = dir / "d8";
+  const StudyOutcome o = run_study(c);
+  ASSERT_EQ(o.results.runs.size(), 3u);
+  EXPECT_TRUE(o.any_finished);
+  const std::string md = read_text(dir / "d8" / "report.md");
+  const auto j = nlohmann::json::parse(read_text(dir / "d8" / "results.json"));
+  for (size_t i = 0; i < 2; ++i) {
+    const RunRecord& r = o.results.runs[i];
+    SCOPED_TRACE(r.precision);
+    EXPECT_TRUE(r.diverged);
+    EXPECT_FALSE(r.error);
+    ASSERT_TRUE(r.diverged_at_step.has_value());
+    EXPECT_NE(md.find("diverged at step " + std::to_string(*r.diverged_at_step)),
+              std::string::npos);
+    EXPECT_EQ(j["verdicts"][i]["checks"]["no_nan"], "fail");
+  }
+  EXPECT_FALSE(o.results.runs[2].diverged);
+  EXPECT_EQ(o.results.runs[2].steps, 8);
 }
 
 TEST(StudyRunner, AllRunsDivergedStillWritesTheReport) {

@@ -31,7 +31,9 @@ namespace mixp::bench {
 
 struct GemmBenchConfig {
   int64_t n = 2048;
-  std::vector<DType> dtypes = {DType::fp32, DType::bf16, DType::int8};
+  // Every dtype that has a GEMM path here (gemm_bench_dtypes()), fp32 first for the speed-ups.
+  std::vector<DType> dtypes = {DType::fp32, DType::bf16,     DType::int8,
+                               DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2};
   int threads = 0;  // <= 0: mixp::get_num_threads()
   int repeat = 5;   // timed runs; the best is reported
   int warmup = 1;   // untimed runs first (at least 1 is always done)
@@ -57,9 +59,9 @@ struct GemmBenchResult {
 
 // The dtypes run_gemm_bench takes, in the order of the table above.
 std::vector<DType> gemm_bench_dtypes();
-// "fp32,bf16,int8" -> dtypes. Registry names and their aliases are accepted; an unknown name or a
-// format without a GEMM path throws std::invalid_argument saying which are supported (and, for
-// known formats, why this one is not).
+// "fp32,bf16,int8" -> dtypes; "all" is every dtype of gemm_bench_dtypes(). Registry names and their
+// aliases are accepted; an unknown name or a format without a GEMM path throws
+// std::invalid_argument saying which are supported (and, for known formats, why this one is not).
 std::vector<DType> parse_gemm_bench_dtypes(std::string_view comma_separated);
 // The PeakPath a dtype's GEMM runs on.
 PeakPath gemm_peak_path(DType dtype);
