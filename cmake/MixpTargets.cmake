@@ -63,7 +63,7 @@ function(mixp_add_tests)
       # consumer project using find_package(mixp)), run by CMake in script mode.
       add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DMIXP_SOURCE_DIR=${PROJECT_SOURCE_DIR}
                -DMIXP_BINARY_DIR=${PROJECT_BINARY_DIR} -DMIXP_GENERATOR=${CMAKE_GENERATOR}
-               -P ${dir}/run_test.cmake)
+               -DMIXP_SANITIZE=${MIXP_SANITIZE} -P ${dir}/run_test.cmake)
       set_tests_properties(${name} PROPERTIES LABELS ${name} TIMEOUT 600)
       continue()
     endif()

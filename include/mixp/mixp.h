@@ -1,19 +1,92 @@
-// Umbrella header: includes the public API only.
+// Umbrella header: includes every public header, so `#include <mixp/mixp.h>` is the whole API.
+// Includes only (DESIGN.md 6.9). Modules with their own umbrella (nn, optim, quant) come in
+// through it; tests/umbrella checks that every header under include/mixp is reachable from here.
 #pragma once
-#include "mixp/amp/amp.h"
-#include "mixp/autograd/checkpoint.h"
-#include "mixp/autograd/grad_mode.h"
-#include "mixp/autograd/node.h"
-#include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
+
+// Formats and tensors.
+#include "mixp/format/block.h"
+#include "mixp/format/block_int4.h"
+#include "mixp/format/block_int8.h"
+#include "mixp/format/block_mx.h"
+#include "mixp/format/block_tensor.h"
+#include "mixp/format/convert.h"
+#include "mixp/format/describe.h"
 #include "mixp/format/dtype.h"
+#include "mixp/format/float_codec.h"
 #include "mixp/format/minifloat.h"
 #include "mixp/format/rounding.h"
-#include "mixp/ops/matmul_precision.h"
-#include "mixp/ops/op_list.h"
-#include "mixp/ops/ops.h"
 #include "mixp/tensor/allocator.h"
+#include "mixp/tensor/device.h"
 #include "mixp/tensor/element.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
+#include "mixp/tensor/shape.h"
 #include "mixp/tensor/tensor.h"
+
+// Backends and ops.
+#include "mixp/backend/backend.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/backend/gemm.h"
+#include "mixp/backend/platform.h"
+#include "mixp/ops/matmul_precision.h"
+#include "mixp/ops/op_list.h"
+#include "mixp/ops/ops.h"
+
+// Autograd, modules, optimizers.
+#include "mixp/autograd/checkpoint.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/gradcheck.h"
+#include "mixp/autograd/node.h"
+#include "mixp/nn/nn.h"
+#include "mixp/optim/optim.h"
+
+// Mixed precision: autocast, loss scaling, per-layer precision, FP8.
+#include "mixp/amp/amp.h"
+#include "mixp/amp/autocast.h"
+#include "mixp/amp/cast_policy.h"
+#include "mixp/amp/fp8_linear.h"
+#include "mixp/amp/fp8_quantize.h"
+#include "mixp/amp/fp8_scaling.h"
+#include "mixp/amp/grad_scaler.h"
+#include "mixp/amp/layer_precision.h"
+#include "mixp/amp/policy.h"
+#include "mixp/amp/tf32.h"
+
+// Quantization: observers, QAT/PTQ, int8 inference, weight-only.
+#include "mixp/quant/quant.h"
+
+// Data, checkpoints and files.
+#include "mixp/data/batch_sampler.h"
+#include "mixp/data/check_finite.h"
+#include "mixp/data/error.h"
+#include "mixp/data/idx.h"
+#include "mixp/data/image_dataset.h"
+#include "mixp/data/random.h"
+#include "mixp/data/text_corpus.h"
+#include "mixp/io/atomic_file.h"
+#include "mixp/io/convert_safetensors.h"
+#include "mixp/io/quantized_safetensors.h"
+#include "mixp/io/safetensors.h"
+
+// Training.
+#include "mixp/train/callbacks.h"
+#include "mixp/train/checkpoint.h"
+#include "mixp/train/fp8_recipe.h"
+#include "mixp/train/metrics.h"
+#include "mixp/train/quantize_checkpoint.h"
+#include "mixp/train/recipe.h"
+#include "mixp/train/train_config.h"
+#include "mixp/train/trainer.h"
+
+// Measurement: GEMM benchmarks, instruction peaks, precision studies.
+#include "mixp/bench/bench_record.h"
+#include "mixp/bench/gemm_bench.h"
+#include "mixp/bench/peak.h"
+#include "mixp/study/energy_meter.h"
+#include "mixp/study/energy_model.h"
+#include "mixp/study/report.h"
+#include "mixp/study/run_record.h"
+#include "mixp/study/step_counts.h"
+#include "mixp/study/study_results.h"
+#include "mixp/study/study_runner.h"
+#include "mixp/study/verdict.h"

@@ -36,22 +36,24 @@ double run_fp32_generic(int64_t iters) {
 }
 
 // 16-bit multiply-add pairs into 32-bit (what pmaddwd does at the baseline): acc += x*x + y*y with
-// x and y the two halves of the accumulator, so nothing is loop-invariant.
+// x and y the two halves of the accumulator, so nothing is loop-invariant. The sums wrap, as the
+// instruction's do: they are kept in uint32_t, where wrapping is defined (x*x + y*y reaches 2^31,
+// one past int32_t).
 double run_int8_generic(int64_t iters) {
-  int32_t acc[8][8];
+  uint32_t acc[8][8];
   for (int c = 0; c < 8; ++c)
-    for (int l = 0; l < 8; ++l) acc[c][l] = c + l;
+    for (int l = 0; l < 8; ++l) acc[c][l] = static_cast<uint32_t>(c + l);
   for (int64_t it = 0; it < iters; ++it) {
     for (int c = 0; c < 8; ++c)
       for (int l = 0; l < 8; ++l) {
         const int32_t x = static_cast<int16_t>(acc[c][l]),
                       y = static_cast<int16_t>(acc[c][l] >> 16);
-        acc[c][l] += x * x + y * y;
+        acc[c][l] += static_cast<uint32_t>(x * x) + static_cast<uint32_t>(y * y);
       }
   }
   double r = 0;
   for (auto& c : acc)
-    for (int32_t v : c) r += v;
+    for (uint32_t v : c) r += v;
   return r;
 }
 

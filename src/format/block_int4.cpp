@@ -123,19 +123,28 @@ int64_t block4_num_blocks(int64_t n, int block_size) {
   return (n + block_size - 1) / block_size;
 }
 
+namespace {
+// n values in blocks of block_size need exactly block4_data_bytes(n) code bytes and one scale a
+// block; `hint` ends the message.
+void check_buffers(Block4 kind, int64_t n, int block_size, size_t data_bytes, size_t num_scales,
+                   const char* hint) {
+  if (static_cast<int64_t>(data_bytes) != block4_data_bytes(n) ||
+      static_cast<int64_t>(num_scales) != block4_num_blocks(n, block_size)) {
+    throw std::invalid_argument(
+        std::string(kind_name(kind)) + " of " + std::to_string(n) + " values needs " +
+        std::to_string(block4_data_bytes(n)) + " data bytes and " +
+        std::to_string(block4_num_blocks(n, block_size)) + " scales; got " +
+        std::to_string(data_bytes) + " and " + std::to_string(num_scales) + hint);
+  }
+}
+}  // namespace
+
 void block4_quantize(std::span<uint8_t> data, std::span<float> scales, std::span<const float> x,
                      Block4 kind, int block_size, Round round, uint64_t seed) {
   check_block(block_size, kind);
   check_round(round, kind);
   const auto n = static_cast<int64_t>(x.size());
-  if (static_cast<int64_t>(data.size()) != block4_data_bytes(n) ||
-      static_cast<int64_t>(scales.size()) != block4_num_blocks(n, block_size)) {
-    throw std::invalid_argument(
-        std::string(kind_name(kind)) + " of " + std::to_string(n) + " values needs " +
-        std::to_string(block4_data_bytes(n)) + " data bytes and " +
-        std::to_string(block4_num_blocks(n, block_size)) + " scales; got " +
-        std::to_string(data.size()) + " and " + std::to_string(scales.size()));
-  }
+  check_buffers(kind, n, block_size, data.size(), scales.size(), "");
   if (!data.empty()) data.back() = 0;  // padding nibble of an odd count stays zero
   for_each_block(n, block_size, [&](int64_t begin, int64_t len, int64_t b) {
     const float absmax = block_absmax(x.data() + begin, len);
@@ -161,15 +170,8 @@ void block4_dequantize(std::span<float> out, std::span<const uint8_t> data,
                        std::span<const float> scales, Block4 kind, int block_size) {
   check_block(block_size, kind);
   const auto n = static_cast<int64_t>(out.size());
-  if (static_cast<int64_t>(data.size()) != block4_data_bytes(n) ||
-      static_cast<int64_t>(scales.size()) != block4_num_blocks(n, block_size)) {
-    throw std::invalid_argument(
-        std::string(kind_name(kind)) + " of " + std::to_string(n) + " values needs " +
-        std::to_string(block4_data_bytes(n)) + " data bytes and " +
-        std::to_string(block4_num_blocks(n, block_size)) + " scales; got " +
-        std::to_string(data.size()) + " and " + std::to_string(scales.size()) +
-        " (check the shape and block size)");
-  }
+  check_buffers(kind, n, block_size, data.size(), scales.size(),
+                " (check the shape and block size)");
   for_each_block(n, block_size, [&](int64_t begin, int64_t len, int64_t b) {
     const float scale = scales[static_cast<size_t>(b)];
     for (int64_t i = begin; i < begin + len; ++i) {

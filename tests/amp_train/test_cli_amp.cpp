@@ -27,8 +27,7 @@ TEST(CliAmp, Fp16JsonAndLogCarryTheScaleAndSkippedSteps) {
   const CliResult r = run_cli(
       "train --model mlp --precision fp16 --loss-scale-init 1e30 --steps 6 "
       "--growth-interval 2 --json --log '" +
-          log + "'" + kSmall,
-      dir.path());
+          log + "'" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["precision"], "fp16");
@@ -53,16 +52,14 @@ TEST(CliAmp, Fp16JsonAndLogCarryTheScaleAndSkippedSteps) {
 }
 
 TEST(CliAmp, AutoPolicyStringsAndLayerRules) {
-  TempDir dir;
-  CliResult r = run_cli("train --model mlp --precision auto --steps 2 --json" + kSmall, dir.path());
+  CliResult r = run_cli("train --model mlp --precision auto --steps 2 --json" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["precision"], amp::auto_preset());
 
   r = run_cli(
       "train --model mlp --precision 'params=float32,compute=bfloat16,output=float32' "
       "--layer-precision head=fp32 --steps 2 --json" +
-          kSmall,
-      dir.path());
+          kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["precision"], "fp32:params=float32,compute=bfloat16,output=float32");
@@ -70,7 +67,7 @@ TEST(CliAmp, AutoPolicyStringsAndLayerRules) {
   EXPECT_EQ(j["loss_scale"], 1.0);
 
   // The summary names the recipe.
-  r = run_cli("train --model mlp --precision bf16-pure --steps 2" + kSmall, dir.path());
+  r = run_cli("train --model mlp --precision bf16-pure --steps 2" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("precision: bf16-pure: params bf16 without master weights, "
                                "stochastic write-back"));
@@ -82,8 +79,7 @@ TEST(CliAmp, ResumeKeepsTheScalerState) {
   CliResult r = run_cli(
       "train --model mlp --precision fp16 --loss-scale-init 1e30 --steps 4 "
       "--no-eval --save '" +
-          ck + "'" + kSmall,
-      dir.path());
+          ck + "'" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream s(dir / "ck" / "state.json");
   std::stringstream ss;
@@ -93,7 +89,7 @@ TEST(CliAmp, ResumeKeepsTheScalerState) {
   EXPECT_TRUE(state["recipe"]["state"].contains("_growth_tracker"));
   EXPECT_LT(state["recipe"]["state"]["scale"].get<double>(), 1e30);
   EXPECT_GT(state["skipped_steps"].get<int64_t>(), 0);
-  r = run_cli("train --resume '" + ck + "' --steps 6 --no-eval --json --threads 1", dir.path());
+  r = run_cli("train --resume '" + ck + "' --steps 6 --no-eval --json --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["steps"], 6);
@@ -101,7 +97,6 @@ TEST(CliAmp, ResumeKeepsTheScalerState) {
 }
 
 TEST(CliAmp, BadRecipesKeysAndLayersAreOneLineErrors) {
-  TempDir dir;
   struct Case {
     std::string args, needle;
   };
@@ -118,7 +113,7 @@ TEST(CliAmp, BadRecipesKeysAndLayersAreOneLineErrors) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
-    const CliResult r = run_cli("train --model mlp " + c.args + kSmall, dir.path());
+    const CliResult r = run_cli("train --model mlp " + c.args + kSmall);
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_THAT(r.err, HasSubstr(c.needle));
     EXPECT_EQ(r.err.rfind("mixp train: error: ", 0), 0u);

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <limits>
 
-#include "cli_runner.h"
+#include "common/cli_runner.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
 
@@ -88,7 +88,7 @@ TEST(ConvertCli, BlockFormatsAndText) {
   }
   EXPECT_NE(read_safetensors(dir / "int8_affine.safetensors").find("layer.weight.zero_point"),
             nullptr);
-  const CliResult r = run_cli("convert '" + in + "' -o '" + (dir / "b16.safetensors") +
+  const CliResult r = run_cli("convert '" + in + "' -o '" + (dir / "b16.safetensors").string() +
                               "' --to mxfp4 --block 16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(read_safetensors(dir / "b16.safetensors")
@@ -101,21 +101,21 @@ TEST(ConvertCli, RoundingSaturateSeed) {
   TempDir dir;
   const std::string in = write_model(dir, {1.0f, 70000.0f});
   CliResult r =
-      run_cli("convert '" + in + "' -o '" + (dir / "a.safetensors") + "' --to fp8_e4m3 --json");
+      run_cli("convert '" + in + "' -o '" + (dir / "a.safetensors").string() + "' --to fp8_e4m3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.json()["tensors"][2]["max_abs_error"], "inf");
   EXPECT_EQ(r.json()["tensors"][2]["nonfinite_created"], 1);
-  r = run_cli("convert '" + in + "' -o '" + (dir / "s.safetensors") +
+  r = run_cli("convert '" + in + "' -o '" + (dir / "s.safetensors").string() +
               "' --to fp8_e4m3 --saturate --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(read_tensor_f32(read_safetensors(dir / "s.safetensors"), "extra")[1], 448.0f);
   for (const char* name : {"x1", "x2"}) {
-    r = run_cli("convert '" + in + "' -o '" + (dir / name) +
+    r = run_cli("convert '" + in + "' -o '" + (dir / name).string() +
                 "' --to bf16 --round stochastic --seed 5");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
-  EXPECT_EQ(slurp(dir.path / "x1"), slurp(dir.path / "x2"));
-  r = run_cli("convert '" + in + "' -o '" + (dir / "tz") + "' --to bf16 --round toward-zero");
+  EXPECT_EQ(read_text(dir.path() / "x1"), read_text(dir.path() / "x2"));
+  r = run_cli("convert '" + in + "' -o '" + (dir / "tz").string() + "' --to bf16 --round toward-zero");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
@@ -128,8 +128,8 @@ TEST(ConvertCli, FailuresLeaveNoOutputFile) {
   }
   const std::string out = dir / "out.safetensors";
   const std::vector<std::string> cases = {
-      "convert '" + (dir / "missing.safetensors") + "' -o '" + out + "' --to bf16",
-      "convert '" + (dir / "bad.safetensors") + "' -o '" + out + "' --to bf16",
+      "convert '" + (dir / "missing.safetensors").string() + "' -o '" + out + "' --to bf16",
+      "convert '" + (dir / "bad.safetensors").string() + "' -o '" + out + "' --to bf16",
       "convert '" + in + "' -o '" + out + "' --to fp17",
       "convert '" + in + "' -o '" + out + "' --to mxfp4 --block 0",
       "convert '" + in + "' -o '" + out + "' --to mxfp4 --block -4",
@@ -138,7 +138,7 @@ TEST(ConvertCli, FailuresLeaveNoOutputFile) {
       "convert '" + in + "' -o '" + out + "' --to nf4 --round toward-zero",
       "convert '" + in + "' -o '" + out + "' --to int8",  // NaN cannot be stored in int8
       "convert '" + in + "' -o '" + out + "' --to bf16 --round sideways",
-      "convert '" + in + "' -o '" + (dir / "no/such/dir/out.safetensors") + "' --to bf16",
+      "convert '" + in + "' -o '" + (dir / "no/such/dir/out.safetensors").string() + "' --to bf16",
       "convert '" + in + "' --to bf16",
       "convert '" + in + "' -o '" + out + "' --to bf16 --json --block x",
   };
@@ -152,13 +152,13 @@ TEST(ConvertCli, FailuresLeaveNoOutputFile) {
   }
   // Nothing but the inputs is left in the directory (no temporaries either).
   int files = 0;
-  for (const auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file() ? 1 : 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) files += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, 2);
   EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to fp17").err.find("mxfp4"),
             std::string::npos);
   EXPECT_EQ(run_cli("convert '" + in + "' -o '" + out + "' --to fp17").exit_code, 2);  // usage
   EXPECT_EQ(run_cli("convert '" + in + "' -o '" + out + "' --to nf4 --block 3").exit_code, 2);
-  EXPECT_EQ(run_cli("convert '" + (dir / "missing") + "' -o '" + out + "' --to bf16").exit_code, 1);
+  EXPECT_EQ(run_cli("convert '" + (dir / "missing").string() + "' -o '" + out + "' --to bf16").exit_code, 1);
   EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to int8").err.find("'extra'"),
             std::string::npos);
 }

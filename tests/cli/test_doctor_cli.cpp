@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "cli_runner.h"
+#include "common/cli_runner.h"
 #include "mixp/backend/platform.h"
 
 namespace mixp::test {
@@ -89,7 +89,7 @@ TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
   }
   const std::string lib = dir / "libfakecuda.so";
   const std::string cc =
-      "cc -shared -fPIC -o '" + lib + "' '" + (dir / "fake_cuda.c") + "' 2>/dev/null";
+      "cc -shared -fPIC -o '" + lib + "' '" + (dir / "fake_cuda.c").string() + "' 2>/dev/null";
   if (std::system(cc.c_str()) != 0) GTEST_SKIP() << "no C compiler to build the fake driver";
   const CliResult r = run_cli("doctor --json", {{"MIXP_LIBCUDA", lib}});
   ASSERT_EQ(r.exit_code, 0) << r.err;

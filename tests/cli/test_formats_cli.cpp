@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "cli_runner.h"
+#include "common/cli_runner.h"
 
 namespace mixp::test {
 namespace {

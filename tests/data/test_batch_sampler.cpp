@@ -8,7 +8,7 @@
 #include <limits>
 #include <numeric>
 
-#include "data/temp_dir.h"
+#include "data/data_error.h"
 #include "mixp/data/batch_sampler.h"
 #include "mixp/data/check_finite.h"
 #include "mixp/data/random.h"

@@ -6,7 +6,8 @@
 
 #include <numeric>
 
-#include "data/temp_dir.h"
+#include "common/temp_dir.h"
+#include "data/data_error.h"
 #include "mixp/data/idx.h"
 #include "mixp/data/image_dataset.h"
 
@@ -15,9 +16,9 @@ namespace {
 
 using testing::data_error;
 using ::testing::HasSubstr;
-using testing::read_bytes;
-using testing::TempDir;
-using testing::write_bytes;
+using mixp::test::read_bytes;
+using mixp::test::TempDir;
+using mixp::test::write_bytes;
 
 std::vector<uint8_t> pixels(int64_t count, int64_t rows, int64_t cols) {
   std::vector<uint8_t> p(size_t(count * rows * cols));

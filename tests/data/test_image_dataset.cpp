@@ -8,7 +8,8 @@
 #include <cmath>
 #include <limits>
 
-#include "data/temp_dir.h"
+#include "common/temp_dir.h"
+#include "data/data_error.h"
 #include "mixp/data/idx.h"
 #include "mixp/data/image_dataset.h"
 
@@ -17,7 +18,7 @@ namespace {
 
 using testing::data_error;
 using ::testing::HasSubstr;
-using testing::TempDir;
+using mixp::test::TempDir;
 
 uint8_t pixel(size_t i) {
   return uint8_t((i * 7 + i / 13) % 256);

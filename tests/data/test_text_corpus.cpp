@@ -4,7 +4,8 @@
 
 #include <set>
 
-#include "data/temp_dir.h"
+#include "common/temp_dir.h"
+#include "data/data_error.h"
 #include "mixp/data/text_corpus.h"
 
 namespace mixp::data {
@@ -12,8 +13,8 @@ namespace {
 
 using testing::data_error;
 using ::testing::HasSubstr;
-using testing::TempDir;
-using testing::write_text;
+using mixp::test::TempDir;
+using mixp::test::write_text;
 
 TEST(TextCorpus, VocabularyAndRoundTrip) {
   const std::string text = "hello world\n%\nhello\n";

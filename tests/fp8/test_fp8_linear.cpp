@@ -130,13 +130,8 @@ TEST(Fp8Linear, DelayedForwardAndBackwardMatchTheReference) {
   const auto gv = G.to_vector<float>();
   const Mat qg = quant(gv, sg, DType::fp8_e5m2);
   // dx [M, K] = qg [M, N] @ qw [N, K]
-  Mat dx(M * K, 0.0), dxm(M * K, 0.0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < K; ++j)
-      for (int64_t n = 0; n < N; ++n) {
-        dx[i * K + j] += qg[i * N + n] * qw[n * K + j];
-        dxm[i * K + j] += std::abs(qg[i * N + n] * qw[n * K + j]);
-      }
+  Mat dx, dxm;
+  gemm_nt(qg, transpose(qw, N, K), M, K, N, dx, dxm);
   const double adx = static_cast<double>((1.0f / sg) * (1.0f / sw));
   for (auto& v : dx) v *= adx;
   expect_close(x.grad().to_vector<float>(), dx, dxm, adx, "dgrad");
@@ -199,13 +194,8 @@ TEST(Fp8Linear, CurrentScalingAndFusedRelu) {
     if (!(want[i] > 0)) gv[i] = 0.0f;  // relu masks the gradient before it is quantized
   const float sg = fp8_current_scale(amax(gv), 57344.0f, 0);
   const Mat qg = quant(gv, sg, DType::fp8_e5m2), qw = quant(wv, sw, DType::fp8_e4m3);
-  Mat dx(M * K, 0.0), dxm(M * K, 0.0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < K; ++j)
-      for (int64_t n = 0; n < N; ++n) {
-        dx[i * K + j] += qg[i * N + n] * qw[n * K + j];
-        dxm[i * K + j] += std::abs(qg[i * N + n] * qw[n * K + j]);
-      }
+  Mat dx, dxm;
+  gemm_nt(qg, transpose(qw, N, K), M, K, N, dx, dxm);
   const double adx = static_cast<double>((1.0f / sg) * (1.0f / sw));
   for (auto& v : dx) v *= adx;
   expect_close(x.grad().to_vector<float>(), dx, dxm, adx, "relu dgrad");

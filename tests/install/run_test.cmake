@@ -8,9 +8,15 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${MIXP_BINARY_DIR} --prefix $
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
+# A sanitized libmixp (the asan preset) needs the sanitizer runtimes first in the program that
+# loads it, so the consumer is then built with the same -fsanitize flags.
+set(sanitize "")
+if(MIXP_SANITIZE)
+  set(sanitize "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined")
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${MIXP_SOURCE_DIR}/tests/install/consumer -B ${work}/build
                 -G ${MIXP_GENERATOR} -DCMAKE_PREFIX_PATH=${work}/prefix -DCMAKE_BUILD_TYPE=Release
-                RESULT_VARIABLE rc)
+                ${sanitize} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring the consumer with find_package(mixp) failed (${rc})")
 endif()

@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "io/io_util.h"
-#include "io/temp_dir.h"
+#include "common/temp_dir.h"
 #include "mixp/io/atomic_file.h"
 
 namespace mixp {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "io/temp_dir.h"
+#include "common/temp_dir.h"
 #include "mixp/format/minifloat.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "io/temp_dir.h"
+#include "common/temp_dir.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"
 

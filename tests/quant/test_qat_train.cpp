@@ -143,8 +143,7 @@ TEST(QatTrain, QuantizeCalibratesAnFp32Checkpoint) {
   }
   // The CLI: a usage error (exit 2), one line, nothing written.
   const auto cli = run_cli("quantize --checkpoint '" + (tmp / "fp32").string() +
-                               "' --calibrate 0 --out '" + (tmp / "none").string() + "'",
-                           tmp.path());
+                               "' --calibrate 0 --out '" + (tmp / "none").string() + "'");
   EXPECT_EQ(cli.exit_code, 2) << cli.err;
   EXPECT_NE(cli.err.find("mixp quantize: error: convert needs calibrated observers"),
             std::string::npos)
@@ -167,14 +166,13 @@ TEST(QatTrain, EvalWithNf4WeightsIsCloseToFp32) {
     EXPECT_NEAR(e.accuracy.value_or(0), *r.test_accuracy, 0.03) << w;
   }
   const auto cli = run_cli(
-      "eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf4 --compute fp32 --json",
-      tmp.path());
+      "eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf4 --compute fp32 --json");
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const auto j = nlohmann::json::parse(cli.out);
   EXPECT_EQ(j["weights"], "nf4");
   EXPECT_EQ(j["compute"], "fp32");
   const auto bad =
-      run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf3", tmp.path());
+      run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --weights nf3");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("nf4 or int4"), std::string::npos) << bad.err;
   // A checkpoint whose model.safetensors `mixp convert --to nf4` re-encoded: the Linear weights
@@ -192,7 +190,7 @@ TEST(QatTrain, EvalWithNf4WeightsIsCloseToFp32) {
   wrong.weights = "int4";
   EXPECT_THROW(evaluate_checkpoint(tmp / "nf4file", wrong), ConfigError);
   const auto no8 =
-      run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --precision int8", tmp.path());
+      run_cli("eval --checkpoint '" + (tmp / "mlp").string() + "' --precision int8");
   EXPECT_EQ(no8.exit_code, 2);
   EXPECT_NE(no8.err.find("mixp quantize"), std::string::npos) << no8.err;
 }

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "io/temp_dir.h"
+#include "common/temp_dir.h"
 #include "mixp/study/energy_meter.h"
 
 namespace mixp::study {

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <set>
 
-#include "io/temp_dir.h"
+#include "common/temp_dir.h"
 #include "mixp/study/report.h"
 #include "png_reader.h"
 #include "study_fixtures.h"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "io/temp_dir.h"
+#include "common/temp_dir.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/study/report.h"
 #include "mixp/study/verdict.h"

@@ -29,7 +29,7 @@ TEST(CliCompare, WritesTheReportAndPrintsTheTable) {
   TempDir dir;
   const auto out = (dir / "st").string();
   const auto r =
-      run_cli(kTiny + "--precisions fp32,fp64 --steps 3 --out '" + out + "'", dir.path());
+      run_cli(kTiny + "--precisions fp32,fp64 --steps 3 --out '" + out + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* f : {"results.json", "results.csv", "report.md", "report.html"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / "st" / f)) << f;
@@ -43,7 +43,7 @@ TEST(CliCompare, WritesTheReportAndPrintsTheTable) {
 
   // Again into the same folder: a previous study is overwritten without --force.
   const auto again =
-      run_cli(kTiny + "--precisions fp32 --steps 2 --json --out '" + out + "'", dir.path());
+      run_cli(kTiny + "--precisions fp32 --steps 2 --json --out '" + out + "'");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   const auto j = nlohmann::json::parse(again.out);
   ASSERT_EQ(j["runs"].size(), 1u);
@@ -55,7 +55,7 @@ TEST(CliCompare, WritesTheReportAndPrintsTheTable) {
 TEST(CliCompare, UnknownPrecisionListsTheKnownOnesAndRunsNothing) {
   TempDir dir;
   const auto r =
-      run_cli(kTiny + "--precisions fp32,fp17 --out '" + (dir / "x").string() + "'", dir.path());
+      run_cli(kTiny + "--precisions fp32,fp17 --out '" + (dir / "x").string() + "'");
   expect_usage_error(r, "unknown precision 'fp17'; known precisions: ");
   EXPECT_NE(r.err.find("fp32"), std::string::npos);
   EXPECT_NE(r.err.find("fp64"), std::string::npos);
@@ -92,12 +92,12 @@ TEST(CliCompare, RefusesAFolderThatIsNotAStudyUnlessForced) {
   std::ofstream(dir / "mine" / "notes.txt") << "keep me";
   const std::string args =
       kTiny + "--precisions fp32 --steps 2 --out '" + (dir / "mine").string() + "'";
-  auto r = run_cli(args, dir.path());
+  auto r = run_cli(args);
   expect_usage_error(r, "refusing to write into ");
   EXPECT_NE(r.err.find("it exists and is not a previous mixp study; use --force"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir / "mine" / "results.json"));
-  r = run_cli(args + " --force", dir.path());
+  r = run_cli(args + " --force");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir / "mine" / "report.html"));
   EXPECT_EQ(read_text(dir / "mine" / "notes.txt"), "keep me");
@@ -105,17 +105,16 @@ TEST(CliCompare, RefusesAFolderThatIsNotAStudyUnlessForced) {
 
 TEST(CliCompare, BadFlags) {
   TempDir dir;
-  expect_usage_error(run_cli(kTiny + "--epochs 1 --steps 2", dir.path()), "both given");
-  expect_usage_error(run_cli(kTiny + "--seeds 0", dir.path()), "--seeds must be positive");
-  expect_usage_error(run_cli(kTiny + "--model resnet", dir.path()), "unknown model 'resnet'");
+  expect_usage_error(run_cli(kTiny + "--epochs 1 --steps 2"), "both given");
+  expect_usage_error(run_cli(kTiny + "--seeds 0"), "--seeds must be positive");
+  expect_usage_error(run_cli(kTiny + "--model resnet"), "unknown model 'resnet'");
   EXPECT_FALSE(std::filesystem::exists(dir / "mixp-study"));
 }
 
 TEST(CliCompare, EveryRunDivergedIsAnErrorButTheReportIsThere) {
   TempDir dir;
   const auto r = run_cli(
-      kTiny + "--precisions fp32 --steps 3 --lr 1e30 --out '" + (dir / "nan").string() + "'",
-      dir.path());
+      kTiny + "--precisions fp32 --steps 3 --lr 1e30 --out '" + (dir / "nan").string() + "'");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("[1/1] fp32  seed 0: diverged at step "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no run finished"), std::string::npos) << r.err;

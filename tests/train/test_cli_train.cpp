@@ -29,7 +29,7 @@ void expect_clean_error(const testing::CliResult& r, const std::string& needle) 
 TEST(CliTrain, JsonHasTheContractFieldsAndLogLinesParse) {
   TempDir dir;
   const auto log = dir / "run.jsonl";
-  const auto r = run_cli(kSmall + "--steps 5 --json --log '" + log.string() + "'", dir.path());
+  const auto r = run_cli(kSmall + "--steps 5 --json --log '" + log.string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   for (const char* k :
@@ -67,19 +67,19 @@ TEST(CliTrain, JsonHasTheContractFieldsAndLogLinesParse) {
 TEST(CliTrain, SaveResumeAndEval) {
   TempDir dir;
   const auto ck = (dir / "ck").string();
-  auto r = run_cli(kSmall + "--steps 3 --save '" + ck + "'", dir.path());
+  auto r = run_cli(kSmall + "--steps 3 --save '" + ck + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("test accuracy"), std::string::npos) << r.out;
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / "ck" / f)) << f;
   }
   // Resume takes model, data and batch from the checkpoint.
-  r = run_cli("train --resume '" + ck + "' --steps 6 --json --save '" + ck + "'", dir.path());
+  r = run_cli("train --resume '" + ck + "' --steps 6 --json --save '" + ck + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["steps"], 6);
   EXPECT_EQ(j["steps_this_run"], 3);
-  r = run_cli("eval --checkpoint '" + ck + "' --json", dir.path());
+  r = run_cli("eval --checkpoint '" + ck + "' --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["step"], 6);
@@ -115,7 +115,7 @@ TEST(CliTrain, BadInputIsAOneLineErrorWithoutACheckpoint) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
     const auto r = run_cli(
-        "train " + c.args + " --threads 1 --train-limit 256 --test-limit 64 " + save, dir.path());
+        "train " + c.args + " --threads 1 --train-limit 256 --test-limit 64 " + save);
     expect_clean_error(r, c.needle);
     EXPECT_FALSE(std::filesystem::exists(dir / "ck"));
   }
@@ -138,15 +138,13 @@ TEST(CliTrain, CorruptDataIsReportedByFile) {
   data::write_idx(dir / "fm" / "t10k-labels-idx1-ubyte.gz", data::IdxType::u8, lab_dims, labels,
                   true);
   auto r =
-      run_cli("train --model mlp --batch 2 --steps 1 --json --data '" + (dir / "fm").string() + "'",
-              dir.path());
+      run_cli("train --model mlp --batch 2 --steps 1 --json --data '" + (dir / "fm").string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;  // the valid folder trains
 
   const auto imgs = dir / "fm" / "train-images-idx3-ubyte.gz";
   const auto size = std::filesystem::file_size(imgs);
   std::filesystem::resize_file(imgs, size / 2);
-  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'",
-              dir.path());
+  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'");
   expect_clean_error(r, "train-images-idx3-ubyte.gz");
 
   // float32 images (IDX type 0x0D, big-endian) with a NaN pixel: refused where the data enter.
@@ -154,8 +152,7 @@ TEST(CliTrain, CorruptDataIsReportedByFile) {
   floats[4 * (2 * 28 * 28 + 5)] = 0x7F;  // sample 2, row 0, col 5: 0x7FC00000 = NaN
   floats[4 * (2 * 28 * 28 + 5) + 1] = 0xC0;
   data::write_idx(imgs, data::IdxType::f32, img_dims, floats, true);
-  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'",
-              dir.path());
+  r = run_cli("train --model mlp --batch 2 --steps 1 --data '" + (dir / "fm").string() + "'");
   expect_clean_error(r, "not finite");
 }
 

@@ -64,11 +64,15 @@ int main(int argc, char** argv) {
   std::vector<char*> arg_ptrs;
   for (auto& a : args) arg_ptrs.push_back(a.data());
   // Every failure prints one line, "mixp <command>: error: <what>", on stderr (DESIGN.md 4).
+  // <command> is the whole path given ("bench gemm"), as far as it was parsed.
   const auto fail = [&app](const char* what, int code) {
     std::fflush(stdout);
-    const auto subs = app.get_subcommands();
-    std::cerr << "mixp" << (subs.empty() ? "" : " " + subs[0]->get_name()) << ": error: " << what
-              << "\n";
+    std::string command = "mixp";
+    for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
+      a = a->get_subcommands()[0];
+      command += " " + a->get_name();
+    }
+    std::cerr << command << ": error: " << what << "\n";
     return code;
   };
   try {

@@ -38,8 +38,8 @@ class TrainCallback {
  public:
   virtual ~TrainCallback() = default;
   // Before the first step of this run (first_step > 1 when resuming).
-  virtual void on_train_begin(int64_t first_step, int64_t total_steps) {}
-  virtual void on_step_end(const StepInfo& info) {}
+  virtual void on_train_begin(int64_t /*first_step*/, int64_t /*total_steps*/) {}
+  virtual void on_step_end(const StepInfo& /*info*/) {}
   // When evaluation starts (can take a while on a large test set).
   virtual void on_evaluate_begin() {}
   virtual void on_train_end() {}

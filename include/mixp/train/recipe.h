@@ -93,11 +93,11 @@ class PrecisionRecipe {
   // Unscales the optimizer's gradients in place; returns false when a gradient is not finite.
   // Recipes without loss scaling return true and leave non-finite gradients to the Trainer's
   // NaN guard.
-  virtual bool unscale_and_check(optim::Optimizer& opt) { return true; }
+  virtual bool unscale_and_check(optim::Optimizer& /*opt*/) { return true; }
   // The optimizer step; returns false when the recipe skipped it (inf/NaN gradients).
   virtual bool step(optim::Optimizer& opt);
   // After each optimizer step (skipped or not).
-  virtual void update(bool skipped) {}
+  virtual void update(bool /*skipped*/) {}
   // The loss scale the next scale_loss multiplies by (1 without loss scaling), for the log.
   virtual double loss_scale() const { return 1.0; }
   // True when non-finite gradients skip the step instead of stopping the run.
@@ -106,19 +106,21 @@ class PrecisionRecipe {
   // Before each optimizer step, with the 0-based epoch its batches come from (int8-qat freezes
   // batch norm and the observers at their epochs here; a pure function of the epoch, so resuming
   // needs no extra state).
-  virtual void before_step(nn::Module& model, int64_t epoch) {}
+  virtual void before_step(nn::Module& /*model*/, int64_t /*epoch*/) {}
   // At the end of training: the model whose test accuracy is reported (int8-qat: the converted
   // int8 model), or null for the trained model itself. When not null, the trained model is
   // evaluated too and reported as "<trained_model_label()>_accuracy" / "_loss".
-  virtual std::shared_ptr<nn::Module> inference_model(nn::Module& trained) const { return nullptr; }
+  virtual std::shared_ptr<nn::Module> inference_model(nn::Module& /*trained*/) const {
+    return nullptr;
+  }
   virtual std::string trained_model_label() const { return "trained"; }
   // Extra files of a checkpoint (int8-qat: the converted int8 model), written into the folder
   // being assembled.
-  virtual void save_extra(nn::Module& model, const std::filesystem::path& dir) const {}
+  virtual void save_extra(nn::Module& /*model*/, const std::filesystem::path& /*dir*/) const {}
 
   // Checkpointed state (e.g. the loss scale and growth tracker); exact doubles.
   virtual std::map<std::string, double> state() const { return {}; }
-  virtual void load_state(const std::map<std::string, double>& s) {}
+  virtual void load_state(const std::map<std::string, double>& /*s*/) {}
 };
 
 // The recipe behind every name: a policy (amp/policy.h), per-layer rules (amp/layer_precision.h)

@@ -1,4 +1,5 @@
 // Ref backend: matmul, conv2d and attention as textbook loops, accumulating in double.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -28,6 +29,28 @@ T activate(Activation act, double x) {
 namespace {
 bool narrow_compute(DType c) {
   return is_narrow(c);
+}
+
+// Attention over q [B, H, Tq, D] and k, v [B, H, Tk, D], contiguous.
+struct AttnGeom {
+  int64_t BH, Tq, Tk, D;
+  bool causal;
+  // Query i sees keys [0, key_end(i)): all of them, or with a causal mask aligned to the end of
+  // the key sequence, as PyTorch's is_causal does when Tq < Tk.
+  int64_t key_end(int64_t i) const { return causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk; }
+};
+AttnGeom attn_geom(const Tensor& q, const Tensor& k, bool causal) {
+  return {q.shape()[0] * q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], causal};
+}
+
+// Unscaled score q_i . k_j of head bh, in double.
+template <class T>
+double qk_dot(const AttnGeom& a, const T* Q, const T* K, int64_t bh, int64_t i, int64_t j) {
+  double acc = 0;
+  for (int64_t d = 0; d < a.D; ++d)
+    acc += static_cast<double>(Q[(bh * a.Tq + i) * a.D + d]) *
+           static_cast<double>(K[(bh * a.Tk + j) * a.D + d]);
+  return acc;
 }
 }  // namespace
 
@@ -88,6 +111,33 @@ ConvGeom conv_geom(const Tensor& src, const Tensor& weight, const Tensor& dst) {
   return {src.shape()[0],    src.shape()[1],    src.shape()[2], src.shape()[3], weight.shape()[0],
           weight.shape()[2], weight.shape()[3], dst.shape()[2], dst.shape()[3]};
 }
+
+// Calls f(c, kh, kw, h, w) for every input tap of output position (oh, ow): channel c, kernel
+// offset (kh, kw), input row h and column w; taps that fall in the padding are skipped.
+template <class F>
+void for_each_tap(const ConvGeom& g, const Conv2dParams& p, int64_t oh, int64_t ow, F&& f) {
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const int64_t h = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
+        const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
+        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+        f(c, kh, kw, h, w);
+      }
+}
+
+// Element `lin` (row-major index) of t, which may be strided.
+template <class T>
+double element_at(const Tensor& t, int64_t lin) {
+  return static_cast<double>(ptr<T>(t)[t.is_contiguous() ? lin : offset_of(t, lin)]);
+}
+
+// Rounds the double accumulators into the contiguous dst, once each.
+template <class T>
+void store_rounded(Tensor& dst, const std::vector<double>& acc) {
+  for (int64_t i = 0; i < dst.numel(); ++i)
+    ptr<T>(dst)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+}
 }  // namespace
 
 void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
@@ -113,17 +163,13 @@ void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, co
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             double acc =
                 bias.defined() ? static_cast<double>(ptr<T>(bias)[o * bias.strides()[0]]) : 0.0;
-            for (int64_t c = 0; c < g.C; ++c)
-              for (int64_t kh = 0; kh < g.KH; ++kh)
-                for (int64_t kw = 0; kw < g.KW; ++kw) {
-                  const int64_t h = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
-                  const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
-                  if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+            for_each_tap(
+                g, p, oh, ow, [&](int64_t c, int64_t kh, int64_t kw, int64_t h, int64_t w) {
                   acc += static_cast<double>(
                              ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]) *
                          static_cast<double>(
                              ptr<T>(weight)[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]]);
-                }
+                });
             ptr<T>(dst)[((n * g.O + o) * g.OH + oh) * g.OW + ow] = static_cast<T>(acc);
           }
   });
@@ -149,22 +195,15 @@ void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
       for (int64_t o = 0; o < g.O; ++o)
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
-            const int64_t lin = ((n * g.O + o) * g.OH + oh) * g.OW + ow;
-            const double gv = static_cast<double>(
-                ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]);
-            for (int64_t c = 0; c < g.C; ++c)
-              for (int64_t kh = 0; kh < g.KH; ++kh)
-                for (int64_t kw = 0; kw < g.KW; ++kw) {
-                  const int64_t h = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
-                  const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
-                  if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+            const double gv = element_at<T>(ddst, ((n * g.O + o) * g.OH + oh) * g.OW + ow);
+            for_each_tap(
+                g, p, oh, ow, [&](int64_t c, int64_t kh, int64_t kw, int64_t h, int64_t w) {
                   acc[static_cast<size_t>(((n * g.C + c) * g.H + h) * g.W + w)] +=
                       gv * static_cast<double>(
                                ptr<T>(weight)[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]]);
-                }
+                });
           }
-    for (int64_t i = 0; i < dsrc.numel(); ++i)
-      ptr<T>(dsrc)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+    store_rounded<T>(dsrc, acc);
   });
 }
 
@@ -191,26 +230,17 @@ void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const T
       for (int64_t o = 0; o < g.O; ++o)
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
-            const int64_t lin = ((n * g.O + o) * g.OH + oh) * g.OW + ow;
-            const double gv = static_cast<double>(
-                ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]);
+            const double gv = element_at<T>(ddst, ((n * g.O + o) * g.OH + oh) * g.OW + ow);
             bacc[static_cast<size_t>(o)] += gv;
-            for (int64_t c = 0; c < g.C; ++c)
-              for (int64_t kh = 0; kh < g.KH; ++kh)
-                for (int64_t kw = 0; kw < g.KW; ++kw) {
-                  const int64_t h = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
-                  const int64_t w = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
-                  if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                  acc[static_cast<size_t>(((o * g.C + c) * g.KH + kh) * g.KW + kw)] +=
-                      gv * static_cast<double>(
-                               ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
-                }
+            for_each_tap(g, p, oh, ow,
+                         [&](int64_t c, int64_t kh, int64_t kw, int64_t h, int64_t w) {
+                           acc[static_cast<size_t>(((o * g.C + c) * g.KH + kh) * g.KW + kw)] +=
+                               gv * static_cast<double>(
+                                        ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
+                         });
           }
-    for (int64_t i = 0; i < dweight.numel(); ++i)
-      ptr<T>(dweight)[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
-    if (dbias.defined())
-      for (int64_t o = 0; o < g.O; ++o)
-        ptr<T>(dbias)[o] = static_cast<T>(bacc[static_cast<size_t>(o)]);
+    store_rounded<T>(dweight, acc);
+    if (dbias.defined()) store_rounded<T>(dbias, bacc);
   });
 }
 
@@ -227,23 +257,18 @@ void RefBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   }
   dispatch_float(dst.dtype(), "attention", [&](auto t) {
     using T = decltype(t);
-    const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
-                  D = q.shape()[3];
+    const AttnGeom a = attn_geom(q, k, causal);
+    const int64_t BH = a.BH, Tq = a.Tq, Tk = a.Tk, D = a.D;
     const T* Q = ptr<T>(q);
     const T* K = ptr<T>(k);
     const T* V = ptr<T>(v);
     std::vector<double> s(static_cast<size_t>(Tk));
     for (int64_t bh = 0; bh < BH; ++bh)
       for (int64_t i = 0; i < Tq; ++i) {
-        const int64_t jmax =
-            causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;  // aligned to the end, as PyTorch
+        const int64_t jmax = a.key_end(i);
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < jmax; ++j) {
-          double acc = 0;
-          for (int64_t d = 0; d < D; ++d)
-            acc += static_cast<double>(Q[(bh * Tq + i) * D + d]) *
-                   static_cast<double>(K[(bh * Tk + j) * D + d]);
-          s[static_cast<size_t>(j)] = acc * scale;
+          s[static_cast<size_t>(j)] = qk_dot(a, Q, K, bh, i, j) * scale;
           mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
         double sum = 0;
@@ -279,8 +304,8 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   }
   dispatch_float(dq.dtype(), "attention backward", [&](auto t) {
     using T = decltype(t);
-    const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
-                  D = q.shape()[3];
+    const AttnGeom a = attn_geom(q, k, causal);
+    const int64_t BH = a.BH, Tq = a.Tq, Tk = a.Tk, D = a.D;
     const T* Q = ptr<T>(q);
     const T* K = ptr<T>(k);
     const T* V = ptr<T>(v);
@@ -290,7 +315,7 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
         gk(static_cast<size_t>(dk.numel()), 0.0), gv(static_cast<size_t>(dv.numel()), 0.0);
     for (int64_t bh = 0; bh < BH; ++bh)
       for (int64_t i = 0; i < Tq; ++i) {
-        const int64_t jmax = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
+        const int64_t jmax = a.key_end(i);
         const double l = static_cast<double>(ptr<T>(lse)[bh * Tq + i]);
         // delta_i = sum_d dO[i,d] O[i,d]  (= sum_j P_ij dP_ij)
         double delta = 0;
@@ -298,11 +323,7 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
           delta += static_cast<double>(G[(bh * Tq + i) * D + d]) *
                    static_cast<double>(O[(bh * Tq + i) * D + d]);
         for (int64_t j = 0; j < jmax; ++j) {
-          double sij = 0;
-          for (int64_t d = 0; d < D; ++d)
-            sij += static_cast<double>(Q[(bh * Tq + i) * D + d]) *
-                   static_cast<double>(K[(bh * Tk + j) * D + d]);
-          const double p = std::exp(sij * scale - l);
+          const double p = std::exp(qk_dot(a, Q, K, bh, i, j) * scale - l);
           double dp = 0;
           for (int64_t d = 0; d < D; ++d) {
             const double g = static_cast<double>(G[(bh * Tq + i) * D + d]);
@@ -318,12 +339,9 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
           }
         }
       }
-    for (int64_t i = 0; i < dq.numel(); ++i)
-      ptr<T>(dq)[i] = static_cast<T>(gq[static_cast<size_t>(i)]);
-    for (int64_t i = 0; i < dk.numel(); ++i)
-      ptr<T>(dk)[i] = static_cast<T>(gk[static_cast<size_t>(i)]);
-    for (int64_t i = 0; i < dv.numel(); ++i)
-      ptr<T>(dv)[i] = static_cast<T>(gv[static_cast<size_t>(i)]);
+    store_rounded<T>(dq, gq);
+    store_rounded<T>(dk, gk);
+    store_rounded<T>(dv, gv);
   });
 }
 

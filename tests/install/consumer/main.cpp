@@ -1,6 +1,6 @@
-#include <cstdio>
+#include <mixp/mixp.h>  // the umbrella: the installed headers compile on their own, warning-free
 
-#include <mixp/format/minifloat.h>
+#include <cstdio>
 
 int main() {
   const auto b = mixp::bfloat16::from_double(3.14159265, mixp::Round::nearest_even, mixp::Overflow::ieee);
