@@ -71,7 +71,7 @@ TEST(CliCompare, Fp8AndInt8QatRowsAppearWhenAsked) {
   TempDir dir;
   const auto out = (dir / "q8").string();
   const auto r = run_cli(
-      kTiny + "--precisions fp32,bf16,fp8,int8-qat --steps 3 --out '" + out + "'", dir.path());
+      kTiny + "--precisions fp32,bf16,fp8,int8-qat --steps 3 --out '" + out + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("[3/4] fp8  seed 0: accuracy "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[4/4] int8-qat  seed 0: accuracy "), std::string::npos) << r.err;
