@@ -7,7 +7,9 @@
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/cpu_features.h"
 #include "parallel_loop.h"
+#include "sum_squares_kernel.h"
 
 namespace mixp::optim {
 
@@ -32,6 +34,13 @@ double sum_squares_serial(const T* g, int64_t n) {
   for (; i < n; ++i) total += static_cast<double>(g[i]) * static_cast<double>(g[i]);
   for (int j = 0; j < kLanes; ++j) total += acc[j];
   return total;
+}
+
+double sum_squares_serial(const float* g, int64_t n) {
+  using Kernel = double (*)(const float*, int64_t);
+  static const Kernel k = simd_tier() == SimdTier::avx512 ? &detail::sum_squares_f32_avx512
+                                                          : &sum_squares_serial<float>;
+  return k(g, n);
 }
 
 template <class T>
