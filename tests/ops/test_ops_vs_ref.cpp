@@ -283,6 +283,23 @@ TEST(CpuVsRef, Attention) {
                          {qkv});
 }
 
+TEST(CpuVsRef, AttentionInBatchHeadChunks) {
+  // The cpu kernels process batch-heads in chunks of about 2^18 scores (cpu_nn.cpp); at
+  // T = 256 a chunk is 4 heads, so B * H = 10 runs chunks of 4, 4 and 2: every row of q, k, v,
+  // the output, the log-sum-exp and the three gradients must land at its own offset. fp32 and
+  // bf16 (the bf16 kernel rounds P and dS per chunk).
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    const Tensor q = rnd({2, 5, 256, 8}, 81, dt), k = rnd({2, 5, 256, 8}, 82, dt),
+                 v = rnd({2, 5, 256, 8}, 83, dt);
+    for (bool causal : {true, false}) {
+      expect_cpu_matches_ref(
+          std::string(name(dt)) + (causal ? " chunked attention causal" : " chunked attention"),
+          [causal](const V& a) { return scaled_dot_product_attention(a[0], a[1], a[2], causal); },
+          {q, k, v}, dt == DType::bf16 ? kTolBf16 : kTolFp32);
+    }
+  }
+}
+
 TEST(CpuVsRef, LayoutOps) {
   const Tensor a = rnd({3, 4, 5}, 52);
   expect_cpu_matches_ref("reshape",
