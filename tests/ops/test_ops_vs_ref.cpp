@@ -300,6 +300,46 @@ TEST(CpuVsRef, AttentionInBatchHeadChunks) {
   }
 }
 
+TEST(CpuVsRef, Bf16ReluOnEveryBitPattern) {
+  // The cpu backend applies ReLU and its backward to bf16 bits directly (no widening): every one
+  // of the 2^16 patterns as x (forward) and as y with a fixed g, and as g with y > 0 (backward),
+  // bit for bit against the ref backend (widen, relu, round back); NaN results compare as NaN.
+  const int64_t n = 1 << 16;
+  Tensor x = Tensor::empty({n}, {.dtype = DType::bf16});
+  Tensor g = Tensor::empty({n}, {.dtype = DType::bf16});
+  Tensor ypos = Tensor::empty({n}, {.dtype = DType::bf16});
+  for (int64_t i = 0; i < n; ++i) {
+    static_cast<uint16_t*>(x.data_ptr())[i] = static_cast<uint16_t>(i);
+    static_cast<uint16_t*>(g.data_ptr())[i] = static_cast<uint16_t>((i * 40503) & 0xFFFF);
+    static_cast<uint16_t*>(ypos.data_ptr())[i] = 0x3F80;  // 1.0
+  }
+  auto run = [&](BackendKind kind) {
+    BackendGuard bg(kind);
+    std::vector<Tensor> out;
+    Tensor y = Tensor::empty({n}, {.dtype = DType::bf16});
+    backend().unary(UnaryOp::relu, y, x);
+    out.push_back(y);
+    Tensor gi = Tensor::empty({n}, {.dtype = DType::bf16});
+    backend().unary_backward(UnaryOp::relu, gi, g, x, x);  // y = x: every pattern as y
+    out.push_back(gi);
+    Tensor gi2 = Tensor::empty({n}, {.dtype = DType::bf16});
+    backend().unary_backward(UnaryOp::relu, gi2, x, Tensor(), ypos);  // every pattern as g
+    out.push_back(gi2);
+    return out;
+  };
+  const std::vector<Tensor> c = run(BackendKind::cpu), r = run(BackendKind::ref);
+  for (size_t t = 0; t < c.size(); ++t) {
+    const auto* a = static_cast<const uint16_t*>(c[t].data_ptr());
+    const auto* b = static_cast<const uint16_t*>(r[t].data_ptr());
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool a_nan = (a[i] & 0x7FFF) > 0x7F80, b_nan = (b[i] & 0x7FFF) > 0x7F80;
+      if (a_nan != b_nan || (!a_nan && a[i] != b[i])) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "output " << t;
+  }
+}
+
 TEST(CpuVsRef, LayoutOps) {
   const Tensor a = rnd({3, 4, 5}, 52);
   expect_cpu_matches_ref("reshape",
