@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
 #include "mixp/backend/cpu_features.h"
+#include "mixp/format/convert.h"
 #include "mixp/tensor/generator.h"
 
 namespace mixp {
@@ -92,6 +94,51 @@ TEST(VecTiers, GeluAndGradientAgainstDouble) {
     EXPECT_GT(ys[0], -1e-30f);
     EXPECT_TRUE(std::isnan(ys[1]));
     EXPECT_EQ(ys[2], INFINITY);
+  }
+}
+
+// The bf16-storage GELU kernels (AVX-512 tier) against what the cpu backend otherwise does:
+// widen, the same tier's fp32 kernel, round to nearest even. Bit for bit over every one of the
+// 2^16 patterns as x (forward; backward with g from a fixed pattern) and as g (backward).
+TEST(VecTiers, GeluBf16MatchesWidenComputeNarrow) {
+  for (const auto* k : tiers()) {
+    if (!k->gelu_bf16) continue;
+    SCOPED_TRACE(k->tier);
+    const int64_t n = 1 << 16;
+    std::vector<uint16_t> x(n), g(n), y(n), gi(n), yr(n), gir(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<uint16_t>(i);
+      g[i] = static_cast<uint16_t>((i * 40503 + 7) & 0xFFFF);
+    }
+    auto reference = [&](const std::vector<uint16_t>& xs, const std::vector<uint16_t>& gs,
+                         std::vector<uint16_t>& fwd, std::vector<uint16_t>& bwd) {
+      std::vector<float> xf(n), gf(n), yf(n), gif(n);
+      convert_to_f32(DType::bf16, xs.data(), std::span<float>(xf));
+      convert_to_f32(DType::bf16, gs.data(), std::span<float>(gf));
+      k->unary(UnaryOp::gelu, yf.data(), xf.data(), n);
+      k->unary_bwd(UnaryOp::gelu, gif.data(), gf.data(), xf.data(), nullptr, n);
+      const ConvertOptions rne{Round::nearest_even, Overflow::ieee};
+      convert_f32_to(DType::bf16, std::span<const float>(yf), fwd.data(), rne);
+      convert_f32_to(DType::bf16, std::span<const float>(gif), bwd.data(), rne);
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      // pass 0: every pattern as x; pass 1: every pattern as g, x a spread of values
+      std::vector<uint16_t> xs = x, gs = g;
+      if (pass == 1) {
+        std::swap(xs, gs);
+        for (auto& v : xs) v = static_cast<uint16_t>(0x3C00 + (v % 0x0900));  // |x| in [2^-7, 2^11)
+      }
+      reference(xs, gs, yr, gir);
+      k->gelu_bf16(y.data(), xs.data(), n);
+      k->gelu_bwd_bf16(gi.data(), gs.data(), xs.data(), n);
+      int bad_f = 0, bad_b = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        bad_f += y[i] != yr[i];
+        bad_b += gi[i] != gir[i];
+      }
+      EXPECT_EQ(bad_f, 0) << "forward, pass " << pass;
+      EXPECT_EQ(bad_b, 0) << "backward, pass " << pass;
+    }
   }
 }
 

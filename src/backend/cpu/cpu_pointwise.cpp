@@ -265,6 +265,14 @@ void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
     });
     return;
   }
+  if (op == UnaryOp::gelu && vec::kernels().gelu_bf16 && all_bf16({&dst, &src}) &&
+      dst.shape() == src.shape()) {
+    uint16_t* d = ptr<uint16_t>(dst);
+    const uint16_t* s = ptr<uint16_t>(src);
+    const auto f = vec::kernels().gelu_bf16;
+    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { f(d + lo, s + lo, hi - lo); });
+    return;
+  }
   if (any_narrow({&dst, &src}) && pw_ok(dst) && pw_ok(src) && dst.shape() == src.shape()) {
     const auto& k = vec::kernels();
     blocked(dst.numel(), [&](int64_t off, int64_t n) {
@@ -298,6 +306,17 @@ void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, co
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) gi[i] = g[i] & bf16_keep_mask(y[i]);
     });
+    return;
+  }
+  if (op == UnaryOp::gelu && vec::kernels().gelu_bwd_bf16 && src.defined() &&
+      all_bf16({&dsrc, &ddst, &src}) && dsrc.shape() == ddst.shape() &&
+      src.shape() == ddst.shape()) {
+    uint16_t* gi = ptr<uint16_t>(dsrc);
+    const uint16_t* g = ptr<uint16_t>(ddst);
+    const uint16_t* x = ptr<uint16_t>(src);
+    const auto f = vec::kernels().gelu_bwd_bf16;
+    parallel_chunks(dsrc.numel(),
+                    [&](int64_t lo, int64_t hi) { f(gi + lo, g + lo, x + lo, hi - lo); });
     return;
   }
   if (any_narrow({&dsrc, &ddst, &src, &dst}) && pw_ok(dsrc) && pw_ok(ddst) &&

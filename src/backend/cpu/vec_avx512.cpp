@@ -42,35 +42,77 @@ inline __m512 gelu_e(__m512 x, __m512 x2) {
   return exp_ps(u2);
 }
 
-// y = gelu(x) = x / (1 + exp(-2u)) (the sigmoid form of the tanh approximation; see fgelu in
+// gelu(v) = v / (1 + exp(-2u)) (the sigmoid form of the tanh approximation; see fgelu in
 // vec_kernels.inc for why and for the accuracy).
-void gelu_fwd_rows(float* y, const float* x, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    const __m512 e = gelu_e(v, _mm512_mul_ps(v, v));
-    _mm512_mask_storeu_ps(y + i, m, _mm512_div_ps(v, _mm512_add_ps(one, e)));
-  }
+inline __m512 gelu_ps(__m512 v) {
+  const __m512 e = gelu_e(v, _mm512_mul_ps(v, v));
+  return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
-// gi = g * gelu'(x) = g (s + 2 x u'(x) e s^2), s = 1 / (1 + e) (see fgelu_grad in
-// vec_kernels.inc); e capped at FLT_MAX so that e s stays finite in the far left tail.
-void gelu_bwd_rows(float* gi, const float* g, const float* x, int64_t n) {
+// g * gelu'(v) = g (s + 2 v u'(v) e s^2), s = 1 / (1 + e) (see fgelu_grad in vec_kernels.inc);
+// e capped at FLT_MAX so that e s stays finite in the far left tail.
+inline __m512 gelu_grad_ps(__m512 v, __m512 gv) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 c1 = _mm512_set1_ps(2.0f * 0.7978845608028654f);
   const __m512 c3 = _mm512_set1_ps(2.0f * 0.7978845608028654f * 3.0f * 0.044715f);
-  const __m512 fmax = _mm512_set1_ps(3.40282347e38f);
+  const __m512 v2 = _mm512_mul_ps(v, v);
+  const __m512 e = _mm512_min_ps(gelu_e(v, v2), _mm512_set1_ps(3.40282347e38f));
+  const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, e));
+  const __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(c3, v2, c1));  // 2 v u'(v)
+  const __m512 d = _mm512_fmadd_ps(_mm512_mul_ps(t, _mm512_mul_ps(e, s)), s, s);
+  return _mm512_mul_ps(gv, d);
+}
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
+}
+
+// 16 bf16 values (bits) -> fp32: the top half of an fp32 (exact; NaNs stay NaN and arithmetic
+// quiets them, as the widening converter does).
+inline __m512 load_bf16(__mmask16 m, const uint16_t* p) {
+  const __m256i b = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+// fp32 -> bf16, nearest even, overflow to inf, NaN: sign, quiet bit and top payload bits kept
+// (the narrowing converter's rules, convert_simd_impl.h); subnormals round like normals (bf16
+// has fp32's exponent range).
+inline void store_bf16(uint16_t* p, __mmask16 m, __m512 y) {
+  const __m512i bits = _mm512_castps_si512(y);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
+  const __m512i out = _mm512_mask_blend_epi32(nan, rounded, quiet);
+  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(out));
+}
+
+void gelu_fwd_rows(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
-    const __m512 v2 = _mm512_mul_ps(v, v);
-    const __m512 e = _mm512_min_ps(gelu_e(v, v2), fmax);
-    const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, e));
-    const __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(c3, v2, c1));  // 2 x u'(x)
-    const __m512 d = _mm512_fmadd_ps(_mm512_mul_ps(t, _mm512_mul_ps(e, s)), s, s);
-    _mm512_mask_storeu_ps(gi + i, m, _mm512_mul_ps(gv, d));
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, gelu_ps(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+void gelu_bwd_rows(float* gi, const float* g, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(
+        gi + i, m, gelu_grad_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i)));
+  }
+}
+
+void gelu_bf16_rows(uint16_t* y, const uint16_t* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    store_bf16(y + i, m, gelu_ps(load_bf16(m, x + i)));
+  }
+}
+
+void gelu_bwd_bf16_rows(uint16_t* gi, const uint16_t* g, const uint16_t* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    store_bf16(gi + i, m, gelu_grad_ps(load_bf16(m, x + i), load_bf16(m, g + i)));
   }
 }
 
