@@ -70,7 +70,8 @@ inline __mmask16 tail_mask(int64_t left) {
 // 16 bf16 values (bits) -> fp32: the top half of an fp32 (exact; NaNs stay NaN and arithmetic
 // quiets them, as the widening converter does).
 inline __m512 load_bf16(__mmask16 m, const uint16_t* p) {
-  const __m256i b = _mm256_maskz_loadu_epi16(m, p);
+  const __m256i b = m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                : _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 // fp32 -> bf16, nearest even, overflow to inf, NaN: sign, quiet bit and top payload bits kept
@@ -84,18 +85,30 @@ inline void store_bf16(uint16_t* p, __mmask16 m, __m512 y) {
   const __mmask16 nan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
   const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
   const __m512i out = _mm512_mask_blend_epi32(nan, rounded, quiet);
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(out));
+  const __m256i h = _mm512_cvtepi32_epi16(out);
+  if (m == 0xFFFF) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+  } else {
+    _mm256_mask_storeu_epi16(p, m, h);
+  }
 }
 
+// Full vectors with plain loads and stores (masked ones in every iteration cost measurably on
+// this CPU), the tail masked.
 void gelu_fwd_rows(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu_ps(_mm512_loadu_ps(x + i)));
+  if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(y + i, m, gelu_ps(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 
 void gelu_bwd_rows(float* gi, const float* g, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(gi + i, gelu_grad_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i)));
+  if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(
         gi + i, m, gelu_grad_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i)));
@@ -103,14 +116,19 @@ void gelu_bwd_rows(float* gi, const float* g, const float* x, int64_t n) {
 }
 
 void gelu_bf16_rows(uint16_t* y, const uint16_t* x, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store_bf16(y + i, 0xFFFF, gelu_ps(load_bf16(0xFFFF, x + i)));
+  if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     store_bf16(y + i, m, gelu_ps(load_bf16(m, x + i)));
   }
 }
 
 void gelu_bwd_bf16_rows(uint16_t* gi, const uint16_t* g, const uint16_t* x, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    store_bf16(gi + i, 0xFFFF, gelu_grad_ps(load_bf16(0xFFFF, x + i), load_bf16(0xFFFF, g + i)));
+  if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     store_bf16(gi + i, m, gelu_grad_ps(load_bf16(m, x + i), load_bf16(m, g + i)));
   }
