@@ -384,6 +384,18 @@ TEST(CpuVsRef, LstmCell) {
       {x, h, c, wih, whh, bih, bhh});
 }
 
+TEST(CpuVsRef, Bf16ColumnSums) {
+  // Sums over leading/middle dims of bf16 tensors (the bias gradients of bf16 linears) widen the
+  // bf16 rows inline on the cpu backend; inner sizes below and above its 1024-column pieces.
+  const Tensor a = rnd({300, 1500}, 91, DType::bf16), b = rnd({3, 50, 40}, 92, DType::bf16);
+  expect_cpu_matches_ref(
+      "bf16 sum cols", [](const V& v) { return sum(v[0], {0}); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 mean cols", [](const V& v) { return mean(v[0], {0}, true); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 sum middle", [](const V& v) { return sum(v[0], {1}); }, {b}, kTolBf16);
+}
+
 TEST(CpuVsRef, Bf16Storage) {
   // bf16 inputs compute in fp32 and round the result to bf16 on both backends.
   const Tensor a = rnd({16, 32}, 63, DType::bf16), b = rnd({32, 8}, 64, DType::bf16);

@@ -1,6 +1,7 @@
 // CpuBackend kernels for reductions, softmax, norms, losses, dropout, pooling and attention:
 // fp32 contiguous fast paths on the tiered row kernels (vec_kernels.h) and OpenMP; everything
 // else falls through to the ref kernels.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -78,8 +79,17 @@ void CpuBackend::reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src) 
       const int64_t n = std::min(kPiece, ihi - i0);
       for (int64_t i = 0; i < n; ++i) yo[i0 + i] = 0.0f;
       for (int64_t m = 0; m < mid; ++m) {
-        convert_to_f32(sd, x + (o * mid + m) * inner + i0,
-                       std::span<float>(buf, static_cast<size_t>(n)));
+        const uint16_t* xr = x + (o * mid + m) * inner + i0;
+        if (sd == DType::bf16) {
+          // bf16 widens by a shift: inline, instead of a converter call and a second pass per
+          // row (the column sums are the bias gradients of every bf16 linear). Same sums.
+          float* yr = yo + i0;
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i)
+            yr[i] += std::bit_cast<float>(static_cast<uint32_t>(xr[i]) << 16);
+          continue;
+        }
+        convert_to_f32(sd, xr, std::span<float>(buf, static_cast<size_t>(n)));
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) yo[i0 + i] += buf[i];
       }
@@ -577,16 +587,27 @@ int64_t attention_chunk(int64_t BH, int64_t Tq, int64_t Tk) {
   return std::clamp<int64_t>((int64_t{1} << 18) / per_head, 1, std::max<int64_t>(BH, 1));
 }
 // Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t.
+// Inline (a converter call per 128-value row cost more than the rounding): nearest even by the
+// carry trick, NaN kept with its quiet bit set, the narrowing converter's rules.
 void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
-  convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)),
-                 static_cast<uint16_t*>(t.data_ptr()) + off,
-                 ConvertOptions{Round::nearest_even, Overflow::ieee});
+  uint16_t* d = static_cast<uint16_t*>(t.data_ptr()) + off;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(src[i]);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (u >> 16) | 0x0040u;
+    d[i] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
+  }
 }
 // One row of n elements of t (fp32 or bf16, contiguous) starting at element off, as fp32.
 const float* row_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
   if (t.dtype() == DType::fp32) return fp(t) + off;
-  convert_to_f32(DType::bf16, static_cast<const uint16_t*>(t.data_ptr()) + off,
-                 std::span<float>(buf, static_cast<size_t>(n)));
+  // bf16 -> fp32 is a shift; inline (rows are one head wide, 64 values: a converter call per
+  // row cost more than the conversion).
+  const uint16_t* src = static_cast<const uint16_t*>(t.data_ptr()) + off;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    buf[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
   return buf;
 }
 }  // namespace
