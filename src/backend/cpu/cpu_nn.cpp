@@ -586,19 +586,15 @@ int64_t attention_chunk(int64_t BH, int64_t Tq, int64_t Tk) {
   const int64_t per_head = std::max<int64_t>(1, Tq * Tk);
   return std::clamp<int64_t>((int64_t{1} << 18) / per_head, 1, std::max<int64_t>(BH, 1));
 }
-// Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t.
-// Inline (a converter call per 128-value row cost more than the rounding): nearest even by the
-// carry trick, NaN kept with its quiet bit set, the narrowing converter's rules.
+// Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t, with
+// the bulk (AVX-512) converter. Callers pass groups of rows (kRowGroup): one call per row of a
+// head (128 values) cost more in call overhead than the conversion.
 void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
-  uint16_t* d = static_cast<uint16_t*>(t.data_ptr()) + off;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = std::bit_cast<uint32_t>(src[i]);
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet = (u >> 16) | 0x0040u;
-    d[i] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
-  }
+  convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)),
+                 static_cast<uint16_t*>(t.data_ptr()) + off,
+                 ConvertOptions{Round::nearest_even, Overflow::ieee});
 }
+constexpr int64_t kRowGroup = 16;
 // One row of n elements of t (fp32 or bf16, contiguous) starting at element off, as fp32.
 const float* row_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
   if (t.dtype() == DType::fp32) return fp(t) + off;
@@ -650,7 +646,6 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
         view_of(v, Shape{nb, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset() + h0 * Tk * D);
     Tensor sm = sb;
     matmul(sm, q3, kT, Tensor(), cfg);
-    // bf16: each row of P is rounded while it is in cache (not in a second pass over S).
     parallel_for(nb * Tq, sb.numel() * 8, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t i = r % Tq;
@@ -659,7 +654,11 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
 #pragma omp simd
         for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
         fp(lse)[h0 * Tq + r] = kern.softmax_inplace_masked(row, valid, Tk);
-        if (bf16) store_bf16_row(pb, r * Tk, row, Tk);
+        // bf16: P rounded by groups of rows while they are in cache (not in a second pass).
+        if (bf16 && ((r + 1 - lo) % kRowGroup == 0 || r + 1 == hi)) {
+          const int64_t g0 = r + 1 - ((r - lo) % kRowGroup + 1);
+          store_bf16_row(pb, g0 * Tk, fp(sb) + g0 * Tk, (r + 1 - g0) * Tk);
+        }
       }
     });
     Tensor o3 =
@@ -742,9 +741,10 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
           // dS = P (dP - delta) * scale (into dp)
 #pragma omp simd
         for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
-        if (bf16) {
-          store_bf16_row(p16b, r * Tk, prow, Tk);
-          store_bf16_row(ds16b, r * Tk, dprow, Tk);
+        if (bf16 && ((r + 1 - lo) % kRowGroup == 0 || r + 1 == hi)) {
+          const int64_t g0 = r + 1 - ((r - lo) % kRowGroup + 1);
+          store_bf16_row(p16b, g0 * Tk, fp(pb) + g0 * Tk, (r + 1 - g0) * Tk);
+          store_bf16_row(ds16b, g0 * Tk, fp(dpb) + g0 * Tk, (r + 1 - g0) * Tk);
         }
       }
     });
