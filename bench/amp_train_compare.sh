@@ -31,6 +31,7 @@ j = json.loads(sys.stdin.read())
 print(json.dumps({'round': $round, 'who': 'mixp', 'model': j['model'], 'precision': j['precision'],
                   'ms_per_step': j['ms_per_step'], 'cpu_ms_per_step': j.get('cpu_ms_per_step'),
                   'peak_memory_bytes': j['peak_memory_bytes'],
+                  'peak_requested_bytes': j.get('peak_requested_bytes'),
                   'skipped_steps': j['skipped_steps']}))"
     done
     for p in fp32 bf16; do

@@ -35,3 +35,17 @@ for model in sorted({k[1] for k in by}):
     if m in by and t in by:
         print(f"{model}: mixp bf16 / torch autocast bf16: wall {med(m, 'ms_per_step') / med(t, 'ms_per_step'):.3f}, "
               f"cpu {med(m, 'cpu_ms_per_step') / med(t, 'cpu_ms_per_step'):.3f}")
+# The same ratios per round (each configuration against mixp fp32 of its own round), then the
+# median over rounds: on a shared machine this follows the load less than a ratio of medians.
+rounds = {}
+for r in runs:
+    rounds.setdefault((r["model"], r.get("round")), {})[(r["who"], r["precision"])] = r
+for model in sorted({k[1] for k in by}):
+    for who, prec in sorted({(k[0], k[2]) for k in by if k[1] == model}):
+        per = [g[(who, prec)]["cpu_ms_per_step"] / g[("mixp", "fp32")]["cpu_ms_per_step"]
+               for (m, _), g in sorted(rounds.items(), key=lambda kv: str(kv[0]))
+               if m == model and (who, prec) in g and ("mixp", "fp32") in g
+               and g[(who, prec)].get("cpu_ms_per_step") and g[("mixp", "fp32")].get("cpu_ms_per_step")]
+        if per and (who, prec) != ("mixp", "fp32"):
+            print(f"{model} {who} {prec}: cpu x fp32 per round {[round(x, 3) for x in per]}, "
+                  f"median {statistics.median(per):.3f}")

@@ -105,7 +105,8 @@ void FunctionNode::apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_
         "retain_graph=true to the first backward if you need to run it twice.");
   }
   for (Tensor& g : grad_outputs) {
-    if (g.defined() && g.dtype() != compute_) g = g.to(compute_, Round::nearest_even);
+    if (g.defined() && g.dtype() != compute_ && !(pass_grad_dtype && g.is_floating_point()))
+      g = g.to(compute_, Round::nearest_even);
   }
   BackwardContext ctx{grad_outputs, grad_inputs, this};
   fn_(ctx);
@@ -117,7 +118,7 @@ void FunctionNode::apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_
     }
     if (!g.defined()) continue;
     if (i < input_dtypes.size() && g.dtype() != input_dtypes[i] &&
-        traits(input_dtypes[i]).is_float()) {
+        traits(input_dtypes[i]).is_float() && !(pass_grad_dtype && g.is_floating_point())) {
       g = g.to(input_dtypes[i], Round::nearest_even);
     }
   }

@@ -2,6 +2,7 @@
 // the LSTM cell. Backward passes reuse the backend's matmul with transposed strided views, so no
 // transpose is ever materialized.
 #include <cmath>
+#include <optional>
 
 #include "backend/narrow.h"
 #include "mixp/ops/matmul_precision.h"
@@ -70,18 +71,30 @@ Tensor rows_of(const Tensor& t) {
 }
 
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const GemmPlan& plan,
-            Activation act = Activation::none) {
+            Activation act = Activation::none, std::optional<DType> out_dtype = std::nullopt) {
   Shape out_shape =
       a.dim() == 3 || b.dim() == 3
           ? Shape{std::max(a.dim() == 3 ? a.shape()[0] : 1, b.dim() == 3 ? b.shape()[0] : 1),
                   a.shape()[a.dim() - 2], b.shape()[b.dim() - 1]}
           : Shape{a.shape()[0], b.shape()[1]};
-  Tensor dst = new_tensor(out_shape, gemm_out_dtype(plan));
+  Tensor dst = new_tensor(out_shape, out_dtype ? *out_dtype : gemm_out_dtype(plan));
   MatmulConfig cfg;
   cfg.compute = backend_compute(plan);
   cfg.activation = act;
   backend().matmul(dst, plan_operand(a, plan), plan_operand(b, plan), bias, cfg);
   return dst;
+}
+
+// Whether w is the bf16 cast of an fp32 leaf (autocast's weight copy; Tensor::to marks its node
+// pass_grad_dtype). Its gradient then goes to the fp32 leaf and nowhere else, so the GEMM can
+// write it in fp32 directly (bf16 x bf16 products accumulated in fp32, as every bf16 GEMM does)
+// instead of rounding it to bf16 for the leaf to widen again: one rounding and two passes fewer.
+// What TransformerEngine and Megatron do with fp32 "main_grad" accumulation; PyTorch's autocast
+// rounds the weight gradient to bf16 first (docs/amp.md).
+bool weight_grad_in_fp32(const Tensor& w) {
+  if (w.dtype() != DType::bf16 || !w.requires_grad() || !w.grad_fn()) return false;
+  const auto* n = dynamic_cast<const FunctionNode*>(w.grad_fn().get());
+  return n && n->op() == OpId::to && n->pass_grad_dtype;
 }
 
 // dbias = sum of g over rows.
@@ -189,8 +202,9 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
     Tensor keep_w = x.requires_grad() ? wc.detach() : Tensor();
     Tensor keep_y = act == Activation::relu ? y2.detach() : Tensor();
     const Shape x_shape = x.shape();
+    const bool dw32 = weight_grad_in_fp32(w);
     record(OpId::linear, c, {&x, &w, &b}, {&out},
-           [keep_x, keep_w, keep_y, x_shape, plan](BackwardContext& ctx) {
+           [keep_x, keep_w, keep_y, x_shape, plan, dw32](BackwardContext& ctx) {
              Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
              if (keep_y.defined()) {
                Tensor gz = new_tensor(g2.shape(), g2.dtype());
@@ -199,9 +213,13 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
              }
              if (ctx.needs(0))
                ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
-             if (ctx.needs(1)) ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), plan);
+             if (ctx.needs(1)) {
+               ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), plan, Activation::none,
+                                         dw32 ? std::optional<DType>(DType::fp32) : std::nullopt);
+             }
              if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
            });
+    if (dw32) static_cast<FunctionNode*>(out.grad_fn().get())->input_dtypes[1] = DType::fp32;
   }
   return out;
 }

@@ -263,7 +263,12 @@ Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const
     // accumulator as it is, which widens it exactly while adding it into the fp32 .grad, instead
     // of materializing an fp32 copy first. Same values.
     if (is_leaf() && dtype() == DType::fp32 && (dt == DType::bf16 || dt == DType::fp16)) {
-      static_cast<FunctionNode*>(out.grad_fn().get())->input_dtypes[0] = dt;
+      auto* node = static_cast<FunctionNode*>(out.grad_fn().get());
+      node->input_dtypes[0] = dt;
+      // bf16 only: an fp32 weight gradient written by the GEMM (see linear) may pass through
+      // as it is. fp16 keeps PyTorch's 16-bit weight gradients, whose overflow the GradScaler
+      // must see.
+      node->pass_grad_dtype = dt == DType::bf16;
     }
   }
   return out;

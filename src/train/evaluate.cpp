@@ -277,6 +277,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
   for (const auto& [k, v] : r.extra_metrics) j[k] = finite_or_null(v);
   j["final_loss"] = finite_or_null(r.final_loss);
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["peak_requested_bytes"] = r.peak_requested_bytes;
+  j["peak_reserved_bytes"] = r.peak_reserved_bytes;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["energy_joules"] = opt_number(r.energy_joules);
   j["energy_source"] = r.energy_source;

@@ -200,7 +200,10 @@ TrainResult Trainer::fit() {
   }
   TrainResult r;
   r.train_time_s = (now_ms() - t0) * 1e-3;
-  r.peak_memory_bytes = allocator_stats().peak_allocated_bytes;
+  const AllocatorStats mem = allocator_stats();
+  r.peak_memory_bytes = mem.peak_allocated_bytes;
+  r.peak_requested_bytes = mem.peak_requested_bytes;
+  r.peak_reserved_bytes = mem.peak_reserved_bytes;
   r.energy_joules = meter.joules();
   r.energy_source = meter.source();
 

@@ -228,6 +228,41 @@ TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
   }
 }
 
+TEST(Autocast, Bf16LinearWritesTheWeightGradientInFp32) {
+  // Under bf16 autocast the GEMM writes dW of the cached weight copy in fp32 (bf16 products,
+  // fp32 accumulation) and the leaf takes it as it is: no rounding of dW to bf16. With
+  // loss = sum(y), dY = 1 and dW[o][i] = sum_n bf16(x[n][i]); 64 bf16 values summed in fp32 are
+  // within ~64 * 2^-24 relative of the exact sum, where a bf16-rounded dW would be off by up to
+  // 2^-9. fp16 keeps 16-bit weight gradients (their overflow is the GradScaler's signal).
+  const int64_t N = 64, I = 40, O = 24;
+  const Tensor x = rnd({N, I}, 7);
+  Tensor w = rnd({O, I}, 8).requires_grad_();
+  Tensor loss;
+  {
+    Autocast ac(DType::bf16);
+    Tensor y = linear(x, w);
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    loss = sum(y);
+  }
+  loss.backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), DType::fp32);
+  const std::vector<double> xb = x.to(DType::bf16, Round::nearest_even).to_double_vector();
+  const std::vector<double> dw = w.grad().to_double_vector();
+  double worst = 0;
+  for (int64_t o = 0; o < O; ++o) {
+    for (int64_t i = 0; i < I; ++i) {
+      double ref = 0, mag = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        ref += xb[static_cast<size_t>(n * I + i)];
+        mag += std::fabs(xb[static_cast<size_t>(n * I + i)]);
+      }
+      worst = std::max(worst, std::fabs(dw[static_cast<size_t>(o * I + i)] - ref) / mag);
+    }
+  }
+  EXPECT_LT(worst, 64 * 0x1.0p-24);
+}
+
 TEST(Autocast, CastAndDirectUsesOfOneWeightSumInFp32) {
   // w feeds a bf16 linear (through the cached cast) and an fp32 op directly: both gradients reach
   // w.grad, summed in fp32 (the 16-bit one is widened, the fp32 one never rounded to 16 bits).

@@ -283,6 +283,63 @@ TEST(CpuVsRef, Attention) {
                          {qkv});
 }
 
+TEST(CpuVsRef, AttentionInBatchHeadChunks) {
+  // The cpu kernels process batch-heads in chunks of about 2^18 scores (cpu_nn.cpp); at
+  // T = 256 a chunk is 4 heads, so B * H = 10 runs chunks of 4, 4 and 2: every row of q, k, v,
+  // the output, the log-sum-exp and the three gradients must land at its own offset. fp32 and
+  // bf16 (the bf16 kernel rounds P and dS per chunk).
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    const Tensor q = rnd({2, 5, 256, 8}, 81, dt), k = rnd({2, 5, 256, 8}, 82, dt),
+                 v = rnd({2, 5, 256, 8}, 83, dt);
+    for (bool causal : {true, false}) {
+      expect_cpu_matches_ref(
+          std::string(name(dt)) + (causal ? " chunked attention causal" : " chunked attention"),
+          [causal](const V& a) { return scaled_dot_product_attention(a[0], a[1], a[2], causal); },
+          {q, k, v}, dt == DType::bf16 ? kTolBf16 : kTolFp32);
+    }
+  }
+}
+
+TEST(CpuVsRef, Bf16ReluOnEveryBitPattern) {
+  // The cpu backend applies ReLU and its backward to bf16 bits directly (no widening): every one
+  // of the 2^16 patterns as x (forward) and as y with a fixed g, and as g with y > 0 (backward),
+  // bit for bit against the ref backend (widen, relu, round back); NaN results compare as NaN.
+  const int64_t n = 1 << 16;
+  Tensor x = Tensor::empty({n}, {.dtype = DType::bf16});
+  Tensor g = Tensor::empty({n}, {.dtype = DType::bf16});
+  Tensor ypos = Tensor::empty({n}, {.dtype = DType::bf16});
+  for (int64_t i = 0; i < n; ++i) {
+    static_cast<uint16_t*>(x.data_ptr())[i] = static_cast<uint16_t>(i);
+    static_cast<uint16_t*>(g.data_ptr())[i] = static_cast<uint16_t>((i * 40503) & 0xFFFF);
+    static_cast<uint16_t*>(ypos.data_ptr())[i] = 0x3F80;  // 1.0
+  }
+  auto run = [&](BackendKind kind) {
+    BackendGuard bg(kind);
+    std::vector<Tensor> out;
+    Tensor y = Tensor::empty({n}, {.dtype = DType::bf16});
+    backend().unary(UnaryOp::relu, y, x);
+    out.push_back(y);
+    Tensor gi = Tensor::empty({n}, {.dtype = DType::bf16});
+    backend().unary_backward(UnaryOp::relu, gi, g, x, x);  // y = x: every pattern as y
+    out.push_back(gi);
+    Tensor gi2 = Tensor::empty({n}, {.dtype = DType::bf16});
+    backend().unary_backward(UnaryOp::relu, gi2, x, Tensor(), ypos);  // every pattern as g
+    out.push_back(gi2);
+    return out;
+  };
+  const std::vector<Tensor> c = run(BackendKind::cpu), r = run(BackendKind::ref);
+  for (size_t t = 0; t < c.size(); ++t) {
+    const auto* a = static_cast<const uint16_t*>(c[t].data_ptr());
+    const auto* b = static_cast<const uint16_t*>(r[t].data_ptr());
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool a_nan = (a[i] & 0x7FFF) > 0x7F80, b_nan = (b[i] & 0x7FFF) > 0x7F80;
+      if (a_nan != b_nan || (!a_nan && a[i] != b[i])) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "output " << t;
+  }
+}
+
 TEST(CpuVsRef, LayoutOps) {
   const Tensor a = rnd({3, 4, 5}, 52);
   expect_cpu_matches_ref("reshape",
@@ -325,6 +382,18 @@ TEST(CpuVsRef, LstmCell) {
       "lstm c",
       [](const V& v) { return lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]).second; },
       {x, h, c, wih, whh, bih, bhh});
+}
+
+TEST(CpuVsRef, Bf16ColumnSums) {
+  // Sums over leading/middle dims of bf16 tensors (the bias gradients of bf16 linears) widen the
+  // bf16 rows inline on the cpu backend; inner sizes below and above its 1024-column pieces.
+  const Tensor a = rnd({300, 1500}, 91, DType::bf16), b = rnd({3, 50, 40}, 92, DType::bf16);
+  expect_cpu_matches_ref(
+      "bf16 sum cols", [](const V& v) { return sum(v[0], {0}); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 mean cols", [](const V& v) { return mean(v[0], {0}, true); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 sum middle", [](const V& v) { return sum(v[0], {1}); }, {b}, kTolBf16);
 }
 
 TEST(CpuVsRef, Bf16Storage) {

@@ -80,6 +80,10 @@ class FunctionNode final : public Node {
   std::string name() const override;
   OpId op() const { return op_; }
   std::vector<DType> input_dtypes;
+  // Set on the cast of an fp32 leaf to bf16 (Tensor::to): gradients pass through in the float
+  // dtype they arrive in (bf16 from most ops, fp32 from a GEMM that wrote the weight gradient in
+  // fp32 directly), and the leaf's accumulator widens a bf16 one while adding it.
+  bool pass_grad_dtype = false;
 
  private:
   OpId op_;

@@ -1,6 +1,7 @@
 // CpuBackend kernels for reductions, softmax, norms, losses, dropout, pooling and attention:
 // fp32 contiguous fast paths on the tiered row kernels (vec_kernels.h) and OpenMP; everything
 // else falls through to the ref kernels.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -78,8 +79,17 @@ void CpuBackend::reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src) 
       const int64_t n = std::min(kPiece, ihi - i0);
       for (int64_t i = 0; i < n; ++i) yo[i0 + i] = 0.0f;
       for (int64_t m = 0; m < mid; ++m) {
-        convert_to_f32(sd, x + (o * mid + m) * inner + i0,
-                       std::span<float>(buf, static_cast<size_t>(n)));
+        const uint16_t* xr = x + (o * mid + m) * inner + i0;
+        if (sd == DType::bf16) {
+          // bf16 widens by a shift: inline, instead of a converter call and a second pass per
+          // row (the column sums are the bias gradients of every bf16 linear). Same sums.
+          float* yr = yo + i0;
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i)
+            yr[i] += std::bit_cast<float>(static_cast<uint32_t>(xr[i]) << 16);
+          continue;
+        }
+        convert_to_f32(sd, xr, std::span<float>(buf, static_cast<size_t>(n)));
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) yo[i0 + i] += buf[i];
       }
@@ -570,17 +580,30 @@ bool attn_native_bf16(std::initializer_list<const Tensor*> ins,
   }
   return true;
 }
-// Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t.
+// Batch-heads per chunk of the attention kernels: enough that one chunk's [chunk, Tq, Tk] fp32
+// score buffer is about 1 MB (2^18 floats; 16 heads at T = 128), at least one.
+int64_t attention_chunk(int64_t BH, int64_t Tq, int64_t Tk) {
+  const int64_t per_head = std::max<int64_t>(1, Tq * Tk);
+  return std::clamp<int64_t>((int64_t{1} << 18) / per_head, 1, std::max<int64_t>(BH, 1));
+}
+// Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t, with
+// the bulk (AVX-512) converter. Callers pass groups of rows (kRowGroup): one call per row of a
+// head (128 values) cost more in call overhead than the conversion.
 void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
   convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)),
                  static_cast<uint16_t*>(t.data_ptr()) + off,
                  ConvertOptions{Round::nearest_even, Overflow::ieee});
 }
+constexpr int64_t kRowGroup = 16;
 // One row of n elements of t (fp32 or bf16, contiguous) starting at element off, as fp32.
 const float* row_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
   if (t.dtype() == DType::fp32) return fp(t) + off;
-  convert_to_f32(DType::bf16, static_cast<const uint16_t*>(t.data_ptr()) + off,
-                 std::span<float>(buf, static_cast<size_t>(n)));
+  // bf16 -> fp32 is a shift; inline (rows are one head wide, 64 values: a converter call per
+  // row cost more than the conversion).
+  const uint16_t* src = static_cast<const uint16_t*>(t.data_ptr()) + off;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    buf[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
   return buf;
 }
 }  // namespace
@@ -602,28 +625,46 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   cfg.compute = gd;
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
                 D = q.shape()[3];
-  const Tensor q3 = view_of(q, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset());
-  const Tensor kT = view_of(k, Shape{BH, D, Tk}, Shape{Tk * D, 1, D}, k.storage_offset());
-  const Tensor v3 = view_of(v, Shape{BH, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset());
-  Tensor s = empty(Shape{BH, Tq, Tk});
-  matmul(s, q3, kT, Tensor(), cfg);
-  // bf16: each row of P is rounded while it is in cache (not in a second pass over S).
-  Tensor p16 = bf16 ? Tensor::empty(s.shape(), {.dtype = DType::bf16}) : Tensor();
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
-  parallel_for(BH * Tq, s.numel() * 8, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t i = r % Tq;
-      float* row = fp(s) + r * Tk;
-      const int64_t valid = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
+  // Batch-heads in chunks, so that the fp32 scores S (and bf16 P) exist for one chunk at a time
+  // (about 1 MB) rather than for all B*H heads: the full [B*H, Tq, Tk] buffer was the largest
+  // temporary of a transformer step.
+  const int64_t chunk = attention_chunk(BH, Tq, Tk);
+  Tensor s = empty(Shape{std::min(chunk, BH), Tq, Tk});
+  Tensor p16 = bf16 ? Tensor::empty(s.shape(), {.dtype = DType::bf16}) : Tensor();
+  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+    const int64_t nb = std::min(chunk, BH - h0);
+    const Tensor sb = nb == s.shape()[0] ? s : view_of(s, Shape{nb, Tq, Tk}, s.strides(), 0);
+    const Tensor pb =
+        !bf16 || nb == p16.shape()[0] ? p16 : view_of(p16, Shape{nb, Tq, Tk}, p16.strides(), 0);
+    const Tensor q3 =
+        view_of(q, Shape{nb, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset() + h0 * Tq * D);
+    const Tensor kT =
+        view_of(k, Shape{nb, D, Tk}, Shape{Tk * D, 1, D}, k.storage_offset() + h0 * Tk * D);
+    const Tensor v3 =
+        view_of(v, Shape{nb, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset() + h0 * Tk * D);
+    Tensor sm = sb;
+    matmul(sm, q3, kT, Tensor(), cfg);
+    parallel_for(nb * Tq, sb.numel() * 8, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t i = r % Tq;
+        float* row = fp(sb) + r * Tk;
+        const int64_t valid = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
 #pragma omp simd
-      for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
-      fp(lse)[r] = kern.softmax_inplace_masked(row, valid, Tk);
-      if (bf16) store_bf16_row(p16, r * Tk, row, Tk);
-    }
-  });
-  Tensor o3 = view_of(dst, Shape{BH, Tq, D}, Shape{Tq * D, D, 1}, dst.storage_offset());
-  matmul(o3, bf16 ? p16 : s, v3, Tensor(), cfg);
+        for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
+        fp(lse)[h0 * Tq + r] = kern.softmax_inplace_masked(row, valid, Tk);
+        // bf16: P rounded by groups of rows while they are in cache (not in a second pass).
+        if (bf16 && ((r + 1 - lo) % kRowGroup == 0 || r + 1 == hi)) {
+          const int64_t g0 = r + 1 - ((r - lo) % kRowGroup + 1);
+          store_bf16_row(pb, g0 * Tk, fp(sb) + g0 * Tk, (r + 1 - g0) * Tk);
+        }
+      }
+    });
+    Tensor o3 =
+        view_of(dst, Shape{nb, Tq, D}, Shape{Tq * D, D, 1}, dst.storage_offset() + h0 * Tq * D);
+    matmul(o3, bf16 ? pb : sb, v3, Tensor(), cfg);
+  }
 }
 
 void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
@@ -652,55 +693,69 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   cfg.compute = gd;
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
                 D = q.shape()[3];
-  auto v3 = [&](const Tensor& t, int64_t T) {
-    return view_of(t, Shape{BH, T, D}, Shape{T * D, D, 1}, t.storage_offset());
-  };
-  auto v3T = [&](const Tensor& t, int64_t T) {
-    return view_of(t, Shape{BH, D, T}, Shape{T * D, 1, D}, t.storage_offset());
-  };
-  // Recompute P from the saved log-sum-exp.
-  Tensor p = empty(Shape{BH, Tq, Tk});
-  matmul(p, v3(q, Tq), v3T(k, Tk), Tensor(), cfg);
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
-  // dP = dO V^T
-  Tensor dp = empty(Shape{BH, Tq, Tk});
-  matmul(dp, v3(ddst, Tq), v3T(v, Tk), Tensor(), cfg);
-  Tensor p16 = bf16 ? Tensor::empty(p.shape(), {.dtype = DType::bf16}) : Tensor();
-  Tensor ds16 = bf16 ? Tensor::empty(p.shape(), {.dtype = DType::bf16}) : Tensor();
-  parallel_for(BH * Tq, p.numel() * 8, [&](int64_t lo, int64_t hi) {
-    std::vector<float> bg(static_cast<size_t>(D)), bo(static_cast<size_t>(D));
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t i = r % Tq;
-      float* prow = fp(p) + r * Tk;
-      float* dprow = fp(dp) + r * Tk;
-      const int64_t valid = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
+  // Batch-heads in chunks, as in the forward: P, dP (fp32) and their bf16 copies exist for one
+  // chunk at a time.
+  const int64_t chunk = attention_chunk(BH, Tq, Tk);
+  const Shape ps{std::min(chunk, BH), Tq, Tk};
+  Tensor p = empty(ps), dp = empty(ps);
+  Tensor p16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
+  Tensor ds16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
+  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+    const int64_t nb = std::min(chunk, BH - h0);
+    auto part = [&](const Tensor& t) {
+      return !t.defined() || nb == t.shape()[0]
+                 ? t
+                 : view_of(t, Shape{nb, Tq, Tk}, t.strides(), t.storage_offset());
+    };
+    auto v3 = [&](const Tensor& t, int64_t T) {
+      return view_of(t, Shape{nb, T, D}, Shape{T * D, D, 1}, t.storage_offset() + h0 * T * D);
+    };
+    auto v3T = [&](const Tensor& t, int64_t T) {
+      return view_of(t, Shape{nb, D, T}, Shape{T * D, 1, D}, t.storage_offset() + h0 * T * D);
+    };
+    Tensor pb = part(p), dpb = part(dp);
+    const Tensor p16b = part(p16), ds16b = part(ds16);
+    // Recompute P from the saved log-sum-exp.
+    matmul(pb, v3(q, Tq), v3T(k, Tk), Tensor(), cfg);
+    // dP = dO V^T
+    matmul(dpb, v3(ddst, Tq), v3T(v, Tk), Tensor(), cfg);
+    parallel_for(nb * Tq, pb.numel() * 8, [&](int64_t lo, int64_t hi) {
+      std::vector<float> bg(static_cast<size_t>(D)), bo(static_cast<size_t>(D));
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t i = r % Tq, rg = h0 * Tq + r;  // row within the chunk, row overall
+        float* prow = fp(pb) + r * Tk;
+        float* dprow = fp(dpb) + r * Tk;
+        const int64_t valid = causal ? std::min(Tk, i + 1 + (Tk - Tq)) : Tk;
 #pragma omp simd
-      for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
-      kern.exp_shift(prow, prow, fp(lse)[r], valid);
-      for (int64_t j = valid; j < Tk; ++j) prow[j] = 0.0f;
-      // delta = sum_d dO O
-      const float* go = row_f32(ddst, r * D, D, bg.data());
-      const float* o = row_f32(dst, r * D, D, bo.data());
-      float delta = 0.0f;
+        for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
+        kern.exp_shift(prow, prow, fp(lse)[rg], valid);
+        for (int64_t j = valid; j < Tk; ++j) prow[j] = 0.0f;
+        // delta = sum_d dO O
+        const float* go = row_f32(ddst, rg * D, D, bg.data());
+        const float* o = row_f32(dst, rg * D, D, bo.data());
+        float delta = 0.0f;
 #pragma omp simd reduction(+ : delta)
-      for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
-        // dS = P (dP - delta) * scale (into dp)
+        for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
+          // dS = P (dP - delta) * scale (into dp)
 #pragma omp simd
-      for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
-      if (bf16) {
-        store_bf16_row(p16, r * Tk, prow, Tk);
-        store_bf16_row(ds16, r * Tk, dprow, Tk);
+        for (int64_t j = 0; j < Tk; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
+        if (bf16 && ((r + 1 - lo) % kRowGroup == 0 || r + 1 == hi)) {
+          const int64_t g0 = r + 1 - ((r - lo) % kRowGroup + 1);
+          store_bf16_row(p16b, g0 * Tk, fp(pb) + g0 * Tk, (r + 1 - g0) * Tk);
+          store_bf16_row(ds16b, g0 * Tk, fp(dpb) + g0 * Tk, (r + 1 - g0) * Tk);
+        }
       }
-    }
-  });
-  const Tensor pg = bf16 ? p16 : p, dsg = bf16 ? ds16 : dp;
-  const Tensor pT = view_of(pg, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
-  const Tensor dsT = view_of(dsg, Shape{BH, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
-  Tensor dv3 = v3(dv, Tk), dq3 = v3(dq, Tq), dk3 = v3(dk, Tk);
-  matmul(dv3, pT, v3(ddst, Tq), Tensor(), cfg);  // dV = P^T dO
-  matmul(dq3, dsg, v3(k, Tk), Tensor(), cfg);    // dQ = dS K
-  matmul(dk3, dsT, v3(q, Tq), Tensor(), cfg);    // dK = dS^T Q
+    });
+    const Tensor pg = bf16 ? p16b : pb, dsg = bf16 ? ds16b : dpb;
+    const Tensor pT = view_of(pg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
+    const Tensor dsT = view_of(dsg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
+    Tensor dv3 = v3(dv, Tk), dq3 = v3(dq, Tq), dk3 = v3(dk, Tk);
+    matmul(dv3, pT, v3(ddst, Tq), Tensor(), cfg);  // dV = P^T dO
+    matmul(dq3, dsg, v3(k, Tk), Tensor(), cfg);    // dQ = dS K
+    matmul(dk3, dsT, v3(q, Tq), Tensor(), cfg);    // dK = dS^T Q
+  }
 }
 
 }  // namespace mixp

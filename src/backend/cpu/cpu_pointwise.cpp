@@ -238,7 +238,41 @@ void CpuBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
   RefBackend::add_inplace(dst, src, alpha);
 }
 
+namespace {
+// ReLU on bf16 bits, without converting: the fp32 kernel's x > 0 ? x : 0 keeps exactly the
+// positive non-NaN values, bits 0x0001..0x7F80 (+inf included), and gives +0 for the rest (-0,
+// negatives, NaN). Same results as widen + relu + narrow, which are exact here.
+// As a mask (0xFFFF keep, 0 drop), branch-free: the signs of activations are random, and a
+// branch per element mispredicts half the time.
+inline uint16_t bf16_keep_mask(uint16_t b) {
+  return static_cast<uint16_t>(-static_cast<int>(static_cast<uint16_t>(b - 1u) < 0x7F80u));
+}
+bool all_bf16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (t->dtype() != DType::bf16 || !t->is_contiguous()) return false;
+  }
+  return true;
+}
+}  // namespace
+
 void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (op == UnaryOp::relu && all_bf16({&dst, &src}) && dst.shape() == src.shape()) {
+    uint16_t* d = ptr<uint16_t>(dst);
+    const uint16_t* s = ptr<uint16_t>(src);
+    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) d[i] = s[i] & bf16_keep_mask(s[i]);
+    });
+    return;
+  }
+  if (op == UnaryOp::gelu && vec::kernels().gelu_bf16 && all_bf16({&dst, &src}) &&
+      dst.shape() == src.shape()) {
+    uint16_t* d = ptr<uint16_t>(dst);
+    const uint16_t* s = ptr<uint16_t>(src);
+    const auto f = vec::kernels().gelu_bf16;
+    parallel_chunks(dst.numel(), [&](int64_t lo, int64_t hi) { f(d + lo, s + lo, hi - lo); });
+    return;
+  }
   if (any_narrow({&dst, &src}) && pw_ok(dst) && pw_ok(src) && dst.shape() == src.shape()) {
     const auto& k = vec::kernels();
     blocked(dst.numel(), [&](int64_t off, int64_t n) {
@@ -262,6 +296,29 @@ void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
 void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                 const Tensor& dst) {
   const bool need_x = unary_bwd_needs_src(op), need_y = unary_bwd_needs_dst(op);
+  if (op == UnaryOp::relu && dst.defined() && all_bf16({&dsrc, &ddst, &dst}) &&
+      dsrc.shape() == ddst.shape() && dst.shape() == ddst.shape()) {
+    // gi = y > 0 ? g : 0 on the bits (g passes unrounded: a bf16 value stays itself)
+    uint16_t* gi = ptr<uint16_t>(dsrc);
+    const uint16_t* g = ptr<uint16_t>(ddst);
+    const uint16_t* y = ptr<uint16_t>(dst);
+    parallel_chunks(dsrc.numel(), [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) gi[i] = g[i] & bf16_keep_mask(y[i]);
+    });
+    return;
+  }
+  if (op == UnaryOp::gelu && vec::kernels().gelu_bwd_bf16 && src.defined() &&
+      all_bf16({&dsrc, &ddst, &src}) && dsrc.shape() == ddst.shape() &&
+      src.shape() == ddst.shape()) {
+    uint16_t* gi = ptr<uint16_t>(dsrc);
+    const uint16_t* g = ptr<uint16_t>(ddst);
+    const uint16_t* x = ptr<uint16_t>(src);
+    const auto f = vec::kernels().gelu_bwd_bf16;
+    parallel_chunks(dsrc.numel(),
+                    [&](int64_t lo, int64_t hi) { f(gi + lo, g + lo, x + lo, hi - lo); });
+    return;
+  }
   if (any_narrow({&dsrc, &ddst, &src, &dst}) && pw_ok(dsrc) && pw_ok(ddst) &&
       (!need_x || (src.defined() && pw_ok(src))) && (!need_y || (dst.defined() && pw_ok(dst))) &&
       dsrc.shape() == ddst.shape()) {

@@ -49,6 +49,11 @@ struct Kernels {
   void (*sum_g_gx)(const float* g, const float* x, int64_t n, float m, float* sg, float* sgx);
   void (*bn_bwd_apply)(float* gx, const float* g, const float* x, int64_t n, float m, float k1,
                        float k2, float k3);
+  // GELU and its backward on bf16 storage (bits), widening in registers and rounding the result
+  // to nearest even: the same values as widening, running unary/unary_bwd and narrowing, without
+  // the conversion passes. Null in tiers that lack them (the caller converts in blocks then).
+  void (*gelu_bf16)(uint16_t* y, const uint16_t* x, int64_t n);
+  void (*gelu_bwd_bf16)(uint16_t* gi, const uint16_t* g, const uint16_t* x, int64_t n);
 };
 
 const Kernels& kernels();  // the tier simd_tier() allows
