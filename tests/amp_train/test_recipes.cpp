@@ -29,21 +29,8 @@ namespace mixp::train {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::small_mlp;
 using testing::TempDir;
-
-TrainConfig small_mlp(const std::string& precision) {
-  TrainConfig c;
-  c.model.name = "mlp";
-  c.model.width = 64;
-  c.data = kSyntheticData;
-  c.train_limit = 512;
-  c.test_limit = 256;
-  c.batch = 32;
-  c.seed = 3;
-  c.threads = 1;
-  c.precision = precision;
-  return c;
-}
 
 TrainConfig tiny_gpt(const std::string& precision) {
   TrainConfig c;
