@@ -280,40 +280,25 @@ void GradScaler::update(double new_scale) {
   per_opt_.clear();
 }
 
-void GradScaler::set_growth_factor(double f) {
-  GradScalerOptions o = opt_;
-  o.growth_factor = f;
-  std::swap(o, opt_);
+// Changes one option and validates the set; an invalid value leaves the options as they were.
+template <typename T>
+void GradScaler::set_option(T GradScalerOptions::*field, T value) {
+  const GradScalerOptions before = opt_;
+  opt_.*field = value;
   try {
     check_options();
   } catch (...) {
-    opt_ = o;
+    opt_ = before;
     throw;
   }
 }
 
-void GradScaler::set_backoff_factor(double f) {
-  GradScalerOptions o = opt_;
-  o.backoff_factor = f;
-  std::swap(o, opt_);
-  try {
-    check_options();
-  } catch (...) {
-    opt_ = o;
-    throw;
-  }
-}
+void GradScaler::set_growth_factor(double f) { set_option(&GradScalerOptions::growth_factor, f); }
+
+void GradScaler::set_backoff_factor(double f) { set_option(&GradScalerOptions::backoff_factor, f); }
 
 void GradScaler::set_growth_interval(int64_t n) {
-  GradScalerOptions o = opt_;
-  o.growth_interval = n;
-  std::swap(o, opt_);
-  try {
-    check_options();
-  } catch (...) {
-    opt_ = o;
-    throw;
-  }
+  set_option(&GradScalerOptions::growth_interval, n);
 }
 
 GradScaler::StateDict GradScaler::state_dict() const {

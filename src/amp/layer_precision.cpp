@@ -11,23 +11,14 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/matmul_precision.h"
+#include "util/text.h"
 
 namespace mixp::amp {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
-std::string trim(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && (s[a] == ' ' || s[a] == '\t')) ++a;
-  while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t')) --b;
-  return std::string(s.substr(a, b - a));
-}
+using ::mixp::detail::join;
+using ::mixp::detail::trim;
 
 bool narrow(DType d) {
   return d == DType::bf16 || d == DType::fp16;

@@ -11,6 +11,7 @@
 
 #if __has_include("mixp/backend/platform.h")
 #include "mixp/backend/platform.h"
+#include "util/text.h"
 #define MIXP_HAVE_PLATFORM 1
 #endif
 
@@ -18,18 +19,8 @@ namespace mixp::amp {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
-std::string trim(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && (s[a] == ' ' || s[a] == '\t')) ++a;
-  while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t')) --b;
-  return std::string(s.substr(a, b - a));
-}
+using ::mixp::detail::join;
+using ::mixp::detail::trim;
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

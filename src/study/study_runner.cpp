@@ -22,18 +22,15 @@
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
 #include "study/peak_rss.h"
+#include "util/text.h"
 
 namespace mixp::study {
 
 namespace {
 
-using train::ConfigError;
+using ::mixp::detail::join;
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
+using train::ConfigError;
 
 // Everything a run reports through the Trainer's callbacks, kept so that a run that stops
 // early (the NaN guard) still has its curve, step times and energy.

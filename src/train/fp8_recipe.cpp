@@ -14,26 +14,17 @@
 #include "mixp/nn/linear.h"
 #include "mixp/nn/module.h"
 #include "mixp/train/train_config.h"
+#include "util/text.h"
 
 namespace mixp::train {
 
 namespace {
 
-std::string trim(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return std::string(s.substr(a, b - a));
-}
+using ::mixp::detail::join;
+using ::mixp::detail::trim;
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
 

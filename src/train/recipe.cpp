@@ -10,6 +10,7 @@
 #include "mixp/train/fp8_recipe.h"
 #include "mixp/tensor/generator.h"
 #include "mixp/train/train_config.h"
+#include "util/text.h"
 
 namespace mixp::train {
 
@@ -20,13 +21,9 @@ std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(const RecipeOptions& opt);
 
 namespace {
 
-constexpr const char* kInt8Qat = "int8-qat";
+using ::mixp::detail::join;
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
+constexpr const char* kInt8Qat = "int8-qat";
 
 struct AutocastScope final : ForwardScope {
   explicit AutocastScope(DType d) : ac(d) {}

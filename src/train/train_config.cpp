@@ -7,16 +7,13 @@
 #include "mixp/data/text_corpus.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/lr_schedule.h"
+#include "util/text.h"
 
 namespace mixp::train {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
+using ::mixp::detail::join;
 
 bool contains(const std::vector<std::string>& v, std::string_view x) {
   for (const auto& e : v)

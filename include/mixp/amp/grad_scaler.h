@@ -147,6 +147,8 @@ class GradScaler {
   PerOptimizer& state_of(const optim::Optimizer& opt);
   const PerOptimizer* find_state(const optim::Optimizer& opt) const;
   void check_options() const;
+  template <typename T>
+  void set_option(T GradScalerOptions::*field, T value);
 
   GradScalerOptions opt_;
   bool enabled_;
