@@ -23,12 +23,14 @@
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
+#include "train/resume_check.h"
 #include "train/train_test_util.h"
 
 namespace mixp::train {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::expect_resume_identical;
 using testing::small_mlp;
 using testing::TempDir;
 
@@ -49,12 +51,6 @@ TrainConfig tiny_gpt(const std::string& precision) {
   c.threads = 1;
   c.precision = precision;
   return c;
-}
-
-std::vector<std::pair<std::string, std::vector<std::byte>>> weights(nn::Module& m) {
-  std::vector<std::pair<std::string, std::vector<std::byte>>> out;
-  for (const auto& t : module_state(m).tensors) out.emplace_back(t.name, t.data);
-  return out;
 }
 
 TEST(Recipes, EveryRecipeTrainsTheMlp) {
@@ -233,47 +229,6 @@ TEST(Recipes, Bf16GptStepHoldsLessMemoryThanFp32) {
   RecordProperty("peak_fp32", std::to_string(peak["fp32"]));
   RecordProperty("peak_bf16", std::to_string(peak["bf16"]));
   RecordProperty("peak_bf16_pure", std::to_string(peak["bf16-pure"]));
-}
-
-// N steps + save + resume + N steps == 2N steps, bit for bit: losses, weights, optimizer state
-// (masters, bf16 states), the loss scaler's state and the skipped-step count.
-void expect_resume_identical(TrainConfig c, int64_t n) {
-  TempDir dir;
-  c.steps = 2 * n;
-  c.evaluate = false;
-  Trainer full(c);
-  const TrainResult rf = full.fit();
-  TrainConfig first = c;
-  first.steps = n;
-  first.save_dir = (dir / "ckpt").string();
-  Trainer a(first);
-  const TrainResult ra = a.fit();
-  TrainConfig second = c;
-  second.resume_dir = (dir / "ckpt").string();
-  Trainer b(second);
-  const TrainResult rb = b.fit();
-  std::vector<double> resumed = ra.losses;
-  resumed.insert(resumed.end(), rb.losses.begin(), rb.losses.end());
-  ASSERT_EQ(resumed.size(), rf.losses.size());
-  for (size_t i = 0; i < resumed.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&resumed[i], &rf.losses[i], sizeof(double)), 0)
-        << "loss of step " << i + 1 << ": " << resumed[i] << " vs " << rf.losses[i];
-  }
-  const auto wf = weights(full.model()), wb = weights(b.model());
-  ASSERT_EQ(wf.size(), wb.size());
-  for (size_t i = 0; i < wf.size(); ++i)
-    EXPECT_TRUE(wf[i].second == wb[i].second) << "tensor " << wf[i].first << " differs";
-  const optim::StateDict sf = full.optimizer().state_dict(), sb = b.optimizer().state_dict();
-  ASSERT_EQ(sf.tensors.size(), sb.tensors.size());
-  for (size_t i = 0; i < sf.tensors.size(); ++i) {
-    const Tensor& x = sf.tensors[i].second;
-    const Tensor& y = sb.tensors[i].second;
-    EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0)
-        << "optimizer state " << sf.tensors[i].first;
-  }
-  EXPECT_EQ(full.recipe().state(), b.recipe().state());
-  EXPECT_EQ(full.recipe().loss_scale(), b.recipe().loss_scale());
-  EXPECT_EQ(rf.skipped_steps, rb.skipped_steps);
 }
 
 TEST(Recipes, ResumeIsBitIdenticalFp16WithSkippedStepsAndGrowth) {

@@ -12,11 +12,13 @@
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/fp8_recipe.h"
 #include "mixp/train/trainer.h"
+#include "train/resume_check.h"
 #include "train/train_test_util.h"
 
 namespace mixp::train {
 namespace {
 
+using testing::expect_resume_identical;
 using testing::small_mlp;
 using testing::TempDir;
 
@@ -123,32 +125,10 @@ TEST(Fp8Recipe, LayerPrecisionRules) {
 
 TEST(Fp8Recipe, ResumeIsBitIdentical) {
   for (const char* p : {"fp8:amax_history=8", "fp8-current", "mxfp8"}) {
-    TempDir dir;
     TrainConfig c = small_mlp(p);
     c.grad_accum = 2;
-    c.evaluate = false;
-    c.steps = 8;
-    Trainer full(c);
-    const TrainResult rf = full.fit();
-    TrainConfig first = c;
-    first.steps = 4;
-    first.evaluate = true;  // an evaluation before the checkpoint must not change the state
-    first.save_dir = (dir / "ck").string();
-    Trainer a(first);
-    const TrainResult ra = a.fit();
-    TrainConfig second = c;
-    second.resume_dir = (dir / "ck").string();
-    Trainer b(second);
-    const TrainResult rb = b.fit();
-    std::vector<double> resumed = ra.losses;
-    resumed.insert(resumed.end(), rb.losses.begin(), rb.losses.end());
-    ASSERT_EQ(resumed.size(), rf.losses.size());
-    for (size_t i = 0; i < resumed.size(); ++i)
-      EXPECT_EQ(std::memcmp(&resumed[i], &rf.losses[i], sizeof(double)), 0) << p << " step " << i;
-    const auto sf = module_state(full.model()), sb = module_state(b.model());
-    ASSERT_EQ(sf.tensors.size(), sb.tensors.size());
-    for (size_t i = 0; i < sf.tensors.size(); ++i)
-      EXPECT_TRUE(sf.tensors[i].data == sb.tensors[i].data) << p << " " << sf.tensors[i].name;
+    // An evaluation before the checkpoint must not change the state.
+    expect_resume_identical(c, 4, /*evaluate_before_save=*/true);
   }
 }
 

@@ -11,11 +11,13 @@
 #include "mixp/tensor/allocator.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/trainer.h"
+#include "resume_check.h"
 #include "train_test_util.h"
 
 namespace mixp::train {
 namespace {
 
+using testing::expect_resume_identical;
 using testing::TempDir;
 
 TrainConfig small_mlp(const std::string& data = kSyntheticData) {
@@ -88,44 +90,6 @@ TEST(Trainer, GptLossFallsOnGeneratedText) {
   EXPECT_LT(last, first - 0.8) << "first " << first << " last " << last;
   EXPECT_LT(*r.val_loss, first);
   EXPECT_GT(r.tokens_per_s, 0);
-}
-
-// N steps + save + resume + N steps == 2N steps, bit for bit (weights, losses).
-void expect_resume_identical(TrainConfig c, int64_t n) {
-  TempDir dir;
-  c.steps = 2 * n;
-  c.evaluate = false;
-  Trainer full(c);
-  const TrainResult rf = full.fit();
-
-  TrainConfig first = c;
-  first.steps = n;
-  first.save_dir = (dir / "ckpt").string();
-  Trainer a(first);
-  const TrainResult ra = a.fit();
-
-  TrainConfig second = c;
-  second.resume_dir = (dir / "ckpt").string();
-  Trainer b(second);
-  EXPECT_EQ(b.step(), n);
-  const TrainResult rb = b.fit();
-  EXPECT_EQ(rb.steps, 2 * n);
-  EXPECT_EQ(rb.steps_this_run, n);
-
-  std::vector<double> resumed = ra.losses;
-  resumed.insert(resumed.end(), rb.losses.begin(), rb.losses.end());
-  ASSERT_EQ(resumed.size(), rf.losses.size());
-  for (size_t i = 0; i < resumed.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&resumed[i], &rf.losses[i], sizeof(double)), 0)
-        << "loss of step " << i + 1 << ": " << resumed[i] << " vs " << rf.losses[i];
-  }
-  const auto wf = weights(full.model());
-  const auto wb = weights(b.model());
-  ASSERT_EQ(wf.size(), wb.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    EXPECT_EQ(wf[i].first, wb[i].first);
-    EXPECT_TRUE(wf[i].second == wb[i].second) << "tensor " << wf[i].first << " differs";
-  }
 }
 
 TEST(Trainer, ResumeIsBitIdenticalMlpAcrossAnEpochBoundary) {
