@@ -273,7 +273,7 @@ std::string describe(const StudyConfig& sc, const train::TrainConfig& rc, int64_
 
 }  // namespace
 
-std::vector<std::string> default_study_precisions() {
+std::vector<std::string> default_study_precisions(std::string_view model) {
   static const std::vector<std::string> wanted = {"fp32",      "tf32", "bf16",    "fp16",
                                                   "bf16-pure", "fp8",  "int8-qat"};
   const std::vector<std::string> have = train::available_recipes();
@@ -282,12 +282,12 @@ std::vector<std::string> default_study_precisions() {
   };
   std::vector<std::string> out;
   for (const auto& n : wanted) {
-    if (has(n)) out.push_back(n);
+    if (has(n) && train::recipe_supports_model(n, model)) out.push_back(n);
   }
   return out;
 }
 
-void check_precisions(const std::vector<std::string>& precisions) {
+void check_precisions(const std::vector<std::string>& precisions, std::string_view model) {
   const std::vector<std::string> have = train::available_recipes();
   const std::vector<std::string>& planned = train::planned_recipes();
   if (precisions.empty()) {
@@ -297,6 +297,13 @@ void check_precisions(const std::vector<std::string>& precisions) {
   for (const auto& p : precisions) {
     if (!seen.insert(p).second) {
       throw ConfigError(fmt::format("precision '{}' is listed twice", p));
+    }
+    if (!train::recipe_supports_model(p, model)) {
+      throw ConfigError(fmt::format(
+          "precision '{}' cannot train the {}: int8 quantization-aware training wraps the layers "
+          "of the mlp and the cnn only (docs/quantization.md); drop it from --precisions or "
+          "compare with --model mlp|cnn",
+          p, model));
     }
     if (std::find(have.begin(), have.end(), p) != have.end()) continue;
     if (std::find(planned.begin(), planned.end(), p) == planned.end()) {
@@ -365,8 +372,8 @@ std::vector<std::pair<int64_t, double>> downsample_steps(
 
 StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   const std::vector<std::string> precisions =
-      sc.precisions.empty() ? default_study_precisions() : sc.precisions;
-  check_precisions(precisions);
+      sc.precisions.empty() ? default_study_precisions(sc.base.model.name) : sc.precisions;
+  check_precisions(precisions, sc.base.model.name);
   if (sc.seeds < 1) throw ConfigError(fmt::format("seeds must be at least 1, got {}", sc.seeds));
   if (!sc.out_dir.empty()) check_output_dir(sc.out_dir, sc.force);
 

@@ -199,6 +199,12 @@ const std::vector<std::string>& planned_recipes() {
   return amp::planned_recipe_names();
 }
 
+bool recipe_supports_model(std::string_view name, std::string_view model) {
+  const std::string_view base = name.substr(0, name.find(':'));
+  if (base == kInt8Qat) return model != "gpt";
+  return true;
+}
+
 std::vector<std::string> available_recipes() {
   // DESIGN.md's order, keeping those this build has: the policy presets, the FP8 recipes and
   // int8-qat.

@@ -355,6 +355,38 @@ TEST(StudyRunner, DefaultPrecisionsAreAvailableOnesOfTheSeedsList) {
   EXPECT_EQ(std::find(d.begin(), d.end(), "fp64"), d.end()) << "not in the seeds' list, and slow";
 }
 
+TEST(StudyRunner, PrecisionsFollowTheModel) {
+  // int8-qat wraps the mlp's and cnn's layers only: a gpt study leaves it out by default and
+  // refuses it by name before anything runs, instead of reporting a failed run at the end.
+  for (const char* m : {"mlp", "cnn"}) {
+    const auto d = default_study_precisions(m);
+    EXPECT_NE(std::find(d.begin(), d.end(), "int8-qat"), d.end()) << m;
+    EXPECT_NO_THROW(check_precisions({"fp32", "int8-qat"}, m)) << m;
+  }
+  const auto g = default_study_precisions("gpt");
+  EXPECT_EQ(std::find(g.begin(), g.end(), "int8-qat"), g.end());
+  EXPECT_NE(std::find(g.begin(), g.end(), "bf16"), g.end());
+  EXPECT_NO_THROW(check_precisions(g, "gpt"));
+  for (const char* p : {"int8-qat", "int8-qat:per_channel=0"}) {
+    EXPECT_FALSE(train::recipe_supports_model(p, "gpt")) << p;
+    EXPECT_TRUE(train::recipe_supports_model(p, "cnn")) << p;
+  }
+  try {
+    check_precisions({"fp32", "int8-qat"}, "gpt");
+    FAIL() << "int8-qat accepted for the gpt";
+  } catch (const train::ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'int8-qat' cannot train the gpt"), std::string::npos) << m;
+    EXPECT_NE(m.find("--model mlp|cnn"), std::string::npos) << m;
+  }
+  TempDir dir;
+  StudyConfig c = tiny({"fp32", "int8-qat"});
+  c.base.model.name = "gpt";
+  c.out_dir = dir / "never";
+  EXPECT_THROW(run_study(c), train::ConfigError);
+  EXPECT_FALSE(std::filesystem::exists(dir / "never"));
+}
+
 TEST(StudyRunner, OutputFolderRules) {
   TempDir dir;
   EXPECT_NO_THROW(check_output_dir(dir / "missing", false));

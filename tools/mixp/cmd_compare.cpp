@@ -57,10 +57,11 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 // `--precisions all`: every recipe this build has, except `auto` (it resolves to one of them).
-std::vector<std::string> all_precisions() {
+// Every recipe but `auto` that can train `model`.
+std::vector<std::string> all_precisions(std::string_view model) {
   std::vector<std::string> out;
   for (const auto& p : train::available_recipes()) {
-    if (p != "auto") out.push_back(p);
+    if (p != "auto" && train::recipe_supports_model(p, model)) out.push_back(p);
   }
   return out;
 }
@@ -98,14 +99,15 @@ void run(Flags& f) {
   c.epochs = f.given("--steps") ? 0 : (f.given("--epochs") ? f.epochs : kDefaultEpochs);
 
   if (f.given("--precisions")) {
-    sc.precisions = f.precisions == "all" ? all_precisions() : split_list(f.precisions);
+    sc.precisions =
+        f.precisions == "all" ? all_precisions(c.model.name) : split_list(f.precisions);
   } else {
-    sc.precisions = study::default_study_precisions();
+    sc.precisions = study::default_study_precisions(c.model.name);
   }
   sc.out_dir = f.out;
   // Every check that does not need a run happens here, before the first run starts.
   try {
-    study::check_precisions(sc.precisions);
+    study::check_precisions(sc.precisions, c.model.name);
     study::check_output_dir(sc.out_dir, sc.force);
     train::TrainConfig probe = c;
     probe.precision = sc.precisions.front();

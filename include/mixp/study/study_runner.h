@@ -35,6 +35,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixp/study/study_results.h"
@@ -84,14 +85,16 @@ struct StudyOutcome {
 StudyOutcome run_study(const StudyConfig& config, const StudyProgress& progress = {});
 
 // The precisions a study runs when none are named: those of fp32, tf32, bf16, fp16, bf16-pure,
-// fp8, int8-qat that this build has (train::available_recipes()), in that order. fp64 is not
-// among them: it is the numerical reference, and slow (90x fp32's step time for the mlp).
-std::vector<std::string> default_study_precisions();
+// fp8, int8-qat that this build has (train::available_recipes()) and that can train `model`
+// (train::recipe_supports_model: no int8-qat for the gpt), in that order. fp64 is not among them:
+// it is the numerical reference, and slow (90x fp32's step time for the mlp).
+std::vector<std::string> default_study_precisions(std::string_view model = "mlp");
 
 // Checks a list of precision names before anything runs. Throws train::ConfigError for an
-// empty list, a name listed twice, a name that is planned but not in this build, or an unknown
-// name; the message lists the available precisions.
-void check_precisions(const std::vector<std::string>& precisions);
+// empty list, a name listed twice, a name that is planned but not in this build, an unknown
+// name (the message lists the available precisions), or a recipe that cannot train `model`.
+void check_precisions(const std::vector<std::string>& precisions,
+                      std::string_view model = "mlp");
 
 // The output folder rules: a missing folder is fine (it is created when the report is written);
 // an existing folder is fine when it holds a previous study (results.json with the study's

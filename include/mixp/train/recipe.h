@@ -170,6 +170,13 @@ std::vector<std::string> available_recipes();
 // Every recipe name of DESIGN.md section 3, available or not.
 const std::vector<std::string>& planned_recipes();
 
+// Whether recipe `name` can train the built-in model `model` (DESIGN.md 5b). Every recipe trains
+// every built-in model except int8-qat, whose fake-quantization wrappers (quant::prepare_qat) cover
+// a Sequential of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d: the mlp and the cnn, not the gpt.
+// Options after a colon are ignored ("int8-qat:..." is int8-qat). Unknown models are accepted
+// (the model factory reports them).
+bool recipe_supports_model(std::string_view name, std::string_view model);
+
 // Converts every floating parameter and buffer of `model` to `dtype` in place (the tensors keep
 // their identity, so references held elsewhere see the change). Nearest-even rounding.
 void convert_module(nn::Module& model, DType dtype);
