@@ -51,6 +51,11 @@ def parse_args(argv):
                         "non-stock fp32 baseline; see README)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--step-times", action="store_true", help="add every timed step's ms to the output")
+    p.add_argument("--saved-memory", action="store_true",
+                   help="after the timed steps, one more forward+loss that counts the tensors "
+                        "autograd saves for backward: adds state_bytes, saved_bytes and "
+                        "state_plus_saved_bytes (a lower bound of the step's tensor-memory peak, "
+                        "comparable with mixp's peak_requested_bytes; RSS is not)")
     a = p.parse_args(argv)
     for name in ("steps", "threads"):
         if getattr(a, name) < 1:
@@ -79,6 +84,35 @@ def log(msg):
 
 def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def saved_memory(torch, model, opt, autocast, loss_fn, batch):
+    """Bytes alive at the start of backward, counted without an allocator: the persistent state
+    (parameters and optimizer state; gradients are None after zero_grad(set_to_none=True)) plus every
+    storage autograd saves for backward (each storage once; parameters saved as they are are
+    state, their autocast copies are not). CPU torch has no allocator statistics, and RSS counts the
+    interpreter and torch itself, so this is the peer of mixp's peak_requested_bytes. It omits the
+    temporaries of the first backward op, so it is a lower bound of the true peak."""
+    state = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
+    for st in opt.state.values():
+        for t in st.values():
+            if torch.is_tensor(t) and t.dim() > 0:
+                state[t.data_ptr()] = t.numel() * t.element_size()
+    saved = {}
+
+    def pack(t):
+        st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+        nbytes = st.nbytes() if hasattr(st, "nbytes") else st.size() * t.element_size()
+        saved[st.data_ptr()] = max(saved.get(st.data_ptr(), 0), nbytes)
+        return t
+
+    x, y = batch
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast():
+        loss = loss_fn(model(x), y)
+    del loss
+    saved_bytes = sum(n for ptr, n in saved.items() if ptr not in state)
+    return {"state_bytes": sum(state.values()), "saved_bytes": saved_bytes,
+            "state_plus_saved_bytes": sum(state.values()) + saved_bytes}
 
 
 def loaded_math_libraries():
@@ -228,6 +262,9 @@ def main(argv):
     if args.model == "gpt":
         result["tokens_per_s"] = result["samples_per_s"]
         result["sequences_per_s"] = args.batch * len(times) / sum(times)
+
+    if args.saved_memory:
+        result.update(saved_memory(torch, model, opt, autocast, loss_fn, next(it)))
 
     # --- evaluation (accuracy runs only)
     if args.epochs:
