@@ -90,9 +90,16 @@ void hook(OpId op, std::span<Tensor> inputs) {
   apply_autocast(op, inputs, s.cur.dtype, s.cur.cache_enabled);
 }
 
+DType save_hook(OpId op) {
+  const AutocastOptions& o = tls().cur;
+  if (o.enabled && o.low_precision_norm_saves && op == OpId::layer_norm) return o.dtype;
+  return DType::fp32;
+}
+
 void install_hook_once() {
   static const bool installed = [] {
     set_cast_policy_hook(&hook);
+    set_save_dtype_hook(&save_hook);
     return true;
   }();
   (void)installed;
@@ -152,7 +159,9 @@ void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cac
   }
 }
 
-Autocast::Autocast(DType dtype, bool enabled) : Autocast(AutocastOptions{dtype, enabled, true}) {}
+Autocast::Autocast(DType dtype, bool enabled)
+    : Autocast(AutocastOptions{dtype, enabled, true,
+                               tls().nesting > 0 && tls().cur.low_precision_norm_saves}) {}
 
 Autocast::Autocast(const AutocastOptions& options) {
   check_dtype(options.dtype);
@@ -180,6 +189,9 @@ DType autocast_dtype() {
 }
 bool is_autocast_cache_enabled() {
   return tls().cur.cache_enabled;
+}
+AutocastOptions autocast_options() {
+  return tls().cur;
 }
 int autocast_nesting() {
   return tls().nesting;

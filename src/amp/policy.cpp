@@ -70,7 +70,8 @@ const std::vector<std::string>& key_names() {
   static const std::vector<std::string> k{
       "params",          "compute",         "output",         "autocast",       "master",
       "rounding",        "kahan",           "states",         "norm",           "loss_scale",
-      "loss_scale_init", "growth_interval", "loss_scale_min", "loss_scale_max", "collapse_after"};
+      "loss_scale_init", "growth_interval", "loss_scale_min", "loss_scale_max", "collapse_after",
+      "ln_save"};
   return k;
 }
 
@@ -269,6 +270,17 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
     } else {
       throw PolicyError(
           fmt::format("policy key 'norm' takes fp32 or params, got '{}'", given["norm"]));
+    }
+  }
+  if (given.count("ln_save")) {
+    const std::string v = lower(given["ln_save"]);
+    if (v == "compute") {
+      p.norm_saves_low = true;
+    } else if (v == "fp32" || v == "float32" || v == "f32") {
+      p.norm_saves_low = false;
+    } else {
+      throw PolicyError(
+          fmt::format("policy key 'ln_save' takes compute or fp32, got '{}'", given["ln_save"]));
     }
   }
   // Derived defaults: follow the final params/compute unless given.

@@ -74,15 +74,14 @@ Tensor Gpt::forward(const Tensor& idx) {
       // The recomputation runs during backward, outside the caller's Autocast region and TF32
       // guard: re-enter the state the forward ran in, so that it recomputes the same dtypes
       // (torch.utils.checkpoint does the same with the autocast state).
-      const bool ac = amp::is_autocast_enabled();
-      const DType ac_dtype = amp::autocast_dtype();
+      const amp::AutocastOptions ac = amp::autocast_options();
       const Fp32GemmMode gemm = effective_fp32_gemm_mode();
       // FP8 layers too; the recomputation (the call with grad mode on) quantizes with the scales
       // the forward used (amp/fp8_linear.h).
       const bool fp8 = amp::Fp8Autocast::is_enabled();
       x = checkpoint(
-          [blk, ac, ac_dtype, gemm, fp8](const Tensor& in) {
-            amp::Autocast autocast(ac_dtype, ac);
+          [blk, ac, gemm, fp8](const Tensor& in) {
+            amp::Autocast autocast(ac);
             Tf32Guard tf32(gemm.precision, gemm.round);
             amp::Fp8Autocast fp8_region(fp8, /*recompute=*/GradMode::is_enabled());
             return (*blk)(in);

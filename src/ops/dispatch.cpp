@@ -12,6 +12,7 @@ constexpr std::string_view kOpNames[] = {MIXP_OP_LIST(MIXP_X)};
 constexpr OpKind kOpKinds[] = {MIXP_OP_LIST(MIXP_X)};
 #undef MIXP_X
 std::atomic<CastPolicyHook> g_hook{nullptr};
+std::atomic<SaveDtypeHook> g_save_hook{nullptr};
 thread_local bool g_suspended = false;
 }  // namespace
 
@@ -27,6 +28,14 @@ void set_cast_policy_hook(CastPolicyHook hook) {
 }
 CastPolicyHook cast_policy_hook() {
   return g_suspended ? nullptr : g_hook.load(std::memory_order_relaxed);
+}
+
+void set_save_dtype_hook(SaveDtypeHook hook) {
+  g_save_hook.store(hook);
+}
+DType saved_activation_dtype(OpId op) {
+  const SaveDtypeHook h = g_suspended ? nullptr : g_save_hook.load(std::memory_order_relaxed);
+  return h ? h(op) : DType::fp32;
 }
 
 namespace detail {

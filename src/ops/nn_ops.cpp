@@ -1,5 +1,6 @@
 // Softmax, normalization, losses, pooling and embedding front ends.
 #include "ops/dispatch.h"
+#include "ops/layer_norm_saved.h"
 
 namespace mixp {
 using namespace detail;
@@ -76,16 +77,26 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   backend().layer_norm(y, mean_t, rstd_t, xc, wc, bc, eps);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {
-    Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(), sm = mean_t.detach(),
+    // 16-bit saves under autocast (layer_norm_saved.h): xhat in the autocast dtype and rstd
+    // instead of the fp32 input and mean.
+    const DType save = saved_activation_dtype(OpId::layer_norm);
+    const bool low =
+        rd == DType::fp32 && c == DType::fp32 && (save == DType::bf16 || save == DType::fp16);
+    Tensor sx = low ? layer_norm_xhat(xc, mean_t, rstd_t, save) : xc.detach();
+    Tensor sw = wc.defined() ? wc.detach() : Tensor(), sm = low ? Tensor() : mean_t.detach(),
            sr = rstd_t.detach();
     const Shape ns = normalized_shape;
     record(OpId::layer_norm, c, {&x, &w, &b}, {&out},
-           [sx, sw, sm, sr, ns, n](BackwardContext& ctx) {
+           [sx, sw, sm, sr, ns, n, low](BackwardContext& ctx) {
              const Tensor g = raw_contiguous(ctx.grad());
              Tensor gx = new_tensor(sx.shape(), g.dtype());
              Tensor gw = ctx.needs(1) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
              Tensor gb = ctx.needs(2) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
-             backend().layer_norm_backward(gx, gw, gb, g, sx, sw, sm, sr);
+             if (low) {
+               layer_norm_backward_from_xhat(gx, gw, gb, g, sx, sw, sr);
+             } else {
+               backend().layer_norm_backward(gx, gw, gb, g, sx, sw, sm, sr);
+             }
              ctx.grad_inputs[0] = gx;
              if (gw.defined()) ctx.grad_inputs[1] = raw_reshape(gw, ns);
              if (gb.defined()) ctx.grad_inputs[2] = raw_reshape(gb, ns);

@@ -26,7 +26,11 @@ using ::mixp::detail::join;
 constexpr const char* kInt8Qat = "int8-qat";
 
 struct AutocastScope final : ForwardScope {
-  explicit AutocastScope(DType d) : ac(d) {}
+  explicit AutocastScope(const amp::PrecisionPolicy& p)
+      : ac(amp::AutocastOptions{.dtype = p.compute,
+                                .enabled = true,
+                                .cache_enabled = true,
+                                .low_precision_norm_saves = p.norm_saves_low}) {}
   amp::Autocast ac;
 };
 
@@ -144,7 +148,7 @@ optim::PrecisionOptions PolicyRecipe::optimizer_precision() const {
 }
 
 std::unique_ptr<ForwardScope> PolicyRecipe::forward_scope() const {
-  if (policy_.autocast) return std::make_unique<AutocastScope>(policy_.compute);
+  if (policy_.autocast) return std::make_unique<AutocastScope>(policy_);
   if (policy_.compute == DType::tf32) return std::make_unique<Tf32Scope>();
   return nullptr;
 }

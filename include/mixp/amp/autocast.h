@@ -33,6 +33,9 @@
 //    A copy made under NoGradGuard has no history; a later use with grad mode on re-converts.
 //  - Casts round to nearest even (Overflow::ieee: fp32 values beyond fp16's range become inf,
 //    as in PyTorch; GradScaler exists for the gradients).
+//  - Beyond PyTorch, opt-in: low_precision_norm_saves makes layer_norm (fp32 by policy) keep its
+//    normalized input for backward in the region's dtype instead of its fp32 input (see the
+//    option below). The forward is unchanged; only what backward reads is rounded.
 #pragma once
 #include <cstdint>
 
@@ -46,6 +49,13 @@ struct AutocastOptions {
   DType dtype = DType::bf16;  // bf16 or fp16
   bool enabled = true;
   bool cache_enabled = true;  // PyTorch's cache_enabled
+  // layer_norm keeps xhat = (x - mean) * rstd rounded to `dtype` (and rstd in fp32) for its
+  // backward instead of its fp32 input x (src/ops/layer_norm_saved.h). In a transformer x is the
+  // fp32 residual stream (fp32 + bf16 promotes, as in PyTorch), the one activation autocast would
+  // otherwise leave in fp32: this halves it. Costs one 16-bit rounding of xhat in the backward's
+  // inputs, like the 16-bit GEMM inputs the linears already save. Off = PyTorch's behaviour.
+  // Nested guards made with Autocast(dtype, enabled) keep the enclosing region's setting.
+  bool low_precision_norm_saves = false;
 };
 
 class Autocast {
@@ -68,6 +78,8 @@ class Autocast {
 bool is_autocast_enabled();
 DType autocast_dtype();
 bool is_autocast_cache_enabled();
+// All of it, for code that re-enters the state later (gradient checkpointing's recomputation).
+AutocastOptions autocast_options();
 // Guards alive on this thread (enabled or not); the cache lives while this is > 0.
 int autocast_nesting();
 

@@ -23,6 +23,10 @@
 //   states=fp32|bf16             dtype of the optimizer states (Adam's m and v)
 //   norm=fp32|params             BatchNorm parameters and statistics in fp32 (Apex O2's
 //                                keep_batchnorm_fp32) or in the parameters' dtype
+//   ln_save=compute|fp32         what LayerNorm keeps for backward under Autocast: its normalized
+//                                input in the compute dtype (default; half the bytes of the fp32
+//                                residual stream it would otherwise keep) or its fp32 input
+//                                (PyTorch's behaviour). Autocast's low_precision_norm_saves
 //   loss_scale=dynamic|none|X    dynamic loss scaling (GradScaler), none, or a fixed scale X.
 //                                Default: dynamic when fp16 is stored or computed anywhere
 //                                (per-layer rules included), none otherwise
@@ -84,6 +88,7 @@ struct PrecisionPolicy {
   bool kahan = false;
   DType states = DType::fp32;
   bool norm_fp32 = false;
+  bool norm_saves_low = true;  // ln_save=compute; only used with autocast
   LossScaling loss_scaling = LossScaling::none;
   double loss_scale = 65536.0;  // dynamic: initial scale; fixed: the scale
   int64_t growth_interval = 2000;

@@ -31,6 +31,14 @@ inline void apply_cast_policy(OpId op, std::span<Tensor> inputs) {
   if (CastPolicyHook h = cast_policy_hook()) h(op, inputs);
 }
 
+// ---- What an op keeps for backward. An op that computes in fp32 under autocast (layer_norm)
+// asks which dtype to keep its saved activation in: the hook answers the autocast dtype when the
+// region asks for 16-bit saves (amp::AutocastOptions::low_precision_norm_saves), else fp32.
+// No hook, or the hook suspended (backward), means fp32.
+using SaveDtypeHook = DType (*)(OpId op);
+void set_save_dtype_hook(SaveDtypeHook hook);  // nullptr uninstalls
+DType saved_activation_dtype(OpId op);
+
 // ---- pointwise, broadcasting (NumPy rules)
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
