@@ -55,27 +55,29 @@ AutocastOptions opts(DType dt, bool low) {
 TEST(LayerNormSaves, BackwardFromExactXhatMatchesTheFp32Backward) {
   // The trick of layer_norm_backward_from_xhat (mean 0 and rstd 1 into the fp32 kernels, then
   // dx scaled by rstd) must reproduce the kernels' own result when xhat is exact: give it the
-  // fp32 xhat the kernels compute, (x - mean) * rstd.
-  const int64_t rows = 37, n = 96;
-  const Tensor x = rnd({rows, n}, 1, 3.0, 0.5), w = rnd({n}, 2), dy = rnd({rows, n}, 3);
-  Tensor y = empty({rows, n}), mean = empty({rows}), rstd = empty({rows});
-  backend().layer_norm(y, mean, rstd, x, w, Tensor(), 1e-5);
-  Tensor xhat = empty({rows, n});
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = (x.data<float>()[r * n + i] - mean.data<float>()[r]) * rstd.data<float>()[r];
-      xhat.data<float>()[r * n + i] = v;
+  // fp32 xhat the kernels compute, (x - mean) * rstd. 1500 rows take several row blocks.
+  for (const int64_t rows : {37, 1500}) {
+    const int64_t n = 96;
+    const Tensor x = rnd({rows, n}, 1, 3.0, 0.5), w = rnd({n}, 2), dy = rnd({rows, n}, 3);
+    Tensor y = empty({rows, n}), mean = empty({rows}), rstd = empty({rows});
+    backend().layer_norm(y, mean, rstd, x, w, Tensor(), 1e-5);
+    Tensor xhat = empty({rows, n});
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        xhat.data<float>()[r * n + i] =
+            (x.data<float>()[r * n + i] - mean.data<float>()[r]) * rstd.data<float>()[r];
+      }
     }
+    Tensor dx0 = empty({rows, n}), dw0 = empty({n}), db0 = empty({n});
+    backend().layer_norm_backward(dx0, dw0, db0, dy, x, w, mean, rstd);
+    Tensor dx1 = empty({rows, n}), dw1 = empty({n}), db1 = empty({n});
+    detail::layer_norm_backward_from_xhat(dx1, dw1, db1, dy, xhat, w, rstd);
+    EXPECT_EQ(dx1.to_double_vector(), dx0.to_double_vector()) << rows;
+    // The kernel forms dw's terms as (dy * (x - mean)) * rstd; from xhat they are dy * xhat, a
+    // different order of the same two roundings; the row blocks add their partial sums.
+    EXPECT_LT(rel_error(dw1, dw0), 1e-6) << rows;
+    EXPECT_LT(rel_error(db1, db0), 1e-6) << rows;
   }
-  Tensor dx0 = empty({rows, n}), dw0 = empty({n}), db0 = empty({n});
-  backend().layer_norm_backward(dx0, dw0, db0, dy, x, w, mean, rstd);
-  Tensor dx1 = empty({rows, n}), dw1 = empty({n}), db1 = empty({n});
-  detail::layer_norm_backward_from_xhat(dx1, dw1, db1, dy, xhat, w, rstd);
-  EXPECT_EQ(dx1.to_double_vector(), dx0.to_double_vector());
-  EXPECT_EQ(db1.to_double_vector(), db0.to_double_vector());
-  // The kernel forms dw's terms as (dy * (x - mean)) * rstd; from xhat they are dy * xhat, a
-  // different order of the same two roundings: equal to within an ulp per term.
-  EXPECT_LT(rel_error(dw1, dw0), 1e-6);
 }
 
 TEST(LayerNormSaves, SavedXhatIsTheFp32XhatRoundedToNearest) {
