@@ -36,7 +36,8 @@
 //    weight in the same pass (bit for bit the cast), and the next region takes it instead of
 //    converting again. A shadow is used only while the weight's version counter is unchanged since
 //    it was written, so any other write (copy_, load_state_dict, ...) makes the next region cast
-//    afresh. The cost: the low-precision copies stay allocated between steps.
+//    afresh. The cost: the low-precision copies stay allocated between steps, which raises the
+//    peak where it lies after backward (docs/amp.md, "Weight shadows").
 //  - Casts round to nearest even (Overflow::ieee: fp32 values beyond fp16's range become inf,
 //    as in PyTorch; GradScaler exists for the gradients).
 #pragma once
