@@ -3,10 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <mutex>
 #include <unordered_map>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/ops/ops.h"
+#include "ops/dispatch.h"
 
 namespace mixp::amp {
 
@@ -61,7 +64,42 @@ bool eligible(const Tensor& t) {
 }
 
 Tensor cast(const Tensor& t, DType to) {
-  return t.to(to, Round::nearest_even, Overflow::ieee, 0);
+  return t.to(to, kAutocastRound, kAutocastOverflow, 0);
+}
+
+std::atomic<bool> g_weight_shadows{true};
+// The shadow fields of a weight are shared between threads (the cast cache is not): two threads
+// running forwards of one model must not attach shadows to the same weight at the same time.
+std::mutex g_shadow_mutex;
+
+// The low-precision copy of weight `t` taken from its shadow (no conversion), with the history
+// Tensor::to would record; undefined when t has no current shadow of dtype `to`.
+Tensor from_shadow(const Tensor& t, DType to) {
+  std::shared_ptr<Storage> bytes;
+  {
+    std::lock_guard lock(g_shadow_mutex);
+    const TensorImpl& w = *t.impl();
+    if (w.shadow.dtype != to || !shadow_is_current(w)) return Tensor();
+    bytes = w.shadow.storage;
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(bytes);
+  impl->shape = t.shape();
+  impl->strides = contiguous_strides(t.shape());
+  impl->dtype = to;
+  impl->device = t.device();
+  Tensor copy(std::move(impl));
+  mixp::detail::record_to(t, copy);
+  return copy;
+}
+
+// Makes `copy` (= cast(t, to), just made) t's shadow, unless t has a current one already (of
+// another dtype: a weight used under two dtypes keeps the first one's shadow).
+void attach_shadow(const Tensor& t, const Tensor& copy) {
+  std::lock_guard lock(g_shadow_mutex);
+  TensorImpl& w = *t.impl();
+  if (shadow_is_current(w)) return;
+  w.shadow = WeightShadow{copy.storage(), copy.dtype(), t.version()};
 }
 
 Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
@@ -78,7 +116,14 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
     return it->second.copy;
   }
   ++s.stats.misses;
-  Tensor copy = cast(t, to);
+  const bool shadows = g_weight_shadows.load(std::memory_order_relaxed);
+  Tensor copy = shadows ? from_shadow(t, to) : Tensor();
+  if (copy.defined()) {
+    ++s.stats.shadow_hits;
+  } else {
+    copy = cast(t, to);
+    if (shadows) attach_shadow(t, copy);
+  }
   s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history});
   s.stats.entries = static_cast<int64_t>(s.cache.size());
   return copy;
@@ -206,6 +251,13 @@ AutocastCacheStats autocast_cache_stats() {
 void reset_autocast_cache_stats() {
   ThreadState& s = tls();
   s.stats = AutocastCacheStats{};
+}
+
+void set_weight_shadows(bool on) {
+  g_weight_shadows.store(on, std::memory_order_relaxed);
+}
+bool weight_shadows_enabled() {
+  return g_weight_shadows.load(std::memory_order_relaxed);
 }
 
 void clear_autocast_cache() {

@@ -138,6 +138,7 @@ std::vector<float> Fp8ScalingState::history() const {
 void Fp8ScalingState::record_amax(float amax) {
   float& slot = f32(history_)[0];
   slot = std::fmax(slot, amax);  // fmaxf: a NaN amax leaves the slot as it was
+  history_.bump_version();        // raw writes here and below (Storage::version)
 }
 
 void Fp8ScalingState::update() {
@@ -158,6 +159,7 @@ void Fp8ScalingState::update() {
   const float s = fp8_scale_from_amax(amax, fp8_max(dtype_), margin_, scale());
   f32(scale_)[0] = s;
   f32(scale_inv_)[0] = 1.0f / s;
+  bump_versions();
 }
 
 void Fp8ScalingState::reset() {
@@ -165,6 +167,13 @@ void Fp8ScalingState::reset() {
   f32(scale_)[0] = 1.0f;
   f32(scale_inv_)[0] = 1.0f;
   prev_scale_ = prev_scale_inv_ = 1.0f;
+  bump_versions();
+}
+
+void Fp8ScalingState::bump_versions() const {
+  history_.bump_version();
+  scale_.bump_version();
+  scale_inv_.bump_version();
 }
 
 std::vector<std::pair<std::string, Tensor>> Fp8ScalingState::tensors() const {

@@ -86,6 +86,8 @@ bool unscale_tensor(const Tensor& grad, float inv) {
   if (!g.is_same(grad)) {
     Tensor dst = grad;
     dst.copy_(g);
+  } else {
+    grad.bump_version();  // unscaled in place through raw pointers
   }
   return bad;
 }

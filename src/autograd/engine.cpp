@@ -87,6 +87,7 @@ void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
   } else {
     Tensor acc(impl->grad);
     backend().add_inplace(acc, g, 1.0);
+    acc.bump_version();  // the user-visible .grad changed in place
   }
 }
 

@@ -55,6 +55,10 @@ void record(OpId op, DType compute, std::initializer_list<const Tensor*> inputs,
 void record(OpId op, DType compute, std::span<const Tensor> inputs,
             std::initializer_list<Tensor*> outputs, BackwardFn fn);
 
+// Records `out` as src.to(out.dtype()) (what Tensor::to records, when grad mode and src ask for
+// it): for a caller that made the converted values another way (autocast's weight shadows).
+void record_to(const Tensor& src, Tensor& out);
+
 // The dtype gradients of a non-leaf tensor of dtype `dt` travel in: its own dtype for fp64, fp32,
 // bf16 and fp16 (as PyTorch); fp32 for narrower formats (an unscaled fp8 gradient would lose
 // most of its values; FP8 recipes quantize gradients explicitly, with scaling) and for tf32.

@@ -142,6 +142,9 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
     if (training) {
       if (running_mean.defined() && !rm.is_same(running_mean)) backend().copy(running_mean, rm);
       if (running_var.defined() && !rv.is_same(running_var)) backend().copy(running_var, rv);
+      // Written in place either way (by the kernel or the copy): a new version of each.
+      if (running_mean.defined()) running_mean.bump_version();
+      if (running_var.defined()) running_var.bump_version();
     }
   }
   Tensor out = finish(y, rd);

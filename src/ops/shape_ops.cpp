@@ -251,26 +251,34 @@ Tensor Tensor::clone() const {
   return out;
 }
 
+namespace detail {
+
+void record_to(const Tensor& src, Tensor& out) {
+  const DType dt = out.dtype();
+  if (!traits(dt).is_float() || !should_record({&src})) return;
+  record(OpId::to, grad_dtype_of(dt), {&src}, {&out},
+         [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
+  // A 16-bit copy of an fp32 leaf (autocast's weight casts): its gradient goes to the leaf's
+  // accumulator as it is, which widens it exactly while adding it into the fp32 .grad, instead
+  // of materializing an fp32 copy first. Same values.
+  if (src.is_leaf() && src.dtype() == DType::fp32 && (dt == DType::bf16 || dt == DType::fp16)) {
+    auto* node = static_cast<FunctionNode*>(out.grad_fn().get());
+    node->input_dtypes[0] = dt;
+    // bf16 only: an fp32 weight gradient written by the GEMM (see linear) may pass through
+    // as it is. fp16 keeps PyTorch's 16-bit weight gradients, whose overflow the GradScaler
+    // must see.
+    node->pass_grad_dtype = dt == DType::bf16;
+  }
+}
+
+}  // namespace detail
+
 Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const {
   check_defined(*this, "to", "x");
   if (dt == dtype()) return *this;
   Tensor out = new_tensor(shape(), dt);
   backend().convert(out, *this, round, overflow, seed);
-  if (traits(dt).is_float() && should_record({this})) {
-    record(OpId::to, grad_dtype_of(dt), {this}, {&out},
-           [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
-    // A 16-bit copy of an fp32 leaf (autocast's weight casts): its gradient goes to the leaf's
-    // accumulator as it is, which widens it exactly while adding it into the fp32 .grad, instead
-    // of materializing an fp32 copy first. Same values.
-    if (is_leaf() && dtype() == DType::fp32 && (dt == DType::bf16 || dt == DType::fp16)) {
-      auto* node = static_cast<FunctionNode*>(out.grad_fn().get());
-      node->input_dtypes[0] = dt;
-      // bf16 only: an fp32 weight gradient written by the GEMM (see linear) may pass through
-      // as it is. fp16 keeps PyTorch's 16-bit weight gradients, whose overflow the GradScaler
-      // must see.
-      node->pass_grad_dtype = dt == DType::bf16;
-    }
-  }
+  record_to(*this, out);
   return out;
 }
 

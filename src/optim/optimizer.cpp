@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "mixp/amp/autocast.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/convert.h"
@@ -31,6 +32,53 @@ bool narrower_than_fp32(DType d) {
 constexpr size_t kMaxSlots = 8;
 // Elements per chunk of the chunked update (fp32 scratch per thread: a few times 16 KiB).
 constexpr int64_t kChunk = 4096;
+// Elements per chunk of an fp32 update that also rewrites a weight shadow: w, g and two moments
+// (4 x 4 KiB) plus the 16-bit shadow stay in L1 between the update and the narrowing (perf: 4096
+// left about half of the narrowing's memory stalls).
+constexpr int64_t kShadowChunk = 1024;
+
+// body(c) for every chunk c of a parameter of n elements, in parallel when n pays for it (the grain
+// of parallel_loop). The update kernels see one chunk at a time (serial inside: len < the grain).
+template <class F>
+void for_each_chunk(int64_t n, F&& body, int64_t chunk = kChunk) {
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  if (n < kOptimParallelGrain || omp_get_max_threads() == 1) {
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  }
+}
+
+// The weight shadow (tensor.h) the step of `st` rewrites, as bytes, or nullptr. Only an fp32
+// parameter's current shadow that nothing else holds (a retained graph or a user's copy still
+// reads it) is rewritten, and only while shadows are on; any other shadow is dropped here (a stale
+// one is useless, autocast attaches a fresh one at its next cast).
+unsigned char* shadow_to_rewrite(ParamState& st) {
+  TensorImpl& w = *st.param.impl();
+  if (!w.shadow.storage) return nullptr;
+  if (st.param.dtype() == DType::fp32 && amp::weight_shadows_enabled() && shadow_is_current(w) &&
+      w.shadow.storage.use_count() == 1) {
+    return static_cast<unsigned char*>(w.shadow.storage->data);
+  }
+  w.shadow = WeightShadow{};
+  return nullptr;
+}
+
+// Rounds the updated fp32 values [lo, lo + len) into the shadow exactly as autocast casts.
+void write_shadow(const ParamState& st, unsigned char* shadow, const float* w, int64_t lo,
+                  int64_t len) {
+  const DType sd = st.param.impl()->shadow.dtype;
+  convert_f32_to(sd, {w, static_cast<size_t>(len)}, shadow + lo * traits(sd).storage_bytes,
+                 {.round = amp::kAutocastRound, .overflow = amp::kAutocastOverflow});
+}
+
+// After a step wrote st.param: a new version (stale copies of the old values are never used
+// again), which the shadow shares when the step rewrote it too.
+void finish_param_write(ParamState& st, bool shadow_rewritten) {
+  st.param.bump_version();
+  if (shadow_rewritten) st.param.impl()->shadow.version = st.param.version();
+}
 
 }  // namespace
 
@@ -183,7 +231,9 @@ void Optimizer::step_param(size_t index) {
       g = st.grad_work;
     }
     st.step += 1;
-    step_param_chunked(index, g);
+    unsigned char* shadow = shadow_to_rewrite(st);
+    step_param_chunked(index, g, shadow);
+    finish_param_write(st, shadow != nullptr);
     return;
   }
   // Working values: the parameter itself or its master copy.
@@ -197,6 +247,7 @@ void Optimizer::step_param(size_t index) {
   }
   st.step += 1;
   const int64_t n = st.param.numel();
+  unsigned char* shadow = nullptr;
   if (w == DType::fp64) {
     double* slots[kMaxSlots];
     for (size_t k = 0; k < st.slots.size(); ++k)
@@ -207,13 +258,28 @@ void Optimizer::step_param(size_t index) {
     float* slots[kMaxSlots];
     for (size_t k = 0; k < st.slots.size(); ++k)
       slots[k] = static_cast<float*>(st.slots[k].data_ptr());
-    update(static_cast<float*>(values.data_ptr()), static_cast<const float*>(g.data_ptr()), slots,
-           n, st.step);
+    float* wv = static_cast<float*>(values.data_ptr());
+    const float* gv = static_cast<const float*>(g.data_ptr());
+    shadow = shadow_to_rewrite(st);
+    if (!shadow) {
+      update(wv, gv, slots, n, st.step);
+    } else {
+      // Chunk by chunk, so that each chunk of new values is rounded into the shadow while it is
+      // still in L1 (autocast would read the whole weight again from memory to cast it).
+      for_each_chunk(n, [&](int64_t c) {
+        const int64_t lo = c * kShadowChunk, len = std::min(kShadowChunk, n - lo);
+        float* chunk_slots[kMaxSlots];
+        for (size_t k = 0; k < st.slots.size(); ++k) chunk_slots[k] = slots[k] + lo;
+        update(wv + lo, gv + lo, chunk_slots, len, st.step);
+        write_shadow(st, shadow, wv + lo, lo, len);
+      }, kShadowChunk);
+    }
   }
   if (!values.is_same(st.param)) write_back(index, values);
+  finish_param_write(st, shadow != nullptr);
 }
 
-void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
+void Optimizer::step_param_chunked(size_t index, const Tensor& grad, unsigned char* shadow) {
   ParamState& st = params_[index];
   const int64_t n = st.param.numel();
   const DType pd = st.param.dtype(), gd = grad.dtype();
@@ -240,7 +306,6 @@ void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
   for (size_t k = 0; k < nslots; ++k)
     sbits[k] = static_cast<unsigned char*>(st.slots[k].data_ptr());
   const size_t ses = nslots > 0 ? st.slots[0].element_size() : 4;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
 
   auto body = [&](int64_t c) {
     // Scratch: w, g, old p, comp/y, new p, then one per slot.
@@ -287,7 +352,10 @@ void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
                       .seed = Generator::splitmix64(seed + 0x9E3779B97F4A7C15ULL * (k + 1)),
                       .offset = static_cast<uint64_t>(lo)});
     }
-    if (!narrow_param) return;
+    if (!narrow_param) {
+      if (shadow) write_shadow(st, shadow, w, lo, len);
+      return;
+    }
     ConvertOptions pr = param_round;
     pr.offset = static_cast<uint64_t>(lo);
     if (!kahan) {
@@ -312,12 +380,7 @@ void Optimizer::step_param_chunked(size_t index, const Tensor& grad) {
     convert_f32_to(pd, {buf_c, ulen}, cbits + lo * pes,
                    {.round = Round::nearest_even, .overflow = Overflow::saturate});
   };
-  if (n < kOptimParallelGrain || omp_get_max_threads() == 1) {
-    for (int64_t c = 0; c < chunks; ++c) body(c);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) body(c);
-  }
+  for_each_chunk(n, body);
 }
 
 void Optimizer::write_back(size_t index, const Tensor& from) {
@@ -330,7 +393,10 @@ void Optimizer::write_back(size_t index, const Tensor& from) {
 void Optimizer::reset_masters_from_params() {
   NoGradGuard ng;
   for (auto& p : params_) {
-    if (p.master.defined()) backend().copy(p.master, p.param.detach());
+    if (p.master.defined()) {
+      backend().copy(p.master, p.param.detach());
+      p.master.bump_version();
+    }
   }
 }
 

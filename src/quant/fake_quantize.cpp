@@ -150,6 +150,8 @@ void FakeQuantize::refresh_qparams() {
     s[c] = p[static_cast<size_t>(c)].scale;
     z[c] = p[static_cast<size_t>(c)].zero_point;
   }
+  scale_->bump_version();  // raw writes (Storage::version)
+  zero_point_->bump_version();
 }
 
 Tensor FakeQuantize::forward(const Tensor& x) {
@@ -159,6 +161,8 @@ Tensor FakeQuantize::forward(const Tensor& x) {
     observer_.observe(x);
     std::copy(observer_.min_vals().begin(), observer_.min_vals().end(), min_val_->data<float>());
     std::copy(observer_.max_vals().begin(), observer_.max_vals().end(), max_val_->data<float>());
+    min_val_->bump_version();  // raw writes (Storage::version)
+    max_val_->bump_version();
     refresh_qparams();
   }
   if (!fake_quant_enabled_ || !has_data()) return x;

@@ -27,6 +27,13 @@ Storage::~Storage() {
   if (owned && data) CachingAllocator::cpu().deallocate({data, block_size}, nbytes);
 }
 
+bool shadow_is_current(const TensorImpl& w) {
+  const WeightShadow& sh = w.shadow;
+  return sh.storage != nullptr &&
+         sh.version == w.storage->version.load(std::memory_order_relaxed) &&
+         sh.storage->nbytes == static_cast<size_t>(w.shape.numel()) * traits(sh.dtype).storage_bytes;
+}
+
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& opts) {
   for (int64_t d : shape) {
     if (d < 0)
@@ -118,6 +125,7 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
 void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
   store_element(data_ptr(), dtype(), element_offset(*this, index), v, Round::nearest_even,
                 Overflow::saturate, 0);
+  bump_version();
 }
 
 std::vector<double> Tensor::to_double_vector() const {
@@ -199,6 +207,7 @@ Tensor& Tensor::zero_() {
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
   backend().fill(*this, value);
+  bump_version();
   return *this;
 }
 
@@ -210,6 +219,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
                                 " does not broadcast to " + shape().str());
   }
   backend().copy(*this, src.shape() == shape() ? src : src.detach().expand(shape()));
+  bump_version();
   return *this;
 }
 
@@ -222,6 +232,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   }
   backend().add_inplace(*this, other.shape() == shape() ? other : other.detach().expand(shape()),
                         alpha);
+  bump_version();
   return *this;
 }
 
@@ -234,6 +245,7 @@ Tensor& Tensor::mul_(double s) {
   } else {
     backend().scalar(ScalarOp::mul, *this, *this, s);
   }
+  bump_version();
   return *this;
 }
 

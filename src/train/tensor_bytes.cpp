@@ -28,6 +28,7 @@ void copy_from_safetensor(Tensor& t, const SafeTensor& s) {
       throw std::logic_error("copy_from_safetensor: size mismatch for " + s.name);
     }
     if (!s.data.empty()) std::memcpy(dst.data_ptr(), s.data.data(), s.data.size());
+    dst.bump_version();  // a raw write (Storage::version): copies of the old values are stale
     return;
   }
   // from_blob only wraps the bytes for the duration of the converting copy.

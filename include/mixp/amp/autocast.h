@@ -31,6 +31,13 @@
 //    destroyed (also when it was disabled): weights updated by the optimizer between regions are
 //    re-converted. Do not step the optimizer inside a region (the copies would be stale).
 //    A copy made under NoGradGuard has no history; a later use with grad mode on re-converts.
+//  - Weight shadows (on by default; set_weight_shadows): the copy made for a weight stays attached
+//    to it after the region (WeightShadow, tensor.h). An optimizer step rewrites it from the new
+//    weight in the same pass (bit for bit the cast), and the next region takes it instead of
+//    converting again. A shadow is used only while the weight's version counter is unchanged since
+//    it was written, so any other write (copy_, load_state_dict, ...) makes the next region cast
+//    afresh. The cost: the low-precision copies stay allocated between steps, which raises the
+//    peak where it lies after backward (docs/amp.md, "Weight shadows").
 //  - Casts round to nearest even (Overflow::ieee: fp32 values beyond fp16's range become inf,
 //    as in PyTorch; GradScaler exists for the gradients).
 //  - Beyond PyTorch, opt-in: low_precision_norm_saves makes layer_norm (fp32 by policy) keep its
@@ -41,9 +48,14 @@
 
 #include "mixp/amp/cast_policy.h"
 #include "mixp/format/dtype.h"
+#include "mixp/format/rounding.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::amp {
+
+// How autocast rounds its casts (and how optimizers write weight shadows, bit for bit the same).
+inline constexpr Round kAutocastRound = Round::nearest_even;
+inline constexpr Overflow kAutocastOverflow = Overflow::ieee;
 
 struct AutocastOptions {
   DType dtype = DType::bf16;  // bf16 or fp16
@@ -83,14 +95,23 @@ AutocastOptions autocast_options();
 // Guards alive on this thread (enabled or not); the cache lives while this is > 0.
 int autocast_nesting();
 
-// Cast-cache counters of this thread since the last reset: a hit reuses a copy, a miss makes one.
+// Cast-cache counters of this thread since the last reset: a hit reuses the region's copy, a
+// miss makes one, by converting or (shadow_hits, counted among the misses too) from the weight's
+// shadow without converting.
 struct AutocastCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
-  int64_t entries = 0;  // copies held now
+  int64_t entries = 0;      // copies held now
+  int64_t shadow_hits = 0;  // misses served by a current weight shadow
 };
 AutocastCacheStats autocast_cache_stats();
 void reset_autocast_cache_stats();
+// Weight shadows on (default) or off, process-wide. Off: autocast neither uses nor attaches them,
+// and optimizers drop the ones they meet instead of updating them (their memory is freed then).
+// Results are the same either way (bit for bit); off trades the memory of the low-precision weight
+// copies between steps for one conversion of every weight per region.
+void set_weight_shadows(bool on);
+bool weight_shadows_enabled();
 // Drops this thread's cached copies now (torch.clear_autocast_cache); the guard does it on exit.
 void clear_autocast_cache();
 

@@ -136,6 +136,7 @@ class Fp8ScalingState {
   void load(const std::vector<std::pair<std::string, Tensor>>& entries, const std::string& prefix);
 
  private:
+  void bump_versions() const;  // after writing the state tensors through raw pointers
   DType dtype_;
   AmaxComputeAlgo algo_;
   int margin_;

@@ -34,6 +34,12 @@
 //           half a bf16 ulp of v (nearest rounding would freeze it).
 // The update kernels only ever see fp32/fp64 arrays; everything about storage formats lives here.
 //
+// Versions and weight shadows. Every step that writes a parameter bumps its version counter
+// (tensor.h). An fp32 parameter with a current autocast weight shadow (tensor.h, docs/amp.md) gets
+// the shadow rewritten in the same pass, chunk by chunk, rounded exactly as autocast casts, so the
+// next forward uses it without converting; a shadow that is stale, held elsewhere or unwanted
+// (amp::set_weight_shadows(false)) is dropped instead. Skipped steps touch neither.
+//
 // State dict. tensors: "<param>.<slot>" for each state slot (e.g. "fc1.weight.exp_avg") and
 // "<param>.master" for master copies, "<param>.kahan" for compensation buffers; scalars: "step"
 // (calls of step()), "lr", and "<param>.step". state_dict() returns copies (a snapshot);
@@ -130,8 +136,8 @@ class Optimizer {
   void step_param(size_t index);
   void write_back(size_t index, const Tensor& from);
   // The update through fp32 chunks: parameters narrower than fp32 without a master, narrow
-  // states, Kahan compensation.
-  void step_param_chunked(size_t index, const Tensor& grad);
+  // states, Kahan compensation. `shadow`: the fp32 parameter's weight shadow to rewrite, or null.
+  void step_param_chunked(size_t index, const Tensor& grad, unsigned char* shadow);
 
   std::vector<ParamState> params_;
   std::vector<std::string> slot_names_;

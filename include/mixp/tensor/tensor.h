@@ -8,6 +8,7 @@
 // Ops compute in fp32 (fp64 when an input is fp64) and accumulate in fp32; see ops/ops.h for how
 // a result's dtype is chosen. Narrowing conversions always name their rounding (DESIGN.md 6.2).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -25,17 +26,38 @@ class Node;
 class Tensor;
 
 // One allocation. Freed back to the caching allocator when the last tensor viewing it goes away.
+//
+// `version` counts in-place writes (PyTorch's `_version`): every in-place entry point of the API
+// (zero_, fill_, copy_, add_, mul_, set_at, the optimizers' parameter updates, checkpoint and
+// state-dict loading) bumps it, and it lives here so that all views of the storage share it.
+// Writes through raw pointers (data<T>(), data_ptr()) cannot be seen: code that writes a tensor's
+// values that way must call Tensor::bump_version() afterwards. What relies on it: autocast's weight
+// shadows (WeightShadow below) are used only while the version they were made at is current.
 struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device = Device::cpu();
   size_t block_size = 0;  // the allocator block's real size
   bool owned = true;      // false when wrapping memory the caller owns (from_blob)
+  std::atomic<uint64_t> version{0};  // in-place writes so far (see above)
   Storage(size_t nbytes, Device device);
   Storage(void* external, size_t nbytes, Device device);  // not owned
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
+};
+
+// A low-precision copy of a weight kept between steps (docs/amp.md, "Weight shadows"): autocast
+// makes it when it casts an fp32 leaf, the optimizer rewrites it in the same pass that updates the
+// weight (while each chunk is in L1), and the next autocast region uses it instead of casting the
+// weight again. It is valid only while `version` equals the owner's Storage::version and only for
+// its own dtype; anything else (a write through copy_, a load, a skipped shadow update) leaves it
+// stale and autocast casts afresh. The bytes are the contiguous row-major copy of the owner,
+// exactly what Tensor::to(dtype, Round::nearest_even, Overflow::ieee) would give.
+struct WeightShadow {
+  std::shared_ptr<Storage> storage;  // null: none
+  DType dtype = DType::fp32;
+  uint64_t version = 0;  // the owner's Storage::version these bytes were made from
 };
 
 struct TensorImpl {
@@ -51,7 +73,11 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;         // null for leaves
   std::shared_ptr<TensorImpl> grad;      // accumulated gradient (leaves)
   std::weak_ptr<Node> grad_accumulator;  // cached AccumulateGrad node of a leaf
+  WeightShadow shadow;                   // autocast/optimizer only (fp32 leaves)
 };
+
+// Whether w.shadow holds w's current values (its version is the storage's, its size is w's).
+bool shadow_is_current(const TensorImpl& w);
 
 struct TensorOptions {
   DType dtype = DType::fp32;
@@ -87,7 +113,8 @@ class Tensor {
   bool is_floating_point() const { return traits(dtype()).is_float(); }
   const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
 
-  // --- raw data (the first element of this view)
+  // --- raw data (the first element of this view). Code that writes values through these must
+  // call bump_version() afterwards (see Storage::version), or stale derived copies may be used.
   void* data_ptr() const;
   template <class T>
   T* data() const {
@@ -150,8 +177,12 @@ class Tensor {
   // Same storage, no history, requires_grad false.
   Tensor detach() const;
 
+  // --- version counter of the storage (shared by all its views; see Storage::version)
+  uint64_t version() const { return impl_->storage->version.load(std::memory_order_relaxed); }
+  void bump_version() const { impl_->storage->version.fetch_add(1, std::memory_order_relaxed); }
+
   // --- in-place, not recorded by autograd (for optimizers, initializers, grads). Throw
-  // std::logic_error on a tensor that requires grad while grad mode is on.
+  // std::logic_error on a tensor that requires grad while grad mode is on. Each bumps version().
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);  // broadcasts src; converts dtype with nearest-even

@@ -1,0 +1,205 @@
+// Weight shadows (autocast.h, tensor.h WeightShadow): the optimizer rewrites the low-precision copy
+// of each fp32 weight in its update pass and the next autocast region uses it instead of casting.
+// Checked here: shadows are used from the second step on, hold exactly what a fresh cast gives, are
+// never used once the weight was written some other way, are not overwritten while someone else
+// holds them, and training gives bit-identical weights and losses with shadows on and off.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mixp/mixp.h"
+
+namespace mixp::amp {
+namespace {
+
+Tensor rnd(const Shape& s, uint64_t seed, double scale = 1.0) {
+  Generator gen(seed);
+  return mul(randn(s, gen), scale);
+}
+
+std::vector<double> values(const Tensor& t) {
+  return t.to_double_vector();
+}
+
+// Restores the process-wide switch however a test ends.
+struct ShadowSwitch {
+  explicit ShadowSwitch(bool on) : prev(weight_shadows_enabled()) { set_weight_shadows(on); }
+  ~ShadowSwitch() { set_weight_shadows(prev); }
+  bool prev;
+};
+
+// A two-layer MLP on fixed data, with fp32 parameters.
+struct TinyMlp {
+  Tensor x = rnd({32, 48}, 1);
+  Tensor target = rnd({32, 10}, 2);
+  Tensor w1 = rnd({64, 48}, 3, 0.15).detach().requires_grad_();
+  Tensor b1 = rnd({64}, 4, 0.1).detach().requires_grad_();
+  Tensor w2 = rnd({10, 64}, 5, 0.12).detach().requires_grad_();
+  std::vector<Tensor> params() const { return {w1, b1, w2}; }
+  Tensor loss(DType dt) const {
+    Autocast ac(dt);
+    return mse_loss(linear(gelu(linear(x, w1, b1)), w2), target);
+  }
+};
+
+// The copy autocast hands a linear for `w` in a fresh region of dtype `dt`.
+Tensor autocast_copy(const Tensor& w, DType dt) {
+  Autocast ac(dt);
+  Tensor inputs[1] = {w};
+  apply_autocast(OpId::linear, inputs, dt, true);
+  return inputs[0];
+}
+
+// n training steps of m under bf16 autocast.
+void take_steps(const TinyMlp& m, optim::Optimizer& opt, int n) {
+  for (int step = 0; step < n; ++step) {
+    m.loss(DType::bf16).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+}
+
+// Whether autocast's bf16 copy of w (from a shadow or not) is bit for bit a fresh cast of w.
+bool autocast_copy_is_fresh(const Tensor& w) {
+  const Tensor copy = autocast_copy(w, DType::bf16);
+  const Tensor fresh = w.to(DType::bf16, kAutocastRound, kAutocastOverflow);
+  return copy.dtype() == fresh.dtype() && values(copy) == values(fresh);
+}
+
+TEST(WeightShadows, UsedFromTheSecondStepAndEqualToAFreshCast) {
+  ShadowSwitch on(true);
+  TinyMlp m;
+  optim::AdamW opt(m.params(), {.lr = 1e-2});
+  reset_autocast_cache_stats();
+  take_steps(m, opt, 3);
+  const AutocastCacheStats st = autocast_cache_stats();
+  EXPECT_EQ(st.misses, 9);       // 3 weights x 3 regions
+  EXPECT_EQ(st.shadow_hits, 6);  // all but the first region's
+  for (const Tensor& w : m.params()) EXPECT_TRUE(autocast_copy_is_fresh(w));
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 9);
+}
+
+TEST(WeightShadows, AStaleShadowIsNeverUsed) {
+  ShadowSwitch on(true);
+  TinyMlp m;
+  optim::AdamW opt(m.params(), {.lr = 1e-2});
+  take_steps(m, opt, 1);
+  // Written outside the optimizer: through copy_, and through a raw pointer + bump_version.
+  {
+    NoGradGuard ng;
+    m.w1.copy_(rnd(m.w1.shape(), 7, 0.1));
+    static_cast<float*>(m.w2.data_ptr())[3] = 0.375f;
+    m.w2.bump_version();
+  }
+  reset_autocast_cache_stats();
+  EXPECT_TRUE(autocast_copy_is_fresh(m.w1));
+  EXPECT_TRUE(autocast_copy_is_fresh(m.w2));
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 0);
+  // The recast became the new shadow.
+  (void)autocast_copy(m.w1, DType::bf16);
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 1);
+  // A shadow of another dtype is not used either.
+  (void)autocast_copy(m.w1, DType::fp16);
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 1);
+}
+
+TEST(WeightShadows, AShadowSomeoneElseHoldsIsNotOverwritten) {
+  ShadowSwitch on(true);
+  TinyMlp m;
+  optim::AdamW opt(m.params(), {.lr = 1e-2});
+  take_steps(m, opt, 1);
+  const Tensor held = autocast_copy(m.w1, DType::bf16);  // served by w1's shadow
+  const std::vector<double> before = values(held);
+  m.loss(DType::bf16).backward();
+  opt.step();
+  EXPECT_EQ(values(held), before);  // the optimizer dropped the shadow instead of rewriting it
+  reset_autocast_cache_stats();
+  EXPECT_TRUE(autocast_copy_is_fresh(m.w1));
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 0);
+}
+
+TEST(WeightShadows, OffMeansNeitherAttachedNorUsed) {
+  ShadowSwitch off(false);
+  TinyMlp m;
+  optim::AdamW opt(m.params(), {.lr = 1e-2});
+  reset_autocast_cache_stats();
+  take_steps(m, opt, 2);
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 0);
+  EXPECT_EQ(m.w1.impl()->shadow.storage, nullptr);
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> weights;
+  int64_t shadow_hits = 0;
+  int64_t skipped = 0;
+};
+
+using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>&)>;
+
+RunResult train(bool shadows, DType dt, const MakeOptimizer& make, double init_scale = 0.0) {
+  ShadowSwitch sw(shadows);
+  TinyMlp m;
+  std::unique_ptr<optim::Optimizer> opt = make(m.params());
+  GradScaler scaler({.init_scale = init_scale > 0 ? init_scale : 1.0, .enabled = init_scale > 0});
+  RunResult r;
+  reset_autocast_cache_stats();
+  for (int step = 0; step < 8; ++step) {
+    Tensor loss = m.loss(dt);
+    r.losses.push_back(loss.item());
+    scaler.scale(loss).backward();
+    scaler.step(*opt);
+    scaler.update();
+    opt->zero_grad();
+  }
+  r.shadow_hits = autocast_cache_stats().shadow_hits;
+  r.skipped = scaler.skipped_steps();
+  for (const Tensor& p : m.params()) r.weights.push_back(values(p));
+  return r;
+}
+
+void expect_identical(const RunResult& on, const RunResult& off) {
+  EXPECT_GT(on.shadow_hits, 0);
+  EXPECT_EQ(off.shadow_hits, 0);
+  EXPECT_EQ(on.skipped, off.skipped);
+  EXPECT_EQ(on.losses, off.losses);
+  EXPECT_EQ(on.weights, off.weights);
+}
+
+TEST(WeightShadows, TrainingIsBitIdenticalWithAndWithoutShadowsBf16) {
+  const MakeOptimizer adamw = [](const std::vector<Tensor>& p) {
+    return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.lr = 1e-2});
+  };
+  expect_identical(train(true, DType::bf16, adamw), train(false, DType::bf16, adamw));
+  // The chunked update (bf16 optimizer states) and SGD keep shadows the same way.
+  const MakeOptimizer narrow_states = [](const std::vector<Tensor>& p) {
+    optim::AdamOptions o{.lr = 1e-2};
+    o.precision.state_dtype = DType::bf16;
+    return std::make_unique<optim::Adam>(p, o);
+  };
+  expect_identical(train(true, DType::bf16, narrow_states),
+                   train(false, DType::bf16, narrow_states));
+  const MakeOptimizer sgd = [](const std::vector<Tensor>& p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  };
+  expect_identical(train(true, DType::bf16, sgd), train(false, DType::bf16, sgd));
+}
+
+TEST(WeightShadows, TrainingIsBitIdenticalWithAndWithoutShadowsFp16WithSkippedSteps) {
+  const MakeOptimizer adamw = [](const std::vector<Tensor>& p) {
+    return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.lr = 1e-2});
+  };
+  // A loss scale large enough that fp16 gradients overflow for the first steps (skipped: the
+  // weights and their shadows stay as they are), then small enough for the rest.
+  const double scale = 1 << 24;
+  const RunResult on = train(true, DType::fp16, adamw, scale);
+  const RunResult off = train(false, DType::fp16, adamw, scale);
+  EXPECT_GT(on.skipped, 0);
+  EXPECT_LT(on.skipped, 7);
+  expect_identical(on, off);
+}
+
+}  // namespace
+}  // namespace mixp::amp
