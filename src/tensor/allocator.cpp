@@ -47,7 +47,7 @@ struct CachingAllocator::Impl {
 
   Block take_cached(size_t sz) {
     if (sz <= detail::kSmallMax) {
-      const auto t = small.take(sz, std::min(2 * sz, detail::kSmallMax));
+      const auto t = small.take(sz, detail::small_reuse_limit(sz));
       return {t.ptr, t.size};
     }
     const auto t = large.take(sz);

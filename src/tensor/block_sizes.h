@@ -16,8 +16,20 @@ inline constexpr size_t kSmallGranule = 512;
 inline constexpr size_t kSmallMax = size_t(1) << 20;
 inline constexpr size_t kLargeGranule = size_t(64) << 10;
 // The smallest tail split off a large free block as a free block of its own; a shorter tail stays
-// with the block handed out (and counts as allocated). MEASURED_PLACEHOLDER
-inline constexpr size_t kMinSplitRemainder = kLargeGranule;
+// with the block handed out (and counts as allocated). Half the smallest large block: a kept tail
+// costs nothing (it merges back when a neighbour is freed) but an entry in the free index, and
+// tails below this are mostly rounding slack no large request can use. On the gpt recipes
+// (docs/benchmarks.md) 64 KiB and 512 KiB give the same peaks; 1 and 2 MiB raise them.
+inline constexpr size_t kMinSplitRemainder = size_t(512) << 10;
+
+// The largest cached small block a small request may take: 1.5x the request. Exact classes only
+// would count no waste but keep more blocks cached (peak reserved +2-5 MB on the gpt recipes);
+// 2x, the old policy, counts up to 6 MB of slack in the 16-bit recipes; 1.5x held the least
+// memory of the three on all seven gpt runs measured (docs/benchmarks.md).
+constexpr size_t small_reuse_limit(size_t size) {
+  const size_t limit = size + size / 2;
+  return limit < kSmallMax ? limit : kSmallMax;
+}
 
 constexpr size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 

@@ -2,8 +2,8 @@
 // size class. Private to libmixp; not thread-safe (CachingAllocator holds its mutex).
 //
 // Why size classes and no splitting: small blocks are many but hold little memory, so what they
-// waste by being taken for a smaller request (at most 2x, as PyTorch's small pool bounds it by its
-// 2 MiB segments) matters less than making take/put O(1). Each class keeps its free blocks in a
+// waste by being taken for a smaller request (at most 1.5x, block_sizes.h) matters less than
+// making take/put O(1). Each class keeps its free blocks in a
 // std::vector used as a stack: the vectors only grow when more blocks of a class are free at once
 // than ever before, so a training loop in steady state does no heap allocation here (the old
 // std::multimap allocated a node on every free). A bitmap of non-empty classes finds the smallest
