@@ -31,7 +31,9 @@ constexpr size_t small_reuse_limit(size_t size) {
   return limit < kSmallMax ? limit : kSmallMax;
 }
 
-constexpr size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+constexpr size_t round_up(size_t v, size_t m) {
+  return (v + m - 1) / m * m;
+}
 
 constexpr size_t round_block_size(size_t n) {
   if (n == 0) return kTinyGranule;  // a valid, distinct pointer for empty tensors

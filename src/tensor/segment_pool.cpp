@@ -16,10 +16,15 @@ bool smaller(const SegmentPool::Span& a, const SegmentPool::Span& b) {
 
 }  // namespace
 
+std::vector<SegmentPool::Segment>::iterator SegmentPool::segment_after(const char* p) {
+  return std::upper_bound(
+      segments_.begin(), segments_.end(), p,
+      [](const char* q, const Segment& s) { return std::less<const char*>{}(q, s.base); });
+}
+
 SegmentPool::Segment& SegmentPool::segment_of(const void* ptr) {
   const char* p = static_cast<const char*>(ptr);
-  auto it = std::upper_bound(segments_.begin(), segments_.end(), p,
-                             [](const char* q, const Segment& s) { return std::less<>{}(q, s.base); });
+  auto it = segment_after(p);
   assert(it != segments_.begin() && "pointer not from this pool");
   --it;
   assert(p < it->base + it->size() && "pointer not from this pool");
@@ -76,8 +81,7 @@ void SegmentPool::add_segment(void* base, size_t size) {
   Segment seg{static_cast<char*>(base), std::vector<Slot>(size / kUnit)};
   seg.slots[0].units = uint32_t(seg.slots.size());
   reserve_free_index();
-  auto pos = std::upper_bound(segments_.begin(), segments_.end(), seg.base,
-                              [](char* q, const Segment& s) { return std::less<>{}(q, s.base); });
+  const auto pos = segment_after(seg.base);
   segments_.insert(pos, std::move(seg));
   ++num_blocks_;
 }

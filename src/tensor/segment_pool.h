@@ -71,6 +71,7 @@ class SegmentPool {
     bool whole_free() const { return slots[0].free && slots[0].units == slots.size(); }
   };
 
+  std::vector<Segment>::iterator segment_after(const char* p);  // the first starting after p
   Segment& segment_of(const void* ptr);
   Span remove_segment_at(size_t i);
   // Sets the block at `start` to `units` long and tells the block after it where it starts.

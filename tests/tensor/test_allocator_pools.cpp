@@ -234,10 +234,14 @@ class LiveBlocks {
 // Sizes across both pools: small (up to 1 MiB), just over the boundary, and large.
 size_t random_size(std::mt19937_64& rng) {
   switch (rng() % 4) {
-    case 0: return rng() % 5000;
-    case 1: return rng() % detail::kSmallMax + 1;
-    case 2: return detail::kSmallMax + rng() % (256 * KiB) + 1;
-    default: return rng() % (12 * MiB) + 1;
+    case 0:
+      return rng() % 5000;
+    case 1:
+      return rng() % detail::kSmallMax + 1;
+    case 2:
+      return detail::kSmallMax + rng() % (256 * KiB) + 1;
+    default:
+      return rng() % (12 * MiB) + 1;
   }
 }
 

@@ -55,7 +55,8 @@ TEST_P(TrainingLoop, MakesNoSystemAllocationsAfterWarmup) {
 INSTANTIATE_TEST_SUITE_P(Allocator, TrainingLoop,
                          ::testing::Values(LoopCase{"mlp", "fp32"}, LoopCase{"mlp", "bf16"},
                                            LoopCase{"gpt", "fp32"}, LoopCase{"gpt", "bf16"},
-                                           LoopCase{"gpt", "fp16-o2"}, LoopCase{"gpt", "bf16", true}),
+                                           LoopCase{"gpt", "fp16-o2"},
+                                           LoopCase{"gpt", "bf16", true}),
                          [](const auto& info) {
                            std::string n = info.param.model + "_" + info.param.precision +
                                            (info.param.checkpointing ? "_checkpointing" : "");

@@ -5,15 +5,15 @@
 // freed blocks are kept in a size-keyed pool and reused, so that after the first step the loop
 // makes no system allocations (checked by tests/tensor through `system_allocs`).
 //
-// Policy (docs/engine.md): requests are rounded up to 64 bytes (<= 4 KiB), to 512 bytes (<= 1 MiB),
-// else to 64 KiB. Small blocks (<= 1 MiB) are kept in size classes, and a request takes the smallest
-// cached block at least as large and at most 1.5x as large. Large blocks are carved out of system
-// segments: a request takes the smallest free block that fits and splits off the rest as a free
-// block of its own (when at least 512 KiB); a freed block coalesces with free neighbours of its
-// segment, and only empty_cache() (or a retry after the system ran out of memory) gives whole free
-// segments back. Blocks are 64-byte aligned (one cache line, one AVX-512 vector).
-// MIXP_ALLOCATOR=system in the environment disables the cache (every free goes back to the
-// system), which makes ASan find use-after-free in tensor code.
+// Policy (docs/engine.md): requests are rounded up to 64 bytes (<= 4 KiB), to 512 bytes
+// (<= 1 MiB), else to 64 KiB. Small blocks (<= 1 MiB) are kept in size classes; a request takes
+// the smallest cached block at least as large and at most 1.5x as large. Large blocks are carved
+// out of system segments: a request takes the smallest free block that fits and splits off the
+// rest as a free block of its own (when at least 512 KiB); a freed block coalesces with the free
+// neighbours in its segment, and only empty_cache() (or a retry after the system ran out of
+// memory) gives whole free segments back. Blocks are 64-byte aligned (one cache line, one AVX-512
+// vector). MIXP_ALLOCATOR=system in the environment disables the cache (every free goes back to
+// the system), which makes ASan find use-after-free in tensor code.
 #pragma once
 #include <cstddef>
 #include <cstdint>
