@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 
+#include "tensor/asan_poison.h"
 #include "tensor/block_sizes.h"
 #include "tensor/segment_pool.h"
 #include "tensor/size_class_pool.h"
@@ -35,6 +36,7 @@ struct CachingAllocator::Impl {
     return p;
   }
   void system_free(void* p, size_t sz) {
+    detail::unpoison_cached(p, sz);
     std::free(p);
     ++st.system_frees;
     st.reserved_bytes -= static_cast<int64_t>(sz);
@@ -46,12 +48,16 @@ struct CachingAllocator::Impl {
   }
 
   Block take_cached(size_t sz) {
+    Block b;
     if (sz <= detail::kSmallMax) {
       const auto t = small.take(sz, detail::small_reuse_limit(sz));
-      return {t.ptr, t.size};
+      b = {t.ptr, t.size};
+    } else {
+      const auto t = large.take(sz);
+      b = {t.ptr, t.size};
     }
-    const auto t = large.take(sz);
-    return {t.ptr, t.size};
+    if (b.ptr) detail::unpoison_cached(b.ptr, b.size);
+    return b;
   }
   Block take_system(size_t sz) {
     void* p = system_alloc(sz);
@@ -67,8 +73,15 @@ struct CachingAllocator::Impl {
   }
   void give_back(Block b) {
     if (b.size <= detail::kSmallMax) {
-      if (!caching || !small.put(b.ptr, b.size)) system_free(b.ptr, b.size);
-    } else if (large.free_block(b.ptr, b.size) && !caching) {
+      if (caching && small.put(b.ptr, b.size)) {
+        detail::poison_cached(b.ptr, b.size);
+      } else {
+        system_free(b.ptr, b.size);
+      }
+      return;
+    }
+    detail::poison_cached(b.ptr, b.size);
+    if (large.free_block(b.ptr, b.size) && !caching) {
       const auto s = large.remove_segment(b.ptr);
       system_free(s.ptr, s.size);
     }
