@@ -16,8 +16,9 @@
 //   it is free and where the previous block starts (boundary tags, kept outside the memory tensors
 //   write, so a kernel overrunning its buffer cannot corrupt the pool).
 // - free_: (size, address) of every free block, sorted; best fit is a lower_bound. A sorted vector
-//   beats a tree here: there are tens of free blocks, not thousands, and its capacity is reserved
-//   for as many entries as there are blocks, so freeing never allocates (and never throws).
+//   rather than a tree: there are tens of free blocks, not thousands, so an insert or erase is a
+//   short memmove, and its capacity is kept at one entry per block, so freeing never allocates
+//   (and never throws).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,8 +55,6 @@ class SegmentPool {
       release(s.ptr, s.size);
     }
   }
-
-  size_t num_segments() const { return segments_.size(); }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
