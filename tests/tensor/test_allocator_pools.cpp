@@ -177,8 +177,9 @@ TEST(AllocatorPools, EnvironmentSelectsSystemMode) {
   }
 }
 
-// Live blocks, each stamped with its id: at both ends and every 4 KiB (writing whole blocks
-// would make the test slow, and a stamp per page catches any overlap of two blocks).
+// Live blocks: a new block's range must not overlap any live one, and each block is stamped
+// with its id at both ends and every 4 KiB (what the allocator does to other blocks must leave
+// the stamps intact; writing whole blocks would make the test slow).
 class LiveBlocks {
  public:
   explicit LiveBlocks(CachingAllocator& a) : a_(a) {}
@@ -186,6 +187,11 @@ class LiveBlocks {
     const Block b = a_.allocate(n);
     ASSERT_GE(b.size, n);
     ASSERT_EQ(reinterpret_cast<uintptr_t>(b.ptr) % kTensorAlignment, 0u);
+    const auto begin = [](Block x) { return reinterpret_cast<uintptr_t>(x.ptr); };
+    for (const Live& l : live_) {
+      ASSERT_TRUE(begin(b) + b.size <= begin(l.b) || begin(l.b) + l.b.size <= begin(b))
+          << "block " << id << " overlaps live block " << l.id;
+    }
     stamp(b, id);
     live_.push_back({b, n, id});
   }
