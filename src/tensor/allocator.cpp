@@ -1,23 +1,32 @@
+// CachingAllocator: the stats, the mutex and the system calls around the two pools (small size
+// classes in size_class_pool.h, split/coalesced large blocks in segment_pool.h; their top comments
+// say why each is built the way it is).
 #include "mixp/tensor/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <new>
+
+#include "tensor/asan_poison.h"
+#include "tensor/block_sizes.h"
+#include "tensor/segment_pool.h"
+#include "tensor/size_class_pool.h"
 
 namespace mixp {
 
 struct CachingAllocator::Impl {
   mutable std::mutex mu;
-  std::multimap<size_t, void*> free_blocks;  // size -> block
+  detail::SizeClassPool small;
+  detail::SegmentPool large;
   AllocatorStats st;
   bool caching = true;
 
   void* system_alloc(size_t sz) {
     void* p = std::aligned_alloc(kTensorAlignment, sz);
     if (!p) {
-      release_all();
+      release_cached();
       p = std::aligned_alloc(kTensorAlignment, sz);
       if (!p) throw std::bad_alloc();
     }
@@ -27,19 +36,66 @@ struct CachingAllocator::Impl {
     return p;
   }
   void system_free(void* p, size_t sz) {
+    detail::unpoison_cached(p, sz);
     std::free(p);
     ++st.system_frees;
     st.reserved_bytes -= static_cast<int64_t>(sz);
   }
-  void release_all() {
-    for (auto& [sz, p] : free_blocks) system_free(p, sz);
-    free_blocks.clear();
+  void release_cached() {
+    auto release = [this](void* p, size_t sz) { system_free(p, sz); };
+    small.release_all(release);
+    large.release_free_segments(release);
+  }
+
+  Block take_cached(size_t sz) {
+    Block b;
+    if (sz <= detail::kSmallMax) {
+      const auto t = small.take(sz, detail::small_reuse_limit(sz));
+      b = {t.ptr, t.size};
+    } else {
+      const auto t = large.take(sz);
+      b = {t.ptr, t.size};
+    }
+    if (b.ptr) detail::unpoison_cached(b.ptr, b.size);
+    return b;
+  }
+  Block take_system(size_t sz) {
+    void* p = system_alloc(sz);
+    if (sz > detail::kSmallMax) {
+      try {
+        large.add_segment(p, sz);
+      } catch (...) {
+        system_free(p, sz);
+        throw;
+      }
+    }
+    return {p, sz};
+  }
+  void give_back(Block b) {
+    if (b.size <= detail::kSmallMax) {
+      if (caching && small.put(b.ptr, b.size)) {
+        detail::poison_cached(b.ptr, b.size);
+      } else {
+        system_free(b.ptr, b.size);
+      }
+      return;
+    }
+    detail::poison_cached(b.ptr, b.size);
+    if (large.free_block(b.ptr, b.size) && !caching) {
+      const auto s = large.remove_segment(b.ptr);
+      system_free(s.ptr, s.size);
+    }
   }
 };
 
 CachingAllocator::CachingAllocator() : impl_(new Impl) {
   if (const char* e = std::getenv("MIXP_ALLOCATOR"); e && std::strcmp(e, "system") == 0)
     impl_->caching = false;
+}
+
+CachingAllocator::~CachingAllocator() {
+  impl_->release_cached();
+  delete impl_;
 }
 
 CachingAllocator& CachingAllocator::cpu() {
@@ -49,11 +105,7 @@ CachingAllocator& CachingAllocator::cpu() {
 }
 
 size_t CachingAllocator::round_size(size_t n) {
-  auto up = [](size_t v, size_t m) { return (v + m - 1) / m * m; };
-  if (n == 0) return kTensorAlignment;
-  if (n <= 4096) return up(n, 64);
-  if (n <= (1u << 20)) return up(n, 512);
-  return up(n, 65536);
+  return detail::round_block_size(n);
 }
 
 CachingAllocator::Block CachingAllocator::allocate(size_t nbytes) {
@@ -61,14 +113,11 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes) {
   std::lock_guard lock(impl_->mu);
   auto& st = impl_->st;
   ++st.allocs;
-  Block b;
-  auto it = impl_->free_blocks.lower_bound(sz);
-  if (it != impl_->free_blocks.end() && it->first <= 2 * sz) {
-    b = Block{it->second, it->first};
-    impl_->free_blocks.erase(it);
+  Block b = impl_->caching ? impl_->take_cached(sz) : Block{};
+  if (b.ptr) {
     ++st.cache_hits;
   } else {
-    b = Block{impl_->system_alloc(sz), sz};
+    b = impl_->take_system(sz);
   }
   st.allocated_bytes += static_cast<int64_t>(b.size);
   st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
@@ -79,17 +128,11 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes) {
 
 void CachingAllocator::deallocate(Block b, size_t nbytes) {
   if (!b.ptr) return;
-  const size_t sz = b.size;
-  void* p = b.ptr;
   std::lock_guard lock(impl_->mu);
   auto& st = impl_->st;
-  st.allocated_bytes -= static_cast<int64_t>(sz);
+  st.allocated_bytes -= static_cast<int64_t>(b.size);
   st.requested_bytes -= static_cast<int64_t>(nbytes);
-  if (impl_->caching) {
-    impl_->free_blocks.emplace(sz, p);
-  } else {
-    impl_->system_free(p, sz);
-  }
+  impl_->give_back(b);
 }
 
 AllocatorStats CachingAllocator::stats() const {
@@ -107,13 +150,13 @@ void CachingAllocator::reset_peak() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(impl_->mu);
-  impl_->release_all();
+  impl_->release_cached();
 }
 
 void CachingAllocator::set_caching(bool on) {
   std::lock_guard lock(impl_->mu);
   impl_->caching = on;
-  if (!on) impl_->release_all();
+  if (!on) impl_->release_cached();
 }
 
 bool CachingAllocator::caching() const {

@@ -32,8 +32,8 @@ TEST(Allocator, ReusesCachedBlocks) {
   const AllocatorStats s1 = allocator_stats();
   EXPECT_EQ(s1.system_allocs, s0.system_allocs);
   EXPECT_EQ(s1.cache_hits - s0.cache_hits, 10);
-  // A smaller request may take a cached block up to twice its size.
-  for (int i = 0; i < 3; ++i) Tensor t = empty({1000, 60});
+  // A smaller request may take a cached block up to 1.5x its size.
+  for (int i = 0; i < 3; ++i) Tensor t = empty({1000, 70});
   EXPECT_EQ(allocator_stats().system_allocs, s0.system_allocs);
 }
 

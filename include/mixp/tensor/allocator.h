@@ -5,11 +5,15 @@
 // freed blocks are kept in a size-keyed pool and reused, so that after the first step the loop
 // makes no system allocations (checked by tests/tensor through `system_allocs`).
 //
-// Policy: requests are rounded up to 64 bytes (<= 4 KiB), to 512 bytes (<= 1 MiB), else to 64 KiB.
-// A request is served by the smallest cached block that is at least as large and at most twice as
-// large (best fit with bounded waste). Blocks are 64-byte aligned (one cache line, one AVX-512
-// vector). MIXP_ALLOCATOR=system in the environment disables the cache (every free goes back to the
-// system), which makes ASan find use-after-free in tensor code.
+// Policy (docs/engine.md): requests are rounded up to 64 bytes (<= 4 KiB), to 512 bytes
+// (<= 1 MiB), else to 64 KiB. Small blocks (<= 1 MiB) are kept in size classes; a request takes
+// the smallest cached block at least as large and at most 1.5x as large. Large blocks are carved
+// out of system segments: a request takes the smallest free block that fits and splits off the
+// rest as a free block of its own (when at least 512 KiB); a freed block coalesces with the free
+// neighbours in its segment, and only empty_cache() (or a retry after the system ran out of
+// memory) gives whole free segments back. Blocks are 64-byte aligned (one cache line, one AVX-512
+// vector). MIXP_ALLOCATOR=system in the environment disables the cache (every free goes back to
+// the system), which makes ASan find use-after-free in tensor code.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +40,13 @@ class CachingAllocator {
   // The process-wide allocator for CPU tensors (thread-safe).
   static CachingAllocator& cpu();
 
+  // A separate allocator (tests); caching unless MIXP_ALLOCATOR=system. Destroy it only after
+  // every block it handed out was deallocated: the destructor returns the cached memory.
+  CachingAllocator();
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
   struct Block {
     void* ptr = nullptr;
     size_t size = 0;  // the block's real size (>= the request)
@@ -49,7 +60,8 @@ class CachingAllocator {
   AllocatorStats stats() const;
   // Sets the peak counters to the current values.
   void reset_peak();
-  // Returns every cached (free) block to the system.
+  // Returns every cached small block and every wholly free segment to the system (a segment with
+  // a block still allocated stays).
   void empty_cache();
   // Whether freed blocks are cached (default true unless MIXP_ALLOCATOR=system).
   void set_caching(bool on);
@@ -58,7 +70,6 @@ class CachingAllocator {
   static size_t round_size(size_t nbytes);
 
  private:
-  CachingAllocator();
   struct Impl;
   Impl* impl_;
 };
