@@ -222,6 +222,7 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
       if (!gout[i].defined()) gout[i] = zeros(n->outputs[i].shape, {.dtype = n->outputs[i].dtype});
     }
     std::vector<Tensor> gin(n->next_edges.size());
+    n->release_after_apply = !retain_graph;
     n->apply(gout, gin);
     gout.clear();
     if (!retain_graph) n->release();

@@ -88,7 +88,7 @@ Tensor Gpt::forward(const Tensor& idx) {
           },
           x);
     } else {
-      x = (*b)(x);
+      x = (*b)(std::move(x));  // the block may free its input early (forward_owned)
     }
   }
   return (*head_)((*ln_f_)(x));

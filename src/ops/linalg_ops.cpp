@@ -204,19 +204,24 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
     const Shape x_shape = x.shape();
     const bool dw32 = weight_grad_in_fp32(w);
     record(OpId::linear, c, {&x, &w, &b}, {&out},
-           [keep_x, keep_w, keep_y, x_shape, plan, dw32](BackwardContext& ctx) {
+           [keep_x, keep_w, keep_y, x_shape, plan, dw32](BackwardContext& ctx) mutable {
              Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
              if (keep_y.defined()) {
                Tensor gz = new_tensor(g2.shape(), g2.dtype());
                backend().unary_backward(UnaryOp::relu, gz, g2, Tensor(), keep_y);
                g2 = gz;
+               if (ctx.last_use()) keep_y = Tensor();
              }
-             if (ctx.needs(0))
-               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
+             // dW before dX: the saved input is then dropped before dX (its shape) is allocated,
+             // and the allocator serves dX from its block. In a transformer's MLP the second
+             // linear's input is the widest activation, and this is where a step peaks.
              if (ctx.needs(1)) {
                ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), plan, Activation::none,
                                          dw32 ? std::optional<DType>(DType::fp32) : std::nullopt);
              }
+             if (ctx.last_use()) keep_x = Tensor();
+             if (ctx.needs(0))
+               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
              if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
            });
     if (dw32) static_cast<FunctionNode*>(out.grad_fn().get())->input_dtypes[1] = DType::fp32;

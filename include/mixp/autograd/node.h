@@ -43,6 +43,9 @@ class Node {
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;
+  // Set by the engine before apply: true when release() follows (retain_graph is false), so apply
+  // may drop a saved tensor as soon as it has used it (BackwardContext::last_use).
+  bool release_after_apply = false;
   // Increases with creation order (per thread): the engine runs later nodes first, which keeps
   // peak memory low (activations are freed as soon as their consumer's backward ran).
   uint64_t sequence_nr;
@@ -67,6 +70,9 @@ struct BackwardContext {
   const Node* node = nullptr;
   const Tensor& grad(int i = 0) const { return grad_outputs[i]; }
   bool needs(int i) const { return node->next_edges[i].valid(); }
+  // This is the only backward through the node: a saved tensor may be dropped once used, so that
+  // its memory serves the gradients allocated after it (the peak of a step is in backward).
+  bool last_use() const { return node->release_after_apply; }
 };
 using BackwardFn = std::function<void(BackwardContext&)>;
 

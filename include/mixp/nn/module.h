@@ -50,6 +50,16 @@ class Module {
   virtual Tensor forward(const Tensor& x) = 0;
   // forward(x), through the forward wrapper when one is set.
   Tensor operator()(const Tensor& x) { return wrapper_ ? wrapper_(*this, x) : forward(x); }
+  // The same for an input the caller gives up (`x = block(std::move(x))`): without a wrapper it
+  // goes to forward_owned, which may drop the input as soon as it is no longer needed instead of
+  // the caller's reference keeping it alive for the whole call.
+  Tensor operator()(Tensor&& x) {
+    if (wrapper_) return wrapper_(*this, x);
+    return forward_owned(std::move(x));
+  }
+  // forward(x) for an input this module owns; modules whose input dies early override it (a
+  // residual block whose input is saved by nothing: TransformerBlock under 16-bit norm saves).
+  virtual Tensor forward_owned(Tensor x) { return forward(x); }
 
   // A function run instead of forward(x) by operator(); it receives the module and the input and
   // must call module.forward(...) itself (wrappers do not nest: setting one replaces the previous;

@@ -20,6 +20,7 @@ class TransformerBlock : public Module {
   TransformerBlock(int64_t width, int64_t heads, int64_t mlp_width, Generator& gen,
                    const BlockOptions& opt = {});
   Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C]
+  Tensor forward_owned(Tensor x) override;   // drops x after the first residual add
 
   CausalSelfAttention& attn() { return *attn_; }
   GptMlp& mlp() { return *mlp_; }
