@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -63,8 +64,7 @@ AdamW::AdamW(const std::vector<Tensor>& params, const AdamOptions& opt)
     : Adam(name_by_index(params), opt, true) {}
 AdamW::AdamW(NamedTensors params, const AdamOptions& opt) : Adam(std::move(params), opt, true) {}
 
-template <class T>
-void Adam::run(T* w, const T* g, T* m, T* v, int64_t n, int64_t step) const {
+void Adam::begin_update(int64_t step) {
   // Step scalars in double, then rounded to T, as PyTorch computes them in Python and hands them
   // to its fp32 kernels. The unused weight-decay form gets an exact neutral factor (0 for the L2
   // term: g + 0 * w == g for finite w; 1 for the decoupled decay), so the loop has no branches.
@@ -80,6 +80,16 @@ void Adam::run(T* w, const T* g, T* m, T* v, int64_t n, int64_t step) const {
                        decoupled_ ? 1.0 - lr * weight_decay_ : 1.0,
                        -(lr / bc1),
                        std::sqrt(bc2)};
+  std::copy(std::begin(s), std::end(s), std::begin(scalars_));
+  scalars_step_ = step;
+}
+
+template <class T>
+void Adam::run(T* w, const T* g, T* m, T* v, int64_t n, int64_t step) const {
+  if (step != scalars_step_) {
+    throw std::logic_error("mixp::optim::Adam: update() without begin_update() for this step");
+  }
+  const double(&s)[9] = scalars_;
   if constexpr (std::is_same_v<T, float>) {
     const detail::AdamScalars f{
         static_cast<float>(s[0]), static_cast<float>(s[1]), static_cast<float>(s[2]),

@@ -231,6 +231,7 @@ void Optimizer::step_param(size_t index) {
       g = st.grad_work;
     }
     st.step += 1;
+    begin_update(st.step);
     unsigned char* shadow = shadow_to_rewrite(st);
     step_param_chunked(index, g, shadow);
     finish_param_write(st, shadow != nullptr);
@@ -246,6 +247,7 @@ void Optimizer::step_param(size_t index) {
     g = st.grad_work;
   }
   st.step += 1;
+  begin_update(st.step);
   const int64_t n = st.param.numel();
   unsigned char* shadow = nullptr;
   if (w == DType::fp64) {

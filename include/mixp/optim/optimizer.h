@@ -124,6 +124,10 @@ class Optimizer {
   Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision,
             std::vector<std::string> slot_names);
 
+  // Called once per parameter step before its update() calls (a step may be split into chunks,
+  // e.g. to rewrite a weight shadow while each chunk is in L1): per-step scalars belong here, not
+  // in update(), which may run hundreds of times per parameter and on several threads at once.
+  virtual void begin_update(int64_t step) { (void)step; }
   // The fused update of one parameter: w (n working values, updated in place), g (gradient),
   // slots[k] (n values of state k), step (this parameter's step count, already incremented).
   virtual void update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) = 0;
