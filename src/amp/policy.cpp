@@ -104,6 +104,10 @@ double parse_positive(const std::string& key, const std::string& v) {
 
 }  // namespace
 
+const std::vector<std::string>& policy_keys() {
+  return key_names();
+}
+
 std::string_view PrecisionPolicy::mode() const {
   if (autocast) return "mixed";
   if (narrow(params) || narrow(compute)) return "pure";

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.h"
+#include "mixp/amp/policy.h"
 #include "mixp/nn/models.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/recipe.h"
@@ -200,9 +201,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--precision", c.precision,
                   "precision recipe: " + join(train::available_recipes()) +
                       " (default fp32), optionally refined by a policy string, e.g. "
-                      "'bf16:params=fp32,compute=bf16,output=fp32' (keys: params compute output "
-                      "autocast master rounding kahan states norm loss_scale loss_scale_init "
-                      "growth_interval; docs/amp-training.md)");
+                      "'bf16:params=fp32,compute=bf16,output=fp32' (keys: " +
+                      join(amp::policy_keys(), " ") + "; docs/amp-training.md)");
   sub->add_option("--epochs", c.epochs, "passes over the training data (default 1)");
   sub->add_option("--steps", c.steps,
                   "optimizer steps instead of epochs (whole run, resumed steps included)");

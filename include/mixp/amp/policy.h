@@ -106,6 +106,8 @@ struct PrecisionPolicy {
 
 // The presets that exist (DESIGN.md's order), and every recipe name DESIGN.md plans.
 const std::vector<std::string>& preset_names();
+// The keys a policy string accepts, in the order of the list above.
+const std::vector<std::string>& policy_keys();
 const std::vector<std::string>& planned_recipe_names();
 
 // The preset `auto` resolves to on this machine (bf16 or fp32).
