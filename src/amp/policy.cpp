@@ -20,12 +20,8 @@ namespace mixp::amp {
 namespace {
 
 using ::mixp::detail::join;
+using ::mixp::detail::lower;
 using ::mixp::detail::trim;
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 bool narrow(DType d) {
   return d == DType::bf16 || d == DType::fp16;

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <map>
 
@@ -21,12 +20,8 @@ namespace mixp::train {
 namespace {
 
 using ::mixp::detail::join;
+using ::mixp::detail::lower;
 using ::mixp::detail::trim;
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // Splits "a=1, b = 2" into ordered (key, value) pairs; throws ConfigError for malformed entries.
 std::vector<std::pair<std::string, std::string>> split_pairs(std::string_view list,

@@ -27,4 +27,10 @@ inline std::string trim(std::string_view s) {
   return std::string(s.substr(a, b - a));
 }
 
+// s in ASCII lower case: option values are matched case-insensitively.
+inline std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace mixp::detail
