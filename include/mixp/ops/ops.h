@@ -3,7 +3,8 @@
 // needs. Shape mismatches throw std::invalid_argument naming the op and both shapes.
 //
 // Dtypes. The result of a floating op has the promoted dtype of its floating inputs (equal dtypes
-// stay; any fp64 gives fp64; other mixes give fp32; integer/bool inputs count as fp32). The op
+// stay; any fp64 gives fp64; other mixes give fp32; integer/bool inputs count as fp32; this
+// differs from PyTorch for 0-dim and integer tensors: docs/amp.md, "Type promotion"). The op
 // computes in fp64 when the result is fp64, else in fp32 (inputs are widened exactly, the result
 // is rounded to its dtype with nearest-even). Gradients flow back in each input's dtype; leaves
 // narrower than fp32 accumulate .grad in fp32 (autograd/node.h).
