@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ref/ref_backend.h"
 #include "mixp/mixp.h"
 
 namespace mixp::testing {
@@ -67,7 +68,26 @@ inline RunResult run_on(BackendKind kind, const OpFn& fn, const std::vector<Tens
   return r;
 }
 
-// Compares fn under cpu and ref: the output and every input gradient.
+// Within its scope, expect_cpu_matches_ref accepts a cpu run that used reference kernels (a case
+// that tests the cpu backend's dispatch to its fallback, not a cpu kernel). Say why.
+class AllowRefFallback {
+ public:
+  explicit AllowRefFallback(const char* why) : prev_(flag()) { flag() = why; }
+  ~AllowRefFallback() { flag() = prev_; }
+  AllowRefFallback(const AllowRefFallback&) = delete;
+  AllowRefFallback& operator=(const AllowRefFallback&) = delete;
+  static const char*& flag() {
+    static const char* why = nullptr;
+    return why;
+  }
+
+ private:
+  const char* prev_;
+};
+
+// Compares fn under cpu and ref: the output and every input gradient. The cpu run must not use
+// any RefBackend kernel (ref_kernel_calls()): an op the cpu backend does not implement for these
+// inputs would otherwise be compared with itself and pass whatever happens to its cpu kernel.
 inline void expect_cpu_matches_ref(const std::string& what, const OpFn& fn,
                                    const std::vector<Tensor>& inputs, double tol = kTolFp32,
                                    bool backward = true, uint64_t seed = 99) {
@@ -80,7 +100,14 @@ inline void expect_cpu_matches_ref(const std::string& what, const OpFn& fn,
   }
   Generator gen(seed);
   const Tensor gout = randn(probe.shape(), gen);
+  const uint64_t ref_before = ref_kernel_calls();
   const RunResult a = run_on(BackendKind::cpu, fn, inputs, gout, backward);
+  const uint64_t ref_used = ref_kernel_calls() - ref_before;
+  if (AllowRefFallback::flag() == nullptr) {
+    EXPECT_EQ(ref_used, 0u) << "the cpu run fell back to " << ref_used
+                            << " reference kernel call(s), the last RefBackend::"
+                            << last_ref_kernel() << ": this case compares ref with ref";
+  }
   const RunResult b = run_on(BackendKind::ref, fn, inputs, gout, backward);
   ASSERT_EQ(a.out.shape(), b.out.shape());
   EXPECT_EQ(a.out.dtype(), b.out.dtype());

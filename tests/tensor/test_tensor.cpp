@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/ref/ref_backend.h"
 #include "mixp/mixp.h"
 
 namespace mixp {
@@ -128,7 +129,10 @@ TEST(Tensor, CpuAndRefConvertAlike) {
         Tensor a, b;
         {
           BackendGuard bg(BackendKind::cpu);
+          const uint64_t before = ref_kernel_calls();
           a = x.to(dt, r, o, 77);
+          // the cpu converter itself, not a fallback to the ref one (ref_backend.h)
+          EXPECT_EQ(ref_kernel_calls(), before) << name(dt) << " " << to_string(r);
         }
         {
           BackendGuard bg(BackendKind::ref);
@@ -145,7 +149,9 @@ TEST(Tensor, CpuAndRefConvertAlike) {
         Tensor wa, wb;
         {
           BackendGuard bg(BackendKind::cpu);
+          const uint64_t before = ref_kernel_calls();
           wa = a.to(DType::fp32, Round::nearest_even);
+          EXPECT_EQ(ref_kernel_calls(), before) << name(dt) << " widening";
         }
         {
           BackendGuard bg(BackendKind::ref);

@@ -23,6 +23,8 @@ class CpuBackend : public RefBackend {
   void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override;
   void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override;
   void reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src);
+  void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                           const Tensor& dst) override;
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                         bool log) override;
@@ -42,6 +44,8 @@ class CpuBackend : public RefBackend {
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
   void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Pool2dParams& p) override;
+  void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
+  void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) override;
   void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                      const Tensor& targets) override;
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,

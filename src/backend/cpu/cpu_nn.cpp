@@ -1,6 +1,6 @@
-// CpuBackend kernels for reductions, softmax, norms, losses, dropout, pooling and attention:
-// fp32 contiguous fast paths on the tiered row kernels (vec_kernels.h) and OpenMP; everything
-// else falls through to the ref kernels.
+// CpuBackend kernels for reductions, softmax, norms, losses, dropout and attention (pooling is in
+// cpu_pool.cpp): fp32 contiguous fast paths on the tiered row kernels (vec_kernels.h) and OpenMP;
+// everything else falls through to the ref kernels.
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -9,8 +9,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_bf16.h"
+#include "backend/cpu/cpu_layout.h"
 #include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
@@ -22,14 +22,8 @@ namespace mixp {
 using cpu::parallel_for;
 using cpu::view_of;
 
-namespace {
-bool f32c(const Tensor& t) {
-  return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous());
-}
-float* fp(const Tensor& t) {
-  return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
-}
-}  // namespace
+using cpu::f32c;
+using cpu::fp;
 
 // Sum / mean of a contiguous bf16/fp16 src into an fp32 dst (a bias gradient of a 16-bit GEMM):
 // rows are widened to fp32 in L1-sized pieces and accumulated in fp32, without a widened copy.
@@ -114,6 +108,8 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
       src.numel() > 0) {
     return reduce_narrow_sum(op, dst, src);
   }
+  if (src.dtype() == DType::fp32 && f32c(dst) && src.numel() > 0 && !src.is_contiguous())
+    return reduce(op, dst, cpu::dense(*this, src));
   if (!(f32c(dst) && f32c(src)) || src.numel() == 0) return RefBackend::reduce(op, dst, src);
   int first = -1, last = -1;
   for (int d = 0; d < src.dim(); ++d) {
@@ -129,7 +125,16 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
     }
   }
   for (int d = first; d <= last; ++d) {
-    if (dst.shape()[d] != 1) return RefBackend::reduce(op, dst, src);  // not one block
+    if (dst.shape()[d] != 1) {
+      // The reduced dims are not one block (e.g. a bias gradient summed over dims 0 and 2): the
+      // kept dims first, the reduced ones last (cpu_layout.h), as one contiguous copy; dst's
+      // layout is the same in that order, since the dims that move have size 1 there.
+      const Shape perm = cpu::kept_dims_first(src.shape(), dst.shape());
+      const Tensor xs = cpu::dense(*this, cpu::permuted_view(src, perm));
+      const Shape ds = cpu::permuted_shape(dst.shape(), perm);
+      Tensor ys = cpu::view_of(dst, ds, contiguous_strides(ds), dst.storage_offset());
+      return reduce(op, ys, xs);
+    }
   }
   int64_t outer = 1, mid = 1, inner = 1;
   for (int d = 0; d < first; ++d) outer *= src.shape()[d];
@@ -191,6 +196,38 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
   }
 }
 
+// ---- max backward: the gradient of each maximum, split evenly between the elements that tie for
+// it (PyTorch's amax backward; the ref kernel's rule). The reduced dims are brought last in one
+// contiguous copy (cpu_layout.h), so each output is one row of `mid` candidates.
+void CpuBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                                     const Tensor& dst) {
+  if (!(dsrc.dtype() == DType::fp32 && ddst.dtype() == DType::fp32 &&
+        src.dtype() == DType::fp32 && f32c(dst)) ||
+      src.numel() == 0)
+    return RefBackend::reduce_max_backward(dsrc, ddst, src, dst);
+  const Shape perm = cpu::kept_dims_first(src.shape(), dst.shape());
+  const Tensor x = cpu::dense(*this, cpu::permuted_view(src, perm));
+  const Tensor g = cpu::dense(*this, ddst);
+  Tensor gv = cpu::permuted_view(dsrc, perm);
+  Tensor gi = cpu::dense_out(gv);
+  const int64_t outer = dst.numel(), mid = src.numel() / outer;
+  const float* xs = fp(x);
+  const float* m = fp(dst);
+  const float* gs = fp(g);
+  float* out = fp(gi);
+  parallel_for(outer, src.numel() * 2, [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      const float* r = xs + o * mid;
+      float* w = out + o * mid;
+      int64_t ties = 0;
+      for (int64_t i = 0; i < mid; ++i) ties += r[i] == m[o];
+      const float share = ties ? gs[o] / static_cast<float>(ties) : 0.0f;
+      for (int64_t i = 0; i < mid; ++i) w[i] = r[i] == m[o] ? share : 0.0f;
+    }
+  });
+  cpu::write_back(*this, gv, gi);
+}
+
 // ---- embedding: row gathers (memcpy) and a row scatter-add, for contiguous weights/gradients
 // (the ref loops index every element through the tensor accessors: ~40x slower on the gpt).
 namespace {
@@ -242,6 +279,15 @@ void CpuBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const T
 
 // ---- softmax over the last dim
 void CpuBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
+  if (dst.dtype() == DType::fp32 && src.dtype() == DType::fp32 && src.numel() > 0 &&
+      (dim != src.dim() - 1 || !dst.is_contiguous() || !src.is_contiguous())) {
+    // Another dim, or strided operands: that dim moved last in contiguous copies (cpu_layout.h).
+    const Shape perm = cpu::dim_last(src.dim(), dim);
+    Tensor dv = cpu::permuted_view(dst, perm);
+    Tensor y = cpu::dense_out(dv);
+    softmax(y, cpu::dense(*this, cpu::permuted_view(src, perm)), src.dim() - 1, log);
+    return cpu::write_back(*this, dv, y);
+  }
   if (!(f32c(dst) && f32c(src)) || dim != src.dim() - 1)
     return RefBackend::softmax(dst, src, dim, log);
   const int64_t n = src.shape()[dim], rows = n ? src.numel() / n : 0;
@@ -253,6 +299,17 @@ void CpuBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
 
 void CpuBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                                   bool log) {
+  if (dsrc.dtype() == DType::fp32 && ddst.dtype() == DType::fp32 && dst.dtype() == DType::fp32 &&
+      dst.numel() > 0 &&
+      (dim != dst.dim() - 1 || !dsrc.is_contiguous() || !ddst.is_contiguous() ||
+       !dst.is_contiguous())) {
+    const Shape perm = cpu::dim_last(dst.dim(), dim);
+    Tensor gv = cpu::permuted_view(dsrc, perm);
+    Tensor gi = cpu::dense_out(gv);
+    softmax_backward(gi, cpu::dense(*this, cpu::permuted_view(ddst, perm)),
+                     cpu::dense(*this, cpu::permuted_view(dst, perm)), dst.dim() - 1, log);
+    return cpu::write_back(*this, gv, gi);
+  }
   if (!(f32c(dsrc) && f32c(ddst) && f32c(dst)) || dim != dst.dim() - 1)
     return RefBackend::softmax_backward(dsrc, ddst, dst, dim, log);
   const int64_t n = dst.shape()[dim], rows = n ? dst.numel() / n : 0;
@@ -409,98 +466,6 @@ void CpuBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed
                                 ? sr_bits_with_key(key, static_cast<uint32_t>(i))
                                 : sr_bits(seed, static_cast<uint64_t>(i));
       y[i] = bits >= thr ? x[i] * scale : 0.0f;
-    }
-  });
-}
-
-// ---- max pooling (NCHW planes in parallel)
-namespace {
-bool is_2x2_s2(const Pool2dParams& p) {
-  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
-         p.pad_w == 0;
-}
-}  // namespace
-
-void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
-  if (!(f32c(dst) && f32c(src))) return RefBackend::max_pool2d(dst, src, p);
-  const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
-  const int64_t OH = dst.shape()[2], OW = dst.shape()[3];
-  if (is_2x2_s2(p)) {  // the CNN's pooling: branch-free rows in the vector tier
-    const auto kern =
-        simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_avx512 : vec::kernels().maxpool2x2;
-    parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t pl = lo; pl < hi; ++pl)
-        kern(fp(dst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
-    });
-    return;
-  }
-  parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
-    for (int64_t pl = lo; pl < hi; ++pl) {
-      const float* x = fp(src) + pl * H * W;
-      float* y = fp(dst) + pl * OH * OW;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float best = -std::numeric_limits<float>::infinity();
-          for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-            const int64_t h = oh * p.stride_h - p.pad_h + kh;
-            if (h < 0 || h >= H) continue;
-            for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-              const int64_t w = ow * p.stride_w - p.pad_w + kw;
-              if (w < 0 || w >= W) continue;
-              const float v = x[h * W + w];
-              if (v > best || std::isnan(v)) best = v;
-            }
-          }
-          y[oh * OW + ow] = best;
-        }
-    }
-  });
-}
-
-void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
-                                     const Pool2dParams& p) {
-  if (!(f32c(dsrc) && f32c(ddst) && f32c(src)))
-    return RefBackend::max_pool2d_backward(dsrc, ddst, src, p);
-  const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
-  const int64_t OH = ddst.shape()[2], OW = ddst.shape()[3];
-  if (is_2x2_s2(p)) {
-    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_bwd_avx512
-                                                      : vec::kernels().maxpool2x2_bwd;
-    parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t pl = lo; pl < hi; ++pl) {
-        float* gi = fp(dsrc) + pl * H * W;
-        if (H != 2 * OH || W != 2 * OW)
-          std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
-        kern(gi, fp(ddst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
-      }
-    });
-    return;
-  }
-  parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
-    for (int64_t pl = lo; pl < hi; ++pl) {
-      const float* x = fp(src) + pl * H * W;
-      const float* g = fp(ddst) + pl * OH * OW;
-      float* gi = fp(dsrc) + pl * H * W;
-      std::memset(gi, 0, sizeof(float) * static_cast<size_t>(H * W));
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float best = -std::numeric_limits<float>::infinity();
-          int64_t arg = -1;
-          for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-            const int64_t h = oh * p.stride_h - p.pad_h + kh;
-            if (h < 0 || h >= H) continue;
-            for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-              const int64_t w = ow * p.stride_w - p.pad_w + kw;
-              if (w < 0 || w >= W) continue;
-              const float v = x[h * W + w];
-              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-                best = v;
-                arg = h * W + w;
-              }
-            }
-          }
-          if (arg >= 0) gi[arg] += g[oh * OW + ow];
-        }
     }
   });
 }

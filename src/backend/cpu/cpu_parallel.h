@@ -33,6 +33,14 @@ void parallel_for(int64_t n, int64_t work, F&& f) {
   }
 }
 
+// An fp32 contiguous tensor, or none (an absent optional operand): the layout of the fast paths.
+inline bool f32c(const Tensor& t) {
+  return !t.defined() || (t.dtype() == DType::fp32 && t.is_contiguous());
+}
+inline float* fp(const Tensor& t) {
+  return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
+}
+
 // A view of t's storage (internal to backends: not recorded by autograd).
 inline Tensor view_of(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_layout.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
@@ -47,6 +48,11 @@ bool f32(const Tensor& t) {
 // fp32 row kernel and rounding the result block back (nearest even). A bf16 pointwise op thus
 // moves half the bytes of its fp32 twin instead of adding full-size conversion passes.
 constexpr int64_t kBlock = 512;
+
+// A dtype the pointwise fast paths handle (any layout).
+bool pw_dtype(const Tensor& t) {
+  return t.dtype() == DType::fp32 || is_narrow(t.dtype());
+}
 
 bool pw_ok(const Tensor& t) {
   return !t.defined() || ((t.dtype() == DType::fp32 || is_narrow(t.dtype())) && t.is_contiguous());
@@ -256,6 +262,14 @@ bool all_bf16(std::initializer_list<const Tensor*> ts) {
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  if (pw_dtype(dst) && pw_dtype(src) && dst.shape() == src.shape() &&
+      !(dst.is_contiguous() && src.is_contiguous())) {
+    // Strided views (an LSTM cell's gates, heads split from a projection): contiguous copies,
+    // the fast kernel, the result copied back (cpu_layout.h).
+    Tensor y = cpu::dense_out(dst);
+    unary(op, y, cpu::dense(*this, src));
+    return cpu::write_back(*this, dst, y);
+  }
   if (op == UnaryOp::relu && all_bf16({&dst, &src}) && dst.shape() == src.shape()) {
     uint16_t* d = ptr<uint16_t>(dst);
     const uint16_t* s = ptr<uint16_t>(src);
@@ -296,6 +310,15 @@ void CpuBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
 void CpuBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                 const Tensor& dst) {
   const bool need_x = unary_bwd_needs_src(op), need_y = unary_bwd_needs_dst(op);
+  if (pw_dtype(dsrc) && pw_dtype(ddst) && (!src.defined() || pw_dtype(src)) &&
+      (!dst.defined() || pw_dtype(dst)) && dsrc.shape() == ddst.shape() &&
+      !(dsrc.is_contiguous() && ddst.is_contiguous() && (!src.defined() || src.is_contiguous()) &&
+        (!dst.defined() || dst.is_contiguous()))) {
+    Tensor gi = cpu::dense_out(dsrc);
+    unary_backward(op, gi, cpu::dense(*this, ddst), cpu::dense(*this, src),
+                   cpu::dense(*this, dst));
+    return cpu::write_back(*this, dsrc, gi);
+  }
   if (op == UnaryOp::relu && dst.defined() && all_bf16({&dsrc, &ddst, &dst}) &&
       dsrc.shape() == ddst.shape() && dst.shape() == ddst.shape()) {
     // gi = y > 0 ? g : 0 on the bits (g passes unrounded: a bf16 value stays itself)

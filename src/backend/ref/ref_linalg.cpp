@@ -59,6 +59,7 @@ double qk_dot(const AttnGeom& a, const T* Q, const T* K, int64_t bh, int64_t i, 
 // rounding into dst. The oracle of the cpu paths (native bf16, emulated fp16).
 void RefBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                         const MatmulConfig& cfg) {
+  count_ref_kernel(__func__);
   if (narrow_compute(cfg.compute) || any_narrow({&dst, &a, &b, &bias})) {
     const Tensor a64 = convert_view(*this, a, DType::fp64),
                  b64 = convert_view(*this, b, DType::fp64),
@@ -142,6 +143,7 @@ void store_rounded(Tensor& dst, const std::vector<double>& acc) {
 
 void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
                         const Conv2dParams& p) {
+  count_ref_kernel(__func__);
   if (narrow_compute(p.compute) || any_narrow({&dst, &src, &weight, &bias})) {
     Conv2dParams p64 = p;
     p64.compute = DType::fp64;
@@ -177,6 +179,7 @@ void RefBackend::conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, co
 
 void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
                                       const Conv2dParams& p) {
+  count_ref_kernel(__func__);
   if (narrow_compute(p.compute) || any_narrow({&dsrc, &ddst, &weight})) {
     Conv2dParams p64 = p;
     p64.compute = DType::fp64;
@@ -209,6 +212,7 @@ void RefBackend::conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Te
 
 void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                          const Tensor& src, const Conv2dParams& p) {
+  count_ref_kernel(__func__);
   if (narrow_compute(p.compute) || any_narrow({&dweight, &dbias, &ddst, &src})) {
     Conv2dParams p64 = p;
     p64.compute = DType::fp64;
@@ -248,6 +252,7 @@ void RefBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const T
 // double accumulation, dst rounded once.
 void RefBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
                            const Tensor& v, bool causal, double scale) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dst, &q, &k, &v})) {
     const Tensor q32 = widen(*this, q, DType::fp32), k32 = widen(*this, k, DType::fp32),
                  v32 = widen(*this, v, DType::fp32);
@@ -290,6 +295,7 @@ void RefBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
                                     const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& dst, const Tensor& lse, bool causal,
                                     double scale) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dq, &dk, &dv, &ddst, &q, &k, &v, &dst})) {
     auto w = [&](const Tensor& t) { return widen(*this, t, DType::fp32); };
     const Tensor g = w(ddst), q32 = w(q), k32 = w(k), v32 = w(v), y32 = w(dst);

@@ -19,6 +19,7 @@ int64_t index_at(const Tensor& idx, int64_t i) {
 }  // namespace
 
 void RefBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) {
+  count_ref_kernel(__func__);
   dispatch_float(dst.dtype(), "embedding", [&](auto t) {
     using T = decltype(t);
     const int64_t V = weight.shape()[0], E = weight.shape()[1], n = indices.numel();
@@ -35,6 +36,7 @@ void RefBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& indi
 }
 
 void RefBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) {
+  count_ref_kernel(__func__);
   dispatch_float(dweight.dtype(), "embedding backward", [&](auto t) {
     using T = decltype(t);
     const int64_t E = dweight.shape()[1], n = indices.numel();
@@ -60,6 +62,7 @@ PoolGeom geom(const Tensor& src, const Tensor& dst) {
 }  // namespace
 
 void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
+  count_ref_kernel(__func__);
   dispatch_float(dst.dtype(), "max_pool2d", [&](auto t) {
     using T = decltype(t);
     const PoolGeom g = geom(src, dst);
@@ -84,6 +87,7 @@ void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
 
 void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                      const Pool2dParams& p) {
+  count_ref_kernel(__func__);
   dispatch_float(dsrc.dtype(), "max_pool2d backward", [&](auto t) {
     using T = decltype(t);
     const PoolGeom g = geom(src, ddst);
@@ -116,6 +120,7 @@ void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
 }
 
 void RefBackend::avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
+  count_ref_kernel(__func__);
   dispatch_float(dst.dtype(), "avg_pool2d", [&](auto t) {
     using T = decltype(t);
     const PoolGeom g = geom(src, dst);
@@ -140,6 +145,7 @@ void RefBackend::avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
 }
 
 void RefBackend::avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) {
+  count_ref_kernel(__func__);
   dispatch_float(dsrc.dtype(), "avg_pool2d backward", [&](auto t) {
     using T = decltype(t);
     const PoolGeom g = geom(dsrc, ddst);

@@ -10,11 +10,13 @@ namespace mixp {
 using namespace kern;
 
 void RefBackend::copy(Tensor& dst, const Tensor& src) {
+  count_ref_kernel(__func__);
   convert(dst, src, Round::nearest_even, Overflow::ieee, 0);
 }
 
 void RefBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
                          uint64_t seed) {
+  count_ref_kernel(__func__);
   if (dst.shape() != src.shape())
     throw std::invalid_argument("ref copy: shapes " + dst.shape().str() + " and " +
                                 src.shape().str());
@@ -38,6 +40,7 @@ void RefBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
 }
 
 void RefBackend::fill(Tensor& dst, double value) {
+  count_ref_kernel(__func__);
   void* d = dst.data_ptr();
   const DType dt = dst.dtype();
   for_each2(dst.shape(), dst.strides(), dst.strides(), [&](int64_t od, int64_t) {
@@ -46,6 +49,7 @@ void RefBackend::fill(Tensor& dst, double value) {
 }
 
 void RefBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
+  count_ref_kernel(__func__);
   if (dst.dtype() == src.dtype() && (dst.dtype() == DType::fp32 || dst.dtype() == DType::fp64)) {
     dispatch_float(dst.dtype(), "add_", [&](auto t) {
       using T = decltype(t);
@@ -68,6 +72,7 @@ void RefBackend::add_inplace(Tensor& dst, const Tensor& src, double alpha) {
 // Operands stored in bf16/fp16 compute in fp32: widened exactly, the kernel runs in fp32 (through
 // the virtual call, so a derived backend's fp32 kernel), the result is rounded to dst's dtype.
 void RefBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dst, &src})) {
     const Tensor s = widen(*this, src, DType::fp32);
     with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { unary(op, d, s); });
@@ -84,6 +89,7 @@ void RefBackend::unary(UnaryOp op, Tensor& dst, const Tensor& src) {
 
 void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                 const Tensor& dst) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dsrc, &ddst, &src, &dst})) {
     const Tensor g = widen(*this, ddst, DType::fp32), x = widen(*this, src, DType::fp32),
                  y = widen(*this, dst, DType::fp32);
@@ -112,6 +118,7 @@ void RefBackend::unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, co
 }
 
 void RefBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dst, &a, &b})) {
     const Tensor x = widen(*this, a, DType::fp32), y = widen(*this, b, DType::fp32);
     with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { binary(op, d, x, y); });
@@ -128,6 +135,7 @@ void RefBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
 }
 
 void RefBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dst, &src})) {
     const Tensor x = widen(*this, src, DType::fp32);
     with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { scalar(op, d, x, s); });
@@ -144,6 +152,7 @@ void RefBackend::scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) {
 }
 
 void RefBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dst, &src})) {
     const Tensor x = widen(*this, src, DType::fp32);
     with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { dropout(d, x, p, seed); });

@@ -39,6 +39,7 @@ int64_t row_offset(const Tensor& t, const RowView& rv, int dim, int64_t r, int64
 }  // namespace
 
 void RefBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
+  count_ref_kernel(__func__);
   if (any_narrow({&dst, &src})) {  // 16-bit operands: widened exactly, reduced in fp32's kernel
     const Tensor s = widen(*this, src, DType::fp32);
     with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { reduce(op, d, s); });
@@ -76,6 +77,7 @@ void RefBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
 
 void RefBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                      const Tensor& dst) {
+  count_ref_kernel(__func__);
   dispatch_float(dsrc.dtype(), "max backward", [&](auto t) {
     using T = decltype(t);
     const Shape rs_dst = reduced_strides(dst, src);
@@ -104,6 +106,7 @@ void RefBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Ten
 }
 
 void RefBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
+  count_ref_kernel(__func__);
   dispatch_float(dst.dtype(), "softmax", [&](auto t) {
     using T = decltype(t);
     const RowView rv(src.shape(), dim);
@@ -127,6 +130,7 @@ void RefBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
 
 void RefBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                                   bool log) {
+  count_ref_kernel(__func__);
   dispatch_float(dsrc.dtype(), "softmax backward", [&](auto t) {
     using T = decltype(t);
     const RowView rv(dst.shape(), dim);
@@ -152,6 +156,7 @@ void RefBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor
 
 void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
                             const Tensor& weight, const Tensor& bias, double eps) {
+  count_ref_kernel(__func__);
   dispatch_float(dst.dtype(), "layer_norm", [&](auto t) {
     using T = decltype(t);
     const int64_t rows = mean.numel();
@@ -187,6 +192,7 @@ void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tenso
 void RefBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
                                      const Tensor& ddst, const Tensor& src, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd) {
+  count_ref_kernel(__func__);
   dispatch_float(dsrc.dtype(), "layer_norm backward", [&](auto t) {
     using T = decltype(t);
     const int64_t rows = mean.numel();
@@ -230,6 +236,7 @@ void RefBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
                             Tensor& running_mean, Tensor& running_var, const Tensor& src,
                             const Tensor& weight, const Tensor& bias, bool training,
                             double momentum, double eps) {
+  count_ref_kernel(__func__);
   dispatch_float(dst.dtype(), "batch_norm", [&](auto t) {
     using T = decltype(t);
     const int64_t N = src.shape()[0], C = src.shape()[1];
@@ -280,6 +287,7 @@ void RefBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
 void RefBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
                                      const Tensor& ddst, const Tensor& src, const Tensor& weight,
                                      const Tensor& save_mean, const Tensor& save_invstd) {
+  count_ref_kernel(__func__);
   dispatch_float(dsrc.dtype(), "batch_norm backward", [&](auto t) {
     using T = decltype(t);
     const int64_t N = src.shape()[0], C = src.shape()[1];
@@ -324,6 +332,7 @@ int64_t target_at(const Tensor& targets, int64_t i) {
 
 void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                                const Tensor& targets) {
+  count_ref_kernel(__func__);
   dispatch_float(loss.dtype(), "cross_entropy", [&](auto t) {
     using T = decltype(t);
     const int64_t N = logits.shape()[0], C = logits.shape()[1];
@@ -350,6 +359,7 @@ void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
 
 void RefBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                         const Tensor& targets, const Tensor& lse) {
+  count_ref_kernel(__func__);
   dispatch_float(dlogits.dtype(), "cross_entropy backward", [&](auto t) {
     using T = decltype(t);
     const int64_t N = logits.shape()[0], C = logits.shape()[1];
