@@ -1,5 +1,5 @@
 // Bulk format conversion throughput vs memcpy of the same input bytes, single-threaded, measured
-// in one run (DESIGN.md section 7: ratios, not absolute times). The speed targets of the
+// in one run (docs/architecture.md 7: ratios, not absolute times). The speed targets of the
 // "Foundation" issue: fp32 -> bf16 and fp32 -> fp16 at >= 0.5x memcpy, fp8 at >= 0.25x, on an
 // AVX-512 machine. Results and the command line are recorded in docs/benchmarks.md.
 //

@@ -1,6 +1,6 @@
-// GEMM throughput in one run (DESIGN.md 7): mixp's kernels against oneDNN's matmul primitive called
-// directly (same threads, same n, primitive and memory objects created once outside the timed
-// loop), and both against the measured instruction peak.
+// GEMM throughput in one run (docs/architecture.md 7): mixp's kernels against oneDNN's matmul
+// primitive called directly (same threads, same n, primitive and memory objects created once
+// outside the timed loop), and both against the measured instruction peak.
 //
 //   build/release/mixp_bench_gemm [--n=2048] [--threads=N] [--pairs=10] [benchmark flags]
 //

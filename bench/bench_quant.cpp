@@ -1,4 +1,5 @@
-// INT8 inference throughput in one run (DESIGN.md 7; docs/benchmarks.md "INT8 and 4-bit"):
+// INT8 inference throughput in one run (docs/architecture.md 7; docs/benchmarks.md
+// "INT8 and 4-bit"):
 //
 //   build/release/mixp_bench_quant [--threads=N] [--pairs=20]
 //

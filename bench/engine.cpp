@@ -1,5 +1,6 @@
-// Engine benchmarks: mixp::matmul vs oneDNN's matmul called directly (the ratio DESIGN.md 7 asks
-// for), and forward+backward of the three target models' building blocks.
+// Engine benchmarks: mixp::matmul vs oneDNN's matmul called directly (the ratio
+// docs/architecture.md 7 asks for), and forward+backward of the three target models' building
+// blocks.
 //   build/release/mixp_engine --benchmark_filter=Matmul
 #include <benchmark/benchmark.h>
 
@@ -68,7 +69,7 @@ void BM_MlpStep(benchmark::State& st) {
 }
 BENCHMARK(BM_MlpStep)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 
-// The small CNN of DESIGN.md 5b, batch 128: forward + backward.
+// The small CNN of docs/architecture.md 5b, batch 128: forward + backward.
 void BM_CnnStep(benchmark::State& st) {
   Generator g(1);
   Tensor c1 = normal({32, 1, 3, 3}, 0, 0.3, g).requires_grad_(), cb1 = zeros({32}).requires_grad_();

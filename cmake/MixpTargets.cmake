@@ -1,4 +1,4 @@
-# Target discovery. Conventions (DESIGN.md section 6.6, kernels in tiers):
+# Target discovery. Conventions (docs/architecture.md 6.6, kernels in tiers):
 #  - src/**/X_avx512.cpp is compiled with the AVX-512 flags below, src/**/X_avx2.cpp with AVX2+F16C+FMA;
 #    everything else for the baseline x86-64 so the binary runs on any CPU; run-time dispatch picks.
 #  - src/backend/cuda/ is skipped unless MIXP_CUDA is on (it has its own target).

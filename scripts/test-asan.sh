@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The sanitizer run (DESIGN.md 6.10): build the `asan` preset (ASan + UBSan, -O1 -g, assertions on,
-# no benchmarks) into build/asan and run every test under it, the CLI end-to-end tests included (they
-# run the instrumented `mixp`). Any report fails the run: UBSan does not recover, ASan aborts, and
-# LeakSanitizer checks each test process at exit. Not part of CI: a cold build takes about three
-# times as long as the release build (see docs/engine.md, "Sanitizers"). Extra arguments go to ctest
-# (e.g. -R Attention, -L ops).
+# The sanitizer run (docs/architecture.md 6.10): build the `asan` preset (ASan + UBSan, -O1 -g,
+# assertions on, no benchmarks) into build/asan and run every test under it, the CLI end-to-end
+# tests included (they run the instrumented `mixp`). Any report fails the run: UBSan does not
+# recover, ASan aborts, and LeakSanitizer checks each test process at exit. Not part of CI: a cold
+# build takes about three times as long as the release build (see docs/engine.md, "Sanitizers").
+# Extra arguments go to ctest (e.g. -R Attention, -L ops).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh

@@ -1,4 +1,5 @@
-"""Models and data for torch_peer.py: the shapes of DESIGN.md section 5b, built with stock PyTorch modules.
+"""Models and data for torch_peer.py: the shapes of docs/architecture.md 5b, built with stock
+PyTorch modules.
 
 Imported only after torch_peer.py has set the thread environment variables, because importing torch
 fixes the OpenMP/BLAS thread pools.

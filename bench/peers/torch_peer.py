@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch CPU peer of `mixp train`: the same models, batches and optimizer (DESIGN.md 5b), timed the same way.
+"""PyTorch CPU peer of `mixp train`: the same models, batches and optimizer
+(docs/architecture.md 5b), timed the same way.
 
     /usr/bin/python3 bench/peers/torch_peer.py --model mlp --precision fp32 --steps 30 --warmup 5 --json
     /usr/bin/python3 bench/peers/torch_peer.py --model mlp --epochs 2 --json      # test accuracy
@@ -15,7 +16,7 @@ import statistics
 import sys
 import time
 
-DEFAULTS = {  # DESIGN.md 5b
+DEFAULTS = {  # docs/architecture.md 5b
     "mlp": {"batch": 128, "lr": 1e-3},
     "cnn": {"batch": 128, "lr": 1e-3},
     "gpt": {"batch": 16, "lr": 3e-4},

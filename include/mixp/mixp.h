@@ -1,6 +1,6 @@
 // Umbrella header: includes every public header, so `#include <mixp/mixp.h>` is the whole API.
-// Includes only (DESIGN.md 6.9). Modules with their own umbrella (nn, optim, quant) come in
-// through it; tests/umbrella checks that every header under include/mixp is reachable from here.
+// Includes only (docs/architecture.md 6.9). Modules with their own umbrella (nn, optim, quant) come
+// in through it; tests/umbrella checks that every header under include/mixp is reachable from here.
 #pragma once
 
 // Formats and tensors.

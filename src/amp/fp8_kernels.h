@@ -1,14 +1,14 @@
-// Internal: the FP8/MX quantize kernels of the amp module in three tiers (DESIGN.md 6.6), the
-// same source (fp8_kernels.inc) compiled for baseline x86-64, AVX2 and AVX-512 and picked at run
-// time from simd_tier(). Each kernel is serial over its span; fp8_quantize.cpp splits work over
-// threads.
+// Internal: the FP8/MX quantize kernels of the amp module, in three tiers
+// (docs/architecture.md 6.6): the same source (fp8_kernels.inc) compiled for baseline x86-64, AVX2
+// and AVX-512 and picked at run time from simd_tier(). Each kernel is serial over its span;
+// fp8_quantize.cpp splits work over threads.
 //
 // Element rounding (round_fp8 in the .inc), for v = x * scale in fp32: the nearest E4M3/E5M2
 // value, ties to even, saturating (|v| above max finite and +-inf give +-max finite; NaN stays
 // NaN) -- exactly encode_float(..., Round::nearest_even, Overflow::saturate) followed by
 // decode_float, which tests/fp8 checks bit for bit. The result is an fp32 whose low 20 (E4M3) or
 // 21 (E5M2) mantissa bits are zero, so its top 16 bits are the same value in bf16: fp8 values are
-// exact in bf16 (DESIGN.md 3, backends), which is how the fp8 GEMMs run on the bf16 path.
+// exact in bf16 (docs/architecture.md 3.5), which is how the fp8 GEMMs run on the bf16 path.
 #pragma once
 #include <cstdint>
 

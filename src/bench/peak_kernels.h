@@ -2,7 +2,8 @@
 // kAccumulators independent accumulator registers, so the loop runs at the issue rate of the
 // instruction, not its latency (latency 4-6 cycles x up to 2 pipes needs at least 12 chains in
 // flight; 16 zmm / 12 ymm leave room for the operands). The arch tiers live in peak_avx512.cpp
-// and peak_avx2.cpp; peak.cpp has the baseline tier and picks one at run time (DESIGN.md 6.6).
+// and peak_avx2.cpp; peak.cpp has the baseline tier and picks one at run time
+// (docs/architecture.md 6.6).
 #pragma once
 #include <cstdint>
 

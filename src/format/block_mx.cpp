@@ -1,5 +1,5 @@
 // OCP MX v1.0 block quantization; see include/mixp/format/block_mx.h for the rules and the
-// layout, and FORMATS.md "OCP Microscaling" for the facts they follow.
+// layout, and docs/formats.md "OCP Microscaling" for the facts they follow.
 #include "mixp/format/block_mx.h"
 
 #include <algorithm>

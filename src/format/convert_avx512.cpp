@@ -4,9 +4,9 @@
 //
 // Hardware instructions used, and why they match encode_float exactly (Intel SDM vol. 2):
 //  * VCVTNE2PS2BF16 (fp32 -> bf16, round to nearest even, no MXCSR): its pseudo-code rounds with
-//    "+ 0x7FFF + lsb" like FORMATS.md, makes NaNs quiet keeping the top payload bits (as mixp),
-//    and overflows to inf; but it treats DENORMAL INPUTS AS ZERO, while mixp rounds them to bf16
-//    subnormals. A block of 32 that holds an fp32 denormal goes through the integer kernel.
+//    "+ 0x7FFF + lsb" like docs/formats.md, makes NaNs quiet keeping the top payload bits (as
+//    mixp), and overflows to inf; but it treats DENORMAL INPUTS AS ZERO, while mixp rounds them to
+//    bf16 subnormals. A block of 32 that holds an fp32 denormal goes through the integer kernel.
 //    Overflow::saturate is obtained by clamping |x| to bf16's max (0x7F7F0000) first: everything
 //    above it rounds to max or overflows, both of which saturate to max.
 //  * VCVTPS2PH (fp32 -> fp16) with the rounding in imm8 (not MXCSR.RC; FTZ is ignored and

@@ -8,12 +8,12 @@
 // machine. For the same reason the arch files call no inline function of the public headers
 // at run time (constant expressions, such as the static_asserts below, are fine).
 //
-// The algorithm, per 32-bit lane holding fp32 bits u (FORMATS.md; encode_float is the oracle):
+// The algorithm, per 32-bit lane holding fp32 bits u (docs/formats.md; encode_float is the oracle):
 //   a = |u|. Target format: M mantissa bits, bias B, d0 = 23 - M dropped bits when the result is
 //   normal.
 //   * Result normal in the target (a >= the target's min normal): x = a - ((127 - B) << 23)
 //     re-biases the exponent; the result's magnitude bits are round(x / 2^d0), and a rounding
-//     carry walks into the exponent by itself (the classic bf16 trick, FORMATS.md).
+//     carry walks into the exponent by itself (the classic bf16 trick, docs/formats.md).
 //   * Result subnormal (or zero): x = the significand with its implicit bit, d = the lane's own
 //     shift (151 - B - M - max(E, 1)), rounded with variable shifts (VPSRLVD/VPSLLVD give 0 for
 //     counts >= 32, Intel SDM, which is exactly the value the rounding needs). A result that

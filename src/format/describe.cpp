@@ -20,8 +20,8 @@ constexpr std::array kDefaultFormats = {
     DType::fp8_e4m3, DType::fp8_e5m2, DType::fp6_e2m3, DType::fp6_e3m2, DType::fp4_e2m1,
     DType::int8,     DType::int4,     DType::nf4};
 
-// NF4 code values (QLoRA; FORMATS.md), ascending; index = the 4-bit code. Each is an fp32 value
-// printed exactly, so the table is the same one bitsandbytes uses.
+// NF4 code values (QLoRA; docs/formats.md), ascending; index = the 4-bit code. Each is an fp32
+// value printed exactly, so the table is the same one bitsandbytes uses.
 constexpr std::array<double, 16> kNf4 = {-1.0,
                                          -0.6961928009986877,
                                          -0.5250730514526367,
@@ -114,7 +114,7 @@ void store_nf4(double x, Round round, uint32_t rb, StoredValue& r) {
       switch (round) {
         case Round::nearest_even:
           up = dhi < dlo;
-          break;  // ties to the lower code (FORMATS.md)
+          break;  // ties to the lower code (docs/formats.md)
         case Round::nearest_away:
           up = x > 0 ? dhi <= dlo : dhi < dlo;
           break;

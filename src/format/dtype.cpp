@@ -56,7 +56,7 @@ constexpr std::array<DTypeTraits, kNumDTypes> kTable = {{
 #undef MIXP_X
 }};
 
-// Facts from FORMATS.md, checked at compile time against the generated table.
+// Facts from docs/formats.md, checked at compile time against the generated table.
 static_assert(kTable[static_cast<int>(DType::fp16)].max_finite == 65504.0);
 static_assert(kTable[static_cast<int>(DType::bf16)].max_finite == 3.3895313892515355e38);
 static_assert(kTable[static_cast<int>(DType::fp8_e4m3)].max_finite == 448.0);

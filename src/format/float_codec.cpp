@@ -1,4 +1,4 @@
-// Generic binary-float encoder/decoder; see include/mixp/format/float_codec.h and FORMATS.md.
+// Generic binary-float encoder/decoder; see include/mixp/format/float_codec.h and docs/formats.md.
 #include "mixp/format/float_codec.h"
 
 #include <bit>

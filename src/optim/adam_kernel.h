@@ -1,6 +1,6 @@
-// Internal: the fp32 Adam/AdamW element update in three tiers (DESIGN.md 6.6): a scalar generic
-// loop, AVX2 and AVX-512 (adam_kernel_avx2.cpp / _avx512.cpp, compiled with those flags), chosen
-// once from simd_tier(). Why tiers: with errno-setting sqrt (the build does not pass
+// Internal: the fp32 Adam/AdamW element update in three tiers (docs/architecture.md 6.6): a scalar
+// generic loop, AVX2 and AVX-512 (adam_kernel_avx2.cpp / _avx512.cpp, compiled with those flags),
+// chosen once from simd_tier(). Why tiers: with errno-setting sqrt (the build does not pass
 // -fno-math-errno) GCC refuses to vectorize the loop, and the scalar sqrt + div make Adam compute
 // bound (~8 ns/element). All tiers do the same IEEE operations in the same order, without FMA
 // contraction, so they agree bit for bit (checked by tests/optim).

@@ -1,5 +1,5 @@
-// Elementwise kernels of the quant module (internal), in three tiers (DESIGN.md 6.6): the same
-// source (qkernels.inc) compiled for baseline x86-64 (qkernels_generic.cpp), AVX2+FMA
+// Elementwise kernels of the quant module (internal), in three tiers (docs/architecture.md 6.6):
+// the same source (qkernels.inc) compiled for baseline x86-64 (qkernels_generic.cpp), AVX2+FMA
 // (qkernels_avx2.cpp) and AVX-512 (qkernels_avx512.cpp); kernels() picks one from simd_tier().
 // (The baseline tier is scalar for the select-heavy loops: SSE2 has no blend.) The loops are
 // branch-free so GCC vectorizes them; they reproduce block_int8's scalar reference bit for bit

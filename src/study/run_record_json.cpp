@@ -1,4 +1,4 @@
-// RunRecord <-> JSON. Field names are the `mixp train --json` ones (DESIGN.md section 4).
+// RunRecord <-> JSON. Field names are the `mixp train --json` ones (docs/architecture.md 4.3).
 #include "study/run_record_json.h"
 
 #include <fmt/format.h>

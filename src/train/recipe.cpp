@@ -210,8 +210,8 @@ bool recipe_supports_model(std::string_view name, std::string_view model) {
 }
 
 std::vector<std::string> available_recipes() {
-  // DESIGN.md's order, keeping those this build has: the policy presets, the FP8 recipes and
-  // int8-qat.
+  // The order of docs/architecture.md 3.6, keeping those this build has: the policy presets, the
+  // FP8 recipes and int8-qat.
   const auto& presets = amp::preset_names();
   std::vector<std::string> out;
   for (const std::string& n : planned_recipes()) {

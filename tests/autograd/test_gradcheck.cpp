@@ -1,6 +1,6 @@
-// Finite-difference gradient checks in fp64 for every differentiable op (DESIGN.md 6.4), on both
-// backends (the cpu backend runs fp64 through its ref fallbacks, so this checks the ref kernels and
-// the front ends' backward formulas).
+// Finite-difference gradient checks in fp64 for every differentiable op (docs/architecture.md 6.4),
+// on both backends (the cpu backend runs fp64 through its ref fallbacks, so this checks the ref
+// kernels and the front ends' backward formulas).
 #include <gtest/gtest.h>
 
 #include "mixp/autograd/gradcheck.h"

@@ -1,6 +1,6 @@
-// `mixp bench gemm` end to end: the JSON shape DESIGN.md 4 relies on and the relations between
-// its fields, the text table, and usage errors. Small n and --repeat 1 keep it fast; no timing
-// is asserted.
+// `mixp bench gemm` end to end: the JSON shape docs/architecture.md 4.3 relies on and the relations
+// between its fields, the text table, and usage errors. Small n and --repeat 1 keep it fast; no
+// timing is asserted.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,7 +58,7 @@ TEST(BenchGemmCli, JsonShapeAndRelations) {
   for (size_t i = 0; i < rs.size(); ++i) {
     const auto& e = rs[i];
     SCOPED_TRACE(e.dump());
-    // The names DESIGN.md 4 relies on.
+    // The names docs/architecture.md 4.3 relies on.
     for (const char* k : {"dtype", "n", "gflops", "peak_gflops", "fraction_of_peak"})
       ASSERT_TRUE(e.contains(k)) << k;
     EXPECT_EQ(e["dtype"], order[i]);

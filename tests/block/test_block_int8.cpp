@@ -1,5 +1,5 @@
 // int8 observer arithmetic and fake quantization against hand-computed cases. Each expected
-// scale/zero point is worked out from the formula in FORMATS.md; the values were also checked
+// scale/zero point is worked out from the formula in docs/formats.md; the values were also checked
 // against PyTorch 1.13 (MinMaxObserver / PerChannelMinMaxObserver.calculate_qparams,
 // torch.quantize_per_tensor), whose printed results are quoted in the comments.
 #include <gtest/gtest.h>

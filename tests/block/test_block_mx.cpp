@@ -1,7 +1,7 @@
 // OCP MX block formats: shared-exponent choice on crafted blocks, exact decoding of every code,
 // bit-exact agreement with an independent brute-force quantizer, packing layout, stochastic
 // rounding and error messages. Expected values are worked out by hand from OCP MX v1.0 6.3 and
-// FORMATS.md (the comments show the arithmetic).
+// docs/formats.md (the comments show the arithmetic).
 #include <gtest/gtest.h>
 
 #include <algorithm>

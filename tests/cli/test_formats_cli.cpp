@@ -1,4 +1,4 @@
-// End-to-end: `mixp formats` values and --table, JSON shapes and values (DESIGN.md section 4).
+// End-to-end: `mixp formats` values and --table, JSON shapes and values (docs/architecture.md 4.3).
 #include <gtest/gtest.h>
 
 #include <algorithm>

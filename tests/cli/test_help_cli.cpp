@@ -1,6 +1,7 @@
 // Every registered command, found by walking `mixp --help` (so a new one is covered without
 // touching this file): `--help` prints its usage and exits 0, and an unknown flag is a usage error,
-// exit 2 with one line "mixp <command>: error: ..." on stderr and nothing on stdout (DESIGN.md 4).
+// exit 2 with one line "mixp <command>: error: ..." on stderr and nothing on stdout
+// (docs/architecture.md 4.1).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -60,7 +61,7 @@ int count_lines(const std::string& s) {
 
 TEST(CliHelp, EveryCommandHasHelpAndRejectsUnknownFlags) {
   const std::vector<std::string> commands = all_commands();
-  // The commands DESIGN.md 4 and the README promise; more may come.
+  // The commands docs/architecture.md 4.2 and the README promise; more may come.
   for (const char* c : {"formats", "convert", "train", "eval", "quantize", "bench", "bench gemm",
                         "compare", "doctor"}) {
     EXPECT_NE(std::find(commands.begin(), commands.end(), c), commands.end()) << c;

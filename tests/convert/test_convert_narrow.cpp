@@ -1,7 +1,7 @@
 // fp32 -> {bf16, fp16, fp8 e4m3, fp8 e5m2, tf32, fp32}: every SIMD tier this CPU has (with and
 // without the hardware conversion instructions) against the scalar reference, bit for bit, for
 // every rounding and overflow mode, on boundary values, random patterns, odd lengths and
-// unaligned pointers (DESIGN.md 6.5).
+// unaligned pointers (docs/architecture.md 6.5).
 #include <algorithm>
 #include <numeric>
 

@@ -1,5 +1,5 @@
 // describe.h: value parsing, how one value is stored per format, bit strings and format facts.
-// Expected values are the seeds' pi example and FORMATS.md's thresholds.
+// Expected values are the seeds' pi example and docs/formats.md's thresholds.
 #include <gtest/gtest.h>
 
 #include <cmath>

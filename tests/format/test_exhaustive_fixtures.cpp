@@ -107,7 +107,7 @@ TEST(ExhaustiveTorch, Bf16EncodeRoundToNearestEven) {
 
 // The exact-rational reference. Columns: nearest-even ieee, nearest-even saturate, toward-zero
 // ieee, nearest-away ieee (gen_format_fixtures.py). NaN results are compared bit for bit: the
-// reference encodes FORMATS.md's NaN rule.
+// reference encodes docs/formats.md's NaN rule.
 template <class T>
 void check_reference(const char* file) {
   constexpr FloatFormat F = T::format;

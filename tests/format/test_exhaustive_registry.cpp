@@ -1,6 +1,6 @@
-// The dtype registry against FORMATS.md's table (literal numbers, not recomputed), its agreement
-// with the codec, name lookup, safetensors names, and the two formats outside the minifloat
-// template: e8m0 (MX block scale) and tfloat32.
+// The dtype registry against the numbers of docs/formats.md (literal, not recomputed), its
+// agreement with the codec, name lookup, safetensors names, and the two formats outside the
+// minifloat template: e8m0 (MX block scale) and tfloat32.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -25,7 +25,7 @@ struct Expected {
   bool has_inf, has_nan;
 };
 
-// FORMATS.md: fp16 65504 / 2^-14 / 2^-24; bf16 max 0x7F7F; E4M3 448 / 2^-6 / 2^-9, no inf;
+// docs/formats.md: fp16 65504 / 2^-14 / 2^-24; bf16 max 0x7F7F; E4M3 448 / 2^-6 / 2^-9, no inf;
 // E5M2 57344 / 2^-14 / 2^-16; E2M3 max 7.5, E3M2 28, E2M1 6, no inf/NaN; TF32 1-8-10.
 const Expected kExpected[] = {
     {DType::fp64, 64, 11, 52, 1023, DBL_MAX, DBL_MIN, 0x1p-1074, true, true},
@@ -137,7 +137,7 @@ TEST(Registry, TableIsIndexedByEnum) {
 }
 
 TEST(Registry, NamesAndAliases) {
-  // DESIGN.md section 4's registry names, all present and unique.
+  // docs/architecture.md 4.3's registry names, all present and unique.
   for (const char* n : {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp6_e2m3",
                         "fp6_e3m2", "fp4_e2m1", "int8", "int4", "nf4", "e8m0", "uint8", "int32",
                         "bool"}) {
@@ -178,7 +178,7 @@ TEST(Registry, ParseErrorListsKnownNames) {
 }
 
 TEST(Registry, SafetensorsNames) {
-  // DESIGN.md section 4: F64 F32 BF16 F16 F8_E4M3 F8_E5M2 I8 U8 (plus I32/I64/BOOL).
+  // docs/architecture.md 4.3: F64 F32 BF16 F16 F8_E4M3 F8_E5M2 I8 U8 (plus I32/I64/BOOL).
   const struct {
     const char* s;
     DType t;

@@ -1,7 +1,7 @@
-// Self-contained exhaustive sweeps (DESIGN.md 6.5): every bit pattern of every stored float format
-// decodes and re-encodes to itself under every rounding and overflow mode, decoding is monotonic
-// and sign-symmetric, and bf16 round-to-nearest-even equals FORMATS.md's integer formula over a
-// strided sweep of all of fp32 plus every tie and near-tie.
+// Self-contained exhaustive sweeps (docs/architecture.md 6.5): every bit pattern of every stored
+// float format decodes and re-encodes to itself under every rounding and overflow mode, decoding is
+// monotonic and sign-symmetric, and bf16 round-to-nearest-even equals docs/formats.md's integer
+// formula over a strided sweep of all of fp32 plus every tie and near-tie.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -141,8 +141,8 @@ TEST(ExhaustiveRoundTrip, DecodeIsMonotonicAndSignSymmetric) {
   }
 }
 
-// FORMATS.md: bf16 RNE from fp32 is (u + 0x7FFF + ((u >> 16) & 1)) >> 16 after a NaN check, and
-// toward zero is u >> 16. Strided over all fp32 (4093 is prime, so every low-bit residue class
+// docs/formats.md: bf16 RNE from fp32 is (u + 0x7FFF + ((u >> 16) & 1)) >> 16 after a NaN check,
+// and toward zero is u >> 16. Strided over all fp32 (4093 is prime, so every low-bit residue class
 // is hit) plus every high half with a low half at or next to a tie.
 TEST(ExhaustiveRoundTrip, Bf16MatchesIntegerFormulaOverFp32) {
   uint32_t bad = 0, checked = 0;

@@ -1,4 +1,4 @@
-// Stochastic rounding (FORMATS.md "Rounding modes"; float_codec.h states mixp's exact rule):
+// Stochastic rounding (docs/formats.md "Rounding modes"; float_codec.h states mixp's exact rule):
 // reproducible from (seed, index) through mixp::sr_bits, unbiased within a binomial bound, equal
 // to the integer "add random bits to the dropped bits and truncate" form, and never moving values
 // that are already representable. Every expectation is derived from the grid, not from mixp's SR.

@@ -1,6 +1,6 @@
-// The edges FORMATS.md and docs/formats.md name, checked one by one: overflow thresholds in both
+// The edges docs/formats.md names, checked one by one: overflow thresholds in both
 // overflow modes, subnormal minimum and half-minimum ties, signed zero, infinities, NaN payloads,
-// and the status every conversion reports. Expected bits are FORMATS.md's numbers.
+// and the status every conversion reports. Expected bits are docs/formats.md's numbers.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -79,7 +79,7 @@ TEST(Thresholds, Fp8E5M2Overflow) {
 }
 
 TEST(Thresholds, MxElementsAlwaysSaturate) {
-  // No inf and no NaN in fp6/fp4: overflow clamps in both modes (FORMATS.md, MX v1.0).
+  // No inf and no NaN in fp6/fp4: overflow clamps in both modes (docs/formats.md, MX v1.0).
   for (Overflow o : {IEEE, SAT}) {
     EXPECT_EQ(enc(kFp6E2M3, 7.5, RNE, o), 0x1Fu);
     EXPECT_EQ(enc(kFp6E2M3, 1e9, RNE, o), 0x1Fu);

@@ -1,5 +1,5 @@
-// Spot checks of the generic encoder against the facts in FORMATS.md. Exhaustive sweeps and the
-// independent numpy/torch fixtures live in test_exhaustive_*.cpp.
+// Spot checks of the generic encoder against the facts in docs/formats.md. Exhaustive sweeps and
+// the independent numpy/torch fixtures live in test_exhaustive_*.cpp.
 #include <gtest/gtest.h>
 
 #include <bit>

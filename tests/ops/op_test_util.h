@@ -1,5 +1,6 @@
-// Helpers for comparing the cpu backend with the ref oracle (DESIGN.md 6.3): run the same op on
-// both backends, forward and backward, and compare by normalized error ||a - b|| / ||b||.
+// Helpers for comparing the cpu backend with the ref oracle (docs/architecture.md 6.3): run the
+// same op on both backends, forward and backward, and compare by normalized error
+// ||a - b|| / ||b||.
 #pragma once
 #include <gtest/gtest.h>
 

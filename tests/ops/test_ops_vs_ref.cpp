@@ -1,5 +1,5 @@
 // Every op on the cpu backend against the ref oracle: shapes, broadcasting, non-contiguous views,
-// forward and backward (DESIGN.md 6.3).
+// forward and backward (docs/architecture.md 6.3).
 #include "ops/op_test_util.h"
 
 namespace mixp {

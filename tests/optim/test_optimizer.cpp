@@ -210,8 +210,8 @@ namespace mixp::optim {
 namespace {
 
 TEST(Optimizer, StepsAllocateNothingAfterTheFirst) {
-  // DESIGN.md 7: no allocation in the training loop after the first step. The update of fp32
-  // parameters (and of bf16 ones through their masters) works in place.
+  // docs/architecture.md 7: no allocation in the training loop after the first step. The update of
+  // fp32 parameters (and of bf16 ones through their masters) works in place.
   for (DType dt : {DType::fp32, DType::bf16}) {
     NamedTensors ps = make_params(9, dt);
     AdamW opt(ps, {.lr = 1e-3});

@@ -83,7 +83,7 @@ TEST(Report, ResultsJsonSchema) {
   EXPECT_EQ(j["criteria"]["max_accuracy_loss_points"], 0.5);
   ASSERT_EQ(j["runs"].size(), 4u);
   for (const json& r : j["runs"]) {
-    // The train --json fields DESIGN.md section 4 relies on, plus the study's.
+    // The train --json fields docs/architecture.md 4.3 relies on, plus the study's.
     for (const char* k :
          {"model", "precision", "steps", "skipped_steps", "ms_per_step", "samples_per_s",
           "test_accuracy", "final_loss", "peak_memory_bytes", "peak_rss_bytes", "train_time_s",

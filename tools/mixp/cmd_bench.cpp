@@ -1,6 +1,6 @@
 // `mixp bench gemm`: GEMM throughput per dtype against the measured instruction peak
-// (DESIGN.md 4). The measuring is mixp::bench::run_gemm_bench (include/mixp/bench/gemm_bench.h);
-// this file parses and prints only.
+// (docs/architecture.md 4.2). The measuring is mixp::bench::run_gemm_bench
+// (include/mixp/bench/gemm_bench.h); this file parses and prints only.
 #include <fmt/format.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
-// `mixp compare`: the precision study (DESIGN.md section 4). Parses flags into a StudyConfig, runs
-// mixp::study::run_study with a progress display, prints the summary table (or results.json with
-// --json) and where the report is. Printing only.
+// `mixp compare`: the precision study (docs/architecture.md 4.2). Parses flags into a StudyConfig,
+// runs mixp::study::run_study with a progress display, prints the summary table (or results.json
+// with --json) and where the report is. Printing only.
 #include <fmt/format.h>
 
 #include <iostream>

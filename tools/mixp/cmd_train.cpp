@@ -1,4 +1,4 @@
-// `mixp train`: parses the flags of DESIGN.md section 4 into a TrainConfig, runs the library's
+// `mixp train`: parses the flags of docs/architecture.md 4.2 into a TrainConfig, runs the library's
 // Trainer, and prints a summary (or one JSON object with --json). Printing only.
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // Subcommand registry for the `mixp` CLI. Each tools/mixp/cmd_*.cpp registers itself with a
 // static RegisterCommand, so adding a command never edits main.cpp. The CLI only parses and
-// prints (DESIGN.md section 2): logic a library user would need lives in the library.
+// prints (docs/architecture.md 2.2): logic a library user would need lives in the library.
 #pragma once
 #include <CLI/CLI.hpp>
 

@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args = protect_negative_numbers(argc, argv);
   std::vector<char*> arg_ptrs;
   for (auto& a : args) arg_ptrs.push_back(a.data());
-  // Every failure prints one line, "mixp <command>: error: <what>", on stderr (DESIGN.md 4).
-  // <command> is the whole path given ("bench gemm"), as far as it was parsed.
+  // Every failure prints one line, "mixp <command>: error: <what>", on stderr
+  // (docs/architecture.md 4.1). <command> is the whole path given ("bench gemm"), as far as it
+  // was parsed.
   const auto fail = [&app](const char* what, int code) {
     std::fflush(stdout);
     std::string command = "mixp";

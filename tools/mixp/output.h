@@ -24,7 +24,7 @@ inline Json json_number(double v) {
   return v;
 }
 
-// One JSON object on stdout (DESIGN.md section 4).
+// One JSON object on stdout (docs/architecture.md 4.1).
 inline void print_json(const Json& j) {
   std::cout << j.dump(2) << "\n";
 }

@@ -1,4 +1,4 @@
-// The autocast cast-policy table (DESIGN.md section 3 "amp", 6.8: keyed by OpId, never strings).
+// The autocast cast-policy table, keyed by OpId, never by strings (docs/architecture.md 3.6, 6.8).
 //
 // Under an Autocast region (autocast.h) every op front end hands its floating inputs to the
 // policy of its OpId before it looks at dtypes:

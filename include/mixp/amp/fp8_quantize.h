@@ -1,5 +1,5 @@
-// FP8 and MXFP8 quantization for the emulated FP8 GEMMs (DESIGN.md 3: "fp8 values are exact in
-// bf16, so fp8 GEMMs can run on the bf16 path").
+// FP8 and MXFP8 quantization for the emulated FP8 GEMMs (docs/architecture.md 3.5: "fp8 values are
+// exact in bf16, so fp8 GEMMs can run on the bf16 path").
 //
 // Per-tensor scaling (delayed or current): a tensor x is quantized to the codes
 // q = saturate_fp8(x * scale) (round to nearest even; |x * scale| above the format's max finite,

@@ -1,5 +1,5 @@
-// GradScaler: dynamic loss scaling with PyTorch's semantics (torch.cuda.amp.GradScaler, FORMATS.md
-// "Dynamic loss scaling"), for training with fp16 gradients.
+// GradScaler: dynamic loss scaling with PyTorch's semantics (torch.cuda.amp.GradScaler,
+// docs/amp-training.md "Loss scaling, explained"), for training with fp16 gradients.
 //
 // Why: fp16's smallest subnormal is 2^-24 (6e-8); gradients of a real network are often smaller
 // and flush to zero on the way back. Multiplying the loss by S multiplies every gradient by S

@@ -1,6 +1,6 @@
 // Precision policies: what a training recipe stores, computes and scales in, as data.
 //
-// A PrecisionPolicy is what `mixp train --precision` names (DESIGN.md section 3, recipes). The
+// A PrecisionPolicy is what `mixp train --precision` names (docs/architecture.md 3.6, recipes). The
 // named recipes are presets; a jmp-style policy string refines one:
 //
 //   --precision bf16                                           a preset
@@ -104,7 +104,7 @@ struct PrecisionPolicy {
   std::string describe() const;
 };
 
-// The presets that exist (DESIGN.md's order), and every recipe name DESIGN.md plans.
+// The presets that exist and every recipe name, both in the order of docs/architecture.md 3.6.
 const std::vector<std::string>& preset_names();
 // The keys a policy string accepts, in the order of the list above.
 const std::vector<std::string>& policy_keys();

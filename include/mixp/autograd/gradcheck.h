@@ -1,4 +1,4 @@
-// Finite-difference gradient check (DESIGN.md 6.4), for fp64 inputs.
+// Finite-difference gradient check (docs/architecture.md 6.4), for fp64 inputs.
 //
 // With L(x) = sum(v * fn(x)) for a fixed random v (seeded), the analytic gradient dL/dx from
 // backward() is compared with central differences (L(x + eps e_j) - L(x - eps e_j)) / (2 eps) for

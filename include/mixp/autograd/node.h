@@ -61,7 +61,7 @@ class AccumulateGrad final : public Node {
 };
 
 // The dtype a leaf's gradient is kept in: fp32 for floating formats narrower than fp32, else the
-// leaf's own dtype (DESIGN.md section 3: gradients accumulate in fp32 for low-precision leaves).
+// leaf's own dtype (docs/architecture.md 3.4: low-precision leaves accumulate gradients in fp32).
 DType grad_dtype_for(DType leaf_dtype);
 
 struct BackwardContext {

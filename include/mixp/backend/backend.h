@@ -1,7 +1,7 @@
-// The kernel interface every backend implements (DESIGN.md section 3, backends).
+// The kernel interface every backend implements (docs/architecture.md 3.5, backends).
 //
 // Contract, for every kernel:
-//  - Signatures read dst first, then src, then saved state, then sizes (DESIGN.md 6.7).
+//  - Signatures read dst first, then src, then saved state, then sizes (docs/architecture.md 6.7).
 //  - dst tensors are allocated by the op front end, contiguous, of the right shape; kernels only
 //    write them (or accumulate where the name says so).
 //  - Floating inputs and outputs are in the compute dtype: fp32 or fp64 (the front end converts).

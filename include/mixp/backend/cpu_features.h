@@ -1,5 +1,5 @@
 // What the CPU can do, read once with cpuid/xgetbv. Kernels in the arch tier are chosen from this
-// at run time (DESIGN.md 6.6); `mixp doctor` prints it.
+// at run time (docs/architecture.md 6.6); `mixp doctor` prints it.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // Dtype-generic GEMM kernel of the cpu backend: the building block the AMP (bf16) and INT8
-// (u8s8/s8s8) paths reuse, and what `mixp bench gemm` times (DESIGN.md 3, backends: oneDNN matmul
-// in f32/bf16/s8). These are kernels: nothing is recorded for autograd and inputs are not
-// converted; the op front ends (matmul, linear) and the quant module decide the dtypes.
+// (u8s8/s8s8) paths reuse, and what `mixp bench gemm` times (docs/architecture.md 3.5, backends:
+// oneDNN matmul in f32/bf16/s8). These are kernels: nothing is recorded for autograd and inputs are
+// not converted; the op front ends (matmul, linear) and the quant module decide the dtypes.
 //
 //   a          b          dst      how
 //   fp32    x  fp32    -> fp32     CpuBackend::matmul (oneDNN f32 primitive)

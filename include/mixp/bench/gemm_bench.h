@@ -1,6 +1,7 @@
 // GEMM throughput per dtype against the measured instruction peak: the library side of
-// `mixp bench gemm` (DESIGN.md 4 and 7). Times n x n x n products of mixp's own kernels, best of
-// `repeat` runs after `warmup` runs (the first call builds and caches the oneDNN primitive).
+// `mixp bench gemm` (docs/architecture.md 4.3 and 7). Times n x n x n products of mixp's own
+// kernels, best of `repeat` runs after `warmup` runs (the first call builds and caches the
+// oneDNN primitive).
 //
 //   dtype     what is timed                                              peak (measure_peak)
 //   fp32      mixp::matmul(a, b) on fp32 Tensors (the op front end)     PeakPath::fp32

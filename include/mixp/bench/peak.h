@@ -1,6 +1,6 @@
 // Measured instruction peaks: the throughput of the multiply-accumulate instruction each GEMM
-// path is built on, on this machine, with `threads` threads (DESIGN.md 7: GEMM throughput is
-// reported as a fraction of this, not of a datasheet number).
+// path is built on, on this machine, with `threads` threads (docs/architecture.md 7: GEMM
+// throughput is reported as a fraction of this, not of a datasheet number).
 //
 //   PeakPath::fp32  vfmadd231ps zmm (AVX-512) / ymm (AVX2): 2 flops x 16 (8) lanes
 //   PeakPath::bf16  vdpbf16ps zmm (AVX512_BF16): 2 flops x 32 bf16 pairs; without the

@@ -1,5 +1,5 @@
 // 4-bit weight formats with one fp32 absmax scale per block of 64 values (QLoRA / bitsandbytes
-// style blockwise quantization): symmetric int4 and NF4 (FORMATS.md "Integer quantization").
+// style blockwise quantization): symmetric int4 and NF4 (docs/formats.md "Integer quantization").
 // Blocks run over the flat (row-major) element order, as bitsandbytes' quantize_4bit does; when
 // the element count is not a multiple of the block size the last block is partial and its
 // absmax covers only the values it holds.

@@ -1,6 +1,7 @@
 // 8-bit integer quantization, per tensor and per channel, symmetric and affine: PyTorch's
 // observer and fake-quantize arithmetic (torch/ao/quantization/observer.py _calculate_qparams,
-// aten fake_quantize_per_tensor_affine; FORMATS.md "Integer quantization"), bit for bit in fp32.
+// aten fake_quantize_per_tensor_affine; docs/formats.md "Integer quantization"), bit for bit
+// in fp32.
 //
 //   ranges      qint8 [-128, 127]  ([-64, 63] with reduce_range)
 //               quint8 [0, 255]    ([0, 127] with reduce_range)

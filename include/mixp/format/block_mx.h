@@ -1,7 +1,8 @@
 // OCP Microscaling (MX v1.0) block formats: MXFP8 (E4M3, E5M2), MXFP6 (E2M3, E3M2), MXFP4 (E2M1)
 // and MXINT8. A block of `block_size` (default 32) consecutive values along the LAST dimension of
 // a tensor shares one E8M0 scale X = 2^shared; element i stores P_i = x_i / X in the element
-// format, and decodes as P_i * X (OCP MX v1.0 sections 5 and 6.3; FORMATS.md "OCP Microscaling").
+// format, and decodes as P_i * X (OCP MX v1.0 sections 5 and 6.3;
+// docs/formats.md "OCP Microscaling").
 //
 // Shared exponent (OCP MX v1.0 6.3, as microxcaling's _shared_exponents computes it):
 //   shared = floor(log2(amax)) - emax_elem, clamped to [-127, 127]

@@ -1,11 +1,11 @@
 // Bulk converters between fp32 spans and the element-wise storage formats: bf16, fp16, fp8 E4M3,
 // fp8 E5M2, tf32 (an fp32 with the low 13 mantissa bits zero) and fp32 itself. This is the fast
-// path of DESIGN.md section 3 ("Bulk converters over spans are the fast path; the scalar one is
-// their reference"): SIMD kernels (AVX-512, AVX2+F16C) chosen at run time by simd_tier(), each one
-// bit-identical to the scalar reference for every input and every rounding/overflow mode.
+// path of docs/architecture.md 3.2 ("Bulk converters over spans are the fast path; the scalar one
+// is their reference"): SIMD kernels (AVX-512, AVX2+F16C) chosen at run time by simd_tier(), each
+// one bit-identical to the scalar reference for every input and every rounding/overflow mode.
 //
 // Semantics, element by element, are exactly mixp::encode_float / decode_float (float_codec.h,
-// FORMATS.md, docs/formats.md): rounding and overflow are named in ConvertOptions; NaN keeps its
+// docs/formats.md): rounding and overflow are named in ConvertOptions; NaN keeps its
 // sign, is made quiet and keeps the top payload bits that fit; the result never depends on the
 // MXCSR (rounding mode, FTZ, DAZ) of the calling thread.
 //
@@ -31,7 +31,7 @@
 namespace mixp {
 
 struct ConvertOptions {
-  Round round;        // always named (DESIGN.md 6.2): no default
+  Round round;        // always named (docs/architecture.md 6.2): no default
   Overflow overflow;  // always named
   // Round::stochastic only: element i of the span uses sr_bits(seed, offset + i) (rounding.h), so
   // converting a tensor in chunks (offset = the chunk's first index) gives the same bits as one

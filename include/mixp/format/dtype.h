@@ -1,5 +1,5 @@
 // The dtype registry: one X-macro list generates `enum class DType`, the constexpr traits table
-// and the name lookups (DESIGN.md section 3; ggml's type_traits). Add a format here and every
+// and the name lookups (docs/architecture.md 3.1; ggml's type_traits). Add a format here and every
 // switch over DType that lacks it fails to compile with -Wswitch.
 #pragma once
 #include <cstdint>

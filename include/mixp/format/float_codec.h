@@ -1,6 +1,6 @@
 // The one generic encoder/decoder behind every binary floating-point format mixp stores
 // (fp32 down to fp4). Value types (minifloat.h), the bulk converters' scalar path and the block
-// formats all call these; FORMATS.md is the specification they follow.
+// formats all call these; docs/formats.md is the specification they follow.
 //
 // Encoding takes a double because every fp32 is exactly a double, and because `mixp formats`
 // parses decimal input to double: rounding straight from the double avoids double rounding.

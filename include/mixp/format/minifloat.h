@@ -1,5 +1,6 @@
-// Value types for every binary floating-point format below fp32. One template (DESIGN.md 6.1,
-// after cutlass's float_exmy and ml_dtypes' float8_base): a trivially copyable struct over the bits.
+// Value types for every binary floating-point format below fp32. One template
+// (docs/architecture.md 6.1, after cutlass's float_exmy and ml_dtypes' float8_base): a trivially
+// copyable struct over the bits.
 //
 //   half (fp16)        S EEEEE MMMMMMMMMM          bias 15, inf + NaN (IEEE binary16)
 //   bfloat16           S EEEEEEEE MMMMMMM          bias 127, inf + NaN
@@ -11,7 +12,8 @@
 //   tfloat32           fp32 layout with the low 13 mantissa bits zero (1-8-10)
 //   e8m0               EEEEEEEE: 2^(E-127), 0xFF is NaN, no sign, no zero (MX block scale)
 //
-// Narrowing always names its rounding and overflow (DESIGN.md 6.2); widening to float is exact.
+// Narrowing always names its rounding and overflow (docs/architecture.md 6.2); widening to
+// float is exact.
 #pragma once
 #include <bit>
 #include <cmath>

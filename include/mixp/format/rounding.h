@@ -1,5 +1,5 @@
 // Rounding and overflow modes, conversion status, and the counter-based random bits used by
-// stochastic rounding. DESIGN.md section 6.2: rounding and overflow are always named at the call
+// stochastic rounding. docs/architecture.md 6.2: rounding and overflow are always named at the call
 // site; nothing here has a default.
 #pragma once
 #include <cstdint>

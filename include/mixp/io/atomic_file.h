@@ -1,5 +1,6 @@
 // Atomic file and directory writes: a reader (or a crash) sees either the old content or the
-// complete new content, never a half-written file (DESIGN.md section 4: "no partial output files").
+// complete new content, never a half-written file, so a failure leaves no partial output files
+// (docs/architecture.md 4.1).
 //
 // Files: the bytes go to a temporary sibling `<name>.tmp-XXXXXX` in the destination's directory
 // (same filesystem, so rename(2) is atomic), which is fsync'ed, closed and renamed over the

@@ -1,4 +1,4 @@
-// The character-level GPT of DESIGN.md 5b (GPT-2 architecture, nanoGPT / llm.c layout):
+// The character-level GPT of docs/architecture.md 5b (GPT-2 architecture, nanoGPT / llm.c layout):
 //   x = tok_emb(idx) + pos_emb(0..T-1)        learned position embeddings
 //   x = blocks.i(x)  for i < layers          pre-LayerNorm TransformerBlock (GELU-tanh MLP)
 //   logits = head(ln_f(x))                   final LayerNorm, untied head without bias

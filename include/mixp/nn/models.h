@@ -1,4 +1,5 @@
-// The built-in models of DESIGN.md 5b, by name, with the same shapes as bench/peers/peer_models.py.
+// The built-in models of docs/architecture.md 5b, by name, with the same shapes as
+// bench/peers/peer_models.py.
 //
 //   mlp  [N, 784] or [N, 1, 28, 28] fp32 -> logits [N, 10]
 //        flatten, fc1 784->512 ReLU, fc2 512->512 ReLU, head 512->10     (669,706 parameters)

@@ -2,8 +2,8 @@
 // torch.backends.cuda.matmul.allow_tf32 / torch.set_float32_matmul_precision.
 //
 //   highest  fp32 GEMMs use fp32 inputs (the default, as PyTorch since 1.12).
-//   high     TF32: each fp32 input of a GEMM is rounded to tf32 (1-8-10, FORMATS.md) with a named
-//            rounding (Round::nearest_even by default; nearest_away is cvt.rna / CUTLASS's
+//   high     TF32: each fp32 input of a GEMM is rounded to tf32 (1-8-10, docs/formats.md) with a
+//            named rounding (Round::nearest_even by default; nearest_away is cvt.rna / CUTLASS's
 //            default, toward_zero is what tensor cores do to unrounded inputs) by the bulk
 //            converter, then the fp32 GEMM runs: tf32 x tf32 products are exact in fp32, so this
 //            is tensor-core TF32 exactly, up to the order of the fp32 accumulation.

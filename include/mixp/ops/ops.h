@@ -21,7 +21,7 @@
 
 namespace mixp {
 
-// ---- The autocast hook (DESIGN.md section 3, amp). Every op front end calls
+// ---- The autocast hook (docs/architecture.md 3.6, amp). Every op front end calls
 // apply_cast_policy(op, inputs) before it looks at dtypes; the hook may replace entries of
 // `inputs` by converted tensors (differentiably, e.g. with Tensor::to). With no hook installed
 // (today) it does nothing. The amp module installs its policy table with set_cast_policy_hook.

@@ -11,8 +11,8 @@
 // a true reference); optimizer states have the working dtype. Parameters narrower than fp32
 // (bf16, fp16, fp8, ...) are handled by the extension point below.
 //
-// Low-precision parameters, master weights and write-back rounding (DESIGN.md section 3, optim).
-// Every parameter has a ParamState slot:
+// Low-precision parameters, master weights and write-back rounding (docs/architecture.md 3.7,
+// optim). Every parameter has a ParamState slot:
 //   param   the model's tensor, in whatever dtype the recipe gave it
 //   master  an fp32 copy, made at construction when param is narrower than fp32 and
 //           PrecisionOptions::master_weights is on; the update is applied to it, then

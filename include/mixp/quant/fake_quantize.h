@@ -1,5 +1,5 @@
 // Fake quantization with a straight-through gradient, and the FakeQuantize module of QAT
-// (PyTorch torch.ao.quantization.FakeQuantize; FORMATS.md "Integer quantization").
+// (PyTorch torch.ao.quantization.FakeQuantize; docs/formats.md "Integer quantization").
 //
 // The op (recorded by autograd as OpId::fake_quantize):
 //   forward   q = zero_point + nearbyint(x * (1/scale)) (ties to even, fp32),

@@ -1,5 +1,5 @@
 // Observers: running statistics of a tensor from which int8 quantization parameters are chosen
-// (PyTorch torch.ao.quantization.observer; FORMATS.md "Integer quantization").
+// (PyTorch torch.ao.quantization.observer; docs/formats.md "Integer quantization").
 //
 //   MinMaxObserver                       min = min(min, min(x)), max = max(max, max(x))
 //   MovingAverageMinMaxObserver          first batch: min, max = min(x), max(x); then

@@ -1,4 +1,4 @@
-// Umbrella for the quant module (DESIGN.md section 3, quant; docs/quantization.md): observers,
+// Umbrella for the quant module (docs/architecture.md 3.8, quant; docs/quantization.md): observers,
 // fake quantization, QAT/PTQ prepare, int8 inference, weight-only int4/NF4.
 #pragma once
 #include "mixp/quant/fake_quantize.h"

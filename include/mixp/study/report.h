@@ -1,4 +1,4 @@
-// The precision study's report (DESIGN.md section 4, `mixp compare --out DIR`):
+// The precision study's report (docs/architecture.md 4.3, `mixp compare --out DIR`):
 //
 //   DIR/results.json  {"model", "machine", "baseline", "criteria", "runs": [<train --json object
 //                      with curves>, ...], "seed_runs": [...] (when K > 1), "verdicts": [...],

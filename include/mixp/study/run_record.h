@@ -1,4 +1,4 @@
-// One training run's results, as the precision study sees them (DESIGN.md sections 3 and 4).
+// One training run's results, as the precision study sees them (docs/architecture.md 3.9 and 4).
 //
 // The scalar fields carry exactly the names of the `mixp train --json` object, so a run's JSON
 // line can be read straight into a RunRecord and written back out: fields this struct does not

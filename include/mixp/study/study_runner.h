@@ -1,5 +1,5 @@
-// The precision study (DESIGN.md sections 3 and 4, `mixp compare`): trains the same model on the
-// same data from the same initialisation once per precision recipe (and per seed when K > 1),
+// The precision study (docs/architecture.md 3.9 and 4, `mixp compare`): trains the same model on
+// the same data from the same initialisation once per precision recipe (and per seed when K > 1),
 // collects each run's RunRecord, and writes the report (report.h).
 //
 //   StudyConfig c;

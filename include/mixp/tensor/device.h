@@ -1,5 +1,5 @@
 // Where a tensor's storage lives. Only the CPU is implemented by this backend; the CUDA kind exists
-// so that APIs carry the device from the start (DESIGN.md section 3, backends).
+// so that APIs carry the device from the start (docs/architecture.md 3.5, backends).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,5 +1,6 @@
 // Shape and strides: a small inline vector of int64 (at most kMaxDims), so that building the
-// metadata of a tensor never touches the heap (DESIGN.md 7: no per-op allocations in steady state).
+// metadata of a tensor never touches the heap (docs/architecture.md 7: no per-op allocations in
+// steady state).
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -6,7 +6,8 @@
 // per traits(dtype).storage_bytes (sub-byte formats are stored unpacked, one per byte).
 //
 // Ops compute in fp32 (fp64 when an input is fp64) and accumulate in fp32; see ops/ops.h for how
-// a result's dtype is chosen. Narrowing conversions always name their rounding (DESIGN.md 6.2).
+// a result's dtype is chosen. Narrowing conversions always name their rounding
+// (docs/architecture.md 6.2).
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Callbacks: how the Trainer reports progress without printing (DESIGN.md 6.11). The CLI supplies
-// a progress bar; the library supplies the JSON Lines log. Callbacks run on the training thread
-// between optimizer steps; an exception from one stops the run and propagates out of fit().
+// Callbacks: how the Trainer reports progress without printing (docs/architecture.md 6.11). The CLI
+// supplies a progress bar; the library supplies the JSON Lines log. Callbacks run on the training
+// thread between optimizer steps; an exception from one stops the run and propagates out of fit().
 #pragma once
 #include <cstdint>
 #include <cstdio>

@@ -43,7 +43,7 @@ namespace mixp::train {
 
 // True when `spec` names an FP8 recipe ("fp8", "fp8-current", "mxfp8", with or without options).
 bool is_fp8_recipe(std::string_view spec);
-// The FP8 recipe names, in DESIGN.md's order.
+// The FP8 recipe names, in the order of docs/architecture.md 3.6.
 const std::vector<std::string>& fp8_recipe_names();
 
 class Fp8TrainingRecipe final : public PolicyRecipe {

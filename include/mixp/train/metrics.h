@@ -1,4 +1,4 @@
-// What a run costs: step times, memory and energy (DESIGN.md section 3, train/study).
+// What a run costs: step times, memory and energy (docs/architecture.md 3.9, train/study).
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Precision recipes: the extension point through which the Trainer learns how a precision trains.
 //
-// A recipe (DESIGN.md section 3, amp) decides the dtype of the parameters, what runs under
+// A recipe (docs/architecture.md 3.6, amp) decides the dtype of the parameters, what runs under
 // autocast, whether the loss is scaled, whether a step with non-finite gradients is skipped (fp16)
 // or is an error (fp32: the NaN guard stops the run), how the optimizer keeps low-precision
 // parameters (master weights, rounding, state dtype), and what of its state goes into a
@@ -161,20 +161,20 @@ class PolicyRecipe : public PrecisionRecipe {
 
 // A recipe by name or policy string. Throws ConfigError (train_config.h) with the message of
 // amp::PolicyError for an unknown recipe, key or value (naming the alternatives), for a recipe of
-// DESIGN.md's list that is not available yet, for a --layer-precision that cannot be parsed, and
-// for loss-scale options given to a recipe that does not scale the loss.
+// docs/architecture.md 3.6's list that is not available yet, for a --layer-precision that cannot be
+// parsed, and for loss-scale options given to a recipe that does not scale the loss.
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt = {});
 
-// Names make_recipe accepts, in DESIGN.md's order (`auto` included).
+// Names make_recipe accepts, in the order of docs/architecture.md 3.6 (`auto` included).
 std::vector<std::string> available_recipes();
-// Every recipe name of DESIGN.md section 3, available or not.
+// Every recipe name of docs/architecture.md 3.6, available or not.
 const std::vector<std::string>& planned_recipes();
 
-// Whether recipe `name` can train the built-in model `model` (DESIGN.md 5b). Every recipe trains
-// every built-in model except int8-qat, whose fake-quantization wrappers (quant::prepare_qat) cover
-// a Sequential of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d: the mlp and the cnn, not the gpt.
-// Options after a colon are ignored ("int8-qat:..." is int8-qat). Unknown models are accepted
-// (the model factory reports them).
+// Whether recipe `name` can train the built-in model `model` (docs/architecture.md 5b). Every
+// recipe trains every built-in model except int8-qat, whose fake-quantization wrappers
+// (quant::prepare_qat) cover a Sequential of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d: the mlp and
+// the cnn, not the gpt. Options after a colon are ignored ("int8-qat:..." is int8-qat). Unknown
+// models are accepted (the model factory reports them).
 bool recipe_supports_model(std::string_view name, std::string_view model);
 
 // Converts every floating parameter and buffer of `model` to `dtype` in place (the tensors keep

@@ -1,10 +1,11 @@
 // What one training run does: the model, the data, the precision recipe, the length of the run,
 // the optimizer and its schedule, and where checkpoints and logs go. `mixp train` fills it from its
-// flags (DESIGN.md section 4); a checkpoint stores it in state.json so that `mixp eval` and
+// flags (docs/architecture.md 4.2); a checkpoint stores it in state.json so that `mixp eval` and
 // `--resume` rebuild the same run.
 //
-// Zero means "the model's default" for the numeric fields below (DESIGN.md 5b: mlp and cnn train
-// with batch 128 and AdamW at lr 1e-3, gpt with batch 16 and lr 3e-4); resolved() fills them in.
+// Zero means "the model's default" for the numeric fields below (docs/architecture.md 5b: mlp and
+// cnn train with batch 128 and AdamW at lr 1e-3, gpt with batch 16 and lr 3e-4); resolved() fills
+// them in.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -93,7 +94,7 @@ struct TrainConfig {
 const std::vector<std::string>& optimizer_names();
 const std::vector<std::string>& schedule_names();
 
-// Default micro-batch size and learning rate of a built-in model (DESIGN.md 5b).
+// Default micro-batch size and learning rate of a built-in model (docs/architecture.md 5b).
 int64_t default_batch(std::string_view model);
 double default_lr(std::string_view model);
 // True for models trained on token sequences (gpt), false for image classifiers.

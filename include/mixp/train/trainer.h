@@ -1,4 +1,4 @@
-// The Trainer owns the training loop (DESIGN.md section 3, train/study):
+// The Trainer owns the training loop (docs/architecture.md 3.9, train/study):
 //
 //   for each optimizer step:
 //     zero the gradients

@@ -1,5 +1,5 @@
-// Vectorized fp32 row kernels of the cpu backend, in three tiers (DESIGN.md 6.6): the same source
-// (vec_kernels.inc) is compiled for baseline x86-64 (vec_generic.cpp), AVX2+FMA
+// Vectorized fp32 row kernels of the cpu backend, in three tiers (docs/architecture.md 6.6): the
+// same source (vec_kernels.inc) is compiled for baseline x86-64 (vec_generic.cpp), AVX2+FMA
 // (vec_avx2.cpp) and AVX-512 (vec_avx512.cpp); vec() picks one at run time from simd_tier().
 // The loops are written branch-free so GCC vectorizes them at each tier's width; exp is a
 // Cephes-style polynomial (max error ~2 ulp over the normal range) instead of a libm call,

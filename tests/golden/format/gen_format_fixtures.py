@@ -15,7 +15,7 @@ Where each expected output comes from, and why it is independent of src/format/f
                    "NaN with the same sign" and checks mixp's own NaN rule separately.
   bf16_encode.bin  torch 1.13: tensor(float32).to(bfloat16). NaN inputs are left out: this torch
                    returns 0xFFFF (vectorised path) or 0x7FC0 (scalar path) for every NaN; mixp
-                   keeps the sign (FORMATS.md), tested separately.
+                   keeps the sign (docs/formats.md), tested separately.
   fp8_e4m3.bin, fp8_e5m2.bin, fp6_e2m3.bin, fp6_e3m2.bin, fp4_e2m1.bin, tf32.bin:
                    neither numpy nor torch 1.13 has these formats, so this script carries its own
                    reference that does NOT follow the C++ algorithm (which shifts integer
@@ -23,13 +23,13 @@ Where each expected output comes from, and why it is independent of src/format/f
                    fractions.Fraction, finds the two neighbours of the exact input by bisection,
                    and picks one by comparing exact rational distances (ties: the even code for
                    nearest-even, the larger magnitude for nearest-away; toward-zero: the smaller).
-                   Overflow follows FORMATS.md / docs/formats.md: beyond max finite the next
+                   Overflow follows docs/formats.md "Overflow": beyond max finite the next
                    "virtual" grid point is max + top-binade ulp (fp16 65536, e4m3 480, e5m2 65536,
                    fp4 8, ...). A value that rounds to it overflows: inf (IEEE formats),
                    NaN S.1111.111 (E4M3FN), max finite (fp6/fp4, and every format under
                    Overflow::saturate). Toward-zero never picks it, so it gives max finite
                    (IEEE 754 section 7.4). The script asserts that the resulting thresholds are
-                   FORMATS.md's numbers (fp16 65520, e4m3 464, e5m2 61440).
+                   docs/formats.md's numbers (fp16 65520, e4m3 464, e5m2 61440).
                    NaN inputs: keep the sign, quiet NaN with the top payload bits (IEEE formats),
                    S.1111.111 (E4M3FN), +0 (fp6/fp4, which have no NaN). Infinite inputs: inf where
                    the format has one (under Overflow::ieee, whatever the rounding), NaN for E4M3FN,
@@ -355,7 +355,7 @@ def main():
         "fp6_e3m2": RefFormat("fp6_e3m2", 3, 2, 3, "finite"),
         "fp4_e2m1": RefFormat("fp4_e2m1", 2, 1, 1, "finite"),
     }
-    # FORMATS.md's numbers, as a check on the reference itself.
+    # docs/formats.md's numbers, as a check on the reference itself.
     assert ref["fp8_e4m3"].max_val == 448 and ref["fp8_e4m3"].threshold == 464
     assert ref["fp8_e5m2"].max_val == 57344 and ref["fp8_e5m2"].threshold == 61440
     assert ref["fp6_e2m3"].max_val == Fraction(15, 2) and ref["fp6_e3m2"].max_val == 28
