@@ -31,6 +31,7 @@ struct CacheEntry {
   Tensor src;   // keeps the key's TensorImpl alive (so its address cannot be reused)
   Tensor copy;  // the low-precision copy (with history when `recorded`)
   bool recorded = false;
+  uint64_t version = 0;  // src's version when copied: an in-place write since makes it stale
 };
 
 struct ThreadState {
@@ -111,7 +112,12 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
   const bool want_history = GradMode::is_enabled();
   const CacheKey key{t.impl(), to};
   auto it = s.cache.find(key);
-  if (it != s.cache.end() && (it->second.recorded || !want_history)) {
+  // A hit needs the copy's history when recording (its cast node stays usable after a backward:
+  // it saves nothing, FunctionNode::reusable, so accumulating gradients over several backwards in
+  // one region works as in PyTorch), and a weight unchanged since the copy: an optimizer step
+  // inside the region bumps the weight's version, and the next use casts it again.
+  if (it != s.cache.end() && (it->second.recorded || !want_history) &&
+      it->second.version == t.version()) {
     ++s.stats.hits;
     return it->second.copy;
   }
@@ -124,7 +130,7 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
     copy = cast(t, to);
     if (shadows) attach_shadow(t, copy);
   }
-  s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history});
+  s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history, t.version()});
   s.stats.entries = static_cast<int64_t>(s.cache.size());
   return copy;
 }
