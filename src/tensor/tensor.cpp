@@ -253,6 +253,7 @@ std::string Tensor::str(int max_values) const {
   if (!defined()) return "Tensor(undefined)";
   std::string s = fmt::format("Tensor(shape={}, dtype={}", shape().str(), name(dtype()));
   if (requires_grad()) s += ", requires_grad";
+  if (max_values <= 0) return s + ")";  // no values asked for: shape and dtype only
   s += ", values=[";
   const std::vector<double> v = to_double_vector();
   for (size_t i = 0; i < v.size() && static_cast<int>(i) < max_values; ++i) {
