@@ -98,6 +98,21 @@ TEST(GradScaler, UnscalesAndStepsOnFiniteGradients) {
   EXPECT_EQ(s.skipped_steps(), 0);
 }
 
+// PyTorch asserts "No inf checks were recorded for this optimizer." when step() finds no
+// gradient at all (backward forgotten, or an optimizer over other parameters): so do we, instead
+// of reporting a step that changed nothing.
+TEST(GradScaler, StepWithoutAnyGradientIsRefused) {
+  OneParam p;
+  GradScaler s;
+  try {
+    s.step(*p.opt);
+    FAIL() << "step() with no gradient must throw";
+  } catch (const std::logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no inf checks were recorded for this optimizer"));
+  }
+  EXPECT_THAT(p.w.to_vector(), ::testing::Each(0.0));  // nothing stepped
+}
+
 TEST(GradScaler, SkipsTheStepOnInfOrNanAndBacksOff) {
   for (double bad : {kInf, -kInf, std::nan("")}) {
     SCOPED_TRACE(bad);

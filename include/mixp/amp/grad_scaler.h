@@ -96,7 +96,9 @@ class GradScaler {
   // Unscales the gradients of `opt`'s parameters in place and records whether any was inf/NaN.
   void unscale_(optim::Optimizer& opt);
   // Unscales if unscale_ was not called for `opt` since the last update, then runs opt.step()
-  // unless its gradients had an inf/NaN. Returns true when the optimizer stepped.
+  // unless its gradients had an inf/NaN. Returns true when the optimizer stepped. Throws
+  // std::logic_error when none of `opt`'s parameters has a gradient (PyTorch: "No inf checks were
+  // recorded for this optimizer").
   bool step(optim::Optimizer& opt);
   // Applies the update rule once for all the optimizers stepped since the last update (or sets
   // `new_scale` manually). Throws std::logic_error when no optimizer was unscaled since the last
