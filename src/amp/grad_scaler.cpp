@@ -273,7 +273,10 @@ void GradScaler::update() {
   }
   skips_at_min_ = 0;
   const int64_t successful = tracker_ + 1;
-  if (successful == opt_.growth_interval) {
+  // `>=` rather than PyTorch's `==`: the same for a tracker that counts up from 0, and when the
+  // interval was lowered below the tracker (set_growth_interval, or a resumed run given a shorter
+  // --growth-interval) the scale grows at the next clean step instead of never again.
+  if (successful >= opt_.growth_interval) {
     const float grown = static_cast<float>(static_cast<double>(scale_) * opt_.growth_factor);
     if (std::isfinite(grown)) {  // do not grow past fp32's range
       scale_ = grown;

@@ -92,7 +92,9 @@ class ImageBatches final : public BatchSource {
       sampler_->restore(s);
     } catch (const std::invalid_argument& e) {
       throw TrainError(std::string("the checkpoint's data order does not fit this run: ") +
-                       e.what() + "; resume with the same data set, limits and batch size");
+                       e.what() +
+                       " (a resumed run continues the checkpoint's data order, so --data must "
+                       "name the data set it was trained on; it may have moved, but not changed)");
     }
   }
 
@@ -204,7 +206,8 @@ class TextBatches final : public BatchSource {
                        std::to_string(context) + ", this run has " +
                        std::to_string(corpus_.train_tokens().size()) + ", " +
                        std::to_string(batch_) + " and " + std::to_string(context_) +
-                       "; resume with the same corpus, limits, batch size and context");
+                       "; a resumed run continues the checkpoint's data order, so --data must "
+                       "name the corpus it was trained on (it may have moved, but not changed)");
     }
     seed_ = j.at("seed").get<uint64_t>();
     micro_ = j.at("micro_batch").get<int64_t>();

@@ -156,6 +156,7 @@ StepInfo Trainer::Impl::run_step() {
 Trainer::Trainer(const TrainConfig& config) : impl_(std::make_unique<Impl>()) {
   impl_->constructed_ms = now_ms();
   impl_->cfg = config.resolved();
+  if (!impl_->cfg.resume_dir.empty()) impl_->check_resume_config(impl_->cfg.resume_dir);
   impl_->build();
   if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
 }

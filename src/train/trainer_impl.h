@@ -73,6 +73,9 @@ struct Trainer::Impl {
   nlohmann::json metrics = nlohmann::json::object();  // saved in state.json
 
   void build();
+  // Refuses (ConfigError naming the flag) a configuration that differs from the checkpoint's
+  // where it must match; before build(), so that nothing is loaded for a run that cannot go on.
+  void check_resume_config(const std::filesystem::path& dir) const;
   void resume(const std::filesystem::path& dir);
   StepInfo run_step();
   void save(const std::filesystem::path& dir) const;

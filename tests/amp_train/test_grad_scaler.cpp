@@ -349,6 +349,30 @@ TEST(GradScaler, StateDictRoundTripContinuesIdentically) {
   EXPECT_EQ(b.state_dict(), a.state_dict());  // a failed load changed nothing
 }
 
+TEST(GradScaler, GrowthIntervalLoweredBelowTheTrackerGrowsAtTheNextCleanStep) {
+  // A resumed run given a shorter --growth-interval: the tracker carried over from the checkpoint
+  // may already be past the new interval. The next clean step grows the scale (PyTorch's
+  // `successful == interval` would never grow again), then the new interval counts from 0.
+  GradScaler s({.init_scale = 64.0, .growth_interval = 10});
+  OneParam p;
+  auto clean = [&] {
+    p.grad(1.0);
+    s.step(*p.opt);
+    s.update();
+  };
+  for (int i = 0; i < 6; ++i) clean();
+  ASSERT_EQ(s.growth_tracker(), 6);
+  s.set_growth_interval(3);
+  clean();
+  EXPECT_EQ(s.get_scale(), 128.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  clean();
+  clean();
+  EXPECT_EQ(s.get_scale(), 128.0);
+  clean();
+  EXPECT_EQ(s.get_scale(), 256.0);
+}
+
 TEST(GradScaler, Fp16ParametersWithoutMasterAreRefusedNamingTheAlternatives) {
   OneParam pure(4, DType::fp16, /*master=*/false);
   pure.grad(1.0);

@@ -32,6 +32,8 @@
 //   found_inf: scale = fp32(scale * backoff_factor), tracker = 0
 //   else:      tracker += 1; when tracker == growth_interval: the scale becomes
 //              fp32(scale * growth_factor) if that is finite (else it stays), tracker = 0.
+//              (mixp tests tracker >= growth_interval, so that an interval lowered below the
+//              current tracker grows at the next clean step; PyTorch's == would never grow.)
 // The scale is an fp32 value, as PyTorch's scale tensor.
 //
 // Beyond PyTorch (all off by default, so the defaults are PyTorch's):
