@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/ops/ops.h"
 #include "ops/dispatch.h"
@@ -231,6 +232,18 @@ Autocast::~Autocast() {
     s.stats.entries = 0;
   }
 }
+
+namespace {
+// A checkpointed segment recomputes inside the autocast region its forward ran in
+// (autograd/checkpoint.h; torch.utils.checkpoint restores the autocast state the same way).
+[[maybe_unused]] const bool g_checkpoint_registered = [] {
+  register_checkpoint_state([]() -> CheckpointRestorer {
+    const AutocastOptions o = autocast_options();
+    return [o] { return std::make_shared<Autocast>(o); };
+  });
+  return true;
+}();
+}  // namespace
 
 bool is_autocast_enabled() {
   return tls().cur.enabled;
