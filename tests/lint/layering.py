@@ -63,10 +63,6 @@ KNOWN = {
         "the optimizer rewrites amp's weight shadows in its update pass",
     ("src/ops/pointwise_ops.cpp", "mixp/autograd/checkpoint.h"):
         "dropout asks checkpoint for its seed, so a recomputed segment replays its masks",
-    ("src/tensor/factories.cpp", "mixp/backend/backend.h"):
-        "factories fill and copy through backend() directly",
-    ("src/tensor/tensor.cpp", "mixp/backend/backend.h"):
-        "in-place tensor methods call backend() directly",
     ("src/format/convert_kernels.h", "mixp/backend/cpu_features.h"):
         "the bulk converters pick their SIMD tier",
 }
