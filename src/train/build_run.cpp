@@ -12,20 +12,6 @@ namespace mixp::train {
 
 namespace {
 
-// Finds an unusable --save folder before training rather than after it.
-void check_save_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
-    throw ConfigError("cannot save a checkpoint to " + dir.string() +
-                      ": it exists and is not a folder; name a folder");
-  }
-  std::filesystem::path parent = std::filesystem::absolute(dir, ec).parent_path();
-  if (!std::filesystem::is_directory(parent, ec)) {
-    throw ConfigError("cannot save a checkpoint to " + dir.string() + ": its parent folder " +
-                      parent.string() + " does not exist; create it first");
-  }
-}
-
 RecipeOptions recipe_options(const TrainConfig& c, RunPurpose purpose) {
   RecipeOptions ro;
   switch (purpose) {
@@ -54,6 +40,23 @@ RecipeOptions recipe_options(const TrainConfig& c, RunPurpose purpose) {
 
 }  // namespace
 
+namespace detail {
+
+void check_save_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() +
+                      ": it exists and is not a folder; name a folder");
+  }
+  std::filesystem::path parent = std::filesystem::absolute(dir, ec).parent_path();
+  if (!std::filesystem::is_directory(parent, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() + ": its parent folder " +
+                      parent.string() + " does not exist; create it first");
+  }
+}
+
+}  // namespace detail
+
 TrainConfig without_outputs(TrainConfig c) {
   c.resume_dir.clear();
   c.save_dir.clear();
@@ -67,7 +70,7 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
   RunParts p;
   p.config = (training ? config : without_outputs(config)).resolved();
   TrainConfig& c = p.config;
-  if (training && !c.save_dir.empty()) check_save_dir(c.save_dir);
+  if (training && !c.save_dir.empty()) detail::check_save_dir(c.save_dir);
   if (c.threads > 0) set_num_threads(c.threads);
   p.recipe = make_recipe(c.precision, recipe_options(c, purpose));
   // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.

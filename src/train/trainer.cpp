@@ -194,6 +194,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRec
   if (!(c.lr > 0))
     throw ConfigError(fmt::format("the learning rate must be positive, got {}", c.lr));
   if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
+  if (!c.save_dir.empty()) detail::check_save_dir(c.save_dir);
   if (o.make_optimizer) c.optimizer = "custom";
   if (c.threads > 0) set_num_threads(c.threads);
   c.precision = recipe->name();

@@ -1,6 +1,7 @@
 // The Trainer's state (internal), shared by trainer.cpp (the loop), trainer_state.cpp
 // (checkpoints) and evaluate.cpp.
 #pragma once
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -48,6 +49,10 @@ void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams);
 // against [N] integer targets.
 EvalResult evaluate_model(nn::Module& model, DataSource& source, const PrecisionRecipe& recipe,
                           bool language_model, const LossFunction& loss = cross_entropy_loss);
+
+// Finds an unusable checkpoint folder before training rather than after it: ConfigError when it
+// exists and is not a folder, or when its parent folder does not exist.
+void check_save_dir(const std::filesystem::path& dir);
 
 // The checks of TrainConfig::resolved() that concern the loop (length, batch, optimizer, schedule,
 // clipping, ...), not the model or data; shared with the Trainer built from parts.

@@ -236,6 +236,11 @@ TEST(TrainerParts, OwnOptimizerAndOptionsAreChecked) {
   bad_lr.lr = 0;
   EXPECT_THROW(Trainer(model(), make_recipe("fp32"), synthetic_as_tensors(c), bad_lr), ConfigError);
 
+  TrainOptions nowhere;
+  nowhere.save_dir = "/nonexistent-parent/ckpt";
+  EXPECT_THROW(Trainer(model(), make_recipe("fp32"), synthetic_as_tensors(c), nowhere),
+               ConfigError);
+
   TrainOptions own;
   own.steps = 3;
   int made = 0;

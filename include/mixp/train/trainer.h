@@ -146,8 +146,9 @@ class Trainer {
   // From parts: trains `model` (its parameters as they are; the recipe prepares them here, so
   // build the model in fp32 and let the recipe convert it) on `data` with `recipe`
   // (make_recipe(name)). The optimizer is options.make_optimizer's, or the one options.optimizer
-  // names. Throws ConfigError for options that cannot run (the messages of TrainConfig::resolved),
-  // TrainError (options.resume_dir's checkpoint does not fit), IoError.
+  // names. Throws ConfigError for options that cannot run (the messages of TrainConfig::resolved;
+  // a save_dir whose parent folder is missing), TrainError (options.resume_dir's checkpoint does
+  // not fit), IoError.
   Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRecipe> recipe,
           std::unique_ptr<DataSource> data, const TrainOptions& options = {});
   ~Trainer();
@@ -176,6 +177,7 @@ class Trainer {
   nn::Module& model();
   optim::Optimizer& optimizer();
   const PrecisionRecipe& recipe() const;
+  // The training data (where it stands: epoch(), position(); a TensorDataset's shard).
   DataSource& data();
   std::string data_description() const;
 
