@@ -17,7 +17,9 @@
 
 #include "mixp/mixp.h"
 
-namespace mx = mixp;  // a short alias instead of `using namespace mixp` (docs/custom-models.md)
+// An alias rather than `using namespace mixp`, under which a function of yours named `train` would
+// be ambiguous with the namespace mixp::train.
+namespace mx = mixp;
 using mx::Tensor;
 
 // A model: children registered in the constructor, called through operator() in forward (so that
