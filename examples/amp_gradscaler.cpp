@@ -14,6 +14,7 @@
 //   scaler.update()                           scaler.update();
 //
 // Run: build/release/example_amp_gradscaler [steps]
+// ctest-args: 5
 // (Fashion-MNIST from the dataset-fashion-mnist package when installed, else synthetic images)
 #include <cstdio>
 #include <cstdlib>

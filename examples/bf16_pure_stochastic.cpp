@@ -11,6 +11,7 @@
 // up with probability (x - down) / ulp, so on average every update lands.
 //
 // Run: build/release/example_bf16_pure_stochastic
+// ctest-args:
 #include <cstdio>
 
 #include "mixp/amp/autocast.h"

@@ -9,6 +9,7 @@
 //   embed=fp32,attn=bf16,mlp=bf16,head=fp32
 //
 // Run: build/release/example_layer_precision
+// ctest-args:
 #include "mixp/amp/layer_precision.h"
 
 #include <cstdio>
