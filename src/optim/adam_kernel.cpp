@@ -29,16 +29,7 @@ void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n,
 }
 
 AdamKernelF32 adam_f32_kernel() {
-  static const AdamKernelF32 k = [] {
-    switch (simd_tier()) {
-      case SimdTier::avx512:
-        return &adam_f32_avx512;
-      case SimdTier::avx2:
-        return &adam_f32_avx2;
-      default:
-        return &adam_f32_generic;
-    }
-  }();
+  static const AdamKernelF32 k = by_tier(&adam_f32_avx512, &adam_f32_avx2, &adam_f32_generic);
   return k;
 }
 

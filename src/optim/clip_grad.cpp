@@ -38,8 +38,8 @@ double sum_squares_serial(const T* g, int64_t n) {
 
 double sum_squares_serial(const float* g, int64_t n) {
   using Kernel = double (*)(const float*, int64_t);
-  static const Kernel k = simd_tier() == SimdTier::avx512 ? &detail::sum_squares_f32_avx512
-                                                          : &sum_squares_serial<float>;
+  static const Kernel k = by_tier<Kernel>(&detail::sum_squares_f32_avx512,
+                                          &sum_squares_serial<float>, &sum_squares_serial<float>);
   return k(g, n);
 }
 

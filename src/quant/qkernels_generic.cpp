@@ -10,16 +10,8 @@ const Kernels& kernels_generic() {
 }
 
 const Kernels& kernels() {
-  static const Kernels* k = [] {
-    switch (simd_tier()) {
-      case SimdTier::avx512:
-        return &kernels_avx512();
-      case SimdTier::avx2:
-        return &kernels_avx2();
-      default:
-        return &kernels_generic();
-    }
-  }();
+  // The getters, not their tables: only the chosen tier's code may run on this CPU.
+  static const Kernels* k = &by_tier(&kernels_avx512, &kernels_avx2, &kernels_generic)();
   return *k;
 }
 }  // namespace mixp::quant::kern

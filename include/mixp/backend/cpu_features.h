@@ -41,4 +41,20 @@ enum class SimdTier { scalar, avx2, avx512 };
 SimdTier simd_tier();
 const char* to_string(SimdTier t);
 
+// The one way to pick a kernel (a function pointer, or a pointer to a kernel table) by the SIMD
+// tier: the AVX-512 one, the AVX2 one, else the baseline one (docs/architecture.md 6.6). Call it
+// once and keep the result: `static const auto k = by_tier(&f_avx512, &f_avx2, &f_generic);`.
+// A kernel without an AVX2 version passes the baseline one twice.
+template <class K>
+K by_tier(K avx512, K avx2, K baseline) {
+  switch (simd_tier()) {
+    case SimdTier::avx512:
+      return avx512;
+    case SimdTier::avx2:
+      return avx2;
+    default:
+      return baseline;
+  }
+}
+
 }  // namespace mixp

@@ -29,8 +29,8 @@ void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
   const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
   const int64_t OH = dst.shape()[2], OW = dst.shape()[3];
   if (is_2x2_s2(p)) {  // the CNN's pooling: branch-free rows in the vector tier
-    const auto kern =
-        simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_avx512 : vec::kernels().maxpool2x2;
+    const auto kern = by_tier(&pool::maxpool2x2_avx512, vec::kernels().maxpool2x2,
+                              vec::kernels().maxpool2x2);
     parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
       for (int64_t pl = lo; pl < hi; ++pl)
         kern(fp(dst) + pl * OH * OW, fp(src) + pl * H * W, W, OH, OW);
@@ -67,8 +67,8 @@ void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
   const int64_t NC = src.shape()[0] * src.shape()[1], H = src.shape()[2], W = src.shape()[3];
   const int64_t OH = ddst.shape()[2], OW = ddst.shape()[3];
   if (is_2x2_s2(p)) {
-    const auto kern = simd_tier() == SimdTier::avx512 ? &pool::maxpool2x2_bwd_avx512
-                                                      : vec::kernels().maxpool2x2_bwd;
+    const auto kern = by_tier(&pool::maxpool2x2_bwd_avx512, vec::kernels().maxpool2x2_bwd,
+                              vec::kernels().maxpool2x2_bwd);
     parallel_for(NC, src.numel(), [&](int64_t lo, int64_t hi) {
       for (int64_t pl = lo; pl < hi; ++pl) {
         float* gi = fp(dsrc) + pl * H * W;
