@@ -190,6 +190,12 @@ Tensor tanh(const Tensor& a) {
 Tensor sigmoid(const Tensor& a) {
   return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a);
 }
+Tensor sin(const Tensor& a) {
+  return unary_op(OpId::sin, UnaryOp::sin, a);
+}
+Tensor cos(const Tensor& a) {
+  return unary_op(OpId::cos, UnaryOp::cos, a);
+}
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;

@@ -48,6 +48,7 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   EXPECT_EQ(matmul(x, w.transpose(0, 1)).dtype(), lp);
   EXPECT_EQ(bmm(rnd({2, 3, 4}, 5), rnd({2, 4, 5}, 6)).dtype(), lp);
   EXPECT_EQ(conv2d(rnd({1, 2, 5, 5}, 7), rnd({3, 2, 3, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
+  EXPECT_EQ(conv1d(rnd({1, 2, 9}, 7), rnd({3, 2, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
   const Tensor q = rnd({1, 2, 4, 8}, 10);
   EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
   {
@@ -82,6 +83,10 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   // none: the input's dtype
   EXPECT_EQ(relu(xl).dtype(), lp);
   EXPECT_EQ(gelu(xl).dtype(), lp);
+  EXPECT_EQ(sin(xl).dtype(), lp);
+  EXPECT_EQ(cos(xl).dtype(), lp);
+  EXPECT_EQ(sin(x).dtype(), DType::fp32);
+  EXPECT_EQ(argmax(xl, 1).dtype(), DType::int64);
   EXPECT_EQ(relu(x).dtype(), DType::fp32);
   EXPECT_EQ(xl.reshape({8, 4}).dtype(), lp);
   EXPECT_EQ(xl.transpose(0, 1).contiguous().dtype(), lp);
