@@ -188,7 +188,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
     shape_error("linear", "bias must be [out]", w.shape(), b.shape());
   const bool rec = should_record({&x, &w, &b});
   // gelu's backward needs the pre-activation, which a fused epilogue does not keep.
-  if (act == Activation::gelu && rec) return gelu(linear(x, w, b, Activation::none));
+  if (act == Activation::gelu && rec)
+    return gelu(linear(x, w, b, Activation::none), GeluApprox::tanh);
   const DType rd = result_dtype({&x, &w, &b});
   check_strict_dtypes(OpId::linear, {&x, &w, &b}, {"x", "w", "b"});
   const GemmPlan plan = plan_gemm({&x, &w, &b});

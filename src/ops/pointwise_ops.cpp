@@ -182,7 +182,11 @@ Tensor relu(const Tensor& a) {
   return unary_op(OpId::relu, UnaryOp::relu, a);
 }
 Tensor gelu(const Tensor& a) {
-  return unary_op(OpId::gelu, UnaryOp::gelu, a);
+  return gelu(a, GeluApprox::none);
+}
+Tensor gelu(const Tensor& a, GeluApprox approximate) {
+  return unary_op(OpId::gelu, approximate == GeluApprox::tanh ? UnaryOp::gelu : UnaryOp::gelu_erf,
+                  a);
 }
 Tensor tanh(const Tensor& a) {
   return unary_op(OpId::tanh, UnaryOp::tanh, a);

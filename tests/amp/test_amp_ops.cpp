@@ -88,6 +88,7 @@ TEST_P(Gemm16, PointwiseKernelsMatchRef) {
   for (auto [nm, f] : std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>>{
            {"relu", relu},
            {"gelu", gelu},
+           {"gelu tanh", +[](const Tensor& t) { return gelu(t, GeluApprox::tanh); }},
            {"tanh", tanh},
            {"sigmoid", sigmoid},
            {"neg", neg},

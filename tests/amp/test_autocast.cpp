@@ -83,6 +83,7 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   // none: the input's dtype
   EXPECT_EQ(relu(xl).dtype(), lp);
   EXPECT_EQ(gelu(xl).dtype(), lp);
+  EXPECT_EQ(gelu(xl, GeluApprox::tanh).dtype(), lp);
   EXPECT_EQ(sin(xl).dtype(), lp);
   EXPECT_EQ(cos(xl).dtype(), lp);
   EXPECT_EQ(sin(x).dtype(), DType::fp32);

@@ -59,6 +59,7 @@ TEST(Gradcheck, Pointwise) {
         {from_vector(std::vector<double>{-2, -0.5, 0.3, 1.7}, {4}, {.dtype = DType::fp64})
              .requires_grad_()});
   check("gelu", [](const V& v) { return gelu(v[0]); }, {r64({7}, 18, 2.0)});
+  check("gelu tanh", [](const V& v) { return gelu(v[0], GeluApprox::tanh); }, {r64({7}, 118, 2.0)});
   check("sin", [](const V& v) { return sin(v[0]); }, {r64({7}, 119, 3.0)});
   check("cos", [](const V& v) { return cos(v[0]); }, {r64({7}, 120, 3.0)});
   check("tanh", [](const V& v) { return tanh(v[0]); }, {r64({7}, 19)});

@@ -52,6 +52,17 @@ TEST(Layers, Conv2dBatchNormPoolGradients) {
   EXPECT_THROW(strided.forward(ones({1, 2, 7, 7})), std::invalid_argument);
 }
 
+TEST(Layers, GeluModuleIsExactByDefault) {
+  const Tensor x = from_vector(std::vector<double>{-2, -0.5, 0.5, 2}, {4});
+  GELU exact, approx(GeluApprox::tanh);
+  EXPECT_EQ(exact.approximate(), GeluApprox::none);
+  EXPECT_EQ(exact.forward(x).to_double_vector(), gelu(x).to_double_vector());
+  EXPECT_EQ(approx.forward(x).to_double_vector(), gelu(x, GeluApprox::tanh).to_double_vector());
+  EXPECT_NE(exact.forward(x).to_double_vector(), approx.forward(x).to_double_vector());
+  EXPECT_THAT(exact.str(), ::testing::HasSubstr("approximate='none'"));
+  EXPECT_THAT(approx.str(), ::testing::HasSubstr("approximate='tanh'"));
+}
+
 TEST(Layers, LayerNormEmbeddingGradients) {
   Generator g(6);
   LayerNorm ln(5);

@@ -34,6 +34,8 @@ TEST(CpuVsRef, NonContiguousOperands) {
   expect_cpu_matches_ref("mul views", [](const V& v) { return mul(v[0], v[1]); }, {a, b});
   expect_cpu_matches_ref("relu view", [](const V& v) { return relu(v[0]); }, {a});
   expect_cpu_matches_ref("gelu view", [](const V& v) { return gelu(v[0]); }, {b});
+  expect_cpu_matches_ref("gelu tanh view", [](const V& v) { return gelu(v[0], GeluApprox::tanh); },
+                         {b});
   expect_cpu_matches_ref("sin view", [](const V& v) { return sin(v[0]); }, {a});
   expect_cpu_matches_ref(
       "argmax view", [](const V& v) { return argmax(v[0], 1); }, {a}, 0.0);
@@ -62,10 +64,37 @@ TEST(CpuVsRef, Unary) {
     expect_cpu_matches_ref("sqrt", [](const V& v) { return sqrt(v[0]); }, {pos});
     expect_cpu_matches_ref("relu", [](const V& v) { return relu(v[0]); }, {a});
     expect_cpu_matches_ref("gelu", [](const V& v) { return gelu(v[0]); }, {a});
+    expect_cpu_matches_ref("gelu tanh", [](const V& v) { return gelu(v[0], GeluApprox::tanh); },
+                           {a});
     expect_cpu_matches_ref("tanh", [](const V& v) { return tanh(v[0]); }, {a});
     expect_cpu_matches_ref("sigmoid", [](const V& v) { return sigmoid(v[0]); }, {a});
     expect_cpu_matches_ref("sin", [](const V& v) { return sin(v[0]); }, {a});
     expect_cpu_matches_ref("cos", [](const V& v) { return cos(v[0]); }, {a});
+  }
+}
+
+// gelu(x) is the exact GELU (PyTorch's default); GeluApprox::tanh the approximation, which is
+// what Activation::gelu fuses and what the built-in models use.
+TEST(CpuVsRef, GeluDefaultIsExact) {
+  const Tensor x = from_vector(std::vector<double>{-3, -1, -0.5, 0, 0.5, 1, 3}, {7});
+  for (BackendKind kind : {BackendKind::ref, BackendKind::cpu}) {
+    BackendGuard g(kind);
+    const std::vector<double> exact = gelu(x).to_double_vector(),
+                              none = gelu(x, GeluApprox::none).to_double_vector(),
+                              approx = gelu(x, GeluApprox::tanh).to_double_vector(),
+                              xs = x.to_double_vector();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double v = xs[i];
+      EXPECT_EQ(exact[i], none[i]);
+      EXPECT_NEAR(exact[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-7) << v;
+      EXPECT_NEAR(approx[i],
+                  0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))), 1e-7)
+          << v;
+    }
+    // the two differ by up to ~5e-4 around |x| = 2: the test above tells them apart
+    EXPECT_GT(
+        std::fabs(gelu(full({1}, -2.0)).item() - gelu(full({1}, -2.0), GeluApprox::tanh).item()),
+        1e-5);
   }
 }
 
@@ -99,8 +128,9 @@ TEST(CpuVsRef, UnaryExtremes) {
                                                    0.05, 0.07, 1, 10, 30, 80, 100},
                                {15});
   for (auto* f : {+[](const V& v) { return tanh(v[0]); }, +[](const V& v) { return sigmoid(v[0]); },
-                  +[](const V& v) { return gelu(v[0]); }, +[](const V& v) { return sin(v[0]); },
-                  +[](const V& v) { return cos(v[0]); }}) {
+                  +[](const V& v) { return gelu(v[0]); },
+                  +[](const V& v) { return gelu(v[0], GeluApprox::tanh); },
+                  +[](const V& v) { return sin(v[0]); }, +[](const V& v) { return cos(v[0]); }}) {
     expect_cpu_matches_ref("extremes", f, {x});
   }
   // exp over its whole range, including overflow to inf and underflow to 0
@@ -550,6 +580,8 @@ TEST(CpuVsRef, Bf16Storage) {
   const Tensor a = rnd({16, 32}, 63, DType::bf16), b = rnd({32, 8}, 64, DType::bf16);
   expect_cpu_matches_ref(
       "bf16 matmul", [](const V& v) { return matmul(v[0], v[1]); }, {a, b}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 gelu tanh", [](const V& v) { return gelu(v[0], GeluApprox::tanh); }, {a}, kTolBf16);
   expect_cpu_matches_ref(
       "bf16 gelu", [](const V& v) { return gelu(v[0]); }, {a}, kTolBf16);
   expect_cpu_matches_ref(

@@ -76,9 +76,13 @@ Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor relu(const Tensor& a);
-// GELU, tanh approximation (GPT-2, llm.c, torch approximate='tanh'):
-//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-Tensor gelu(const Tensor& a);
+// GELU, as torch.nn.functional.gelu(x, approximate=...):
+//   GeluApprox::none (the default, as PyTorch's): exact, 0.5 x (1 + erf(x / sqrt 2));
+//   GeluApprox::tanh (GPT-2, llm.c): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// mixp's built-in models (the GPT MLP, Linear's Activation::gelu epilogue) use the tanh form.
+enum class GeluApprox : uint8_t { none, tanh };
+Tensor gelu(const Tensor& a);  // exact (GeluApprox::none)
+Tensor gelu(const Tensor& a, GeluApprox approximate);
 Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor sin(const Tensor& a);
