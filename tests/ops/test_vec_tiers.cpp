@@ -152,14 +152,14 @@ TEST(VecTiers, SinCosAgainstDouble) {
 }
 
 // The exact GELU 0.5 x (1 + erf(x / sqrt 2)) and its derivative, every tier, against libm's
-// erfc/exp in double. The kernels compute erf in double from a 25-term Chebyshev series whose
-// relative error is below 3.5e-10 (1/170 ulp of fp32) for |t| <= 5.5 and clamp it to +-1 beyond
-// (erf(5.5) = 1 - 7.4e-15), then round once: for x >= 0 the result is within one ulp. For x < 0,
-// 1 + erf cancels, so the series' error becomes an absolute error of up to 0.5 |x| 3.5e-10 in the
-// result (PyTorch's fp32 kernel: up to 0.5 |x| 6e-8, an ulp of erf near 1, and 0 for every
-// x < -5.54, where fp32's erf is -1). The derivative's density term uses the fp32 polynomial
-// exp: a few ulp, plus the same absolute floor from the cdf. Dense over [-10, 10] (step 1e-4)
-// plus normal(0, 3) and extreme values.
+// erfc/exp in double. The kernels compute erf in double from a degree-24 polynomial (a Chebyshev
+// interpolant) whose relative error is below 3.5e-10 (1/170 ulp of fp32) for |t| <= 5.5 and clamp
+// it to +-1 beyond (erf(5.5) = 1 - 7.4e-15), then round once: for x >= 0 the result is within one
+// ulp. For x < 0, 1 + erf cancels, so the series' error becomes an absolute error of up to 0.5
+// |x| 3.5e-10 in the result (PyTorch's fp32 kernel: up to 0.5 |x| 6e-8, an ulp of erf near 1, and 0
+// for every x < -5.54, where fp32's erf is -1). The derivative's density term uses the fp32
+// polynomial exp: a few ulp, plus the same absolute floor from the cdf. Dense over [-10, 10] (step
+// 1e-4) plus normal(0, 3) and extreme values.
 TEST(VecTiers, GeluErfAndGradientAgainstDouble) {
   std::vector<float> x;
   for (int i = -100000; i <= 100000; ++i) x.push_back(static_cast<float>(i) * 1e-4f);
