@@ -94,6 +94,17 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   EXPECT_EQ(max(xl).dtype(), lp);
 }
 
+// The per-layer alias conv selects Conv2d and Conv1d modules; conv1d the Conv1d ones.
+TEST(LayerRules, ConvAliasCoversConv1d) {
+  Generator gen(5);
+  nn::Sequential net;
+  net.add("c2", std::make_shared<nn::Conv2d>(1, 2, 3, gen))
+      .add("c1", std::make_shared<nn::Conv1d>(2, 2, 3, gen));
+  EXPECT_EQ(modules_matching(net, {"conv", DType::bf16}), (std::vector<std::string>{"c2", "c1"}));
+  EXPECT_EQ(modules_matching(net, {"conv1d", DType::bf16}), (std::vector<std::string>{"c1"}));
+  EXPECT_EQ(modules_matching(net, {"conv2d", DType::bf16}), (std::vector<std::string>{"c2"}));
+}
+
 TEST(Autocast, NestingAndDisabling) {
   const Tensor x = rnd({4, 8}, 1), w = rnd({6, 8}, 2);
   EXPECT_FALSE(is_autocast_enabled());
