@@ -113,7 +113,8 @@ void BM_GptBlock(benchmark::State& st) {
         scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
     a = a.transpose(1, 2).reshape({B, T, C});
     x = add(x, linear(a, wo, bo));
-    x = add(x, linear(gelu(linear(layer_norm(x, {C}, ln2w, ln2b), wfc, bfc)), wpr, bpr));
+    x = add(x, linear(gelu(linear(layer_norm(x, {C}, ln2w, ln2b), wfc, bfc), GeluApprox::tanh), wpr,
+                      bpr));
     mean(x).backward();
   }
 }

@@ -34,7 +34,9 @@ std::vector<std::pair<std::string, Tensor>> Fp8LinearMeta::buffers() const {
 
 namespace {
 
-float* fdata(const Tensor& t) { return static_cast<float*>(t.data_ptr()); }
+float* fdata(const Tensor& t) {
+  return static_cast<float*>(t.data_ptr());
+}
 
 // Per-tensor quantization of `t` (fp32, contiguous) for `role` with the meta's scaling.
 Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& meta) {
@@ -49,7 +51,7 @@ Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& m
     return q;
   }
   Fp8Quantized q = fp8_quantize(t, dt, s->scale());
-  q.scale_inv = s->scale_inv();  // TE's stored scale_inv (1/scale, fp32)
+  q.scale_inv = s->scale_inv();           // TE's stored scale_inv (1/scale, fp32)
   if (!detail::records_amax()) return q;  // an evaluation pass
   s->record_amax(q.amax);
   if (role == Fp8Role::grad_output)
@@ -65,10 +67,10 @@ Tensor mx_rows(const Tensor& t, DType dt, int block, bool along_columns) {
   Tensor src = along_columns ? t.t().contiguous() : t;
   Tensor out = new_tensor(src.shape(), DType::bf16);
   if (src.numel() == 0) return out;
-  mxfp8_quantize_to_bf16(
-      std::span<const float>(fdata(src), static_cast<size_t>(src.numel())), src.size(1), dt,
-      block, std::span<uint16_t>(static_cast<uint16_t*>(out.data_ptr()),
-                                 static_cast<size_t>(out.numel())));
+  mxfp8_quantize_to_bf16(std::span<const float>(fdata(src), static_cast<size_t>(src.numel())),
+                         src.size(1), dt, block,
+                         std::span<uint16_t>(static_cast<uint16_t*>(out.data_ptr()),
+                                             static_cast<size_t>(out.numel())));
   return out;
 }
 
@@ -99,7 +101,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
     mixp::detail::shape_error("fp8_linear", "bias must be [out]", w.shape(), b.shape());
   }
   // GELU's backward needs the pre-activation: applied as its own op.
-  if (act == Activation::gelu) return gelu(fp8_linear(x, w, b, Activation::none, meta));
+  if (act == Activation::gelu)
+    return gelu(fp8_linear(x, w, b, Activation::none, meta), GeluApprox::tanh);
 
   const bool rec = mixp::detail::should_record({&x, &w, &b});
   const bool need_dx = rec && x.requires_grad();
@@ -136,8 +139,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
       if (need_dw) keep_x = qx.data;  // [M, K]
       if (need_dx) keep_w = qw.data;  // [N, K]
     }
-    k.epilogue(fdata(y), fdata(y), M, N, sinv_x * sinv_w, bf.defined() ? fdata(bf) : nullptr,
-               relu);
+    k.epilogue(fdata(y), fdata(y), M, N, sinv_x * sinv_w, bf.defined() ? fdata(bf) : nullptr, relu);
   }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = N;

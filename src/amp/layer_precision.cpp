@@ -28,7 +28,7 @@ bool narrow(DType d) {
 std::vector<std::string> kinds_of(const std::string& key) {
   if (key == "embed") return {"embedding"};
   if (key == "attn") return {"attention"};
-  if (key == "conv") return {"conv2d"};
+  if (key == "conv") return {"conv2d", "conv1d"};
   if (key == "ln") return {"layer_norm"};
   if (key == "bn") return {"batch_norm2d"};
   if (key == "norm") return {"layer_norm", "batch_norm2d"};

@@ -115,6 +115,19 @@ inline T gelu_grad(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
 }
 
+// Exact GELU (PyTorch's default, approximate='none'): 0.5 x (1 + erf(x / sqrt 2)), and its
+// derivative 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi). sin, cos and the exact GELU
+// are evaluated in double for fp32 too (one rounding of the result): the reference is the
+// oracle of the cpu kernels (vec_kernels.inc), which compute these in double as well.
+inline constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+inline double gelu_erf_fwd(double x) {
+  return 0.5 * x * (1.0 + std::erf(x * kSqrt1_2));
+}
+inline double gelu_erf_grad(double x) {
+  return 0.5 * (1.0 + std::erf(x * kSqrt1_2)) + x * std::exp(-0.5 * x * x) * kInvSqrt2Pi;
+}
+
 template <class T>
 inline T unary_fwd(UnaryOp op, T x) {
   switch (op) {
@@ -134,6 +147,12 @@ inline T unary_fwd(UnaryOp op, T x) {
       return std::tanh(x);
     case UnaryOp::sigmoid:
       return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::sin:
+      return static_cast<T>(std::sin(static_cast<double>(x)));
+    case UnaryOp::cos:
+      return static_cast<T>(std::cos(static_cast<double>(x)));
+    case UnaryOp::gelu_erf:
+      return static_cast<T>(gelu_erf_fwd(static_cast<double>(x)));
   }
   return x;
 }
@@ -158,11 +177,18 @@ inline T unary_bwd(UnaryOp op, T g, T x, T y) {
       return g * (T(1) - y * y);
     case UnaryOp::sigmoid:
       return g * y * (T(1) - y);
+    case UnaryOp::sin:
+      return g * static_cast<T>(std::cos(static_cast<double>(x)));
+    case UnaryOp::cos:
+      return -g * static_cast<T>(std::sin(static_cast<double>(x)));
+    case UnaryOp::gelu_erf:
+      return g * static_cast<T>(gelu_erf_grad(static_cast<double>(x)));
   }
   return g;
 }
 inline bool unary_bwd_needs_src(UnaryOp op) {
-  return op == UnaryOp::gelu || op == UnaryOp::log;
+  return op == UnaryOp::gelu || op == UnaryOp::log || op == UnaryOp::sin || op == UnaryOp::cos ||
+         op == UnaryOp::gelu_erf;
 }
 inline bool unary_bwd_needs_dst(UnaryOp op) {
   return op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::relu || op == UnaryOp::tanh ||

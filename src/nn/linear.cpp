@@ -38,7 +38,7 @@ Tensor Linear::forward_default(const Tensor& x) {
   // epilogue rounds differently, and checkpoint() recomputes a segment (with recording) that it
   // first ran without; both runs must compute bit-identical activations.
   if (act_ == Activation::gelu && is_training())
-    return gelu(linear(x, *weight_, *bias_, Activation::none));
+    return gelu(linear(x, *weight_, *bias_, Activation::none), GeluApprox::tanh);
   return linear(x, *weight_, *bias_, act_);
 }
 

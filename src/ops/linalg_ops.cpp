@@ -1,6 +1,6 @@
-// GEMM-like ops: matmul, bmm, linear (with fused bias + activation), conv2d, fused attention and
-// the LSTM cell. Backward passes reuse the backend's matmul with transposed strided views, so no
-// transpose is ever materialized.
+// GEMM-like ops: matmul, bmm, linear (with fused bias + activation), conv2d, conv1d, fused
+// attention and the LSTM cell. Backward passes reuse the backend's matmul with transposed strided
+// views, so no transpose is ever materialized.
 #include <cmath>
 #include <optional>
 
@@ -188,7 +188,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
     shape_error("linear", "bias must be [out]", w.shape(), b.shape());
   const bool rec = should_record({&x, &w, &b});
   // gelu's backward needs the pre-activation, which a fused epilogue does not keep.
-  if (act == Activation::gelu && rec) return gelu(linear(x, w, b, Activation::none));
+  if (act == Activation::gelu && rec)
+    return gelu(linear(x, w, b, Activation::none), GeluApprox::tanh);
   const DType rd = result_dtype({&x, &w, &b});
   check_strict_dtypes(OpId::linear, {&x, &w, &b}, {"x", "w", "b"});
   const GemmPlan plan = plan_gemm({&x, &w, &b});
@@ -305,6 +306,41 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   p.stride_h = p.stride_w = stride;
   p.pad_h = p.pad_w = padding;
   return conv2d(x, w, b, p);
+}
+
+// conv2d on [N, C, 1, L] and [O, C, 1, K]: oneDNN's kernels, conv2d's backward (through the
+// unsqueeze views) and its 16-bit paths. The autocast policy is applied here under conv1d's own
+// id, so the weight is cast once (weight shadows see the parameter itself); conv2d's hook then
+// finds its inputs already cast.
+Tensor conv1d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stride, int64_t padding,
+              int64_t dilation) {
+  check_float(x0, "conv1d", "x");
+  check_float(w0, "conv1d", "w");
+  Tensor in[3] = {x0, w0, b0};
+  apply_cast_policy(OpId::conv1d, in);
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const Tensor& b = in[2];
+  if (x.dim() != 3 || w.dim() != 3)
+    shape_error("conv1d", "expected x [N, C, L] and w [O, C, K]", x.shape(), w.shape());
+  if (x.shape()[1] != w.shape()[1])
+    shape_error("conv1d", "input channels differ (groups are not supported)", x.shape(), w.shape());
+  if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))
+    shape_error("conv1d", "bias must be [O]", w.shape(), b.shape());
+  if (stride < 1 || dilation < 1 || padding < 0) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::conv1d: stride and dilation must be >= 1 and padding >= 0, got stride={} "
+        "padding={} dilation={}",
+        stride, padding, dilation));
+  }
+  if (x.shape()[2] + 2 * padding - dilation * (w.shape()[2] - 1) - 1 < 0)
+    shape_error("conv1d", "the kernel is larger than the padded input", x.shape(), w.shape());
+  check_strict_dtypes(OpId::conv1d, {&x, &w, &b}, {"x", "w", "b"});
+  Conv2dParams p;
+  p.stride_w = stride;
+  p.pad_w = padding;
+  p.dilation_w = dilation;
+  return conv2d(x.unsqueeze(2), w.unsqueeze(2), b, p).squeeze(2);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,

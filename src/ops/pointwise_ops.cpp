@@ -182,13 +182,23 @@ Tensor relu(const Tensor& a) {
   return unary_op(OpId::relu, UnaryOp::relu, a);
 }
 Tensor gelu(const Tensor& a) {
-  return unary_op(OpId::gelu, UnaryOp::gelu, a);
+  return gelu(a, GeluApprox::none);
+}
+Tensor gelu(const Tensor& a, GeluApprox approximate) {
+  return unary_op(OpId::gelu, approximate == GeluApprox::tanh ? UnaryOp::gelu : UnaryOp::gelu_erf,
+                  a);
 }
 Tensor tanh(const Tensor& a) {
   return unary_op(OpId::tanh, UnaryOp::tanh, a);
 }
 Tensor sigmoid(const Tensor& a) {
   return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a);
+}
+Tensor sin(const Tensor& a) {
+  return unary_op(OpId::sin, UnaryOp::sin, a);
+}
+Tensor cos(const Tensor& a) {
+  return unary_op(OpId::cos, UnaryOp::cos, a);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {

@@ -92,6 +92,46 @@ Tensor max(const Tensor& x, const Shape& dims, bool keepdim) {
   return reduce_op(OpId::max, ReduceOp::max, x, dims, keepdim);
 }
 
+Tensor argmax(const Tensor& x0, int64_t dim, bool keepdim) {
+  check_defined(x0, "argmax", "x");
+  Tensor in[1] = {x0};
+  apply_cast_policy(OpId::argmax, in);
+  const Tensor& x = in[0];
+  const DKind kind = traits(x.dtype()).kind;
+  if (kind != DKind::floating && kind != DKind::integer && kind != DKind::boolean) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::argmax: {} values are not ordered element-wise; dequantize first", name(x.dtype())));
+  }
+  if (x.dim() == 0) {  // dim 0 or -1, as PyTorch: the index 0
+    wrap_dim(dim, 1, "argmax");
+    return zeros(Shape{}, {.dtype = DType::int64});
+  }
+  const int d = wrap_dim(dim, x.dim(), "argmax");
+  if (x.shape()[d] == 0) {
+    throw std::invalid_argument(
+        fmt::format("mixp::argmax: dim {} of {} is empty; the maximum of no elements has no index",
+                    dim, x.shape().str()));
+  }
+  Shape kept = x.shape();
+  kept[d] = 1;
+  Tensor out = new_tensor(kept, DType::int64);
+  if (out.numel() > 0) backend().argmax(out, x, d);
+  if (keepdim) return out;
+  Shape final_shape;
+  for (int i = 0; i < x.dim(); ++i)
+    if (i != d) final_shape.push_back(x.shape()[i]);
+  return raw_view(out, final_shape, contiguous_strides(final_shape), out.storage_offset());
+}
+
+Tensor argmax(const Tensor& x) {
+  check_defined(x, "argmax", "x");
+  if (x.numel() == 0) {
+    throw std::invalid_argument("mixp::argmax: empty tensor " + x.shape().str() +
+                                "; the maximum of no elements has no index");
+  }
+  return argmax(raw_reshape(x, Shape{x.numel()}), 0, false);
+}
+
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   const int lead = x.dim() - shape.size();

@@ -53,7 +53,7 @@ Tensor QatLinear::forward(const Tensor& x0) {
   const Tensor w = wfq_->forward(*weight_);
   // GELU is not fused in training (see nn::Linear); relu and none are.
   Tensor y = act_ == Activation::gelu && is_training()
-                 ? gelu(linear(x, w, *bias_, Activation::none))
+                 ? gelu(linear(x, w, *bias_, Activation::none), GeluApprox::tanh)
                  : linear(x, w, *bias_, act_);
   return quant_out(y);
 }

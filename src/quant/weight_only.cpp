@@ -142,7 +142,7 @@ Tensor WeightOnlyLinear::forward(const Tensor& x) {
   Tensor y = gemm(x2, w.t());
   if (bias_->defined()) y = add(y, *bias_);
   if (act_ == Activation::relu) y = relu(y);
-  if (act_ == Activation::gelu) y = gelu(y);
+  if (act_ == Activation::gelu) y = gelu(y, GeluApprox::tanh);
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_;
   return y.reshape(out_shape);

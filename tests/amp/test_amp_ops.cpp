@@ -54,6 +54,9 @@ TEST_P(Gemm16, Conv2dAndAttentionMatchRef) {
       [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), 2, 0); },
       {rnd({2, 4, 8, 8}, 4, dt), rnd({6, 4, 3, 3}, 5, dt)}, tol);
   expect_cpu_matches_ref(
+      "conv1d", [](const std::vector<Tensor>& v) { return conv1d(v[0], v[1], v[2], 2, 1, 2); },
+      {rnd({2, 3, 19}, 6, dt), rnd({5, 3, 3}, 7, dt), rnd({5}, 8, dt)}, tol);
+  expect_cpu_matches_ref(
       "attention",
       [](const std::vector<Tensor>& v) {
         return scaled_dot_product_attention(v[0], v[1], v[2], true);
@@ -83,7 +86,14 @@ TEST_P(Gemm16, PointwiseKernelsMatchRef) {
   const DType dt = GetParam();
   const double tol = tol16(dt);
   for (auto [nm, f] : std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>>{
-           {"relu", relu}, {"gelu", gelu}, {"tanh", tanh}, {"sigmoid", sigmoid}, {"neg", neg}}) {
+           {"relu", relu},
+           {"gelu", gelu},
+           {"gelu tanh", +[](const Tensor& t) { return gelu(t, GeluApprox::tanh); }},
+           {"tanh", tanh},
+           {"sigmoid", sigmoid},
+           {"neg", neg},
+           {"sin", +[](const Tensor& t) { return sin(t); }},
+           {"cos", +[](const Tensor& t) { return cos(t); }}}) {
     expect_cpu_matches_ref(
         nm, [f](const std::vector<Tensor>& v) { return f(v[0]); }, {rnd({37, 129}, 1, dt)}, tol);
   }

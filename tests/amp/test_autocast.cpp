@@ -48,6 +48,7 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   EXPECT_EQ(matmul(x, w.transpose(0, 1)).dtype(), lp);
   EXPECT_EQ(bmm(rnd({2, 3, 4}, 5), rnd({2, 4, 5}, 6)).dtype(), lp);
   EXPECT_EQ(conv2d(rnd({1, 2, 5, 5}, 7), rnd({3, 2, 3, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
+  EXPECT_EQ(conv1d(rnd({1, 2, 9}, 7), rnd({3, 2, 3}, 8), rnd({3}, 9), 1, 1).dtype(), lp);
   const Tensor q = rnd({1, 2, 4, 8}, 10);
   EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), lp);
   {
@@ -82,10 +83,26 @@ TEST_P(AutocastDtypes, OutputDtypeOfEveryCategory) {
   // none: the input's dtype
   EXPECT_EQ(relu(xl).dtype(), lp);
   EXPECT_EQ(gelu(xl).dtype(), lp);
+  EXPECT_EQ(gelu(xl, GeluApprox::tanh).dtype(), lp);
+  EXPECT_EQ(sin(xl).dtype(), lp);
+  EXPECT_EQ(cos(xl).dtype(), lp);
+  EXPECT_EQ(sin(x).dtype(), DType::fp32);
+  EXPECT_EQ(argmax(xl, 1).dtype(), DType::int64);
   EXPECT_EQ(relu(x).dtype(), DType::fp32);
   EXPECT_EQ(xl.reshape({8, 4}).dtype(), lp);
   EXPECT_EQ(xl.transpose(0, 1).contiguous().dtype(), lp);
   EXPECT_EQ(max(xl).dtype(), lp);
+}
+
+// The per-layer alias conv selects Conv2d and Conv1d modules; conv1d the Conv1d ones.
+TEST(LayerRules, ConvAliasCoversConv1d) {
+  Generator gen(5);
+  nn::Sequential net;
+  net.add("c2", std::make_shared<nn::Conv2d>(1, 2, 3, gen))
+      .add("c1", std::make_shared<nn::Conv1d>(2, 2, 3, gen));
+  EXPECT_EQ(modules_matching(net, {"conv", DType::bf16}), (std::vector<std::string>{"c2", "c1"}));
+  EXPECT_EQ(modules_matching(net, {"conv1d", DType::bf16}), (std::vector<std::string>{"c1"}));
+  EXPECT_EQ(modules_matching(net, {"conv2d", DType::bf16}), (std::vector<std::string>{"c2"}));
 }
 
 TEST(Autocast, NestingAndDisabling) {

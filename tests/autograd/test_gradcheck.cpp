@@ -59,6 +59,9 @@ TEST(Gradcheck, Pointwise) {
         {from_vector(std::vector<double>{-2, -0.5, 0.3, 1.7}, {4}, {.dtype = DType::fp64})
              .requires_grad_()});
   check("gelu", [](const V& v) { return gelu(v[0]); }, {r64({7}, 18, 2.0)});
+  check("gelu tanh", [](const V& v) { return gelu(v[0], GeluApprox::tanh); }, {r64({7}, 118, 2.0)});
+  check("sin", [](const V& v) { return sin(v[0]); }, {r64({7}, 119, 3.0)});
+  check("cos", [](const V& v) { return cos(v[0]); }, {r64({7}, 120, 3.0)});
   check("tanh", [](const V& v) { return tanh(v[0]); }, {r64({7}, 19)});
   check("sigmoid", [](const V& v) { return sigmoid(v[0]); }, {r64({7}, 20)});
   check("dropout", [](const V& v) { return dropout(v[0], 0.4, true, uint64_t{3}); },
@@ -93,6 +96,11 @@ TEST(Gradcheck, Linalg) {
         {r64({2, 2, 5, 5}, 43), r64({3, 2, 3, 3}, 44), r64({3}, 45)});
   check("conv2d stride2", [](const V& v) { return conv2d(v[0], v[1], Tensor(), 2, 0); },
         {r64({1, 2, 6, 7}, 46), r64({2, 2, 3, 2}, 47)});
+  check("conv1d", [](const V& v) { return conv1d(v[0], v[1], v[2], 1, 1); },
+        {r64({2, 2, 7}, 121), r64({3, 2, 3}, 122), r64({3}, 123)});
+  check("conv1d stride2 dilation2",
+        [](const V& v) { return conv1d(v[0], v[1], Tensor(), 2, 2, 2); },
+        {r64({1, 3, 9}, 124), r64({2, 3, 3}, 125)});
   check("attention causal",
         [](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], true); },
         {r64({1, 2, 4, 3}, 48), r64({1, 2, 4, 3}, 49), r64({1, 2, 4, 3}, 50)});

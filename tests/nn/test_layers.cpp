@@ -52,6 +52,40 @@ TEST(Layers, Conv2dBatchNormPoolGradients) {
   EXPECT_THROW(strided.forward(ones({1, 2, 7, 7})), std::invalid_argument);
 }
 
+TEST(Layers, Conv1dShapesAndGradients) {
+  Generator g(40);
+  Conv1d conv(3, 4, 3, g, {.padding = 1});
+  EXPECT_EQ(conv.kind(), "conv1d");
+  EXPECT_EQ(conv.weight().shape(), (Shape{4, 3, 3}));
+  EXPECT_EQ(conv.num_parameters(), 4 * 3 * 3 + 4);
+  EXPECT_EQ(conv.forward(ones({2, 3, 10})).shape(), (Shape{2, 4, 10}));
+  EXPECT_THROW(conv.forward(ones({2, 4, 10})), std::invalid_argument);
+  EXPECT_THROW(conv.forward(ones({2, 3, 10, 1})), std::invalid_argument);
+  // PyTorch's init bound: 1/sqrt(fan_in) = 1/3 for the bias, kaiming a=sqrt(5) the same here
+  for (double v : conv.weight().to_double_vector()) EXPECT_LE(std::fabs(v), 1.0 / 3.0 + 1e-7);
+  Conv1d dil(2, 2, 3, g, {.stride = 2, .padding = 2, .dilation = 2, .bias = false});
+  EXPECT_EQ(dil.named_parameters().size(), 1u);
+  EXPECT_EQ(dil.forward(ones({1, 2, 9})).shape(), (Shape{1, 2, 5}));
+  Sequential net;
+  net.add("conv", std::make_shared<Conv1d>(2, 3, 3, g, Conv1dOptions{.stride = 2}))
+      .add("gelu", std::make_shared<GELU>())
+      .add("flatten", std::make_shared<Flatten>());
+  to_fp64(net);
+  const Tensor x = r64({2, 2, 9}, 41);
+  check_param_grads(net, [&] { return net.forward(x); }, {x});
+}
+
+TEST(Layers, GeluModuleIsExactByDefault) {
+  const Tensor x = from_vector(std::vector<double>{-2, -0.5, 0.5, 2}, {4});
+  GELU exact, approx(GeluApprox::tanh);
+  EXPECT_EQ(exact.approximate(), GeluApprox::none);
+  EXPECT_EQ(exact.forward(x).to_double_vector(), gelu(x).to_double_vector());
+  EXPECT_EQ(approx.forward(x).to_double_vector(), gelu(x, GeluApprox::tanh).to_double_vector());
+  EXPECT_NE(exact.forward(x).to_double_vector(), approx.forward(x).to_double_vector());
+  EXPECT_THAT(exact.str(), ::testing::HasSubstr("approximate='none'"));
+  EXPECT_THAT(approx.str(), ::testing::HasSubstr("approximate='tanh'"));
+}
+
 TEST(Layers, LayerNormEmbeddingGradients) {
   Generator g(6);
   LayerNorm ln(5);

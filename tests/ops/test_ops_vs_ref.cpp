@@ -34,6 +34,11 @@ TEST(CpuVsRef, NonContiguousOperands) {
   expect_cpu_matches_ref("mul views", [](const V& v) { return mul(v[0], v[1]); }, {a, b});
   expect_cpu_matches_ref("relu view", [](const V& v) { return relu(v[0]); }, {a});
   expect_cpu_matches_ref("gelu view", [](const V& v) { return gelu(v[0]); }, {b});
+  expect_cpu_matches_ref("gelu tanh view", [](const V& v) { return gelu(v[0], GeluApprox::tanh); },
+                         {b});
+  expect_cpu_matches_ref("sin view", [](const V& v) { return sin(v[0]); }, {a});
+  expect_cpu_matches_ref(
+      "argmax view", [](const V& v) { return argmax(v[0], 1); }, {a}, 0.0);
   expect_cpu_matches_ref("sum view", [](const V& v) { return sum(v[0], {0}); }, {a});
   expect_cpu_matches_ref("softmax view", [](const V& v) { return softmax(v[0], -1); }, {a});
   expect_cpu_matches_ref("matmul views", [](const V& v) { return matmul(v[0], v[1].t()); }, {a, b});
@@ -59,8 +64,62 @@ TEST(CpuVsRef, Unary) {
     expect_cpu_matches_ref("sqrt", [](const V& v) { return sqrt(v[0]); }, {pos});
     expect_cpu_matches_ref("relu", [](const V& v) { return relu(v[0]); }, {a});
     expect_cpu_matches_ref("gelu", [](const V& v) { return gelu(v[0]); }, {a});
+    expect_cpu_matches_ref("gelu tanh", [](const V& v) { return gelu(v[0], GeluApprox::tanh); },
+                           {a});
     expect_cpu_matches_ref("tanh", [](const V& v) { return tanh(v[0]); }, {a});
     expect_cpu_matches_ref("sigmoid", [](const V& v) { return sigmoid(v[0]); }, {a});
+    expect_cpu_matches_ref("sin", [](const V& v) { return sin(v[0]); }, {a});
+    expect_cpu_matches_ref("cos", [](const V& v) { return cos(v[0]); }, {a});
+  }
+}
+
+// gelu(x) is the exact GELU (PyTorch's default); GeluApprox::tanh the approximation, which is
+// what Activation::gelu fuses and what the built-in models use.
+TEST(CpuVsRef, GeluDefaultIsExact) {
+  const Tensor x = from_vector(std::vector<double>{-3, -1, -0.5, 0, 0.5, 1, 3}, {7});
+  for (BackendKind kind : {BackendKind::ref, BackendKind::cpu}) {
+    BackendGuard g(kind);
+    const std::vector<double> exact = gelu(x).to_double_vector(),
+                              none = gelu(x, GeluApprox::none).to_double_vector(),
+                              approx = gelu(x, GeluApprox::tanh).to_double_vector(),
+                              xs = x.to_double_vector();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double v = xs[i];
+      EXPECT_EQ(exact[i], none[i]);
+      EXPECT_NEAR(exact[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-7) << v;
+      EXPECT_NEAR(approx[i],
+                  0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))), 1e-7)
+          << v;
+    }
+    // the two differ by up to ~5e-4 around |x| = 2: the test above tells them apart
+    EXPECT_GT(
+        std::fabs(gelu(full({1}, -2.0)).item() - gelu(full({1}, -2.0), GeluApprox::tanh).item()),
+        1e-5);
+  }
+}
+
+// sin and cos: the vectorized path (|x| <= 2^19) and the libm fallback beyond, in one tensor so
+// that some 256-element chunks mix both.
+TEST(CpuVsRef, SinCosRanges) {
+  std::vector<double> v;
+  Generator g(71);
+  for (int i = 0; i < 3000; ++i) v.push_back(g.normal() * (i < 1000 ? 3.0 : i < 2000 ? 1e3 : 3e5));
+  for (double e : {0.0, -0.0, 1e-30, 1e-8, 1.5707963267948966, 3.141592653589793, 524287.9,
+                   524288.0, 524289.0, -6e5, 1e7, -3e9, 1e30})
+    v.push_back(e);
+  const Tensor x = from_vector(v, {static_cast<int64_t>(v.size())});
+  expect_cpu_matches_ref("sin range", [](const V& t) { return sin(t[0]); }, {x});
+  expect_cpu_matches_ref("cos range", [](const V& t) { return cos(t[0]); }, {x});
+  const Tensor special = from_vector(std::vector<double>{INFINITY, -INFINITY, NAN, 0.0, 1.0}, {5});
+  for (BackendKind kind : {BackendKind::ref, BackendKind::cpu}) {
+    BackendGuard bg(kind);
+    for (const Tensor& y : {sin(special), cos(special)}) {
+      EXPECT_TRUE(std::isnan(y.at({0})));
+      EXPECT_TRUE(std::isnan(y.at({1})));
+      EXPECT_TRUE(std::isnan(y.at({2})));
+    }
+    EXPECT_EQ(sin(special).at({3}), 0.0);
+    EXPECT_EQ(cos(special).at({3}), 1.0);
   }
 }
 
@@ -69,7 +128,9 @@ TEST(CpuVsRef, UnaryExtremes) {
                                                    0.05, 0.07, 1, 10, 30, 80, 100},
                                {15});
   for (auto* f : {+[](const V& v) { return tanh(v[0]); }, +[](const V& v) { return sigmoid(v[0]); },
-                  +[](const V& v) { return gelu(v[0]); }}) {
+                  +[](const V& v) { return gelu(v[0]); },
+                  +[](const V& v) { return gelu(v[0], GeluApprox::tanh); },
+                  +[](const V& v) { return sin(v[0]); }, +[](const V& v) { return cos(v[0]); }}) {
     expect_cpu_matches_ref("extremes", f, {x});
   }
   // exp over its whole range, including overflow to inf and underflow to 0
@@ -215,6 +276,125 @@ TEST(CpuVsRef, Conv2d) {
   p.pad_h = 1;
   expect_cpu_matches_ref("conv2d dilated", [p](const V& v) { return conv2d(v[0], v[1], v[2], p); },
                          {rnd({1, 2, 9, 9}, 35), rnd({3, 2, 3, 3}, 36), rnd({3}, 37)});
+}
+
+// conv1d against a direct loop in double (forward), and cpu against ref (forward and backward).
+Tensor conv1d_direct(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t pad,
+                     int64_t dil) {
+  const int64_t N = x.size(0), C = x.size(1), L = x.size(2), O = w.size(0), K = w.size(2);
+  const int64_t LO = (L + 2 * pad - dil * (K - 1) - 1) / stride + 1;
+  const std::vector<double> xv = x.to_double_vector(), wv = w.to_double_vector();
+  const std::vector<double> bv = b.defined() ? b.to_double_vector() : std::vector<double>(O, 0.0);
+  std::vector<double> y(static_cast<size_t>(N * O * LO));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t l = 0; l < LO; ++l) {
+        double acc = bv[o];
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t pos = l * stride - pad + k * dil;
+            if (pos < 0 || pos >= L) continue;
+            acc += xv[(n * C + c) * L + pos] * wv[(o * C + c) * K + k];
+          }
+        y[(n * O + o) * LO + l] = acc;
+      }
+  return from_vector(y, {N, O, LO});
+}
+
+TEST(CpuVsRef, Conv1d) {
+  struct Case {
+    Shape x, w;
+    int64_t stride, pad, dil;
+  };
+  for (const auto& c : {Case{{2, 3, 16}, {4, 3, 3}, 1, 1, 1}, Case{{1, 1, 9}, {2, 1, 3}, 2, 0, 1},
+                        Case{{2, 4, 20}, {3, 4, 5}, 1, 2, 1}, Case{{3, 2, 17}, {5, 2, 3}, 2, 3, 2},
+                        Case{{1, 8, 64}, {16, 8, 7}, 3, 3, 1}}) {
+    const Tensor x = rnd(c.x, 72), w = rnd(c.w, 73), b = rnd({c.w[0]}, 74);
+    const int64_t s = c.stride, p = c.pad, d = c.dil;
+    const std::string nm = "conv1d " + c.x.str() + c.w.str();
+    expect_cpu_matches_ref(nm, [s, p, d](const V& v) { return conv1d(v[0], v[1], v[2], s, p, d); },
+                           {x, w, b});
+    expect_cpu_matches_ref(nm + " no bias",
+                           [s, p, d](const V& v) { return conv1d(v[0], v[1], Tensor(), s, p, d); },
+                           {x, w});
+    for (BackendKind kind : {BackendKind::ref, BackendKind::cpu}) {
+      BackendGuard g(kind);
+      const Tensor y = conv1d(x, w, b, s, p, d);
+      const Tensor want = conv1d_direct(x, w, b, s, p, d);
+      ASSERT_EQ(y.shape(), want.shape()) << nm;
+      EXPECT_LE(normalized_error(y, want), kTolFp32) << nm << " on " << to_string(kind);
+    }
+  }
+  EXPECT_THROW(conv1d(rnd({2, 3, 8}, 1), rnd({4, 2, 3}, 2)), std::invalid_argument);  // channels
+  EXPECT_THROW(conv1d(rnd({2, 3, 2}, 1), rnd({4, 3, 5}, 2)), std::invalid_argument);  // too long
+  EXPECT_THROW(conv1d(rnd({2, 3, 8, 1}, 1), rnd({4, 3, 3}, 2)), std::invalid_argument);
+  EXPECT_THROW(conv1d(rnd({2, 3, 8}, 1), rnd({4, 3, 3}, 2), Tensor(), 0), std::invalid_argument);
+}
+
+TEST(CpuVsRef, Argmax) {
+  const Tensor a = rnd({4, 5, 6}, 75);
+  for (int64_t d : {0, 1, 2, -1}) {
+    for (bool keep : {false, true}) {
+      expect_cpu_matches_ref(
+          "argmax " + std::to_string(d), [d, keep](const V& v) { return argmax(v[0], d, keep); },
+          {a}, 0.0);
+    }
+  }
+  expect_cpu_matches_ref(
+      "argmax all", [](const V& v) { return argmax(v[0]); }, {a}, 0.0);
+  // wide rows (parallel, vectorized columns) and the dtypes the cpu kernel reads
+  const Tensor big = rnd({37, 1500}, 76);
+  for (int64_t d : {0, 1}) {
+    expect_cpu_matches_ref(
+        "argmax big", [d](const V& v) { return argmax(v[0], d); }, {big}, 0.0);
+    for (DType dt : {DType::fp64, DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+      const Tensor t = big.to(dt, Round::nearest_even);
+      expect_cpu_matches_ref(
+          std::string("argmax ") + std::string(name(dt)),
+          [d](const V& v) { return argmax(v[0], d); }, {t}, 0.0);
+    }
+  }
+  Generator g(77);
+  for (DType dt : {DType::int64, DType::int32}) {
+    const Tensor ints = randint(-50, 50, {9, 33}, g).to(dt, Round::nearest_even);
+    expect_cpu_matches_ref(
+        "argmax int", [](const V& v) { return argmax(v[0], 1); }, {ints}, 0.0);
+    expect_cpu_matches_ref(
+        "argmax int dim 0", [](const V& v) { return argmax(v[0], 0); }, {ints}, 0.0);
+  }
+}
+
+// Ties go to the first index and NaN is the maximum (the first NaN), as torch.argmax; int64
+// result, never differentiable.
+TEST(Ops, ArgmaxTiesAndNaN) {
+  const Tensor x = from_vector(std::vector<double>{1, 3, 3, 2,      //
+                                                   5, 5, 5, 5,      //
+                                                   1, NAN, 7, NAN,  //
+                                                   -INFINITY, -INFINITY, 0, INFINITY},
+                               {4, 4});
+  for (BackendKind kind : {BackendKind::ref, BackendKind::cpu}) {
+    BackendGuard bg(kind);
+    for (DType dt : {DType::fp32, DType::bf16, DType::fp64}) {
+      const Tensor t = x.to(dt, Round::nearest_even);
+      const Tensor rows = argmax(t, 1);
+      EXPECT_EQ(rows.dtype(), DType::int64);
+      EXPECT_EQ(rows.shape(), (Shape{4}));
+      EXPECT_EQ(rows.to_double_vector(), (std::vector<double>{1, 0, 1, 3})) << to_string(kind);
+      // columns: col 0: 5 (row 1); col 1: NaN (row 2); col 2: 7 (row 2); col 3: NaN (row 2)
+      EXPECT_EQ(argmax(t, 0, true).to_double_vector(), (std::vector<double>{1, 2, 2, 2}));
+      EXPECT_EQ(argmax(t, 0, true).shape(), (Shape{1, 4}));
+      EXPECT_EQ(argmax(t).item(), 9.0);  // the first NaN of the flattened tensor
+    }
+    Tensor w = from_vector(std::vector<double>{0.5, 2.0, -1.0}, {3}).requires_grad_();
+    const Tensor i = argmax(w, 0);
+    EXPECT_FALSE(i.requires_grad());
+    EXPECT_EQ(i.dim(), 0);
+    EXPECT_EQ(i.item(), 1.0);
+    EXPECT_EQ(argmax(full(Shape{}, 3.0), 0).item(), 0.0);  // 0-dim: dim 0 or -1, index 0
+    EXPECT_THROW(argmax(zeros({3, 0}), 1), std::invalid_argument);
+    EXPECT_EQ(argmax(zeros({0, 3}), 1).shape(), (Shape{0}));
+    EXPECT_THROW(argmax(zeros({3, 2}), 2), std::invalid_argument);
+  }
 }
 
 TEST(CpuVsRef, Pooling) {
@@ -401,7 +581,13 @@ TEST(CpuVsRef, Bf16Storage) {
   expect_cpu_matches_ref(
       "bf16 matmul", [](const V& v) { return matmul(v[0], v[1]); }, {a, b}, kTolBf16);
   expect_cpu_matches_ref(
+      "bf16 gelu tanh", [](const V& v) { return gelu(v[0], GeluApprox::tanh); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
       "bf16 gelu", [](const V& v) { return gelu(v[0]); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 sin", [](const V& v) { return sin(v[0]); }, {a}, kTolBf16);
+  expect_cpu_matches_ref(
+      "bf16 cos", [](const V& v) { return cos(v[0]); }, {a}, kTolBf16);
   expect_cpu_matches_ref(
       "bf16 softmax", [](const V& v) { return softmax(v[0], -1); }, {a}, kTolBf16);
   const Tensor y = matmul(a, b);

@@ -2,6 +2,7 @@
 // against double-precision formulas; tiers the machine lacks are skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -90,6 +91,113 @@ TEST(VecTiers, GeluAndGradientAgainstDouble) {
     const std::vector<float> special{-1e30f, NAN, INFINITY};
     std::vector<float> ys(3);
     k->unary(UnaryOp::gelu, ys.data(), special.data(), 3);
+    EXPECT_LE(ys[0], 0.f);
+    EXPECT_GT(ys[0], -1e-30f);
+    EXPECT_TRUE(std::isnan(ys[1]));
+    EXPECT_EQ(ys[2], INFINITY);
+  }
+}
+
+// The spacing of fp32 values at |v| (one ulp of the fp32 result v).
+double ulp32(double v) {
+  const double a = std::fabs(v);
+  if (a < 0x1p-126) return 0x1p-149;
+  return std::ldexp(1.0, std::ilogb(a) - 23);
+}
+
+// sin and cos, every tier, against libm in double: the kernels compute in double (range
+// reduction accurate to ~1e-16, Taylor polynomials to 5e-17) and round once, so the result is
+// within one ulp of the correctly rounded value (measured: within half an ulp plus ~1e-9 ulp, so
+// only the rare near-ties can land on the other neighbour). Dense over [-20, 20] (step 1e-4),
+// wide normal(0, 1e4) values, the 2^19 boundary of the vectorized path and huge arguments (the
+// libm fallback). The derivatives (g cos x, -g sin x) round twice more: within 2 ulp.
+TEST(VecTiers, SinCosAgainstDouble) {
+  std::vector<float> x;
+  for (int i = -200000; i <= 200000; ++i) x.push_back(static_cast<float>(i) * 1e-4f);
+  const std::vector<float> wide = values(20000, 1e4, 13);
+  x.insert(x.end(), wide.begin(), wide.end());
+  for (float v : {524287.f, 524288.f, 524290.f, -524290.f, 1e6f, -3e7f, 1e30f, -1e30f, 1.5707964f,
+                  3.1415927f, 4.712389f, 1e-30f, 0.f, -0.f})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> g = values(n, 1.0, 14);
+  std::vector<float> ys(n), yc(n), gs(n), gc(n);
+  for (const auto* k : tiers()) {
+    SCOPED_TRACE(k->tier);
+    k->unary(UnaryOp::sin, ys.data(), x.data(), n);
+    k->unary(UnaryOp::cos, yc.data(), x.data(), n);
+    k->unary_bwd(UnaryOp::sin, gs.data(), g.data(), x.data(), nullptr, n);
+    k->unary_bwd(UnaryOp::cos, gc.data(), g.data(), x.data(), nullptr, n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], s = std::sin(v), c = std::cos(v);
+      const double ds = double(g[i]) * c, dc = -double(g[i]) * s;
+      const bool ok = std::fabs(ys[i] - s) <= ulp32(s) && std::fabs(yc[i] - c) <= ulp32(c) &&
+                      std::fabs(gs[i] - ds) <= 2 * ulp32(ds) &&
+                      std::fabs(gc[i] - dc) <= 2 * ulp32(dc);
+      if (!ok && bad++ < 5) {
+        ADD_FAILURE() << "x = " << v << ": sin " << ys[i] << " vs " << s << ", cos " << yc[i]
+                      << " vs " << c << ", g cos " << gs[i] << " vs " << ds << ", -g sin " << gc[i]
+                      << " vs " << dc;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    const std::vector<float> special{INFINITY, -INFINITY, NAN};
+    std::vector<float> y3(3);
+    for (UnaryOp op : {UnaryOp::sin, UnaryOp::cos}) {
+      k->unary(op, y3.data(), special.data(), 3);
+      for (float v : y3) EXPECT_TRUE(std::isnan(v));
+    }
+  }
+}
+
+// The exact GELU 0.5 x (1 + erf(x / sqrt 2)) and its derivative, every tier, against libm's
+// erfc/exp in double. The kernels compute erf in double from a degree-24 polynomial (a Chebyshev
+// interpolant) whose relative error is below 3.5e-10 (1/170 ulp of fp32) for |t| <= 5.5 and clamp
+// it to +-1 beyond (erf(5.5) = 1 - 7.4e-15), then round once: for x >= 0 the result is within one
+// ulp. For x < 0, 1 + erf cancels, so the series' error becomes an absolute error of up to 0.5
+// |x| 3.5e-10 in the result (PyTorch's fp32 kernel: up to 0.5 |x| 6e-8, an ulp of erf near 1, and 0
+// for every x < -5.54, where fp32's erf is -1). The derivative's density term uses the fp32
+// polynomial exp: a few ulp, plus the same absolute floor from the cdf. Dense over [-10, 10] (step
+// 1e-4) plus normal(0, 3) and extreme values.
+TEST(VecTiers, GeluErfAndGradientAgainstDouble) {
+  std::vector<float> x;
+  for (int i = -100000; i <= 100000; ++i) x.push_back(static_cast<float>(i) * 1e-4f);
+  const std::vector<float> more = values(20000, 3.0, 15);
+  x.insert(x.end(), more.begin(), more.end());
+  for (float v : {1e-30f, -1e-30f, 1e-4f, -1e-4f, 5.65f, -5.65f, 5.66f, -5.66f, 13.f, -13.f, 40.f,
+                  -40.f, 1e4f, -1e4f, 1e10f, -1e10f})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> g = values(n, 1.0, 16);
+  std::vector<float> y(n), gi(n);
+  for (const auto* k : tiers()) {
+    SCOPED_TRACE(k->tier);
+    k->unary(UnaryOp::gelu_erf, y.data(), x.data(), n);
+    k->unary_bwd(UnaryOp::gelu_erf, gi.data(), g.data(), x.data(), nullptr, n);
+    int64_t bad = 0;
+    double worst_pos_ulps = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+      const double ref = v * cdf;
+      const double pdf_term = v * std::exp(-0.5 * v * v) * 0.3989422804014327;
+      const double dref = double(g[i]) * (cdf + pdf_term);
+      const double tol = ulp32(ref) + 2e-10 * std::fabs(v);
+      const double dtol =
+          std::fabs(g[i]) * (1e-6 * (cdf + std::fabs(pdf_term)) + 2e-10) + 2 * ulp32(dref);
+      if (v >= 0) worst_pos_ulps = std::max(worst_pos_ulps, std::fabs(y[i] - ref) / ulp32(ref));
+      const bool ok = std::isfinite(y[i]) && std::isfinite(gi[i]) && std::fabs(y[i] - ref) <= tol &&
+                      std::fabs(gi[i] - dref) <= dtol;
+      if (!ok && bad++ < 5) {
+        ADD_FAILURE() << "x = " << v << ": gelu " << y[i] << " vs " << ref << " (tol " << tol
+                      << "), gelu' * g " << gi[i] << " vs " << dref << " (tol " << dtol << ")";
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_LE(worst_pos_ulps, 1.0);
+    const std::vector<float> special{-1e30f, NAN, INFINITY};
+    std::vector<float> ys(3);
+    k->unary(UnaryOp::gelu_erf, ys.data(), special.data(), 3);
     EXPECT_LE(ys[0], 0.f);
     EXPECT_GT(ys[0], -1e-30f);
     EXPECT_TRUE(std::isnan(ys[1]));

@@ -14,7 +14,8 @@
 //                    (fp32's exponent range: the overflow that makes the op unsafe cannot happen)
 //                    a banned op runs as fp32, as in PyTorch's CPU (bf16) autocast.
 //   none             nothing is cast: the op runs in its inputs' dtype (layout ops, relu, gelu,
-//                    tanh, sigmoid, dropout, max, pooling, embedding, scalar add/mul).
+//                    tanh, sigmoid, sin, cos, dropout, max, argmax, pooling, embedding, scalar
+//                    add/mul).
 //
 // The table follows PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp): the CUDA lists
 // for the policy of each op, since they are the ones people know and train with, and the CPU
@@ -62,6 +63,7 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
     case OpId::conv2d:
     case OpId::attention:
     case OpId::lstm_cell:
+    case OpId::conv1d:  // both lists; composite in mixp (conv2d with H = 1)
       return P::lower_precision;
     // Binary pointwise: PyTorch relies on type promotion (TensorIterator), which is what promote
     // does explicitly here.
@@ -91,6 +93,9 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
     case OpId::sigmoid:
     case OpId::dropout:
       return P::none;
+    case OpId::sin:
+    case OpId::cos:
+      return P::none;  // in no PyTorch list (sinh, cosh are CUDA fp32; sin, cos are not)
     case OpId::softmax:
     case OpId::log_softmax:
     case OpId::layer_norm:
@@ -108,6 +113,8 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
       return P::fp32;  // not listed by PyTorch; mixp: a loss-like reduction (docs/amp.md)
     case OpId::max:
       return P::none;  // exact in any dtype
+    case OpId::argmax:
+      return P::none;  // in no PyTorch list; the same index in any dtype the input is exact in
     case OpId::max_pool2d:
     case OpId::avg_pool2d:
     case OpId::embedding:

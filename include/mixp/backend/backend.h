@@ -27,7 +27,9 @@
 
 namespace mixp {
 
-enum class UnaryOp : uint8_t { neg, exp, log, sqrt, relu, gelu, tanh, sigmoid };
+// gelu: the tanh approximation; gelu_erf: the exact 0.5 x (1 + erf(x / sqrt 2)) (ops.h,
+// GeluApprox).
+enum class UnaryOp : uint8_t { neg, exp, log, sqrt, relu, gelu, tanh, sigmoid, sin, cos, gelu_erf };
 enum class BinaryOp : uint8_t { add, sub, mul, div };
 // add: x + s   mul: x * s   pow: x^s   rsub: s - x   rdiv: s / x
 enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv };
@@ -74,7 +76,7 @@ class Backend {
   // --- pointwise
   virtual void unary(UnaryOp op, Tensor& dst, const Tensor& src) = 0;
   // dsrc = ddst * op'(src); src or dst may be undefined when op' does not need it:
-  // relu/tanh/sigmoid/exp/sqrt read dst, gelu/log read src, neg reads neither.
+  // relu/tanh/sigmoid/exp/sqrt read dst, gelu/gelu_erf/log/sin/cos read src, neg reads neither.
   virtual void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                               const Tensor& dst) = 0;
   virtual void binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) = 0;
@@ -88,6 +90,10 @@ class Backend {
   // Gradient of max: ddst is split equally among the elements equal to the max (like torch.amax).
   virtual void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                                    const Tensor& dst) = 0;
+  // Index of the maximum along `dim` (torch.argmax): dst int64 of src's shape with dim of size 1.
+  // Ties go to the first index; NaN counts as larger than any number (the first NaN wins). src
+  // may be any floating or integer dtype, any layout.
+  virtual void argmax(Tensor& dst, const Tensor& src, int dim) = 0;
 
   // --- softmax over `dim` (log: log_softmax)
   virtual void softmax(Tensor& dst, const Tensor& src, int dim, bool log) = 0;

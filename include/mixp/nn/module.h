@@ -12,10 +12,10 @@
 // swaps the TensorImpl's storage, load_state_dict) is seen by the layer's forward.
 //
 // kind(): what a module is, for per-layer precision rules (`--layer-precision
-// embed=fp32,attn=bf16,mlp=bf16,head=fp32`): "linear", "conv2d", "batch_norm2d", "layer_norm",
-// "embedding", "attention", "mlp", "block", "lstm", "dropout", "relu", "gelu", "flatten",
-// "max_pool2d", "sequential", "gpt", and "head" for a model's final classifier / LM head (a Linear
-// whose kind was set by the model). Rules select modules by kind or by dotted name.
+// embed=fp32,attn=bf16,mlp=bf16,head=fp32`): "linear", "conv2d", "conv1d", "batch_norm2d",
+// "layer_norm", "embedding", "attention", "mlp", "block", "lstm", "dropout", "relu", "gelu",
+// "flatten", "max_pool2d", "sequential", "gpt", and "head" for a model's final classifier / LM head
+// (a Linear whose kind was set by the model). Rules select modules by kind or by dotted name.
 //
 // Forward wrappers. `m(x)` (operator()) runs forward(x) through the module's forward wrapper when
 // one is set (set_forward_wrapper): the amp recipes use it for per-layer precision, e.g. to run

@@ -3,6 +3,7 @@
 #include "mixp/nn/activation.h"
 #include "mixp/nn/batch_norm2d.h"
 #include "mixp/nn/causal_self_attention.h"
+#include "mixp/nn/conv1d.h"
 #include "mixp/nn/conv2d.h"
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/embedding.h"

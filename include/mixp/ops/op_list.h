@@ -21,6 +21,7 @@ namespace mixp {
   X(conv2d, "conv2d", gemm)                                                       \
   X(attention, "attention", gemm)                                                 \
   X(lstm_cell, "lstm_cell", gemm)                                                 \
+  X(conv1d, "conv1d", gemm)                                                       \
   /* pointwise, binary */                                                         \
   X(add, "add", pointwise)                                                        \
   X(sub, "sub", pointwise)                                                        \
@@ -42,6 +43,8 @@ namespace mixp {
   X(tanh, "tanh", pointwise)                                                      \
   X(sigmoid, "sigmoid", pointwise)                                                \
   X(dropout, "dropout", pointwise)                                                \
+  X(sin, "sin", pointwise)                                                        \
+  X(cos, "cos", pointwise)                                                        \
   /* normalization, softmax, losses */                                            \
   X(softmax, "softmax", reduce)                                                   \
   X(log_softmax, "log_softmax", reduce)                                           \
@@ -55,6 +58,7 @@ namespace mixp {
   X(sum, "sum", reduce)                                                           \
   X(mean, "mean", reduce)                                                         \
   X(max, "max", reduce)                                                           \
+  X(argmax, "argmax", reduce)                                                     \
   /* pooling, embedding */                                                        \
   X(max_pool2d, "max_pool2d", layout)                                             \
   X(avg_pool2d, "avg_pool2d", pointwise)                                          \

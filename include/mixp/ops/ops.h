@@ -76,11 +76,17 @@ Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor relu(const Tensor& a);
-// GELU, tanh approximation (GPT-2, llm.c, torch approximate='tanh'):
-//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-Tensor gelu(const Tensor& a);
+// GELU, as torch.nn.functional.gelu(x, approximate=...):
+//   GeluApprox::none (the default, as PyTorch's): exact, 0.5 x (1 + erf(x / sqrt 2));
+//   GeluApprox::tanh (GPT-2, llm.c): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// mixp's built-in models (the GPT MLP, Linear's Activation::gelu epilogue) use the tanh form.
+enum class GeluApprox : uint8_t { none, tanh };
+Tensor gelu(const Tensor& a);  // exact (GeluApprox::none)
+Tensor gelu(const Tensor& a, GeluApprox approximate);
 Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
 // Inverted dropout with probability p of zeroing. Identity when !training or p == 0. The mask is
 // a pure function of (seed, element index), so it is never stored: backward regenerates it.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
@@ -99,6 +105,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
               int64_t padding = 0);
+// x [N, C, L], w [O, C, K], b [O] or undefined -> [N, O, (L + 2 padding - dilation (K - 1) - 1) /
+// stride + 1] (torch.nn.functional.conv1d, groups 1). Runs as conv2d on the views [N, C, 1, L]
+// and [O, C, 1, K], so it has conv2d's kernels (oneDNN), autocast policy and backward.
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1);
 // softmax(q k^T * scale (+ causal mask)) v on q, k, v [B, H, T, D]; scale defaults to 1/sqrt(D).
 // Fused: keeps only the per-row log-sum-exp, never the T x T probabilities, for backward.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -129,6 +140,12 @@ Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor max(const Tensor& x);
 Tensor max(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Index of the maximum along dim (torch.argmax), int64, not differentiable. Ties go to the first
+// index; NaN counts as the maximum (the first NaN's index). Any floating or integer dtype (int64
+// values beyond 2^53 compare exactly on the cpu backend only). The one-argument form indexes the
+// flattened tensor and returns a 0-dim tensor. An empty dim throws.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x);
 // Sums x over its broadcast dims down to `shape` (the gradient of an expand).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 

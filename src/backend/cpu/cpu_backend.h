@@ -25,6 +25,7 @@ class CpuBackend : public RefBackend {
   void reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src);
   void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Tensor& dst) override;
+  void argmax(Tensor& dst, const Tensor& src, int dim) override;
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                         bool log) override;

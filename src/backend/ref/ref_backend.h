@@ -36,6 +36,7 @@ class RefBackend : public Backend {
   void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override;
   void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Tensor& dst) override;
+  void argmax(Tensor& dst, const Tensor& src, int dim) override;
 
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,

@@ -6,6 +6,7 @@
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
 #include "backend/ref/ref_backend.h"
+#include "mixp/tensor/element.h"
 
 namespace mixp {
 using namespace kern;
@@ -103,6 +104,31 @@ void RefBackend::reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Ten
       ++i;
     });
   });
+}
+
+void RefBackend::argmax(Tensor& dst, const Tensor& src, int dim) {
+  count_ref_kernel(__func__);
+  if (dst.dtype() != DType::int64)
+    throw std::invalid_argument("ref argmax: dst must be int64, got " +
+                                std::string(mixp::name(dst.dtype())));
+  // Every dtype through double (exact for floats and for integers below 2^53).
+  const RowView rv(src.shape(), dim);
+  const void* s = src.data_ptr();
+  const DType sd = src.dtype();
+  int64_t* d = ptr<int64_t>(dst);
+  for (int64_t r = 0; r < rv.rows(); ++r) {
+    int64_t best = 0;
+    double bv = load_element(s, sd, row_offset(src, rv, dim, r, 0));
+    for (int64_t j = 1; j < rv.n; ++j) {
+      const double v = load_element(s, sd, row_offset(src, rv, dim, r, j));
+      if (std::isnan(bv)) break;  // the first NaN is the maximum
+      if (v > bv || std::isnan(v)) {
+        bv = v;
+        best = j;
+      }
+    }
+    d[dst.is_contiguous() ? r : offset_of(dst, r)] = best;
+  }
 }
 
 void RefBackend::softmax(Tensor& dst, const Tensor& src, int dim, bool log) {
