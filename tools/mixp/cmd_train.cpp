@@ -226,7 +226,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--layer-precision", c.layer_precision,
                   "per-layer precision: kind or name = fp32|bf16|fp16, e.g. "
                   "embed=fp32,attn=bf16,mlp=bf16,head=fp32 (kinds: embedding/embed, "
-                  "attention/attn, mlp, block, linear, conv2d/conv, layer_norm/ln, "
+                  "attention/attn, mlp, block, linear, conv1d, conv2d, conv (both), layer_norm/ln, "
                   "batch_norm2d/bn, norm, head; names: fc1, blocks.0, ...)");
   sub->add_option("--loss-scale-init", f->loss_scale_init,
                   "initial loss scale of dynamic loss scaling (fp16 recipes; default 65536)");
