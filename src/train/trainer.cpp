@@ -36,7 +36,11 @@ void check_save_dir(const std::filesystem::path& dir) {
 
 void Trainer::Impl::build() {
   lm = is_language_model(cfg.model.name);
-  if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
+  if (!cfg.save_dir.empty()) {
+    check_save_dir(cfg.save_dir);
+    // A second process saving into the same folder fails here, before any training.
+    save_lock = std::make_unique<FolderLock>(cfg.save_dir);
+  }
   if (cfg.threads > 0) set_num_threads(cfg.threads);
   RecipeOptions ro;
   ro.layer_precision = cfg.layer_precision;
