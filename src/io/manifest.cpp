@@ -318,6 +318,35 @@ void write_folder_manifest(const fs::path& dir) {
   write_text_atomic(dir / kManifestFile, m.dump(1) + "\n");
 }
 
+std::vector<std::byte> read_file_verified(const fs::path& file) {
+  const fs::path dir = io_detail::parent_or_dot(file);
+  const std::string name = file.filename().native();
+  DirHandle d(dir);
+  std::vector<std::byte> bytes;
+  if (read_at(d.fd(), name, file, bytes) == ENOENT) {
+    throw IoError(os_error("open", file, ENOENT));
+  }
+  std::vector<std::byte> manifest;
+  if (read_at(d.fd(), kManifestFile, dir / kManifestFile, manifest) == ENOENT) return bytes;
+  const auto want = parse_manifest(manifest, dir / kManifestFile);
+  const auto it = want.find(name);
+  if (it == want.end()) return bytes;  // a file the folder's manifest does not cover
+  const ExpectedFile& e = it->second;
+  const uint32_t crc = crc32_of(bytes);
+  if (bytes.size() != e.bytes || crc != e.crc) {
+    std::string why = bytes.size() != e.bytes
+                          ? "it has " + std::to_string(bytes.size()) + " bytes but " +
+                                std::to_string(e.bytes) + " were saved"
+                          : "its CRC-32 is " + hex32(crc) + " but " + hex32(e.crc) + " was saved";
+    if (e.has_tensors) why += ": " + diagnose_safetensors(bytes, e, file);
+    throw IntegrityError(file.string() + " does not match the folder's " + kManifestFile + " (" +
+                         why +
+                         "); the file was damaged or changed after it was saved, so it is refused "
+                         "(save it again, or restore it from a copy)");
+  }
+  return bytes;
+}
+
 const std::vector<std::byte>* VerifiedFolder::find(std::string_view name) const {
   auto it = files.find(name);
   return it == files.end() ? nullptr : &it->second;

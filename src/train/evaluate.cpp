@@ -187,7 +187,13 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
     if (has_block_tensors(raw)) {
       // Re-encoded by `mixp convert`: every tensor decoded to fp32 for the model, then the Linear
       // weights stored as nf4/int4 keep their codes (weight-only 4-bit layers).
-      load_module_state(*model, decoded(raw), file.string());
+      SafeTensorsFile dec;
+      try {
+        dec = decoded(raw);
+      } catch (const std::exception& e) {
+        throw TrainError(file.string() + ": " + e.what());  // the decoder names the tensor only
+      }
+      load_module_state(*model, dec, file.string());
       try {
         if (quant::load_weights_4bit(*model, raw, compute, &stored_4bit) == 0) stored_4bit.clear();
       } catch (const std::invalid_argument& e) {

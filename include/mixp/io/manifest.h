@@ -67,4 +67,9 @@ struct VerifiedFolder {
 VerifiedFolder read_verified_folder(const std::filesystem::path& dir,
                                     std::span<const std::string> legacy_files);
 
+// The bytes of one file; when the folder holding it has a manifest.json that names it (a file of
+// a checkpoint), checked against it (IntegrityError on a mismatch, naming the file). For tools
+// that read one file of a checkpoint (`mixp convert`).
+std::vector<std::byte> read_file_verified(const std::filesystem::path& file);
+
 }  // namespace mixp
