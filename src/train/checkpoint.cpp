@@ -178,8 +178,8 @@ void validate_checkpoint_state(std::string_view text, const std::string& source)
         bad_field(source, "recipe.loss_scale", ls, "a finite number > 0");
       }
     }
-    if (rc.contains("state")) finite_numbers(object_field(rc, source, "recipe.", "state"), source,
-                                             "recipe.state.");
+    if (rc.contains("state"))
+      finite_numbers(object_field(rc, source, "recipe.", "state"), source, "recipe.state.");
   }
   if (j.contains("metrics")) object_field(j, source, "", "metrics");
 }
@@ -225,9 +225,10 @@ SafeTensorsFile CheckpointFiles::safetensors(std::string_view name) const {
   return parse_safetensors(*bytes, path(name).string());
 }
 
-bool checkpoint_has_manifest(const std::filesystem::path& dir) {
+bool checkpoint_is_unverified(const std::filesystem::path& dir) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(dir / kManifestFile, ec);
+  return std::filesystem::is_regular_file(dir / kStateFile, ec) &&
+         !std::filesystem::exists(dir / kManifestFile, ec);
 }
 
 void seal_checkpoint(const std::filesystem::path& dir) {
@@ -266,8 +267,8 @@ void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::stri
     auto it = stored.find(name);
     if (it == stored.end()) {
       if (fp8) {
-        throw TrainError(std::string(source) + " has no FP8 scaling state '" + name +
-                         "' (shape " + t.shape().str() +
+        throw TrainError(std::string(source) + " has no FP8 scaling state '" + name + "' (shape " +
+                         t.shape().str() +
                          ") that the model needs: the checkpoint was not trained with FP8 "
                          "delayed scaling on this layer (precision fp8 and the same "
                          "--layer-precision); fp8-current and mxfp8 keep no state");

@@ -23,7 +23,7 @@ struct Flags {
 
 // A checkpoint written before mixp had manifests is read unverified (docs/train.md).
 void warn_if_unverified(const char* command, const std::string& dir) {
-  if (!train::checkpoint_has_manifest(dir)) {
+  if (train::checkpoint_is_unverified(dir)) {
     std::cerr << "mixp " << command << ": warning: checkpoint " << dir
               << " has no manifest.json (written by an older mixp), so its files cannot be "
                  "verified; save it again with this mixp to add one\n";

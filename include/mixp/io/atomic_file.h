@@ -57,9 +57,9 @@ class FolderBusyError : public IoError {
 // Readers take no lock: they verify what they read instead (io/manifest.h).
 class FolderLock {
  public:
-  // Throws FolderBusyError when another process holds the lock ("... is being written by another
-  // process (pid N) ..."), IoError when the lock file cannot be created. On a fresh acquisition,
-  // removes the stale siblings described at the top of this file.
+  // Throws FolderBusyError when another process holds the lock ("cannot write 'ck': another
+  // process (pid N) is writing it ..."), IoError when the lock file cannot be created. On a fresh
+  // acquisition, removes the stale siblings described at the top of this file.
   explicit FolderLock(const std::filesystem::path& dir);
   ~FolderLock();
   FolderLock(FolderLock&& other) noexcept;

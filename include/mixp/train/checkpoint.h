@@ -22,7 +22,7 @@
 // naming the field; load_module_state and the optimizer's loader refuse a tensor of the wrong
 // dtype class or shape and any NaN or infinity in weights and optimizer state, blaming the
 // checkpoint. A folder without manifest.json (written before mixp had manifests) is read
-// unverified; checkpoint_has_manifest lets the CLI warn about it.
+// unverified; checkpoint_is_unverified lets the CLI warn about it.
 #pragma once
 #include <filesystem>
 #include <string>
@@ -65,8 +65,9 @@ struct CheckpointFiles {
 // checkpoint, IntegrityError (io/manifest.h) when a file does not match the manifest, IoError
 // when it cannot be read.
 CheckpointFiles read_checkpoint(const std::filesystem::path& dir);
-// True when `dir` holds a manifest.json (checkpoints written by this mixp do).
-bool checkpoint_has_manifest(const std::filesystem::path& dir);
+// True when `dir` holds a state.json but no manifest.json: a checkpoint written before mixp had
+// manifests, read unverified (the CLI warns).
+bool checkpoint_is_unverified(const std::filesystem::path& dir);
 // Rewrites `dir/manifest.json` for the files the folder holds now: for a checkpoint changed on
 // purpose (a tool that re-encodes model.safetensors, a test). Everything else still applies.
 void seal_checkpoint(const std::filesystem::path& dir);
