@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <new>
 #include <fstream>
+#include <new>
 
 #include "mixp/data/error.h"
 
@@ -131,7 +131,8 @@ std::vector<uint8_t> inflate_gzip(std::span<const uint8_t> in, const std::string
       in_pos += chunk;
     }
     if (produced == out.size()) {
-      out.resize(static_cast<size_t>(std::min<uint64_t>(uint64_t(out.size()) * 2, uint64_t(limit) + 1)));
+      out.resize(
+          static_cast<size_t>(std::min<uint64_t>(uint64_t(out.size()) * 2, uint64_t(limit) + 1)));
     }
     const size_t room = std::min<size_t>(out.size() - produced, UINT_MAX);
     zs.next_out = out.data() + produced;
@@ -269,12 +270,14 @@ IdxArray read_idx(const fs::path& path) {
     } else {
       return parse_idx(std::move(head), name);  // reports the bad header, naming the file
     }
-    const std::string why = fmt::format("its IDX header declares ({} header + payload bytes)", total);
+    const std::string why =
+        fmt::format("its IDX header declares ({} header + payload bytes)", total);
     return parse_idx(inflate_gzip(raw, name, size_t(total), false, why), name);
   } catch (const std::bad_alloc&) {
-    throw DataError(fmt::format("{}: out of memory while reading it; the file is larger than this "
-                                "machine can hold, or its header declares a wrong size",
-                                name));
+    throw DataError(
+        fmt::format("{}: out of memory while reading it; the file is larger than this "
+                    "machine can hold, or its header declares a wrong size",
+                    name));
   }
 }
 

@@ -133,15 +133,15 @@ FolderLock::FolderLock(const fs::path& dir) {
       const std::string pid = read_pid(fd);
       ::close(fd);
       if (err == EWOULDBLOCK || err == EAGAIN) {
-        throw FolderBusyError(
-            "cannot write " + quote_path(target) + ": another process" +
-            (pid.empty() ? std::string() : " (pid " + pid + ")") +
-            " is writing it (it holds the lock file " + quote_path(lock_file_) +
-            "); wait for it to finish, or choose another folder");
+        throw FolderBusyError("cannot write " + quote_path(target) + ": another process" +
+                              (pid.empty() ? std::string() : " (pid " + pid + ")") +
+                              " is writing it (it holds the lock file " + quote_path(lock_file_) +
+                              "); wait for it to finish, or choose another folder");
       }
       throw IoError(os_error("lock", lock_file_, err));
     }
-    struct stat mine {}, now {};
+    struct stat mine {
+    }, now{};
     if (::fstat(fd, &mine) != 0 || ::stat(lock_file_.c_str(), &now) != 0 ||
         mine.st_dev != now.st_dev || mine.st_ino != now.st_ino) {
       ::close(fd);  // the previous holder removed the file we locked: lock the new one
@@ -156,8 +156,8 @@ FolderLock::FolderLock(const fs::path& dir) {
     clean_stale_siblings(target);
     return;
   }
-  throw IoError("cannot lock " + quote_path(target) + ": its lock file " +
-                quote_path(lock_file_) + " keeps being replaced");
+  throw IoError("cannot lock " + quote_path(target) + ": its lock file " + quote_path(lock_file_) +
+                " keeps being replaced");
 }
 
 FolderLock::~FolderLock() {

@@ -291,7 +291,8 @@ void write_folder_manifest(const fs::path& dir) {
   for (const auto& name : names) {
     std::vector<std::byte> bytes;
     if (read_at(d.fd(), name, dir / name, bytes) != 0) {
-      throw IoError("cannot read " + quote_path(dir / name) + ": it disappeared while the manifest "
+      throw IoError("cannot read " + quote_path(dir / name) +
+                    ": it disappeared while the manifest "
                     "was written");
     }
     json e = {{"bytes", bytes.size()}, {"crc32", hex32(crc32_of(bytes))}};
@@ -393,8 +394,8 @@ VerifiedFolder read_verified_folder(const fs::path& dir,
         if ((retry = replaced())) break;
         std::string why =
             bytes.size() != e.bytes
-                ? "it has " + std::to_string(bytes.size()) + " bytes but " + std::to_string(e.bytes) +
-                      " were saved"
+                ? "it has " + std::to_string(bytes.size()) + " bytes but " +
+                      std::to_string(e.bytes) + " were saved"
                 : "its CRC-32 is " + hex32(crc) + " but " + hex32(e.crc) + " was saved";
         if (e.has_tensors) why += ": " + diagnose_safetensors(bytes, e, shown);
         throw IntegrityError(shown.string() + " does not match the folder's " + kManifestFile +

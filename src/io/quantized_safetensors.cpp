@@ -79,7 +79,8 @@ namespace {
 // user.
 std::string json_what(const json::exception& e) {
   std::string what = e.what();
-  if (auto pos = what.find("] "); what.rfind("[json.exception", 0) == 0 && pos != std::string::npos) {
+  if (auto pos = what.find("] ");
+      what.rfind("[json.exception", 0) == 0 && pos != std::string::npos) {
     what.erase(0, pos + 2);
   }
   return what;
@@ -113,8 +114,8 @@ BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name)
     t.element = *el;
     t.scale_dtype = *sc;
   } catch (const json::exception& e) {
-    fail(name,
-         "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" + json_what(e) + ")");
+    fail(name, "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" +
+                   json_what(e) + ")");
   }
   if (!is_block_scheme(t.scheme)) fail(name, "unknown scheme '" + t.scheme + "'");
   const std::string n(name);

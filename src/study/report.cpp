@@ -208,9 +208,10 @@ void carry_over(const std::filesystem::path& from, const std::filesystem::path& 
       if (ec) fs::copy_file(it->path(), dst, ec);
     }
     if (ec) {
-      throw IoError(fmt::format("cannot carry '{}' over into the new study folder: {}; nothing "
-                                "was changed",
-                                it->path().string(), ec.message()));
+      throw IoError(
+          fmt::format("cannot carry '{}' over into the new study folder: {}; nothing "
+                      "was changed",
+                      it->path().string(), ec.message()));
     }
   }
   if (ec) throw IoError(fmt::format("cannot list '{}': {}", from.string(), ec.message()));

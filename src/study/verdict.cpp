@@ -380,10 +380,9 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
                        base->diverged ? " too" : "");
   }
   if (subj.error) {
-    return finished(*base)
-               ? fmt::format("{} failed: {}.", v.precision, *subj.error)
-               : fmt::format("{} failed: {}; {} {}.", v.precision, *subj.error, bname,
-                             base_outcome);
+    return finished(*base) ? fmt::format("{} failed: {}.", v.precision, *subj.error)
+                           : fmt::format("{} failed: {}; {} {}.", v.precision, *subj.error, bname,
+                                         base_outcome);
   }
   if (!finished(*base)) {
     return fmt::format("{} finished, but the {} baseline {}, so nothing could be compared.",

@@ -2,8 +2,8 @@
 
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "mixp/data/image_dataset.h"
 #include "mixp/data/text_corpus.h"
@@ -168,8 +168,7 @@ void get_value(const nlohmann::json& v, const std::string& key, T& out) {
         out = T(v.get<int64_t>());
       }
     } else {
-      if (v.is_number_unsigned() &&
-          v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) {
         bad("a whole number in range");
       }
       const int64_t x = v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
@@ -208,7 +207,8 @@ TrainConfig config_from_json(std::string_view text) {
     if (!j.is_object()) throw ConfigError("the training configuration is not a JSON object");
     if (j.contains("model")) {
       const auto& m = j["model"];
-      if (!m.is_object()) throw ConfigError("the training configuration's \"model\" is not an object");
+      if (!m.is_object())
+        throw ConfigError("the training configuration's \"model\" is not an object");
       get(m, "name", c.model.name);
       get(m, "width", c.model.width);
       get(m, "layers", c.model.layers);

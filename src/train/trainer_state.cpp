@@ -224,9 +224,9 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
       state.at("epoch").get<int64_t>() != want_epoch ||
       state.at("epoch_position").get<int64_t>() != want_position) {
     throw TrainError(fmt::format(
-        "{}: \"step\" {} means epoch {} at batch {} ({} steps of {} batches per epoch), but the "
-        "data position says epoch {} at batch {} (\"epoch\" {}, \"epoch_position\" {}): the file "
-        "contradicts itself; the checkpoint is damaged (or was edited), so it is refused",
+        "{}: \"step\" {} means epoch {} at batch {} ({} steps per epoch, {} batches per step), "
+        "but the data position says epoch {} at batch {} (\"epoch\" {}, \"epoch_position\" {}): "
+        "the file contradicts itself; the checkpoint is damaged (or was edited), so it is refused",
         state_file, step, want_epoch, want_position, steps_per_epoch, cfg.grad_accum,
         source->epoch(), source->position(), state.at("epoch").get<int64_t>(),
         state.at("epoch_position").get<int64_t>()));

@@ -154,8 +154,9 @@ TEST(Verdict, HeadlineIsTrueInEveryOutcome) {
   s.runs = {diverged(test::make_run("fp32", 10, 0.9, 100, 1), 3),
             test::make_run("bf16", 5, 0.9, 50, 1)};
   h = headline(s);
-  EXPECT_EQ(h, "bf16 finished, but the fp32 baseline diverged at step 3, so nothing could be "
-               "compared.");
+  EXPECT_EQ(h,
+            "bf16 finished, but the fp32 baseline diverged at step 3, so nothing could be "
+            "compared.");
   // The other diverged, the baseline finished (the old sentence, still true).
   s.runs = {test::make_run("fp32", 10, 0.9, 100, 1),
             diverged(test::make_run("bf16", 5, 0.9, 50, 1), 4)};
@@ -169,8 +170,9 @@ TEST(Verdict, HeadlineIsTrueInEveryOutcome) {
   EXPECT_TRUE(contains(h, "fp32 baseline diverged at step 3")) << h;
   // One run.
   s.runs = {test::make_run("fp32", 10, 0.9, 100, 1)};
-  EXPECT_EQ(headline(s), "fp32 finished; no other precision was run, so there is nothing to "
-                         "compare.");
+  EXPECT_EQ(headline(s),
+            "fp32 finished; no other precision was run, so there is nothing to "
+            "compare.");
   s.runs = {diverged(test::make_run("fp32", 10, 0.9, 100, 1), 3)};
   EXPECT_EQ(headline(s), "fp32 diverged at step 3.");
   s.runs = {test::make_run("fp32", 10, 0.9, 100, 1)};
