@@ -238,6 +238,9 @@ namespace {
 // (autograd/checkpoint.h; torch.utils.checkpoint restores the autocast state the same way).
 [[maybe_unused]] const bool g_checkpoint_registered = [] {
   register_checkpoint_state([]() -> CheckpointRestorer {
+    // Outside any region there is nothing to re-enter (and constructing a guard would install
+    // the autocast hook, replacing one a user installed).
+    if (autocast_nesting() == 0) return [] { return CheckpointScope(); };
     const AutocastOptions o = autocast_options();
     return [o] { return std::make_shared<Autocast>(o); };
   });

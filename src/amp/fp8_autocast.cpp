@@ -72,8 +72,9 @@ namespace {
 // (amp/fp8_linear.h, "Activation recomputation"; autograd/checkpoint.h).
 [[maybe_unused]] const bool g_checkpoint_registered = [] {
   register_checkpoint_state([]() -> CheckpointRestorer {
-    const bool enabled = Fp8Autocast::is_enabled();
-    return [enabled] { return std::make_shared<Fp8Autocast>(enabled, /*recompute=*/true); };
+    // Outside an enabled region FP8 layers compute in their usual precision: nothing to re-enter.
+    if (!Fp8Autocast::is_enabled()) return [] { return CheckpointScope(); };
+    return [] { return std::make_shared<Fp8Autocast>(true, /*recompute=*/true); };
   });
   return true;
 }();

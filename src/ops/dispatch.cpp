@@ -41,15 +41,6 @@ DType saved_activation_dtype(OpId op) {
   return h ? h(op) : DType::fp32;
 }
 
-namespace detail {
-
-CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) {
-  g_suspended = suspended;
-}
-CastPolicyScope::~CastPolicyScope() {
-  g_suspended = prev_;
-}
-
 namespace {
 std::atomic<bool> g_strict_dtypes{false};
 thread_local int t_strict_override = -1;  // -1: none; 0/1: StrictDtypesGuard's value
@@ -67,6 +58,15 @@ StrictDtypesGuard::StrictDtypesGuard(bool on) : prev_(t_strict_override) {
 }
 StrictDtypesGuard::~StrictDtypesGuard() {
   t_strict_override = prev_;
+}
+
+namespace detail {
+
+CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) {
+  g_suspended = suspended;
+}
+CastPolicyScope::~CastPolicyScope() {
+  g_suspended = prev_;
 }
 
 void check_strict_dtypes(OpId op, std::initializer_list<const Tensor*> inputs,

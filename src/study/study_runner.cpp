@@ -19,6 +19,7 @@
 #include "mixp/study/report.h"
 #include "mixp/study/step_counts.h"
 #include "mixp/tensor/allocator.h"
+#include "mixp/train/build_run.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
@@ -381,11 +382,7 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   std::optional<FolderLock> out_lock;
   if (!sc.out_dir.empty()) out_lock.emplace(sc.out_dir);
 
-  train::TrainConfig base = sc.base;
-  base.save_dir.clear();
-  base.resume_dir.clear();
-  base.log_path.clear();
-  base.save_every = 0;
+  train::TrainConfig base = train::without_outputs(sc.base);
   base.precision = precisions.front();
   const train::TrainConfig resolved = base.resolved();  // a bad field fails before any run
 

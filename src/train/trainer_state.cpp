@@ -139,7 +139,7 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   state["skipped_steps"] = skipped;
   state["last_loss"] = std::isfinite(last_loss) ? nlohmann::ordered_json(last_loss) : nullptr;
   state["config"] = nlohmann::ordered_json::parse(config_to_json(cfg));
-  state["data"] = source->state();
+  state["data"] = nlohmann::ordered_json::parse(source->state());
   // Every random stream of a run is a pure function of these seeds and counters: model
   // initialization (model seed), data order (sampler seed, epoch, position, or gpt's micro-batch
   // counter, under "data"), and the mask streams of Dropout modules, if the model has any.
@@ -199,7 +199,7 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   // The fields below were type-checked by read_checkpoint; what each loader still finds wrong
   // is reported with the file's name.
   try {
-    source->restore(state.at("data"));
+    source->restore(state.at("data").dump());
     if (state.contains("rng") && state["rng"].contains("dropout")) {
       detail::restore_dropout_streams(*model, state["rng"]["dropout"]);
     }

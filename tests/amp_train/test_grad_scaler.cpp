@@ -223,10 +223,10 @@ TEST(GradScaler, SeveralOptimizersOneUpdate) {
   }
   EXPECT_EQ(s.get_scale(), 16.0);
   EXPECT_EQ(s.skipped_steps(), 1);
-  // An optimizer without gradients still records a (clean) check.
+  // An optimizer without any gradient records no check: step() refuses it (PyTorch: "No inf
+  // checks were recorded for this optimizer"; StepWithoutAnyGradientIsRefused).
   OneParam c;
-  EXPECT_TRUE(s.step(*c.opt));
-  s.update();
+  EXPECT_THROW(s.step(*c.opt), std::logic_error);
 }
 
 TEST(GradScaler, AccumulationUnscalesTheSumOnce) {
