@@ -191,9 +191,16 @@ TEST(Integrity, ResumeConcurrentWithSavesIsBitIdenticalOrAClearError) {
   TempDir dir;
   const int steps = 1500;
   const Proc ref =
-      run(kRun + " --steps " + std::to_string(steps) + " --no-eval --json", dir.path());
+      run(kRun + " --steps " + std::to_string(steps) + " --no-eval --json --save ref", dir.path());
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   const double want = final_loss(ref);
+  // The final weights and optimizer state, by their checksums in the manifest.
+  auto sums = [&](const std::string& ck) {
+    const auto m = nlohmann::json::parse(read_text(dir / ck / kManifestFile));
+    return m["files"]["model.safetensors"]["crc32"].get<std::string>() +
+           m["files"]["optimizer.safetensors"]["crc32"].get<std::string>();
+  };
+  const std::string want_sums = sums("ref");
 
   const pid_t writer = spawn(kRun + " --steps 100000 --save-every 1 --save same --no-eval",
                              dir.path(), dir / "wout", dir / "werr");
@@ -201,11 +208,13 @@ TEST(Integrity, ResumeConcurrentWithSavesIsBitIdenticalOrAClearError) {
   int ok = 0;
   for (int i = 0; i < 8; ++i) {
     // While `same` is replaced every step, resume from it to the same length as the reference.
-    const Proc r = run(
-        kRun + " --resume same --steps " + std::to_string(steps) + " --no-eval --json", dir.path());
+    const Proc r =
+        run(kRun + " --resume same --steps " + std::to_string(steps) + " --no-eval --json --save r",
+            dir.path());
     if (r.exit_code == 0) {
       ++ok;
       EXPECT_EQ(final_loss(r), want) << "a resume read a mix of two saves";
+      EXPECT_EQ(sums("r"), want_sums) << "a resume read a mix of two saves";
     } else {
       // Only allowed: the writer had passed the run's length already.
       expect_clear_error(r, "beyond this run's");
