@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -28,7 +29,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr int kReadAttempts = 5;  // a folder replaced during every one of them is reported
+constexpr int kReadAttempts = 20;  // a folder replaced during every one of them is reported
 
 std::string hex32(uint32_t v) {
   char buf[9];
@@ -356,7 +357,21 @@ const std::vector<std::byte>* VerifiedFolder::find(std::string_view name) const 
 VerifiedFolder read_verified_folder(const fs::path& dir,
                                     std::span<const std::string> legacy_files) {
   for (int attempt = 1;; ++attempt) {
-    DirHandle d(dir);
+    // Where the filesystem cannot exchange two folders, a writer renames the old one aside
+    // before it renames the new one in (io/atomic_file.h): the folder is missing for a moment,
+    // so a missing folder is looked for again (for about 0.1 s) before it is reported.
+    std::optional<DirHandle> opened;
+    try {
+      opened.emplace(dir);
+    } catch (const IoError&) {
+      if (attempt < kReadAttempts && ::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) {
+        ::usleep(5000);
+        continue;
+      }
+      if (attempt < kReadAttempts && ::access(dir.c_str(), F_OK) == 0) continue;  // back already
+      throw;
+    }
+    const DirHandle& d = *opened;
     // Any inconsistency while the folder is being replaced is retried on the new folder.
     const auto replaced = [&] { return attempt < kReadAttempts && inode_of(dir) != d.inode(); };
     VerifiedFolder out;

@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "common/temp_dir.h"
+#include "io/io_util.h"
 #include "mixp/data/error.h"
 #include "mixp/data/idx.h"
 #include "mixp/io/atomic_file.h"
@@ -249,6 +251,54 @@ TEST(Integrity, ReadsDuringSavesNeverMixTwoSaves) {
   (void)wait_run(writer, dir / "wout", dir / "werr");
   EXPECT_GT(reads, 10);
 }
+
+// The same in one process at the io level, with both ways of replacing a folder (an exchange,
+// and the fallback that renames the old folder aside first): two files written together are
+// always read together.
+class ReaderAgainstWriter : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { io_detail::disable_rename_exchange_for_tests() = GetParam(); }
+  void TearDown() override { io_detail::disable_rename_exchange_for_tests() = false; }
+};
+
+TEST_P(ReaderAgainstWriter, NeverMixesTwoWrites) {
+  TempDir dir;
+  const fs::path target = dir / "folder";
+  auto write = [&](int i) {
+    write_directory_atomic(target, [&](const fs::path& staging) {
+      write_text(staging / "a", std::to_string(i));
+      write_text(staging / "b", std::to_string(i));
+      write_folder_manifest(staging);
+    });
+  };
+  write(0);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int i = 1; i <= 150; ++i) write(i);
+    done = true;
+  });
+  const std::vector<std::string> none;
+  int reads = 0;
+  std::string failure;
+  while (!done && failure.empty()) {
+    try {
+      const VerifiedFolder f = read_verified_folder(target, none);
+      if (!f.has_manifest) failure = "read without its manifest";
+      if (f.find("a") == nullptr || f.find("b") == nullptr || *f.find("a") != *f.find("b")) {
+        failure = "a and b from two writes";
+      }
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    ++reads;
+  }
+  writer.join();
+  EXPECT_EQ(failure, "");
+  EXPECT_GT(reads, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ExchangeAndFallback, ReaderAgainstWriter, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "RenameAside" : "Exchange"; });
 
 // ---------------------------------------------------------------------------------------------
 // Locking
