@@ -65,6 +65,7 @@
 #include "mixp/data/text_corpus.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/convert_safetensors.h"
+#include "mixp/io/manifest.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
 

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <fstream>
+#include <new>
 
 #include "mixp/data/error.h"
 
@@ -88,7 +90,13 @@ int64_t IdxArray::element_count() const {
   return n;
 }
 
-std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name) {
+namespace {
+
+// Inflates `in`. `limit`: with `prefix_only`, stop after that many bytes (the IDX header); else
+// the data may inflate to at most that many bytes, and more is an error naming `limit_why` (a
+// gzip bomb is never inflated beyond what the IDX header declares).
+std::vector<uint8_t> inflate_gzip(std::span<const uint8_t> in, const std::string& name,
+                                  size_t limit, bool prefix_only, const std::string& limit_why) {
   z_stream zs{};
   // 15 + 16: 32 KiB window, gzip wrapper only (the caller checked the magic).
   if (inflateInit2(&zs, 15 + 16) != Z_OK) {
@@ -108,9 +116,9 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name
     const uint64_t isize =
         uint32_t(t[0]) | (uint32_t(t[1]) << 8) | (uint32_t(t[2]) << 16) | (uint32_t(t[3]) << 24);
     const uint64_t guess = isize <= uint64_t(in.size()) * 16 ? isize : uint64_t(in.size()) * 4;
-    out.resize(static_cast<size_t>(guess) + 1);
+    out.resize(static_cast<size_t>(std::min<uint64_t>(guess, limit)) + 1);
   }
-  if (out.size() < 4096) out.resize(4096);
+  if (out.size() < 4096) out.resize(std::min<size_t>(4096, limit + 1));
 
   size_t in_pos = 0;    // bytes of `in` handed to zlib so far
   size_t produced = 0;  // bytes of `out` filled
@@ -122,12 +130,25 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name
       zs.avail_in = static_cast<uInt>(chunk);
       in_pos += chunk;
     }
-    if (produced == out.size()) out.resize(out.size() * 2);
+    if (produced == out.size()) {
+      out.resize(
+          static_cast<size_t>(std::min<uint64_t>(uint64_t(out.size()) * 2, uint64_t(limit) + 1)));
+    }
     const size_t room = std::min<size_t>(out.size() - produced, UINT_MAX);
     zs.next_out = out.data() + produced;
     zs.avail_out = static_cast<uInt>(room);
     const int ret = inflate(&zs, Z_NO_FLUSH);
     produced += room - zs.avail_out;
+    if (prefix_only && produced >= limit) {
+      out.resize(limit);
+      return out;
+    }
+    if (produced > limit) {
+      throw DataError(fmt::format(
+          "{}: the gzip data decompress to more than the {} bytes {}; the file is corrupted or "
+          "not what its header says (decompression stopped there); {}",
+          name, limit, limit_why, kReinstallHint));
+    }
     if (ret == Z_STREAM_END) {
       // End of one gzip member. Another member may follow (gzip(1) concatenation); zero padding
       // (tape blocks) is ignored like gzip(1) does; anything else is an error.
@@ -163,6 +184,12 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name
   }
   out.resize(produced);
   return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> gunzip(std::span<const uint8_t> in, const std::string& name) {
+  return inflate_gzip(in, name, SIZE_MAX - 1, false, "");
 }
 
 std::vector<uint8_t> read_maybe_gzip(const fs::path& path) {
@@ -223,7 +250,35 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, const std::string& name) {
 }
 
 IdxArray read_idx(const fs::path& path) {
-  return parse_idx(read_maybe_gzip(path), fmt::format("'{}'", path.string()));
+  const std::string name = fmt::format("'{}'", path.string());
+  try {
+    std::vector<uint8_t> raw = read_raw(path);
+    if (!is_gzip(raw)) return parse_idx(std::move(raw), name);
+    // The header first (at most 4 + 4 * 255 bytes), checked, then the rest inflated only up to
+    // the size that header declares (one byte more tells a longer stream).
+    std::vector<uint8_t> head = inflate_gzip(raw, name, 4 + 4 * 255, true, "");
+    uint64_t total = SIZE_MAX - 1;
+    if (head.size() >= 4 && head[0] == 0 && head[1] == 0 && known_type(head[2]) && head[3] != 0 &&
+        head.size() >= 4 + 4 * size_t(head[3])) {
+      uint64_t n = idx_type_size(static_cast<IdxType>(head[2]));
+      constexpr uint64_t kHuge = uint64_t(1) << 62;
+      for (size_t i = 0; i < head[3]; ++i) {
+        const uint32_t d = be32(head.data() + 4 + 4 * i);
+        n = (d != 0 && n > kHuge / d) ? kHuge : n * d;
+      }
+      total = std::min<uint64_t>(4 + 4 * uint64_t(head[3]) + n, SIZE_MAX - 1);
+    } else {
+      return parse_idx(std::move(head), name);  // reports the bad header, naming the file
+    }
+    const std::string why =
+        fmt::format("its IDX header declares ({} header + payload bytes)", total);
+    return parse_idx(inflate_gzip(raw, name, size_t(total), false, why), name);
+  } catch (const std::bad_alloc&) {
+    throw DataError(
+        fmt::format("{}: out of memory while reading it; the file is larger than this "
+                    "machine can hold, or its header declares a wrong size",
+                    name));
+  }
 }
 
 void write_idx(const fs::path& path, IdxType type, std::span<const int64_t> dims,

@@ -83,6 +83,7 @@ AtomicDirectory::AtomicDirectory(fs::path target) : target_(std::move(target)) {
   // "out/ckpt/" has an empty filename; normalise so the siblings are "out/ckpt.tmp-...".
   if (!target_.empty() && !target_.has_filename()) target_ = target_.parent_path();
   io_detail::check_output_path(target_, /*want_directory=*/true);
+  lock_ = std::make_unique<FolderLock>(target_);  // also removes a killed writer's leftovers
   for (int attempt = 0; attempt < kCreateAttempts; ++attempt) {
     fs::path candidate = target_;
     candidate += ".tmp-" + io_detail::random_suffix();
@@ -114,7 +115,8 @@ AtomicDirectory::~AtomicDirectory() {
 AtomicDirectory::AtomicDirectory(AtomicDirectory&& other) noexcept
     : target_(std::move(other.target_)),
       staging_(std::exchange(other.staging_, {})),
-      committed_(other.committed_) {}
+      committed_(other.committed_),
+      lock_(std::move(other.lock_)) {}
 
 AtomicDirectory& AtomicDirectory::operator=(AtomicDirectory&& other) noexcept {
   if (this != &other) {
@@ -122,6 +124,7 @@ AtomicDirectory& AtomicDirectory::operator=(AtomicDirectory&& other) noexcept {
     target_ = std::move(other.target_);
     staging_ = std::exchange(other.staging_, {});
     committed_ = other.committed_;
+    lock_ = std::move(other.lock_);
   }
   return *this;
 }
@@ -132,6 +135,7 @@ void AtomicDirectory::abort() noexcept {
     fs::remove_all(staging_, ec);  // best effort: nothing sensible to do if this fails
     staging_.clear();
   }
+  lock_.reset();
 }
 
 void AtomicDirectory::commit() {
@@ -148,6 +152,7 @@ void AtomicDirectory::commit() {
     }
     staging_.clear();
     committed_ = true;
+    lock_.reset();
     io_detail::fsync_directory(parent);
     return;
   }
@@ -191,6 +196,7 @@ void AtomicDirectory::commit() {
   io_detail::fsync_directory(parent);
   std::error_code ec;
   fs::remove_all(old, ec);  // the new content is in place; a leftover old copy is only clutter
+  lock_.reset();
 }
 
 void write_directory_atomic(const fs::path& target,

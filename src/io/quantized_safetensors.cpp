@@ -74,6 +74,19 @@ void add_block_tensor(SafeTensorsFile& file, const std::string& name, const Bloc
   file.metadata[key_of(name)] = d.dump();
 }
 
+namespace {
+// nlohmann's message without its "[json.exception.type_error.302] " tag, which means nothing to a
+// user.
+std::string json_what(const json::exception& e) {
+  std::string what = e.what();
+  if (auto pos = what.find("] ");
+      what.rfind("[json.exception", 0) == 0 && pos != std::string::npos) {
+    what.erase(0, pos + 2);
+  }
+  return what;
+}
+}  // namespace
+
 bool is_block_tensor(const SafeTensorsFile& file, std::string_view name) {
   return file.metadata.count(key_of(name)) != 0;
 }
@@ -85,7 +98,7 @@ BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name)
   try {
     d = json::parse(it->second);
   } catch (const json::exception& e) {
-    fail(name, "metadata '" + key_of(name) + "' is not JSON (" + e.what() + ")");
+    fail(name, "metadata '" + key_of(name) + "' is not JSON (" + json_what(e) + ")");
   }
   BlockTensor t;
   try {
@@ -101,8 +114,8 @@ BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name)
     t.element = *el;
     t.scale_dtype = *sc;
   } catch (const json::exception& e) {
-    fail(name,
-         "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" + e.what() + ")");
+    fail(name, "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" +
+                   json_what(e) + ")");
   }
   if (!is_block_scheme(t.scheme)) fail(name, "unknown scheme '" + t.scheme + "'");
   const std::string n(name);

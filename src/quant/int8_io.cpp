@@ -154,7 +154,11 @@ void save_int8_model(const Int8Model& m, const std::filesystem::path& path) {
 }
 
 std::shared_ptr<Int8Model> load_int8_model(const std::filesystem::path& path) {
-  const SafeTensorsFile f = read_safetensors(path);
+  return load_int8_model(read_safetensors(path), path);
+}
+
+std::shared_ptr<Int8Model> load_int8_model(const SafeTensorsFile& f,
+                                           const std::filesystem::path& path) {
   const auto it = f.metadata.find(kMetaKey);
   if (it == f.metadata.end()) bad(path, std::string("no '") + kMetaKey + "' metadata");
   nlohmann::json meta;

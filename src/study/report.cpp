@@ -181,6 +181,43 @@ std::string render_report_html(const StudyResults& s) {
   return detail::render_report_html(detail::prepare_study(s));
 }
 
+namespace {
+const char* const kStudyFiles[] = {"results.json", "results.csv", "report.md", "report.html"};
+
+// Carries what else `from` holds (files the user put there, or anything under --force) into the
+// staging folder by hard links (a copy where links fail), so that replacing the folder in one
+// rename loses nothing but the previous study's own files.
+void carry_over(const std::filesystem::path& from, const std::filesystem::path& to) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(from, ec)) return;
+  for (fs::directory_iterator it(from, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path name = it->path().filename();
+    bool ours = false;
+    for (const char* f : kStudyFiles) ours = ours || name == f;
+    if (ours) continue;
+    const fs::path dst = to / name;
+    const auto st = it->symlink_status(ec);
+    if (fs::is_symlink(st)) {
+      fs::copy_symlink(it->path(), dst, ec);
+    } else if (fs::is_directory(st)) {
+      fs::create_directory(dst, ec);
+      if (!ec) carry_over(it->path(), dst);
+    } else {
+      fs::create_hard_link(it->path(), dst, ec);
+      if (ec) fs::copy_file(it->path(), dst, ec);
+    }
+    if (ec) {
+      throw IoError(
+          fmt::format("cannot carry '{}' over into the new study folder: {}; nothing "
+                      "was changed",
+                      it->path().string(), ec.message()));
+    }
+  }
+  if (ec) throw IoError(fmt::format("cannot list '{}': {}", from.string(), ec.message()));
+}
+}  // namespace
+
 void write_study_report(const std::filesystem::path& out_dir, const StudyResults& s) {
   // Render everything first: an error here leaves the folder untouched.
   const detail::PreparedStudy p = detail::prepare_study(s);
@@ -189,17 +226,23 @@ void write_study_report(const std::filesystem::path& out_dir, const StudyResults
   const std::string md = detail::render_report_markdown(p);
   const std::string html = detail::render_report_html(p);
   std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
+  const std::filesystem::path parent = std::filesystem::absolute(out_dir, ec).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) {
     throw IoError(
         fmt::format("cannot create the report folder '{}': {} (check the --out path and "
                     "its permissions)",
                     out_dir.string(), ec.message()));
   }
-  write_text_atomic(out_dir / "results.json", json);
-  write_text_atomic(out_dir / "results.csv", csv);
-  write_text_atomic(out_dir / "report.md", md);
-  write_text_atomic(out_dir / "report.html", html);
+  // One unit: the four files are staged next to the folder and published by one rename, so a
+  // failure (a full disk) or a concurrent study never leaves files of two studies side by side.
+  write_directory_atomic(out_dir, [&](const std::filesystem::path& staging) {
+    carry_over(out_dir, staging);
+    write_text_atomic(staging / "results.json", json);
+    write_text_atomic(staging / "results.csv", csv);
+    write_text_atomic(staging / "report.md", md);
+    write_text_atomic(staging / "report.html", html);
+  });
 }
 
 }  // namespace mixp::study

@@ -14,6 +14,7 @@
 
 #include "mixp/backend/backend.h"
 #include "mixp/data/error.h"
+#include "mixp/io/atomic_file.h"
 #include "mixp/study/energy_meter.h"
 #include "mixp/study/report.h"
 #include "mixp/study/step_counts.h"
@@ -377,6 +378,9 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   check_precisions(precisions, sc.base.model.name);
   if (sc.seeds < 1) throw ConfigError(fmt::format("seeds must be at least 1, got {}", sc.seeds));
   if (!sc.out_dir.empty()) check_output_dir(sc.out_dir, sc.force);
+  // A second study writing the same folder fails here, before its first run (io/atomic_file.h).
+  std::optional<FolderLock> out_lock;
+  if (!sc.out_dir.empty()) out_lock.emplace(sc.out_dir);
 
   train::TrainConfig base = train::without_outputs(sc.base);
   base.precision = precisions.front();

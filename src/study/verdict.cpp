@@ -298,10 +298,48 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
   return rec;
 }
 
+namespace {
+// "finished", "diverged at step 4", "failed": what happened to a run, for the headline.
+std::string run_outcome(const RunRecord& r) {
+  if (r.diverged) {
+    return r.diverged_at_step ? fmt::format("diverged at step {}", *r.diverged_at_step)
+                              : std::string("diverged");
+  }
+  if (r.error) return "failed";
+  return "finished";
+}
+}  // namespace
+
+// The headline must be true whatever happened (docs/report.md): every run diverged, the baseline
+// diverged, only one run, ...
 std::string summary_sentence(const StudyResults& s, std::span<const Verdict> verdicts,
                              const Recommendation& rec) {
+  if (s.runs.empty() || verdicts.size() != s.runs.size()) return "";
+  const bool any_finished =
+      std::any_of(s.runs.begin(), s.runs.end(), [](const RunRecord& r) { return finished(r); });
+  if (!any_finished) {
+    if (s.runs.size() == 1) {
+      const RunRecord& r = s.runs[0];
+      return r.error ? fmt::format("{} failed: {}.", r.precision, *r.error)
+                     : fmt::format("{} {}.", r.precision, run_outcome(r));
+    }
+    const bool all_diverged =
+        std::all_of(s.runs.begin(), s.runs.end(), [](const RunRecord& r) { return r.diverged; });
+    const bool none_diverged =
+        std::none_of(s.runs.begin(), s.runs.end(), [](const RunRecord& r) { return r.diverged; });
+    std::string out = all_diverged    ? "Every run diverged: "
+                      : none_diverged ? "Every run failed: "
+                                      : "Every run diverged or failed: ";
+    const size_t shown = std::min<size_t>(s.runs.size(), 4);
+    for (size_t i = 0; i < shown; ++i) {
+      if (i) out += (i + 1 == shown && shown == s.runs.size()) ? " and " : ", ";
+      out += s.runs[i].precision + " " + run_outcome(s.runs[i]);
+    }
+    if (shown < s.runs.size()) out += fmt::format(" and {} more", s.runs.size() - shown);
+    return out + ".";
+  }
   const RunRecord* base = find_baseline(s);
-  if (!base || verdicts.size() != s.runs.size()) return "";
+  if (!base) return "";
   const std::string& bname = s.baseline_precision;
   // The subject: the recommended run, or the fastest other run that finished, or any other run.
   std::optional<size_t> subject;
@@ -329,12 +367,27 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
       }
     }
   }
-  if (!subject) return "";
+  if (!subject) {
+    // Only the baseline ran (one run, or its seeds); something finished.
+    return fmt::format("{} {}; no other precision was run, so there is nothing to compare.", bname,
+                       run_outcome(*base));
+  }
   const Verdict& v = verdicts[*subject];
-  if (v.diverged) return fmt::format("{} {}; {} finished.", v.precision, diverged_text(v), bname);
-  if (s.runs[*subject].error)
-    return fmt::format("{} failed: {}.", v.precision, *s.runs[*subject].error);
-  if (!finished(*base)) return "";
+  const RunRecord& subj = s.runs[*subject];
+  const std::string base_outcome = run_outcome(*base);
+  if (v.diverged) {
+    return fmt::format("{} {}; {} {}{}.", v.precision, diverged_text(v), bname, base_outcome,
+                       base->diverged ? " too" : "");
+  }
+  if (subj.error) {
+    return finished(*base) ? fmt::format("{} failed: {}.", v.precision, *subj.error)
+                           : fmt::format("{} failed: {}; {} {}.", v.precision, *subj.error, bname,
+                                         base_outcome);
+  }
+  if (!finished(*base)) {
+    return fmt::format("{} finished, but the {} baseline {}, so nothing could be compared.",
+                       v.precision, bname, base_outcome);
+  }
 
   std::string speed;
   if (!v.speedup) {

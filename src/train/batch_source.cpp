@@ -45,6 +45,14 @@ class ImageBatches final : public DataSource {
       if (load_train) {
         opt.limit = c.train_limit;
         train_ = data::load_fashion_mnist(dir, data::Split::train, opt);
+        // Found now, not after every step ran (the evaluation would fail at the end).
+        if (test_.rows != train_.rows || test_.cols != train_.cols) {
+          throw TrainError("the test images in " + dir.string() + " are " +
+                           std::to_string(test_.rows) + "x" + std::to_string(test_.cols) +
+                           " pixels but the training images are " + std::to_string(train_.rows) +
+                           "x" + std::to_string(train_.cols) +
+                           "; the test set does not belong to the training set");
+        }
       }
       source_ = dir.string();
     }

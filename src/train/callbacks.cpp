@@ -1,7 +1,10 @@
 #include "mixp/train/callbacks.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +24,15 @@ JsonlLogCallback::JsonlLogCallback(const std::filesystem::path& path, bool appen
   if (!file_) {
     throw IoError("cannot open the log file " + path.string() + " for writing: " +
                   std::strerror(errno) + "; check that its folder exists and is writable");
+  }
+  if (append) {
+    // A run killed mid-line left half a line: cut it, so the file holds whole lines only.
+    const int fd = ::fileno(file_);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    off_t keep = size;
+    char c = 0;
+    while (keep > 0 && ::pread(fd, &c, 1, keep - 1) == 1 && c != '\n') --keep;
+    if (keep != size && ::ftruncate(fd, keep) == 0) std::fseek(file_, 0, SEEK_END);
   }
 }
 
@@ -48,9 +60,21 @@ std::string JsonlLogCallback::format(const StepInfo& s) {
 
 void JsonlLogCallback::on_step_end(const StepInfo& info) {
   const std::string line = format(info) + "\n";
+  // Whole lines only: where the line starts, so that a failed write (a full disk) can be cut
+  // back to the last complete line instead of leaving half a JSON object for a reader.
+  const long start = std::ftell(file_);
   // Flushed per line so that `tail -f` and a crashed run both see every completed step.
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
-    throw IoError("cannot write to the log file " + path_.string() + ": " + std::strerror(errno));
+    const int err = errno;
+    std::clearerr(file_);
+    bool cut = false;
+    if (start >= 0) {
+      // Drop what stdio still buffers, then cut the file back to `start`.
+      cut = ::ftruncate(::fileno(file_), static_cast<off_t>(start)) == 0;
+      std::fseek(file_, start, SEEK_SET);
+    }
+    throw IoError("cannot write to the log file " + path_.string() + ": " + std::strerror(err) +
+                  (cut ? " (the log was cut back to its last complete line)" : ""));
   }
 }
 

@@ -139,10 +139,12 @@ int64_t tensor_bytes(const nn::Module& m) {
 }  // namespace
 
 EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptions& opt) {
-  TrainConfig c = read_checkpoint_config(dir);
+  // Read once and verified: the weights evaluated are those of the state.json read.
+  const CheckpointFiles ck = read_checkpoint(dir);
+  TrainConfig c = ck.config;
   const std::string& precision = opt.precision;
   const auto int8_file = dir / kInt8ModelFile;
-  const bool has_int8 = std::filesystem::exists(int8_file);
+  const bool has_int8 = ck.has(kInt8ModelFile);
   const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
   if (precision == "int8" && !opt.weights.empty()) {
     throw ConfigError("--weights quantizes the weights of a floating-point model; --precision int8 "
@@ -170,14 +172,14 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   std::shared_ptr<nn::Module> model;
   EvalResult r;
   if (run_int8) {
-    auto m = quant::load_int8_model(int8_file);
+    auto m = quant::load_int8_model(ck.safetensors(kInt8ModelFile), int8_file);
     r.weight_bytes = m->weight_bytes();
     r.evaluated = "int8";
     model = m;
   } else {
     model = parts.model;
     const auto file = dir / kModelFile;
-    const SafeTensorsFile raw = read_safetensors(file);
+    const SafeTensorsFile raw = ck.safetensors(kModelFile);
     if (opt.compute != "bf16" && opt.compute != "fp32") {
       throw ConfigError("--compute must be bf16 or fp32, got '" + opt.compute + "'");
     }
@@ -187,7 +189,13 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
     if (has_block_tensors(raw)) {
       // Re-encoded by `mixp convert`: every tensor decoded to fp32 for the model, then the Linear
       // weights stored as nf4/int4 keep their codes (weight-only 4-bit layers).
-      load_module_state(*model, decoded(raw), file.string());
+      SafeTensorsFile dec;
+      try {
+        dec = decoded(raw);
+      } catch (const std::exception& e) {
+        throw TrainError(file.string() + ": " + e.what());  // the decoder names the tensor only
+      }
+      load_module_state(*model, dec, file.string());
       try {
         if (quant::load_weights_4bit(*model, raw, compute, &stored_4bit) == 0) stored_4bit.clear();
       } catch (const std::invalid_argument& e) {

@@ -89,6 +89,7 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
                                    source, name, Shape(s->shape.begin(), s->shape.end()).str(),
                                    t.shape().str()));
     }
+    check_loaded_tensor(t, *s, source, "optimizer state");
     Tensor copy = t.clone();
     copy_from_safetensor(copy, *s);
     sd.tensors.emplace_back(name, copy);

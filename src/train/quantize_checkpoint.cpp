@@ -8,6 +8,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
 #include "mixp/io/atomic_file.h"
+#include "mixp/io/manifest.h"
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/qat.h"
 #include "mixp/train/checkpoint.h"
@@ -25,7 +26,8 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
   if (opt.calibrate < 0) {
     throw ConfigError(fmt::format("--calibrate must be >= 0, got {}", opt.calibrate));
   }
-  TrainConfig c = read_checkpoint_config(dir);
+  const CheckpointFiles ck = read_checkpoint(dir);
+  TrainConfig c = ck.config;
   if (c.precision == "int8-qat") {
     throw ConfigError(fmt::format(
         "checkpoint {} was trained with int8-qat: it holds its int8 model already; `mixp eval "
@@ -42,7 +44,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
   auto& source = parts.data;
   auto& model = parts.model;
   const auto file = dir / kModelFile;
-  load_module_state(*model, read_safetensors(file), file.string());
+  load_module_state(*model, ck.safetensors(kModelFile), file.string());
 
   QuantizeResult r;
   r.model = c.model.name;
@@ -82,7 +84,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
   r.after.time_s = seconds_since(t0);
   r.after.evaluated = "int8";
   if (!opt.out.empty()) {
-    nlohmann::ordered_json state = nlohmann::ordered_json::parse(read_checkpoint_state(dir));
+    nlohmann::ordered_json state = nlohmann::ordered_json::parse(ck.state_text);
     state["int8"] = {{"method", "ptq"},
                      {"calibration_batches", opt.calibrate},
                      {"source", dir.string()},
@@ -91,6 +93,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
     write_directory_atomic(opt.out, [&](const std::filesystem::path& staging) {
       quant::save_int8_model(*q, staging / kInt8ModelFile);
       write_text_atomic(staging / kStateFile, text);
+      write_folder_manifest(staging);
     });
   }
   return r;

@@ -1,7 +1,9 @@
 #include "mixp/train/train_config.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "mixp/data/image_dataset.h"
 #include "mixp/data/text_corpus.h"
@@ -153,13 +155,57 @@ std::string config_to_json(const TrainConfig& c) {
 }
 
 namespace {
+// A field of the stored configuration, type- and range-checked, naming the field (a checkpoint's
+// state.json may be damaged or edited: "batch": 1e300 or "data": null must say so).
+template <class T>
+void get_value(const nlohmann::json& v, const std::string& key, T& out) {
+  auto bad = [&](const char* want) {
+    throw ConfigError("the training configuration's \"" + key + "\" is " + v.dump().substr(0, 60) +
+                      ", not " + want);
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) bad("true or false");
+    out = v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) bad("a whole number");
+    if constexpr (std::is_unsigned_v<T>) {
+      if (v.is_number_unsigned()) {
+        out = v.get<T>();
+      } else if (v.get<int64_t>() < 0) {
+        bad("a non-negative whole number");
+      } else {
+        out = T(v.get<int64_t>());
+      }
+    } else {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) {
+        bad("a whole number in range");
+      }
+      const int64_t x = v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
+      if (x < int64_t(std::numeric_limits<T>::min()) ||
+          x > int64_t(std::numeric_limits<T>::max())) {
+        bad("a whole number in range");
+      }
+      out = T(x);
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number() || !std::isfinite(v.get<double>())) bad("a finite number");
+    out = v.get<T>();
+  } else {
+    if (!v.is_string()) bad("a string");
+    out = v.get<T>();
+  }
+}
 template <class T>
 void get(const nlohmann::json& j, const char* key, T& out) {
-  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
+  if (j.contains(key) && !j[key].is_null()) get_value(j[key], key, out);
 }
 template <class T>
 void get(const nlohmann::json& j, const char* key, std::optional<T>& out) {
-  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
+  if (j.contains(key) && !j[key].is_null()) {
+    T v{};
+    get_value(j[key], key, v);
+    out = v;
+  }
 }
 }  // namespace
 
@@ -170,6 +216,8 @@ TrainConfig config_from_json(std::string_view text) {
     if (!j.is_object()) throw ConfigError("the training configuration is not a JSON object");
     if (j.contains("model")) {
       const auto& m = j["model"];
+      if (!m.is_object())
+        throw ConfigError("the training configuration's \"model\" is not an object");
       get(m, "name", c.model.name);
       get(m, "width", c.model.width);
       get(m, "layers", c.model.layers);
@@ -208,7 +256,9 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "resume_dir", c.resume_dir);
     get(j, "log_path", c.log_path);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(std::string("malformed training configuration: ") + e.what());
+    std::string what = e.what();
+    if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);
+    throw ConfigError("malformed training configuration: " + what);
   }
   return c;
 }

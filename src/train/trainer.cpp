@@ -34,6 +34,9 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   source = std::move(parts.data);
   model = std::move(parts.model);
   lm = source->vocab_size() > 0;
+  // A second process saving into the same folder fails here, before any training (the folder's
+  // parent was checked already); the lock is held until the Trainer is destroyed.
+  if (!cfg.save_dir.empty()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
   opt = make_optimizer ? make_optimizer(named, recipe->optimizer_precision())

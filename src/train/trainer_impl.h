@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "batch_source.h"
+#include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/module.h"
 #include "mixp/optim/optimizer.h"
 #include "mixp/train/build_run.h"
+#include "mixp/train/checkpoint.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
@@ -85,6 +87,10 @@ struct Trainer::Impl {
   StepTimes times;                                    // this run
   StepTimes cpu_times;                                // this run, process CPU time
   nlohmann::json metrics = nlohmann::json::object();  // saved in state.json
+  // The --resume checkpoint, read (and verified) once by check_resume_config for resume().
+  mutable std::shared_ptr<const CheckpointFiles> resumed;
+  // The --save folder's lock, held from construction to destruction (io/atomic_file.h).
+  std::unique_ptr<FolderLock> save_lock;
 
   // Takes the parts (the model prepared by the recipe, the configuration resolved) and builds the
   // optimizer: what both constructors share.

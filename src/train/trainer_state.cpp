@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "mixp/io/atomic_file.h"
+#include "mixp/io/manifest.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/train/checkpoint.h"
 #include "trainer_impl.h"
@@ -55,11 +56,9 @@ void same(const std::filesystem::path& dir, const char* flag, const T& theirs, c
 // run's own: the CLI takes it from the checkpoint unless a flag overrides it (docs/train.md).
 // The precision is compared in resume(), once the recipe has resolved its name.
 void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const {
-  const nlohmann::json state = nlohmann::json::parse(read_checkpoint_state(dir));
-  if (!state.contains("config")) {
-    throw TrainError((dir / kStateFile).string() + " has no \"config\"; the checkpoint is damaged");
-  }
-  const TrainConfig saved = config_from_json(state["config"].dump());
+  resumed = std::make_shared<const CheckpointFiles>(read_checkpoint(dir));
+  const nlohmann::json state = nlohmann::json::parse(resumed->state_text);
+  const TrainConfig& saved = resumed->config;
   same(dir, "--model", saved.model.name, cfg.model.name,
        "the weights in the checkpoint are that model's");
   // Both shapes explicit, as build() will make this run's (state.json holds the resolved one).
@@ -167,27 +166,48 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
     write_safetensors(staging / kOptimizerFile, opt_tensors);
     recipe->save_extra(*model, staging);
     write_text_atomic(staging / kStateFile, text);
+    write_folder_manifest(staging);  // last: it names and checksums every file above
   });
 }
 
 void Trainer::Impl::resume(const std::filesystem::path& dir) {
-  const nlohmann::json state = nlohmann::json::parse(read_checkpoint_state(dir));
-  const TrainConfig saved = config_from_json(state.at("config").dump());
+  // The folder as check_resume_config read it: one save, verified (a concurrent save into the
+  // same folder cannot mix into it).
+  std::shared_ptr<const CheckpointFiles> ck = resumed;
+  if (!ck || ck->dir() != dir) ck = std::make_shared<const CheckpointFiles>(read_checkpoint(dir));
+  resumed.reset();
+  const std::string state_file = ck->path(kStateFile).string();
+  const nlohmann::json state = nlohmann::json::parse(ck->state_text);  // validated already
+  const TrainConfig& saved = ck->config;
   same(dir, "--precision", saved.precision, cfg.precision,
        "the parameters' storage, the optimizer state (master weights) and the loss-scale or FP8 "
        "scaling state belong to the recipe (and its options) it was trained in; the loss scale's "
        "growth interval can change with --growth-interval");
-  const auto model_file = dir / kModelFile;
-  const auto opt_file = dir / kOptimizerFile;
-  const SafeTensorsFile weights = read_safetensors(model_file);
-  const SafeTensorsFile opt_tensors = read_safetensors(opt_file);
-  load_module_state(*model, weights, model_file.string());
+  if (state.contains("recipe") && state["recipe"].contains("name") &&
+      state["recipe"]["name"] != recipe->name()) {
+    throw TrainError(fmt::format(
+        "{}: \"recipe.name\" is {} but \"config.precision\" \"{}\" makes the recipe \"{}\": the "
+        "file contradicts itself (edited by hand?); the checkpoint is refused",
+        state_file, state["recipe"]["name"].dump(), saved.precision, recipe->name()));
+  }
+  const SafeTensorsFile weights = ck->safetensors(kModelFile);
+  const SafeTensorsFile opt_tensors = ck->safetensors(kOptimizerFile);
+  load_module_state(*model, weights, ck->path(kModelFile).string());
   const auto& os = state.at("optimizer");
   detail::load_optimizer_state(*opt, opt_tensors, os.value("state", nlohmann::json::object()),
-                               opt_file.string());
-  source->restore(state.at("data").dump());
-  if (state.contains("rng") && state["rng"].contains("dropout")) {
-    detail::restore_dropout_streams(*model, state["rng"]["dropout"]);
+                               ck->path(kOptimizerFile).string());
+  // The fields below were type-checked by read_checkpoint; what each loader still finds wrong
+  // is reported with the file's name.
+  try {
+    source->restore(state.at("data").dump());
+    if (state.contains("rng") && state["rng"].contains("dropout")) {
+      detail::restore_dropout_streams(*model, state["rng"]["dropout"]);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);
+    throw TrainError(state_file + ": \"data\" or \"rng\" is malformed (" + what +
+                     "); the checkpoint is damaged (or was edited), so it is refused");
   }
   std::map<std::string, double> rs;
   if (state.contains("recipe") && state["recipe"].contains("state")) {
@@ -196,11 +216,29 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   recipe->load_state(rs);
   step = state.at("step").get<int64_t>();
   skipped = state.value("skipped_steps", int64_t(0));
+  // The data position must be the one `step` steps reach (docs/train.md, "What is verified on
+  // load"): each step takes grad_accum micro-batches, the last one of an epoch what is left.
+  const int64_t want_epoch = step / steps_per_epoch;
+  const int64_t want_position = (step % steps_per_epoch) * cfg.grad_accum;
+  if (source->epoch() != want_epoch || source->position() != want_position ||
+      state.at("epoch").get<int64_t>() != want_epoch ||
+      state.at("epoch_position").get<int64_t>() != want_position) {
+    throw TrainError(fmt::format(
+        "{}: \"step\" {} means epoch {} at batch {} ({} steps per epoch, {} batches per step), "
+        "but the data position says epoch {} at batch {} (\"epoch\" {}, \"epoch_position\" {}): "
+        "the file contradicts itself; the checkpoint is damaged (or was edited), so it is refused",
+        state_file, step, want_epoch, want_position, steps_per_epoch, cfg.grad_accum,
+        source->epoch(), source->position(), state.at("epoch").get<int64_t>(),
+        state.at("epoch_position").get<int64_t>()));
+  }
   if (state.contains("last_loss") && state["last_loss"].is_number()) {
     last_loss = state["last_loss"].get<double>();
   }
   if (state.contains("metrics") && state["metrics"].is_object()) {
-    prior_train_time_s = state["metrics"].value("train_time_s", 0.0);
+    const auto& m = state["metrics"];
+    if (m.contains("train_time_s") && m["train_time_s"].is_number()) {
+      prior_train_time_s = m["train_time_s"].get<double>();
+    }
   }
 }
 

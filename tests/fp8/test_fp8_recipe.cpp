@@ -190,6 +190,7 @@ TEST(Fp8Recipe, CheckpointWhoseScalingStateDoesNotMatchIsRefusedByName) {
   h->shape = {8};
   h->data.resize(8 * sizeof(float));
   write_safetensors(file, bad);
+  seal_checkpoint(dir / "ck");  // changed on purpose: the manifest would refuse it first
   std::string e = error_of([&] { Trainer t(r); });
   EXPECT_TRUE(has(e, "FP8 scaling state 'fc2.fp8_weight_amax_history' has shape [8] but the "
                      "model's is [16]"))
@@ -199,10 +200,12 @@ TEST(Fp8Recipe, CheckpointWhoseScalingStateDoesNotMatchIsRefusedByName) {
   bad.tensors.erase(std::find_if(bad.tensors.begin(), bad.tensors.end(),
                                  [](const SafeTensor& t) { return t.name == "fc1.fp8_grad_output_scale"; }));
   write_safetensors(file, bad);
+  seal_checkpoint(dir / "ck");
   e = error_of([&] { Trainer t(r); });
   EXPECT_TRUE(has(e, "has no FP8 scaling state 'fc1.fp8_grad_output_scale'")) << e;
   // State for a layer that is not in FP8 in this run.
   write_safetensors(file, good);
+  seal_checkpoint(dir / "ck");
   TrainConfig other = r;
   other.layer_precision = "fc2=bf16";
   e = error_of([&] { (void)evaluate_checkpoint(dir / "ck", "", ""); });
@@ -219,6 +222,7 @@ TEST(Fp8Recipe, CheckpointWhoseScalingStateDoesNotMatchIsRefusedByName) {
     state["config"]["layer_precision"] = "fc2=bf16";
     std::ofstream(state_file) << state.dump(2);
   }
+  seal_checkpoint(dir / "ck");
   e = error_of([&] {
     Trainer t(other);
   });

@@ -131,6 +131,55 @@ TEST(Verdict, NoBaselineOrDivergedBaseline) {
   EXPECT_EQ(recommend(StudyResults{}, {}).precision, "");
 }
 
+// The headline never contradicts the table (issue 18): every outcome says what happened.
+TEST(Verdict, HeadlineIsTrueInEveryOutcome) {
+  auto headline = [](const StudyResults& s) {
+    const auto v = compute_verdicts(s);
+    return summary_sentence(s, v, recommend(s, v));
+  };
+  auto diverged = [](RunRecord r, int64_t step) {
+    r.diverged = true;
+    r.diverged_at_step = step;
+    r.final_loss = std::numeric_limits<double>::quiet_NaN();
+    return r;
+  };
+  StudyResults s;
+  // Every run diverged: nobody "finished".
+  s.runs = {diverged(test::make_run("fp32", 10, 0.9, 100, 1), 3),
+            diverged(test::make_run("bf16", 5, 0.9, 50, 1), 4)};
+  std::string h = headline(s);
+  EXPECT_EQ(h, "Every run diverged: fp32 diverged at step 3 and bf16 diverged at step 4.");
+  EXPECT_FALSE(contains(h, "finished")) << h;
+  // The baseline diverged, the other finished.
+  s.runs = {diverged(test::make_run("fp32", 10, 0.9, 100, 1), 3),
+            test::make_run("bf16", 5, 0.9, 50, 1)};
+  h = headline(s);
+  EXPECT_EQ(h,
+            "bf16 finished, but the fp32 baseline diverged at step 3, so nothing could be "
+            "compared.");
+  // The other diverged, the baseline finished (the old sentence, still true).
+  s.runs = {test::make_run("fp32", 10, 0.9, 100, 1),
+            diverged(test::make_run("bf16", 5, 0.9, 50, 1), 4)};
+  EXPECT_EQ(headline(s), "bf16 diverged at step 4; fp32 finished.");
+  // Both diverged, with a third run that finished: the baseline is not said to have finished.
+  s.runs = {diverged(test::make_run("fp32", 10, 0.9, 100, 1), 3),
+            diverged(test::make_run("bf16", 5, 0.9, 50, 1), 4),
+            test::make_run("fp16", 6, 0.9, 50, 1)};
+  h = headline(s);
+  EXPECT_FALSE(contains(h, "fp32 finished")) << h;
+  EXPECT_TRUE(contains(h, "fp32 baseline diverged at step 3")) << h;
+  // One run.
+  s.runs = {test::make_run("fp32", 10, 0.9, 100, 1)};
+  EXPECT_EQ(headline(s),
+            "fp32 finished; no other precision was run, so there is nothing to "
+            "compare.");
+  s.runs = {diverged(test::make_run("fp32", 10, 0.9, 100, 1), 3)};
+  EXPECT_EQ(headline(s), "fp32 diverged at step 3.");
+  s.runs = {test::make_run("fp32", 10, 0.9, 100, 1)};
+  s.runs[0].error = "out of memory";
+  EXPECT_EQ(headline(s), "fp32 failed: out of memory.");
+}
+
 TEST(Verdict, LanguageModelsAreJudgedOnValidationLoss) {
   StudyResults s;
   RunRecord base = test::make_run("fp32", 10, 0, 100, 1);

@@ -195,6 +195,7 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRefusedByName) {
     state["config"]["model"]["width"] = 64;
     std::ofstream(state_file) << state.dump(2);
   }
+  seal_checkpoint(dir / "ckpt");  // changed on purpose: the manifest would refuse it first
   try {
     Trainer t(other);
     FAIL() << "expected a shape mismatch";
@@ -210,6 +211,7 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRefusedByName) {
   const std::string dropped = f.tensors.back().name;
   f.tensors.pop_back();
   write_safetensors(dir / "ckpt" / kModelFile, f);
+  seal_checkpoint(dir / "ckpt");
   TrainConfig same = small_mlp();
   same.resume_dir = (dir / "ckpt").string();
   try {

@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "mixp/io/convert_safetensors.h"
+#include "mixp/io/manifest.h"
 #include "mixp/io/safetensors.h"
 #include "output.h"
 
@@ -46,8 +47,15 @@ void run(const ConvertArgs& a) {
     throw UsageError(e.what());
   }
 
-  const SafeTensorsFile in = read_safetensors(a.input);
-  const FileConversion conv = convert_safetensors(in, opt);
+  // Verified against the manifest of a checkpoint folder that holds it (io/manifest.h).
+  const SafeTensorsFile in = parse_safetensors(read_file_verified(a.input), a.input);
+  FileConversion conv;
+  try {
+    conv = convert_safetensors(in, opt);
+  } catch (const std::exception& e) {
+    // Every error names the file (the library's name the tensor).
+    throw std::runtime_error(a.input + ": " + e.what());
+  }
   write_safetensors(a.output, conv.file);
 
   uint64_t before = 0, after = 0;

@@ -21,7 +21,17 @@ struct Flags {
   bool json = false;
 };
 
+// A checkpoint written before mixp had manifests is read unverified (docs/train.md).
+void warn_if_unverified(const char* command, const std::string& dir) {
+  if (train::checkpoint_is_unverified(dir)) {
+    std::cerr << "mixp " << command << ": warning: checkpoint " << dir
+              << " has no manifest.json (written by an older mixp), so its files cannot be "
+                 "verified; save it again with this mixp to add one\n";
+  }
+}
+
 void run(const Flags& f) {
+  warn_if_unverified("eval", f.checkpoint);
   const train::TrainConfig c = train::read_checkpoint_config(f.checkpoint);
   const nlohmann::json state = nlohmann::json::parse(train::read_checkpoint_state(f.checkpoint));
   train::EvalResult r;

@@ -93,6 +93,11 @@ void run(Flags& f) {
     // docs/train.md "Resuming": every flag given below overrides the checkpoint's value, and the
     // Trainer refuses the ones that must match the checkpoint (model, shape, precision, optimizer,
     // batch, ...) when their value differs. Only given flags count: a default never overrides.
+    if (train::checkpoint_is_unverified(f.c.resume_dir)) {
+      std::cerr << "mixp train: warning: checkpoint " << f.c.resume_dir
+                << " has no manifest.json (written by an older mixp), so its files cannot be "
+                   "verified; save it again with this mixp to add one\n";
+    }
     c = train::read_checkpoint_config(f.c.resume_dir);
     c.save_dir.clear();  // outputs of the earlier run are not this run's
     c.save_every = 0;

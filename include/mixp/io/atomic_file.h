@@ -15,12 +15,21 @@
 // `<dir>.old-XXXXXX` (rename it back to recover). A failure of the second rename puts the old one
 // back before the error is reported.
 //
+// Locking: a folder being written is locked (FolderLock below: an advisory flock(2) on the lock
+// file `<dir>.lock` next to it), so a second writer fails at once with a clear message instead of
+// "last writer wins". AtomicDirectory takes the lock itself for the time of one write; a long
+// writer (the Trainer's --save, `mixp compare --out`) holds one for its whole run. When a process
+// takes a folder's lock (and no thread of it held it already), it removes what a killed writer
+// left next to the folder: `<dir>.tmp-XXXXXX` staging folders, and `<dir>.old-XXXXXX` (renamed
+// back to `<dir>` when `<dir>` itself is missing: the crash fell between the two renames).
+//
 // Linux/POSIX only. Symlinks: the link itself is replaced, not its target.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string_view>
@@ -33,6 +42,38 @@ namespace mixp {
 class IoError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Another process holds the folder's lock (FolderLock).
+class FolderBusyError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+// An exclusive advisory lock on a folder that is being written: flock(LOCK_EX | LOCK_NB) on
+// `<dir>.lock` (created, mode 0666 & ~umask; it holds the owner's pid for the error message, and
+// is removed again on release). Re-entrant within one process: a second FolderLock on the same
+// folder (any thread) shares the first one, and the lock is released with the last of them.
+// Readers take no lock: they verify what they read instead (io/manifest.h).
+class FolderLock {
+ public:
+  // Throws FolderBusyError when another process holds the lock ("cannot write 'ck': another
+  // process (pid N) is writing it ..."), IoError when the lock file cannot be created. On a fresh
+  // acquisition, removes the stale siblings described at the top of this file.
+  explicit FolderLock(const std::filesystem::path& dir);
+  ~FolderLock();
+  FolderLock(FolderLock&& other) noexcept;
+  FolderLock& operator=(FolderLock&& other) noexcept;
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  // Releases now (the destructor does it too). Never throws.
+  void release() noexcept;
+  // `<dir>.lock`.
+  const std::filesystem::path& lock_file() const { return lock_file_; }
+
+ private:
+  std::filesystem::path lock_file_;
+  bool held_ = false;
 };
 
 // Writes one file atomically. Usage:
@@ -88,11 +129,13 @@ void write_file_atomic_with(const std::filesystem::path& path,
 //   write_file_atomic(d.file("model.safetensors"), ...);  // or any plain writes into d.staging()
 //   d.commit();                                      // fsync everything, swap into place
 // The destructor removes the staging directory (recursively) if commit() was not reached.
-// New directories get mode 0777 & ~umask.
+// New directories get mode 0777 & ~umask. The target's FolderLock is held from the constructor
+// until commit() or abort() (so a second process writing the same folder fails at once).
 class AtomicDirectory {
  public:
   // Throws IoError when `target` exists and is not a directory, when its parent does not exist,
-  // or when the staging directory cannot be created.
+  // or when the staging directory cannot be created; FolderBusyError when another process holds
+  // the target's lock.
   explicit AtomicDirectory(std::filesystem::path target);
   ~AtomicDirectory();
   AtomicDirectory(AtomicDirectory&& other) noexcept;
@@ -116,6 +159,7 @@ class AtomicDirectory {
   std::filesystem::path target_;
   std::filesystem::path staging_;
   bool committed_ = false;
+  std::unique_ptr<FolderLock> lock_;
 };
 
 // Streams through `fill(staging_dir)`; on an exception the staging directory is removed, the

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "mixp/format/block_int8.h"
+#include "mixp/io/safetensors.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/ops.h"
 
@@ -175,6 +176,10 @@ std::shared_ptr<Int8Model> convert_to_int8(const nn::Module& prepared);
 // for a file that is not an int8 model or is inconsistent (naming the tensor).
 void save_int8_model(const Int8Model& m, const std::filesystem::path& path);
 std::shared_ptr<Int8Model> load_int8_model(const std::filesystem::path& path);
+// The same from a file already read (a checkpoint read and verified once); `path` names it in
+// errors.
+std::shared_ptr<Int8Model> load_int8_model(const SafeTensorsFile& file,
+                                           const std::filesystem::path& path);
 
 // Exact int32 convolution of u8 NHWC codes with s8 OIHW weights (oneDNN; for tests and
 // benchmarks): src [N, H, W, C] u8 (zero point 0, zero padding), weight [O, C, KH, KW] int8 ->

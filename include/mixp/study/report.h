@@ -20,9 +20,12 @@
 
 namespace mixp::study {
 
-// Renders all four files, then writes each atomically (io/atomic_file.h) into out_dir, creating
-// it (and its parents) when missing; other files in out_dir are left alone. A rendering error
-// writes nothing. Throws mixp::IoError (mixp/io/atomic_file.h) when a file cannot be written.
+// Renders all four files, then publishes out_dir as one unit (io/atomic_file.h's AtomicDirectory:
+// staged in out_dir.tmp-XXXXXX and swapped in by one rename), creating its parents when missing;
+// other files in out_dir are carried over (hard links) and so left alone. A rendering or write
+// error (a full disk) leaves out_dir exactly as it was; a reader never sees files of two studies
+// side by side. Throws mixp::IoError (mixp/io/atomic_file.h) when a file cannot be written, and
+// FolderBusyError when another process is writing out_dir.
 void write_study_report(const std::filesystem::path& out_dir, const StudyResults& s);
 
 // The file contents, for tests and for callers that want one of them.

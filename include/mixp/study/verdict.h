@@ -76,7 +76,10 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
 
 // The headline, e.g. "bf16 was 1.8x faster than fp32 with 0.1 points less accuracy and 42% less
 // memory." about the recommended precision (or, when that is the baseline, the fastest other
-// run that finished). "" when there is nothing to compare.
+// run that finished). True in every outcome: "Every run diverged: bf16 diverged at step 4 and fp32
+// diverged at step 3.", "bf16 finished, but the fp32 baseline diverged at step 3, so nothing could
+// be compared.", "fp32 finished; no other precision was run, ...". "" without runs, or without a
+// baseline run while some run finished.
 std::string summary_sentence(const StudyResults& s, std::span<const Verdict> verdicts,
                              const Recommendation& rec);
 
