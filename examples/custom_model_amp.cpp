@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       first = mx::cross_entropy(model(d.x), d.y).item();
     }
     const double last = train(model, d, dt, steps);
-    std::printf("%s: loss %.4f -> %.4f\n", dn.c_str(), first, last);
+    std::printf("%s: loss %.4f -> %.6f\n", dn.c_str(), first, last);
     if (!(last < first)) {
       std::fprintf(stderr, "the loss did not fall in %s\n", dn.c_str());
       return 1;
