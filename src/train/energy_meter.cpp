@@ -112,28 +112,23 @@ std::vector<std::string> EnergyMeter::zone_names() const {
 
 void EnergyMeter::start() {
   accumulated_uj_ = 0;
-  std::string why;
-  for (Zone& z : zones_) {
-    uint64_t v = 0;
-    if (!read_u64(z.energy_file, v, why)) {
-      zones_.clear();
-      reason_ = why;
-      return;
-    }
-    z.last_uj = v;
-  }
+  read_counters(/*accumulate=*/false);
 }
 
 void EnergyMeter::sample() {
+  read_counters(/*accumulate=*/true);
+}
+
+void EnergyMeter::read_counters(bool accumulate) {
   std::string why;
   for (Zone& z : zones_) {
     uint64_t v = 0;
     if (!read_u64(z.energy_file, v, why)) {
-      zones_.clear();
+      zones_.clear();  // a sum over only some packages is not reported
       reason_ = why;
       return;
     }
-    accumulated_uj_ += double(counter_delta(z.last_uj, v, z.max_range_uj));
+    if (accumulate) accumulated_uj_ += double(counter_delta(z.last_uj, v, z.max_range_uj));
     z.last_uj = v;
   }
 }

@@ -62,6 +62,9 @@ class EnergyMeter {
     uint64_t max_range_uj = 0;
     uint64_t last_uj = 0;
   };
+  // Reads every counter into last_uj (adding the advances when `accumulate`); an unreadable one
+  // makes the meter unavailable.
+  void read_counters(bool accumulate);
   std::filesystem::path root_;
   std::vector<Zone> zones_;
   std::string reason_;
