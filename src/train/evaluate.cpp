@@ -14,6 +14,7 @@
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/weight_only.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/recipe_registry.h"
 #include "trainer_impl.h"
 
 namespace mixp::train {
@@ -153,7 +154,7 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   const bool lm = is_language_model(c.model.name);
   RecipeOptions ro;
   ro.layer_precision = c.layer_precision;
-  if (c.precision == "int8-qat") {
+  if (is_recipe_family(c.precision, RecipeFamily::int8_qat)) {
     ro.qat_freeze_bn_epoch = c.qat_freeze_bn_epoch;
     ro.qat_disable_observer_epoch = c.qat_disable_observer_epoch;
   }

@@ -41,19 +41,24 @@
 
 namespace mixp::train {
 
-// True when `spec` names an FP8 recipe ("fp8", "fp8-current", "mxfp8", with or without options).
+// True when `spec` names an FP8 recipe ("fp8", "fp8-current", "mxfp8", with or without options):
+// an entry of family fp8 in train/recipe_registry.h.
 bool is_fp8_recipe(std::string_view spec);
-// The FP8 recipe names, in the order of docs/architecture.md 3.6.
+// The FP8 recipe names, in the registry's order.
 const std::vector<std::string>& fp8_recipe_names();
 
 class Fp8TrainingRecipe final : public PolicyRecipe {
  public:
+  // `scaling` is the recipe's FP8 scaling before the spec's keys refine it (the registry's entry
+  // for the spec's name passes it: make_recipe("fp8-current") gives Fp8Recipe::current()).
   // Throws ConfigError for unknown keys or values, options of another scaling, rules that
   // cannot be parsed, and loss-scale options (there is no loss scaling).
-  Fp8TrainingRecipe(std::string_view spec, const RecipeOptions& opt);
+  Fp8TrainingRecipe(std::string_view spec, const RecipeOptions& opt,
+                    const amp::Fp8Recipe& scaling);
 
   std::string name() const override { return name_; }
   std::string describe() const override;
+  RecipeDtypes dtypes() const override;
   void prepare_model(nn::Module& model) const override;
   std::unique_ptr<ForwardScope> forward_scope() const override;
   void update(bool skipped) override;
@@ -70,7 +75,8 @@ class Fp8TrainingRecipe final : public PolicyRecipe {
     std::vector<amp::LayerRule> rules;      // the non-fp8 rules, for PolicyRecipe
     std::vector<amp::LayerRule> all_rules;  // every rule in order; fp8 ones carry fp8_e4m3
   };
-  static Parsed parse(std::string_view spec, const RecipeOptions& opt);
+  static Parsed parse(std::string_view spec, const RecipeOptions& opt,
+                      const amp::Fp8Recipe& scaling);
   Fp8TrainingRecipe(Parsed p, const RecipeOptions& opt);
 
   std::string name_;
