@@ -24,8 +24,9 @@
 //
 // --layer-precision: the rules of amp/layer_precision.h (fp32, bf16, fp16) take a layer out of
 // FP8 and run it in that precision; a rule with the value fp8 puts the selected layers' Linears
-// in FP8 ("head=fp8"). Precedence as there: the rule on the deepest module covering a Linear
-// wins; on one module a name rule beats a kind rule; otherwise the last rule wins.
+// in FP8 ("head=fp8"). Precedence as there (amp::LayerRuleResolver): the rule on the deepest
+// module covering a Linear wins; on one module a name rule beats a kind rule; otherwise the last
+// rule wins.
 //
 // Checkpoints: delayed scaling keeps its state (per layer: input, weight and grad_output amax
 // histories, scales and scale_invs) as buffers of the layers, so it is saved in
