@@ -217,6 +217,11 @@ std::vector<std::string> available_recipes() {
   return recipe_names();
 }
 
+bool recipe_supports_model(std::string_view name, std::string_view model) {
+  const RecipeTraits* t = find_recipe(name);
+  return !t || t->supports_model(model);
+}
+
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
   const RecipeTraits& t = recipe_traits(name);
   if (t.family != RecipeFamily::int8_qat &&

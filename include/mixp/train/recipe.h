@@ -193,6 +193,11 @@ std::vector<std::string> available_recipes();
 // told the two apart).
 const std::vector<std::string>& planned_recipes();
 
+// Whether recipe `name` (options after a colon ignored) can train the built-in model `model`:
+// the registry's RecipeTraits::supports_model (no int8-qat for the gpt). Unknown recipes and
+// models are accepted (make_recipe and the model factory report them).
+bool recipe_supports_model(std::string_view name, std::string_view model);
+
 // Converts every floating parameter and buffer of `model` to `dtype` in place (the tensors keep
 // their identity, so references held elsewhere see the change). Nearest-even rounding.
 void convert_module(nn::Module& model, DType dtype);
