@@ -71,10 +71,12 @@
 // Training.
 #include "mixp/train/callbacks.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/energy_meter.h"
 #include "mixp/train/fp8_recipe.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/quantize_checkpoint.h"
 #include "mixp/train/recipe.h"
+#include "mixp/train/recipe_registry.h"
 #include "mixp/train/train_config.h"
 #include "mixp/train/trainer.h"
 

@@ -87,8 +87,8 @@ std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_lay
   try {
     for (const auto& [key, v] :
          detail::split_key_values(spec, {.list = "--layer-precision",
-                                         .entry = "layer=dtype",
-                                         .example = "embed=fp32,attn=bf16,head=fp32"})) {
+                                        .entry = "layer=dtype",
+                                        .example = "embed=fp32,attn=bf16,head=fp32"})) {
       const std::string l = detail::lower(v);
       if (fp8_layers && (l == "fp8" || l == "fp8_e4m3" || l == "e4m3")) {
         rules.push_back({key, DType::fp8_e4m3});

@@ -193,13 +193,13 @@ PrecisionPolicy parse_policy_or_throw(std::string_view spec) {
   preset->set(p);
   std::map<std::string, std::string> given;
   std::vector<std::string> order;
-  for (auto& [k, v] : detail::split_key_values(parts.options,
-                                               {.list = "policy string",
-                                                .entry = "key=value",
-                                                .example = "'bf16:params=fp32,compute=bf16'",
-                                                .noun = kKey,
-                                                .keys = key_names(),
-                                                .lower_keys = true})) {
+  for (auto& [k, v] :
+       detail::split_key_values(parts.options, {.list = "policy string",
+                                               .entry = "key=value",
+                                               .example = "'bf16:params=fp32,compute=bf16'",
+                                               .noun = kKey,
+                                               .keys = key_names(),
+                                               .lower_keys = true})) {
     given[k] = v;
     order.push_back(k);
   }
@@ -229,7 +229,8 @@ PrecisionPolicy parse_policy_or_throw(std::string_view spec) {
                      : Round::stochastic;
   }
   if (given.count("norm")) p.norm_fp32 = choice("norm", {"fp32|float32|f32", "params"}) == 0;
-  if (given.count("ln_save")) p.norm_saves_low = choice("ln_save", {"compute", "fp32|float32|f32"}) == 0;
+  if (given.count("ln_save"))
+    p.norm_saves_low = choice("ln_save", {"compute", "fp32|float32|f32"}) == 0;
   // Derived defaults: follow the final params/compute unless given.
   if (given.count("autocast")) {
     p.autocast = on_off("autocast");

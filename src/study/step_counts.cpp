@@ -173,7 +173,8 @@ StepPrecision step_precision(const train::RecipeDtypes& d, std::string_view opti
   p.grad = d.grads;
   p.state = d.states;
   const DTypeTraits& c = traits(d.compute);
-  p.casts_weights = c.is_float() && c.bits < 32 && d.compute != DType::tf32 && d.master != d.compute;
+  p.casts_weights =
+      c.is_float() && c.bits < 32 && d.compute != DType::tf32 && d.master != d.compute;
   return p;
 }
 

@@ -10,8 +10,8 @@
 #include "mixp/amp/policy.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/module.h"
-#include "mixp/train/train_config.h"
 #include "mixp/train/recipe_registry.h"
+#include "mixp/train/train_config.h"
 #include "train/recipe_factories.h"
 #include "util/key_value.h"
 #include "util/text.h"
@@ -47,8 +47,8 @@ bool is_fp8_recipe(std::string_view spec) {
 }
 
 Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
-                                                    const RecipeOptions& opt,
-                                                    const amp::Fp8Recipe& scaling) {
+                                                   const RecipeOptions& opt,
+                                                   const amp::Fp8Recipe& scaling) {
   const std::string spec = trim(spec_in);
   const ::mixp::detail::SpecParts parts = ::mixp::detail::split_spec(spec);
   const std::string base = lower(parts.base);
@@ -62,8 +62,8 @@ Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
     constexpr std::string_view kOption = "fp8 option";
     for (const auto& [k0, v] : ::mixp::detail::split_key_values(
              parts.options, {.list = "precision",
-                             .entry = "key=value",
-                             .example = "'fp8:amax_history=16,margin=1'"})) {
+                            .entry = "key=value",
+                            .example = "'fp8:amax_history=16,margin=1'"})) {
       const std::string k = lower(k0);
       auto only = [&](amp::Fp8Scaling s, const char* recipe) {
         if (p.fp8.scaling != s)

@@ -67,9 +67,10 @@ class Int8QatRecipe final : public PrecisionRecipe {
 std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(std::string_view spec,
                                                       const RecipeOptions& opt) {
   if (::mixp::detail::split_spec(spec).has_colon) {
-    throw ConfigError("precision 'int8-qat' takes no policy keys (it trains in fp32 with fake "
-                      "quantization); its options are --qat-freeze-bn-epoch and "
-                      "--qat-disable-observer-epoch");
+    throw ConfigError(
+        "precision 'int8-qat' takes no policy keys (it trains in fp32 with fake "
+        "quantization); its options are --qat-freeze-bn-epoch and "
+        "--qat-disable-observer-epoch");
   }
   // fp32 training with fake quantization: nothing to override per layer and no loss scale.
   if (!opt.layer_precision.empty()) {

@@ -40,8 +40,8 @@ std::unique_ptr<PrecisionRecipe> make_mxfp8(std::string_view spec, const RecipeO
 
 // A recipe whose accuracy is the trained model's, trained on any built-in model.
 constexpr RecipeTraits entry(std::string_view name, std::string_view description,
-                             RecipeFamily family, std::optional<RecipeDtypes> d,
-                             bool loss_scaling, int study_order,
+                             RecipeFamily family, std::optional<RecipeDtypes> d, bool loss_scaling,
+                             int study_order,
                              std::unique_ptr<PrecisionRecipe> (*make)(std::string_view,
                                                                       const RecipeOptions&)) {
   return {.name = name,
@@ -102,9 +102,8 @@ constexpr RecipeTraits kRegistry[] = {
           "TransformerEngine's default recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
           "gradients, delayed scaling), the rest as bf16; per-tensor FP8 scales, no loss scaling",
           kFp8Family, kFp8, false, 6, make_fp8),
-    entry("fp8-current",
-          "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)", kFp8Family,
-          kFp8, false, 0, make_fp8_current),
+    entry("fp8-current", "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)",
+          kFp8Family, kFp8, false, 0, make_fp8_current),
     entry("mxfp8",
           "Linear layers in MXFP8 (E4M3, blocks of 32 with e8m0 scales), the rest as bf16 (TE's "
           "MXFP8BlockScaling, Blackwell)",
@@ -157,10 +156,10 @@ const RecipeTraits* find_recipe(std::string_view spec) {
 
 const RecipeTraits& recipe_traits(std::string_view spec) {
   if (const RecipeTraits* t = find_recipe(spec)) return *t;
-  throw ConfigError(fmt::format(
-      "unknown precision '{}'; available: {}, or a policy string such as "
-      "'bf16:params=fp32,compute=bf16,output=fp32' (docs/amp-training.md)",
-      ::mixp::detail::split_spec(spec).base, ::mixp::detail::join(recipe_names())));
+  throw ConfigError(
+      fmt::format("unknown precision '{}'; available: {}, or a policy string such as "
+                  "'bf16:params=fp32,compute=bf16,output=fp32' (docs/amp-training.md)",
+                  ::mixp::detail::split_spec(spec).base, ::mixp::detail::join(recipe_names())));
 }
 
 bool is_recipe_family(std::string_view spec, RecipeFamily family) {
@@ -191,16 +190,14 @@ std::string recipe_table_markdown() {
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const RecipeTraits& t : kRegistry) {
     std::vector<std::string> not_for(t.unsupported_models.begin(), t.unsupported_models.end());
-    s += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name,
-                     dtype_cell(t.dtypes, &RecipeDtypes::params),
-                     dtype_cell(t.dtypes, &RecipeDtypes::master),
-                     dtype_cell(t.dtypes, &RecipeDtypes::compute),
-                     dtype_cell(t.dtypes, &RecipeDtypes::grads),
-                     dtype_cell(t.dtypes, &RecipeDtypes::states),
-                     dtype_cell(t.dtypes, &RecipeDtypes::activations),
-                     t.loss_scaling ? "dynamic" : "no",
-                     not_for.empty() ? std::string("all") : "not " + ::mixp::detail::join(not_for),
-                     t.accuracy_note, t.description);
+    s += fmt::format(
+        "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name,
+        dtype_cell(t.dtypes, &RecipeDtypes::params), dtype_cell(t.dtypes, &RecipeDtypes::master),
+        dtype_cell(t.dtypes, &RecipeDtypes::compute), dtype_cell(t.dtypes, &RecipeDtypes::grads),
+        dtype_cell(t.dtypes, &RecipeDtypes::states),
+        dtype_cell(t.dtypes, &RecipeDtypes::activations), t.loss_scaling ? "dynamic" : "no",
+        not_for.empty() ? std::string("all") : "not " + ::mixp::detail::join(not_for),
+        t.accuracy_note, t.description);
   }
   return s;
 }

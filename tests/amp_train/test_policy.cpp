@@ -147,13 +147,18 @@ TEST(LayerRules, ParseAndErrors) {
 // One precedence for every rule: the nearest module with a rule (itself, else its ancestors);
 // on one module a name rule beats a kind rule, and of one sort the last rule wins.
 TEST(LayerRules, ResolverPrecedence) {
-  auto gpt = nn::make_model({.name = "gpt", .width = 16, .layers = 2, .heads = 2, .context = 8,
-                             .vocab = 16, .mlp_width = 32});
-  const std::vector<LayerRule> rules = {{"blocks.0", DType::fp32},   // 0: a block by name
-                                        {"attn", DType::bf16},       // 1: every attention
-                                        {"linear", DType::fp16},     // 2: kind
+  auto gpt = nn::make_model({.name = "gpt",
+                             .width = 16,
+                             .layers = 2,
+                             .heads = 2,
+                             .context = 8,
+                             .vocab = 16,
+                             .mlp_width = 32});
+  const std::vector<LayerRule> rules = {{"blocks.0", DType::fp32},         // 0: a block by name
+                                        {"attn", DType::bf16},             // 1: every attention
+                                        {"linear", DType::fp16},           // 2: kind
                                         {"blocks.1.mlp.fc", DType::fp32},  // 3: name
-                                        {"linear", DType::bf16}};    // 4: kind again, later
+                                        {"linear", DType::bf16}};          // 4: kind again, later
   const LayerRuleResolver r(*gpt, rules);
   EXPECT_EQ(r.rule_for("blocks.0"), 0u);
   EXPECT_EQ(r.rule_for("blocks.0.ln1"), 0u) << "inherited from the block";

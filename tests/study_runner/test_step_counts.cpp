@@ -95,8 +95,7 @@ TEST(StepCounts, TinyMlpFp8AndInt8QatStepsByHand) {
   // 1.4 pJ per fp8 MAC (0.5 multiply at p = 4, 0.9 fp32 accumulate).
   EXPECT_NEAR(estimate_joules(fp8), (84 * 1.4 + 834 * 243.75 + 100 * 1.25) * 1e-12, 1e-18);
   for (const char* r : {"fp8-current", "mxfp8"}) {
-    EXPECT_EQ(count_training_step(t, step_precision(r)).dram_bytes, fp8.dram_bytes)
-        << r;
+    EXPECT_EQ(count_training_step(t, step_precision(r)).dram_bytes, fp8.dram_bytes) << r;
   }
 
   const OpCounts qat = count_training_step(t, step_precision("int8-qat"));
@@ -161,8 +160,7 @@ TEST(StepCounts, GptFromItsConfiguration) {
   const OpCounts c = count_training_step(t, step_precision("fp32"));
   EXPECT_EQ(c.total_macs(), 3 * (768 + 128 + 128 + 256 + 512 + 512 + 160));
   mc.checkpointing = true;
-  const OpCounts ck =
-      count_training_step(trace_step_gemms(mc, 1), step_precision("fp32"));
+  const OpCounts ck = count_training_step(trace_step_gemms(mc, 1), step_precision("fp32"));
   EXPECT_EQ(ck.total_macs() - c.total_macs(), 768 + 128 + 128 + 256 + 512 + 512)
       << "checkpointing recomputes each block's forward once";
 }
@@ -220,8 +218,7 @@ TEST(StepCounts, RefinedPolicyIsPricedInItsOwnFormats) {
   EXPECT_EQ(refined.dram_bytes, fp16.dram_bytes);
   EXPECT_EQ(estimate_joules(refined), estimate_joules(fp16));
   // Through the built recipe, as the study does.
-  EXPECT_EQ(step_precision(train::make_recipe("bf16:compute=fp16")->dtypes()).compute,
-            DType::fp16);
+  EXPECT_EQ(step_precision(train::make_recipe("bf16:compute=fp16")->dtypes()).compute, DType::fp16);
   EXPECT_EQ(step_precision("bf16:states=bf16").state, DType::bf16);
   EXPECT_EQ(step_precision("fp8:margin=1").compute, DType::fp8_e4m3);
 }

@@ -3,6 +3,7 @@
 // come from it, and docs/amp-training.md holds its table.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -23,8 +24,8 @@ bool narrow(DType d) {
 TEST(RecipeRegistry, NamesInTheDocumentedOrder) {
   const std::vector<std::string> names = recipe_names();
   EXPECT_EQ(names, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "bf16-pure", "fp16",
-                                             "fp16-o2", "fp16-pure", "fp8", "fp8-current",
-                                             "mxfp8", "int8-qat", "auto"}));
+                                             "fp16-o2", "fp16-pure", "fp8", "fp8-current", "mxfp8",
+                                             "int8-qat", "auto"}));
   EXPECT_EQ(available_recipes(), names);
   EXPECT_EQ(planned_recipes(), names);
   // The policy presets amp knows are exactly the policy (and auto) entries.
@@ -60,8 +61,7 @@ TEST(RecipeRegistry, EveryEntryBuildsTheRecipeItDescribes) {
     }
     EXPECT_EQ(r->skips_nonfinite(), t.loss_scaling);
     EXPECT_EQ(r->loss_scale() != 1.0, t.loss_scaling);
-    EXPECT_EQ(dynamic_cast<Fp8TrainingRecipe*>(r.get()) != nullptr,
-              t.family == RecipeFamily::fp8);
+    EXPECT_EQ(dynamic_cast<Fp8TrainingRecipe*>(r.get()) != nullptr, t.family == RecipeFamily::fp8);
     EXPECT_EQ(dynamic_cast<PolicyRecipe*>(r.get()) != nullptr,
               t.family == RecipeFamily::policy || t.family == RecipeFamily::fp8);
     EXPECT_EQ(r->trained_model_label() != "trained", t.accuracy != ReportedModel::trained);
@@ -70,11 +70,15 @@ TEST(RecipeRegistry, EveryEntryBuildsTheRecipeItDescribes) {
 }
 
 TEST(RecipeRegistry, SupportedModelsAreThoseTheRecipePrepares) {
-  const nn::ModelConfig small[] = {
-      {.name = "mlp", .width = 8},
-      {.name = "cnn", .width = 4, .mlp_width = 8},
-      {.name = "gpt", .width = 16, .layers = 1, .heads = 2, .context = 8, .vocab = 16,
-       .mlp_width = 32}};
+  const nn::ModelConfig small[] = {{.name = "mlp", .width = 8},
+                                   {.name = "cnn", .width = 4, .mlp_width = 8},
+                                   {.name = "gpt",
+                                    .width = 16,
+                                    .layers = 1,
+                                    .heads = 2,
+                                    .context = 8,
+                                    .vocab = 16,
+                                    .mlp_width = 32}};
   for (const RecipeTraits& t : recipe_registry()) {
     for (const nn::ModelConfig& c : small) {
       SCOPED_TRACE(std::string(t.name) + " on " + c.name);
@@ -113,9 +117,9 @@ TEST(RecipeRegistry, SpecsSelectTheirEntry) {
 }
 
 TEST(RecipeRegistry, StudyLists) {
-  EXPECT_EQ(recipe_names({.study_default = true}),
-            (std::vector<std::string>{"fp32", "tf32", "bf16", "fp16", "bf16-pure", "fp8",
-                                      "int8-qat"}));
+  EXPECT_EQ(
+      recipe_names({.study_default = true}),
+      (std::vector<std::string>{"fp32", "tf32", "bf16", "fp16", "bf16-pure", "fp8", "int8-qat"}));
   const auto gpt = recipe_names({.model = "gpt", .study_default = true});
   EXPECT_EQ(std::find(gpt.begin(), gpt.end(), "int8-qat"), gpt.end());
   const auto all = recipe_names({.model = "mlp", .with_auto = false});
@@ -124,7 +128,9 @@ TEST(RecipeRegistry, StudyLists) {
 }
 
 TEST(RecipeRegistry, TheDocsTableIsTheRegistrys) {
-  std::ifstream in(std::string(MIXP_SOURCE_DIR) + "/docs/amp-training.md");
+  const std::filesystem::path doc =
+      std::filesystem::path(MIXP_SOURCE_DIR) / "docs" / "amp-training.md";
+  std::ifstream in(doc);
   ASSERT_TRUE(in) << "docs/amp-training.md";
   std::stringstream ss;
   ss << in.rdbuf();

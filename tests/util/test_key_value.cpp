@@ -46,7 +46,8 @@ TEST(KeyValue, MalformedListsSayWhereAndShowAnExample) {
             "--layer-precision 'a=1,,b=2' has an empty entry between commas");
   EXPECT_EQ(error_of([] { split_key_values("mlp", kLayers); }),
             "--layer-precision entry 'mlp' is not layer=dtype (e.g. embed=fp32,head=fp32)");
-  EXPECT_THAT(error_of([] { split_key_values("=fp32", kLayers); }), HasSubstr("is not layer=dtype"));
+  EXPECT_THAT(error_of([] { split_key_values("=fp32", kLayers); }),
+              HasSubstr("is not layer=dtype"));
   EXPECT_EQ(error_of([] { split_key_values("params", kPolicy); }),
             "policy string entry 'params' is not key=value (e.g. 'bf16:params=fp32'); keys: "
             "params, compute");
@@ -80,11 +81,16 @@ TEST(KeyValue, ValuesNameTheKeyAndWhatItTakes) {
   EXPECT_FALSE(parse_on_off("policy key", "master", "off"));
   EXPECT_EQ(error_of([] { parse_on_off("policy key", "master", "maybe"); }),
             "policy key 'master' takes on or off, got 'maybe'");
-  EXPECT_EQ(parse_choice("fp8 option", "amax_algo", "most-recent", {"max", "most_recent|most-recent"}),
-            1u);
-  EXPECT_EQ(error_of([] { parse_choice("policy key", "norm", "x", {"fp32|f32", "params", "auto"}); }),
+  EXPECT_EQ(
+      parse_choice("fp8 option", "amax_algo", "most-recent", {"max", "most_recent|most-recent"}),
+      1u);
+  EXPECT_EQ(error_of([] {
+              parse_choice("policy key", "norm", "x", {"fp32|f32", "params", "auto"});
+            }),
             "policy key 'norm' takes fp32, params or auto, got 'x'");
-  EXPECT_EQ(error_of([] { parse_choice("fp8 option", "format", "e5m2", {"hybrid", "e4m3"}, " (why)"); }),
+  EXPECT_EQ(error_of([] {
+              parse_choice("fp8 option", "format", "e5m2", {"hybrid", "e4m3"}, " (why)");
+            }),
             "fp8 option 'format' takes hybrid or e4m3, got 'e5m2' (why)");
   EXPECT_EQ(parse_integer("fp8 option", "margin", "3", 0, 64), 3);
   EXPECT_EQ(error_of([] { parse_integer("fp8 option", "margin", "65", 0, 64); }),

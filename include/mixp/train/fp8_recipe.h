@@ -54,8 +54,7 @@ class Fp8TrainingRecipe final : public PolicyRecipe {
   // for the spec's name passes it: make_recipe("fp8-current") gives Fp8Recipe::current()).
   // Throws ConfigError for unknown keys or values, options of another scaling, rules that
   // cannot be parsed, and loss-scale options (there is no loss scaling).
-  Fp8TrainingRecipe(std::string_view spec, const RecipeOptions& opt,
-                    const amp::Fp8Recipe& scaling);
+  Fp8TrainingRecipe(std::string_view spec, const RecipeOptions& opt, const amp::Fp8Recipe& scaling);
 
   std::string name() const override { return name_; }
   std::string describe() const override;

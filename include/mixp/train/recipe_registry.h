@@ -70,8 +70,8 @@ bool is_recipe_family(std::string_view spec, RecipeFamily family);
 // Which names recipe_names() lists.
 struct RecipeFilter {
   std::string_view model = {};  // those that can train this built-in model ("": every one)
-  bool study_default = false;  // only those of `mixp compare`'s default list, in its order
-  bool with_auto = true;       // `auto` too (it resolves to one of the others)
+  bool study_default = false;   // only those of `mixp compare`'s default list, in its order
+  bool with_auto = true;        // `auto` too (it resolves to one of the others)
 };
 // The names of the entries the filter keeps, in the registry's order (study_default: in the
 // default list's order).
