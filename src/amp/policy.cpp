@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <span>
 
 #include "mixp/backend/cpu_features.h"
 #include "util/key_value.h"
@@ -34,49 +35,27 @@ bool narrow(DType d) {
 
 // The policy presets, in the order of docs/architecture.md 3.6 (`auto` resolves to one of them).
 // The recipe names around them (FP8, int8-qat) are train::recipe_registry()'s.
-struct Preset {
-  const char* name;
-  void (*set)(PrecisionPolicy&);
-};
-constexpr Preset kPresets[] = {
-    {"fp64", [](PrecisionPolicy& p) { p.params = p.compute = p.output = DType::fp64; }},
-    {"fp32", [](PrecisionPolicy&) {}},
-    {"tf32", [](PrecisionPolicy& p) { p.compute = DType::tf32; }},
-    {"bf16",
-     [](PrecisionPolicy& p) {
-       p.compute = DType::bf16;
-       p.autocast = true;
-     }},
-    {"bf16-pure",
-     [](PrecisionPolicy& p) {
-       p.params = p.compute = DType::bf16;
-       p.master_weights = false;
-       p.rounding = Round::stochastic;
-       p.states = DType::bf16;
-     }},
-    {"fp16",
-     [](PrecisionPolicy& p) {
-       p.compute = DType::fp16;
-       p.autocast = true;
-       p.loss_scaling = LossScaling::dynamic;
-     }},
-    {"fp16-o2",
-     [](PrecisionPolicy& p) {
-       p.params = p.compute = DType::fp16;
-       p.autocast = true;
-       p.norm_fp32 = true;
-       p.loss_scaling = LossScaling::dynamic;
-     }},
-    {"fp16-pure",
-     [](PrecisionPolicy& p) {
-       p.params = p.compute = DType::fp16;
-       p.master_weights = false;
-       p.loss_scaling = LossScaling::dynamic;
-     }},
-};
+std::span<const PrecisionPolicy> presets() {
+  using D = DType;
+  constexpr LossScaling kDynamic = LossScaling::dynamic;
+  static const PrecisionPolicy k[] = {
+      {.name = "fp64", .params = D::fp64, .compute = D::fp64, .output = D::fp64},
+      {.name = "fp32"},
+      {.name = "tf32", .compute = D::tf32},
+      {.name = "bf16", .compute = D::bf16, .autocast = true},
+      {.name = "bf16-pure", .params = D::bf16, .compute = D::bf16, .master_weights = false,
+       .rounding = Round::stochastic, .states = D::bf16},
+      {.name = "fp16", .compute = D::fp16, .autocast = true, .loss_scaling = kDynamic},
+      {.name = "fp16-o2", .params = D::fp16, .compute = D::fp16, .autocast = true,
+       .norm_fp32 = true, .loss_scaling = kDynamic},
+      {.name = "fp16-pure", .params = D::fp16, .compute = D::fp16, .master_weights = false,
+       .loss_scaling = kDynamic},
+  };
+  return k;
+}
 
-const Preset* find_preset(std::string_view n) {
-  for (const Preset& p : kPresets)
+const PrecisionPolicy* find_preset(std::string_view n) {
+  for (const PrecisionPolicy& p : presets())
     if (n == p.name) return &p;
   return nullptr;
 }
@@ -138,7 +117,7 @@ std::string PrecisionPolicy::describe() const {
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> v = [] {
     std::vector<std::string> n;
-    for (const Preset& p : kPresets) n.emplace_back(p.name);
+    for (const PrecisionPolicy& p : presets()) n.push_back(p.name);
     n.emplace_back("auto");
     return n;
   }();
@@ -180,7 +159,7 @@ PrecisionPolicy parse_policy_or_throw(std::string_view spec) {
   std::string base = !parts.has_colon && !parts.options.empty() ? "fp32" : lower(parts.base);
   const std::string requested = base;
   if (base == "auto") base = auto_preset();
-  const Preset* preset = find_preset(base);
+  const PrecisionPolicy* preset = find_preset(base);
   if (!preset) {
     throw PolicyError(fmt::format(
         "unknown policy preset '{}'; presets: {}, or a policy string such as "
@@ -188,9 +167,7 @@ PrecisionPolicy parse_policy_or_throw(std::string_view spec) {
         "(FP8, int8-qat) are built by train::make_recipe",
         parts.base, join(preset_names()), join(key_names())));
   }
-  PrecisionPolicy p;
-  p.name = base;
-  preset->set(p);
+  PrecisionPolicy p = *preset;
   std::map<std::string, std::string> given;
   std::vector<std::string> order;
   for (auto& [k, v] :

@@ -21,6 +21,15 @@ std::string error_of(F&& f) {
   return ::mixp::test::error_of<PolicyError>(f);
 }
 
+// A gpt of `layers` blocks, 2 heads, context 8 and an MLP twice `width`.
+std::shared_ptr<nn::Module> small_gpt(int64_t width, int64_t layers, int64_t vocab) {
+  nn::ModelConfig c{.name = "gpt", .width = width, .layers = layers, .heads = 2};
+  c.context = 8;
+  c.vocab = vocab;
+  c.mlp_width = 2 * width;
+  return nn::make_model(c);
+}
+
 TEST(Policy, PresetsMatchTheirDefinitions) {
   const PrecisionPolicy fp32 = parse_policy("fp32");
   EXPECT_EQ(fp32.mode(), "full");
@@ -147,13 +156,7 @@ TEST(LayerRules, ParseAndErrors) {
 // One precedence for every rule: the nearest module with a rule (itself, else its ancestors);
 // on one module a name rule beats a kind rule, and of one sort the last rule wins.
 TEST(LayerRules, ResolverPrecedence) {
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 16,
-                             .layers = 2,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 16,
-                             .mlp_width = 32});
+  auto gpt = small_gpt(16, 2, 16);
   const std::vector<LayerRule> rules = {{"blocks.0", DType::fp32},         // 0: a block by name
                                         {"attn", DType::bf16},             // 1: every attention
                                         {"linear", DType::fp16},           // 2: kind
@@ -189,13 +192,7 @@ TEST(LayerRules, AKeyThatMatchesNothingNamesWhatTheModelHas) {
 }
 
 TEST(LayerRules, SelectByKindAliasAndName) {
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 32,
-                             .layers = 2,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 20,
-                             .mlp_width = 64});
+  auto gpt = small_gpt(32, 2, 20);
   EXPECT_EQ(modules_matching(*gpt, {"embed", DType::fp32}),
             (std::vector<std::string>{"tok_emb", "pos_emb"}));
   EXPECT_EQ(modules_matching(*gpt, {"attn", DType::bf16}),
@@ -207,13 +204,7 @@ TEST(LayerRules, SelectByKindAliasAndName) {
 }
 
 TEST(ApplyPolicy, StorageFollowsPresetAndRules) {
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 32,
-                             .layers = 1,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 20,
-                             .mlp_width = 64});
+  auto gpt = small_gpt(32, 1, 20);
   apply_policy(*gpt, parse_policy("bf16-pure"), parse_layer_precision("embed=fp32,head=fp32"));
   EXPECT_EQ(gpt->parameter("tok_emb.weight").dtype(), DType::fp32);
   EXPECT_EQ(gpt->parameter("head.weight").dtype(), DType::fp32);

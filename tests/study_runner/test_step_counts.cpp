@@ -205,13 +205,8 @@ TEST(StepCounts, RecipeFormats) {
 // The formats come from the recipe as built, not from its name: a refined policy is priced in the
 // formats it trains in (before the registry, "bf16:compute=fp16" was priced as fp32).
 TEST(StepCounts, RefinedPolicyIsPricedInItsOwnFormats) {
-  auto m = tiny_mlp();
-  const StepTrace t = trace_step_gemms(*m, Shape{4}, 2);
-  const StepPrecision p = step_precision("bf16:compute=fp16");
-  EXPECT_EQ(p.compute, DType::fp16);
-  EXPECT_EQ(p.param, DType::fp32);
-  EXPECT_TRUE(p.casts_weights);
-  const OpCounts refined = count_training_step(t, p);
+  const StepTrace t = trace_step_gemms(*tiny_mlp(), Shape{4}, 2);
+  const OpCounts refined = count_training_step(t, step_precision("bf16:compute=fp16"));
   const OpCounts fp16 = count_training_step(t, step_precision("fp16"));
   EXPECT_EQ(refined[MacKind::fp16], 84);
   EXPECT_EQ(refined[MacKind::fp32], 0);
@@ -219,6 +214,7 @@ TEST(StepCounts, RefinedPolicyIsPricedInItsOwnFormats) {
   EXPECT_EQ(estimate_joules(refined), estimate_joules(fp16));
   // Through the built recipe, as the study does.
   EXPECT_EQ(step_precision(train::make_recipe("bf16:compute=fp16")->dtypes()).compute, DType::fp16);
+  EXPECT_TRUE(step_precision("bf16:compute=fp16").casts_weights);
   EXPECT_EQ(step_precision("bf16:states=bf16").state, DType::bf16);
   EXPECT_EQ(step_precision("fp8:margin=1").compute, DType::fp8_e4m3);
 }

@@ -13,10 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-template <class F>
-std::string error_of(F&& f) {
-  return ::mixp::test::error_of<KeyValueError>(f);
-}
+constexpr auto error_of = [](auto&& f) { return ::mixp::test::error_of<KeyValueError>(f); };
 
 const std::vector<std::string> kKeys = {"params", "compute"};
 const KeyValueSyntax kPolicy{.list = "policy string",
