@@ -69,14 +69,17 @@
 #include "mixp/io/safetensors.h"
 
 // Training.
+#include "mixp/train/build_run.h"
 #include "mixp/train/callbacks.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/data_source.h"
 #include "mixp/train/energy_meter.h"
 #include "mixp/train/fp8_recipe.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/quantize_checkpoint.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/recipe_registry.h"
+#include "mixp/train/tensor_dataset.h"
 #include "mixp/train/train_config.h"
 #include "mixp/train/trainer.h"
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/ops/ops.h"
 #include "ops/dispatch.h"
@@ -31,6 +32,7 @@ struct CacheEntry {
   Tensor src;   // keeps the key's TensorImpl alive (so its address cannot be reused)
   Tensor copy;  // the low-precision copy (with history when `recorded`)
   bool recorded = false;
+  uint64_t version = 0;  // src's version when copied: an in-place write since makes it stale
 };
 
 struct ThreadState {
@@ -111,7 +113,12 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
   const bool want_history = GradMode::is_enabled();
   const CacheKey key{t.impl(), to};
   auto it = s.cache.find(key);
-  if (it != s.cache.end() && (it->second.recorded || !want_history)) {
+  // A hit needs the copy's history when recording (its cast node stays usable after a backward:
+  // it saves nothing, FunctionNode::reusable, so accumulating gradients over several backwards in
+  // one region works as in PyTorch), and a weight unchanged since the copy: an optimizer step
+  // inside the region bumps the weight's version, and the next use casts it again.
+  if (it != s.cache.end() && (it->second.recorded || !want_history) &&
+      it->second.version == t.version()) {
     ++s.stats.hits;
     return it->second.copy;
   }
@@ -124,7 +131,7 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
     copy = cast(t, to);
     if (shadows) attach_shadow(t, copy);
   }
-  s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history});
+  s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history, t.version()});
   s.stats.entries = static_cast<int64_t>(s.cache.size());
   return copy;
 }
@@ -225,6 +232,21 @@ Autocast::~Autocast() {
     s.stats.entries = 0;
   }
 }
+
+namespace {
+// A checkpointed segment recomputes inside the autocast region its forward ran in
+// (autograd/checkpoint.h; torch.utils.checkpoint restores the autocast state the same way).
+[[maybe_unused]] const bool g_checkpoint_registered = [] {
+  register_checkpoint_state([]() -> CheckpointRestorer {
+    // Outside any region there is nothing to re-enter (and constructing a guard would install
+    // the autocast hook, replacing one a user installed).
+    if (autocast_nesting() == 0) return [] { return CheckpointScope(); };
+    const AutocastOptions o = autocast_options();
+    return [o] { return std::make_shared<Autocast>(o); };
+  });
+  return true;
+}();
+}  // namespace
 
 bool is_autocast_enabled() {
   return tls().cur.enabled;

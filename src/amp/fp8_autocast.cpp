@@ -5,6 +5,7 @@
 
 #include "amp/fp8_detail.h"
 #include "mixp/amp/fp8_linear.h"
+#include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 
 namespace mixp::amp {
@@ -64,6 +65,20 @@ void fp8_update_backward_states() {
   }
   for (const auto& s : todo) s->update();
 }
+
+namespace {
+// A checkpointed segment recomputes in the FP8 region its forward ran in, flagged as a
+// recomputation: it quantizes with the scales that forward used and records nothing
+// (amp/fp8_linear.h, "Activation recomputation"; autograd/checkpoint.h).
+[[maybe_unused]] const bool g_checkpoint_registered = [] {
+  register_checkpoint_state([]() -> CheckpointRestorer {
+    // Outside an enabled region FP8 layers compute in their usual precision: nothing to re-enter.
+    if (!Fp8Autocast::is_enabled()) return [] { return CheckpointScope(); };
+    return [] { return std::make_shared<Fp8Autocast>(true, /*recompute=*/true); };
+  });
+  return true;
+}();
+}  // namespace
 
 Fp8Autocast::Fp8Autocast(bool enabled, bool recompute) {
   Region& r = region();

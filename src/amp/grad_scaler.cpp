@@ -185,13 +185,18 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   // PyTorch: inv_scale = scale.double().reciprocal().float()
   const float inv = static_cast<float>(1.0 / static_cast<double>(scale_));
   bool bad = false;
+  int64_t checked = 0;
   NoGradGuard ng;
   for (const optim::ParamState& p : opt.params()) {
     const Tensor g = p.param.grad();
-    if (g.defined()) bad = unscale_tensor(g, inv) || bad;
+    if (!g.defined()) continue;
+    bad = unscale_tensor(g, inv) || bad;
+    ++checked;
   }
   st.found_inf = bad;
-  st.recorded = true;
+  // As PyTorch's found_inf_per_device: an optimizer none of whose parameters has a gradient
+  // records no inf check, and step() refuses it below.
+  st.recorded = checked > 0;
   st.stage = Stage::unscaled;
 }
 
@@ -207,6 +212,14 @@ bool GradScaler::step(optim::Optimizer& opt) {
   if (st->stage == Stage::ready) {
     unscale_(opt);
     st = &state_of(opt);
+  }
+  if (!st->recorded) {
+    // PyTorch: "No inf checks were recorded for this optimizer." (an AssertionError). Stepping
+    // would report a step that changed nothing.
+    throw std::logic_error(
+        "mixp::amp::GradScaler::step: no inf checks were recorded for this optimizer: none of its "
+        "parameters has a gradient. Call backward() on scaler.scale(loss) before step(), and "
+        "check that the optimizer holds the model's parameters");
   }
   const bool take = !st->found_inf;
   if (take) opt.step();
@@ -260,7 +273,10 @@ void GradScaler::update() {
   }
   skips_at_min_ = 0;
   const int64_t successful = tracker_ + 1;
-  if (successful == opt_.growth_interval) {
+  // `>=` rather than PyTorch's `==`: the same for a tracker that counts up from 0, and when the
+  // interval was lowered below the tracker (set_growth_interval, or a resumed run given a shorter
+  // --growth-interval) the scale grows at the next clean step instead of never again.
+  if (successful >= opt_.growth_interval) {
     const float grown = static_cast<float>(static_cast<double>(scale_) * opt_.growth_factor);
     if (std::isfinite(grown)) {  // do not grow past fp32's range
       scale_ = grown;

@@ -1,9 +1,11 @@
 #include "mixp/autograd/checkpoint.h"
 
+#include <mutex>
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/node.h"
+#include "mixp/ops/matmul_precision.h"
 #include "mixp/tensor/generator.h"
 #include "ops/dispatch.h"
 
@@ -44,10 +46,30 @@ struct SeedLogScope {
 }  // namespace detail
 
 namespace {
+std::mutex g_captures_mutex;
+std::vector<CheckpointCapture>& captures() {
+  static std::vector<CheckpointCapture> c;
+  return c;
+}
+
+// The state checkpoint() re-enters for the recomputation (see checkpoint.h).
+std::vector<CheckpointRestorer> capture_state() {
+  std::vector<CheckpointRestorer> r;
+  const Fp32GemmMode gemm = effective_fp32_gemm_mode();
+  r.push_back([gemm] { return std::make_shared<Tf32Guard>(gemm.precision, gemm.round); });
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  for (const CheckpointCapture& c : captures()) r.push_back(c());
+  return r;
+}
+
 class CheckpointNode final : public Node {
  public:
-  CheckpointNode(SegmentFn fn, std::vector<Tensor> inputs, std::shared_ptr<detail::SeedLog> seeds)
-      : fn_(std::move(fn)), inputs_(std::move(inputs)), seeds_(std::move(seeds)) {}
+  CheckpointNode(SegmentFn fn, std::vector<Tensor> inputs, std::shared_ptr<detail::SeedLog> seeds,
+                 std::vector<CheckpointRestorer> state)
+      : fn_(std::move(fn)),
+        inputs_(std::move(inputs)),
+        seeds_(std::move(seeds)),
+        state_(std::move(state)) {}
 
   void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override {
     if (!fn_)
@@ -65,13 +87,15 @@ class CheckpointNode final : public Node {
     {
       EnableGradGuard enable;
       // The recomputation is a forward pass: the autocast hook applies again (the engine
-      // suspends it for backward functions). An Autocast guard that is thread-local state of the
-      // amp module should also be captured at checkpoint() time and restored here.
+      // suspends it for backward functions), in the regions the forward ran in.
       detail::CastPolicyScope cast_policy(/*suspended=*/false);
+      std::vector<CheckpointScope> scopes;
+      for (const CheckpointRestorer& r : state_) scopes.push_back(r());
       seeds_->next = 0;
       seeds_->replay = true;
       detail::SeedLogScope scope(seeds_.get());
       outs = fn_(detached);
+      while (!scopes.empty()) scopes.pop_back();  // leave the regions innermost first
     }
     std::vector<Tensor> roots, grads;
     for (size_t i = 0; i < outs.size() && i < grad_outputs.size(); ++i) {
@@ -88,6 +112,7 @@ class CheckpointNode final : public Node {
   void release() override {
     fn_ = nullptr;
     inputs_.clear();
+    state_.clear();
   }
   std::string name() const override { return "CheckpointBackward"; }
 
@@ -95,11 +120,18 @@ class CheckpointNode final : public Node {
   SegmentFn fn_;
   std::vector<Tensor> inputs_;
   std::shared_ptr<detail::SeedLog> seeds_;
+  std::vector<CheckpointRestorer> state_;
 };
 }  // namespace
 
+void register_checkpoint_state(CheckpointCapture capture) {
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  captures().push_back(std::move(capture));
+}
+
 std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& inputs) {
   auto seeds = std::make_shared<detail::SeedLog>();
+  std::vector<CheckpointRestorer> state = capture_state();
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;
@@ -111,7 +143,7 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
   // As PyTorch's reentrant checkpoint: the segment is differentiated when an input requires
   // grad (parameters captured by fn then get theirs during the recomputation).
   if (!GradMode::is_enabled() || !any) return outs;
-  auto node = std::make_shared<CheckpointNode>(fn, inputs, seeds);
+  auto node = std::make_shared<CheckpointNode>(fn, inputs, seeds, std::move(state));
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   node->outputs.resize(outs.size());
   for (size_t k = 0; k < outs.size(); ++k) {

@@ -5,12 +5,9 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "mixp/amp/autocast.h"
-#include "mixp/amp/fp8_linear.h"
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/sequential.h"
-#include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
 
@@ -70,23 +67,10 @@ Tensor Gpt::forward(const Tensor& idx) {
   const bool ckpt = cfg_.checkpointing && GradMode::is_enabled();
   for (auto& b : blocks_) {
     if (ckpt) {
+      // checkpoint() re-enters the autocast, FP8 and fp32 GEMM state of this forward for the
+      // recomputation (autograd/checkpoint.h), so the block recomputes the same dtypes.
       TransformerBlock* blk = b.get();
-      // The recomputation runs during backward, outside the caller's Autocast region and TF32
-      // guard: re-enter the state the forward ran in, so that it recomputes the same dtypes
-      // (torch.utils.checkpoint does the same with the autocast state).
-      const amp::AutocastOptions ac = amp::autocast_options();
-      const Fp32GemmMode gemm = effective_fp32_gemm_mode();
-      // FP8 layers too; the recomputation (the call with grad mode on) quantizes with the scales
-      // the forward used (amp/fp8_linear.h).
-      const bool fp8 = amp::Fp8Autocast::is_enabled();
-      x = checkpoint(
-          [blk, ac, gemm, fp8](const Tensor& in) {
-            amp::Autocast autocast(ac);
-            Tf32Guard tf32(gemm.precision, gemm.round);
-            amp::Fp8Autocast fp8_region(fp8, /*recompute=*/GradMode::is_enabled());
-            return (*blk)(in);
-          },
-          x);
+      x = checkpoint([blk](const Tensor& in) { return (*blk)(in); }, x);
     } else {
       x = (*b)(std::move(x));  // the block may free its input early (forward_owned)
     }

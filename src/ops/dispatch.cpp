@@ -1,6 +1,9 @@
 #include "ops/dispatch.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <stdexcept>
 
 namespace mixp {
 
@@ -38,6 +41,25 @@ DType saved_activation_dtype(OpId op) {
   return h ? h(op) : DType::fp32;
 }
 
+namespace {
+std::atomic<bool> g_strict_dtypes{false};
+thread_local int t_strict_override = -1;  // -1: none; 0/1: StrictDtypesGuard's value
+}  // namespace
+
+void set_strict_dtypes(bool on) {
+  g_strict_dtypes.store(on, std::memory_order_relaxed);
+}
+bool strict_dtypes() {
+  return t_strict_override >= 0 ? t_strict_override == 1
+                                : g_strict_dtypes.load(std::memory_order_relaxed);
+}
+StrictDtypesGuard::StrictDtypesGuard(bool on) : prev_(t_strict_override) {
+  t_strict_override = on ? 1 : 0;
+}
+StrictDtypesGuard::~StrictDtypesGuard() {
+  t_strict_override = prev_;
+}
+
 namespace detail {
 
 CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) {
@@ -45,6 +67,29 @@ CastPolicyScope::CastPolicyScope(bool suspended) : prev_(g_suspended) {
 }
 CastPolicyScope::~CastPolicyScope() {
   g_suspended = prev_;
+}
+
+void check_strict_dtypes(OpId op, std::initializer_list<const Tensor*> inputs,
+                         std::initializer_list<const char*> names) {
+  if (!strict_dtypes()) return;
+  const Tensor* first = nullptr;
+  const char* first_name = "";
+  auto nm = names.begin();
+  for (const Tensor* t : inputs) {
+    const char* n = nm != names.end() ? *nm++ : "input";
+    if (!t->defined() || !t->is_floating_point()) continue;
+    if (!first) {
+      first = t;
+      first_name = n;
+    } else if (t->dtype() != first->dtype()) {
+      throw std::invalid_argument(fmt::format(
+          "{}: {} is {} but {} is {}, and strict dtypes are on (PyTorch: \"mat1 and mat2 must "
+          "have the same dtype\"); convert one of them (e.g. x.to(DType::{}, "
+          "Round::nearest_even)) or run the model under amp::Autocast",
+          op_name(op), first_name, name(first->dtype()), n, name(t->dtype()),
+          name(t->dtype())));
+    }
+  }
 }
 
 DType result_dtype(std::initializer_list<const Tensor*> inputs) {

@@ -23,6 +23,11 @@ inline bool should_record(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
+// Under strict dtypes (ops.h), throws std::invalid_argument naming the op and the first two
+// floating inputs (by `names`, in order) whose dtypes differ.
+void check_strict_dtypes(OpId op, std::initializer_list<const Tensor*> inputs,
+                         std::initializer_list<const char*> names);
+
 // Result dtype of a floating op (see ops.h): equal float dtypes stay, fp64 wins, other mixes and
 // non-float inputs give fp32.
 DType result_dtype(std::initializer_list<const Tensor*> inputs);

@@ -118,6 +118,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   if (a.shape()[a.dim() - 1] != b.shape()[0])
     shape_error("matmul", "inner dimensions differ", a.shape(), b.shape());
   const DType rd = result_dtype({&a, &b});
+  check_strict_dtypes(OpId::matmul, {&a, &b}, {"a", "b"});
   const GemmPlan plan = plan_gemm({&a, &b});
   const DType c = plan.c;
   const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
@@ -155,6 +156,7 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   if (a.shape()[2] != b.shape()[1])
     shape_error("bmm", "inner dimensions differ", a.shape(), b.shape());
   const DType rd = result_dtype({&a, &b});
+  check_strict_dtypes(OpId::bmm, {&a, &b}, {"a", "b"});
   const GemmPlan plan = plan_gemm({&a, &b});
   const DType c = plan.c;
   const Tensor ac = as_compute(a, c), bc = as_compute(b, c);
@@ -188,6 +190,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
   // gelu's backward needs the pre-activation, which a fused epilogue does not keep.
   if (act == Activation::gelu && rec) return gelu(linear(x, w, b, Activation::none));
   const DType rd = result_dtype({&x, &w, &b});
+  check_strict_dtypes(OpId::linear, {&x, &w, &b}, {"x", "w", "b"});
   const GemmPlan plan = plan_gemm({&x, &w, &b});
   const DType c = plan.c;
   const Tensor xc = as_compute(x, c), wc = as_compute(w, c), bc = as_compute(b, c);
@@ -255,6 +258,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   if (OH <= 0 || OW <= 0)
     shape_error("conv2d", "the kernel is larger than the padded input", x.shape(), w.shape());
   const DType rd = result_dtype({&x, &w, &b});
+  check_strict_dtypes(OpId::conv2d, {&x, &w, &b}, {"x", "w", "b"});
   const GemmPlan plan = plan_gemm({&x, &w, &b});
   const DType c = plan.c;
   Conv2dParams p = p0;
@@ -325,6 +329,7 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
     shape_error("attention", "causal attention needs Tq <= Tk", q.shape(), k.shape());
   if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   const DType rd = result_dtype({&q, &k, &v});
+  check_strict_dtypes(OpId::attention, {&q, &k, &v}, {"q", "k", "v"});
   const GemmPlan plan = plan_gemm({&q, &k, &v});
   const DType c = plan.c;
   // TF32 / bf16 precision of fp32 attention rounds q, k, v (the rounded copies are what is saved).

@@ -258,6 +258,7 @@ void record_to(const Tensor& src, Tensor& out) {
   if (!traits(dt).is_float() || !should_record({&src})) return;
   record(OpId::to, grad_dtype_of(dt), {&src}, {&out},
          [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
+  static_cast<FunctionNode*>(out.grad_fn().get())->reusable = true;  // saves nothing
   // A 16-bit copy of an fp32 leaf (autocast's weight casts): its gradient goes to the leaf's
   // accumulator as it is, which widens it exactly while adding it into the fp32 .grad, instead
   // of materializing an fp32 copy first. Same values.

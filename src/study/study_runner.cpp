@@ -18,6 +18,7 @@
 #include "mixp/study/report.h"
 #include "mixp/study/step_counts.h"
 #include "mixp/tensor/allocator.h"
+#include "mixp/train/build_run.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/recipe_registry.h"
@@ -368,11 +369,7 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
   if (sc.seeds < 1) throw ConfigError(fmt::format("seeds must be at least 1, got {}", sc.seeds));
   if (!sc.out_dir.empty()) check_output_dir(sc.out_dir, sc.force);
 
-  train::TrainConfig base = sc.base;
-  base.save_dir.clear();
-  base.resume_dir.clear();
-  base.log_path.clear();
-  base.save_every = 0;
+  train::TrainConfig base = train::without_outputs(sc.base);
   base.precision = precisions.front();
   const train::TrainConfig resolved = base.resolved();  // a bad field fails before any run
 

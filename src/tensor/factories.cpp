@@ -4,7 +4,6 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "mixp/backend/backend.h"
 #include "mixp/tensor/element.h"
 
 namespace mixp {
@@ -43,14 +42,6 @@ Tensor empty(const Shape& shape, const TensorOptions& opts) {
   return Tensor::empty(shape, opts);
 }
 
-Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
-  TensorOptions o = opts;
-  o.requires_grad = false;
-  Tensor t = Tensor::empty(shape, o);
-  backend().fill(t, value);
-  if (opts.requires_grad) t.requires_grad_(true);
-  return t;
-}
 Tensor zeros(const Shape& shape, const TensorOptions& opts) {
   return full(shape, 0.0, opts);
 }

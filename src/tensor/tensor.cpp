@@ -6,7 +6,6 @@
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/node.h"
-#include "mixp/backend/backend.h"
 #include "mixp/tensor/allocator.h"
 #include "mixp/tensor/element.h"
 
@@ -188,71 +187,11 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-namespace {
-void check_inplace(const Tensor& t, const char* what) {
-  if (!t.defined())
-    throw std::logic_error(std::string("mixp: ") + what + " on an undefined tensor");
-  if (t.requires_grad() && GradMode::is_enabled()) {
-    throw std::logic_error(std::string("mixp: ") + what +
-                           " on a tensor that requires grad while grad mode is on; "
-                           "wrap the update in NoGradGuard or use detach()");
-  }
-}
-}  // namespace
-
-Tensor& Tensor::zero_() {
-  return fill_(0.0);
-}
-
-Tensor& Tensor::fill_(double value) {
-  check_inplace(*this, "fill_");
-  backend().fill(*this, value);
-  bump_version();
-  return *this;
-}
-
-Tensor& Tensor::copy_(const Tensor& src) {
-  check_inplace(*this, "copy_");
-  const Shape bs = broadcast_shapes(shape(), src.shape(), "copy_");
-  if (!(bs == shape())) {
-    throw std::invalid_argument("mixp::copy_: source shape " + src.shape().str() +
-                                " does not broadcast to " + shape().str());
-  }
-  backend().copy(*this, src.shape() == shape() ? src : src.detach().expand(shape()));
-  bump_version();
-  return *this;
-}
-
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_inplace(*this, "add_");
-  const Shape bs = broadcast_shapes(shape(), other.shape(), "add_");
-  if (!(bs == shape())) {
-    throw std::invalid_argument("mixp::add_: shape " + other.shape().str() +
-                                " does not broadcast to " + shape().str());
-  }
-  backend().add_inplace(*this, other.shape() == shape() ? other : other.detach().expand(shape()),
-                        alpha);
-  bump_version();
-  return *this;
-}
-
-Tensor& Tensor::mul_(double s) {
-  check_inplace(*this, "mul_");
-  if (dtype() != DType::fp32 && dtype() != DType::fp64) {
-    Tensor tmp = to(DType::fp32).detach();
-    backend().scalar(ScalarOp::mul, tmp, tmp, s);
-    backend().copy(*this, tmp);
-  } else {
-    backend().scalar(ScalarOp::mul, *this, *this, s);
-  }
-  bump_version();
-  return *this;
-}
-
 std::string Tensor::str(int max_values) const {
   if (!defined()) return "Tensor(undefined)";
   std::string s = fmt::format("Tensor(shape={}, dtype={}", shape().str(), name(dtype()));
   if (requires_grad()) s += ", requires_grad";
+  if (max_values <= 0) return s + ")";  // no values asked for: shape and dtype only
   s += ", values=[";
   const std::vector<double> v = to_double_vector();
   for (size_t i = 0; i < v.size() && static_cast<int>(i) < max_values; ++i) {

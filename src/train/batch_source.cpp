@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "mixp/data/batch_sampler.h"
@@ -22,7 +23,7 @@ constexpr int64_t kSyntheticTrain = 6000;
 constexpr int64_t kSyntheticTest = 1000;
 constexpr int64_t kSyntheticCorpusBytes = 200000;
 
-class ImageBatches final : public BatchSource {
+class ImageBatches final : public DataSource {
  public:
   ImageBatches(const TrainConfig& c, bool load_train) : cnn_(c.model.name == "cnn") {
     data::ImageLoadOptions opt;
@@ -59,6 +60,7 @@ class ImageBatches final : public BatchSource {
   }
 
   int64_t batches_per_epoch() const override { return sampler_->batches_per_epoch(); }
+  int64_t batch_size() const override { return batch_; }
   int64_t epoch() const override {
     // The sampler moves to the next epoch lazily (on the next call); report that epoch already.
     return sampler_->at_epoch_end() ? sampler_->epoch() + 1 : sampler_->epoch();
@@ -73,15 +75,17 @@ class ImageBatches final : public BatchSource {
     return gather(train_, idx, x_, y_);
   }
 
-  nlohmann::json state() const override {
+  std::string state() const override {
     const data::SamplerState s = sampler_->state();
-    return {{"seed", s.seed},
-            {"epoch", s.epoch},
-            {"position", s.position},
-            {"dataset_size", s.dataset_size},
-            {"batch_size", s.batch_size}};
+    return nlohmann::json{{"seed", s.seed},
+                          {"epoch", s.epoch},
+                          {"position", s.position},
+                          {"dataset_size", s.dataset_size},
+                          {"batch_size", s.batch_size}}
+        .dump();
   }
-  void restore(const nlohmann::json& j) override {
+  void restore(const std::string& text) override {
+    const nlohmann::json j = nlohmann::json::parse(text);
     data::SamplerState s;
     s.seed = j.at("seed").get<uint64_t>();
     s.epoch = j.at("epoch").get<int64_t>();
@@ -92,7 +96,9 @@ class ImageBatches final : public BatchSource {
       sampler_->restore(s);
     } catch (const std::invalid_argument& e) {
       throw TrainError(std::string("the checkpoint's data order does not fit this run: ") +
-                       e.what() + "; resume with the same data set, limits and batch size");
+                       e.what() +
+                       " (a resumed run continues the checkpoint's data order, so --data must "
+                       "name the data set it was trained on; it may have moved, but not changed)");
     }
   }
 
@@ -148,7 +154,7 @@ class ImageBatches final : public BatchSource {
   std::vector<int64_t> eval_idx_;
 };
 
-class TextBatches final : public BatchSource {
+class TextBatches final : public DataSource {
  public:
   TextBatches(const TrainConfig& c, int64_t context)
       : context_(context), batch_(c.batch), seed_(c.seed) {
@@ -174,6 +180,7 @@ class TextBatches final : public BatchSource {
   }
 
   int64_t batches_per_epoch() const override { return per_epoch_; }
+  int64_t batch_size() const override { return batch_; }
   int64_t epoch() const override { return micro_ / per_epoch_; }
   int64_t position() const override { return micro_ % per_epoch_; }
 
@@ -186,14 +193,16 @@ class TextBatches final : public BatchSource {
     return {x_, y_, batch_};
   }
 
-  nlohmann::json state() const override {
-    return {{"seed", seed_},
-            {"micro_batch", micro_},
-            {"train_tokens", corpus_.train_tokens().size()},
-            {"batch_size", batch_},
-            {"context", context_}};
+  std::string state() const override {
+    return nlohmann::json{{"seed", seed_},
+                          {"micro_batch", micro_},
+                          {"train_tokens", corpus_.train_tokens().size()},
+                          {"batch_size", batch_},
+                          {"context", context_}}
+        .dump();
   }
-  void restore(const nlohmann::json& j) override {
+  void restore(const std::string& text) override {
+    const nlohmann::json j = nlohmann::json::parse(text);
     const auto tokens = j.at("train_tokens").get<int64_t>();
     const auto batch = j.at("batch_size").get<int64_t>();
     const auto context = j.at("context").get<int64_t>();
@@ -204,7 +213,8 @@ class TextBatches final : public BatchSource {
                        std::to_string(context) + ", this run has " +
                        std::to_string(corpus_.train_tokens().size()) + ", " +
                        std::to_string(batch_) + " and " + std::to_string(context_) +
-                       "; resume with the same corpus, limits, batch size and context");
+                       "; a resumed run continues the checkpoint's data order, so --data must "
+                       "name the corpus it was trained on (it may have moved, but not changed)");
     }
     seed_ = j.at("seed").get<uint64_t>();
     micro_ = j.at("micro_batch").get<int64_t>();
@@ -236,7 +246,7 @@ class TextBatches final : public BatchSource {
 
 }  // namespace
 
-std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, int64_t context, bool train) {
+std::unique_ptr<DataSource> make_batch_source(const TrainConfig& c, int64_t context, bool train) {
   if (is_language_model(c.model.name)) return std::make_unique<TextBatches>(c, context);
   return std::make_unique<ImageBatches>(c, train);
 }

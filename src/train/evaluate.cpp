@@ -14,7 +14,6 @@
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/weight_only.h"
 #include "mixp/train/checkpoint.h"
-#include "mixp/train/recipe_registry.h"
 #include "trainer_impl.h"
 
 namespace mixp::train {
@@ -24,57 +23,75 @@ namespace detail {
 namespace {
 // Number of rows of `logits` [N, C] whose largest value is at the target's index (the first
 // maximum wins on ties, as torch.argmax does).
-template <class T>
+template <class T, class L>
 int64_t count_correct(const Tensor& logits, const Tensor& target) {
   const int64_t n = logits.size(0), c = logits.size(1);
   const T* x = logits.data<T>();
-  const int32_t* y = target.data<int32_t>();
+  const L* y = target.data<L>();
   int64_t correct = 0;
   for (int64_t i = 0; i < n; ++i) {
     const T* row = x + i * c;
     int64_t best = 0;
     for (int64_t j = 1; j < c; ++j)
       if (row[j] > row[best]) best = j;
-    correct += best == y[i];
+    correct += best == int64_t(y[i]);
   }
   return correct;
 }
 
+template <class T>
+int64_t count_correct_as(const Tensor& logits, const Tensor& target) {
+  const Tensor y = target.contiguous();
+  return y.dtype() == DType::int64 ? count_correct<T, int64_t>(logits, y)
+                                   : count_correct<T, int32_t>(logits, y);
+}
+
+// Whether `output` holds class scores [N, C] for `target`'s [N] class indices.
+bool is_classification(const Tensor& output, const Tensor& target) {
+  return output.dim() == 2 && target.dim() == 1 && output.size(0) == target.size(0) &&
+         (target.dtype() == DType::int32 || target.dtype() == DType::int64);
+}
+
 }  // namespace
 
-EvalResult evaluate_model(nn::Module& model, BatchSource& source, const PrecisionRecipe& recipe,
-                          bool language_model) {
+EvalResult evaluate_model(nn::Module& model, DataSource& source, const PrecisionRecipe& recipe,
+                          bool language_model, const LossFunction& loss_fn) {
   NoGradGuard ng;
   const bool was_training = model.is_training();
   model.train(false);
   EvalResult r;
   double loss_sum = 0;
-  int64_t rows = 0, correct = 0;
+  int64_t rows = 0, correct = 0, classified = 0;
+  bool accuracy = !language_model;
   for (int64_t i = 0, n = source.eval_batches(); i < n; ++i) {
     const Batch b = source.eval_batch(i);
-    Tensor logits;
+    Tensor output;
     Tensor loss;
     {
       auto scope = recipe.forward_scope();
-      logits = model(b.input);  // through the recipe's forward wrappers
-      if (language_model) logits = logits.reshape({-1, logits.size(-1)});
-      loss = cross_entropy(logits, b.target);
+      output = model(b.input);  // through the recipe's forward wrappers
+      loss = loss_fn(output, b.target);
     }
-    const int64_t n_rows = logits.size(0);
-    loss_sum += loss.item() * double(n_rows);  // cross_entropy is a mean over the rows
+    // The loss is a mean over the targets (cross-entropy: over the rows, gpt's B * T tokens).
+    const int64_t n_rows = b.target.numel();
+    loss_sum += loss.item() * double(n_rows);
     rows += n_rows;
-    if (!language_model) {
-      const Tensor l = logits.contiguous();
+    accuracy = accuracy && is_classification(output, b.target);
+    if (accuracy) {
+      const Tensor l = output.contiguous();
       correct +=
           l.dtype() == DType::fp64
-              ? count_correct<double>(l, b.target)
-              : count_correct<float>(l.dtype() == DType::fp32 ? l : l.to(DType::fp32), b.target);
+              ? count_correct_as<double>(l, b.target)
+              : count_correct_as<float>(l.dtype() == DType::fp32 ? l : l.to(DType::fp32), b.target);
+      classified += output.size(0);
     }
     r.samples += b.samples;
   }
   model.train(was_training);
   r.loss = rows > 0 ? loss_sum / double(rows) : std::nan("");
-  if (!language_model) r.accuracy = rows > 0 ? double(correct) / double(rows) : std::nan("");
+  if (accuracy) {
+    r.accuracy = classified > 0 ? double(correct) / double(classified) : std::nan("");
+  }
   return r;
 }
 
@@ -145,27 +162,11 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
     c.layer_precision.clear();
   }
   if (!opt.data.empty()) c.data = opt.data;
-  c.resume_dir.clear();
-  c.save_dir.clear();
-  c.save_every = 0;
-  c.log_path.clear();
-  c = c.resolved();
-  if (c.threads > 0) set_num_threads(c.threads);
+  RunParts parts = build_run(c, RunPurpose::evaluate, /*with_model=*/!run_int8);
+  c = parts.config;
   const bool lm = is_language_model(c.model.name);
-  RecipeOptions ro;
-  ro.layer_precision = c.layer_precision;
-  if (is_recipe_family(c.precision, RecipeFamily::int8_qat)) {
-    ro.qat_freeze_bn_epoch = c.qat_freeze_bn_epoch;
-    ro.qat_disable_observer_epoch = c.qat_disable_observer_epoch;
-  }
-  const auto recipe = make_recipe(c.precision, ro);
-  auto source = detail::make_batch_source(c, c.model.context, /*train=*/false);
-  if (lm && source->vocab_size() != c.model.vocab) {
-    throw TrainError(
-        fmt::format("the checkpoint's model has a vocabulary of {} tokens but the corpus "
-                    "{} has {}; evaluate on the corpus it was trained on",
-                    c.model.vocab, c.data, source->vocab_size()));
-  }
+  const auto& recipe = parts.recipe;
+  auto& source = parts.data;
   std::shared_ptr<nn::Module> model;
   EvalResult r;
   if (run_int8) {
@@ -174,7 +175,7 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
     r.evaluated = "int8";
     model = m;
   } else {
-    model = detail::build_model(c, *recipe);
+    model = parts.model;
     const auto file = dir / kModelFile;
     const SafeTensorsFile raw = read_safetensors(file);
     if (opt.compute != "bf16" && opt.compute != "fp32") {

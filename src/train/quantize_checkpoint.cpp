@@ -37,15 +37,11 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
     throw ConfigError("mixp quantize supports the mlp and cnn models, not " + c.model.name);
   }
   if (!opt.data.empty()) c.data = opt.data;
-  c.resume_dir.clear();
-  c.save_dir.clear();
-  c.save_every = 0;
-  c.log_path.clear();
-  c = c.resolved();
-  if (c.threads > 0) set_num_threads(c.threads);
-  const auto recipe = make_recipe(c.precision, {});
-  auto source = detail::make_batch_source(c, c.model.context, /*train=*/true);
-  auto model = detail::build_model(c, *recipe);
+  RunParts parts = build_run(c, RunPurpose::calibrate);
+  c = parts.config;
+  const auto& recipe = parts.recipe;
+  auto& source = parts.data;
+  auto& model = parts.model;
   const auto file = dir / kModelFile;
   load_module_state(*model, read_safetensors(file), file.string());
 
@@ -68,7 +64,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
     NoGradGuard ng;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < opt.calibrate; ++i) {
-      const detail::Batch b = source->next();
+      const Batch b = source->next();
       model->forward(b.input);
       r.calibration_samples += b.samples;
     }

@@ -200,7 +200,20 @@ std::map<std::string, double> PolicyRecipe::state() const {
 
 void PolicyRecipe::load_state(const std::map<std::string, double>& s) {
   if (!scaler_ || s.empty()) return;
+  // The scale, growth tracker and skip counts are the checkpoint's; the hyper-parameters are this
+  // recipe's (its policy and RecipeOptions, i.e. the resumed run's configuration: a
+  // --growth-interval given on resume wins over the one the checkpoint ran with). PyTorch's
+  // GradScaler.load_state_dict would restore them too; mixp's Trainer rebuilds them from the
+  // configuration instead, so that state.json's config and the scaler cannot disagree.
   amp::GradScaler::StateDict sd(s.begin(), s.end());
+  const amp::GradScalerOptions& mine = scaler_->options();
+  for (auto& [k, v] : sd) {
+    if (k == "growth_factor") v = mine.growth_factor;
+    if (k == "backoff_factor") v = mine.backoff_factor;
+    if (k == "growth_interval") v = static_cast<double>(mine.growth_interval);
+    if (k == "min_scale") v = mine.min_scale;
+    if (k == "max_scale") v = mine.max_scale;
+  }
   try {
     scaler_->load_state_dict(sd);
   } catch (const std::invalid_argument& e) {

@@ -7,6 +7,7 @@
 #include "mixp/data/text_corpus.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/lr_schedule.h"
+#include "trainer_impl.h"
 #include "util/text.h"
 
 namespace mixp::train {
@@ -49,12 +50,9 @@ double default_lr(std::string_view model) {
   return is_language_model(model) ? 3e-4 : 1e-3;
 }
 
-TrainConfig TrainConfig::resolved() const {
-  TrainConfig c = *this;
-  const std::vector<std::string> models = nn::model_names();
-  require(!c.model.name.empty(), "no model given; choose one of: " + join(models));
-  require(contains(models, c.model.name),
-          "unknown model '" + c.model.name + "'; known models: " + join(models));
+namespace detail {
+
+void check_loop_config(const TrainConfig& c) {
   require(contains(optimizer_names(), c.optimizer),
           "unknown optimizer '" + c.optimizer + "'; known optimizers: " + join(optimizer_names()));
   require(contains(schedule_names(), c.schedule),
@@ -66,14 +64,11 @@ TrainConfig TrainConfig::resolved() const {
               "optimizer steps");
   require(c.epochs >= 0, "the number of epochs must be positive, got " + std::to_string(c.epochs));
   require(c.steps >= 0, "the number of steps must be positive, got " + std::to_string(c.steps));
-  if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
   require(c.batch >= 0, "the batch size must be positive, got " + std::to_string(c.batch));
-  if (c.batch == 0) c.batch = default_batch(c.model.name);
   require(c.grad_accum >= 1, "gradient accumulation must be at least 1 micro-batch, got " +
                                  std::to_string(c.grad_accum));
   require(std::isfinite(c.lr) && c.lr >= 0,
           "the learning rate must be a positive number, got " + std::to_string(c.lr));
-  if (c.lr == 0) c.lr = default_lr(c.model.name);
   require(
       std::isfinite(c.clip) && c.clip >= 0,
       "the clipping norm must be positive (0 turns clipping off), got " + std::to_string(c.clip));
@@ -88,6 +83,20 @@ TrainConfig TrainConfig::resolved() const {
   require(c.save_every >= 0, "save_every must be non-negative");
   require(c.save_every == 0 || !c.save_dir.empty(),
           "saving every N steps needs a checkpoint folder (--save DIR)");
+}
+
+}  // namespace detail
+
+TrainConfig TrainConfig::resolved() const {
+  TrainConfig c = *this;
+  const std::vector<std::string> models = nn::model_names();
+  require(!c.model.name.empty(), "no model given; choose one of: " + join(models));
+  require(contains(models, c.model.name),
+          "unknown model '" + c.model.name + "'; known models: " + join(models));
+  detail::check_loop_config(c);
+  if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
+  if (c.batch == 0) c.batch = default_batch(c.model.name);
+  if (c.lr == 0) c.lr = default_lr(c.model.name);
   if (c.model.seed == 0) c.model.seed = c.seed;
   if (c.data.empty()) {
     c.data = is_language_model(c.model.name) ? data::kDefaultCorpusDir : kFashionMnistData;

@@ -10,6 +10,7 @@
 #include "mixp/ops/ops.h"
 #include "mixp/optim/clip_grad.h"
 #include "mixp/tensor/allocator.h"
+#include "mixp/train/build_run.h"
 #include "trainer_impl.h"
 
 namespace mixp::train {
@@ -19,53 +20,25 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Finds an unusable --save folder before training rather than after it.
-void check_save_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
-    throw ConfigError("cannot save a checkpoint to " + dir.string() +
-                      ": it exists and is not a folder; name a folder");
-  }
-  std::filesystem::path parent = std::filesystem::absolute(dir, ec).parent_path();
-  if (!std::filesystem::is_directory(parent, ec)) {
-    throw ConfigError("cannot save a checkpoint to " + dir.string() + ": its parent folder " +
-                      parent.string() + " does not exist; create it first");
-  }
-}
 }  // namespace
 
-void Trainer::Impl::build() {
-  lm = is_language_model(cfg.model.name);
-  if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
-  if (cfg.threads > 0) set_num_threads(cfg.threads);
-  RecipeOptions ro;
-  ro.layer_precision = cfg.layer_precision;
-  ro.loss_scale_init = cfg.loss_scale_init;
-  ro.growth_interval = cfg.growth_interval;
-  ro.qat_freeze_bn_epoch = cfg.qat_freeze_bn_epoch;
-  ro.qat_disable_observer_epoch = cfg.qat_disable_observer_epoch;
-  ro.seed = cfg.seed;
-  recipe = make_recipe(cfg.precision, ro);
-  // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
-  cfg.precision = recipe->name();
-  if (lm && cfg.model.context == 0) cfg.model.context = detail::resolve_model(cfg.model).context;
-  source = detail::make_batch_source(cfg, cfg.model.context);
-  if (lm) {
-    const int64_t v = source->vocab_size();
-    if (cfg.model.vocab != 0 && cfg.model.vocab != v) {
-      throw TrainError(
-          fmt::format("the model's vocabulary has {} tokens but the corpus {} has {}; a gpt "
-                      "checkpoint can only "
-                      "continue on a corpus with the same characters",
-                      cfg.model.vocab, cfg.data, v));
-    }
-    cfg.model.vocab = v;
-  }
-  cfg.model = detail::resolve_model(cfg.model);  // explicit shape in state.json
-  model = detail::build_model(cfg, *recipe);
+Tensor cross_entropy_loss(const Tensor& output, const Tensor& target) {
+  // [B, T, V] -> [B * T, V] (a language model); the built-in models' targets are flat already.
+  const Tensor logits = output.dim() > 2 ? output.reshape({-1, output.size(-1)}) : output;
+  return cross_entropy(logits, target.dim() > 1 ? target.reshape({-1}) : target);
+}
+
+void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer) {
+  cfg = std::move(parts.config);
+  recipe = std::move(parts.recipe);
+  source = std::move(parts.data);
+  model = std::move(parts.model);
+  lm = source->vocab_size() > 0;
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
-  opt = detail::build_optimizer(cfg, named, recipe->optimizer_precision());
+  opt = make_optimizer ? make_optimizer(named, recipe->optimizer_precision())
+                       : detail::build_optimizer(cfg, named, recipe->optimizer_precision());
+  if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
 }
@@ -95,19 +68,47 @@ StepInfo Trainer::Impl::run_step() {
   double loss_sum = 0;
   int64_t samples = 0;
   for (int64_t m = 0; m < window; ++m) {
-    detail::Batch b = source->next();
-    Tensor loss;
+    Batch b = source->next();
+    Tensor batch_loss;
     {
       auto scope = recipe->forward_scope();
-      Tensor logits = (*model)(b.input);  // through the recipe's forward wrappers
-      if (lm) logits = logits.reshape({-1, logits.size(-1)});
-      loss = cross_entropy(logits, b.target);
+      batch_loss = loss((*model)(b.input), b.target);  // through the recipe's forward wrappers
     }
-    const double l = loss.item();
+    const double l = batch_loss.item();
     if (!std::isfinite(l) && !recipe->skips_nonfinite()) nonfinite_error("loss", l, m, window);
     loss_sum += l;
     samples += b.samples;
-    recipe->scale_loss(window == 1 ? loss : mul(loss, 1.0 / double(window))).backward();
+    recipe->scale_loss(window == 1 ? batch_loss : mul(batch_loss, 1.0 / double(window))).backward();
+    if (!callbacks.empty()) {
+      StepContext ctx{.step = step + 1,
+                      .total_steps = total,
+                      .epoch = epoch,
+                      .micro_batch = m,
+                      .micro_batches = window,
+                      .loss = l,
+                      .loss_scale = recipe->loss_scale(),
+                      .model = *model,
+                      .parameters = params,
+                      .recipe = *recipe,
+                      .optimizer = *opt};
+      for (auto& cb : callbacks) cb->on_backward_end(ctx);
+    }
+  }
+  if (!callbacks.empty()) {
+    // The stage between backward and the optimizer step (callbacks.h): one virtual call per
+    // callback and step.
+    StepContext ctx{.step = step + 1,
+                    .total_steps = total,
+                    .epoch = epoch,
+                    .micro_batch = window - 1,
+                    .micro_batches = window,
+                    .loss = loss_sum / double(window),
+                    .loss_scale = recipe->loss_scale(),
+                    .model = *model,
+                    .parameters = params,
+                    .recipe = *recipe,
+                    .optimizer = *opt};
+    for (auto& cb : callbacks) cb->on_gradients_ready(ctx);
   }
   // Unscale (fp16 recipes), then clip the real gradients. Non-finite gradients skip the step
   // under loss scaling; otherwise they are an error (the NaN guard).
@@ -156,7 +157,53 @@ StepInfo Trainer::Impl::run_step() {
 Trainer::Trainer(const TrainConfig& config) : impl_(std::make_unique<Impl>()) {
   impl_->constructed_ms = now_ms();
   impl_->cfg = config.resolved();
-  impl_->build();
+  if (!impl_->cfg.resume_dir.empty()) impl_->check_resume_config(impl_->cfg.resume_dir);
+  impl_->init(build_run(impl_->cfg, RunPurpose::train), nullptr);
+  if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
+}
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRecipe> recipe,
+                 std::unique_ptr<DataSource> data, const TrainOptions& o)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->constructed_ms = now_ms();
+  if (!model || !recipe || !data) {
+    throw ConfigError("a Trainer built from parts needs a model, a recipe and a data source");
+  }
+  RunParts p;
+  TrainConfig& c = p.config;
+  c.model.name = o.model_name;
+  c.data = data->description();
+  c.epochs = o.epochs;
+  c.steps = o.steps;
+  c.batch = data->batch_size();
+  c.grad_accum = o.grad_accum;
+  c.lr = o.lr;
+  c.optimizer = o.optimizer;
+  c.weight_decay = o.weight_decay;
+  c.momentum = o.momentum;
+  c.clip = o.clip;
+  c.schedule = o.schedule;
+  c.warmup_steps = o.warmup_steps;
+  c.seed = o.seed;
+  c.threads = o.threads;
+  c.evaluate = o.evaluate && data->eval_batches() > 0;
+  c.save_dir = o.save_dir;
+  c.save_every = o.save_every;
+  c.resume_dir = o.resume_dir;
+  detail::check_loop_config(c);
+  if (!(c.lr > 0))
+    throw ConfigError(fmt::format("the learning rate must be positive, got {}", c.lr));
+  if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
+  if (!c.save_dir.empty()) detail::check_save_dir(c.save_dir);
+  if (o.make_optimizer) c.optimizer = "custom";
+  if (c.threads > 0) set_num_threads(c.threads);
+  c.precision = recipe->name();
+  recipe->prepare_model(*model);
+  p.recipe = std::move(recipe);
+  p.data = std::move(data);
+  p.model = std::move(model);
+  impl_->init(std::move(p), o.make_optimizer);
+  if (o.loss) impl_->loss = o.loss;
   if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
 }
 
@@ -242,7 +289,7 @@ TrainResult Trainer::fit() {
       // The recipe reports another model (int8-qat: the converted int8 model); the trained one
       // is evaluated too, beside it.
       const double e0 = now_ms();
-      ev = detail::evaluate_model(*inf, *s.source, *s.recipe, s.lm);
+      ev = detail::evaluate_model(*inf, *s.source, *s.recipe, s.lm, s.loss);
       const double e1 = now_ms();
       const EvalResult trained = evaluate();
       const std::string label = s.recipe->trained_model_label();
@@ -275,7 +322,8 @@ TrainResult Trainer::fit() {
 }
 
 EvalResult Trainer::evaluate() {
-  return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm);
+  return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm,
+                                impl_->loss);
 }
 
 void Trainer::save(const std::filesystem::path& dir) const {
@@ -301,6 +349,9 @@ optim::Optimizer& Trainer::optimizer() {
 }
 const PrecisionRecipe& Trainer::recipe() const {
   return *impl_->recipe;
+}
+DataSource& Trainer::data() {
+  return *impl_->source;
 }
 std::string Trainer::data_description() const {
   return impl_->source->description();

@@ -1,6 +1,7 @@
 // The Trainer's state (internal), shared by trainer.cpp (the loop), trainer_state.cpp
 // (checkpoints) and evaluate.cpp.
 #pragma once
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +11,7 @@
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/module.h"
 #include "mixp/optim/optimizer.h"
+#include "mixp/train/build_run.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
@@ -42,8 +44,19 @@ nlohmann::json dropout_streams(nn::Module& model);
 void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams);
 
 // Mean loss and accuracy of `model` over `source`'s evaluation set, in eval mode without gradients.
-EvalResult evaluate_model(nn::Module& model, BatchSource& source, const PrecisionRecipe& recipe,
-                          bool language_model);
+// The loss of a batch is weighted by its number of targets (rows for cross-entropy: samples, gpt:
+// tokens); the accuracy is reported for classifiers (not language models) whose output is [N, C]
+// against [N] integer targets.
+EvalResult evaluate_model(nn::Module& model, DataSource& source, const PrecisionRecipe& recipe,
+                          bool language_model, const LossFunction& loss = cross_entropy_loss);
+
+// Finds an unusable checkpoint folder before training rather than after it: ConfigError when it
+// exists and is not a folder, or when its parent folder does not exist.
+void check_save_dir(const std::filesystem::path& dir);
+
+// The checks of TrainConfig::resolved() that concern the loop (length, batch, optimizer, schedule,
+// clipping, ...), not the model or data; shared with the Trainer built from parts.
+void check_loop_config(const TrainConfig& c);
 
 }  // namespace mixp::train::detail
 
@@ -52,11 +65,12 @@ namespace mixp::train {
 struct Trainer::Impl {
   TrainConfig cfg;  // resolved, vocab and context filled in
   bool lm = false;
-  std::unique_ptr<detail::BatchSource> source;
+  std::unique_ptr<DataSource> source;
   std::unique_ptr<PrecisionRecipe> recipe;
   std::shared_ptr<nn::Module> model;
   std::vector<Tensor> params;  // cached: the step loop never rebuilds the list
   std::unique_ptr<optim::Optimizer> opt;
+  LossFunction loss = cross_entropy_loss;
   std::vector<std::shared_ptr<TrainCallback>> callbacks;
 
   int64_t step = 0;  // optimizer steps done
@@ -72,7 +86,12 @@ struct Trainer::Impl {
   StepTimes cpu_times;                                // this run, process CPU time
   nlohmann::json metrics = nlohmann::json::object();  // saved in state.json
 
-  void build();
+  // Takes the parts (the model prepared by the recipe, the configuration resolved) and builds the
+  // optimizer: what both constructors share.
+  void init(RunParts parts, const OptimizerFactory& make_optimizer);
+  // Refuses (ConfigError naming the flag) a configuration that differs from the checkpoint's
+  // where it must match; before build_run(), so that nothing is loaded for a run that cannot go on.
+  void check_resume_config(const std::filesystem::path& dir) const;
   void resume(const std::filesystem::path& dir);
   StepInfo run_step();
   void save(const std::filesystem::path& dir) const;

@@ -1,12 +1,134 @@
 // Checkpoint writing and resuming for the Trainer (format: include/mixp/train/checkpoint.h).
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/train/checkpoint.h"
 #include "trainer_impl.h"
 
 namespace mixp::train {
+
+namespace {
+
+std::string str(const std::string& v) {
+  return v.empty() ? "(none)" : v;
+}
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
+std::string str(uint64_t v) {
+  return std::to_string(v);
+}
+std::string str(double v) {
+  return fmt::format("{:g}", v);
+}
+std::string str(const std::optional<double>& v) {
+  return v ? fmt::format("{:g}", *v) : "(not given: the recipe's default)";
+}
+
+[[noreturn]] void refuse(const std::filesystem::path& dir, const char* flag,
+                         const std::string& theirs, const std::string& mine,
+                         const std::string& why) {
+  throw ConfigError(fmt::format(
+      "{} {} does not match checkpoint {}, which was trained with {} {}: {}. Drop {} (a resumed "
+      "run takes it from the checkpoint), or start a new run without --resume",
+      flag, mine, dir.string(), flag, theirs, why, flag));
+}
+
+template <class T>
+void same(const std::filesystem::path& dir, const char* flag, const T& theirs, const T& mine,
+          const std::string& why) {
+  if (theirs != mine) refuse(dir, flag, str(theirs), str(mine), why);
+}
+
+}  // namespace
+
+// What a resumed run cannot change: the configuration that the checkpoint's weights, optimizer
+// state, loss-scale state and data position belong to. Everything else in the configuration
+// (length, learning rate and schedule, weight decay, momentum, clipping, growth interval,
+// int8-qat epochs, threads, test limit, checkpointing, data location, outputs) is the resumed
+// run's own: the CLI takes it from the checkpoint unless a flag overrides it (docs/train.md).
+// The precision is compared in resume(), once the recipe has resolved its name.
+void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const {
+  const nlohmann::json state = nlohmann::json::parse(read_checkpoint_state(dir));
+  if (!state.contains("config")) {
+    throw TrainError((dir / kStateFile).string() + " has no \"config\"; the checkpoint is damaged");
+  }
+  const TrainConfig saved = config_from_json(state["config"].dump());
+  same(dir, "--model", saved.model.name, cfg.model.name,
+       "the weights in the checkpoint are that model's");
+  // Both shapes explicit, as build() will make this run's (state.json holds the resolved one).
+  const nn::ModelConfig mine = detail::resolve_model(cfg.model);
+  const std::string shape = "the weights in the checkpoint have the model's shape";
+  same(dir, "--width", saved.model.width, mine.width, shape);
+  same(dir, "--layers", saved.model.layers, mine.layers, shape);
+  same(dir, "--heads", saved.model.heads, mine.heads, shape);
+  same(dir, "--context", saved.model.context, mine.context, shape);
+  same(dir, "--mlp-width", saved.model.mlp_width, mine.mlp_width, shape);
+  if (saved.data != cfg.data) {
+    // A data set that moved may be named in its new place (the number of samples is then checked
+    // against the checkpoint's data order); other data may not. mixp cannot tell a moved copy from
+    // other data of the same size, so another place is accepted only while the checkpoint's is
+    // gone, and never for the named data sets.
+    auto keyword = [](const std::string& d) {
+      return d == kSyntheticData || d == kFashionMnistData;
+    };
+    std::error_code ec;
+    const bool paths = !keyword(saved.data) && !keyword(cfg.data);
+    const bool moved = paths && !std::filesystem::exists(saved.data, ec);
+    const bool same_place = paths && std::filesystem::equivalent(saved.data, cfg.data, ec);
+    if (!moved && !same_place) {
+      refuse(dir, "--data", saved.data, cfg.data,
+             paths ? "the data order continues over the checkpoint's data set, which is still "
+                     "there; --data may name another place only for that data set moved (its "
+                     "old place gone)"
+                   : "the data order continues over the checkpoint's data set");
+    }
+  }
+  same(dir, "--layer-precision", saved.layer_precision, cfg.layer_precision,
+       "the per-layer rules decide how the parameters and the optimizer state are stored and "
+       "whether the loss is scaled");
+  same(dir, "--optimizer", saved.optimizer, cfg.optimizer,
+       "the optimizer state in the checkpoint (moments, step counts) is that optimizer's");
+  // SGD keeps a momentum buffer per parameter only when the momentum is not 0: another non-zero
+  // momentum is an override, turning it on or off would need another optimizer state.
+  if (cfg.optimizer == "sgd" && (saved.momentum == 0) != (cfg.momentum == 0)) {
+    refuse(dir, "--momentum", str(saved.momentum), str(cfg.momentum),
+           saved.momentum == 0
+               ? "the checkpoint's SGD state has no momentum buffers to continue from (another "
+                 "non-zero momentum than the checkpoint's may be given, but not 0 to or from it)"
+               : "the checkpoint's SGD state holds momentum buffers that momentum 0 would drop "
+                 "(another non-zero momentum than the checkpoint's may be given, but not 0 to or "
+                 "from it)");
+  }
+  same(dir, "--batch", saved.batch, cfg.batch,
+       "the data order continues from the checkpoint's position, counted in batches of that size");
+  same(dir, "--grad-accum", saved.grad_accum, cfg.grad_accum,
+       "the steps per epoch, and so the step count, epochs and learning-rate schedule of the "
+       "steps already taken, follow it");
+  same(dir, "--train-limit", saved.train_limit, cfg.train_limit,
+       "the data order continues over the same training samples");
+  same(dir, "--seed", saved.seed, cfg.seed,
+       "the data order, the stochastic-rounding streams and the dropout masks continue from the "
+       "checkpoint's seed");
+  if (saved.loss_scale_init != cfg.loss_scale_init) {
+    double scale = 0;
+    if (state.contains("recipe") && state["recipe"].contains("loss_scale") &&
+        state["recipe"]["loss_scale"].is_number()) {
+      scale = state["recipe"]["loss_scale"].get<double>();
+    }
+    refuse(dir, "--loss-scale-init", str(saved.loss_scale_init), str(cfg.loss_scale_init),
+           fmt::format("the initial loss scale applies to the first step only, and a resumed run "
+                       "continues from the checkpoint's loss scale ({:g}), which is training "
+                       "state",
+                       scale));
+  }
+}
 
 void Trainer::Impl::save(const std::filesystem::path& dir) const {
   nlohmann::ordered_json state;
@@ -18,7 +140,7 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   state["skipped_steps"] = skipped;
   state["last_loss"] = std::isfinite(last_loss) ? nlohmann::ordered_json(last_loss) : nullptr;
   state["config"] = nlohmann::ordered_json::parse(config_to_json(cfg));
-  state["data"] = source->state();
+  state["data"] = nlohmann::ordered_json::parse(source->state());
   // Every random stream of a run is a pure function of these seeds and counters: model
   // initialization (model seed), data order (sampler seed, epoch, position, or gpt's micro-batch
   // counter, under "data"), and the mask streams of Dropout modules, if the model has any.
@@ -51,25 +173,10 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
 void Trainer::Impl::resume(const std::filesystem::path& dir) {
   const nlohmann::json state = nlohmann::json::parse(read_checkpoint_state(dir));
   const TrainConfig saved = config_from_json(state.at("config").dump());
-  if (saved.model.name != cfg.model.name) {
-    throw TrainError(
-        fmt::format("checkpoint {} holds a '{}' model, this run trains '{}'; resume "
-                    "with --model {}",
-                    dir.string(), saved.model.name, cfg.model.name, saved.model.name));
-  }
-  if (saved.precision != cfg.precision) {
-    // The optimizer state and any loss-scale state belong to the saved recipe.
-    throw TrainError(
-        fmt::format("checkpoint {} was trained in precision {}, this run asks for {}; "
-                    "resume with --precision {}",
-                    dir.string(), saved.precision, cfg.precision, saved.precision));
-  }
-  if (saved.optimizer != cfg.optimizer) {
-    throw TrainError(
-        fmt::format("checkpoint {} was trained with optimizer {}, this run asks for "
-                    "{}; resume with --optimizer {}",
-                    dir.string(), saved.optimizer, cfg.optimizer, saved.optimizer));
-  }
+  same(dir, "--precision", saved.precision, cfg.precision,
+       "the parameters' storage, the optimizer state (master weights) and the loss-scale or FP8 "
+       "scaling state belong to the recipe (and its options) it was trained in; the loss scale's "
+       "growth interval can change with --growth-interval");
   const auto model_file = dir / kModelFile;
   const auto opt_file = dir / kOptimizerFile;
   const SafeTensorsFile weights = read_safetensors(model_file);
@@ -78,7 +185,7 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   const auto& os = state.at("optimizer");
   detail::load_optimizer_state(*opt, opt_tensors, os.value("state", nlohmann::json::object()),
                                opt_file.string());
-  source->restore(state.at("data"));
+  source->restore(state.at("data").dump());
   if (state.contains("rng") && state["rng"].contains("dropout")) {
     detail::restore_dropout_streams(*model, state["rng"]["dropout"]);
   }

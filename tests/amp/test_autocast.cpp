@@ -187,6 +187,47 @@ TEST(Autocast, CopyMadeUnderNoGradIsRemadeWhenGradientsAreNeeded) {
   EXPECT_EQ(autocast_cache_stats().hits, 1);
 }
 
+// Issue 16: forward + backward several times inside ONE autocast region (gradient accumulation,
+// PyTorch's usual loop) must work and equal one region per micro-batch. The cached weight copy's
+// cast node is reused by every backward (FunctionNode::reusable).
+TEST(Autocast, GradientAccumulationInsideOneRegion) {
+  for (DType dt : {DType::bf16, DType::fp16}) {
+    Tensor w = mul(rnd({12, 20}, 1), 0.2).requires_grad_(), b = rnd({12}, 2).requires_grad_();
+    const Tensor xs[4] = {rnd({8, 20}, 3), rnd({8, 20}, 4), rnd({8, 20}, 5), rnd({8, 20}, 6)};
+    auto loss_of = [&](const Tensor& x) { return mean(mul(linear(x, w, b), 0.25)); };
+    {
+      Autocast ac(dt);
+      for (const Tensor& x : xs) loss_of(x).backward();
+    }
+    const std::vector<double> gw_one = w.grad().to_double_vector(),
+                              gb_one = b.grad().to_double_vector();
+    w.set_grad(Tensor());
+    b.set_grad(Tensor());
+    for (const Tensor& x : xs) {
+      Autocast ac(dt);
+      loss_of(x).backward();
+    }
+    EXPECT_EQ(w.grad().to_double_vector(), gw_one) << name(dt);
+    EXPECT_EQ(b.grad().to_double_vector(), gb_one) << name(dt);
+  }
+}
+
+// An optimizer step inside a region writes the weights in place (their version changes): the
+// next forward in the same region must cast the new values, not reuse the stale copy.
+TEST(Autocast, OptimizerStepInsideRegionRecastsTheWeights) {
+  Tensor w = rnd({6, 5}, 7).requires_grad_();
+  const Tensor x = rnd({3, 5}, 8);
+  optim::SGD opt(std::vector<Tensor>{w}, optim::SGDOptions{.lr = 0.5});
+  Autocast ac(DType::bf16);
+  sum(linear(x, w)).backward();
+  opt.step();
+  const Tensor after = linear(x, w);
+  // the same GEMM on a cast of the updated weight made by hand
+  const Tensor expect = linear(x.to(DType::bf16, Round::nearest_even),
+                               w.detach().to(DType::bf16, Round::nearest_even));
+  EXPECT_EQ(after.to_double_vector(), expect.to_double_vector());
+}
+
 TEST(Autocast, GradientsReachFp32LeavesThroughTheCasts) {
   const Tensor x = rnd({16, 32}, 1);
   Tensor w1 = mul(rnd({24, 32}, 2), 0.2).requires_grad_(), b1 = rnd({24}, 3).requires_grad_();

@@ -98,6 +98,21 @@ TEST(GradScaler, UnscalesAndStepsOnFiniteGradients) {
   EXPECT_EQ(s.skipped_steps(), 0);
 }
 
+// PyTorch asserts "No inf checks were recorded for this optimizer." when step() finds no
+// gradient at all (backward forgotten, or an optimizer over other parameters): so do we, instead
+// of reporting a step that changed nothing.
+TEST(GradScaler, StepWithoutAnyGradientIsRefused) {
+  OneParam p;
+  GradScaler s;
+  try {
+    s.step(*p.opt);
+    FAIL() << "step() with no gradient must throw";
+  } catch (const std::logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no inf checks were recorded for this optimizer"));
+  }
+  EXPECT_THAT(p.w.to_vector(), ::testing::Each(0.0));  // nothing stepped
+}
+
 TEST(GradScaler, SkipsTheStepOnInfOrNanAndBacksOff) {
   for (double bad : {kInf, -kInf, std::nan("")}) {
     SCOPED_TRACE(bad);
@@ -208,10 +223,10 @@ TEST(GradScaler, SeveralOptimizersOneUpdate) {
   }
   EXPECT_EQ(s.get_scale(), 16.0);
   EXPECT_EQ(s.skipped_steps(), 1);
-  // An optimizer without gradients still records a (clean) check.
+  // An optimizer without any gradient records no check: step() refuses it (PyTorch: "No inf
+  // checks were recorded for this optimizer"; StepWithoutAnyGradientIsRefused).
   OneParam c;
-  EXPECT_TRUE(s.step(*c.opt));
-  s.update();
+  EXPECT_THROW(s.step(*c.opt), std::logic_error);
 }
 
 TEST(GradScaler, AccumulationUnscalesTheSumOnce) {
@@ -332,6 +347,30 @@ TEST(GradScaler, StateDictRoundTripContinuesIdentically) {
   bad[0].second = -1.0;
   EXPECT_THROW(b.load_state_dict(bad), std::invalid_argument);
   EXPECT_EQ(b.state_dict(), a.state_dict());  // a failed load changed nothing
+}
+
+TEST(GradScaler, GrowthIntervalLoweredBelowTheTrackerGrowsAtTheNextCleanStep) {
+  // A resumed run given a shorter --growth-interval: the tracker carried over from the checkpoint
+  // may already be past the new interval. The next clean step grows the scale (PyTorch's
+  // `successful == interval` would never grow again), then the new interval counts from 0.
+  GradScaler s({.init_scale = 64.0, .growth_interval = 10});
+  OneParam p;
+  auto clean = [&] {
+    p.grad(1.0);
+    s.step(*p.opt);
+    s.update();
+  };
+  for (int i = 0; i < 6; ++i) clean();
+  ASSERT_EQ(s.growth_tracker(), 6);
+  s.set_growth_interval(3);
+  clean();
+  EXPECT_EQ(s.get_scale(), 128.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  clean();
+  clean();
+  EXPECT_EQ(s.get_scale(), 128.0);
+  clean();
+  EXPECT_EQ(s.get_scale(), 256.0);
 }
 
 TEST(GradScaler, Fp16ParametersWithoutMasterAreRefusedNamingTheAlternatives) {

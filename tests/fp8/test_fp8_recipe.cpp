@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/error_of.h"
 #include "mixp/amp/fp8_linear.h"
@@ -201,6 +203,18 @@ TEST(Fp8Recipe, CheckpointWhoseScalingStateDoesNotMatchIsRefusedByName) {
   other.layer_precision = "fc2=bf16";
   e = error_of([&] { (void)evaluate_checkpoint(dir / "ck", "", ""); });
   EXPECT_EQ(e, "(no error)");
+  e = error_of([&] {
+    Trainer t(other);
+  });
+  // Another --layer-precision is refused by the configuration first (docs/train.md, "Resuming")...
+  EXPECT_TRUE(has(e, "--layer-precision fc2=bf16 does not match checkpoint")) << e;
+  // ...and a checkpoint whose state.json does not say how it was trained, by the tensor's name.
+  {
+    const auto state_file = dir / "ck" / kStateFile;
+    auto state = nlohmann::json::parse(mixp::test::read_text(state_file));
+    state["config"]["layer_precision"] = "fc2=bf16";
+    std::ofstream(state_file) << state.dump(2);
+  }
   e = error_of([&] {
     Trainer t(other);
   });

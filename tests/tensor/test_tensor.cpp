@@ -254,6 +254,11 @@ TEST(Tensor, Str) {
   const std::string s = from_vector(std::vector<double>{1, 2}, {2}).str();
   EXPECT_NE(s.find("shape=[2]"), std::string::npos);
   EXPECT_NE(s.find("fp32"), std::string::npos);
+  EXPECT_NE(s.find("values=[1, 2])"), std::string::npos) << s;
+  const Tensor big = zeros({40});
+  EXPECT_NE(big.str(3).find("values=[0, 0, 0, ...])"), std::string::npos) << big.str(3);
+  // str(0): shape and dtype only (it printed "values=[, ...]")
+  EXPECT_EQ(big.str(0), "Tensor(shape=[40], dtype=fp32)");
 }
 
 }  // namespace

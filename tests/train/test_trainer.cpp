@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/module.h"
@@ -176,6 +178,23 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRefusedByName) {
   TrainConfig other = small_mlp();
   other.model.width = 64;
   other.resume_dir = (dir / "ckpt").string();
+  // The configuration is compared first: the flag that differs is named.
+  try {
+    Trainer t(other);
+    FAIL() << "expected a shape mismatch";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--width 64 does not match checkpoint"), std::string::npos) << m;
+    EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  }
+  // A checkpoint whose state.json says width 64 but whose tensors are not: the tensor is named.
+  const auto state_file = dir / "ckpt" / kStateFile;
+  const std::string state_text = mixp::test::read_text(state_file);
+  {
+    auto state = nlohmann::json::parse(state_text);
+    state["config"]["model"]["width"] = 64;
+    std::ofstream(state_file) << state.dump(2);
+  }
   try {
     Trainer t(other);
     FAIL() << "expected a shape mismatch";
@@ -186,6 +205,7 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRefusedByName) {
   }
 
   // A missing tensor: drop one from the file.
+  std::ofstream(state_file) << state_text;
   auto f = read_safetensors(dir / "ckpt" / kModelFile);
   const std::string dropped = f.tensors.back().name;
   f.tensors.pop_back();

@@ -90,10 +90,14 @@ void run(Flags& f) {
   // The run's configuration: the checkpoint's when resuming, with the given flags on top.
   train::TrainConfig c;
   if (f.given("--resume")) {
+    // docs/train.md "Resuming": every flag given below overrides the checkpoint's value, and the
+    // Trainer refuses the ones that must match the checkpoint (model, shape, precision, optimizer,
+    // batch, ...) when their value differs. Only given flags count: a default never overrides.
     c = train::read_checkpoint_config(f.c.resume_dir);
     c.save_dir.clear();  // outputs of the earlier run are not this run's
     c.save_every = 0;
     c.log_path.clear();
+    c.evaluate = true;  // so is the final evaluation: --no-eval applies to its own run only
   } else if (!f.given("--model")) {
     throw UsageError("--model is required (one of: " + join(nn::model_names()) +
                      "), unless --resume continues a checkpoint");
@@ -216,8 +220,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--warmup", c.warmup_steps, "linear warmup steps (default 0)");
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--clip", c.clip, "clip gradients to this global L2 norm (default off)");
-  sub->add_flag("--checkpointing", c.model.checkpointing,
-                "gradient checkpointing (recompute activations)");
+  sub->add_flag("--checkpointing,!--no-checkpointing", c.model.checkpointing,
+                "gradient checkpointing (recompute activations; gpt); --no-checkpointing turns "
+                "it off on --resume");
   sub->add_option("--layer-precision", c.layer_precision,
                   "per-layer precision: kind or name = fp32|bf16|fp16, e.g. "
                   "embed=fp32,attn=bf16,mlp=bf16,head=fp32 (kinds: embedding/embed, "
@@ -253,7 +258,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--save-every", c.save_every, "also save every N steps");
   sub->add_option(
       "--resume", c.resume_dir,
-      "continue from a checkpoint; its configuration is used, the flags given override it");
+      "continue from a checkpoint: its configuration is used; the flags given override it, "
+      "except those that must match it (model and shape, data set, precision, optimizer, batch, "
+      "grad-accum, seed, loss-scale-init), which are refused when they differ (docs/train.md)");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   sub->footer(

@@ -32,6 +32,8 @@
 //   found_inf: scale = fp32(scale * backoff_factor), tracker = 0
 //   else:      tracker += 1; when tracker == growth_interval: the scale becomes
 //              fp32(scale * growth_factor) if that is finite (else it stays), tracker = 0.
+//              (mixp tests tracker >= growth_interval, so that an interval lowered below the
+//              current tracker grows at the next clean step; PyTorch's == would never grow.)
 // The scale is an fp32 value, as PyTorch's scale tensor.
 //
 // Beyond PyTorch (all off by default, so the defaults are PyTorch's):
@@ -96,7 +98,9 @@ class GradScaler {
   // Unscales the gradients of `opt`'s parameters in place and records whether any was inf/NaN.
   void unscale_(optim::Optimizer& opt);
   // Unscales if unscale_ was not called for `opt` since the last update, then runs opt.step()
-  // unless its gradients had an inf/NaN. Returns true when the optimizer stepped.
+  // unless its gradients had an inf/NaN. Returns true when the optimizer stepped. Throws
+  // std::logic_error when none of `opt`'s parameters has a gradient (PyTorch: "No inf checks were
+  // recorded for this optimizer").
   bool step(optim::Optimizer& opt);
   // Applies the update rule once for all the optimizers stepped since the last update (or sets
   // `new_scale` manually). Throws std::logic_error when no optimizer was unscaled since the last

@@ -8,6 +8,7 @@
 // reused by the recomputation.
 #pragma once
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "mixp/tensor/tensor.h"
@@ -19,6 +20,23 @@ using SegmentFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>
 std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& inputs);
 // One input, one output.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+
+// Thread-local state that a segment's recomputation must see as its forward did: the
+// recomputation runs during backward, outside the caller's regions (torch.utils.checkpoint
+// restores the autocast state the same way). checkpoint() captures, at forward time, the fp32
+// GEMM precision (ops/matmul_precision.h) and the state of every module that registered here (amp
+// registers its Autocast and Fp8Autocast regions), and re-enters all of it around the
+// recomputation. So a model calls checkpoint() and knows nothing of the modules above it.
+//
+// A capture function is called in checkpoint()'s forward and returns a restorer; the restorer is
+// called before the recomputation and returns a scope object (any RAII guard, type-erased) that
+// is destroyed after it, in the reverse order of registration.
+using CheckpointScope = std::shared_ptr<void>;
+using CheckpointRestorer = std::function<CheckpointScope()>;
+using CheckpointCapture = std::function<CheckpointRestorer()>;
+// Registers `capture` for every later checkpoint() (process-wide; call once, e.g. from a static
+// initializer of the module that owns the state).
+void register_checkpoint_state(CheckpointCapture capture);
 
 class Generator;
 namespace detail {

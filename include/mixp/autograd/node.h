@@ -82,9 +82,15 @@ class FunctionNode final : public Node {
  public:
   FunctionNode(OpId op, DType compute, BackwardFn fn);
   void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override;
-  void release() override { fn_ = nullptr; }
+  void release() override {
+    if (!reusable) fn_ = nullptr;
+  }
   std::string name() const override;
   OpId op() const { return op_; }
+  // The closure saves no tensor (a cast, Tensor::to): release() keeps it, so a second backward
+  // through the node works. Autocast's cast cache hands the same weight copy to every forward of
+  // a region, so gradient accumulation inside one region goes through it once per backward.
+  bool reusable = false;
   std::vector<DType> input_dtypes;
   // Set on the cast of an fp32 leaf to bf16 (Tensor::to): gradients pass through in the float
   // dtype they arrive in (bf16 from most ops, fp32 from a GEMM that wrote the weight gradient in

@@ -17,4 +17,5 @@
 #include "mixp/nn/models.h"
 #include "mixp/nn/module.h"
 #include "mixp/nn/sequential.h"
+#include "mixp/nn/serialize.h"
 #include "mixp/nn/transformer_block.h"

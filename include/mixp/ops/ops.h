@@ -40,6 +40,27 @@ using SaveDtypeHook = DType (*)(OpId op);
 void set_save_dtype_hook(SaveDtypeHook hook);  // nullptr uninstalls
 DType saved_activation_dtype(OpId op);
 
+// ---- Strict dtypes (opt-in). By default a GEMM-kind op (matmul, bmm, linear, conv2d,
+// scaled_dot_product_attention) given floating inputs of different dtypes promotes them ("Dtypes"
+// above): a bf16 batch fed to an fp32 model outside autocast runs in fp32. PyTorch raises instead
+// ("mat1 and mat2 must have the same dtype"), which catches a forgotten autocast region or a
+// forgotten cast. With strict dtypes on, mixp raises std::invalid_argument there too. Off by
+// default because mixp's own recipes rely on the promotion (per-layer precision mixes dtypes at
+// layer boundaries; docs/custom-models.md, "Strict dtypes"). Process-wide; StrictDtypesGuard
+// overrides it on this thread for its lifetime.
+void set_strict_dtypes(bool on);
+bool strict_dtypes();  // this thread's setting (the guard's, else the process-wide one)
+class StrictDtypesGuard {
+ public:
+  explicit StrictDtypesGuard(bool on);
+  ~StrictDtypesGuard();
+  StrictDtypesGuard(const StrictDtypesGuard&) = delete;
+  StrictDtypesGuard& operator=(const StrictDtypesGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
 // ---- pointwise, broadcasting (NumPy rules)
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);

@@ -190,7 +190,8 @@ class Tensor {
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(double s);
 
-  // "Tensor(shape=[2, 3], dtype=fp32, values=[...])" (at most `max_values` values)
+  // "Tensor(shape=[2, 3], dtype=fp32, values=[...])" (at most `max_values` values; with 0,
+  // "Tensor(shape=[2, 3], dtype=fp32)")
   std::string str(int max_values = 16) const;
 
  private:

@@ -138,7 +138,11 @@ class PrecisionRecipe {
   // being assembled.
   virtual void save_extra(nn::Module& /*model*/, const std::filesystem::path& /*dir*/) const {}
 
-  // Checkpointed state (e.g. the loss scale and growth tracker); exact doubles.
+  // Checkpointed state (e.g. the loss scale and growth tracker); exact doubles. state() may also
+  // record the recipe's hyper-parameters (growth interval, int8-qat's epochs) for the reader, but
+  // load_state restores only what evolves during training: the hyper-parameters stay those this
+  // recipe was built with, so that a resumed run's configuration (the checkpoint's, with the
+  // options given on resume on top) is the one that runs.
   virtual std::map<std::string, double> state() const { return {}; }
   virtual void load_state(const std::map<std::string, double>& /*s*/) {}
 };

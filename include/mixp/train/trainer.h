@@ -4,41 +4,84 @@
 //     zero the gradients
 //     for each of the step's micro-batches (grad_accum of them; fewer at the end of an epoch,
 //     because an accumulation window never spans two epochs):
-//       forward under the recipe's scope, cross-entropy loss, NaN guard on the loss,
-//       backward of recipe.scale_loss(loss / micro-batches in this step)
+//       forward under the recipe's scope, the loss (cross-entropy unless TrainOptions::loss says
+//       otherwise), NaN guard on the loss,
+//       backward of recipe.scale_loss(loss / micro-batches in this step); on_backward_end
+//     on_gradients_ready (callbacks.h: gradient synchronisation and inspection)
 //     recipe.unscale_and_check; global gradient norm (clipped to `clip` when set); NaN guard
 //     learning rate from the schedule (which advances on taken steps only); recipe.step (the
 //     optimizer step, skipped by a loss scaler on inf/NaN gradients); recipe.update
-//     callbacks (progress, JSONL log); periodic checkpoint
-//   evaluate on the test set; final checkpoint
+//     on_step_end callbacks (progress, JSONL log); periodic checkpoint
+//   evaluate on the evaluation set; final checkpoint
 //
-// Data, model and optimizer are built once in the constructor; after the first step a step
-// allocates nothing outside the engine's caching allocator (batch buffers are reused).
+// Two ways to build one: from a TrainConfig (a built-in model and data by name, as `mixp train`
+// does; build_run.h), or from parts: your own nn::Module, a PrecisionRecipe (make_recipe("bf16")),
+// a DataSource (TensorDataset over your tensors, tensor_dataset.h) and TrainOptions. Both run the
+// same loop. Data, model and optimizer are built once in the constructor; after the first step a
+// step allocates nothing outside the engine's caching allocator (batch buffers are reused).
 //
 // Resuming (config.resume_dir) restores weights, buffers, optimizer state, the data order and the
 // step counter, so N steps + save + resume + N steps equals 2N uninterrupted steps bit for bit.
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "mixp/nn/module.h"
+#include "mixp/optim/optimizer.h"
+#include "mixp/tensor/tensor.h"
 #include "mixp/train/callbacks.h"
+#include "mixp/train/data_source.h"
 #include "mixp/train/train_config.h"
-
-namespace mixp::nn {
-class Module;
-}
-namespace mixp::optim {
-class Optimizer;
-}
 
 namespace mixp::train {
 
 class PrecisionRecipe;
+
+// The loss the Trainer minimises: (the model's output, the batch's target) -> a scalar tensor, the
+// mean over the batch. It runs inside the recipe's forward scope (autocast), like the forward pass.
+using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// The default loss: cross-entropy of class scores over the last dimension against integer class
+// indices (int64 or int32), leading dimensions flattened: [N, C] against [N], and a language
+// model's [B, T, V] against [B * T] or [B, T].
+Tensor cross_entropy_loss(const Tensor& output, const Tensor& target);
+
+// Builds the optimizer over the model's named parameters, keeping them as the recipe asks
+// (`precision`: master weights, write-back rounding, state dtype; pass it to the optimizer's
+// options). The Trainer sets the learning rate before every step (TrainOptions::lr, schedule).
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(
+    const nn::NamedTensors& params, const optim::PrecisionOptions& precision)>;
+
+// How a Trainer built from parts trains: TrainConfig's loop settings (the same meanings and
+// checks), without the model, data and precision, which are parts of their own.
+// (Every member has an initializer, so designated initializers may name any subset.)
+struct TrainOptions {
+  int64_t epochs = 0;  // exactly one of epochs and steps; neither = 1 epoch
+  int64_t steps = 0;   // optimizer steps
+  int64_t grad_accum = 1;
+  double lr = 1e-3;                      // peak learning rate
+  std::string optimizer = "adamw";       // adamw | adam | sgd, unless make_optimizer is set
+  std::optional<double> weight_decay{};  // unset = the optimizer's default
+  double momentum = 0.9;                 // sgd only
+  OptimizerFactory make_optimizer{};     // your own optimizer (checkpoints name it "custom")
+  double clip = 0;                       // global L2 norm; 0 = off
+  std::string schedule = "constant";     // constant | cosine | warmup_cosine | linear
+  int64_t warmup_steps = 0;
+  LossFunction loss{};     // empty = cross_entropy_loss
+  uint64_t seed = 0;       // stochastic-rounding streams; recorded in checkpoints
+  int threads = 0;         // 0 = leave as is
+  bool evaluate = true;    // at the end of fit(), when the data source has an evaluation set
+  std::string save_dir{};  // final checkpoint ("" = none); save_every: also every N steps
+  int64_t save_every = 0;
+  std::string resume_dir{};           // continue from a checkpoint of the same model and parts
+  std::string model_name = "custom";  // the result's and checkpoint's "model"
+};
 
 struct EvalResult {
   std::optional<double> accuracy;  // classifiers: fraction of test samples classified correctly
@@ -100,10 +143,19 @@ class Trainer {
   // optimizer, and restores config.resume_dir when set. Throws ConfigError, data::DataError,
   // TrainError (checkpoint mismatch), IoError.
   explicit Trainer(const TrainConfig& config);
+  // From parts: trains `model` (its parameters as they are; the recipe prepares them here, so
+  // build the model in fp32 and let the recipe convert it) on `data` with `recipe`
+  // (make_recipe(name)). The optimizer is options.make_optimizer's, or the one options.optimizer
+  // names. Throws ConfigError for options that cannot run (the messages of TrainConfig::resolved;
+  // a save_dir whose parent folder is missing), TrainError (options.resume_dir's checkpoint does
+  // not fit), IoError.
+  Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRecipe> recipe,
+          std::unique_ptr<DataSource> data, const TrainOptions& options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // Callbacks run in the order they were added (callbacks.h lists the stages).
   void add_callback(std::shared_ptr<TrainCallback> cb);
 
   // Trains up to the configured epochs/steps, evaluates (config.evaluate), writes the final
@@ -125,6 +177,8 @@ class Trainer {
   nn::Module& model();
   optim::Optimizer& optimizer();
   const PrecisionRecipe& recipe() const;
+  // The training data (where it stands: epoch(), position(); a TensorDataset's shard).
+  DataSource& data();
   std::string data_description() const;
 
  private:

@@ -127,6 +127,16 @@ void strided_copy(Tensor& dst, const Tensor& src) {
 }
 }  // namespace
 
+namespace {
+// The dtype pairs the contiguous paths of CpuBackend::convert handle.
+bool is_cpu_float_pair(DType dd, DType sd) {
+  if ((sd == DType::fp32 && dd == DType::fp64) || (sd == DType::fp64 && dd == DType::fp32))
+    return true;
+  return (sd == DType::fp32 && is_elementwise_float(dd)) ||
+         (dd == DType::fp32 && is_elementwise_float(sd));
+}
+}  // namespace
+
 void CpuBackend::copy(Tensor& dst, const Tensor& src) {
   convert(dst, src, Round::nearest_even, Overflow::ieee, 0);
 }
@@ -184,6 +194,17 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src, Round round, Overflow o
       });
       return;
     }
+  }
+  if (dst.dtype() != src.dtype() && dst.shape() == src.shape() && dst.numel() > 0 &&
+      (is_cpu_float_pair(dst.dtype(), src.dtype())) &&
+      !(dst.is_contiguous() && src.is_contiguous())) {
+    // A strided or broadcast view converted to another dtype: a same-dtype contiguous copy of the
+    // source (strided_copy below), the bulk converter above, and a strided copy into dst. The
+    // element order is the logical row-major one either way, so stochastic rounding draws the
+    // same bits as for contiguous tensors (docs/engine.md).
+    Tensor out = cpu::dense_out(dst);
+    convert(out, cpu::dense(*this, src), round, overflow, seed);
+    return cpu::write_back(*this, dst, out);
   }
   if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.dim() > 0) {
     switch (dst.element_size()) {
@@ -428,8 +449,11 @@ void CpuBackend::binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor&
   if (any_narrow({&dst, &a, &b})) {
     if (!(pw_ok(dst) && pw_ok(a) && pw_ok(b) && a.shape() == dst.shape() &&
           b.shape() == dst.shape())) {
-      return RefBackend::binary(op, dst, a,
-                                b);  // widens (broadcast views stay views), then the fp32 path
+      // Broadcast or strided 16-bit operands: widened exactly by the cpu converter, then the
+      // fp32 path (which takes broadcast views as they are), the result rounded into dst.
+      const Tensor x = kern::widen(*this, a, DType::fp32), y = kern::widen(*this, b, DType::fp32);
+      kern::with_dst_as(*this, dst, DType::fp32, false, [&](Tensor& d) { binary(op, d, x, y); });
+      return;
     }
     dispatch_binary(op, [&](auto opc) {
       constexpr BinaryOp OP = decltype(opc)::value;

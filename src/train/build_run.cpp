@@ -1,0 +1,104 @@
+// build_run: configuration -> recipe, data and model (include/mixp/train/build_run.h).
+#include "mixp/train/build_run.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "mixp/backend/backend.h"
+#include "mixp/train/recipe_registry.h"
+#include "trainer_impl.h"
+
+namespace mixp::train {
+
+namespace {
+
+RecipeOptions recipe_options(const TrainConfig& c, RunPurpose purpose) {
+  RecipeOptions ro;
+  switch (purpose) {
+    case RunPurpose::train:
+      ro.layer_precision = c.layer_precision;
+      ro.loss_scale_init = c.loss_scale_init;
+      ro.growth_interval = c.growth_interval;
+      ro.qat_freeze_bn_epoch = c.qat_freeze_bn_epoch;
+      ro.qat_disable_observer_epoch = c.qat_disable_observer_epoch;
+      ro.seed = c.seed;
+      break;
+    case RunPurpose::evaluate:
+      // Forward passes only: the loss-scale options would be refused by a recipe that does not
+      // scale the loss (an fp16 checkpoint evaluated in bf16).
+      ro.layer_precision = c.layer_precision;
+      if (is_recipe_family(c.precision, RecipeFamily::int8_qat)) {
+        ro.qat_freeze_bn_epoch = c.qat_freeze_bn_epoch;
+        ro.qat_disable_observer_epoch = c.qat_disable_observer_epoch;
+      }
+      break;
+    case RunPurpose::calibrate:
+      break;
+  }
+  return ro;
+}
+
+}  // namespace
+
+namespace detail {
+
+void check_save_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() +
+                      ": it exists and is not a folder; name a folder");
+  }
+  std::filesystem::path parent = std::filesystem::absolute(dir, ec).parent_path();
+  if (!std::filesystem::is_directory(parent, ec)) {
+    throw ConfigError("cannot save a checkpoint to " + dir.string() + ": its parent folder " +
+                      parent.string() + " does not exist; create it first");
+  }
+}
+
+}  // namespace detail
+
+TrainConfig without_outputs(TrainConfig c) {
+  c.resume_dir.clear();
+  c.save_dir.clear();
+  c.save_every = 0;
+  c.log_path.clear();
+  return c;
+}
+
+RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_model) {
+  const bool training = purpose == RunPurpose::train;
+  RunParts p;
+  p.config = (training ? config : without_outputs(config)).resolved();
+  TrainConfig& c = p.config;
+  if (training && !c.save_dir.empty()) detail::check_save_dir(c.save_dir);
+  if (c.threads > 0) set_num_threads(c.threads);
+  p.recipe = make_recipe(c.precision, recipe_options(c, purpose));
+  // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
+  if (training) c.precision = p.recipe->name();
+  const bool lm = is_language_model(c.model.name);
+  if (lm && c.model.context == 0) c.model.context = detail::resolve_model(c.model).context;
+  p.data = detail::make_batch_source(c, c.model.context, purpose != RunPurpose::evaluate);
+  if (lm) {
+    const int64_t v = p.data->vocab_size();
+    if (!training && v != c.model.vocab) {
+      throw TrainError(
+          fmt::format("the checkpoint's model has a vocabulary of {} tokens but the corpus "
+                      "{} has {}; evaluate on the corpus it was trained on",
+                      c.model.vocab, c.data, v));
+    }
+    if (c.model.vocab != 0 && c.model.vocab != v) {
+      throw TrainError(
+          fmt::format("the model's vocabulary has {} tokens but the corpus {} has {}; a gpt "
+                      "checkpoint can only "
+                      "continue on a corpus with the same characters",
+                      c.model.vocab, c.data, v));
+    }
+    c.model.vocab = v;
+  }
+  c.model = detail::resolve_model(c.model);  // explicit shape in state.json
+  if (with_model) p.model = detail::build_model(c, *p.recipe);
+  return p;
+}
+
+}  // namespace mixp::train

@@ -1,0 +1,317 @@
+// Golden runs: `mixp train` on mlp, cnn and gpt in every recipe (and a few variants) must give,
+// bit for bit, the losses, the --json results and every saved tensor recorded in
+// tests/golden/engine/<run>.json. This pins the engine's numerics across refactors (issue 12:
+// "bit-identical results before and after"). MIXP_UPDATE_GOLDEN=1 rewrites the files instead of
+// comparing; docs/engine.md, "Golden runs", says when that is allowed.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "common/cli_runner.h"
+#include "common/temp_dir.h"
+#include "golden_run.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/train/recipe.h"
+
+namespace mixp::test::golden {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kGoldenDir = fs::path(MIXP_TEST_DATA) / "engine";
+constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
+constexpr const char* kFortunes = "/usr/share/games/fortunes/fortunes";
+// Fashion-MNIST's first images, written uncompressed: decompressing the whole set would take
+// most of a run's time.
+constexpr uint32_t kTrainImages = 512;
+constexpr uint32_t kTestImages = 128;
+
+bool updating() {
+  const char* e = std::getenv("MIXP_UPDATE_GOLDEN");
+  return e != nullptr && *e != '\0' && std::string(e) != "0";
+}
+
+// Environment variables that change which kernels run: the golden values are not for them.
+std::optional<std::string> kernel_override() {
+  for (const char* v :
+       {"MIXP_BACKEND", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "DNNL_CPU_ISA_HINTS",
+        "ONEDNN_CPU_ISA_HINTS", "DNNL_DEFAULT_FPMATH_MODE", "ONEDNN_DEFAULT_FPMATH_MODE"}) {
+    if (const char* e = std::getenv(v)) return std::string(v) + "=" + e;
+  }
+  return std::nullopt;
+}
+
+// What the results depend on besides the code: the SIMD tier mixp dispatches to (capped by
+// MIXP_CPU_TIER) and the CPU features oneDNN picks its kernels by.
+json environment() {
+  return {{"simd_tier", to_string(simd_tier())}, {"cpu_features", cpu_features().names()}};
+}
+
+// The first n records of a gzipped IDX file, with the count in its header set to n.
+std::string idx_head(const fs::path& gz, uint32_t n) {
+  gzFile f = gzopen(gz.c_str(), "rb");
+  if (f == nullptr) throw std::runtime_error("cannot open " + gz.string());
+  auto read = [&](size_t bytes) {
+    std::string s(bytes, '\0');
+    if (gzread(f, s.data(), static_cast<unsigned>(bytes)) != static_cast<int>(bytes)) {
+      gzclose(f);
+      throw std::runtime_error(gz.string() + ": shorter than expected");
+    }
+    return s;
+  };
+  std::string header = read(4);
+  const int dims = static_cast<unsigned char>(header[3]);
+  header += read(4 * size_t(dims));
+  auto dim = [&](int i) {
+    uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v = (v << 8) | static_cast<unsigned char>(header[4 + 4 * i + b]);
+    return v;
+  };
+  size_t record = 1;
+  for (int i = 1; i < dims; ++i) record *= dim(i);
+  if (dim(0) < n) throw std::runtime_error(gz.string() + ": fewer records than needed");
+  for (int b = 0; b < 4; ++b) header[size_t(4 + b)] = static_cast<char>((n >> (24 - 8 * b)) & 0xff);
+  const std::string data = read(record * n);
+  gzclose(f);
+  return header + data;
+}
+
+struct Input {
+  fs::path data;
+  json record;  // {"what", "fnv1a64"}
+};
+
+// The run's data, from the Debian packages CI installs; nullopt when missing.
+std::optional<Input> prepare_input(const std::string& model, const fs::path& dir) {
+  if (model == "gpt") {
+    if (!fs::exists(kFortunes)) return std::nullopt;
+    const std::string text = read_text(kFortunes);
+    return Input{kFortunes,
+                 {{"what", std::string(kFortunes) + " (package fortunes-min)"},
+                  {"fnv1a64", hex64(fnv1a64(text.data(), text.size()))}}};
+  }
+  const fs::path src = kFashionMnist;
+  if (!fs::exists(src / "train-images-idx3-ubyte.gz")) return std::nullopt;
+  const fs::path out = dir / "fashion-mnist";
+  fs::create_directory(out);
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (const auto& [split, n] :
+       {std::pair{"train", kTrainImages}, std::pair{"t10k", kTestImages}}) {
+    for (const char* kind : {"images-idx3-ubyte", "labels-idx1-ubyte"}) {
+      const std::string name = std::string(split) + "-" + kind;
+      const std::string bytes = idx_head(src / (name + ".gz"), n);
+      write_text(out / name, bytes);
+      h = fnv1a64(bytes.data(), bytes.size(), h);
+    }
+  }
+  return Input{out,
+               {{"what", fmt::format("{} (package dataset-fashion-mnist): the first {} training "
+                                     "and {} test images",
+                                     kFashionMnist, kTrainImages, kTestImages)},
+                {"fnv1a64", hex64(h)}}};
+}
+
+std::string substitute(std::string s, const std::string& key, const std::string& value) {
+  for (size_t p; (p = s.find(key)) != std::string::npos;) s.replace(p, key.size(), value);
+  return s;
+}
+
+// For /bin/sh (the test's temporary paths hold no quote). Appended piecewise: GCC 12 reports a
+// false -Wrestrict in `"'" + s + "'"`.
+std::string shell_quoted(const fs::path& p) {
+  std::string s = "'";
+  s += p.string();
+  s += '\'';
+  return s;
+}
+
+// What a run is pinned by: its --json results, every step of its --log, its checkpoint.
+json record_run(const json& result, const fs::path& log, const fs::path& save) {
+  json rec;
+  json& r = rec["result"] = json::object();
+  for (const char* k : {"precision", "recipe", "layer_precision", "optimizer", "steps",
+                        "skipped_steps", "batch", "grad_accum", "parameters"}) {
+    if (result.contains(k)) r[k] = result[k];
+  }
+  for (const char* k : {"loss_scale", "epochs", "final_loss", "test_accuracy", "test_loss",
+                        "fake_quant_accuracy", "val_loss"}) {
+    if (result.contains(k)) r[k] = pin(result[k]);
+  }
+  json& steps = rec["steps"] = json::array();
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const json l = json::parse(line);
+    json step = json::object();
+    for (const char* k :
+         {"step", "epoch", "loss", "loss_scale", "skipped", "skipped_steps", "grad_norm", "lr"}) {
+      step[k] = l.at(k);
+    }
+    steps.push_back(step);
+  }
+  json& ck = rec["checkpoint"] = json::object();
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(save)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  ck["files"] = files;
+  // state.json without what names this machine's paths (config: the data and save folders) or
+  // measures time.
+  json state = json::parse(read_text(save / "state.json"));
+  state.erase("config");
+  if (state.contains("metrics")) state["metrics"].erase("train_time_s");
+  ck["state"] = state;
+  for (const std::string& f : files) {
+    if (f.ends_with(".safetensors")) ck["tensors"][f] = fingerprint_safetensors(save / f);
+  }
+  return rec;
+}
+
+class GoldenRunTest : public ::testing::TestWithParam<GoldenRun> {};
+
+TEST_P(GoldenRunTest, MatchesGolden) {
+  const GoldenRun& run = GetParam();
+  const fs::path golden_file = kGoldenDir / (run.name + ".json");
+  const bool update = updating();
+#ifndef NDEBUG
+  GTEST_SKIP() << "golden values are for an optimized build (NDEBUG, the release preset); this "
+                  "test binary is a debug build, whose code may round differently";
+#endif
+  if (const auto o = kernel_override()) {
+    GTEST_SKIP() << o.value() << " is set: it changes the kernels; the golden values are for the "
+                 << "default dispatch";
+  }
+  json want;
+  if (!update) {
+    ASSERT_TRUE(fs::exists(golden_file))
+        << "no golden file " << golden_file << " for run " << run.name
+        << ": record it with MIXP_UPDATE_GOLDEN=1 (docs/engine.md, Golden runs)";
+    want = json::parse(read_text(golden_file));
+    if (want["environment"] != environment()) {
+      GTEST_SKIP() << "the golden values were recorded with " << want["environment"].dump()
+                   << " and this machine has " << environment().dump()
+                   << " (MIXP_CPU_TIER caps the tier): other kernels, other roundings";
+    }
+  }
+
+  TempDir dir;
+  const auto input = prepare_input(run.model, dir.path());
+  if (!input) {
+    GTEST_SKIP() << "the data for " << run.model << " is not installed ("
+                 << (run.model == "gpt" ? "fortunes-min" : "dataset-fashion-mnist") << ")";
+  }
+  if (!update && want["input"]["fnv1a64"] != input->record["fnv1a64"]) {
+    GTEST_SKIP() << "the input data differs from the golden run's (" << want["input"].dump()
+                 << " vs " << input->record.dump() << "): an updated Debian package?";
+  }
+
+  const std::string command = run.args + " " + kCommonArgs;
+  const fs::path log = dir / "run.jsonl", save = dir / "ck";
+  std::string args = substitute(command, "{data}", shell_quoted(input->data));
+  args = substitute(args, "{log}", shell_quoted(log));
+  args = substitute(args, "{save}", shell_quoted(save));
+  const CliResult r = run_cli("train " + args);
+  ASSERT_EQ(r.exit_code, 0) << "mixp train " << args << "\n" << r.err;
+
+  json got = record_run(json::parse(r.out), log, save);
+  got["format"] = "mixp-golden-run";
+  got["version"] = 1;
+  got["run"] = run.name;
+  got["command"] = "mixp train " + command;
+  got["environment"] = environment();
+  got["recorded_on"] = cpu_features().model;
+  got["input"] = input->record;
+
+  if (update) {
+    fs::create_directories(kGoldenDir);
+    write_text(golden_file, format_record(got));
+    std::cout << "[ GOLDEN   ] wrote " << golden_file.string() << "\n";
+    return;
+  }
+  // Informational only: which machine recorded the file.
+  want.erase("recorded_on");
+  got.erase("recorded_on");
+  const std::vector<std::string> diffs = diff_records(want, got);
+  if (!diffs.empty()) {
+    std::ostringstream msg;
+    msg << "run " << run.name << " differs from " << golden_file.string() << " in " << diffs.size()
+        << " place(s):\n";
+    constexpr size_t kShown = 40;
+    for (size_t i = 0; i < std::min(diffs.size(), kShown); ++i) msg << "  " << diffs[i] << "\n";
+    if (diffs.size() > kShown) msg << "  ... and " << diffs.size() - kShown << " more\n";
+    msg << "command: mixp train " << args << "\n"
+        << "If the change is intended, regenerate with MIXP_UPDATE_GOLDEN=1 and say why in the "
+           "commit message (docs/engine.md, Golden runs).";
+    ADD_FAILURE() << msg.str();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, GoldenRunTest, ::testing::ValuesIn(golden_runs()),
+                         [](const ::testing::TestParamInfo<GoldenRun>& info) {
+                           std::string s = info.param.name;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+TEST(GoldenRuns, CoverEveryRecipeOnEveryModelItSupports) {
+  const auto& runs = golden_runs();
+  auto has = [&](const std::string& name) {
+    return std::any_of(runs.begin(), runs.end(),
+                       [&](const GoldenRun& r) { return r.name == name; });
+  };
+  for (const std::string& recipe : train::available_recipes()) {
+    for (const char* model : {"mlp", "cnn", "gpt"}) {
+      const std::string name = std::string(model) + "-" + recipe;
+      EXPECT_EQ(has(name), train::recipe_supports_model(recipe, model))
+          << name << ": every recipe a model supports has a golden run (golden_run.cpp)";
+    }
+  }
+}
+
+TEST(GoldenRuns, EveryGoldenFileHasARun) {
+  if (!fs::exists(kGoldenDir)) GTEST_SKIP() << "no golden files yet";
+  const auto& runs = golden_runs();
+  for (const auto& e : fs::directory_iterator(kGoldenDir)) {
+    if (e.path().extension() != ".json") continue;
+    const std::string name = e.path().stem().string();
+    EXPECT_TRUE(
+        std::any_of(runs.begin(), runs.end(), [&](const GoldenRun& r) { return r.name == name; }))
+        << e.path() << " belongs to no run: remove it or add the run to golden_run.cpp";
+  }
+}
+
+TEST(GoldenRuns, Fnv1a64KnownValues) {
+  // The published test vectors of FNV-1a 64.
+  EXPECT_EQ(hex64(fnv1a64("", 0)), "cbf29ce484222325");
+  EXPECT_EQ(hex64(fnv1a64("a", 1)), "af63dc4c8601ec8c");
+  EXPECT_EQ(hex64(fnv1a64("foobar", 6)), "85944171f73967e8");
+}
+
+TEST(GoldenRuns, DiffNamesWhatDiffersAndByHowMuch) {
+  const json want = {{"steps", {{{"step", 1}, {"loss", pin(2.5)}}}},
+                     {"tensors", {{"fc1.weight", {{"fnv1a64", "00"}}}, {"gone", 1}}},
+                     {"zero", 0.0}};
+  const float next = std::nextafter(2.5f, 3.0f);
+  const json got = {{"steps", {{{"step", 1}, {"loss", pin(double(next))}}}},
+                    {"tensors", {{"fc1.weight", {{"fnv1a64", "01"}}}, {"new", 2}}},
+                    {"zero", -0.0}};
+  const auto d = diff_records(want, got);
+  ASSERT_EQ(d.size(), 5u) << ::testing::PrintToString(d);
+  EXPECT_NE(d[0].find("/steps[step 1]/loss: got 2.5000002"), std::string::npos) << d[0];
+  EXPECT_NE(d[0].find("1 ulp of fp32"), std::string::npos) << d[0];
+  EXPECT_NE(d[1].find("/tensors/fc1.weight/fnv1a64: got \"01\" want \"00\""), std::string::npos)
+      << d[1];
+  EXPECT_NE(d[2].find("/tensors/gone: missing"), std::string::npos) << d[2];
+  EXPECT_NE(d[3].find("/tensors/new: not in the golden file"), std::string::npos) << d[3];
+  EXPECT_NE(d[4].find("/zero: got -0.0 want 0.0"), std::string::npos) << d[4];
+  EXPECT_TRUE(diff_records(want, want).empty());
+}
+
+}  // namespace
+}  // namespace mixp::test::golden

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""The dependency rule of docs/architecture.md 2.2, checked on every #include of the library.
+
+    tests/lint/layering.py [REPO_ROOT]      (default: two folders up from this script)
+
+A file of module M (include/mixp/M/..., src/M/...) may include
+  - public headers (mixp/X/...) of M itself or of a module below M: the transitive closure of
+    LAYERS[M] below;
+  - internal headers (src/X/...) of M itself, or those listed in SHARED_INTERNAL (used across
+    modules on purpose, each with its reason in docs/architecture.md 2.2).
+Everything else is a back-import: a layer reaching up (e.g. nn including amp) or into another
+module's internals. The known ones still to be removed are listed in KNOWN with the reason they
+exist; a new one fails this check, and so does an entry of KNOWN that no longer happens (so the
+list only shrinks). Prints "file:line: includes X (M may include: ...)" and exits 1 on any.
+Run by CTest as part of the test "lint" (tests/lint/run_test.cmake).
+"""
+import os
+import re
+import sys
+
+# What each module's files may include directly (public headers); closed transitively below.
+LAYERS = {
+    "util": [],
+    "format": [],
+    "data": [],
+    "io": ["format"],
+    "bench": ["amp", "ops", "autograd", "backend", "tensor", "format", "io"],
+    "tensor": ["format"],
+    "backend": ["tensor", "format"],
+    "ops": ["backend", "tensor", "format"],
+    "autograd": ["ops", "tensor"],
+    "nn": ["ops", "autograd", "tensor", "io"],
+    "optim": ["tensor", "format", "autograd", "backend"],
+    "amp": ["nn", "ops", "optim", "autograd", "backend", "tensor", "format"],
+    "quant": ["nn", "ops", "autograd", "io", "tensor", "format", "backend"],
+    "train": ["amp", "quant", "optim", "nn", "io", "data", "tensor", "format", "bench"],
+    "study": ["train", "nn", "format", "bench"],
+}
+
+# Internal headers shared across modules on purpose (docs/architecture.md 2.2), and who may use
+# them ("*" = any module).
+# The graph core of autograd (nodes, the engine, grad mode) lies beneath the ops that record into
+# it and the Tensor whose backward() runs it; the rest of autograd (checkpoint, gradcheck) is
+# built on ops. Public headers usable below their module's layer, and by whom.
+GRAPH_CORE = {
+    "mixp/autograd/node.h": {"tensor", "ops"},
+    "mixp/autograd/grad_mode.h": {"tensor", "ops"},
+}
+
+SHARED_INTERNAL = {
+    "util/text.h": "*",
+    "util/key_value.h": "*",
+    "ops/dispatch.h": {"autograd", "amp", "quant"},
+    "backend/narrow.h": {"ops"},
+    "backend/kernel_util.h": {"ops"},
+    "backend/cpu/cpu_parallel.h": {"quant"},
+    "backend/cpu/onednn_util.h": {"quant"},
+}
+
+# Back-imports that exist today, each to be removed (issue 12, "Layering holds"). file -> the
+# included header. Remove an entry together with the include.
+KNOWN = {
+    ("src/optim/optimizer.cpp", "mixp/amp/autocast.h"):
+        "the optimizer rewrites amp's weight shadows in its update pass",
+    ("src/ops/pointwise_ops.cpp", "mixp/autograd/checkpoint.h"):
+        "dropout asks checkpoint for its seed, so a recomputed segment replays its masks",
+    ("src/format/convert_kernels.h", "mixp/backend/cpu_features.h"):
+        "the bulk converters pick their SIMD tier",
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def closure(module):
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        for d in LAYERS.get(m, []):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    seen.add(module)
+    return seen
+
+
+def module_of(rel):
+    parts = rel.split("/")
+    if parts[0] == "include" and len(parts) > 2 and parts[1] == "mixp":
+        return parts[2] if len(parts) > 3 else None  # mixp/mixp.h: the umbrella
+    if parts[0] == "src" and len(parts) > 2:
+        return parts[1]
+    return None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    root = os.path.abspath(root)
+    errors, seen_known = [], set()
+    for top in ("include/mixp", "src"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for fn in sorted(files):
+                if not fn.endswith((".h", ".cpp", ".inc")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, fn), root)
+                m = module_of(rel)
+                if m is None:
+                    continue
+                if m not in LAYERS:
+                    errors.append(f"{rel}: module '{m}' is not in tests/lint/layering.py's LAYERS; "
+                                  "add it with what it may include (docs/architecture.md 2.2)")
+                    continue
+                allowed = closure(m)
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        g = INCLUDE.match(line)
+                        if not g:
+                            continue
+                        inc = g.group(1)
+                        if inc.startswith("mixp/"):
+                            parts = inc.split("/")
+                            if len(parts) < 3:
+                                continue  # mixp/mixp.h
+                            target = parts[1]
+                            ok = target in allowed or m in GRAPH_CORE.get(inc, ())
+                        else:
+                            parts = inc.split("/")
+                            target = parts[0]
+                            if len(parts) == 1 or target == m:
+                                continue  # a header of the same folder / module
+                            who = SHARED_INTERNAL.get(inc)
+                            ok = who == "*" or (who is not None and m in who)
+                        if ok:
+                            continue
+                        if (rel, inc) in KNOWN:
+                            seen_known.add((rel, inc))
+                            continue
+                        errors.append(f"{rel}:{n}: includes {inc} ({m} may include: "
+                                      f"{', '.join(sorted(allowed - {m}))}; internal headers of "
+                                      "other modules only as docs/architecture.md 2.2 lists)")
+    for key, why in KNOWN.items():
+        if key not in seen_known:
+            errors.append(f"{key[0]}: no longer includes {key[1]} ({why}): remove it from KNOWN "
+                          "in tests/lint/layering.py")
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"{len(errors)} layering problem(s); the rule: docs/architecture.md 2.2")
+        return 1
+    print("layering: every include follows docs/architecture.md 2.2")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
