@@ -11,6 +11,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/matmul_precision.h"
+#include "util/key_value.h"
 #include "util/text.h"
 
 namespace mixp::amp {
@@ -18,7 +19,6 @@ namespace mixp::amp {
 namespace {
 
 using ::mixp::detail::join;
-using ::mixp::detail::trim;
 
 bool narrow(DType d) {
   return d == DType::bf16 || d == DType::fp16;
@@ -82,37 +82,38 @@ void convert_tensor_in_place(Tensor& t, DType dtype) {
   impl->grad.reset();
 }
 
-std::vector<LayerRule> parse_layer_precision(std::string_view spec_in) {
-  const std::string spec = trim(spec_in);
+std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_layers) {
   std::vector<LayerRule> rules;
-  if (spec.empty()) return rules;
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t end = spec.find(',', pos);
-    if (end == std::string::npos) end = spec.size();
-    const std::string item = trim(std::string_view(spec).substr(pos, end - pos));
-    pos = end + 1;
-    if (item.empty()) {
-      if (end == spec.size()) break;
-      throw PolicyError(
-          fmt::format("--layer-precision '{}' has an empty entry between commas", spec));
-    }
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || trim(item.substr(0, eq)).empty())
-      throw PolicyError(fmt::format(
-          "--layer-precision entry '{}' is not layer=dtype (e.g. embed=fp32,attn=bf16,head=fp32)",
-          item));
-    const std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
-    const std::optional<DType> d = parse_policy_dtype(v);
-    if (!d || !(*d == DType::fp32 || narrow(*d))) {
-      const bool fp8 = v.rfind("fp8", 0) == 0 || v.rfind("mxfp8", 0) == 0;
+  try {
+    for (const auto& [key, v] :
+         detail::split_key_values(spec, {.list = "--layer-precision",
+                                        .entry = "layer=dtype",
+                                        .example = "embed=fp32,attn=bf16,head=fp32"})) {
+      const std::string l = detail::lower(v);
+      if (fp8_layers && (l == "fp8" || l == "fp8_e4m3" || l == "e4m3")) {
+        rules.push_back({key, DType::fp8_e4m3});
+        continue;
+      }
+      const std::optional<DType> d = parse_policy_dtype(v);
+      if (d && (*d == DType::fp32 || narrow(*d))) {
+        rules.push_back({key, *d});
+        continue;
+      }
+      const bool fp8 = l.rfind("fp8", 0) == 0 || l.rfind("mxfp8", 0) == 0;
+      if (fp8_layers) {
+        throw PolicyError(fmt::format(
+            "--layer-precision {}={}: under an FP8 recipe a layer runs in fp8 (the recipe's "
+            "scaling), fp32, bf16 or fp16",
+            key, v));
+      }
       throw PolicyError(fmt::format(
           "--layer-precision {}={}: a layer can run in fp32, bf16 or fp16{}", key, v,
           fp8 ? " (fp8 layers need an FP8 recipe: --precision fp8, fp8-current or mxfp8, which "
                 "take NAME=fp8)"
               : ""));
     }
-    rules.push_back({key, *d});
+  } catch (const detail::KeyValueError& e) {
+    throw PolicyError(e.what());
   }
   return rules;
 }
@@ -125,6 +126,38 @@ std::vector<std::string> modules_matching(nn::Module& model, const LayerRule& ru
     if (by_kind || name == rule.key) out.push_back(name);
   }
   return out;
+}
+
+bool module_covers(std::string_view outer, std::string_view inner) {
+  return outer.empty() || inner == outer ||
+         (inner.size() > outer.size() && inner.substr(0, outer.size()) == outer &&
+          inner[outer.size()] == '.');
+}
+
+LayerRuleResolver::LayerRuleResolver(nn::Module& model, std::span<const LayerRule> rules) {
+  std::map<std::string, size_t> by_kind, by_name;  // the last rule of each sort per module
+  for (size_t i = 0; i < rules.size(); ++i) {
+    matches_.push_back(modules_matching(model, rules[i]));
+    for (const std::string& n : matches_.back()) (n == rules[i].key ? by_name : by_kind)[n] = i;
+  }
+  own_ = std::move(by_kind);
+  for (const auto& [n, i] : by_name) own_[n] = i;
+}
+
+std::optional<size_t> LayerRuleResolver::own_rule(const std::string& module) const {
+  const auto it = own_.find(module);
+  if (it == own_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<size_t> LayerRuleResolver::rule_for(const std::string& module) const {
+  std::string n = module;
+  while (true) {
+    if (const auto r = own_rule(n)) return r;
+    if (n.empty()) return std::nullopt;
+    const size_t dot = n.rfind('.');
+    n = dot == std::string::npos ? std::string() : n.substr(0, dot);
+  }
 }
 
 bool needs_fp16_loss_scaling(const PrecisionPolicy& policy, const std::vector<LayerRule>& rules) {
@@ -141,46 +174,24 @@ void apply_policy(nn::Module& model, const PrecisionPolicy& policy,
         "in fp64");
   }
   auto modules = model.named_modules();
-  // Which rule each module gets: name rules beat kind rules; the last of a sort wins.
-  std::map<std::string, DType> by_kind_rule, by_name_rule;
-  for (const LayerRule& r : rules) {
-    const std::vector<std::string> hit = modules_matching(model, r);
-    if (hit.empty()) {
-      std::set<std::string> kinds;
-      std::vector<std::string> names;
-      for (auto& [n, m] : modules) {
-        kinds.insert(m->kind());
-        if (!n.empty() && n.find('.') == std::string::npos) names.push_back(n);
-      }
-      throw PolicyError(fmt::format(
-          "--layer-precision: '{}' matches no module of this model; select modules by kind ({}; "
-          "aliases embed, attn, conv, ln, bn, norm) or by dotted name ({}, ...)",
-          r.key, join(std::vector<std::string>(kinds.begin(), kinds.end())), join(names)));
+  const LayerRuleResolver resolver(model, rules);
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (!resolver.matches(i).empty()) continue;
+    std::set<std::string> kinds;
+    std::vector<std::string> names;
+    for (auto& [n, m] : modules) {
+      kinds.insert(m->kind());
+      if (!n.empty() && n.find('.') == std::string::npos) names.push_back(n);
     }
-    for (const std::string& n : hit) {
-      nn::Module* m = nullptr;
-      for (auto& [mn, mp] : modules)
-        if (mn == n) m = mp;
-      if (n == r.key) {
-        by_name_rule[n] = r.dtype;
-      } else if (m) {
-        by_kind_rule[n] = r.dtype;
-      }
-    }
+    throw PolicyError(fmt::format(
+        "--layer-precision: '{}' matches no module of this model; select modules by kind ({}; "
+        "aliases embed, attn, conv, ln, bn, norm) or by dotted name ({}, ...)",
+        rules[i].key, join(std::vector<std::string>(kinds.begin(), kinds.end())), join(names)));
   }
-  std::map<std::string, DType> rule_of;  // module name -> its own rule
-  for (auto& [n, d] : by_kind_rule) rule_of[n] = d;
-  for (auto& [n, d] : by_name_rule) rule_of[n] = d;
   // The rule in effect at a module: its own, else the nearest ancestor's.
   auto effective = [&](const std::string& name) -> std::optional<DType> {
-    std::string n = name;
-    while (true) {
-      auto it = rule_of.find(n);
-      if (it != rule_of.end()) return it->second;
-      if (n.empty()) return std::nullopt;
-      const size_t dot = n.rfind('.');
-      n = dot == std::string::npos ? std::string() : n.substr(0, dot);
-    }
+    if (const auto i = resolver.rule_for(name)) return rules[*i].dtype;
+    return std::nullopt;
   };
 
   // Storage.
@@ -204,8 +215,7 @@ void apply_policy(nn::Module& model, const PrecisionPolicy& policy,
   const DType pure_dtype = policy.compute;
   for (auto& [name, m] : modules) {
     std::optional<Region> region;
-    if (auto it = rule_of.find(name); it != rule_of.end())
-      region = Region{it->second, mode, pure_dtype};
+    if (const auto i = resolver.own_rule(name)) region = Region{rules[*i].dtype, mode, pure_dtype};
     if (!name.empty()) {
       if (region) {
         const Region r = *region;

@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <span>
 
 #include "mixp/backend/cpu_features.h"
+#include "util/key_value.h"
+#include "util/text.h"
 
 #if __has_include("mixp/backend/platform.h")
 #include "mixp/backend/platform.h"
-#include "util/text.h"
 #define MIXP_HAVE_PLATFORM 1
 #endif
 
@@ -20,46 +23,41 @@ namespace mixp::amp {
 namespace {
 
 using ::mixp::detail::join;
+using ::mixp::detail::KeyValueError;
 using ::mixp::detail::lower;
 using ::mixp::detail::trim;
+
+constexpr std::string_view kKey = "policy key";
 
 bool narrow(DType d) {
   return d == DType::bf16 || d == DType::fp16;
 }
 
-PrecisionPolicy preset(const std::string& n) {
-  PrecisionPolicy p;
-  p.name = n;
-  if (n == "fp64") {
-    p.params = p.compute = p.output = DType::fp64;
-  } else if (n == "fp32") {
-  } else if (n == "tf32") {
-    p.compute = DType::tf32;
-  } else if (n == "bf16") {
-    p.compute = DType::bf16;
-    p.autocast = true;
-  } else if (n == "fp16") {
-    p.compute = DType::fp16;
-    p.autocast = true;
-    p.loss_scaling = LossScaling::dynamic;
-  } else if (n == "fp16-o2") {
-    p.params = p.compute = DType::fp16;
-    p.autocast = true;
-    p.norm_fp32 = true;
-    p.loss_scaling = LossScaling::dynamic;
-  } else if (n == "fp16-pure") {
-    p.params = p.compute = DType::fp16;
-    p.master_weights = false;
-    p.loss_scaling = LossScaling::dynamic;
-  } else if (n == "bf16-pure") {
-    p.params = p.compute = DType::bf16;
-    p.master_weights = false;
-    p.rounding = Round::stochastic;
-    p.states = DType::bf16;
-  } else {
-    throw std::logic_error("mixp::amp: no preset " + n);
-  }
-  return p;
+// The policy presets, in the order of docs/architecture.md 3.6 (`auto` resolves to one of them).
+// The recipe names around them (FP8, int8-qat) are train::recipe_registry()'s.
+std::span<const PrecisionPolicy> presets() {
+  using D = DType;
+  constexpr LossScaling kDynamic = LossScaling::dynamic;
+  static const PrecisionPolicy k[] = {
+      {.name = "fp64", .params = D::fp64, .compute = D::fp64, .output = D::fp64},
+      {.name = "fp32"},
+      {.name = "tf32", .compute = D::tf32},
+      {.name = "bf16", .compute = D::bf16, .autocast = true},
+      {.name = "bf16-pure", .params = D::bf16, .compute = D::bf16, .master_weights = false,
+       .rounding = Round::stochastic, .states = D::bf16},
+      {.name = "fp16", .compute = D::fp16, .autocast = true, .loss_scaling = kDynamic},
+      {.name = "fp16-o2", .params = D::fp16, .compute = D::fp16, .autocast = true,
+       .norm_fp32 = true, .loss_scaling = kDynamic},
+      {.name = "fp16-pure", .params = D::fp16, .compute = D::fp16, .master_weights = false,
+       .loss_scaling = kDynamic},
+  };
+  return k;
+}
+
+const PrecisionPolicy* find_preset(std::string_view n) {
+  for (const PrecisionPolicy& p : presets())
+    if (n == p.name) return &p;
+  return nullptr;
 }
 
 const std::vector<std::string>& key_names() {
@@ -75,27 +73,6 @@ std::string dtype_list(std::initializer_list<DType> ds) {
   std::vector<std::string> v;
   for (DType d : ds) v.emplace_back(name(d));
   return join(v, "|");
-}
-
-bool parse_on_off(const std::string& key, const std::string& v) {
-  const std::string l = lower(v);
-  if (l == "on" || l == "true" || l == "1" || l == "yes") return true;
-  if (l == "off" || l == "false" || l == "0" || l == "no") return false;
-  throw PolicyError(fmt::format("policy key '{}' takes on or off, got '{}'", key, v));
-}
-
-double parse_positive(const std::string& key, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != v.size() || !(x > 0) || !std::isfinite(static_cast<float>(x)))
-    throw PolicyError(fmt::format(
-        "policy key '{}' takes a positive number that is finite in fp32, got '{}'", key, v));
-  return x;
 }
 
 }  // namespace
@@ -138,15 +115,12 @@ std::string PrecisionPolicy::describe() const {
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> v{"fp64", "fp32",    "tf32",      "bf16", "bf16-pure",
-                                          "fp16", "fp16-o2", "fp16-pure", "auto"};
-  return v;
-}
-
-const std::vector<std::string>& planned_recipe_names() {
-  static const std::vector<std::string> v{"fp64",  "fp32",     "tf32",      "bf16", "bf16-pure",
-                                          "fp16",  "fp16-o2",  "fp16-pure", "fp8",  "fp8-current",
-                                          "mxfp8", "int8-qat", "auto"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> n;
+    for (const PrecisionPolicy& p : presets()) n.push_back(p.name);
+    n.emplace_back("auto");
+    return n;
+  }();
   return v;
 }
 
@@ -177,60 +151,32 @@ std::optional<DType> parse_policy_dtype(std::string_view s) {
   return it->second;
 }
 
-PrecisionPolicy parse_policy(std::string_view spec_in) {
-  const std::string spec = trim(spec_in);
-  std::string base = spec, keys;
-  const size_t colon = spec.find(':');
-  const size_t eq = spec.find('=');
-  if (colon != std::string::npos && (eq == std::string::npos || colon < eq)) {
-    base = trim(spec.substr(0, colon));
-    keys = spec.substr(colon + 1);
-  } else if (eq != std::string::npos) {
-    base = "fp32";  // a bare policy string refines O0, as jmp's get_policy starts from full
-    keys = spec;
-  }
+namespace {
+
+PrecisionPolicy parse_policy_or_throw(std::string_view spec) {
+  const detail::SpecParts parts = detail::split_spec(spec);
+  // Keys alone refine fp32 (O0), as jmp's get_policy starts from full precision.
+  std::string base = !parts.has_colon && !parts.options.empty() ? "fp32" : lower(parts.base);
   const std::string requested = base;
   if (base == "auto") base = auto_preset();
-  const auto& presets = preset_names();
-  if (std::find(presets.begin(), presets.end(), base) == presets.end()) {
-    // What --precision takes: every recipe name. The FP8 recipes and int8-qat are not policy
-    // presets: train::make_recipe routes them before a policy is parsed.
-    const auto& avail = planned_recipe_names();
-    if (std::find(avail.begin(), avail.end(), base) != avail.end()) {
-      throw PolicyError(fmt::format(
-          "precision '{}' is a training recipe, not a policy preset: train::make_recipe builds it "
-          "(FP8 options as 'fp8:amax_history=16'; int8-qat takes no policy keys)",
-          base));
-    }
-    throw PolicyError(
-        fmt::format("unknown precision '{}'; available: {}, or a policy string such as "
-                    "'bf16:params=fp32,compute=bf16,output=fp32' (keys: {})",
-                    base, join(avail), join(key_names())));
+  const PrecisionPolicy* preset = find_preset(base);
+  if (!preset) {
+    throw PolicyError(fmt::format(
+        "unknown policy preset '{}'; presets: {}, or a policy string such as "
+        "'bf16:params=fp32,compute=bf16,output=fp32' (keys: {}); the other training recipes "
+        "(FP8, int8-qat) are built by train::make_recipe",
+        parts.base, join(preset_names()), join(key_names())));
   }
-  PrecisionPolicy p = preset(base);
-  if (keys.empty() && trim(keys).empty() && colon == std::string::npos) return p;
-
+  PrecisionPolicy p = *preset;
   std::map<std::string, std::string> given;
   std::vector<std::string> order;
-  size_t pos = 0;
-  while (pos <= keys.size()) {
-    size_t end = keys.find(',', pos);
-    if (end == std::string::npos) end = keys.size();
-    const std::string item = trim(std::string_view(keys).substr(pos, end - pos));
-    pos = end + 1;
-    if (item.empty()) {
-      if (end == keys.size()) break;
-      throw PolicyError(fmt::format("policy string '{}' has an empty entry between commas", spec));
-    }
-    const size_t e = item.find('=');
-    if (e == std::string::npos)
-      throw PolicyError(fmt::format(
-          "policy entry '{}' is not key=value; keys: {} (e.g. 'bf16:params=fp32,compute=bf16')",
-          item, join(key_names())));
-    const std::string k = lower(trim(item.substr(0, e))), v = trim(item.substr(e + 1));
-    if (std::find(key_names().begin(), key_names().end(), k) == key_names().end())
-      throw PolicyError(fmt::format("unknown policy key '{}'; keys: {}", k, join(key_names())));
-    if (given.count(k)) throw PolicyError(fmt::format("policy key '{}' is given twice", k));
+  for (auto& [k, v] :
+       detail::split_key_values(parts.options, {.list = "policy string",
+                                               .entry = "key=value",
+                                               .example = "'bf16:params=fp32,compute=bf16'",
+                                               .noun = kKey,
+                                               .keys = key_names(),
+                                               .lower_keys = true})) {
     given[k] = v;
     order.push_back(k);
   }
@@ -238,8 +184,7 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
     const std::string& v = given.at(k);
     const std::optional<DType> d = parse_policy_dtype(v);
     if (!d || std::find(allowed.begin(), allowed.end(), *d) == allowed.end())
-      throw PolicyError(
-          fmt::format("policy key '{}' takes {}, got '{}'", k, dtype_list(allowed), v));
+      detail::throw_value_error(kKey, k, v, dtype_list(allowed));
     return *d;
   };
   using D = DType;
@@ -248,44 +193,24 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
     p.compute = dtype_value("compute", {D::fp64, D::fp32, D::tf32, D::bf16, D::fp16});
   if (given.count("output")) p.output = dtype_value("output", {D::fp64, D::fp32, D::bf16, D::fp16});
   if (given.count("states")) p.states = dtype_value("states", {D::fp32, D::bf16});
-  if (given.count("master")) p.master_weights = parse_on_off("master", given["master"]);
-  if (given.count("kahan")) p.kahan = parse_on_off("kahan", given["kahan"]);
+  auto on_off = [&](const char* k) { return detail::parse_on_off(kKey, k, given.at(k)); };
+  auto choice = [&](const char* k, std::initializer_list<std::string_view> choices) {
+    return detail::parse_choice(kKey, k, given.at(k), choices);
+  };
+  auto positive = [&](const char* k) { return detail::parse_positive(kKey, k, given.at(k)); };
+  if (given.count("master")) p.master_weights = on_off("master");
+  if (given.count("kahan")) p.kahan = on_off("kahan");
   if (given.count("rounding")) {
-    const std::string v = lower(given["rounding"]);
-    if (v == "nearest" || v == "nearest-even" || v == "nearest_even") {
-      p.rounding = Round::nearest_even;
-    } else if (v == "stochastic") {
-      p.rounding = Round::stochastic;
-    } else {
-      throw PolicyError(fmt::format("policy key 'rounding' takes nearest or stochastic, got '{}'",
-                                    given["rounding"]));
-    }
+    p.rounding = choice("rounding", {"nearest|nearest-even|nearest_even", "stochastic"}) == 0
+                     ? Round::nearest_even
+                     : Round::stochastic;
   }
-  if (given.count("norm")) {
-    const std::string v = lower(given["norm"]);
-    if (v == "fp32" || v == "float32" || v == "f32") {
-      p.norm_fp32 = true;
-    } else if (v == "params") {
-      p.norm_fp32 = false;
-    } else {
-      throw PolicyError(
-          fmt::format("policy key 'norm' takes fp32 or params, got '{}'", given["norm"]));
-    }
-  }
-  if (given.count("ln_save")) {
-    const std::string v = lower(given["ln_save"]);
-    if (v == "compute") {
-      p.norm_saves_low = true;
-    } else if (v == "fp32" || v == "float32" || v == "f32") {
-      p.norm_saves_low = false;
-    } else {
-      throw PolicyError(
-          fmt::format("policy key 'ln_save' takes compute or fp32, got '{}'", given["ln_save"]));
-    }
-  }
+  if (given.count("norm")) p.norm_fp32 = choice("norm", {"fp32|float32|f32", "params"}) == 0;
+  if (given.count("ln_save"))
+    p.norm_saves_low = choice("ln_save", {"compute", "fp32|float32|f32"}) == 0;
   // Derived defaults: follow the final params/compute unless given.
   if (given.count("autocast")) {
-    p.autocast = parse_on_off("autocast", given["autocast"]);
+    p.autocast = on_off("autocast");
   } else if (given.count("params") || given.count("compute") || given.count("norm")) {
     p.autocast = narrow(p.compute) && (p.params != p.compute || p.norm_fp32);
   }
@@ -297,7 +222,7 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
       p.loss_scaling = LossScaling::none;
     } else {
       p.loss_scaling = LossScaling::fixed;
-      p.loss_scale = parse_positive("loss_scale", given["loss_scale"]);
+      p.loss_scale = positive("loss_scale");
     }
   } else if (given.count("params") || given.count("compute")) {
     p.loss_scaling = p.uses_fp16() ? LossScaling::dynamic : LossScaling::none;
@@ -306,17 +231,16 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
     if (p.loss_scaling != LossScaling::dynamic)
       throw PolicyError(
           "policy key 'loss_scale_init' needs dynamic loss scaling (loss_scale=dynamic)");
-    p.loss_scale = parse_positive("loss_scale_init", given["loss_scale_init"]);
+    p.loss_scale = positive("loss_scale_init");
   }
   if (given.count("growth_interval")) {
     if (p.loss_scaling != LossScaling::dynamic)
       throw PolicyError(
           "policy key 'growth_interval' needs dynamic loss scaling (loss_scale=dynamic)");
-    const double g = parse_positive("growth_interval", given["growth_interval"]);
+    const double g = positive("growth_interval");
     if (g != std::floor(g) || g > 1e15)
-      throw PolicyError(
-          fmt::format("policy key 'growth_interval' takes a positive integer, got '{}'",
-                      given["growth_interval"]));
+      detail::throw_value_error(kKey, "growth_interval", given["growth_interval"],
+                                "a positive integer");
     p.growth_interval = static_cast<int64_t>(g);
   }
 
@@ -325,31 +249,19 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
       throw PolicyError(
           fmt::format("policy key '{}' needs dynamic loss scaling (loss_scale=dynamic)", k));
   };
-  auto count_value = [&](const char* k) {
-    const std::string& v = given.at(k);
-    size_t used = 0;
-    long long n = -1;
-    try {
-      n = std::stoll(v, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != v.size() || n < 0)
-      throw PolicyError(fmt::format("policy key '{}' takes an integer >= 0, got '{}'", k, v));
-    return static_cast<int64_t>(n);
-  };
   if (given.count("loss_scale_min")) {
     dynamic_only("loss_scale_min");
     const std::string v = given["loss_scale_min"];
-    p.loss_scale_min = v == "0" ? 0.0 : parse_positive("loss_scale_min", v);
+    p.loss_scale_min = v == "0" ? 0.0 : positive("loss_scale_min");
   }
   if (given.count("loss_scale_max")) {
     dynamic_only("loss_scale_max");
-    p.loss_scale_max = parse_positive("loss_scale_max", given["loss_scale_max"]);
+    p.loss_scale_max = positive("loss_scale_max");
   }
   if (given.count("collapse_after")) {
     dynamic_only("collapse_after");
-    p.collapse_after = count_value("collapse_after");
+    p.collapse_after = detail::parse_integer(kKey, "collapse_after", given["collapse_after"], 0,
+                                             std::numeric_limits<int64_t>::max());
   }
   if (p.loss_scaling == LossScaling::dynamic) {
     if (p.loss_scale_max > 0 && p.loss_scale_min > p.loss_scale_max)
@@ -402,6 +314,16 @@ PrecisionPolicy parse_policy(std::string_view spec_in) {
     p.name = canon;
   }
   return p;
+}
+
+}  // namespace
+
+PrecisionPolicy parse_policy(std::string_view spec) {
+  try {
+    return parse_policy_or_throw(spec);
+  } catch (const KeyValueError& e) {
+    throw PolicyError(e.what());
+  }
 }
 
 }  // namespace mixp::amp

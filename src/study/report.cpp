@@ -10,6 +10,7 @@
 
 #include "mixp/io/atomic_file.h"
 #include "mixp/study/energy_model.h"
+#include "mixp/train/recipe_registry.h"
 #include "study/report_detail.h"
 #include "study/text_format.h"
 
@@ -109,10 +110,6 @@ std::optional<double> extra_number(const RunRecord& r, const char* key) {
   return j[key].get<double>();
 }
 
-bool is_fp8_recipe(const std::string& p) {
-  return p == "fp8" || p == "fp8-current" || p == "mxfp8";
-}
-
 }  // namespace
 
 std::string evaluated_model(const RunRecord& r) {
@@ -128,7 +125,7 @@ std::vector<std::string> precision_notes(const PreparedStudy& p) {
   std::vector<std::string> notes;
   std::vector<std::string> fp8;
   for (const RunRecord& r : p.study.runs) {
-    if (is_fp8_recipe(r.precision)) fp8.push_back(r.precision);
+    if (train::is_recipe_family(r.precision, train::RecipeFamily::fp8)) fp8.push_back(r.precision);
   }
   if (!fp8.empty()) {
     notes.push_back(fmt::format(
@@ -150,7 +147,8 @@ std::vector<std::string> precision_notes(const PreparedStudy& p) {
         "load. mixp compare --seeds 3 reports each metric as mean ± sd.");
   }
   for (const RunRecord& r : p.study.runs) {
-    if (r.precision != "int8-qat") continue;
+    const train::RecipeTraits* t = train::find_recipe(r.precision);
+    if (!t || t->accuracy != train::ReportedModel::converted_int8) continue;
     std::string n =
         "int8-qat trains in fp32 with fake quantization (observers, then int8 rounding in the "
         "forward pass); its accuracy is that of the int8 model converted after training";

@@ -12,6 +12,7 @@
 #include "mixp/nn/linear.h"
 #include "mixp/nn/sequential.h"
 #include "mixp/tensor/factories.h"
+#include "mixp/train/recipe.h"
 
 namespace mixp::study {
 
@@ -164,37 +165,21 @@ StepTrace trace_step_gemms(const nn::ModelConfig& config, int64_t batch) {
   return trace_step_gemms(*model, Shape{1, 28, 28}, batch);
 }
 
-StepPrecision step_precision(std::string_view recipe, DType param_dtype,
-                             std::string_view optimizer) {
+StepPrecision step_precision(const train::RecipeDtypes& d, std::string_view optimizer) {
   StepPrecision p;
   p.states = optimizer == "sgd" ? 1 : 2;
-  auto mixed = [&](DType compute) {
-    p.compute = compute;
-    p.casts_weights = true;
-  };
-  auto pure = [&](DType d) { p.compute = p.param = p.grad = d; };
-  if (recipe == "fp64") {
-    pure(DType::fp64);
-    p.state = DType::fp64;
-  } else if (recipe == "fp32" || recipe == "int8-qat") {
-    // int8-qat trains with fake quantization: the GEMMs run in fp32 on quantized values.
-  } else if (recipe == "tf32") {
-    p.compute = DType::tf32;  // rounded inside the GEMM; stored as fp32
-  } else if (recipe == "bf16") {
-    mixed(DType::bf16);
-  } else if (recipe == "fp16" || recipe == "fp16-o2") {
-    mixed(DType::fp16);
-  } else if (recipe == "fp8" || recipe == "fp8-current" || recipe == "mxfp8") {
-    mixed(DType::fp8_e4m3);
-  } else if (recipe == "bf16-pure") {
-    pure(DType::bf16);
-  } else if (recipe == "fp16-pure") {
-    pure(DType::fp16);
-  } else {
-    pure(param_dtype);
-    if (param_dtype == DType::fp64) p.state = DType::fp64;
-  }
+  p.compute = d.compute;
+  p.param = d.master;
+  p.grad = d.grads;
+  p.state = d.states;
+  const DTypeTraits& c = traits(d.compute);
+  p.casts_weights =
+      c.is_float() && c.bits < 32 && d.compute != DType::tf32 && d.master != d.compute;
   return p;
+}
+
+StepPrecision step_precision(std::string_view recipe, std::string_view optimizer) {
+  return step_precision(train::make_recipe(recipe)->dtypes(), optimizer);
 }
 
 OpCounts count_training_step(const StepTrace& trace, const StepPrecision& p, int64_t micro_batches,

@@ -22,6 +22,7 @@
 #include "mixp/train/build_run.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
+#include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 #include "study/peak_rss.h"
 #include "util/text.h"
@@ -167,8 +168,7 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   const train::TrainConfig& rc = trainer->config();
   if (data_description.empty()) data_description = trainer->data_description();
   if (!trace) trace = trace_step_gemms(rc.model, rc.batch);
-  const StepPrecision sp =
-      step_precision(rc.precision, trainer->recipe().param_dtype(), rc.optimizer);
+  const StepPrecision sp = step_precision(trainer->recipe().dtypes(), rc.optimizer);
   const OpCounts per_step = count_training_step(*trace, sp, rc.grad_accum);
 
   auto col = std::make_shared<RunCollector>(progress, event);
@@ -211,8 +211,9 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   // A recipe that reports another model's accuracy (int8-qat: the converted int8 model; the
   // trained one is reported as "<label>_accuracy") says so.
   if (extra.contains(trainer->recipe().trained_model_label() + "_accuracy")) {
-    extra["evaluated_model"] = rc.precision == "int8-qat"
-                                   ? "int8 model converted after training"
+    const train::RecipeTraits* t = train::find_recipe(rc.precision);
+    extra["evaluated_model"] = t && t->accuracy != train::ReportedModel::trained
+                                   ? std::string(t->accuracy_note)
                                    : "the recipe's inference model, not the trained one";
   }
   rec.loss_curve = downsample_curve(col->loss_curve, sc.max_curve_points);
@@ -276,17 +277,7 @@ std::string describe(const StudyConfig& sc, const train::TrainConfig& rc, int64_
 }  // namespace
 
 std::vector<std::string> default_study_precisions(std::string_view model) {
-  static const std::vector<std::string> wanted = {"fp32",      "tf32", "bf16",    "fp16",
-                                                  "bf16-pure", "fp8",  "int8-qat"};
-  const std::vector<std::string> have = train::available_recipes();
-  auto has = [&](const std::string& n) {
-    return std::find(have.begin(), have.end(), n) != have.end();
-  };
-  std::vector<std::string> out;
-  for (const auto& n : wanted) {
-    if (has(n) && train::recipe_supports_model(n, model)) out.push_back(n);
-  }
-  return out;
+  return train::recipe_names({.model = model, .study_default = true});
 }
 
 void check_precisions(const std::vector<std::string>& precisions, std::string_view model) {
@@ -300,7 +291,7 @@ void check_precisions(const std::vector<std::string>& precisions, std::string_vi
     if (!seen.insert(p).second) {
       throw ConfigError(fmt::format("precision '{}' is listed twice", p));
     }
-    if (!train::recipe_supports_model(p, model)) {
+    if (const train::RecipeTraits* t = train::find_recipe(p); t && !t->supports_model(model)) {
       throw ConfigError(fmt::format(
           "precision '{}' cannot train the {}: int8 quantization-aware training wraps the layers "
           "of the mlp and the cnn only (docs/quantization.md); drop it from --precisions or "

@@ -12,6 +12,7 @@
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/qat.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/recipe_registry.h"
 #include "trainer_impl.h"
 
 namespace mixp::train {
@@ -28,7 +29,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
   }
   const CheckpointFiles ck = read_checkpoint(dir);
   TrainConfig c = ck.config;
-  if (c.precision == "int8-qat") {
+  if (is_recipe_family(c.precision, RecipeFamily::int8_qat)) {
     throw ConfigError(fmt::format(
         "checkpoint {} was trained with int8-qat: it holds its int8 model already; `mixp eval "
         "--checkpoint {}` runs it",

@@ -7,23 +7,14 @@
 #include "mixp/amp/autocast.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/matmul_precision.h"
-#include "mixp/train/fp8_recipe.h"
 #include "mixp/tensor/generator.h"
+#include "mixp/train/recipe_registry.h"
 #include "mixp/train/train_config.h"
-#include "util/text.h"
+#include "train/recipe_factories.h"
 
 namespace mixp::train {
 
-namespace detail {
-// recipe_int8_qat.cpp
-std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(const RecipeOptions& opt);
-}  // namespace detail
-
 namespace {
-
-using ::mixp::detail::join;
-
-constexpr const char* kInt8Qat = "int8-qat";
 
 struct AutocastScope final : ForwardScope {
   explicit AutocastScope(const amp::PrecisionPolicy& p)
@@ -44,6 +35,11 @@ struct Tf32Scope final : ForwardScope {
 bool PrecisionRecipe::step(optim::Optimizer& opt) {
   opt.step();
   return true;
+}
+
+RecipeDtypes PrecisionRecipe::dtypes() const {
+  const DType d = param_dtype();
+  return {d, d, d, d, d, d};
 }
 
 void PrecisionRecipe::prepare_model(nn::Module& model) const {
@@ -125,6 +121,19 @@ std::string PolicyRecipe::describe() const {
       s += fmt::format("{} {}={}", i ? "," : "", rules_[i].key, mixp::name(rules_[i].dtype));
   }
   return s;
+}
+
+RecipeDtypes PolicyRecipe::dtypes() const {
+  const amp::PrecisionPolicy& p = policy_;
+  const bool narrow = p.params == DType::bf16 || p.params == DType::fp16;
+  RecipeDtypes d;
+  d.params = p.params;
+  d.master = narrow && p.master_weights ? DType::fp32 : p.params;
+  d.compute = p.compute;
+  d.grads = d.master;
+  d.states = p.params == DType::fp64 ? DType::fp64 : p.states;  // optim keeps fp64's in fp64
+  d.activations = p.compute == DType::tf32 ? DType::fp32 : p.compute;
+  return d;
 }
 
 void PolicyRecipe::prepare_model(nn::Module& model) const {
@@ -213,76 +222,45 @@ void PolicyRecipe::load_state(const std::map<std::string, double>& s) {
 }
 
 const std::vector<std::string>& planned_recipes() {
-  return amp::planned_recipe_names();
-}
-
-bool recipe_supports_model(std::string_view name, std::string_view model) {
-  const std::string_view base = name.substr(0, name.find(':'));
-  if (base == kInt8Qat) return model != "gpt";
-  return true;
+  static const std::vector<std::string> names = recipe_names();
+  return names;
 }
 
 std::vector<std::string> available_recipes() {
-  // The order of docs/architecture.md 3.6, keeping those this build has: the policy presets, the
-  // FP8 recipes and int8-qat.
-  const auto& presets = amp::preset_names();
-  std::vector<std::string> out;
-  for (const std::string& n : planned_recipes()) {
-    if (n == kInt8Qat || is_fp8_recipe(n) ||
-        std::find(presets.begin(), presets.end(), n) != presets.end())
-      out.push_back(n);
-  }
-  return out;
+  return recipe_names();
+}
+
+bool recipe_supports_model(std::string_view name, std::string_view model) {
+  const RecipeTraits* t = find_recipe(name);
+  return !t || t->supports_model(model);
 }
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
-  const std::string n(name);
-  if (n == kInt8Qat) {
-    // fp32 training with fake quantization: nothing to override per layer and no loss scale.
-    if (!opt.layer_precision.empty()) {
-      throw ConfigError(
-          "--layer-precision does not apply to precision 'int8-qat' (fp32 training with fake "
-          "quantization of every Linear/Conv2d layer)");
-    }
-    if (opt.loss_scale_init || opt.growth_interval) {
-      throw ConfigError(
-          std::string(opt.loss_scale_init ? "--loss-scale-init" : "--growth-interval") +
-          " only applies to dynamic loss scaling (recipes fp16, fp16-o2, fp16-pure); precision "
-          "'int8-qat' does not scale the loss");
-    }
-    return detail::make_int8_qat_recipe(opt);
-  }
-  if (opt.qat_freeze_bn_epoch || opt.qat_disable_observer_epoch) {
+  const RecipeTraits& t = recipe_traits(name);
+  if (t.family != RecipeFamily::int8_qat &&
+      (opt.qat_freeze_bn_epoch || opt.qat_disable_observer_epoch)) {
     throw ConfigError(std::string(opt.qat_freeze_bn_epoch ? "--qat-freeze-bn-epoch"
                                                           : "--qat-disable-observer-epoch") +
                       " only applies to --precision int8-qat");
   }
-  if (is_fp8_recipe(name)) return std::make_unique<Fp8TrainingRecipe>(name, opt);
-  if (n.rfind(std::string(kInt8Qat) + ":", 0) == 0) {
-    throw ConfigError("precision 'int8-qat' takes no policy keys (it trains in fp32 with fake "
-                      "quantization); its options are --qat-freeze-bn-epoch and "
-                      "--qat-disable-observer-epoch");
-  }
-  // A bare name that is no preset: name every recipe there is (int8-qat included), not only the
-  // policy presets parse_policy knows.
-  if (n.find(':') == std::string::npos && n.find('=') == std::string::npos) {
-    const auto& presets = amp::preset_names();
-    const std::vector<std::string> avail = available_recipes();
-    if (std::find(presets.begin(), presets.end(), n) == presets.end()) {
-      throw ConfigError("unknown precision '" + n + "'; available: " + join(avail) +
-                        ", or a policy string such as "
-                        "'bf16:params=fp32,compute=bf16,output=fp32' (docs/amp-training.md)");
-    }
-  }
+  return t.make(name, opt);
+}
+
+namespace detail {
+
+std::unique_ptr<PrecisionRecipe> make_policy_recipe(std::string_view spec,
+                                                    const RecipeOptions& opt) {
   amp::PrecisionPolicy policy;
   std::vector<amp::LayerRule> rules;
   try {
-    policy = amp::parse_policy(name);
+    policy = amp::parse_policy(spec);
     rules = amp::parse_layer_precision(opt.layer_precision);
   } catch (const amp::PolicyError& e) {
     throw ConfigError(e.what());
   }
   return std::make_unique<PolicyRecipe>(std::move(policy), std::move(rules), opt);
 }
+
+}  // namespace detail
 
 }  // namespace mixp::train

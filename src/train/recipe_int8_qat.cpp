@@ -8,6 +8,8 @@
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/train_config.h"
+#include "train/recipe_factories.h"
+#include "util/key_value.h"
 
 namespace mixp::train::detail {
 
@@ -62,7 +64,26 @@ class Int8QatRecipe final : public PrecisionRecipe {
 
 }  // namespace
 
-std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(const RecipeOptions& opt) {
+std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(std::string_view spec,
+                                                      const RecipeOptions& opt) {
+  if (::mixp::detail::split_spec(spec).has_colon) {
+    throw ConfigError(
+        "precision 'int8-qat' takes no policy keys (it trains in fp32 with fake "
+        "quantization); its options are --qat-freeze-bn-epoch and "
+        "--qat-disable-observer-epoch");
+  }
+  // fp32 training with fake quantization: nothing to override per layer and no loss scale.
+  if (!opt.layer_precision.empty()) {
+    throw ConfigError(
+        "--layer-precision does not apply to precision 'int8-qat' (fp32 training with fake "
+        "quantization of every Linear/Conv2d layer)");
+  }
+  if (opt.loss_scale_init || opt.growth_interval) {
+    throw ConfigError(
+        std::string(opt.loss_scale_init ? "--loss-scale-init" : "--growth-interval") +
+        " only applies to dynamic loss scaling (recipes fp16, fp16-o2, fp16-pure); precision "
+        "'int8-qat' does not scale the loss");
+  }
   const int64_t bn = opt.qat_freeze_bn_epoch.value_or(kDefaultQatFreezeBnEpoch);
   const int64_t obs = opt.qat_disable_observer_epoch.value_or(kDefaultQatDisableObserverEpoch);
   if (bn < 0) {

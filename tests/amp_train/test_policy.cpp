@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "mixp/amp/autocast.h"
 #include "mixp/amp/layer_precision.h"
 #include "mixp/amp/policy.h"
@@ -17,12 +18,16 @@ using ::testing::HasSubstr;
 
 template <class F>
 std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const PolicyError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return ::mixp::test::error_of<PolicyError>(f);
+}
+
+// A gpt of `layers` blocks, 2 heads, context 8 and an MLP twice `width`.
+std::shared_ptr<nn::Module> small_gpt(int64_t width, int64_t layers, int64_t vocab) {
+  nn::ModelConfig c{.name = "gpt", .width = width, .layers = layers, .heads = 2};
+  c.context = 8;
+  c.vocab = vocab;
+  c.mlp_width = 2 * width;
+  return nn::make_model(c);
 }
 
 TEST(Policy, PresetsMatchTheirDefinitions) {
@@ -104,10 +109,12 @@ TEST(Policy, JmpStyleStringsRefineAPreset) {
 }
 
 TEST(Policy, BadStringsNameTheAlternatives) {
+  // The policy presets only: the other recipe names are train::make_recipe's (its registry).
   EXPECT_THAT(error_of([] { parse_policy("bf17"); }),
-              HasSubstr("unknown precision 'bf17'; available: fp64, fp32, tf32, bf16, bf16-pure, "
-                        "fp16, fp16-o2, fp16-pure, fp8, fp8-current, mxfp8, int8-qat, auto"));
-  EXPECT_THAT(error_of([] { parse_policy("fp8"); }), HasSubstr("is a training recipe, not a policy preset"));
+              HasSubstr("unknown policy preset 'bf17'; presets: fp64, fp32, tf32, bf16, bf16-pure, "
+                        "fp16, fp16-o2, fp16-pure, auto, or a policy string"));
+  EXPECT_THAT(error_of([] { parse_policy("fp8"); }), HasSubstr("built by train::make_recipe"));
+  EXPECT_EQ(parse_policy("BF16").name, "bf16") << "preset names are matched in any case";
   EXPECT_THAT(error_of([] { parse_policy("bf16:speed=max"); }),
               HasSubstr("unknown policy key 'speed'; keys: params, compute, output"));
   EXPECT_THAT(error_of([] { parse_policy("bf16:params=int8"); }),
@@ -136,6 +143,38 @@ TEST(LayerRules, ParseAndErrors) {
               HasSubstr("a layer can run in fp32, bf16 or fp16 (fp8 layers need an FP8 recipe"));
   EXPECT_THAT(error_of([] { parse_layer_precision("mlp"); }), HasSubstr("is not layer=dtype"));
   EXPECT_TRUE(parse_layer_precision("").empty());
+  // Under an FP8 recipe, fp8 is a layer dtype too.
+  const auto fp8 = parse_layer_precision("head=fp8,embed=fp32,fc1=E4M3", /*fp8_layers=*/true);
+  ASSERT_EQ(fp8.size(), 3u);
+  EXPECT_EQ(fp8[0].dtype, DType::fp8_e4m3);
+  EXPECT_EQ(fp8[1].dtype, DType::fp32);
+  EXPECT_EQ(fp8[2].dtype, DType::fp8_e4m3);
+  EXPECT_THAT(error_of([] { parse_layer_precision("head=mxfp8", true); }),
+              HasSubstr("under an FP8 recipe a layer runs in fp8"));
+}
+
+// One precedence for every rule: the nearest module with a rule (itself, else its ancestors);
+// on one module a name rule beats a kind rule, and of one sort the last rule wins.
+TEST(LayerRules, ResolverPrecedence) {
+  auto gpt = small_gpt(16, 2, 16);
+  const std::vector<LayerRule> rules = {{"blocks.0", DType::fp32},         // 0: a block by name
+                                        {"attn", DType::bf16},             // 1: every attention
+                                        {"linear", DType::fp16},           // 2: kind
+                                        {"blocks.1.mlp.fc", DType::fp32},  // 3: name
+                                        {"linear", DType::bf16}};          // 4: kind again, later
+  const LayerRuleResolver r(*gpt, rules);
+  EXPECT_EQ(r.rule_for("blocks.0"), 0u);
+  EXPECT_EQ(r.rule_for("blocks.0.ln1"), 0u) << "inherited from the block";
+  EXPECT_EQ(r.rule_for("blocks.0.attn"), 1u) << "deeper rule wins";
+  EXPECT_EQ(r.rule_for("blocks.1.mlp.fc"), 3u) << "name beats kind on one module";
+  EXPECT_EQ(r.rule_for("blocks.1.mlp.proj"), 4u) << "the last kind rule wins";
+  EXPECT_EQ(r.own_rule("blocks.1.mlp"), std::nullopt);
+  EXPECT_EQ(r.rule_for(""), std::nullopt);
+  EXPECT_TRUE(module_covers("blocks.1", "blocks.1.mlp.fc"));
+  EXPECT_TRUE(module_covers("", "head"));
+  EXPECT_FALSE(module_covers("blocks.1", "blocks.10"));
+  const LayerRuleResolver none(*gpt, std::vector<LayerRule>{{"conv", DType::fp32}});
+  EXPECT_TRUE(none.matches(0).empty());
 }
 
 TEST(LayerRules, AKeyThatMatchesNothingNamesWhatTheModelHas) {
@@ -153,13 +192,7 @@ TEST(LayerRules, AKeyThatMatchesNothingNamesWhatTheModelHas) {
 }
 
 TEST(LayerRules, SelectByKindAliasAndName) {
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 32,
-                             .layers = 2,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 20,
-                             .mlp_width = 64});
+  auto gpt = small_gpt(32, 2, 20);
   EXPECT_EQ(modules_matching(*gpt, {"embed", DType::fp32}),
             (std::vector<std::string>{"tok_emb", "pos_emb"}));
   EXPECT_EQ(modules_matching(*gpt, {"attn", DType::bf16}),
@@ -171,13 +204,7 @@ TEST(LayerRules, SelectByKindAliasAndName) {
 }
 
 TEST(ApplyPolicy, StorageFollowsPresetAndRules) {
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 32,
-                             .layers = 1,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 20,
-                             .mlp_width = 64});
+  auto gpt = small_gpt(32, 1, 20);
   apply_policy(*gpt, parse_policy("bf16-pure"), parse_layer_precision("embed=fp32,head=fp32"));
   EXPECT_EQ(gpt->parameter("tok_emb.weight").dtype(), DType::fp32);
   EXPECT_EQ(gpt->parameter("head.weight").dtype(), DType::fp32);

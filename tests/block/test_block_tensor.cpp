@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error_of.h"
 #include "mixp/format/block.h"
 
 namespace mixp {
@@ -23,12 +24,7 @@ std::vector<float> randn(size_t n, uint32_t seed) {
 }
 
 std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no exception)";
+  return ::mixp::test::error_of<std::invalid_argument>(fn);
 }
 
 TEST(BlockScheme, NamesAndLookup) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/error_of.h"
 #include "mixp/amp/fp8_linear.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/linear.h"
@@ -25,12 +26,7 @@ using testing::small_mlp;
 using testing::TempDir;
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return ::mixp::test::error_of<std::exception>(f);
 }
 
 bool has(const std::string& s, const std::string& needle) {

@@ -49,6 +49,7 @@ GRAPH_CORE = {
 
 SHARED_INTERNAL = {
     "util/text.h": "*",
+    "util/key_value.h": "*",
     "ops/dispatch.h": {"autograd", "amp", "quant"},
     "backend/narrow.h": {"ops"},
     "backend/kernel_util.h": {"ops"},

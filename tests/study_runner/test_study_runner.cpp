@@ -9,6 +9,7 @@
 #include "mixp/study/report.h"
 #include "mixp/study/study_runner.h"
 #include "mixp/train/recipe.h"
+#include "mixp/train/recipe_registry.h"
 #include "train/train_test_util.h"
 
 namespace mixp::study {
@@ -368,8 +369,8 @@ TEST(StudyRunner, PrecisionsFollowTheModel) {
   EXPECT_NE(std::find(g.begin(), g.end(), "bf16"), g.end());
   EXPECT_NO_THROW(check_precisions(g, "gpt"));
   for (const char* p : {"int8-qat", "int8-qat:per_channel=0"}) {
-    EXPECT_FALSE(train::recipe_supports_model(p, "gpt")) << p;
-    EXPECT_TRUE(train::recipe_supports_model(p, "cnn")) << p;
+    EXPECT_FALSE(train::recipe_traits(p).supports_model("gpt")) << p;
+    EXPECT_TRUE(train::recipe_traits(p).supports_model("cnn")) << p;
   }
   try {
     check_precisions({"fp32", "int8-qat"}, "gpt");

@@ -13,7 +13,7 @@
 #include "mixp/nn/models.h"
 #include "mixp/study/report.h"
 #include "mixp/study/study_runner.h"
-#include "mixp/train/recipe.h"
+#include "mixp/train/recipe_registry.h"
 #include "omp_wait.h"
 
 namespace mixp::cli {
@@ -56,14 +56,10 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// `--precisions all`: every recipe this build has, except `auto` (it resolves to one of them).
-// Every recipe but `auto` that can train `model`.
+// `--precisions all`: every recipe of the registry that can train `model`, except `auto` (it
+// resolves to one of them).
 std::vector<std::string> all_precisions(std::string_view model) {
-  std::vector<std::string> out;
-  for (const auto& p : train::available_recipes()) {
-    if (p != "auto" && train::recipe_supports_model(p, model)) out.push_back(p);
-  }
-  return out;
+  return train::recipe_names({.model = model, .with_auto = false});
 }
 
 struct Flags {
@@ -158,9 +154,10 @@ RegisterCommand reg(40, [](CLI::App& app) {
   c.model.name = "mlp";
   sub->add_option("--model", c.model.name, "mlp | cnn | gpt (default mlp)");
   sub->add_option("--precisions", f->precisions,
-                  "comma-separated recipes, or 'all' (default: those of fp32,tf32,bf16,fp16,"
-                  "bf16-pure,fp8,int8-qat this build has; available: " +
-                      join(train::available_recipes()) + ")");
+                  "comma-separated recipes, or 'all' (default: " +
+                      join(train::recipe_names({.study_default = true}), ",") +
+                      ", without those the model cannot train; available: " +
+                      join(train::recipe_names()) + ")");
   sub->add_option("--epochs", f->epochs, "passes over the training data per run (default 1)");
   sub->add_option("--steps", f->steps, "optimizer steps per run instead of epochs");
   sub->add_option("--seeds", f->sc.seeds,

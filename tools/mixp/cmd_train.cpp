@@ -10,7 +10,7 @@
 #include "mixp/amp/policy.h"
 #include "mixp/nn/models.h"
 #include "mixp/train/checkpoint.h"
-#include "mixp/train/recipe.h"
+#include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 #include "train_progress.h"
 
@@ -208,7 +208,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
       "text file or folder (default /usr/share/games/fortunes)");
   sub->add_option("--precision", c.precision,
-                  "precision recipe: " + join(train::available_recipes()) +
+                  "precision recipe: " + join(train::recipe_names()) +
                       " (default fp32), optionally refined by a policy string, e.g. "
                       "'bf16:params=fp32,compute=bf16,output=fp32' (keys: " +
                       join(amp::policy_keys(), " ") + "; docs/amp-training.md)");

@@ -28,6 +28,9 @@
 // nn::Module forward wrappers, so they apply when the model (and its children) are called
 // through operator() — as the Trainer and every built-in model do.
 #pragma once
+#include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,16 +46,42 @@ namespace mixp::amp {
 
 struct LayerRule {
   std::string key;  // as written (alias or kind or dotted name)
-  DType dtype;      // fp32, bf16 or fp16
+  DType dtype;      // fp32, bf16 or fp16 (fp8_e4m3: "fp8" under an FP8 recipe)
 };
 
-// Parses "embed=fp32,attn=bf16". Throws PolicyError for a malformed entry or a dtype other than
-// fp32/bf16/fp16 (fp8 names the recipes it comes with).
-std::vector<LayerRule> parse_layer_precision(std::string_view spec);
+// Parses "embed=fp32,attn=bf16". With `fp8_layers` (the FP8 recipes of train/fp8_recipe.h) a rule
+// may also say fp8 (or fp8_e4m3, e4m3), which gives DType::fp8_e4m3. Throws PolicyError for a
+// malformed entry or a dtype the rules do not take (fp8 without `fp8_layers` names the recipes it
+// comes with).
+std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_layers = false);
 
 // The modules one rule selects in `model` (dotted names, "" for the model itself). Empty when
 // it matches nothing.
 std::vector<std::string> modules_matching(nn::Module& model, const LayerRule& rule);
+
+// True when module `outer` contains module `inner` or is it (dotted names; "" is the model).
+bool module_covers(std::string_view outer, std::string_view inner);
+
+// Which rule decides each module, for apply_policy and the FP8 recipes alike: the rule on the
+// module itself, else the one on its nearest ancestor (a rule covers its module's subtree, and a
+// rule deeper inside overrides it there); among the rules on one module a name rule beats a kind
+// rule, and among rules of the same sort the last wins.
+class LayerRuleResolver {
+ public:
+  // Matches every rule against `model` once; a rule that matches nothing is kept (matches(i) is
+  // empty) for the caller to report.
+  LayerRuleResolver(nn::Module& model, std::span<const LayerRule> rules);
+  // The modules rule `i` selects.
+  const std::vector<std::string>& matches(size_t i) const { return matches_.at(i); }
+  // The index of the rule on `module` itself, if any.
+  std::optional<size_t> own_rule(const std::string& module) const;
+  // The index of the rule in effect at `module`: its own, else its nearest ancestor's.
+  std::optional<size_t> rule_for(const std::string& module) const;
+
+ private:
+  std::vector<std::vector<std::string>> matches_;
+  std::map<std::string, size_t> own_;  // module -> index of its own rule
+};
 
 // Converts parameters and buffers to the policy's storage dtypes (rules included) and installs
 // the forward wrappers described above (replacing any the modules had). Throws PolicyError when

@@ -104,19 +104,19 @@ struct PrecisionPolicy {
   std::string describe() const;
 };
 
-// The presets that exist and every recipe name, both in the order of docs/architecture.md 3.6.
+// The policy presets, in the order of docs/architecture.md 3.6, `auto` last. The training recipes
+// around them (every recipe name, FP8 and int8-qat included) are train::recipe_registry()'s.
 const std::vector<std::string>& preset_names();
 // The keys a policy string accepts, in the order of the list above.
 const std::vector<std::string>& policy_keys();
-const std::vector<std::string>& planned_recipe_names();
 
 // The preset `auto` resolves to on this machine (bf16 or fp32).
 std::string auto_preset();
 
-// Parses a preset name or policy string (see the header comment). `auto` resolves to
-// auto_preset(). Throws PolicyError: unknown preset (naming the presets, and saying which planned
-// recipes are not available yet), unknown key (naming the keys), bad value (naming the accepted
-// ones), or a combination that cannot work (e.g. kahan=on with master=on).
+// Parses a preset name or policy string (see the header comment); the preset name is matched in
+// any case. `auto` resolves to auto_preset(). Throws PolicyError: unknown preset (naming the
+// presets), unknown key (naming the keys), bad value (naming the accepted ones), or a combination
+// that cannot work (e.g. kahan=on with master=on).
 PrecisionPolicy parse_policy(std::string_view spec);
 
 // Parses a dtype name as the policy strings spell it; nullopt when unknown.

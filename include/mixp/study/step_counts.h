@@ -34,6 +34,7 @@
 #include "mixp/format/dtype.h"
 #include "mixp/nn/models.h"
 #include "mixp/study/energy_model.h"
+#include "mixp/train/recipe.h"
 
 namespace mixp::nn {
 class Module;
@@ -79,14 +80,19 @@ struct StepPrecision {
   bool casts_weights = false;   // weights cast from `param` to `compute` once per step
 };
 
-// The formats of a recipe by name: fp64 (all fp64), fp32, tf32 (GEMMs in tf32, stored fp32),
-// bf16 / fp16 / fp16-o2 (GEMMs in the 16-bit format, fp32 master weights, gradients and states),
-// bf16-pure / fp16-pure (parameters and gradients in the 16-bit format, fp32 states), fp8,
-// fp8-current, mxfp8 (GEMMs in fp8 E4M3, fp32 master weights), int8-qat (fake quantization: the
-// GEMMs run in fp32 during training, so it is priced as fp32). Any other name: GEMMs and
-// parameters in `param_dtype`. `optimizer`: "sgd" has one state, anything else two.
-StepPrecision step_precision(std::string_view recipe, DType param_dtype,
+// The formats of a recipe as it trains (PrecisionRecipe::dtypes() of the built recipe, so a
+// refined spec such as "bf16:compute=fp16" is priced in fp16): GEMMs in `compute`; the optimizer
+// reads and writes the `master` copy (fp32 master weights, or the parameters themselves), its
+// `grads` and `states`; weights are cast from `master` to `compute` once per forward pass when
+// the GEMMs run in a format narrower than fp32 that the master is not in (the Autocast and FP8
+// recipes). The registry's table (train/recipe_registry.h, docs/amp-training.md) lists each
+// recipe's formats: e.g. int8-qat (fake quantization) is priced as fp32, the FP8 recipes'
+// products as fp8 E4M3. `optimizer`: "sgd" has one state, anything else two.
+StepPrecision step_precision(const train::RecipeDtypes& dtypes,
                              std::string_view optimizer = "adamw");
+// The same for a recipe spec ("bf16", "bf16:compute=fp16"), built with train::make_recipe
+// (throws train::ConfigError for an unknown one).
+StepPrecision step_precision(std::string_view recipe, std::string_view optimizer = "adamw");
 
 // One optimizer step's counted work (see the top of this file). `micro_batches` (gradient
 // accumulation): the GEMMs and weight casts happen once per micro-batch (trace the micro-batch),

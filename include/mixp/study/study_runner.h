@@ -84,9 +84,10 @@ struct StudyOutcome {
 // and report.html there (write_study_report). Throws as described at the top of this file.
 StudyOutcome run_study(const StudyConfig& config, const StudyProgress& progress = {});
 
-// The precisions a study runs when none are named: those of fp32, tf32, bf16, fp16, bf16-pure,
-// fp8, int8-qat that this build has (train::available_recipes()) and that can train `model`
-// (train::recipe_supports_model: no int8-qat for the gpt), in that order. fp64 is not among them:
+// The precisions a study runs when none are named: fp32, tf32, bf16, fp16, bf16-pure, fp8,
+// int8-qat, less those that cannot train `model` (no int8-qat for the gpt), in that order: the
+// recipe registry's default list (train::recipe_names, RecipeTraits::study_order). fp64 is not
+// among them:
 // it is the numerical reference, and slow (90x fp32's step time for the mlp).
 std::vector<std::string> default_study_precisions(std::string_view model = "mlp");
 

@@ -24,8 +24,9 @@
 //
 // --layer-precision: the rules of amp/layer_precision.h (fp32, bf16, fp16) take a layer out of
 // FP8 and run it in that precision; a rule with the value fp8 puts the selected layers' Linears
-// in FP8 ("head=fp8"). Precedence as there: the rule on the deepest module covering a Linear
-// wins; on one module a name rule beats a kind rule; otherwise the last rule wins.
+// in FP8 ("head=fp8"). Precedence as there (amp::LayerRuleResolver): the rule on the deepest
+// module covering a Linear wins; on one module a name rule beats a kind rule; otherwise the last
+// rule wins.
 //
 // Checkpoints: delayed scaling keeps its state (per layer: input, weight and grad_output amax
 // histories, scales and scale_invs) as buffers of the layers, so it is saved in
@@ -41,19 +42,23 @@
 
 namespace mixp::train {
 
-// True when `spec` names an FP8 recipe ("fp8", "fp8-current", "mxfp8", with or without options).
+// True when `spec` names an FP8 recipe ("fp8", "fp8-current", "mxfp8", with or without options):
+// an entry of family fp8 in train/recipe_registry.h.
 bool is_fp8_recipe(std::string_view spec);
-// The FP8 recipe names, in the order of docs/architecture.md 3.6.
+// The FP8 recipe names, in the registry's order.
 const std::vector<std::string>& fp8_recipe_names();
 
 class Fp8TrainingRecipe final : public PolicyRecipe {
  public:
+  // `scaling` is the recipe's FP8 scaling before the spec's keys refine it (the registry's entry
+  // for the spec's name passes it: make_recipe("fp8-current") gives Fp8Recipe::current()).
   // Throws ConfigError for unknown keys or values, options of another scaling, rules that
   // cannot be parsed, and loss-scale options (there is no loss scaling).
-  Fp8TrainingRecipe(std::string_view spec, const RecipeOptions& opt);
+  Fp8TrainingRecipe(std::string_view spec, const RecipeOptions& opt, const amp::Fp8Recipe& scaling);
 
   std::string name() const override { return name_; }
   std::string describe() const override;
+  RecipeDtypes dtypes() const override;
   void prepare_model(nn::Module& model) const override;
   std::unique_ptr<ForwardScope> forward_scope() const override;
   void update(bool skipped) override;
@@ -70,7 +75,8 @@ class Fp8TrainingRecipe final : public PolicyRecipe {
     std::vector<amp::LayerRule> rules;      // the non-fp8 rules, for PolicyRecipe
     std::vector<amp::LayerRule> all_rules;  // every rule in order; fp8 ones carry fp8_e4m3
   };
-  static Parsed parse(std::string_view spec, const RecipeOptions& opt);
+  static Parsed parse(std::string_view spec, const RecipeOptions& opt,
+                      const amp::Fp8Recipe& scaling);
   Fp8TrainingRecipe(Parsed p, const RecipeOptions& opt);
 
   std::string name_;

@@ -12,9 +12,11 @@
 //   clip; stepped = step(opt)            // the optimizer step, or not (GradScaler::step)
 //   update(!stepped)                     // e.g. grow or back off the loss scale
 //
-// The recipes are the presets and policy strings of mixp/amp/policy.h (fp64 fp32 tf32 bf16
-// bf16-pure fp16 fp16-o2 fp16-pure auto, refined by "bf16:params=fp32,compute=bf16,output=fp32")
-// plus per-layer rules (mixp/amp/layer_precision.h); docs/amp-training.md is the user's guide.
+// Every recipe name has one entry in train/recipe_registry.h (its traits and factory): the presets
+// and policy strings of mixp/amp/policy.h (fp64 fp32 tf32 bf16 bf16-pure fp16 fp16-o2 fp16-pure
+// auto, refined by "bf16:params=fp32,compute=bf16,output=fp32") plus per-layer rules
+// (mixp/amp/layer_precision.h), the FP8 recipes (train/fp8_recipe.h) and int8-qat;
+// docs/amp-training.md is the user's guide.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -64,6 +66,22 @@ struct RecipeOptions {
   std::optional<int64_t> qat_disable_observer_epoch;
 };
 
+// The format of each role of a training step, as a recipe trains (and as the energy estimate of
+// study/step_counts.h prices it). Per-layer rules are not reflected: these are the recipe's own.
+struct RecipeDtypes {
+  DType params = DType::fp32;       // parameter storage (fp32 for the Autocast recipes)
+  DType master = DType::fp32;       // the copy the optimizer updates: fp32 master weights, or
+                                    // the parameters themselves without master weights
+  DType compute = DType::fp32;      // GEMM inputs (tf32: fp32 rounded inside the GEMM; fp8_e4m3:
+                                    // the FP8 recipes' Linear layers)
+  DType grads = DType::fp32;        // the gradients the update applies, priced at the master's
+                                    // format (mixp accumulates the gradients of leaves narrower
+                                    // than fp32 in fp32, autograd/node.h)
+  DType states = DType::fp32;       // optimizer states (Adam's m and v)
+  DType activations = DType::fp32;  // the values between layers in the forward pass
+  bool operator==(const RecipeDtypes&) const = default;
+};
+
 // Something held open for the duration of a forward pass (an autocast region).
 struct ForwardScope {
   virtual ~ForwardScope() = default;
@@ -78,6 +96,8 @@ class PrecisionRecipe {
   virtual DType param_dtype() const = 0;
   // One line for logs: what is stored, computed and scaled in what.
   virtual std::string describe() const { return name(); }
+  // The format of each role (every role param_dtype() unless the recipe says otherwise).
+  virtual RecipeDtypes dtypes() const;
 
   // Once, on the freshly built (or loaded) model, before the optimizer sees its parameters:
   // converts parameters and buffers, installs per-layer precision and the casts at the model's
@@ -139,6 +159,7 @@ class PolicyRecipe : public PrecisionRecipe {
   std::string name() const override { return policy_.name; }
   DType param_dtype() const override { return policy_.params; }
   std::string describe() const override;
+  RecipeDtypes dtypes() const override;
   void prepare_model(nn::Module& model) const override;
   optim::PrecisionOptions optimizer_precision() const override;
   std::unique_ptr<ForwardScope> forward_scope() const override;
@@ -163,22 +184,22 @@ class PolicyRecipe : public PrecisionRecipe {
   std::unique_ptr<amp::GradScaler> scaler_;
 };
 
-// A recipe by name or policy string. Throws ConfigError (train_config.h) with the message of
-// amp::PolicyError for an unknown recipe, key or value (naming the alternatives), for a recipe of
-// docs/architecture.md 3.6's list that is not available yet, for a --layer-precision that cannot be
-// parsed, and for loss-scale options given to a recipe that does not scale the loss.
+// A recipe by name or policy string: the entry of train/recipe_registry.h that the name (the part
+// before a colon) selects builds it. Throws ConfigError (train_config.h) with the message of
+// amp::PolicyError for an unknown recipe, key or value (naming the alternatives), for a
+// --layer-precision that cannot be parsed, and for options the recipe cannot honour (loss-scale
+// options given to a recipe that does not scale the loss, QAT options to another recipe).
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt = {});
 
-// Names make_recipe accepts, in the order of docs/architecture.md 3.6 (`auto` included).
+// Every recipe name, in the registry's order (docs/architecture.md 3.6; `auto` included).
 std::vector<std::string> available_recipes();
-// Every recipe name of docs/architecture.md 3.6, available or not.
+// The same list: every recipe of docs/architecture.md 3.6 is available (kept for callers that
+// told the two apart).
 const std::vector<std::string>& planned_recipes();
 
-// Whether recipe `name` can train the built-in model `model` (docs/architecture.md 5b). Every
-// recipe trains every built-in model except int8-qat, whose fake-quantization wrappers
-// (quant::prepare_qat) cover a Sequential of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d: the mlp and
-// the cnn, not the gpt. Options after a colon are ignored ("int8-qat:..." is int8-qat). Unknown
-// models are accepted (the model factory reports them).
+// Whether recipe `name` (options after a colon ignored) can train the built-in model `model`:
+// the registry's RecipeTraits::supports_model (no int8-qat for the gpt). Unknown recipes and
+// models are accepted (make_recipe and the model factory report them).
 bool recipe_supports_model(std::string_view name, std::string_view model);
 
 // Converts every floating parameter and buffer of `model` to `dtype` in place (the tensors keep

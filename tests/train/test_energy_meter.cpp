@@ -1,13 +1,16 @@
-// The RAPL reader on a fake powercap tree: package zones only, wraparound, unavailable cases.
+// The one RAPL meter (train/energy_meter.h) on a fake powercap tree: package zones only,
+// wraparound, unavailable cases; the study's EnergyMeter is the same class.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <type_traits>
 
 #include "common/temp_dir.h"
 #include "mixp/study/energy_meter.h"
+#include "mixp/train/energy_meter.h"
 
-namespace mixp::study {
+namespace mixp::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -29,9 +32,14 @@ void set_energy(const fs::path& root, const std::string& dir, uint64_t uj) {
 TEST(CounterDelta, Wraparound) {
   EXPECT_EQ(counter_delta(100, 250, 1000), 150u);
   EXPECT_EQ(counter_delta(900, 50, 1000), 150u);  // (1000 - 900) + 50
-  EXPECT_EQ(counter_delta(900, 50, 0), 0u);       // unknown range: a decrease counts as 0
+  // Unknown range (or one below the previous reading): only what follows the wrap is known.
+  EXPECT_EQ(counter_delta(900, 50, 0), 50u);
+  EXPECT_EQ(counter_delta(900, 50, 800), 50u);
   EXPECT_EQ(counter_delta(5, 5, 1000), 0u);
 }
+
+static_assert(std::is_same_v<study::RaplEnergyMeter, EnergyMeter>,
+              "the study and the Trainer share one meter");
 
 TEST(RaplMeter, SumsPackagesOnlyAcrossWraparound) {
   TempDir t;
@@ -42,8 +50,9 @@ TEST(RaplMeter, SumsPackagesOnlyAcrossWraparound) {
   zone(root, "intel-rapl:1", "psys", 99999, 1000000);  // the whole platform
   zone(root, "intel-rapl:2", "package-1", 2000, 5000);
   zone(root, "intel-rapl-mmio:0", "package-0", 42, 10000);  // mirror of the MSR zone
-  RaplEnergyMeter m(root);
+  EnergyMeter m(root);
   ASSERT_TRUE(m.available()) << m.unavailable_reason();
+  EXPECT_EQ(m.source(), "rapl");
   EXPECT_EQ(m.zone_names(), (std::vector<std::string>{"package-0", "package-1"}));
   m.start();
 
@@ -64,18 +73,19 @@ TEST(RaplMeter, SumsPackagesOnlyAcrossWraparound) {
 
 TEST(RaplMeter, UnavailableSaysWhy) {
   TempDir t;
-  RaplEnergyMeter missing(t.path() / "no-such-dir");
+  EnergyMeter missing(t.path() / "no-such-dir");
   EXPECT_FALSE(missing.available());
+  EXPECT_EQ(missing.source(), "unavailable");
   EXPECT_NE(missing.unavailable_reason().find("containers"), std::string::npos);
   EXPECT_FALSE(missing.joules());
 
-  RaplEnergyMeter empty(t.path());
+  EnergyMeter empty(t.path());
   EXPECT_FALSE(empty.available());
   EXPECT_NE(empty.unavailable_reason().find("no RAPL package zones"), std::string::npos);
 
   zone(t.path(), "intel-rapl:0", "package-0", 0, 100);
   write_text(t.path() / "intel-rapl:0" / "energy_uj", "garbage\n");
-  RaplEnergyMeter bad(t.path());
+  EnergyMeter bad(t.path());
   EXPECT_FALSE(bad.available());
   EXPECT_NE(bad.unavailable_reason().find("does not hold a number"), std::string::npos);
 }
@@ -85,15 +95,28 @@ TEST(RaplMeter, UnreadableCounterMentionsPermissions) {
   TempDir t;
   zone(t.path(), "intel-rapl:0", "package-0", 0, 100);
   fs::permissions(t.path() / "intel-rapl:0" / "energy_uj", fs::perms::none);
-  RaplEnergyMeter m(t.path());
+  EnergyMeter m(t.path());
   EXPECT_FALSE(m.available());
   EXPECT_NE(m.unavailable_reason().find("root only"), std::string::npos) << m.unavailable_reason();
+}
+
+TEST(RaplMeter, WrapWithoutAKnownRangeCountsWhatFollows) {
+  TempDir t;
+  zone(t.path(), "intel-rapl:0", "package-0", 900, 1000);
+  fs::remove(t.path() / "intel-rapl:0" / "max_energy_range_uj");
+  EnergyMeter m(t.path());
+  ASSERT_TRUE(m.available()) << m.unavailable_reason();
+  m.start();
+  set_energy(t.path(), "intel-rapl:0", 950);  // +50
+  m.sample();
+  set_energy(t.path(), "intel-rapl:0", 30);  // wrapped, range unknown: +30 (a lower bound)
+  EXPECT_NEAR(*m.joules(), 80e-6, 1e-12);
 }
 
 TEST(RaplMeter, CounterThatDisappearsMakesItUnavailable) {
   TempDir t;
   zone(t.path(), "intel-rapl:0", "package-0", 10, 100);
-  RaplEnergyMeter m(t.path());
+  EnergyMeter m(t.path());
   m.start();
   fs::remove(t.path() / "intel-rapl:0" / "energy_uj");
   EXPECT_FALSE(m.joules());
@@ -102,7 +125,7 @@ TEST(RaplMeter, CounterThatDisappearsMakesItUnavailable) {
 }
 
 TEST(RaplMeter, ThisMachineEitherReadsOrSaysWhy) {
-  RaplEnergyMeter m;
+  EnergyMeter m;
   if (m.available()) {
     m.start();
     EXPECT_GE(*m.joules(), 0.0);
@@ -112,4 +135,4 @@ TEST(RaplMeter, ThisMachineEitherReadsOrSaysWhy) {
 }
 
 }  // namespace
-}  // namespace mixp::study
+}  // namespace mixp::train

@@ -1,5 +1,5 @@
-// RAPL package energy through powercap sysfs (see include/mixp/study/energy_meter.h).
-#include "mixp/study/energy_meter.h"
+// RAPL package energy through powercap sysfs (see include/mixp/train/energy_meter.h).
+#include "mixp/train/energy_meter.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 #include <string>
 #include <system_error>
 
-namespace mixp::study {
+namespace mixp::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -47,11 +47,13 @@ bool read_u64(const fs::path& p, uint64_t& value, std::string& why) {
 
 uint64_t counter_delta(uint64_t previous, uint64_t current, uint64_t max_range) {
   if (current >= previous) return current - previous;
-  if (max_range == 0 || previous > max_range) return 0;
+  // Wrapped (or reset): without a range that covers `previous`, only the part after the wrap is
+  // known.
+  if (max_range == 0 || previous > max_range) return current;
   return (max_range - previous) + current;
 }
 
-RaplEnergyMeter::RaplEnergyMeter(fs::path root) : root_(std::move(root)) {
+EnergyMeter::EnergyMeter(fs::path root) : root_(std::move(root)) {
   std::error_code ec;
   if (!fs::is_directory(root_, ec)) {
     reason_ = "no " + root_.string() +
@@ -98,45 +100,44 @@ RaplEnergyMeter::RaplEnergyMeter(fs::path root) : root_(std::move(root)) {
   }
 }
 
-std::vector<std::string> RaplEnergyMeter::zone_names() const {
+std::string EnergyMeter::source() const {
+  return available() ? "rapl" : "unavailable";
+}
+
+std::vector<std::string> EnergyMeter::zone_names() const {
   std::vector<std::string> out;
   for (const Zone& z : zones_) out.push_back(z.name);
   return out;
 }
 
-void RaplEnergyMeter::start() {
+void EnergyMeter::start() {
   accumulated_uj_ = 0;
+  read_counters(/*accumulate=*/false);
+}
+
+void EnergyMeter::sample() {
+  read_counters(/*accumulate=*/true);
+}
+
+void EnergyMeter::read_counters(bool accumulate) {
   std::string why;
   for (Zone& z : zones_) {
     uint64_t v = 0;
     if (!read_u64(z.energy_file, v, why)) {
-      zones_.clear();
+      zones_.clear();  // a sum over only some packages is not reported
       reason_ = why;
       return;
     }
+    if (accumulate) accumulated_uj_ += double(counter_delta(z.last_uj, v, z.max_range_uj));
     z.last_uj = v;
   }
 }
 
-void RaplEnergyMeter::sample() {
-  std::string why;
-  for (Zone& z : zones_) {
-    uint64_t v = 0;
-    if (!read_u64(z.energy_file, v, why)) {
-      zones_.clear();
-      reason_ = why;
-      return;
-    }
-    accumulated_uj_ += double(counter_delta(z.last_uj, v, z.max_range_uj));
-    z.last_uj = v;
-  }
-}
-
-std::optional<double> RaplEnergyMeter::joules() {
+std::optional<double> EnergyMeter::joules() {
   if (!available()) return std::nullopt;
   sample();
   if (!available()) return std::nullopt;
   return accumulated_uj_ * 1e-6;
 }
 
-}  // namespace mixp::study
+}  // namespace mixp::train

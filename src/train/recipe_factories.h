@@ -1,0 +1,22 @@
+// The factories of the recipe registry's entries (recipe_registry.cpp), one per family, each next
+// to the recipe it builds. Each takes the whole spec and throws ConfigError.
+#pragma once
+#include <memory>
+#include <string_view>
+
+#include "mixp/amp/fp8_scaling.h"
+#include "mixp/train/recipe.h"
+
+namespace mixp::train::detail {
+
+// recipe.cpp: a policy preset or policy string (and `auto`), with --layer-precision rules.
+std::unique_ptr<PrecisionRecipe> make_policy_recipe(std::string_view spec,
+                                                    const RecipeOptions& opt);
+// fp8_recipe.cpp: an FP8 recipe whose scaling starts from `scaling` (its spec's keys refine it).
+std::unique_ptr<PrecisionRecipe> make_fp8_recipe(std::string_view spec, const RecipeOptions& opt,
+                                                 const amp::Fp8Recipe& scaling);
+// recipe_int8_qat.cpp.
+std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(std::string_view spec,
+                                                      const RecipeOptions& opt);
+
+}  // namespace mixp::train::detail

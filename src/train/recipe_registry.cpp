@@ -1,0 +1,205 @@
+// The recipe registry (see mixp/train/recipe_registry.h): the one table of recipe names.
+#include "mixp/train/recipe_registry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "mixp/train/train_config.h"
+#include "train/recipe_factories.h"
+#include "util/key_value.h"
+#include "util/text.h"
+
+namespace mixp::train {
+
+namespace {
+
+using D = DType;
+using detail::make_int8_qat_recipe;
+using detail::make_policy_recipe;
+
+// params, master, compute, grads, states, activations.
+constexpr RecipeDtypes dtypes(D params, D master, D compute, D states, D activations) {
+  return {params, master, compute, /*grads=*/master, states, activations};
+}
+constexpr RecipeDtypes kFp32 = dtypes(D::fp32, D::fp32, D::fp32, D::fp32, D::fp32);
+// The FP8 recipes: the bf16 recipe with the Linear layers' GEMMs in FP8 (E4M3 forward).
+constexpr RecipeDtypes kFp8 = dtypes(D::fp32, D::fp32, D::fp8_e4m3, D::fp32, D::bf16);
+
+constexpr std::string_view kNotGpt[] = {"gpt"};
+
+std::unique_ptr<PrecisionRecipe> make_fp8(std::string_view spec, const RecipeOptions& opt) {
+  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::delayed());
+}
+std::unique_ptr<PrecisionRecipe> make_fp8_current(std::string_view spec, const RecipeOptions& opt) {
+  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::current());
+}
+std::unique_ptr<PrecisionRecipe> make_mxfp8(std::string_view spec, const RecipeOptions& opt) {
+  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp8());
+}
+
+// A recipe whose accuracy is the trained model's, trained on any built-in model.
+constexpr RecipeTraits entry(std::string_view name, std::string_view description,
+                             RecipeFamily family, std::optional<RecipeDtypes> d, bool loss_scaling,
+                             int study_order,
+                             std::unique_ptr<PrecisionRecipe> (*make)(std::string_view,
+                                                                      const RecipeOptions&)) {
+  return {.name = name,
+          .description = description,
+          .family = family,
+          .dtypes = d,
+          .loss_scaling = loss_scaling,
+          .unsupported_models = {},
+          .models_note = {},
+          .accuracy = ReportedModel::trained,
+          .accuracy_note = "the trained model",
+          .study_order = study_order,
+          .make = make};
+}
+
+constexpr RecipeFamily kPolicy = RecipeFamily::policy;
+constexpr RecipeFamily kFp8Family = RecipeFamily::fp8;
+
+constexpr RecipeTraits kRegistry[] = {
+    entry("fp64",
+          "the reference other precisions are judged against: parameters, compute and optimizer "
+          "states in fp64",
+          kPolicy, dtypes(D::fp64, D::fp64, D::fp64, D::fp64, D::fp64), false, 0,
+          make_policy_recipe),
+    entry("fp32", "the baseline (Apex O0): everything in fp32", kPolicy, kFp32, false, 1,
+          make_policy_recipe),
+    entry("tf32",
+          "fp32 with GEMM inputs rounded to TF32: what an Ampere+ GPU does to fp32 by default; on "
+          "a CPU it only shows the accuracy cost",
+          kPolicy, dtypes(D::fp32, D::fp32, D::tf32, D::fp32, D::fp32), false, 2,
+          make_policy_recipe),
+    entry("bf16",
+          "Autocast bf16 over fp32 parameters, no loss scaling (bf16 has fp32's exponent range): "
+          "the default choice on hardware with bf16 (AVX512_BF16, AMX, Ampere+)",
+          kPolicy, dtypes(D::fp32, D::fp32, D::bf16, D::fp32, D::bf16), false, 3,
+          make_policy_recipe),
+    entry("bf16-pure",
+          "bf16 parameters, activations and Adam states, no master copy, stochastic write-back: "
+          "the least memory; llm.c's way of training in pure bf16",
+          kPolicy, dtypes(D::bf16, D::bf16, D::bf16, D::bf16, D::bf16), false, 5,
+          make_policy_recipe),
+    entry("fp16",
+          "Autocast fp16 over fp32 parameters with dynamic loss scaling (Apex O1): hardware with "
+          "fp16 but no bf16 (Volta, Turing)",
+          kPolicy, dtypes(D::fp32, D::fp32, D::fp16, D::fp32, D::fp16), true, 4,
+          make_policy_recipe),
+    entry("fp16-o2",
+          "fp16 parameters except BatchNorm, fp32 master weights, Autocast at the fp32/fp16 "
+          "seams, dynamic loss scaling (Apex O2): less weight memory than O1, same update accuracy",
+          kPolicy, dtypes(D::fp16, D::fp32, D::fp16, D::fp32, D::fp16), true, 0,
+          make_policy_recipe),
+    entry("fp16-pure",
+          "fp16 parameters and activations, no master copy, nearest write-back, dynamic loss "
+          "scaling (Apex O3): a speed-of-light baseline; small updates are lost",
+          kPolicy, dtypes(D::fp16, D::fp16, D::fp16, D::fp32, D::fp16), true, 0,
+          make_policy_recipe),
+    entry("fp8",
+          "TransformerEngine's default recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
+          "gradients, delayed scaling), the rest as bf16; per-tensor FP8 scales, no loss scaling",
+          kFp8Family, kFp8, false, 6, make_fp8),
+    entry("fp8-current", "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)",
+          kFp8Family, kFp8, false, 0, make_fp8_current),
+    entry("mxfp8",
+          "Linear layers in MXFP8 (E4M3, blocks of 32 with e8m0 scales), the rest as bf16 (TE's "
+          "MXFP8BlockScaling, Blackwell)",
+          kFp8Family, kFp8, false, 0, make_mxfp8),
+    {.name = "int8-qat",
+     .description = "fp32 training with fake quantization of weights (per channel) and "
+                    "activations (per tensor), converted to an int8 model at the end "
+                    "(docs/quantization.md)",
+     .family = RecipeFamily::int8_qat,
+     .dtypes = kFp32,  // fake quantization: the GEMMs run in fp32 on quantized values
+     .loss_scaling = false,
+     .unsupported_models = kNotGpt,
+     .models_note = "its fake-quantization wrappers (quant::prepare_qat) cover a Sequential of "
+                    "Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d layers: the mlp and the cnn",
+     .accuracy = ReportedModel::converted_int8,
+     .accuracy_note = "int8 model converted after training",
+     .study_order = 7,
+     .make = make_int8_qat_recipe},
+    entry("auto",
+          "what `mixp doctor` recommends for this CPU: bf16 with AVX512_BF16 or AMX-BF16, else "
+          "fp32",
+          RecipeFamily::automatic, std::nullopt, false, 0, make_policy_recipe),
+};
+
+std::string dtype_cell(const std::optional<RecipeDtypes>& d, DType RecipeDtypes::*role) {
+  return d ? std::string(mixp::name((*d).*role)) : "as picked";
+}
+
+}  // namespace
+
+bool RecipeTraits::supports_model(std::string_view model) const {
+  return std::find(unsupported_models.begin(), unsupported_models.end(), model) ==
+         unsupported_models.end();
+}
+
+std::span<const RecipeTraits> recipe_registry() {
+  return kRegistry;
+}
+
+const RecipeTraits* find_recipe(std::string_view spec) {
+  const ::mixp::detail::SpecParts parts = ::mixp::detail::split_spec(spec);
+  // Keys alone refine fp32, as amp::parse_policy does.
+  const std::string base = !parts.has_colon && !parts.options.empty()
+                               ? std::string("fp32")
+                               : ::mixp::detail::lower(parts.base);
+  for (const RecipeTraits& t : kRegistry)
+    if (t.name == base) return &t;
+  return nullptr;
+}
+
+const RecipeTraits& recipe_traits(std::string_view spec) {
+  if (const RecipeTraits* t = find_recipe(spec)) return *t;
+  throw ConfigError(
+      fmt::format("unknown precision '{}'; available: {}, or a policy string such as "
+                  "'bf16:params=fp32,compute=bf16,output=fp32' (docs/amp-training.md)",
+                  ::mixp::detail::split_spec(spec).base, ::mixp::detail::join(recipe_names())));
+}
+
+bool is_recipe_family(std::string_view spec, RecipeFamily family) {
+  const RecipeTraits* t = find_recipe(spec);
+  return t && t->family == family;
+}
+
+std::vector<std::string> recipe_names(const RecipeFilter& f) {
+  std::vector<std::string> out;
+  for (const RecipeTraits& t : kRegistry) {
+    if (!f.model.empty() && !t.supports_model(f.model)) continue;
+    if (f.study_default && t.study_order == 0) continue;
+    if (!f.with_auto && t.family == RecipeFamily::automatic) continue;
+    out.emplace_back(t.name);
+  }
+  if (f.study_default) {
+    std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+      return find_recipe(a)->study_order < find_recipe(b)->study_order;
+    });
+  }
+  return out;
+}
+
+std::string recipe_table_markdown() {
+  std::string s =
+      "| `--precision` | parameters | master | compute | gradients | optimizer states | "
+      "activations | loss scaling | models | accuracy of | what it is |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const RecipeTraits& t : kRegistry) {
+    std::vector<std::string> not_for(t.unsupported_models.begin(), t.unsupported_models.end());
+    s += fmt::format(
+        "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name,
+        dtype_cell(t.dtypes, &RecipeDtypes::params), dtype_cell(t.dtypes, &RecipeDtypes::master),
+        dtype_cell(t.dtypes, &RecipeDtypes::compute), dtype_cell(t.dtypes, &RecipeDtypes::grads),
+        dtype_cell(t.dtypes, &RecipeDtypes::states),
+        dtype_cell(t.dtypes, &RecipeDtypes::activations), t.loss_scaling ? "dynamic" : "no",
+        not_for.empty() ? std::string("all") : "not " + ::mixp::detail::join(not_for),
+        t.accuracy_note, t.description);
+  }
+  return s;
+}
+
+}  // namespace mixp::train
