@@ -10,6 +10,7 @@
 #include "mixp/amp/autocast.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/module.h"
+#include "mixp/nn/serialize.h"
 #include "mixp/ops/matmul_precision.h"
 #include "util/key_value.h"
 #include "util/text.h"
@@ -65,22 +66,6 @@ Tensor run_region(const Region& r, nn::Module& m, const Tensor& x) {
 }
 
 }  // namespace
-
-void convert_tensor_in_place(Tensor& t, DType dtype) {
-  if (!t.defined() || !t.is_floating_point() || t.dtype() == dtype) return;
-  Tensor c;
-  {
-    NoGradGuard ng;
-    c = t.detach().to(dtype, Round::nearest_even).contiguous();
-  }
-  TensorImpl* impl = t.impl();
-  impl->storage = c.impl()->storage;
-  impl->offset = c.impl()->offset;
-  impl->shape = c.impl()->shape;
-  impl->strides = c.impl()->strides;
-  impl->dtype = dtype;
-  impl->grad.reset();
-}
 
 std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_layers) {
   std::vector<LayerRule> rules;
@@ -206,8 +191,8 @@ void apply_policy(nn::Module& model, const PrecisionPolicy& policy,
         d = DType::fp32;
       }
     }
-    for (auto& [pn, p] : m->named_parameters(false)) convert_tensor_in_place(p, d);
-    for (auto& [bn, b] : m->named_buffers(false)) convert_tensor_in_place(b, d);
+    for (auto& [pn, p] : m->named_parameters(false)) nn::convert_tensor_in_place(p, d);
+    for (auto& [bn, b] : m->named_buffers(false)) nn::convert_tensor_in_place(b, d);
   }
 
   // Forward wrappers.

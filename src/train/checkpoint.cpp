@@ -244,13 +244,7 @@ TrainConfig read_checkpoint_config(const std::filesystem::path& dir) {
 }
 
 SafeTensorsFile module_state(const nn::Module& model) {
-  auto& m = const_cast<nn::Module&>(model);  // named_* only read the module
-  SafeTensorsFile f;
-  for (const auto& [name, t] : m.named_parameters())
-    f.tensors.push_back(detail::to_safetensor(name, t));
-  for (const auto& [name, t] : m.named_buffers())
-    f.tensors.push_back(detail::to_safetensor(name, t));
-  return f;
+  return nn::to_safetensors(model);  // state_dict(): parameters then buffers, own dtypes
 }
 
 void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::string_view source) {
@@ -313,7 +307,7 @@ void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::stri
     detail::check_loaded_tensor(t, *stored.find(name)->second, source, "tensor");
   }
   NoGradGuard ng;
-  for (auto& [name, t] : targets) detail::copy_from_safetensor(t, *stored.find(name)->second);
+  for (auto& [name, t] : targets) nn::copy_from_safetensor(t, *stored.find(name)->second);
 }
 
 }  // namespace mixp::train

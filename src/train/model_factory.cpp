@@ -67,7 +67,7 @@ double schedule_lr(const TrainConfig& c, int64_t step, int64_t total) {
 void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
                           nlohmann::json& scalars) {
   const optim::StateDict sd = opt.state_dict();
-  for (const auto& [name, t] : sd.tensors) tensors.tensors.push_back(to_safetensor(name, t));
+  for (const auto& [name, t] : sd.tensors) tensors.tensors.push_back(nn::to_safetensor(name, t));
   for (const auto& [name, v] : sd.scalars) scalars[name] = v;
 }
 
@@ -91,7 +91,7 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
     }
     check_loaded_tensor(t, *s, source, "optimizer state");
     Tensor copy = t.clone();
-    copy_from_safetensor(copy, *s);
+    nn::copy_from_safetensor(copy, *s);
     sd.tensors.emplace_back(name, copy);
   }
   if (tensors.tensors.size() != expected.tensors.size()) {

@@ -6,6 +6,7 @@
 
 #include "mixp/amp/autocast.h"
 #include "mixp/nn/module.h"
+#include "mixp/nn/serialize.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/tensor/generator.h"
 #include "mixp/train/recipe_registry.h"
@@ -43,12 +44,7 @@ RecipeDtypes PrecisionRecipe::dtypes() const {
 }
 
 void PrecisionRecipe::prepare_model(nn::Module& model) const {
-  convert_module(model, param_dtype());
-}
-
-void convert_module(nn::Module& model, DType dtype) {
-  for (auto& [name, p] : model.named_parameters()) amp::convert_tensor_in_place(p, dtype);
-  for (auto& [name, b] : model.named_buffers()) amp::convert_tensor_in_place(b, dtype);
+  nn::convert_module(model, param_dtype());
 }
 
 PolicyRecipe::PolicyRecipe(amp::PrecisionPolicy policy, std::vector<amp::LayerRule> rules,

@@ -94,8 +94,4 @@ void apply_policy(nn::Module& model, const PrecisionPolicy& policy,
 // need loss scaling).
 bool needs_fp16_loss_scaling(const PrecisionPolicy& policy, const std::vector<LayerRule>& rules);
 
-// Converts one floating tensor to `dtype` in place: the TensorImpl keeps its identity (every
-// handle, e.g. an optimizer's, sees the change), nearest-even rounding, the gradient is dropped.
-void convert_tensor_in_place(Tensor& t, DType dtype);
-
 }  // namespace mixp::amp

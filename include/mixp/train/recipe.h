@@ -202,8 +202,5 @@ const std::vector<std::string>& planned_recipes();
 // models are accepted (make_recipe and the model factory report them).
 bool recipe_supports_model(std::string_view name, std::string_view model);
 
-// Converts every floating parameter and buffer of `model` to `dtype` in place (the tensors keep
-// their identity, so references held elsewhere see the change). Nearest-even rounding.
-void convert_module(nn::Module& model, DType dtype);
 
 }  // namespace mixp::train
