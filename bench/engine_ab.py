@@ -28,7 +28,8 @@ def run(binary, model, precision, steps, threads):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}\n{out.stderr.strip()}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    text = out.stdout
+    r = json.loads(text[text.index("{"):])  # the object (indented), after any progress lines
     return r["cpu_ms_per_step"], r["final_loss"]
 
 
