@@ -463,7 +463,7 @@ TEST(CpuVsRef, Attention) {
 }
 
 TEST(CpuVsRef, AttentionInBatchHeadChunks) {
-  // The cpu kernels process batch-heads in chunks of about 2^18 scores (cpu_nn.cpp); at
+  // The cpu kernels process batch-heads in chunks of about 2^18 scores (cpu_attention.cpp); at
   // T = 256 a chunk is 4 heads, so B * H = 10 runs chunks of 4, 4 and 2: every row of q, k, v,
   // the output, the log-sum-exp and the three gradients must land at its own offset. fp32 and
   // bf16 (the bf16 kernel rounds P and dS per chunk).
