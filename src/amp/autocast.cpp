@@ -69,7 +69,6 @@ Tensor cast(const Tensor& t, DType to) {
   return t.to(to, kAutocastRound, kAutocastOverflow, 0);
 }
 
-std::atomic<bool> g_weight_shadows{true};
 // The shadow fields of a weight are shared between threads (the cast cache is not): two threads
 // running forwards of one model must not attach shadows to the same weight at the same time.
 std::mutex g_shadow_mutex;
@@ -123,7 +122,7 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
     return it->second.copy;
   }
   ++s.stats.misses;
-  const bool shadows = g_weight_shadows.load(std::memory_order_relaxed);
+  const bool shadows = weight_shadows_enabled();
   Tensor copy = shadows ? from_shadow(t, to) : Tensor();
   if (copy.defined()) {
     ++s.stats.shadow_hits;
@@ -275,12 +274,6 @@ void reset_autocast_cache_stats() {
   s.stats = AutocastCacheStats{};
 }
 
-void set_weight_shadows(bool on) {
-  g_weight_shadows.store(on, std::memory_order_relaxed);
-}
-bool weight_shadows_enabled() {
-  return g_weight_shadows.load(std::memory_order_relaxed);
-}
 
 void clear_autocast_cache() {
   ThreadState& s = tls();

@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "mixp/amp/autocast.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/convert.h"
@@ -57,7 +56,7 @@ void for_each_chunk(int64_t n, F&& body, int64_t chunk = kChunk) {
 unsigned char* shadow_to_rewrite(ParamState& st) {
   TensorImpl& w = *st.param.impl();
   if (!w.shadow.storage) return nullptr;
-  if (st.param.dtype() == DType::fp32 && amp::weight_shadows_enabled() && shadow_is_current(w) &&
+  if (st.param.dtype() == DType::fp32 && weight_shadows_enabled() && shadow_is_current(w) &&
       w.shadow.storage.use_count() == 1) {
     return static_cast<unsigned char*>(w.shadow.storage->data);
   }
@@ -70,7 +69,7 @@ void write_shadow(const ParamState& st, unsigned char* shadow, const float* w, i
                   int64_t len) {
   const DType sd = st.param.impl()->shadow.dtype;
   convert_f32_to(sd, {w, static_cast<size_t>(len)}, shadow + lo * traits(sd).storage_bytes,
-                 {.round = amp::kAutocastRound, .overflow = amp::kAutocastOverflow});
+                 {.round = kShadowRound, .overflow = kShadowOverflow});
 }
 
 // After a step wrote st.param: a new version (stale copies of the old values are never used

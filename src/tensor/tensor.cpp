@@ -26,6 +26,17 @@ Storage::~Storage() {
   if (owned && data) CachingAllocator::cpu().deallocate({data, block_size}, nbytes);
 }
 
+namespace {
+std::atomic<bool> g_weight_shadows{true};
+}  // namespace
+
+void set_weight_shadows(bool on) {
+  g_weight_shadows.store(on, std::memory_order_relaxed);
+}
+bool weight_shadows_enabled() {
+  return g_weight_shadows.load(std::memory_order_relaxed);
+}
+
 bool shadow_is_current(const TensorImpl& w) {
   const WeightShadow& sh = w.shadow;
   return sh.storage != nullptr &&

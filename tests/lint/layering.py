@@ -60,8 +60,6 @@ SHARED_INTERNAL = {
 # Back-imports that exist today, each to be removed (issue 12, "Layering holds"). file -> the
 # included header. Remove an entry together with the include.
 KNOWN = {
-    ("src/optim/optimizer.cpp", "mixp/amp/autocast.h"):
-        "the optimizer rewrites amp's weight shadows in its update pass",
     ("src/ops/pointwise_ops.cpp", "mixp/autograd/checkpoint.h"):
         "dropout asks checkpoint for its seed, so a recomputed segment replays its masks",
     ("src/format/convert_kernels.h", "mixp/backend/cpu_features.h"):

@@ -54,8 +54,8 @@
 namespace mixp::amp {
 
 // How autocast rounds its casts (and how optimizers write weight shadows, bit for bit the same).
-inline constexpr Round kAutocastRound = Round::nearest_even;
-inline constexpr Overflow kAutocastOverflow = Overflow::ieee;
+inline constexpr Round kAutocastRound = kShadowRound;
+inline constexpr Overflow kAutocastOverflow = kShadowOverflow;
 
 struct AutocastOptions {
   DType dtype = DType::bf16;  // bf16 or fp16
@@ -110,8 +110,9 @@ void reset_autocast_cache_stats();
 // and optimizers drop the ones they meet instead of updating them (their memory is freed then).
 // Results are the same either way (bit for bit); off trades the memory of the low-precision weight
 // copies between steps for one conversion of every weight per region.
-void set_weight_shadows(bool on);
-bool weight_shadows_enabled();
+// (The switch lives beside the shadow in mixp/tensor/tensor.h: mixp::set_weight_shadows.)
+using mixp::set_weight_shadows;
+using mixp::weight_shadows_enabled;
 // Drops this thread's cached copies now (torch.clear_autocast_cache); the guard does it on exit.
 void clear_autocast_cache();
 

@@ -80,6 +80,16 @@ struct TensorImpl {
 // Whether w.shadow holds w's current values (its version is the storage's, its size is w's).
 bool shadow_is_current(const TensorImpl& w);
 
+// How a shadow's bytes are rounded from the fp32 weight: autocast's casts and the optimizer's
+// rewrites use these, so both give the same bits (amp::kAutocastRound is this rule).
+inline constexpr Round kShadowRound = Round::nearest_even;
+inline constexpr Overflow kShadowOverflow = Overflow::ieee;
+// Weight shadows on (default) or off, process-wide (amp::set_weight_shadows documents the
+// trade-off). Kept here, beside the shadow itself, so that the optimizer that rewrites shadows
+// and the autocast that makes them both see it without one module reaching into the other.
+void set_weight_shadows(bool on);
+bool weight_shadows_enabled();
+
 struct TensorOptions {
   DType dtype = DType::fp32;
   Device device = Device::cpu();
