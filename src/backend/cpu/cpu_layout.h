@@ -8,14 +8,17 @@
 
 namespace mixp::cpu {
 
+// Sizes (or strides) `s` seen through perm: entry i is s[perm[i]].
+inline Shape permuted_shape(const Shape& s, const Shape& perm) {
+  Shape r;
+  for (int i = 0; i < perm.size(); ++i) r.push_back(s[static_cast<int>(perm[i])]);
+  return r;
+}
+
 // A view of t (shared storage, no autograd) whose dim i is t's dim perm[i].
 inline Tensor permuted_view(const Tensor& t, const Shape& perm) {
-  Shape shape, strides;
-  for (int i = 0; i < perm.size(); ++i) {
-    shape.push_back(t.shape()[static_cast<int>(perm[i])]);
-    strides.push_back(t.strides()[static_cast<int>(perm[i])]);
-  }
-  return view_of(t, shape, strides, t.storage_offset());
+  return view_of(t, permuted_shape(t.shape(), perm), permuted_shape(t.strides(), perm),
+                 t.storage_offset());
 }
 
 // For a reduction src -> dst (dst keeps the reduced dims with size 1): the dims of src that are
@@ -39,12 +42,6 @@ inline Shape dim_last(int ndim, int dim) {
   return perm;
 }
 
-// The shape of t seen through perm.
-inline Shape permuted_shape(const Shape& s, const Shape& perm) {
-  Shape r;
-  for (int i = 0; i < perm.size(); ++i) r.push_back(s[static_cast<int>(perm[i])]);
-  return r;
-}
 
 // t itself when it is contiguous (or absent), else a contiguous copy made by `be` (whose copy of a
 // same-dtype strided view is a strided loop, not a reference kernel).
