@@ -6,6 +6,10 @@ find_package(ZLIB REQUIRED)                 # zlib1g-dev: gzip'd IDX files
 find_package(nlohmann_json CONFIG REQUIRED) # nlohmann-json3-dev: safetensors headers, JSON output
 find_package(fmt CONFIG REQUIRED)           # libfmt-dev
 find_package(CLI11 CONFIG REQUIRED)         # libcli11-dev: the CLI
+# libopenmpi-dev: data parallelism (src/dist). The C API through the C++ compiler; no MPI C++
+# bindings (deprecated since MPI 2.2).
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI REQUIRED COMPONENTS CXX)
 if(MIXP_BUILD_TESTS)
   find_package(GTest CONFIG REQUIRED)       # libgtest-dev
 endif()

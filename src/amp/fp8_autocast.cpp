@@ -40,7 +40,28 @@ void add_once(std::vector<std::shared_ptr<Fp8ScalingState>>& v,
   if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
 }
 
+Fp8AmaxReducer& amax_reducer() {
+  static Fp8AmaxReducer r;
+  return r;
+}
+
+// Reduces the amaxes of `states` (set_fp8_amax_reducer), then updates them.
+void reduce_and_update(const std::vector<std::shared_ptr<Fp8ScalingState>>& states) {
+  if (const Fp8AmaxReducer& reduce = amax_reducer(); reduce && !states.empty()) {
+    std::vector<float> amax;
+    amax.reserve(states.size());
+    for (const auto& s : states) amax.push_back(s->history(0));
+    reduce(amax);
+    for (size_t i = 0; i < states.size(); ++i) states[i]->record_amax(amax[i]);
+  }
+  for (const auto& s : states) s->update();
+}
+
 }  // namespace
+
+void set_fp8_amax_reducer(Fp8AmaxReducer reducer) {
+  amax_reducer() = std::move(reducer);
+}
 
 namespace detail {
 void note_forward_state(const std::shared_ptr<Fp8ScalingState>& s) {
@@ -63,7 +84,7 @@ void fp8_update_backward_states() {
     std::lock_guard<std::mutex> lock(pending_mutex());
     todo.swap(pending());
   }
-  for (const auto& s : todo) s->update();
+  reduce_and_update(todo);
 }
 
 namespace {
@@ -105,7 +126,7 @@ Fp8Autocast::~Fp8Autocast() {
   if (!outermost_) return;
   // TE updates the forward scales only when the region ran with gradients (a training pass).
   if (r.training && GradMode::is_enabled()) {
-    for (const auto& s : r.forward_used) s->update();
+    reduce_and_update(r.forward_used);
   }
   r.forward_used.clear();
   r.training = true;

@@ -1,7 +1,12 @@
 // build_run: configuration -> recipe, data and model (include/mixp/train/build_run.h).
+#include "mixp/dist/process_group.h"
+#include "sharded_source.h"
 #include "mixp/train/build_run.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
 
 #include <filesystem>
 
@@ -72,13 +77,28 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
   p.config = (training ? config : without_outputs(config)).resolved();
   TrainConfig& c = p.config;
   if (training && !c.save_dir.empty()) detail::check_save_dir(c.save_dir);
-  if (c.threads > 0) set_num_threads(c.threads);
+  dist::ProcessGroup& world = dist::world();
+  if (c.threads > 0) {
+    set_num_threads(c.threads);
+  } else if (world.size() > 1) {
+    // Ranks on one machine share its cores (docs/distributed.md, "Threads").
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(std::max(1, cores / std::max(1, world.local_size())));
+  }
   p.recipe = make_recipe(c.precision, recipe_options(c, purpose));
   // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
   if (training) c.precision = p.recipe->name();
   const bool lm = is_language_model(c.model.name);
   if (lm && c.model.context == 0) c.model.context = detail::resolve_model(c.model).context;
-  p.data = detail::make_batch_source(c, c.model.context, purpose != RunPurpose::evaluate);
+  if (training && world.size() > 1) {
+    // This rank's slice of every global batch of `batch` x ranks samples (sharded_source.h).
+    TrainConfig global = c;
+    global.batch = c.batch * world.size();
+    p.data = std::make_unique<detail::ShardedSource>(
+        detail::make_batch_source(global, c.model.context, true), world.rank(), world.size());
+  } else {
+    p.data = detail::make_batch_source(c, c.model.context, purpose != RunPurpose::evaluate);
+  }
   if (lm) {
     const int64_t v = p.data->vocab_size();
     if (!training && v != c.model.vocab) {

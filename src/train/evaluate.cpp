@@ -55,7 +55,8 @@ bool is_classification(const Tensor& output, const Tensor& target) {
 }  // namespace
 
 EvalResult evaluate_model(nn::Module& model, DataSource& source, const PrecisionRecipe& recipe,
-                          bool language_model, const LossFunction& loss_fn) {
+                          bool language_model, const LossFunction& loss_fn,
+                          dist::ProcessGroup* group) {
   NoGradGuard ng;
   const bool was_training = model.is_training();
   model.train(false);
@@ -88,6 +89,19 @@ EvalResult evaluate_model(nn::Module& model, DataSource& source, const Precision
     r.samples += b.samples;
   }
   model.train(was_training);
+  if (group && group->size() > 1) {
+    // Each rank evaluated its share of the batches (sharded_source.h): sum over the ranks.
+    std::vector<double> v{loss_sum, double(rows), double(correct), double(classified),
+                          double(r.samples), accuracy ? 1.0 : 0.0};
+    group->allreduce(std::span<double>(v.data(), 5), dist::ReduceOp::sum);
+    group->allreduce(std::span<double>(v.data() + 5, 1), dist::ReduceOp::min);
+    loss_sum = v[0];
+    rows = int64_t(v[1]);
+    correct = int64_t(v[2]);
+    classified = int64_t(v[3]);
+    r.samples = int64_t(v[4]);
+    accuracy = v[5] > 0;
+  }
   r.loss = rows > 0 ? loss_sum / double(rows) : std::nan("");
   if (accuracy) {
     r.accuracy = classified > 0 ? double(correct) / double(classified) : std::nan("");
@@ -298,6 +312,13 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["parameters"] = r.parameters;
   j["seed"] = r.seed;
   if (!r.saved_to.empty()) j["checkpoint"] = r.saved_to;
+  if (r.ranks > 1) {
+    j["ranks"] = r.ranks;
+    j["global_batch"] = r.batch * r.ranks;
+    j["grad_comm"] = r.grad_comm;
+    j["comm_bytes_per_step"] = r.comm_bytes_per_step;
+    j["comm_ms_per_step"] = r.comm_ms_per_step;
+  }
   return j.dump(indent);
 }
 

@@ -83,6 +83,15 @@ void check_loop_config(const TrainConfig& c) {
           "the thread count must be positive (0 = all cores), got " + std::to_string(c.threads));
   require(c.train_limit >= 0 && c.test_limit >= 0, "data-set limits must be non-negative");
   require(c.save_every >= 0, "save_every must be non-negative");
+  require(c.grad_comm == "fp32" || c.grad_comm == "bf16" || c.grad_comm == "fp16" ||
+              c.grad_comm == "bf16-ring",
+          "unknown gradient communication format '" + c.grad_comm +
+              "'; use one of fp32, bf16, fp16, bf16-ring");
+  require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0,
+          "the bucket size (--bucket-mb) must be a positive number of MiB");
+  require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0,
+          "the communication timeout (--comm-timeout) must be >= 0 seconds (0 = wait forever)");
+  require(c.check_replicas >= 0, "--check-replicas must be >= 0 (0 = never)");
   require(c.save_every == 0 || !c.save_dir.empty(),
           "saving every N steps needs a checkpoint folder (--save DIR)");
 }
@@ -151,6 +160,13 @@ std::string config_to_json(const TrainConfig& c) {
   j["save_every"] = c.save_every;
   j["resume_dir"] = c.resume_dir;
   j["log_path"] = c.log_path;
+  // The data-parallel settings only when they differ from the defaults, so that the state.json
+  // of a single-process run stays what it was (tests/golden_runs pins it).
+  const TrainConfig d;
+  if (c.grad_comm != d.grad_comm) j["grad_comm"] = c.grad_comm;
+  if (c.bucket_mb != d.bucket_mb) j["bucket_mb"] = c.bucket_mb;
+  if (c.comm_timeout != d.comm_timeout) j["comm_timeout"] = c.comm_timeout;
+  if (c.check_replicas != d.check_replicas) j["check_replicas"] = c.check_replicas;
   return j.dump(2);
 }
 
@@ -255,6 +271,10 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "save_every", c.save_every);
     get(j, "resume_dir", c.resume_dir);
     get(j, "log_path", c.log_path);
+    get(j, "grad_comm", c.grad_comm);
+    get(j, "bucket_mb", c.bucket_mb);
+    get(j, "comm_timeout", c.comm_timeout);
+    get(j, "check_replicas", c.check_replicas);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "mixp/amp/fp8_linear.h"
 #include "mixp/amp/grad_scaler.h"
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
@@ -36,7 +38,26 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   lm = source->vocab_size() > 0;
   // A second process saving into the same folder fails here, before any training (the folder's
   // parent was checked already); the lock is held until the Trainer is destroyed.
-  if (!cfg.save_dir.empty()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
+  dist::ProcessGroup& world = dist::world();
+  if (world.size() > 1) {
+    world.set_timeout(cfg.comm_timeout);
+    dp = std::make_unique<DataParallel>(
+        world, DataParallelOptions{.grad_comm = dist::parse_grad_comm(cfg.grad_comm),
+                                   .bucket_mb = cfg.bucket_mb});
+    dp->check_same_config(config_to_json(cfg));
+    // Every rank starts from rank 0's weights (DDP does the same at construction).
+    dp->broadcast_parameters(*model);
+    // FP8 delayed scaling: the amaxes of a pass are maxed over the ranks before the scales are
+    // updated, so every rank quantizes with the same scales (fp8_linear.h).
+    dist::ProcessGroup* g = &world;
+    amp::set_fp8_amax_reducer([g](std::span<float> amax) {
+      std::vector<double> v(amax.begin(), amax.end());
+      g->allreduce(v, dist::ReduceOp::max);
+      for (size_t i = 0; i < v.size(); ++i) amax[i] = float(v[i]);
+    });
+  }
+  // Only rank 0 writes checkpoints: the replicas are identical.
+  if (!cfg.save_dir.empty() && is_rank0()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
   opt = make_optimizer ? make_optimizer(named, recipe->optimizer_precision())
@@ -62,7 +83,10 @@ void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64
 StepInfo Trainer::Impl::run_step() {
   const double t0 = now_ms();
   const double c0 = process_cpu_ms();
+  const double comm0 = dp ? dp->group().stats().ms : 0;
   opt->zero_grad();
+  // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
+  if (dp) dp->broadcast_buffers(*model);
   // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
   // and its losses are divided by its own length so that the step still sees a mean.
   const int64_t window = std::min(cfg.grad_accum, source->batches_per_epoch() - source->position());
@@ -97,6 +121,17 @@ StepInfo Trainer::Impl::run_step() {
       for (auto& cb : callbacks) cb->on_backward_end(ctx);
     }
   }
+  double step_loss = loss_sum / double(window);
+  if (dp) {
+    // The gradient-sync stage (data_parallel.h): the step's loss and samples over all ranks, and
+    // the gradients reduced to the global mean, each rank weighted by its share of the samples.
+    std::vector<double> v{step_loss * double(samples), double(samples)};
+    dp->group().allreduce(v, dist::ReduceOp::sum);
+    step_loss = v[0] / v[1];
+    dp->reduce_gradients(params, double(samples) / v[1]);
+    comm_bytes_total += dp->last_gradient_bytes();
+    samples = int64_t(v[1]);
+  }
   if (!callbacks.empty()) {
     // The stage between backward and the optimizer step (callbacks.h): one virtual call per
     // callback and step.
@@ -105,7 +140,7 @@ StepInfo Trainer::Impl::run_step() {
                     .epoch = epoch,
                     .micro_batch = window - 1,
                     .micro_batches = window,
-                    .loss = loss_sum / double(window),
+                    .loss = step_loss,
                     .loss_scale = recipe->loss_scale(),
                     .model = *model,
                     .parameters = params,
@@ -138,7 +173,11 @@ StepInfo Trainer::Impl::run_step() {
   }
   ++step;
   if (skip) ++skipped;
-  last_loss = loss_sum / double(window);
+  last_loss = step_loss;
+  if (dp && cfg.check_replicas > 0 && step % cfg.check_replicas == 0) {
+    dp->check_replicas(model->named_parameters(), step);
+  }
+  if (dp) comm_ms.push_back(dp->group().stats().ms - comm0);
 
   StepInfo info;
   info.step = step;
@@ -281,6 +320,18 @@ TrainResult Trainer::fit() {
   for (const auto& p : s.params) r.parameters += p.numel();
   r.seed = s.cfg.seed;
   r.losses = s.losses;
+  if (s.dp) {
+    r.ranks = s.dp->size();
+    r.grad_comm = s.cfg.grad_comm;
+    r.samples_per_s *= r.ranks;
+    r.tokens_per_s *= r.ranks;
+    if (!s.comm_ms.empty()) {
+      std::vector<double> c = s.comm_ms;
+      std::nth_element(c.begin(), c.begin() + c.size() / 2, c.end());
+      r.comm_ms_per_step = c[c.size() / 2];
+      r.comm_bytes_per_step = double(s.comm_bytes_total) / double(s.comm_ms.size());
+    }
+  }
 
   s.metrics["train_time_s"] = s.prior_train_time_s + r.train_time_s;
   s.metrics["final_loss"] = r.final_loss;
@@ -292,7 +343,7 @@ TrainResult Trainer::fit() {
       // The recipe reports another model (int8-qat: the converted int8 model); the trained one
       // is evaluated too, beside it.
       const double e0 = now_ms();
-      ev = detail::evaluate_model(*inf, *s.source, *s.recipe, s.lm, s.loss);
+      ev = detail::evaluate_model(*inf, *s.source, *s.recipe, s.lm, s.loss, s.group());
       const double e1 = now_ms();
       const EvalResult trained = evaluate();
       const std::string label = s.recipe->trained_model_label();
@@ -326,7 +377,7 @@ TrainResult Trainer::fit() {
 
 EvalResult Trainer::evaluate() {
   return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm,
-                                impl_->loss);
+                                impl_->loss, impl_->group());
 }
 
 void Trainer::save(const std::filesystem::path& dir) const {

@@ -14,6 +14,7 @@
 #include "mixp/optim/optimizer.h"
 #include "mixp/train/build_run.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/data_parallel.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
@@ -49,8 +50,11 @@ void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams);
 // The loss of a batch is weighted by its number of targets (rows for cross-entropy: samples, gpt:
 // tokens); the accuracy is reported for classifiers (not language models) whose output is [N, C]
 // against [N] integer targets.
+// In a data-parallel run (`group` of more than one rank) each rank evaluates the batches its
+// source hands it and the sums are all-reduced: every rank returns the global result.
 EvalResult evaluate_model(nn::Module& model, DataSource& source, const PrecisionRecipe& recipe,
-                          bool language_model, const LossFunction& loss = cross_entropy_loss);
+                          bool language_model, const LossFunction& loss = cross_entropy_loss,
+                          dist::ProcessGroup* group = nullptr);
 
 // Finds an unusable checkpoint folder before training rather than after it: ConfigError when it
 // exists and is not a folder, or when its parent folder does not exist.
@@ -91,6 +95,13 @@ struct Trainer::Impl {
   mutable std::shared_ptr<const CheckpointFiles> resumed;
   // The --save folder's lock, held from construction to destruction (io/atomic_file.h).
   std::unique_ptr<FolderLock> save_lock;
+  // Data parallelism (data_parallel.h): null in a single process.
+  std::unique_ptr<DataParallel> dp;
+  std::vector<double> comm_ms;     // per step of this run
+  uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
+
+  bool is_rank0() const { return !dp || dp->rank() == 0; }
+  dist::ProcessGroup* group() const { return dp ? &dp->group() : nullptr; }
 
   // Takes the parts (the model prepared by the recipe, the configuration resolved) and builds the
   // optimizer: what both constructors share.

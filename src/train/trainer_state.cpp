@@ -61,6 +61,23 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
   const TrainConfig& saved = resumed->config;
   same(dir, "--model", saved.model.name, cfg.model.name,
        "the weights in the checkpoint are that model's");
+  // Data parallelism: the data order is the global batch's (sharded_source.h), so another number
+  // of ranks may continue the run when the global batch stays the same.
+  const int64_t saved_ranks = state.value("ranks", int64_t(1));
+  const int64_t ranks = dist::world().size();
+  const int64_t batch = cfg.batch > 0 ? cfg.batch : default_batch(cfg.model.name);
+  if (saved_ranks != ranks && saved_ranks * saved.batch != ranks * batch) {
+    const int64_t global = saved_ranks * saved.batch;
+    throw ConfigError(fmt::format(
+        "{}: the checkpoint was trained with a global batch of {} ({} rank(s) x batch {}), this "
+        "run has {} ({} rank(s) x batch {}); the data order continues only with the same global "
+        "batch: {}",
+        dir.string(), global, saved_ranks, saved.batch, ranks * batch, ranks, batch,
+        global % ranks == 0
+            ? fmt::format("resume with --batch {} on {} rank(s)", global / ranks, ranks)
+            : fmt::format("{} ranks cannot share it evenly; use a number of ranks that divides {}",
+                          ranks, global)));
+  }
   // Both shapes explicit, as build() will make this run's (state.json holds the resolved one).
   const nn::ModelConfig mine = detail::resolve_model(cfg.model);
   const std::string shape = "the weights in the checkpoint have the model's shape";
@@ -105,8 +122,11 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
                  "(another non-zero momentum than the checkpoint's may be given, but not 0 to or "
                  "from it)");
   }
-  same(dir, "--batch", saved.batch, cfg.batch,
-       "the data order continues from the checkpoint's position, counted in batches of that size");
+  if (saved_ranks == ranks) {
+    same(dir, "--batch", saved.batch, cfg.batch,
+         "the data order continues from the checkpoint's position, counted in batches of that "
+         "size");
+  }
   same(dir, "--grad-accum", saved.grad_accum, cfg.grad_accum,
        "the steps per epoch, and so the step count, epochs and learning-rate schedule of the "
        "steps already taken, follow it");
@@ -130,6 +150,7 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
 }
 
 void Trainer::Impl::save(const std::filesystem::path& dir) const {
+  if (!is_rank0()) return;  // the replicas are identical: rank 0 writes for all
   nlohmann::ordered_json state;
   state["format"] = kCheckpointFormat;
   state["version"] = kCheckpointVersion;
@@ -139,6 +160,7 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   state["skipped_steps"] = skipped;
   state["last_loss"] = std::isfinite(last_loss) ? nlohmann::ordered_json(last_loss) : nullptr;
   state["config"] = nlohmann::ordered_json::parse(config_to_json(cfg));
+  if (dp) state["ranks"] = dp->size();  // absent: one process
   state["data"] = nlohmann::ordered_json::parse(source->state());
   // Every random stream of a run is a pure function of these seeds and counters: model
   // initialization (model seed), data order (sampler seed, epoch, position, or gpt's micro-batch

@@ -33,7 +33,8 @@ LAYERS = {
     "optim": ["tensor", "format", "autograd", "backend"],
     "amp": ["nn", "ops", "optim", "autograd", "backend", "tensor", "format"],
     "quant": ["nn", "ops", "autograd", "io", "tensor", "format", "backend"],
-    "train": ["amp", "quant", "optim", "nn", "io", "data", "tensor", "format", "bench"],
+    "dist": ["format"],
+    "train": ["amp", "quant", "optim", "nn", "io", "data", "tensor", "format", "bench", "dist"],
     "study": ["train", "nn", "format", "bench"],
 }
 

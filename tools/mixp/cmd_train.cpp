@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.h"
+#include "mixp/dist/process_group.h"
 #include "mixp/amp/policy.h"
 #include "mixp/nn/models.h"
 #include "mixp/train/checkpoint.h"
@@ -165,6 +166,13 @@ void run(Flags& f) {
   c.save_every = f.c.save_every;
   c.resume_dir = f.c.resume_dir;
   c.log_path = f.c.log_path;
+  set("--grad-comm", c.grad_comm, f.c.grad_comm);
+  set("--bucket-mb", c.bucket_mb, f.c.bucket_mb);
+  set("--comm-timeout", c.comm_timeout, f.c.comm_timeout);
+  set("--check-replicas", c.check_replicas, f.c.check_replicas);
+  // In a data-parallel run only rank 0 logs and reports (the ranks' results are the same).
+  const bool rank0 = dist::world().rank() == 0;
+  if (!rank0) c.log_path.clear();
 
   std::unique_ptr<train::Trainer> trainer;
   try {
@@ -174,7 +182,7 @@ void run(Flags& f) {
   }
   const train::TrainConfig& rc = trainer->config();
   std::shared_ptr<ProgressBar> bar;
-  if (stderr_is_tty()) {
+  if (stderr_is_tty() && rank0) {
     bar = std::make_shared<ProgressBar>(train::is_language_model(rc.model.name));
     trainer->add_callback(bar);
   }
@@ -189,6 +197,7 @@ void run(Flags& f) {
     if (bar) bar->on_train_end();  // leave a clean line for the error message
     throw;
   }
+  if (!rank0) return;
   if (f.json) {
     std::cout << train::result_to_json(r, 2) << "\n";
   } else {
@@ -268,6 +277,21 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "grad-accum, seed, loss-scale-init), which are refused when they differ (docs/train.md)");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
+  const char* dp = "Data parallelism (under mpirun; docs/distributed.md)";
+  sub->add_option("--grad-comm", c.grad_comm,
+                  "gradients on the wire: fp32 (default) | bf16 | fp16 (16 bits on the wire, "
+                  "summed in fp32) | bf16-ring (naive ring, rounds at every hop)")
+      ->group(dp);
+  sub->add_option("--bucket-mb", c.bucket_mb, "MiB of gradients per reduction bucket (default 25)")
+      ->group(dp);
+  sub->add_option("--comm-timeout", c.comm_timeout,
+                  "seconds a rank waits for the others before it stops with an error (default "
+                  "60; 0 = forever)")
+      ->group(dp);
+  sub->add_option("--check-replicas", c.check_replicas,
+                  "compare every parameter's checksum across ranks every N steps (default 0 = "
+                  "never)")
+      ->group(dp);
   sub->footer(
       "Examples:\n"
       "  mixp train --model mlp --epochs 2\n"
@@ -278,7 +302,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model gpt --precision bf16-pure --layer-precision embed=fp32,head=fp32\n"
       "  mixp train --model gpt --precision 'bf16:params=fp32,compute=bf16,output=fp32'\n"
       "  mixp train --model cnn --epochs 2 --precision int8-qat --save qat --json\n"
-      "  mixp train --resume ckpt --steps 1000\n");
+      "  mixp train --resume ckpt --steps 1000\n"
+      "  mpirun -np 2 mixp train --model gpt --steps 300 --batch 8 --precision bf16 "
+      "--grad-comm bf16\n");
   sub->callback([f] { run(*f); });
 });
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "mixp/dist/process_group.h"
 #include "mixp/format/describe.h"
 
 namespace mixp::cli {
@@ -72,6 +73,14 @@ int main(int argc, char** argv) {
     for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
       a = a->get_subcommands()[0];
       command += " " + a->get_name();
+    }
+    mixp::dist::ProcessGroup* world = mixp::dist::world_if_started();
+    if (world && world->size() > 1) {
+      // One rank failed: say which, and stop the others now rather than at their timeout.
+      std::cerr << command << ": error (rank " << world->rank() << " of " << world->size()
+                << "): " << what << "\n";
+      std::cerr.flush();
+      mixp::dist::abort_world(code);
     }
     std::cerr << command << ": error: " << what << "\n";
     return code;

@@ -41,6 +41,7 @@
 // the original forward used, so the recomputed activations are the same -- and records nothing
 // (TE keeps a copy of the forward meta for recompute for the same reason).
 #pragma once
+#include <span>
 #include <array>
 #include <functional>
 #include <memory>
@@ -99,6 +100,14 @@ class Fp8Autocast {
 
 // Updates every grad_output state that recorded an amax since the last update (see above).
 void fp8_update_backward_states();
+
+// Data parallelism (TE reduces amaxes over the data-parallel group the same way): when set, every
+// update of delayed-scaling states first hands the reducer the states' current amaxes (history
+// slot 0, one per state, in the order the pass used them: the same on every rank) and records
+// what it returns, e.g. the maximum over all ranks, so that every rank computes the same scales.
+// Process-wide; an empty function turns it off. Set by the Trainer (train/data_parallel.h).
+using Fp8AmaxReducer = std::function<void(std::span<float> amaxes)>;
+void set_fp8_amax_reducer(Fp8AmaxReducer reducer);
 
 // Makes `layer` compute in FP8 (inside Fp8Autocast regions): installs the forward
 // implementation and, for delayed scaling, registers the scaling state as buffers of the layer

@@ -84,6 +84,13 @@ struct TrainConfig {
   std::string resume_dir;  // continue from this checkpoint ("" = start fresh)
   std::string log_path;    // JSON Lines, one line per optimizer step ("" = none)
 
+  // Data parallelism, when started by mpirun (docs/distributed.md); a single process ignores
+  // them. `batch` stays per rank: the global batch is batch x ranks.
+  std::string grad_comm = "fp32";  // gradients on the wire: fp32 | bf16 | fp16 | bf16-ring
+  double bucket_mb = 25;           // MiB of fp32 gradient per reduction bucket
+  double comm_timeout = 60;        // seconds a rank waits for the others (0 = forever)
+  int64_t check_replicas = 0;      // compare the ranks' parameter checksums every N steps
+
   // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
   // set, and every field checked. Throws ConfigError naming the field, the value and what is
   // accepted. The vocabulary of gpt is left 0 here; the Trainer sets it from the corpus.

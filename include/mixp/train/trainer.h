@@ -128,6 +128,12 @@ struct TrainResult {
   std::vector<std::pair<std::string, double>> extra_metrics;
   std::vector<double> losses;  // per optimizer step of this run
   std::string saved_to;        // checkpoint folder written at the end ("" = none)
+  // Data parallelism (docs/distributed.md); ranks 1 = a single process, and the fields below are
+  // then absent from --json. batch stays per rank; samples_per_s counts every rank's samples.
+  int ranks = 1;
+  std::string grad_comm;            // gradients on the wire
+  double comm_bytes_per_step = 0;   // gradient bytes one rank sent per step (mean)
+  double comm_ms_per_step = 0;      // wall time in collectives per step (median)
 };
 
 // The `train --json` object: model, precision, steps, skipped_steps (+ skipped_steps_this_run,

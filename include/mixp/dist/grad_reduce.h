@@ -1,0 +1,44 @@
+// Reducing gradients over the ranks of a ProcessGroup, with a chosen wire format
+// (docs/distributed.md, "What goes over the wire").
+//
+// Every mode computes, in place on every rank, sum over ranks r of weight_r * buf_r, and leaves
+// bit-identical values on every rank (so the replicas of the model stay identical):
+//   fp32       reduce-scatter + all-gather in fp32: the sum of a piece is computed by the rank that
+//              owns it, in rank order, in fp32.
+//   bf16/fp16  the same with 16-bit pieces on the wire and fp32 accumulation: each contribution
+//              is rounded once to the wire format (after the weight is applied, so fp16 gradients
+//              are pre-divided by the world size, as PyTorch's fp16_compress_hook does), the owner
+//              sums them in fp32 and rounds the sum once for the all-gather. Half the bytes of
+//              fp32; error per element <= 2^-9 * (sum of |contributions|) + 2^-9 * |sum| for bf16
+//              (2^-11 for fp16, within its range).
+//   bf16-ring  the naive ring all-reduce in bf16: each hop adds the incoming bf16 piece to the
+//              local one and rounds the partial sum to bf16, N-1 roundings per element; its error
+//              grows with the number of ranks (bench/dist_reduce.cpp measures it). Offered to
+//              show the difference; not a default.
+// Non-finite values propagate (an inf in any contribution makes the sum inf or NaN), so the fp16
+// recipes' inf check after the reduction sees them on every rank and every rank skips the step.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixp/dist/process_group.h"
+
+namespace mixp::dist {
+
+enum class GradComm { fp32, bf16, fp16, bf16_ring };
+
+// "fp32", "bf16", "fp16", "bf16-ring"; parse throws std::invalid_argument listing them.
+GradComm parse_grad_comm(std::string_view name);
+std::string grad_comm_name(GradComm c);
+const std::vector<std::string>& grad_comm_names();
+// Bytes of one element on the wire (4 or 2).
+int wire_bytes(GradComm c);
+
+// buf <- sum over ranks of weight * buf (each rank its own buf and weight), identical on every
+// rank. buf has the same length on every rank.
+void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode);
+
+}  // namespace mixp::dist

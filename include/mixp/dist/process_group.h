@@ -1,0 +1,84 @@
+// The processes of a data-parallel run and what they say to each other (docs/distributed.md).
+//
+// A ProcessGroup is the communication layer behind mixp's data parallelism: the Trainer and the
+// gradient reduction (grad_reduce.h) only ever call this interface, so that another transport
+// (NCCL with the GPU backend) can take its place. Two implementations exist:
+//   - the single process (size 1): every collective is the identity, nothing is counted;
+//   - MPI (src/dist/mpi_group.cpp), used when the program was started by `mpirun`.
+// Every collective is blocking and called by every rank in the same order (the MPI rule). A
+// collective that waits longer than the group's timeout for the other ranks ends the process
+// with a message naming the collective (a dead or hung rank never hangs the others forever).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mixp::dist {
+
+// Bytes this rank sent and time it spent in collectives, since the group was created (or the last
+// reset_stats()). The Trainer reports them per step (--json: comm_bytes_per_step, comm_ms).
+struct CommStats {
+  uint64_t bytes_sent = 0;  // payload bytes this rank handed to the transport
+  uint64_t calls = 0;
+  double ms = 0;  // wall time inside collectives, waiting included
+};
+
+enum class ReduceOp { sum, max, min };
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Ranks of this group on this machine (OpenMPI's local size); threads per rank default to the
+  // machine's cores divided by it.
+  virtual int local_size() const { return 1; }
+  virtual std::string backend_name() const = 0;
+
+  // In place over every rank: element-wise op of the ranks' values. Exact for max/min; sum of
+  // doubles is for scalars (losses, counts), identical on every rank.
+  virtual void allreduce(std::span<double> values, ReduceOp op) = 0;
+  // Every rank sends `send` (bytes, same length on every rank) and receives all ranks' pieces in
+  // rank order into `recv` (size() * send.size() bytes).
+  virtual void allgather(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // `send` holds size() equal pieces; piece j goes to rank j, and `recv` receives piece rank()
+  // of every rank, in rank order (MPI_Alltoall).
+  virtual void alltoall(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // Sends `send` to rank `to` while receiving `recv` from rank `from` (one hop of a ring).
+  virtual void sendrecv(std::span<const std::byte> send, int to, std::span<std::byte> recv,
+                        int from) = 0;
+  // Rank `root`'s bytes to every rank.
+  virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Seconds a collective may wait for the other ranks before the process ends with an error
+  // (default 60; 0 = forever).
+  virtual void set_timeout(double seconds) = 0;
+  virtual double timeout() const = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+// The group of this process: MPI's world when started by mpirun (OMPI_COMM_WORLD_SIZE or
+// PMIX_RANK in the environment), else the single process. Created on first use; MPI is
+// initialised then and finalised at exit.
+ProcessGroup& world();
+// The group world() created, or null when nothing has asked for it yet.
+ProcessGroup* world_if_started();
+// True when this process was started by mpirun (before, and without, initialising MPI).
+bool launched_by_mpirun();
+// Ends a multi-process run at once after an error on this rank: the other ranks stop too
+// (MPI_Abort) instead of waiting for this one. Does nothing (returns) in a single process.
+void abort_world(int exit_code);
+
+// A single-process group, for tests and for code that wants the interface without MPI.
+std::unique_ptr<ProcessGroup> make_single_process_group();
+
+}  // namespace mixp::dist

@@ -1,0 +1,62 @@
+// Data parallelism for the Trainer (docs/distributed.md): what every rank does so that N
+// processes train one model as one process would with an N times larger batch.
+//
+// PyTorch DistributedDataParallel's semantics, on a dist::ProcessGroup:
+//   - at the start, rank 0's parameters and buffers are copied to every rank (so a custom model
+//     initialised differently still starts identical), and the configurations are compared;
+//   - before each step's forward, rank 0's buffers are broadcast (DDP's broadcast_buffers:
+//     BatchNorm statistics, QAT observers, FP8 scaling state stay identical);
+//   - after backward, in the gradient-sync stage (callbacks.h), the gradients are reduced in
+//     buckets of about bucket_mb MiB (parameters in reverse order, as backward produces them) to
+//     the global mean: each rank's gradient weighted by its share of the step's samples;
+//   - every `check_replicas` steps, a checksum of every parameter is compared across ranks.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixp/dist/grad_reduce.h"
+#include "mixp/dist/process_group.h"
+#include "mixp/nn/module.h"
+#include "mixp/tensor/tensor.h"
+
+namespace mixp::train {
+
+struct DataParallelOptions {
+  dist::GradComm grad_comm = dist::GradComm::fp32;
+  double bucket_mb = 25;  // MiB of fp32 gradient per bucket
+};
+
+class DataParallel {
+ public:
+  DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o);
+
+  dist::ProcessGroup& group() const { return group_; }
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+  const DataParallelOptions& options() const { return opts_; }
+
+  // Throws ConfigError on every rank when a rank's `config_json` differs from rank 0's; the
+  // message names the first differing fields and the ranks.
+  void check_same_config(const std::string& config_json);
+  // Rank 0's parameters and buffers to every rank (in named order).
+  void broadcast_parameters(nn::Module& model);
+  void broadcast_buffers(nn::Module& model);
+  // grad <- sum over ranks of weight * grad, for every parameter (a parameter without a gradient
+  // contributes zeros and receives the sum). Gradients in fp32, bf16 or fp16; 16-bit gradients are
+  // widened for the reduction and rounded back (nearest even).
+  void reduce_gradients(std::span<const Tensor> params, double weight);
+  // Throws TrainError naming the first parameter whose bytes differ between ranks.
+  void check_replicas(const nn::NamedTensors& params, int64_t step);
+
+  // Gradient bytes this rank sent in the last reduce_gradients call.
+  uint64_t last_gradient_bytes() const { return last_bytes_; }
+
+ private:
+  dist::ProcessGroup& group_;
+  DataParallelOptions opts_;
+  uint64_t last_bytes_ = 0;
+};
+
+}  // namespace mixp::train

@@ -1,0 +1,175 @@
+// DataParallel (data_parallel.h): the Trainer's side of a multi-process run.
+#include "mixp/train/data_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "mixp/format/convert.h"
+#include "mixp/train/train_config.h"
+
+namespace mixp::train {
+namespace {
+
+constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
+
+std::span<std::byte> bytes_of(const Tensor& t) {
+  return {static_cast<std::byte*>(t.data_ptr()), t.nbytes()};
+}
+
+uint64_t fnv1a(const std::byte* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ uint64_t(p[i])) * 1099511628211ull;
+  return h;
+}
+
+// The keys whose values differ between two configuration objects, "key is a here but b on rank 0".
+std::string differences(const nlohmann::json& mine, const nlohmann::json& root) {
+  std::vector<std::string> keys;
+  for (auto it = root.begin(); it != root.end(); ++it) keys.push_back(it.key());
+  for (auto it = mine.begin(); it != mine.end(); ++it) {
+    if (!root.contains(it.key())) keys.push_back(it.key());
+  }
+  std::string out;
+  int shown = 0;
+  for (const std::string& k : keys) {
+    const auto a = mine.find(k);
+    const auto b = root.find(k);
+    if (a != mine.end() && b != root.end() && *a == *b) continue;
+    if (shown++ == 3) return out + ", ...";
+    out += fmt::format("{}{} is {} here but {} on rank 0", out.empty() ? "" : ", ", k,
+                       a == mine.end() ? "the default" : a->dump(),
+                       b == root.end() ? "the default" : b->dump());
+  }
+  return out;
+}
+
+void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
+  for (const auto& [name, t] : named) {
+    if (!t.is_contiguous()) {
+      throw std::logic_error("data parallelism needs contiguous parameters and buffers: " + name);
+    }
+    g.broadcast(bytes_of(t), 0);
+    t.bump_version();
+  }
+}
+
+}  // namespace
+
+DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o)
+    : group_(group), opts_(o) {
+  if (!(o.bucket_mb > 0)) {
+    throw ConfigError(fmt::format("--bucket-mb must be positive, got {:g}", o.bucket_mb));
+  }
+}
+
+void DataParallel::check_same_config(const std::string& config_json) {
+  std::vector<std::byte> root;
+  std::vector<double> len{double(config_json.size())};
+  if (rank() != 0) len[0] = 0;
+  group_.allreduce(len, dist::ReduceOp::max);  // rank 0's length (the others sent 0)
+  root.resize(size_t(len[0]));
+  if (rank() == 0) std::memcpy(root.data(), config_json.data(), root.size());
+  group_.broadcast(root, 0);
+  const std::string root_json(reinterpret_cast<const char*>(root.data()), root.size());
+  std::string diff;
+  if (root_json != config_json) {
+    diff = differences(nlohmann::json::parse(config_json), nlohmann::json::parse(root_json));
+    if (diff.empty()) diff = "the configurations differ";
+  }
+  std::vector<double> bad{diff.empty() ? 0.0 : 1.0};
+  group_.allreduce(bad, dist::ReduceOp::sum);
+  if (bad[0] == 0) return;
+  if (!diff.empty()) {
+    throw ConfigError(fmt::format(
+        "rank {} of {} was started with another configuration than rank 0: {}. Every rank of a "
+        "data-parallel run must get the same model, precision, seed and data",
+        rank(), size(), diff));
+  }
+  throw ConfigError(fmt::format(
+      "{:g} rank(s) were started with another configuration than rank 0 (their own messages say "
+      "how); every rank of a data-parallel run must get the same model, precision, seed and data",
+      bad[0]));
+}
+
+void DataParallel::broadcast_parameters(nn::Module& model) {
+  broadcast_tensors(group_, model.named_parameters());
+  broadcast_buffers(model);
+}
+
+void DataParallel::broadcast_buffers(nn::Module& model) {
+  broadcast_tensors(group_, model.named_buffers());
+}
+
+void DataParallel::reduce_gradients(std::span<const Tensor> params, double weight) {
+  const uint64_t bytes0 = group_.stats().bytes_sent;
+  const size_t bucket_elems =
+      std::max<size_t>(1, size_t(opts_.bucket_mb * 1024 * 1024 / sizeof(float)));
+  std::vector<float> buf;
+  // Parameters in reverse order: backward produces the last layer's gradients first (DDP's
+  // bucket order).
+  size_t i = params.size();
+  while (i > 0) {
+    size_t j = i;
+    size_t n = 0;
+    while (j > 0 && (n == 0 || n + size_t(params[j - 1].numel()) <= bucket_elems)) {
+      n += size_t(params[--j].numel());
+    }
+    buf.assign(n, 0.0f);
+    size_t off = 0;
+    for (size_t k = i; k-- > j;) {
+      const Tensor g = params[k].grad();
+      const size_t m = size_t(params[k].numel());
+      if (g.defined()) {
+        const Tensor c = g.contiguous();
+        convert_to_f32(c.dtype(), c.data_ptr(), std::span<float>(buf.data() + off, m));
+      }
+      off += m;
+    }
+    dist::reduce_weighted_sum(group_, buf, float(weight), opts_.grad_comm);
+    off = 0;
+    for (size_t k = i; k-- > j;) {
+      const Tensor& p = params[k];
+      const size_t m = size_t(p.numel());
+      Tensor g = p.grad();
+      if (!g.defined() || !g.is_contiguous()) {
+        Tensor fresh = Tensor::empty(p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype()
+                                                                                   : p.dtype()});
+        const_cast<Tensor&>(p).set_grad(fresh);
+        g = fresh;
+      }
+      convert_f32_to(g.dtype(), std::span<const float>(buf.data() + off, m), g.data_ptr(),
+                     kNearest);
+      g.bump_version();
+      off += m;
+    }
+    i = j;
+  }
+  last_bytes_ = group_.stats().bytes_sent - bytes0;
+}
+
+void DataParallel::check_replicas(const nn::NamedTensors& params, int64_t step) {
+  std::vector<double> mine;
+  for (const auto& [name, t] : params) {
+    const Tensor c = t.contiguous();
+    // The hash's low 52 bits, exact in a double.
+    mine.push_back(double(fnv1a(static_cast<const std::byte*>(c.data_ptr()), c.nbytes()) &
+                          ((uint64_t(1) << 52) - 1)));
+  }
+  std::vector<double> lo = mine, hi = mine;
+  group_.allreduce(lo, dist::ReduceOp::min);
+  group_.allreduce(hi, dist::ReduceOp::max);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    if (lo[k] == hi[k]) continue;
+    throw TrainError(fmt::format(
+        "step {}: the replicas have drifted apart: parameter '{}' differs between ranks (its "
+        "checksum on rank {} is {}{}). Data-parallel replicas must stay bit-identical; this is a "
+        "bug in the run's reductions or a rank with different hardware or library versions",
+        step, params[k].first, rank(), mine[k],
+        mine[k] == lo[k] ? ", the lowest" : (mine[k] == hi[k] ? ", the highest" : "")));
+  }
+}
+
+}  // namespace mixp::train
