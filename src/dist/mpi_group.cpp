@@ -162,7 +162,7 @@ class MpiGroup final : public ProcessGroup {
       const double waited = (wall_ms() - since) * 1e-3;
       if (waited < limit) continue;
       std::fprintf(stderr,
-                   "error: rank %d of %d waited %.0f s in a %s for the other ranks; one of them "
+                   "error: rank %d of %d waited %.0f s in the %s for the other ranks; one of them "
                    "has died or hangs (see its output above). Stopping this rank; raise "
                    "--comm-timeout if a step legitimately takes longer.\n",
                    rank_, size_, waited, what_.load());

@@ -44,7 +44,10 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     dp = std::make_unique<DataParallel>(
         world, DataParallelOptions{.grad_comm = dist::parse_grad_comm(cfg.grad_comm),
                                    .bucket_mb = cfg.bucket_mb});
-    dp->check_same_config(config_to_json(cfg));
+    // Outputs and threads may differ (only rank 0 writes; threads change no result).
+    TrainConfig shared = without_outputs(cfg);
+    shared.threads = 0;
+    dp->check_same_config(config_to_json(shared));
     // Every rank starts from rank 0's weights (DDP does the same at construction).
     dp->broadcast_parameters(*model);
     // FP8 delayed scaling: the amaxes of a pass are maxed over the ranks before the scales are

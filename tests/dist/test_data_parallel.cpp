@@ -1,0 +1,203 @@
+// Data parallelism end to end (docs/distributed.md): `mpirun -np N mixp train` against one
+// process with the same global batch, the wire formats, loss scaling, replicas, failures, resume.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "common/temp_dir.h"
+#include "dist/mpi_runner.h"
+#include "mixp/io/safetensors.h"
+
+namespace mixp::test {
+namespace {
+
+// A small gpt: 2 blocks of width 64 over the fortunes corpus; one thread per rank.
+const std::string kGpt =
+    "train --model gpt --width 64 --layers 2 --heads 2 --context 32 --no-eval --threads 1 ";
+
+std::vector<double> losses(const std::filesystem::path& log) {
+  std::ifstream in(log);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  }
+  return out;
+}
+
+double max_weight_difference(const std::filesystem::path& a, const std::filesystem::path& b) {
+  const SafeTensorsFile fa = read_safetensors(a / "model.safetensors");
+  const SafeTensorsFile fb = read_safetensors(b / "model.safetensors");
+  EXPECT_EQ(fa.tensors.size(), fb.tensors.size());
+  double worst = 0;
+  for (size_t i = 0; i < fa.tensors.size(); ++i) {
+    const auto& x = fa.tensors[i];
+    const auto& y = fb.tensors[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.dtype, DType::fp32);
+    const size_t n = x.data.size() / 4;
+    for (size_t k = 0; k < n; ++k) {
+      float u, v;
+      std::memcpy(&u, x.data.data() + 4 * k, 4);
+      std::memcpy(&v, y.data.data() + 4 * k, 4);
+      worst = std::max(worst, double(std::fabs(u - v)));
+    }
+  }
+  return worst;
+}
+
+// N ranks x batch 8/N train like 1 rank x batch 8: the same per-step losses (to fp32 rounding of
+// the gradient sums) and the same weights.
+TEST(DataParallel, RanksTrainLikeOneProcessWithTheGlobalBatch) {
+  TempDir dir;
+  const std::string steps = "--steps 10 ";
+  const CliResult one = run_cli(kGpt + steps + "--batch 8 --log '" + (dir / "1.jsonl").string() +
+                                "' --save '" + (dir / "1").string() + "' --json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  for (int n : {2, 4}) {
+    const std::string tag = std::to_string(n);
+    const CliResult r =
+        run_mpi(n, kGpt + steps + "--batch " + std::to_string(8 / n) + " --log '" +
+                       (dir / (tag + ".jsonl")).string() + "' --save '" + (dir / tag).string() +
+                       "' --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // Rank 0 alone prints the result.
+    const nlohmann::json j = r.json();
+    EXPECT_EQ(j["ranks"], n);
+    EXPECT_EQ(j["global_batch"], 8);
+    EXPECT_EQ(j["grad_comm"], "fp32");
+    const std::vector<double> a = losses(dir / "1.jsonl"), b = losses(dir / (tag + ".jsonl"));
+    ASSERT_EQ(a.size(), 10u);
+    ASSERT_EQ(b.size(), 10u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_LE(std::fabs(a[i] - b[i]) / std::fabs(a[i]), 1e-6) << "step " << i + 1 << ", " << n;
+    }
+    // AdamW divides by sqrt(v): gradients that differ in their last bits move a weight by up to
+    // about lr * 1e-2 in 10 steps; measured 1.5e-6.
+    EXPECT_LE(max_weight_difference(dir / "1", dir / tag), 1e-5) << n << " ranks";
+  }
+}
+
+// 16-bit wire formats send half the bytes of fp32, and train to nearly the same loss.
+TEST(DataParallel, SixteenBitWireHalvesTheBytes) {
+  double fp32_bytes = 0, fp32_loss = 0;
+  for (const char* comm : {"fp32", "bf16", "fp16", "bf16-ring"}) {
+    const CliResult r =
+        run_mpi(2, kGpt + "--steps 4 --batch 4 --precision bf16 --json --grad-comm " + comm);
+    ASSERT_EQ(r.exit_code, 0) << comm << ": " << r.err;
+    const nlohmann::json j = r.json();
+    EXPECT_EQ(j["grad_comm"], comm);
+    const double bytes = j["comm_bytes_per_step"].get<double>();
+    const double loss = j["final_loss"].get<double>();
+    if (std::string(comm) == "fp32") {
+      fp32_bytes = bytes;
+      fp32_loss = loss;
+      EXPECT_GT(bytes, 4.0 * j["parameters"].get<double>() * 0.9);
+    } else {
+      EXPECT_EQ(bytes, 0.5 * fp32_bytes) << comm;
+      EXPECT_NEAR(loss, fp32_loss, 1e-2 * fp32_loss) << comm;
+    }
+  }
+}
+
+// Loss scaling composes with the reduction: the inf check runs on the reduced gradients, so every
+// rank skips the same steps as one process does, and the replicas stay bit-identical.
+TEST(DataParallel, Fp16SkipsTheSameStepsOnEveryRank) {
+  const std::string args = kGpt + "--steps 6 --precision fp16 --loss-scale-init 1e30 --json ";
+  const CliResult one = run_cli(args + "--batch 8");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const CliResult two = run_mpi(2, args + "--batch 4 --grad-comm fp16 --check-replicas 1");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_GT(one.json()["skipped_steps"].get<int>(), 0);
+  EXPECT_EQ(two.json()["skipped_steps"], one.json()["skipped_steps"]);
+  EXPECT_EQ(two.json()["loss_scale"], one.json()["loss_scale"]);
+}
+
+// Recipes with state outside the parameters keep the replicas identical: stochastic rounding
+// (bf16-pure), FP8 delayed scaling (amaxes maxed over the ranks), QAT observers (rank 0's buffers).
+TEST(DataParallel, ReplicasStayIdenticalInEveryKindOfRecipe) {
+  for (const char* precision : {"bf16-pure", "fp8", "fp16"}) {
+    const CliResult r = run_mpi(
+        2, kGpt + "--steps 4 --batch 4 --check-replicas 1 --json --precision " + precision);
+    EXPECT_EQ(r.exit_code, 0) << precision << ": " << r.err;
+  }
+  const CliResult q = run_mpi(2,
+                              "train --model mlp --data synthetic --steps 4 --batch 16 --threads 1 "
+                              "--precision int8-qat --check-replicas 1 --json");
+  EXPECT_EQ(q.exit_code, 0) << q.err;
+}
+
+// The test set is shared out among the ranks and the results summed: the same accuracy as one
+// process evaluating all of it.
+TEST(DataParallel, EvaluationCoversTheWholeTestSetOnce) {
+  const std::string args =
+      "train --model mlp --data synthetic --steps 3 --threads 1 --test-limit 1000 --json ";
+  const CliResult one = run_cli(args + "--batch 32");
+  const CliResult two = run_mpi(2, args + "--batch 16");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(two.json()["test_accuracy"], one.json()["test_accuracy"]);
+  EXPECT_NEAR(two.json()["test_loss"].get<double>(), one.json()["test_loss"].get<double>(), 1e-5);
+}
+
+TEST(DataParallel, MismatchedConfigurationsAreRefusedAtTheStart) {
+  const CliResult r = run_mpi(1, kGpt + "--steps 2 --batch 4 --precision bf16",
+                              " : -np 1 '" + std::string(MIXP_CLI) + "' " + kGpt +
+                                  "--steps 2 --batch 4 --precision fp16");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("another configuration than rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("precision"), std::string::npos) << r.err;
+}
+
+// A rank that stops answering ends the run within --comm-timeout, with a message that says so.
+TEST(DataParallel, AHungRankEndsTheRunWithinTheTimeout) {
+  TempDir dir;
+  const std::string script = (dir / "hang.sh").string();
+  {
+    std::ofstream s(script);
+    s << "mpirun --oversubscribe -np 2 '" << MIXP_CLI << "' " << kGpt
+      << "--steps 100000 --batch 4 --comm-timeout 3 --log '" << (dir / "log.jsonl").string()
+      << "' >/dev/null 2>'" << (dir / "err").string()
+      << "' </dev/null &\n"
+      << "mp=$!\n"
+      << "for i in $(seq 1 300); do\n"
+      << "  for p in $(pgrep -x mixp); do\n"
+      << "    if grep -qa '" << dir.path().string() << "' /proc/$p/cmdline 2>/dev/null &&\n"
+      << "       grep -qa OMPI_COMM_WORLD_RANK=1 /proc/$p/environ 2>/dev/null; then\n"
+      << "      sleep 1; kill -STOP $p; break 2\n"
+      << "    fi\n"
+      << "  done\n"
+      << "  sleep 0.1\n"
+      << "done\n"
+      << "wait $mp\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = std::system(("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                  "timeout 120 bash '" + script + "'").c_str());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124);
+  EXPECT_LT(s, 60);
+  const std::string err = read_text(dir / "err");
+  EXPECT_NE(err.find("for the other ranks; one of them has died or hangs"), std::string::npos)
+      << err;
+}
+
+// A checkpoint of 2 ranks x batch 4 continues on 1 rank x batch 8 (the same global batch), and
+// another global batch is refused with the batch to use.
+TEST(DataParallel, CheckpointsResumeOnAnotherNumberOfRanks) {
+  TempDir dir;
+  const std::string ck = (dir / "ck").string();
+  const CliResult a = run_mpi(2, kGpt + "--steps 3 --batch 4 --save '" + ck + "'");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const CliResult b = run_cli("train --resume '" + ck + "' --steps 5 --batch 8 --no-eval --json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(b.json()["steps"], 5);
+  const CliResult c = run_cli("train --resume '" + ck + "' --steps 5 --batch 4 --no-eval");
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.err.find("resume with --batch 8 on 1 rank"), std::string::npos) << c.err;
+}
+
+}  // namespace
+}  // namespace mixp::test
