@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config git
   libdnnl-dev ocl-icd-opencl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes-min
   python3 python3-numpy python3-torch libopenblas0-pthread

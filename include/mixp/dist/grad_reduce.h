@@ -9,8 +9,9 @@
 //              is rounded once to the wire format (after the weight is applied, so fp16 gradients
 //              are pre-divided by the world size, as PyTorch's fp16_compress_hook does), the owner
 //              sums them in fp32 and rounds the sum once for the all-gather. Half the bytes of
-//              fp32; error per element <= 2^-9 * (sum of |contributions|) + 2^-9 * |sum| for bf16
-//              (2^-11 for fp16, within its range).
+//              fp32; error per element <= u * (sum of |contributions|) + u * |sum|, u = 2^-8 for
+//              bf16 and 2^-11 for fp16 within its range (fp16 flushes contributions below 2^-24
+//              to zero: unscaled gradients lose their smallest values; use it with loss scaling).
 //   bf16-ring  the naive ring all-reduce in bf16: each hop adds the incoming bf16 piece to the
 //              local one and rounds the partial sum to bf16, N-1 roundings per element; its error
 //              grows with the number of ranks (bench/dist_reduce.cpp measures it). Offered to
