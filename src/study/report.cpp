@@ -161,6 +161,30 @@ std::vector<std::string> precision_notes(const PreparedStudy& p) {
     notes.push_back(n);
     break;
   }
+  // Data-parallel studies (mpirun -np N mixp compare): what each precision's gradients cost on
+  // the wire (train/data_parallel.h).
+  std::vector<std::string> comm;
+  double ranks = 0;
+  std::string wire;
+  for (const RunRecord& r : p.study.runs) {
+    const auto n = extra_number(r, "ranks");
+    const auto bytes = extra_number(r, "comm_bytes_per_step");
+    const auto ms = extra_number(r, "comm_ms_per_step");
+    if (!n || *n <= 1 || !bytes || !ms) continue;
+    ranks = *n;
+    const auto j = nlohmann::json::parse(r.extra_json, nullptr, false);
+    if (j.is_object() && j.contains("grad_comm") && j["grad_comm"].is_string()) {
+      wire = j["grad_comm"].get<std::string>();
+    }
+    comm.push_back(fmt::format("{} {} and {} ms", r.precision, format_bytes(*bytes),
+                               format_number(*ms, 3)));
+  }
+  if (!comm.empty()) {
+    notes.push_back(fmt::format(
+        "Data-parallel over {:g} ranks, gradients sent in {} (docs/distributed.md); per step, "
+        "each rank sent and spent in communication: {}.",
+        ranks, wire, fmt::join(comm, "; ")));
+  }
   return notes;
 }
 

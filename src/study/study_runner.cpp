@@ -14,6 +14,7 @@
 
 #include "mixp/backend/backend.h"
 #include "mixp/data/error.h"
+#include "mixp/dist/process_group.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/study/energy_meter.h"
 #include "mixp/study/report.h"
@@ -368,10 +369,12 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
       sc.precisions.empty() ? default_study_precisions(sc.base.model.name) : sc.precisions;
   check_precisions(precisions, sc.base.model.name);
   if (sc.seeds < 1) throw ConfigError(fmt::format("seeds must be at least 1, got {}", sc.seeds));
-  if (!sc.out_dir.empty()) check_output_dir(sc.out_dir, sc.force);
+  // Under mpirun every rank runs the study (data-parallel runs); rank 0 alone writes the report.
+  const bool writer = dist::world().rank() == 0;
+  if (!sc.out_dir.empty() && writer) check_output_dir(sc.out_dir, sc.force);
   // A second study writing the same folder fails here, before its first run (io/atomic_file.h).
   std::optional<FolderLock> out_lock;
-  if (!sc.out_dir.empty()) out_lock.emplace(sc.out_dir);
+  if (!sc.out_dir.empty() && writer) out_lock.emplace(sc.out_dir);
 
   train::TrainConfig base = train::without_outputs(sc.base);
   base.precision = precisions.front();
@@ -422,7 +425,7 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
                                          : sc.description;
   if (!rapl_note.empty())
     s.description += ". Energy estimated (RAPL unavailable: " + rapl_note + ")";
-  if (!sc.out_dir.empty()) write_study_report(sc.out_dir, s);
+  if (!sc.out_dir.empty() && writer) write_study_report(sc.out_dir, s);
   return out;
 }
 

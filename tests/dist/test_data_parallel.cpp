@@ -201,3 +201,25 @@ TEST(DataParallel, CheckpointsResumeOnAnotherNumberOfRanks) {
 
 }  // namespace
 }  // namespace mixp::test
+
+namespace mixp::test {
+namespace {
+
+// The study under mpirun: every run data-parallel, rank 0 alone writes the report, which says
+// what each precision's gradients cost on the wire.
+TEST(DataParallel, CompareUnderMpirunReportsTheCommunication) {
+  TempDir dir;
+  const std::string out = (dir / "study").string();
+  const CliResult r = run_mpi(2,
+                              "compare --model gpt --threads 1 --steps 3 --batch 4 --precisions fp32,bf16 "
+                              "--grad-comm bf16 --out '" + out + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("report:"), r.out.rfind("report:")) << "printed by one rank: " << r.out;
+  const std::string html = read_text(dir / "study" / "report.html");
+  EXPECT_NE(html.find("Data-parallel over 2 ranks, gradients sent in bf16"), std::string::npos);
+  const nlohmann::json results = nlohmann::json::parse(read_text(dir / "study" / "results.json"));
+  EXPECT_NE(results.dump().find("comm_bytes_per_step"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mixp::test

@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "compare_progress.h"
+#include "mixp/dist/process_group.h"
 #include "mixp/nn/models.h"
 #include "mixp/study/report.h"
 #include "mixp/study/study_runner.h"
@@ -101,10 +102,12 @@ void run(Flags& f) {
     sc.precisions = study::default_study_precisions(c.model.name);
   }
   sc.out_dir = f.out;
+  // Under mpirun (data-parallel runs) rank 0 alone reports and writes (study_runner.cpp).
+  const bool rank0 = dist::world().rank() == 0;
   // Every check that does not need a run happens here, before the first run starts.
   try {
     study::check_precisions(sc.precisions, c.model.name);
-    study::check_output_dir(sc.out_dir, sc.force);
+    if (rank0) study::check_output_dir(sc.out_dir, sc.force);
     train::TrainConfig probe = c;
     probe.precision = sc.precisions.front();
     (void)probe.resolved();
@@ -114,9 +117,9 @@ void run(Flags& f) {
     throw UsageError(e.what());
   }
 
-  const bool live = stderr_is_tty();
+  const bool live = stderr_is_tty() && rank0;
   CompareProgress progress(live);
-  if (!f.json) {
+  if (!f.json && rank0) {
     std::cerr << fmt::format("comparing {} on {}: {} ({} run{})\n", c.model.name,
                              c.data.empty() ? "its default data" : c.data, join(sc.precisions),
                              sc.precisions.size() * size_t(sc.seeds),
@@ -124,10 +127,13 @@ void run(Flags& f) {
   }
   study::StudyOutcome o;
   try {
-    o = study::run_study(sc, [&](const study::StudyEvent& e) { progress(e); });
+    o = study::run_study(sc, [&](const study::StudyEvent& e) {
+      if (rank0) progress(e);
+    });
   } catch (const train::ConfigError& e) {
     throw UsageError(e.what());
   }
+  if (!rank0) return;
   const std::string report = (sc.out_dir / "report.html").string();
   if (!o.any_finished) {
     throw std::runtime_error(
@@ -175,6 +181,9 @@ RegisterCommand reg(40, [](CLI::App& app) {
   sub->add_option("--lr", c.lr, "learning rate (default: mlp/cnn 1e-3, gpt 3e-4)");
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
+  sub->add_option("--grad-comm", c.grad_comm,
+                  "under mpirun: gradients on the wire, fp32 (default) | bf16 | fp16 | bf16-ring "
+                  "(docs/distributed.md)");
   sub->add_option("--seed", c.seed, "first seed of initialisation and data order (default 0)");
   sub->add_option("--train-limit", c.train_limit,
                   "use the first N training samples (gpt: N bytes of text)");
