@@ -150,6 +150,37 @@ void DataParallel::reduce_gradients(std::span<const Tensor> params, double weigh
   last_bytes_ = group_.stats().bytes_sent - bytes0;
 }
 
+std::vector<int> DataParallel::partition(std::span<const Tensor> params) const {
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<int64_t> load(size_t(size()), 0);
+  std::vector<int> owner(params.size(), 0);
+  for (size_t i : order) {
+    const int r = int(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = r;
+    load[size_t(r)] += params[i].numel();
+  }
+  return owner;
+}
+
+void DataParallel::broadcast_from_owners(std::span<const Tensor> params,
+                                         const std::vector<int>& owner) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    group_.broadcast(bytes_of(params[i]), owner[i]);
+    params[i].bump_version();
+  }
+}
+
+std::vector<std::byte> DataParallel::broadcast_bytes(std::vector<std::byte> bytes, int root) {
+  std::vector<double> len{rank() == root ? double(bytes.size()) : 0.0};
+  group_.allreduce(len, dist::ReduceOp::max);
+  bytes.resize(size_t(len[0]));
+  group_.broadcast(bytes, root);
+  return bytes;
+}
+
 void DataParallel::check_replicas(const nn::NamedTensors& params, int64_t step) {
   std::vector<double> mine;
   for (const auto& [name, t] : params) {

@@ -318,6 +318,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["grad_comm"] = r.grad_comm;
     j["comm_bytes_per_step"] = r.comm_bytes_per_step;
     j["comm_ms_per_step"] = r.comm_ms_per_step;
+    j["zero"] = r.zero;
+    j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   }
   return j.dump(indent);
 }

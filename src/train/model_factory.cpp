@@ -72,7 +72,7 @@ void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
 }
 
 void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
-                          const nlohmann::json& scalars, const std::string& source) {
+                          const nlohmann::json& scalars, const std::string& source, bool shard) {
   // Shapes, names and dtypes of what the optimizer expects, from its own (fresh) state.
   const optim::StateDict expected = opt.state_dict();
   optim::StateDict sd;
@@ -94,7 +94,7 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
     nn::copy_from_safetensor(copy, *s);
     sd.tensors.emplace_back(name, copy);
   }
-  if (tensors.tensors.size() != expected.tensors.size()) {
+  if (!shard && tensors.tensors.size() != expected.tensors.size()) {
     for (const auto& s : tensors.tensors) {
       if (!expected.find_tensor(s.name)) {
         throw TrainError(

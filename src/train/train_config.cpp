@@ -92,6 +92,9 @@ void check_loop_config(const TrainConfig& c) {
   require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0,
           "the communication timeout (--comm-timeout) must be >= 0 seconds (0 = wait forever)");
   require(c.check_replicas >= 0, "--check-replicas must be >= 0 (0 = never)");
+  require(c.zero == 0 || c.zero == 1,
+          "--zero must be 0 (every rank holds the whole optimizer state) or 1 (ZeRO stage 1: it "
+          "is sharded over the ranks), got " + std::to_string(c.zero));
   require(c.save_every == 0 || !c.save_dir.empty(),
           "saving every N steps needs a checkpoint folder (--save DIR)");
 }
@@ -167,6 +170,7 @@ std::string config_to_json(const TrainConfig& c) {
   if (c.bucket_mb != d.bucket_mb) j["bucket_mb"] = c.bucket_mb;
   if (c.comm_timeout != d.comm_timeout) j["comm_timeout"] = c.comm_timeout;
   if (c.check_replicas != d.check_replicas) j["check_replicas"] = c.check_replicas;
+  if (c.zero != d.zero) j["zero"] = c.zero;
   return j.dump(2);
 }
 
@@ -275,6 +279,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "bucket_mb", c.bucket_mb);
     get(j, "comm_timeout", c.comm_timeout);
     get(j, "check_replicas", c.check_replicas);
+    get(j, "zero", c.zero);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);

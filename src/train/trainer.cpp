@@ -63,8 +63,24 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   if (!cfg.save_dir.empty() && is_rank0()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
-  opt = make_optimizer ? make_optimizer(named, recipe->optimizer_precision())
-                       : detail::build_optimizer(cfg, named, recipe->optimizer_precision());
+  nn::NamedTensors mine = named;
+  if (dp && cfg.zero == 1) {
+    // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns.
+    if (recipe->skips_nonfinite()) {
+      throw ConfigError(fmt::format(
+          "--zero 1 does not support {} yet: its loss scaler skips steps on inf/NaN gradients, "
+          "and with sharded optimizer state every rank would have to agree on the skip; use "
+          "--zero 0, or bf16 (no loss scaling)",
+          recipe->name()));
+    }
+    owner = dp->partition(params);
+    mine.clear();
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (owner[i] == dp->rank()) mine.push_back(named[i]);
+    }
+  }
+  opt = make_optimizer ? make_optimizer(mine, recipe->optimizer_precision())
+                       : detail::build_optimizer(cfg, mine, recipe->optimizer_precision());
   if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
@@ -88,6 +104,10 @@ StepInfo Trainer::Impl::run_step() {
   const double c0 = process_cpu_ms();
   const double comm0 = dp ? dp->group().stats().ms : 0;
   opt->zero_grad();
+  // ZeRO: the optimizer clears its own parameters' gradients; the others are cleared here.
+  for (size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] != dp->rank()) params[i].set_grad(Tensor());
+  }
   // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
   if (dp) dp->broadcast_buffers(*model);
   // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
@@ -167,6 +187,8 @@ StepInfo Trainer::Impl::run_step() {
   opt->set_lr(lr);
   const double scale_used = recipe->loss_scale();  // what this step's losses were multiplied by
   const bool stepped = recipe->step(*opt);
+  // ZeRO: every parameter from the rank that updated it.
+  if (!owner.empty()) dp->broadcast_from_owners(params, owner);
   const bool skip = !stepped;
   try {
     recipe->update(skip);
@@ -326,6 +348,10 @@ TrainResult Trainer::fit() {
   if (s.dp) {
     r.ranks = s.dp->size();
     r.grad_comm = s.cfg.grad_comm;
+    r.zero = s.owner.empty() ? 0 : 1;
+    for (const auto& [name, t] : s.opt->state_dict().tensors) {
+      r.optimizer_state_bytes += int64_t(t.nbytes());
+    }
     r.samples_per_s *= r.ranks;
     r.tokens_per_s *= r.ranks;
     if (!s.comm_ms.empty()) {

@@ -38,8 +38,11 @@ double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
 // Optimizer state: tensors to safetensors entries and scalars to JSON, and back.
 void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
                           nlohmann::json& scalars);
+// `shard`: the optimizer holds a part of the parameters (ZeRO, data_parallel.h); the file's
+// entries for the other parameters are skipped instead of refused.
 void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
-                          const nlohmann::json& scalars, const std::string& source);
+                          const nlohmann::json& scalars, const std::string& source,
+                          bool shard = false);
 
 // The states of the model's Dropout mask streams ({"name": {"seed", "counter"}}), and back. The
 // built-in models have no dropout; a custom model with some still resumes bit-identically.
@@ -97,6 +100,7 @@ struct Trainer::Impl {
   std::unique_ptr<FolderLock> save_lock;
   // Data parallelism (data_parallel.h): null in a single process.
   std::unique_ptr<DataParallel> dp;
+  std::vector<int> owner;          // ZeRO 1: the rank that owns each of params (else empty)
   std::vector<double> comm_ms;     // per step of this run
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
 

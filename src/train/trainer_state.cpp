@@ -1,6 +1,7 @@
 // Checkpoint writing and resuming for the Trainer (format: include/mixp/train/checkpoint.h).
 #include <fmt/format.h>
 
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -149,7 +150,43 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
   }
 }
 
+namespace {
+// A rank's optimizer state as bytes: the safetensors file, then the scalars' JSON.
+std::string serialize_optimizer_shard(const SafeTensorsFile& tensors, const nlohmann::json& s) {
+  const std::vector<std::byte> st = serialize_safetensors(tensors);
+  std::string out(8, '\0');
+  const uint64_t n = st.size();
+  std::memcpy(out.data(), &n, 8);
+  out.append(reinterpret_cast<const char*>(st.data()), st.size());
+  return out + s.dump();
+}
+void merge_optimizer_shard(const std::vector<std::byte>& b, SafeTensorsFile& tensors,
+                           nlohmann::json& scalars) {
+  uint64_t n = 0;
+  std::memcpy(&n, b.data(), 8);
+  SafeTensorsFile shard = parse_safetensors(std::span<const std::byte>(b.data() + 8, n));
+  for (auto& t : shard.tensors) tensors.tensors.push_back(std::move(t));
+  const auto s = nlohmann::json::parse(reinterpret_cast<const char*>(b.data()) + 8 + n,
+                                       reinterpret_cast<const char*>(b.data()) + b.size());
+  for (auto it = s.begin(); it != s.end(); ++it) scalars[it.key()] = it.value();
+}
+}  // namespace
+
 void Trainer::Impl::save(const std::filesystem::path& dir) const {
+  SafeTensorsFile opt_tensors;
+  nlohmann::json opt_scalars = nlohmann::json::object();
+  detail::save_optimizer_state(*opt, opt_tensors, opt_scalars);
+  if (!owner.empty()) {
+    // ZeRO: each rank holds the optimizer state of its parameters; rank 0 gathers them into one
+    // file, the same a single process writes (resumable on any number of ranks).
+    const std::string mine = serialize_optimizer_shard(opt_tensors, opt_scalars);
+    for (int r = 1; r < dp->size(); ++r) {
+      std::vector<std::byte> b(mine.size());
+      std::memcpy(b.data(), mine.data(), b.size());
+      b = dp->broadcast_bytes(std::move(b), r);
+      if (is_rank0()) merge_optimizer_shard(b, opt_tensors, opt_scalars);
+    }
+  }
   if (!is_rank0()) return;  // the replicas are identical: rank 0 writes for all
   nlohmann::ordered_json state;
   state["format"] = kCheckpointFormat;
@@ -168,9 +205,6 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   state["rng"] = {{"seed", cfg.seed},
                   {"model_seed", cfg.model.seed},
                   {"dropout", detail::dropout_streams(*model)}};
-  SafeTensorsFile opt_tensors;
-  nlohmann::json opt_scalars = nlohmann::json::object();
-  detail::save_optimizer_state(*opt, opt_tensors, opt_scalars);
   state["optimizer"] = {{"name", cfg.optimizer}, {"lr", opt->lr()}, {"state", opt_scalars}};
   nlohmann::ordered_json rs = nlohmann::ordered_json::object();
   for (const auto& [k, v] : recipe->state()) rs[k] = v;
@@ -217,7 +251,7 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   load_module_state(*model, weights, ck->path(kModelFile).string());
   const auto& os = state.at("optimizer");
   detail::load_optimizer_state(*opt, opt_tensors, os.value("state", nlohmann::json::object()),
-                               ck->path(kOptimizerFile).string());
+                               ck->path(kOptimizerFile).string(), /*shard=*/!owner.empty());
   // The fields below were type-checked by read_checkpoint; what each loader still finds wrong
   // is reported with the file's name.
   try {

@@ -223,3 +223,42 @@ TEST(DataParallel, CompareUnderMpirunReportsTheCommunication) {
 
 }  // namespace
 }  // namespace mixp::test
+
+namespace mixp::test {
+namespace {
+
+// ZeRO stage 1: half the optimizer state per rank at N = 2, the same training, and a checkpoint
+// with the same optimizer state a run without ZeRO writes; loss-scaled recipes are refused.
+TEST(DataParallel, ZeroOneShardsTheOptimizerState) {
+  TempDir dir;
+  const std::string args = kGpt + "--steps 4 --batch 4 --json --save '";
+  const CliResult z0 = run_mpi(2, args + (dir / "z0").string() + "'");
+  const CliResult z1 =
+      run_mpi(2, args + (dir / "z1").string() + "' --zero 1 --check-replicas 1");
+  ASSERT_EQ(z0.exit_code, 0) << z0.err;
+  ASSERT_EQ(z1.exit_code, 0) << z1.err;
+  EXPECT_EQ(z1.json()["zero"], 1);
+  const double b0 = z0.json()["optimizer_state_bytes"].get<double>();
+  const double b1 = z1.json()["optimizer_state_bytes"].get<double>();
+  EXPECT_GT(b1, 0.45 * b0);
+  EXPECT_LT(b1, 0.55 * b0);
+  EXPECT_EQ(z1.json()["final_loss"], z0.json()["final_loss"]);
+  const SafeTensorsFile a = read_safetensors(dir / "z0" / "optimizer.safetensors");
+  const SafeTensorsFile b = read_safetensors(dir / "z1" / "optimizer.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const SafeTensor& t : a.tensors) {
+    const SafeTensor* u = b.find(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_TRUE(u->data == t.data) << t.name;
+  }
+  // The gathered checkpoint resumes on one process.
+  const CliResult r = run_cli("train --resume '" + (dir / "z1").string() +
+                              "' --steps 5 --batch 8 --no-eval --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const CliResult fp16 = run_mpi(2, kGpt + "--steps 2 --batch 4 --precision fp16 --zero 1");
+  EXPECT_NE(fp16.exit_code, 0);
+  EXPECT_NE(fp16.err.find("--zero 1 does not support fp16"), std::string::npos) << fp16.err;
+}
+
+}  // namespace
+}  // namespace mixp::test

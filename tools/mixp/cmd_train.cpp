@@ -170,6 +170,7 @@ void run(Flags& f) {
   set("--bucket-mb", c.bucket_mb, f.c.bucket_mb);
   set("--comm-timeout", c.comm_timeout, f.c.comm_timeout);
   set("--check-replicas", c.check_replicas, f.c.check_replicas);
+  set("--zero", c.zero, f.c.zero);
   // In a data-parallel run only rank 0 logs and reports (the ranks' results are the same).
   const bool rank0 = dist::world().rank() == 0;
   if (!rank0) c.log_path.clear();
@@ -287,6 +288,10 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--comm-timeout", c.comm_timeout,
                   "seconds a rank waits for the others before it stops with an error (default "
                   "60; 0 = forever)")
+      ->group(dp);
+  sub->add_option("--zero", c.zero,
+                  "1: ZeRO stage 1, each rank keeps the optimizer state and master weights of "
+                  "its share of the parameters (default 0)")
       ->group(dp);
   sub->add_option("--check-replicas", c.check_replicas,
                   "compare every parameter's checksum across ranks every N steps (default 0 = "

@@ -47,6 +47,14 @@ class DataParallel {
   // contributes zeros and receives the sum). Gradients in fp32, bf16 or fp16; 16-bit gradients are
   // widened for the reduction and rounded back (nearest even).
   void reduce_gradients(std::span<const Tensor> params, double weight);
+  // ZeRO stage 1: which rank owns (keeps the optimizer state of, and updates) each of `params`.
+  // Whole parameters, balanced by size (largest first, to the least-loaded rank), the same on
+  // every rank.
+  std::vector<int> partition(std::span<const Tensor> params) const;
+  // Each parameter from its owner to every rank, in its storage dtype (after the owners' step).
+  void broadcast_from_owners(std::span<const Tensor> params, const std::vector<int>& owner);
+  // `bytes` of rank `root` to every rank (any length).
+  std::vector<std::byte> broadcast_bytes(std::vector<std::byte> bytes, int root);
   // Throws TrainError naming the first parameter whose bytes differ between ranks.
   void check_replicas(const nn::NamedTensors& params, int64_t step);
 

@@ -90,6 +90,7 @@ struct TrainConfig {
   double bucket_mb = 25;           // MiB of fp32 gradient per reduction bucket
   double comm_timeout = 60;        // seconds a rank waits for the others (0 = forever)
   int64_t check_replicas = 0;      // compare the ranks' parameter checksums every N steps
+  int zero = 0;  // 1: ZeRO stage 1, optimizer state and master weights sharded over the ranks
 
   // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
   // set, and every field checked. Throws ConfigError naming the field, the value and what is
