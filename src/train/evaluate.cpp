@@ -277,8 +277,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["ms_per_step"] = r.ms_per_step;
   j["cpu_ms_per_step"] = r.cpu_ms_per_step;
   j["samples_per_s"] = r.samples_per_s;
-  if (r.model == "gpt" || r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
-  if (r.val_loss || r.model == "gpt") {
+  if (is_language_model(r.model) || r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
+  if (r.val_loss || is_language_model(r.model)) {
     j["val_loss"] = opt_number(r.val_loss);
   } else {
     j["test_accuracy"] = opt_number(r.test_accuracy);

@@ -41,7 +41,7 @@ const std::vector<std::string>& schedule_names() {
 }
 
 bool is_language_model(std::string_view model) {
-  return model == "gpt";
+  return model == "gpt" || nn::is_gpt2_model(model);
 }
 
 int64_t default_batch(std::string_view model) {
@@ -150,6 +150,7 @@ std::string config_to_json(const TrainConfig& c) {
   j["save_dir"] = c.save_dir;
   j["save_every"] = c.save_every;
   j["resume_dir"] = c.resume_dir;
+  j["init_from"] = c.init_from;
   j["log_path"] = c.log_path;
   return j.dump(2);
 }
@@ -254,6 +255,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "save_dir", c.save_dir);
     get(j, "save_every", c.save_every);
     get(j, "resume_dir", c.resume_dir);
+    get(j, "init_from", c.init_from);
     get(j, "log_path", c.log_path);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();

@@ -202,7 +202,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
       app.add_subcommand("train", "train a built-in model (mlp, cnn, gpt) in a given precision");
   f->sub = sub;
   train::TrainConfig& c = f->c;
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt");
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium");
   sub->add_option(
       "--data", c.data,
       "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
@@ -266,6 +266,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "continue from a checkpoint: its configuration is used; the flags given override it, "
       "except those that must match it (model and shape, data set, precision, optimizer, batch, "
       "grad-accum, seed, loss-scale-init), which are refused when they differ (docs/train.md)");
+  sub->add_option("--init-from", c.init_from,
+                  "gpt2/gpt2-medium: start from GPT-2 weights (llm.c .bin, Hugging Face or mixp "
+                  ".safetensors)");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   sub->footer(

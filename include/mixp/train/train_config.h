@@ -82,6 +82,9 @@ struct TrainConfig {
   std::string save_dir;    // write a checkpoint here at the end ("" = none)
   int64_t save_every = 0;  // also every N optimizer steps (0 = only at the end)
   std::string resume_dir;  // continue from this checkpoint ("" = start fresh)
+  // gpt2 / gpt2-medium: start from these GPT-2 weights (an llm.c model .bin, a Hugging Face or mixp
+  // safetensors file; nn/gpt2_weights.h) instead of a random init. Ignored when resuming.
+  std::string init_from;
   std::string log_path;    // JSON Lines, one line per optimizer step ("" = none)
 
   // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
