@@ -190,6 +190,7 @@ GptConfig config_of_header(const SafeTensorsHeader& h, Gpt2Layout layout, int64_
   };
   GptConfig c;
   c.tied_head = true;
+  c.layers = 0;  // counted below
   if (layout == Gpt2Layout::hf) {
     const std::string p = info(h, "transformer.wte.weight") ? "transformer." : "";
     const auto& wte = need(p + "wte.weight");
