@@ -286,8 +286,9 @@ void write_gpt2_weights(const Gpt2Weights& w, const fs::path& path, Gpt2Layout l
     return;
   }
   SafeTensorsFile out;
+  // The mixp layout is the model's own state: the embedding has the model's padded rows.
   const int64_t rows = w.config.padded_vocab > w.config.vocab ? w.config.padded_vocab
-                                                             : w.config.vocab;
+                                                             : padded_vocab_size(w.config.vocab);
   for (const SafeTensor& s0 : w.tensors.tensors) {
     const SafeTensor s = dtype ? detail::as_dtype(s0, *dtype) : s0;
     if (layout == Gpt2Layout::mixp) {
