@@ -326,6 +326,13 @@ Gpt2Weights gpt2_weights_of(const Gpt& model) {
   return w;
 }
 
+void add_gpt2_metadata(const Module& model, SafeTensorsFile& file) {
+  const auto* g = dynamic_cast<const Gpt*>(&model);
+  if (!g || !g->config().tied_head) return;
+  file.metadata[kVocabKey] = std::to_string(g->config().vocab);
+  file.metadata[kHeadsKey] = std::to_string(g->config().heads);
+}
+
 void load_gpt2_weights(Gpt& model, const Gpt2Weights& w, const std::string& source) {
   const GptConfig& m = model.config();
   const GptConfig& f = w.config;
@@ -334,9 +341,9 @@ void load_gpt2_weights(Gpt& model, const Gpt2Weights& w, const std::string& sour
         "{}: GPT-2 weights load into a model with a tied head (gpt2, gpt2-medium), not 'gpt'",
         source));
   }
-  // A mixp file without metadata has the padded embedding; its vocab is then the model's rows.
-  const bool padded_rows =
-      f.vocab != m.vocab && f.vocab == model.embedding_rows() && f.padded_vocab == 0;
+  // A file whose vocabulary is exactly the model's padded rows (a mixp file without metadata, or
+  // converted from one) loads: the rows past the model's vocab are then padding.
+  const bool padded_rows = f.vocab > m.vocab && f.vocab == model.embedding_rows();
   auto field = [&](const char* what, const char* flag, int64_t file, int64_t mine) {
     if (file != mine) {
       throw std::invalid_argument(

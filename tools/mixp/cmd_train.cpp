@@ -165,6 +165,7 @@ void run(Flags& f) {
   c.save_every = f.c.save_every;
   c.resume_dir = f.c.resume_dir;
   c.log_path = f.c.log_path;
+  set("--init-from", c.init_from, f.c.init_from);  // a resumed run loads the checkpoint instead
 
   std::unique_ptr<train::Trainer> trainer;
   try {
@@ -205,8 +206,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium");
   sub->add_option(
       "--data", c.data,
-      "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
-      "text file or folder (default /usr/share/games/fortunes)");
+      "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt/gpt2 a "
+      "text file or folder (default /usr/share/games/fortunes) or an llm.c .bin token file");
   sub->add_option("--precision", c.precision,
                   "precision recipe: " + join(train::recipe_names()) +
                       " (default fp32), optionally refined by a policy string, e.g. "
@@ -281,7 +282,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model gpt --precision bf16-pure --layer-precision embed=fp32,head=fp32\n"
       "  mixp train --model gpt --precision 'bf16:params=fp32,compute=bf16,output=fp32'\n"
       "  mixp train --model cnn --epochs 2 --precision int8-qat --save qat --json\n"
-      "  mixp train --resume ckpt --steps 1000\n");
+      "  mixp train --resume ckpt --steps 1000\n"
+      "  mixp train --model gpt2 --data tokens_train.bin --context 256 --batch 8 --precision bf16\n"
+      "  mixp train --model gpt2 --init-from gpt2_124M.bin --data tokens_train.bin --context 64\n");
   sub->callback([f] { run(*f); });
 });
 

@@ -62,6 +62,10 @@ void write_gpt2_weights(const Gpt2Weights& w, const std::filesystem::path& path,
 // context, width, layers, heads, mlp_width) must match, else std::invalid_argument names the
 // first difference; tensors are converted to the model's dtypes with nearest-even.
 Gpt2Weights gpt2_weights_of(const Gpt& model);
+// Records the model's vocabulary and heads in a mixp-layout file's metadata ("mixp.gpt2.vocab",
+// "mixp.gpt2.heads"), which its shapes cannot tell (the embedding is padded); a no-op for a model
+// without a tied head. Checkpoints call it, so `mixp convert` of their model.safetensors keeps them.
+void add_gpt2_metadata(const Module& model, SafeTensorsFile& file);
 void load_gpt2_weights(Gpt& model, const Gpt2Weights& w, const std::string& source);
 
 }  // namespace mixp::nn
