@@ -77,9 +77,10 @@ std::span<const uint16_t> map_tokens(const fs::path& path, TokenCorpus::Mapping&
   const std::string p = path.string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw DataError(fmt::format("token file '{}' cannot be opened: {}; pass --data with an llm.c "
-                                ".bin token file",
-                                p, std::strerror(errno)));
+    throw DataError(
+        fmt::format("token file '{}' cannot be opened: {}; pass --data with an llm.c "
+                    ".bin token file",
+                    p, std::strerror(errno)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -89,8 +90,8 @@ std::span<const uint16_t> map_tokens(const fs::path& path, TokenCorpus::Mapping&
   const size_t bytes = size_t(st.st_size);
   if (bytes < kHeaderBytes) {
     ::close(fd);
-    throw DataError(fmt::format(
-        "token file '{}' has {} bytes, less than llm.c's {}-byte header", p, bytes, kHeaderBytes));
+    throw DataError(fmt::format("token file '{}' has {} bytes, less than llm.c's {}-byte header", p,
+                                bytes, kHeaderBytes));
   }
   m.addr = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -101,14 +102,15 @@ std::span<const uint16_t> map_tokens(const fs::path& path, TokenCorpus::Mapping&
   int32_t header[kTokenFileHeaderInts];
   std::memcpy(header, m.addr, kHeaderBytes);
   if (header[0] != kTokenFileMagic) {
-    throw DataError(fmt::format(
-        "'{}' is not an llm.c token file: its first int32 is {}, the magic is {}", p, header[0],
-        kTokenFileMagic));
+    throw DataError(
+        fmt::format("'{}' is not an llm.c token file: its first int32 is {}, the magic is {}", p,
+                    header[0], kTokenFileMagic));
   }
   if (header[1] != kTokenFileVersion) {
-    throw DataError(fmt::format("token file '{}' has version {}; mixp reads version {} (uint16 "
-                                "GPT-2 tokens)",
-                                p, header[1], kTokenFileVersion));
+    throw DataError(
+        fmt::format("token file '{}' has version {}; mixp reads version {} (uint16 "
+                    "GPT-2 tokens)",
+                    p, header[1], kTokenFileVersion));
   }
   const int64_t count = header[2];
   if (count < 0 || kHeaderBytes + size_t(count) * sizeof(uint16_t) != bytes) {
@@ -120,12 +122,13 @@ std::span<const uint16_t> map_tokens(const fs::path& path, TokenCorpus::Mapping&
   const auto* tokens =
       reinterpret_cast<const uint16_t*>(static_cast<const std::byte*>(m.addr) + kHeaderBytes);
   std::span<const uint16_t> span(tokens, size_t(count));
-  const auto bad = std::find_if(span.begin(), span.end(),
-                                [](uint16_t t) { return t >= kGpt2TokenVocab; });
+  const auto bad =
+      std::find_if(span.begin(), span.end(), [](uint16_t t) { return t >= kGpt2TokenVocab; });
   if (bad != span.end()) {
-    throw DataError(fmt::format("token file '{}': token {} at position {} is outside GPT-2's "
-                                "vocabulary of {}",
-                                p, *bad, bad - span.begin(), kGpt2TokenVocab));
+    throw DataError(
+        fmt::format("token file '{}': token {} at position {} is outside GPT-2's "
+                    "vocabulary of {}",
+                    p, *bad, bad - span.begin(), kGpt2TokenVocab));
   }
   return span;
 }

@@ -36,7 +36,8 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : Module("gpt"), cfg_(cfg) {
   }
   const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
   const int64_t rows = embedding_rows();
-  tok_emb_ = register_module("tok_emb", std::make_shared<Embedding>(rows, cfg.width, gen, kInitStd));
+  tok_emb_ =
+      register_module("tok_emb", std::make_shared<Embedding>(rows, cfg.width, gen, kInitStd));
   if (rows > cfg.vocab) {
     // llm.c's padded rows are zero; no token ever looks them up and no logit of theirs is used.
     Tensor w = tok_emb_->weight();
@@ -93,13 +94,11 @@ Tensor Gpt::forward(const Tensor& idx) {
 }
 
 std::string Gpt::describe() const {
-  return fmt::format("vocab={}{}, context={}, width={}, layers={}, heads={}, mlp_width={}{}{}",
-                     cfg_.vocab,
-                     embedding_rows() > cfg_.vocab ? fmt::format(" (padded {})", embedding_rows())
-                                                   : std::string(),
-                     cfg_.context, cfg_.width, cfg_.layers, cfg_.heads, cfg_.mlp_width,
-                     cfg_.tied_head ? ", tied head" : "",
-                     cfg_.checkpointing ? ", checkpointing" : "");
+  return fmt::format(
+      "vocab={}{}, context={}, width={}, layers={}, heads={}, mlp_width={}{}{}", cfg_.vocab,
+      embedding_rows() > cfg_.vocab ? fmt::format(" (padded {})", embedding_rows()) : std::string(),
+      cfg_.context, cfg_.width, cfg_.layers, cfg_.heads, cfg_.mlp_width,
+      cfg_.tied_head ? ", tied head" : "", cfg_.checkpointing ? ", checkpointing" : "");
 }
 
 }  // namespace mixp::nn

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <map>
-#include <span>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <span>
 #include <stdexcept>
 
 #include "gpt2_weights_detail.h"
@@ -29,9 +29,9 @@ struct LlmcTensor {
   bool per_layer;
 };
 constexpr LlmcTensor kOrder[] = {
-    {"wte", "tok_emb.weight", false},      {"wpe", "pos_emb.weight", false},
-    {"ln1w", "ln1.weight", true},          {"ln1b", "ln1.bias", true},
-    {"qkvw", "attn.qkv.weight", true},     {"qkvb", "attn.qkv.bias", true},
+    {"wte", "tok_emb.weight", false},       {"wpe", "pos_emb.weight", false},
+    {"ln1w", "ln1.weight", true},           {"ln1b", "ln1.bias", true},
+    {"qkvw", "attn.qkv.weight", true},      {"qkvb", "attn.qkv.bias", true},
     {"attprojw", "attn.proj.weight", true}, {"attprojb", "attn.proj.bias", true},
     {"ln2w", "ln2.weight", true},           {"ln2b", "ln2.bias", true},
     {"fcw", "mlp.fc.weight", true},         {"fcb", "mlp.fc.bias", true},
@@ -43,20 +43,21 @@ std::array<int32_t, kHeaderInts> read_header(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument(fmt::format("cannot open '{}' for reading", path.string()));
   if (!in.read(reinterpret_cast<char*>(h.data()), kHeaderBytes)) {
-    throw std::invalid_argument(fmt::format(
-        "'{}': shorter than llm.c's {}-byte model header", path.string(), kHeaderBytes));
+    throw std::invalid_argument(fmt::format("'{}': shorter than llm.c's {}-byte model header",
+                                            path.string(), kHeaderBytes));
   }
   return h;
 }
 
 GptConfig config_of(const std::array<int32_t, kHeaderInts>& h, const std::string& source) {
   if (h[0] != kMagic) {
-    throw std::invalid_argument(
-        fmt::format("'{}' is not an llm.c model file (magic {}, expected {})", source, h[0], kMagic));
+    throw std::invalid_argument(fmt::format(
+        "'{}' is not an llm.c model file (magic {}, expected {})", source, h[0], kMagic));
   }
   if (h[1] != kVersionFp32 && h[1] != kVersionBf16) {
-    throw std::invalid_argument(fmt::format(
-        "'{}': llm.c model file version {}; mixp reads version 3 (fp32) and 5 (bf16)", source, h[1]));
+    throw std::invalid_argument(
+        fmt::format("'{}': llm.c model file version {}; mixp reads version 3 (fp32) and 5 (bf16)",
+                    source, h[1]));
   }
   GptConfig c;
   c.context = h[2];
@@ -81,15 +82,24 @@ GptConfig config_of(const std::array<int32_t, kHeaderInts>& h, const std::string
 std::vector<int64_t> shape_of(int i, const GptConfig& c, int64_t rows) {
   const int64_t C = c.width;
   switch (i) {
-    case 0: return {rows, C};
-    case 1: return {c.context, C};
-    case 4: return {3 * C, C};
-    case 5: return {3 * C};
-    case 6: return {C, C};
-    case 10: return {4 * C, C};
-    case 11: return {4 * C};
-    case 12: return {C, 4 * C};
-    default: return {C};
+    case 0:
+      return {rows, C};
+    case 1:
+      return {c.context, C};
+    case 4:
+      return {3 * C, C};
+    case 5:
+      return {3 * C};
+    case 6:
+      return {C, C};
+    case 10:
+      return {4 * C, C};
+    case 11:
+      return {4 * C};
+    case 12:
+      return {C, 4 * C};
+    default:
+      return {C};
   }
 }
 
@@ -149,8 +159,9 @@ Gpt2Weights read_llmc_weights(const fs::path& path) {
     for (int64_t l = 0; l < n; ++l) {
       const std::string nm = kOrder[i].per_layer ? fmt::format("blocks.{}.{}", l, kOrder[i].leaf)
                                                  : std::string(kOrder[i].leaf);
-      SafeTensor s{nm, dtype, shape, std::vector<std::byte>(data.begin() + std::ptrdiff_t(off),
-                                                            data.begin() + std::ptrdiff_t(off + bytes))};
+      SafeTensor s{nm, dtype, shape,
+                   std::vector<std::byte>(data.begin() + std::ptrdiff_t(off),
+                                          data.begin() + std::ptrdiff_t(off + bytes))};
       off += bytes;
       if (i == 0) s = with_rows(s, c.vocab);
       by_name.emplace(nm, std::move(s));

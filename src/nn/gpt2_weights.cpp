@@ -37,9 +37,12 @@ std::pair<std::string, bool> hf_name_of(const std::string& n) {
   const size_t a = n.find('.', 7);
   const std::string layer = n.substr(7, a - 7);
   std::string rest = n.substr(a + 1);
-  static const std::pair<const char*, const char*> kParts[] = {
-      {"ln1.", "ln_1."},           {"ln2.", "ln_2."},          {"attn.qkv.", "attn.c_attn."},
-      {"attn.proj.", "attn.c_proj."}, {"mlp.fc.", "mlp.c_fc."}, {"mlp.proj.", "mlp.c_proj."}};
+  static const std::pair<const char*, const char*> kParts[] = {{"ln1.", "ln_1."},
+                                                               {"ln2.", "ln_2."},
+                                                               {"attn.qkv.", "attn.c_attn."},
+                                                               {"attn.proj.", "attn.c_proj."},
+                                                               {"mlp.fc.", "mlp.c_fc."},
+                                                               {"mlp.proj.", "mlp.c_proj."}};
   for (const auto& [from, to] : kParts) {
     if (rest.starts_with(from)) {
       const std::string leaf = rest.substr(std::strlen(from));
@@ -64,20 +67,18 @@ const SafeTensor& require_tensor(const SafeTensorsFile& f, const std::string& na
                                  const std::string& source, const std::string& what) {
   const SafeTensor* s = f.find(name);
   if (!s) {
-    throw std::invalid_argument(fmt::format(
-        "{}: has no tensor '{}'{}; it is not a GPT-2 checkpoint of this shape", source, name,
-        what.empty() ? "" : " (" + what + ")"));
+    throw std::invalid_argument(
+        fmt::format("{}: has no tensor '{}'{}; it is not a GPT-2 checkpoint of this shape", source,
+                    name, what.empty() ? "" : " (" + what + ")"));
   }
   return *s;
 }
-
 
 }  // namespace
 
 namespace detail {
 
-std::vector<std::pair<std::string, std::vector<int64_t>>> gpt2_expected_shapes(
-    const GptConfig& c) {
+std::vector<std::pair<std::string, std::vector<int64_t>>> gpt2_expected_shapes(const GptConfig& c) {
   const int64_t C = c.width, M = c.mlp_width;
   std::vector<std::pair<std::string, std::vector<int64_t>>> v;
   v.push_back({"tok_emb.weight", {c.vocab, C}});
@@ -138,9 +139,12 @@ void check_gpt2_weights(const Gpt2Weights& w, const std::string& source) {
 
 std::string_view to_string(Gpt2Layout layout) {
   switch (layout) {
-    case Gpt2Layout::mixp: return "mixp";
-    case Gpt2Layout::hf: return "hf";
-    case Gpt2Layout::llmc: return "llmc";
+    case Gpt2Layout::mixp:
+      return "mixp";
+    case Gpt2Layout::hf:
+      return "hf";
+    case Gpt2Layout::llmc:
+      return "llmc";
   }
   return "?";
 }
@@ -182,9 +186,9 @@ GptConfig config_of_header(const SafeTensorsHeader& h, Gpt2Layout layout, int64_
   auto need = [&](const std::string& name) -> const SafeTensorInfo& {
     const SafeTensorInfo* t = info(h, name);
     if (!t || t->shape.size() != 2) {
-      throw std::invalid_argument(fmt::format(
-          "{}: {} tensor '{}'; it is not a GPT-2 checkpoint in the {} layout", source,
-          t ? "a non-2-D" : "has no", name, to_string(layout)));
+      throw std::invalid_argument(
+          fmt::format("{}: {} tensor '{}'; it is not a GPT-2 checkpoint in the {} layout", source,
+                      t ? "a non-2-D" : "has no", name, to_string(layout)));
     }
     return *t;
   };
@@ -211,13 +215,14 @@ GptConfig config_of_header(const SafeTensorsHeader& h, Gpt2Layout layout, int64_
       c.vocab = std::stoll(it->second);
     }
     if (heads == 0) {
-      if (auto it = h.metadata.find(kHeadsKey); it != h.metadata.end()) heads = std::stoll(it->second);
+      if (auto it = h.metadata.find(kHeadsKey); it != h.metadata.end())
+        heads = std::stoll(it->second);
     }
   }
   if (c.layers == 0) {
-    throw std::invalid_argument(fmt::format(
-        "{}: no transformer blocks found (no '{}'); it is not a GPT-2 checkpoint", source,
-        layout == Gpt2Layout::hf ? "h.0.ln_1.weight" : "blocks.0.ln1.weight"));
+    throw std::invalid_argument(
+        fmt::format("{}: no transformer blocks found (no '{}'); it is not a GPT-2 checkpoint",
+                    source, layout == Gpt2Layout::hf ? "h.0.ln_1.weight" : "blocks.0.ln1.weight"));
   }
   c.heads = heads_for(c.width, heads);
   return c;
@@ -262,7 +267,8 @@ Gpt2Weights read_gpt2_weights(const fs::path& path, int64_t heads) {
   for (const auto& [name, shape] : detail::gpt2_expected_shapes(w.config)) {
     const auto [hf, transpose] = hf_name_of(name);
     const SafeTensor& s = require_tensor(f, p + hf, source, "");
-    const std::vector<int64_t> stored = transpose ? std::vector<int64_t>{shape[1], shape[0]} : shape;
+    const std::vector<int64_t> stored =
+        transpose ? std::vector<int64_t>{shape[1], shape[0]} : shape;
     check_shape(s, stored, source, p + hf);
     w.tensors.tensors.push_back(transpose ? detail::transposed(s, name) : [&] {
       SafeTensor t = s;
@@ -278,8 +284,8 @@ void write_gpt2_weights(const Gpt2Weights& w, const fs::path& path, Gpt2Layout l
   const std::string target = path.string();
   detail::check_gpt2_weights(w, "the weights to write to " + target);
   if (dtype && *dtype != DType::fp32 && *dtype != DType::bf16 && *dtype != DType::fp16) {
-    throw std::invalid_argument(fmt::format(
-        "GPT-2 weights are stored as fp32, bf16 or fp16, not {}", name(*dtype)));
+    throw std::invalid_argument(
+        fmt::format("GPT-2 weights are stored as fp32, bf16 or fp16, not {}", name(*dtype)));
   }
   if (layout == Gpt2Layout::llmc) {
     detail::write_llmc_weights(w, path, dtype);
@@ -288,7 +294,7 @@ void write_gpt2_weights(const Gpt2Weights& w, const fs::path& path, Gpt2Layout l
   SafeTensorsFile out;
   // The mixp layout is the model's own state: the embedding has the model's padded rows.
   const int64_t rows = w.config.padded_vocab > w.config.vocab ? w.config.padded_vocab
-                                                             : padded_vocab_size(w.config.vocab);
+                                                              : padded_vocab_size(w.config.vocab);
   for (const SafeTensor& s0 : w.tensors.tensors) {
     const SafeTensor s = dtype ? detail::as_dtype(s0, *dtype) : s0;
     if (layout == Gpt2Layout::mixp) {
@@ -346,12 +352,11 @@ void load_gpt2_weights(Gpt& model, const Gpt2Weights& w, const std::string& sour
   const bool padded_rows = f.vocab > m.vocab && f.vocab == model.embedding_rows();
   auto field = [&](const char* what, const char* flag, int64_t file, int64_t mine) {
     if (file != mine) {
-      throw std::invalid_argument(
-          fmt::format("{}: the file's GPT-2 has {} {} but the model has {}; {}", source, what, file,
-                      mine,
-                      flag[0] ? fmt::format("pass {} {}", flag, file)
-                              : std::string("the data decides the model's vocabulary (GPT-2 "
-                                            "token files: 50257)")));
+      throw std::invalid_argument(fmt::format(
+          "{}: the file's GPT-2 has {} {} but the model has {}; {}", source, what, file, mine,
+          flag[0] ? fmt::format("pass {} {}", flag, file)
+                  : std::string("the data decides the model's vocabulary (GPT-2 "
+                                "token files: 50257)")));
     }
   };
   if (!padded_rows) field("vocab", "", f.vocab, m.vocab);

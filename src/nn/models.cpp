@@ -160,9 +160,9 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
     return make_cnn(c, gen);
   }
   if (c.context > 0 && is_gpt2_model(c.name) && c.context > 1024) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::nn::make_model: '{}' learns positions up to 1024, got context={}", c.name,
-        c.context));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::make_model: '{}' learns positions up to 1024, got context={}",
+                    c.name, c.context));
   }
   GptConfig g = gpt_config_of(c);
   return std::make_shared<Gpt>(g, gen);

@@ -34,7 +34,9 @@ MemoryPlan::Probe run_probe(const train::TrainConfig& base, int64_t layers) {
   c.init_from.clear();
   train::Trainer t(c);
   const train::TrainResult r = t.fit();
-  return {.layers = layers, .peak_bytes = r.peak_memory_bytes, .params = r.parameters,
+  return {.layers = layers,
+          .peak_bytes = r.peak_memory_bytes,
+          .params = r.parameters,
           .ms = r.ms_per_step};
 }
 
@@ -45,7 +47,8 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     throw train::ConfigError(
         fmt::format("--zero-stage must be 0, 1, 2 or 3, got {}", opt.zero_stage));
   }
-  if (opt.ranks < 1) throw train::ConfigError(fmt::format("--ranks must be >= 1, got {}", opt.ranks));
+  if (opt.ranks < 1)
+    throw train::ConfigError(fmt::format("--ranks must be >= 1, got {}", opt.ranks));
   train::TrainConfig c = config.resolved();
   if (!c.resume_dir.empty()) throw train::ConfigError("mixp plan plans a fresh run, not --resume");
   const bool lm = train::is_language_model(c.model.name);
@@ -82,7 +85,8 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   full.save_dir.clear();
   full.log_path.clear();
   full.init_from.clear();
-  const train::RunParts parts = train::build_run(full, train::RunPurpose::train, /*with_model=*/!lm);
+  const train::RunParts parts =
+      train::build_run(full, train::RunPurpose::train, /*with_model=*/!lm);
   int64_t gemm_params = 0;
   if (lm) {
     p.parameters = p1.params + extra * (p2.params - p1.params);
@@ -118,8 +122,8 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   p.master_bytes = shard(p.master_bytes, 1);
   p.state_bytes = shard(p.state_bytes, 1);
   p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, P * bytes_of(sp.grad)) : 0;
-  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes +
-                 p.cast_copy_bytes + p.comm_bytes + p.activation_bytes;
+  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
+                 p.comm_bytes + p.activation_bytes;
 
   const double tokens = double(c.batch) * double(c.grad_accum) * (lm ? double(p.context) : 1.0);
   p.step_flops = 6.0 * double(P) * tokens;

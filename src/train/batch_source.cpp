@@ -269,7 +269,7 @@ std::unique_ptr<DataSource> make_batch_source(const TrainConfig& c, int64_t cont
                           "' write a shorter file instead");
       }
       return std::make_unique<TextBatches<data::TokenCorpus>>(c, context,
-                                                               data::TokenCorpus::load(c.data));
+                                                              data::TokenCorpus::load(c.data));
     }
     return std::make_unique<TextBatches<data::TextCorpus>>(c, context, load_text_corpus(c));
   }

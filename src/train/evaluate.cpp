@@ -145,10 +145,12 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   const std::string& precision = opt.precision;
   const auto int8_file = dir / kInt8ModelFile;
   const bool has_int8 = ck.has(kInt8ModelFile);
-  const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  const bool run_int8 =
+      precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
   if (precision == "int8" && !opt.weights.empty()) {
-    throw ConfigError("--weights quantizes the weights of a floating-point model; --precision int8 "
-                      "runs the checkpoint's int8 model, whose weights are int8 already");
+    throw ConfigError(
+        "--weights quantizes the weights of a floating-point model; --precision int8 "
+        "runs the checkpoint's int8 model, whose weights are int8 already");
   }
   if (run_int8 && !has_int8) {
     throw ConfigError(fmt::format(
@@ -202,14 +204,14 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
         throw TrainError(file.string() + ": " + e.what());
       }
       if (!stored_4bit.empty() && !opt.weights.empty() && opt.weights != stored_4bit) {
-        throw ConfigError(fmt::format("{} holds {} Linear weights (mixp convert); --weights {} "
-                                      "cannot re-quantize them: leave --weights out",
-                                      file.string(), stored_4bit, opt.weights));
+        throw ConfigError(
+            fmt::format("{} holds {} Linear weights (mixp convert); --weights {} "
+                        "cannot re-quantize them: leave --weights out",
+                        file.string(), stored_4bit, opt.weights));
       }
-      r.evaluated = stored_4bit.empty()
-                        ? c.precision + " (tensors decoded from mixp convert)"
-                        : fmt::format("{} weights from mixp convert, {} compute", stored_4bit,
-                                      opt.compute);
+      r.evaluated = stored_4bit.empty() ? c.precision + " (tensors decoded from mixp convert)"
+                                        : fmt::format("{} weights from mixp convert, {} compute",
+                                                      stored_4bit, opt.compute);
     } else {
       load_module_state(*model, raw, file.string());
     }

@@ -38,8 +38,7 @@ TEST(Gpt2Cli, EveryRecipeTrainsIt) {
   }
   const auto r = run_cli(kTiny + "--data synthetic --steps 2 --precision int8-qat");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("precision 'int8-qat' quantizes models built of Linear"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("precision 'int8-qat' quantizes models built of Linear"), std::string::npos)
       << r.err;
 }
 
@@ -63,8 +62,8 @@ TEST(Gpt2Cli, TokenFileWithCheckpointingAndGradAccum) {
 
 TEST(Gpt2Cli, InitFromEveryLayoutStartsFromThoseWeights) {
   TempDir dir;
-  const auto a = run_cli(kTiny + "--data synthetic --steps 20 --lr 3e-3 --json --save " +
-                         q(dir / "a"));
+  const auto a =
+      run_cli(kTiny + "--data synthetic --steps 20 --lr 3e-3 --json --save " + q(dir / "a"));
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const double val_a = a.json()["val_loss"].get<double>();
   const auto src = dir / "a" / "model.safetensors";
@@ -89,11 +88,12 @@ TEST(Gpt2Cli, InitFromEveryLayoutStartsFromThoseWeights) {
 
   const auto wide = run_cli(
       "train --model gpt2 --layers 2 --width 128 --heads 2 --context 32 --data synthetic "
-      "--steps 1 --init-from " + q(dir / "m.bin"));
+      "--steps 1 --init-from " +
+      q(dir / "m.bin"));
   EXPECT_NE(wide.exit_code, 0);
   EXPECT_NE(wide.err.find("pass --width 64"), std::string::npos) << wide.err;
-  const auto gpt = run_cli("train --model gpt --data synthetic --steps 1 --init-from " +
-                           q(dir / "m.bin"));
+  const auto gpt =
+      run_cli("train --model gpt --data synthetic --steps 1 --init-from " + q(dir / "m.bin"));
   EXPECT_NE(gpt.exit_code, 0);
   EXPECT_NE(gpt.err.find("--init-from loads GPT-2 weights into --model gpt2"), std::string::npos)
       << gpt.err;

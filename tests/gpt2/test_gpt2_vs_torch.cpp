@@ -75,9 +75,9 @@ void check_against_torch(const std::string& args) {
     Tensor mine = p.grad();
     if (name == "tok_emb.weight") {
       // The padded rows (vocab..127) get no gradient: no token and no used logit touches them.
-      EXPECT_EQ(max_abs_diff(mine.slice(0, kVocab, mine.size(0)),
-                             zeros({mine.size(0) - kVocab, kWidth})),
-                0.0);
+      EXPECT_EQ(
+          max_abs_diff(mine.slice(0, kVocab, mine.size(0)), zeros({mine.size(0) - kVocab, kWidth})),
+          0.0);
       mine = mine.slice(0, 0, kVocab);
     }
     EXPECT_LE(max_abs_diff(mine, tensor_of(*g)), 1e-4) << "gradient of " << name;

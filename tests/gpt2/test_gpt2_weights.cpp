@@ -19,9 +19,13 @@ namespace {
 constexpr int64_t V = 100, T = 32, C = 64, L = 2, H = 2;
 
 std::shared_ptr<nn::Gpt> tiny(uint64_t seed, int64_t vocab = V) {
-  return std::dynamic_pointer_cast<nn::Gpt>(nn::make_model(
-      {.name = "gpt2", .width = C, .layers = L, .heads = H, .context = T, .vocab = vocab,
-       .seed = seed}));
+  return std::dynamic_pointer_cast<nn::Gpt>(nn::make_model({.name = "gpt2",
+                                                            .width = C,
+                                                            .layers = L,
+                                                            .heads = H,
+                                                            .context = T,
+                                                            .vocab = vocab,
+                                                            .seed = seed}));
 }
 
 std::vector<float> floats(const Tensor& t) {
@@ -64,8 +68,13 @@ TEST(Gpt2Model, TiedHeadPaddedVocabAndInit) {
   const Tensor logits = (*m)(zeros({2, 8}, {.dtype = DType::int32}));
   EXPECT_EQ(logits.shape(), Shape({2, 8, V}));
   // GPT-2's init: std 0.02, residual projections 0.02 / sqrt(2 * layers).
-  auto deep = nn::make_model({.name = "gpt2", .width = 128, .layers = 8, .heads = 2,
-                              .context = 16, .vocab = 64, .seed = 1});
+  auto deep = nn::make_model({.name = "gpt2",
+                              .width = 128,
+                              .layers = 8,
+                              .heads = 2,
+                              .context = 16,
+                              .vocab = 64,
+                              .seed = 1});
   auto std_of = [&](const std::string& n) {
     const auto v = floats(deep->parameter(n));
     double s = 0;
@@ -80,8 +89,8 @@ TEST(Gpt2Model, TiedHeadPaddedVocabAndInit) {
 
 // Offsets of llm.c's 16 tensors for this config, from its fill_in_parameter_sizes.
 std::vector<int64_t> llmc_sizes(int64_t vp) {
-  return {vp * C, T * C,     L * C,         L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-          L * C,  L * C,     L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C,        C};
+  return {vp * C, T * C, L * C,         L * C,     L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+          L * C,  L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C,     C,         C};
 }
 
 TEST(Gpt2Weights, LlmcFileIsLlmcsLayout) {
@@ -162,9 +171,11 @@ TEST(Gpt2Weights, HuggingFaceExportUsesConv1dLayout) {
   Tensor t = empty({C, 4 * C}, {.dtype = DType::bf16});
   nn::copy_from_safetensor(t, *fc);
   const auto got = floats(t);
-  const auto want = floats(m->parameter("blocks.1.mlp.fc.weight").to(DType::bf16, Round::nearest_even));
+  const auto want =
+      floats(m->parameter("blocks.1.mlp.fc.weight").to(DType::bf16, Round::nearest_even));
   for (int64_t o = 0; o < 4 * C; o += 37)
-    for (int64_t i = 0; i < C; i += 5) ASSERT_EQ(got[size_t(i * 4 * C + o)], want[size_t(o * C + i)]);
+    for (int64_t i = 0; i < C; i += 5)
+      ASSERT_EQ(got[size_t(i * 4 * C + o)], want[size_t(o * C + i)]);
   EXPECT_EQ(f.find("lm_head.weight"), nullptr);
   EXPECT_EQ(f.metadata.at("format"), "pt");
 }
@@ -201,8 +212,9 @@ TEST(Gpt2Weights, ErrorsNameTheFirstMissingOrMisshapedTensor) {
   SafeTensorsFile missing = f;
   std::erase_if(missing.tensors, [](const SafeTensor& s) { return s.name == "h.1.mlp.c_fc.bias"; });
   write_safetensors(dir / "missing.safetensors", missing);
-  EXPECT_NE(error_of([&] { nn::read_gpt2_weights(dir / "missing.safetensors"); })
-                .find("has no tensor 'h.1.mlp.c_fc.bias'"),
+  EXPECT_NE(error_of([&] {
+              nn::read_gpt2_weights(dir / "missing.safetensors");
+            }).find("has no tensor 'h.1.mlp.c_fc.bias'"),
             std::string::npos);
   SafeTensorsFile bad = f;
   for (auto& s : bad.tensors) {
@@ -217,8 +229,9 @@ TEST(Gpt2Weights, ErrorsNameTheFirstMissingOrMisshapedTensor) {
   SafeTensorsFile other;
   other.tensors.push_back(nn::to_safetensor("fc1.weight", zeros({2, 2})));
   write_safetensors(dir / "other.safetensors", other);
-  EXPECT_NE(error_of([&] { nn::read_gpt2_weights(dir / "other.safetensors"); })
-                .find("not a GPT-2 checkpoint (its first tensor is 'fc1.weight')"),
+  EXPECT_NE(error_of([&] {
+              nn::read_gpt2_weights(dir / "other.safetensors");
+            }).find("not a GPT-2 checkpoint (its first tensor is 'fc1.weight')"),
             std::string::npos);
   // A truncated llm.c file.
   nn::write_gpt2_weights(nn::gpt2_weights_of(*m), dir / "m.bin", nn::Gpt2Layout::llmc);

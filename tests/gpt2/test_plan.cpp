@@ -83,9 +83,9 @@ TEST(MemoryPlan, Cli) {
       "--threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = r.json();
-  for (const char* k : {"param_bytes", "grad_bytes", "master_bytes", "state_bytes",
-                        "cast_copy_bytes", "comm_bytes", "activation_bytes", "peak_bytes",
-                        "step_ms", "probes"}) {
+  for (const char* k :
+       {"param_bytes", "grad_bytes", "master_bytes", "state_bytes", "cast_copy_bytes", "comm_bytes",
+        "activation_bytes", "peak_bytes", "step_ms", "probes"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   const auto text = run_cli(

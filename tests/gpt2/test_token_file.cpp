@@ -59,7 +59,8 @@ TEST(TokenFile, SplitsAndSamplesLikeTheTextCorpus) {
   c.sample_batch(rng, 4, 16, x, y);
   for (size_t i = 0; i < x.size(); ++i) {
     // Each window is consecutive tokens; targets are the next token.
-    const auto pos = size_t(std::find(tokens.begin(), tokens.end(), uint16_t(x[i])) - tokens.begin());
+    const auto pos =
+        size_t(std::find(tokens.begin(), tokens.end(), uint16_t(x[i])) - tokens.begin());
     EXPECT_EQ(y[i], tokens[pos + 1]);
   }
   EXPECT_EQ(c.num_val_windows(16), (100 - 1) / 16);

@@ -47,7 +47,8 @@ void run_layout(const ConvertArgs& a, bool round_given) {
     throw UsageError(e.what());
   }
   if (a.block_given || a.saturate || round_given) {
-    throw UsageError("--layout converts GPT-2 weights; --block, --saturate and --round do not apply");
+    throw UsageError(
+        "--layout converts GPT-2 weights; --block, --saturate and --round do not apply");
   }
   if (a.heads < 0) throw UsageError("--heads must be positive");
   const nn::Gpt2Layout from = nn::detect_gpt2_layout(a.input);
@@ -188,8 +189,10 @@ RegisterCommand reg(20, [](CLI::App& app) {
       "  mixp convert model.safetensors -o model-sr.safetensors --to bf16 --round stochastic "
       "--seed 1\n\n"
       "GPT-2 weights (--layout; docs/io.md): the input is read in any of the layouts mixp (a\n"
-      "gpt2 model's state), hf (Hugging Face GPT-2 safetensors, Conv1D [in, out] weights, optional\n"
-      "`transformer.` prefix) or llmc (llm.c's model .bin, version 3 fp32 / 5 bf16), detected from\n"
+      "gpt2 model's state), hf (Hugging Face GPT-2 safetensors, Conv1D [in, out] weights, "
+      "optional\n"
+      "`transformer.` prefix) or llmc (llm.c's model .bin, version 3 fp32 / 5 bf16), detected "
+      "from\n"
       "the file, and written in the one named; --to fp32|bf16|fp16 picks the storage dtype.\n"
       "  mixp convert gpt2_124M.bin -o gpt2.safetensors --layout hf\n"
       "  mixp convert model.safetensors -o gpt2_124M_bf16.bin --layout llmc --to bf16\n");

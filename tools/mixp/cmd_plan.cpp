@@ -114,7 +114,8 @@ RegisterCommand reg(35, [](CLI::App& app) {
       "Examples:\n"
       "  mixp plan --model gpt2 --data tokens_train.bin --batch 8 --context 256 --precision bf16\n"
       "  mixp plan --model gpt2-medium --data synthetic --batch 4 --context 64 --checkpointing\n"
-      "  mixp plan --model gpt2 --data synthetic --precision bf16 --zero-stage 2 --ranks 8 --json\n");
+      "  mixp plan --model gpt2 --data synthetic --precision bf16 --zero-stage 2 --ranks 8 "
+      "--json\n");
   sub->callback([a] { run(*a); });
 });
 

@@ -38,8 +38,8 @@ std::string_view to_string(Gpt2Layout layout);
 Gpt2Layout parse_gpt2_layout(std::string_view name);
 
 struct Gpt2Weights {
-  GptConfig config;        // tied_head set; padded_vocab as the source had it (0 = none)
-  SafeTensorsFile tensors; // mixp names, tok_emb.weight [vocab, C]; dtype as stored in the source
+  GptConfig config;         // tied_head set; padded_vocab as the source had it (0 = none)
+  SafeTensorsFile tensors;  // mixp names, tok_emb.weight [vocab, C]; dtype as stored in the source
 };
 
 // The layout of a file: llm.c by its magic, else safetensors by its tensor names. Throws
@@ -64,7 +64,8 @@ void write_gpt2_weights(const Gpt2Weights& w, const std::filesystem::path& path,
 Gpt2Weights gpt2_weights_of(const Gpt& model);
 // Records the model's vocabulary and heads in a mixp-layout file's metadata ("mixp.gpt2.vocab",
 // "mixp.gpt2.heads"), which its shapes cannot tell (the embedding is padded); a no-op for a model
-// without a tied head. Checkpoints call it, so `mixp convert` of their model.safetensors keeps them.
+// without a tied head. Checkpoints call it, so `mixp convert` of their model.safetensors keeps
+// them.
 void add_gpt2_metadata(const Module& model, SafeTensorsFile& file);
 void load_gpt2_weights(Gpt& model, const Gpt2Weights& w, const std::string& source);
 

@@ -31,8 +31,8 @@ struct PlanOptions {
 
 struct MemoryPlan {
   std::string model, precision;
-  int64_t parameters = 0;         // trainable values of the full model
-  int64_t layers = 0;             // transformer blocks (0 for mlp, cnn)
+  int64_t parameters = 0;          // trainable values of the full model
+  int64_t layers = 0;              // transformer blocks (0 for mlp, cnn)
   int64_t batch = 0, context = 0;  // per micro-batch; context 0 for image models
   bool checkpointing = false;
   // Bytes per device.
