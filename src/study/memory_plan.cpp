@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "mixp/format/dtype.h"
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
@@ -76,7 +78,9 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   const auto& p2 = probes.back();
   const int64_t extra = lm ? shape.layers - 1 : 0;
   const int64_t measured = p1.peak_bytes + extra * (p2.peak_bytes - p1.peak_bytes);
-  p.step_ms = p1.ms + double(extra) * (p2.ms - p1.ms);
+  // A block never takes negative time; on a loaded machine the 2-block probe can step faster
+  // than the 1-block one, so the per-block time is clamped at 0 (docs/plan.md).
+  p.step_ms = p1.ms + double(extra) * std::max(0.0, p2.ms - p1.ms);
 
   // The full model's parameters: a block adds the same number wherever it sits, so they come
   // from the probes too; the GEMM weights (what autocast casts) from the shape. The data settles
