@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -29,9 +30,19 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : Module("gpt"), cfg_(cfg) {
     throw std::invalid_argument(
         fmt::format("mixp::nn::Gpt: width {} is not divisible by heads {}", cfg.width, cfg.heads));
   }
+  if (cfg.padded_vocab != 0 && cfg.padded_vocab < cfg.vocab) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::nn::Gpt: padded_vocab {} is smaller than vocab {}", cfg.padded_vocab, cfg.vocab));
+  }
   const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  const int64_t rows = embedding_rows();
   tok_emb_ =
-      register_module("tok_emb", std::make_shared<Embedding>(cfg.vocab, cfg.width, gen, kInitStd));
+      register_module("tok_emb", std::make_shared<Embedding>(rows, cfg.width, gen, kInitStd));
+  if (rows > cfg.vocab) {
+    // llm.c's padded rows are zero; no token ever looks them up and no logit of theirs is used.
+    Tensor w = tok_emb_->weight();
+    std::fill(w.data<float>() + cfg.vocab * cfg.width, w.data<float>() + rows * cfg.width, 0.0f);
+  }
   pos_emb_ = register_module("pos_emb",
                              std::make_shared<Embedding>(cfg.context, cfg.width, gen, kInitStd));
   auto blocks = register_module("blocks", std::make_shared<Sequential>());
@@ -44,8 +55,10 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : Module("gpt"), cfg_(cfg) {
   }
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.width));
   head_ = register_module(
-      "head", std::make_shared<Linear>(cfg.width, cfg.vocab, gen,
-                                       LinearOptions{.bias = false, .init_std = kInitStd}));
+      "head", cfg.tied_head
+                  ? std::make_shared<Linear>(tok_emb_->weight(), LinearOptions{.bias = false})
+                  : std::make_shared<Linear>(cfg.width, cfg.vocab, gen,
+                                             LinearOptions{.bias = false, .init_std = kInitStd}));
   head_->set_kind("head");
   positions_ = arange(cfg.context, {.dtype = DType::int64});
 }
@@ -75,13 +88,17 @@ Tensor Gpt::forward(const Tensor& idx) {
       x = (*b)(std::move(x));  // the block may free its input early (forward_owned)
     }
   }
-  return (*head_)((*ln_f_)(x));
+  Tensor logits = (*head_)((*ln_f_)(x));
+  if (embedding_rows() > cfg_.vocab) logits = logits.slice(2, 0, cfg_.vocab);
+  return logits;
 }
 
 std::string Gpt::describe() const {
-  return fmt::format("vocab={}, context={}, width={}, layers={}, heads={}, mlp_width={}{}",
-                     cfg_.vocab, cfg_.context, cfg_.width, cfg_.layers, cfg_.heads, cfg_.mlp_width,
-                     cfg_.checkpointing ? ", checkpointing" : "");
+  return fmt::format(
+      "vocab={}{}, context={}, width={}, layers={}, heads={}, mlp_width={}{}{}", cfg_.vocab,
+      embedding_rows() > cfg_.vocab ? fmt::format(" (padded {})", embedding_rows()) : std::string(),
+      cfg_.context, cfg_.width, cfg_.layers, cfg_.heads, cfg_.mlp_width,
+      cfg_.tied_head ? ", tied head" : "", cfg_.checkpointing ? ", checkpointing" : "");
 }
 
 }  // namespace mixp::nn

@@ -24,6 +24,19 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, const 
   if (!bias_) bias_ = &no_bias_;
 }
 
+Linear::Linear(const Tensor& shared_weight, const LinearOptions& opt)
+    : Module("linear"), act_(opt.activation) {
+  if (!shared_weight.defined() || shared_weight.dim() != 2) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::Linear: a shared weight must be a 2-D [out, in] tensor, got {}",
+                    shared_weight.defined() ? shared_weight.shape().str() : "(undefined)"));
+  }
+  out_ = shared_weight.size(0);
+  in_ = shared_weight.size(1);
+  weight_ = &register_parameter("weight", shared_weight);
+  bias_ = opt.bias ? &register_parameter("bias", zeros({out_})) : &no_bias_;
+}
+
 Tensor Linear::forward(const Tensor& x) {
   if (x.dim() < 1 || x.size(-1) != in_) {
     throw std::invalid_argument(

@@ -92,7 +92,7 @@ std::shared_ptr<Module> make_cnn(const ModelConfig& c, Generator& gen) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"cnn", "gpt", "mlp"};
+  return {"cnn", "gpt", "gpt2", "gpt2-medium", "mlp"};
 }
 
 ModelConfig resolve_model_config(const ModelConfig& cfg) {
@@ -106,6 +106,14 @@ ModelConfig resolve_model_config(const ModelConfig& cfg) {
   } else if (c.name == "cnn") {
     def(c.width, 32);
     def(c.mlp_width, 128);
+  } else if (is_gpt2_model(c.name)) {
+    const bool medium = c.name == "gpt2-medium";
+    def(c.width, medium ? 1024 : 768);
+    def(c.layers, medium ? 24 : 12);
+    def(c.heads, medium ? 16 : 12);
+    def(c.context, 1024);
+    def(c.vocab, kGpt2Vocab);
+    def(c.mlp_width, 4 * c.width);
   } else if (c.name == "gpt") {
     def(c.width, 256);
     def(c.layers, 4);
@@ -151,7 +159,30 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
       throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
     return make_cnn(c, gen);
   }
+  if (c.context > 0 && is_gpt2_model(c.name) && c.context > 1024) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::make_model: '{}' learns positions up to 1024, got context={}",
+                    c.name, c.context));
+  }
+  GptConfig g = gpt_config_of(c);
+  return std::make_shared<Gpt>(g, gen);
+}
+
+bool is_gpt2_model(std::string_view name) {
+  return name == "gpt2" || name == "gpt2-medium";
+}
+
+int64_t padded_vocab_size(int64_t vocab) {
+  return (vocab + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
+}
+
+GptConfig gpt_config_of(const ModelConfig& cfg) {
+  const ModelConfig c = resolve_model_config(cfg);
   GptConfig g;
+  if (is_gpt2_model(c.name)) {
+    g.tied_head = true;
+    g.padded_vocab = padded_vocab_size(c.vocab);
+  }
   g.vocab = c.vocab;
   g.context = c.context;
   g.width = c.width;
@@ -159,7 +190,7 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
   g.heads = c.heads;
   g.mlp_width = c.mlp_width;
   g.checkpointing = c.checkpointing;
-  return std::make_shared<Gpt>(g, gen);
+  return g;
 }
 
 }  // namespace mixp::nn

@@ -10,6 +10,7 @@
 #include "mixp/nn/conv2d.h"
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
+#include "mixp/nn/models.h"
 #include "mixp/nn/sequential.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/train/recipe.h"
@@ -161,7 +162,8 @@ StepTrace trace_step_gemms(nn::Module& model, const Shape& sample_shape, int64_t
 StepTrace trace_step_gemms(const nn::ModelConfig& config, int64_t batch) {
   nn::ModelConfig c = nn::resolve_model_config(config);
   std::shared_ptr<nn::Module> model = nn::make_model(c);
-  if (c.name == "gpt") return trace_step_gemms(*model, Shape{c.context}, batch);
+  if (c.name == "gpt" || nn::is_gpt2_model(c.name))
+    return trace_step_gemms(*model, Shape{c.context}, batch);
   return trace_step_gemms(*model, Shape{1, 28, 28}, batch);
 }
 

@@ -9,6 +9,7 @@
 #include "mixp/data/image_dataset.h"
 #include "mixp/data/random.h"
 #include "mixp/data/text_corpus.h"
+#include "mixp/data/token_file.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::train::detail {
@@ -162,23 +163,28 @@ class ImageBatches final : public DataSource {
   std::vector<int64_t> eval_idx_;
 };
 
+data::TextCorpus load_text_corpus(const TrainConfig& c) {
+  if (c.data == kSyntheticData) {
+    const int64_t n = c.train_limit > 0 ? c.train_limit : kSyntheticCorpusBytes;
+    return data::TextCorpus::from_text(data::synthetic_corpus(n, c.seed), {}, "synthetic corpus");
+  }
+  data::TextCorpus corpus = data::TextCorpus::load(c.data);
+  if (c.train_limit > 0 && c.train_limit < corpus.size()) {
+    // Keep the first N tokens (train and validation are then split from those).
+    const std::string text = corpus.decode(corpus.tokens().subspan(0, size_t(c.train_limit)));
+    corpus = data::TextCorpus::from_text(
+        text, {}, corpus.source() + " (first " + std::to_string(c.train_limit) + " bytes)");
+  }
+  return corpus;
+}
+
+// Batches of a byte corpus (data::TextCorpus) or of an llm.c token file (data::TokenCorpus): the
+// same sampling, so the same seed gives the same windows of either.
+template <class Corpus>
 class TextBatches final : public DataSource {
  public:
-  TextBatches(const TrainConfig& c, int64_t context)
-      : context_(context), batch_(c.batch), seed_(c.seed) {
-    if (c.data == kSyntheticData) {
-      const int64_t n = c.train_limit > 0 ? c.train_limit : kSyntheticCorpusBytes;
-      corpus_ =
-          data::TextCorpus::from_text(data::synthetic_corpus(n, c.seed), {}, "synthetic corpus");
-    } else {
-      corpus_ = data::TextCorpus::load(c.data);
-      if (c.train_limit > 0 && c.train_limit < corpus_.size()) {
-        // Keep the first N tokens (train and validation are then split from those).
-        const std::string text = corpus_.decode(corpus_.tokens().subspan(0, size_t(c.train_limit)));
-        corpus_ = data::TextCorpus::from_text(
-            text, {}, corpus_.source() + " (first " + std::to_string(c.train_limit) + " bytes)");
-      }
-    }
+  TextBatches(const TrainConfig& c, int64_t context, Corpus corpus)
+      : context_(context), batch_(c.batch), seed_(c.seed), corpus_(std::move(corpus)) {
     corpus_.require_context(context_);
     per_epoch_ = std::max<int64_t>(1, int64_t(corpus_.train_tokens().size()) / (batch_ * context_));
     eval_windows_ = corpus_.num_val_windows(context_);
@@ -247,7 +253,7 @@ class TextBatches final : public DataSource {
  private:
   int64_t context_, batch_;
   uint64_t seed_;
-  data::TextCorpus corpus_;
+  Corpus corpus_;
   int64_t per_epoch_ = 1, eval_windows_ = 0, micro_ = 0;
   Tensor x_, y_;
 };
@@ -255,7 +261,18 @@ class TextBatches final : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> make_batch_source(const TrainConfig& c, int64_t context, bool train) {
-  if (is_language_model(c.model.name)) return std::make_unique<TextBatches>(c, context);
+  if (is_language_model(c.model.name)) {
+    if (c.data != kSyntheticData &&
+        (data::is_token_file(c.data) || std::filesystem::path(c.data).extension() == ".bin")) {
+      if (c.train_limit > 0) {
+        throw ConfigError("--train-limit cuts a text corpus; for a token file '" + c.data +
+                          "' write a shorter file instead");
+      }
+      return std::make_unique<TextBatches<data::TokenCorpus>>(c, context,
+                                                              data::TokenCorpus::load(c.data));
+    }
+    return std::make_unique<TextBatches<data::TextCorpus>>(c, context, load_text_corpus(c));
+  }
   return std::make_unique<ImageBatches>(c, train);
 }
 

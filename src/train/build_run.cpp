@@ -117,7 +117,7 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
     c.model.vocab = v;
   }
   c.model = detail::resolve_model(c.model);  // explicit shape in state.json
-  if (with_model) p.model = detail::build_model(c, *p.recipe);
+  if (with_model) p.model = detail::build_model(c, *p.recipe, training && c.resume_dir.empty());
   return p;
 }
 

@@ -11,6 +11,7 @@
 
 #include "mixp/amp/fp8_linear.h"
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/nn/gpt2_weights.h"
 #include "mixp/nn/module.h"
 #include "mixp/tensor/factories.h"
 #include "tensor_bytes.h"
@@ -244,7 +245,10 @@ TrainConfig read_checkpoint_config(const std::filesystem::path& dir) {
 }
 
 SafeTensorsFile module_state(const nn::Module& model) {
-  return nn::to_safetensors(model);  // state_dict(): parameters then buffers, own dtypes
+  // state_dict(): parameters then buffers, own dtypes; a gpt2's vocabulary and heads as metadata.
+  SafeTensorsFile f = nn::to_safetensors(model);
+  nn::add_gpt2_metadata(model, f);
+  return f;
 }
 
 void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::string_view source) {

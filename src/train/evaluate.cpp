@@ -159,10 +159,12 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   const std::string& precision = opt.precision;
   const auto int8_file = dir / kInt8ModelFile;
   const bool has_int8 = ck.has(kInt8ModelFile);
-  const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  const bool run_int8 =
+      precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
   if (precision == "int8" && !opt.weights.empty()) {
-    throw ConfigError("--weights quantizes the weights of a floating-point model; --precision int8 "
-                      "runs the checkpoint's int8 model, whose weights are int8 already");
+    throw ConfigError(
+        "--weights quantizes the weights of a floating-point model; --precision int8 "
+        "runs the checkpoint's int8 model, whose weights are int8 already");
   }
   if (run_int8 && !has_int8) {
     throw ConfigError(fmt::format(
@@ -216,14 +218,14 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
         throw TrainError(file.string() + ": " + e.what());
       }
       if (!stored_4bit.empty() && !opt.weights.empty() && opt.weights != stored_4bit) {
-        throw ConfigError(fmt::format("{} holds {} Linear weights (mixp convert); --weights {} "
-                                      "cannot re-quantize them: leave --weights out",
-                                      file.string(), stored_4bit, opt.weights));
+        throw ConfigError(
+            fmt::format("{} holds {} Linear weights (mixp convert); --weights {} "
+                        "cannot re-quantize them: leave --weights out",
+                        file.string(), stored_4bit, opt.weights));
       }
-      r.evaluated = stored_4bit.empty()
-                        ? c.precision + " (tensors decoded from mixp convert)"
-                        : fmt::format("{} weights from mixp convert, {} compute", stored_4bit,
-                                      opt.compute);
+      r.evaluated = stored_4bit.empty() ? c.precision + " (tensors decoded from mixp convert)"
+                                        : fmt::format("{} weights from mixp convert, {} compute",
+                                                      stored_4bit, opt.compute);
     } else {
       load_module_state(*model, raw, file.string());
     }
@@ -291,8 +293,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["ms_per_step"] = r.ms_per_step;
   j["cpu_ms_per_step"] = r.cpu_ms_per_step;
   j["samples_per_s"] = r.samples_per_s;
-  if (r.model == "gpt" || r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
-  if (r.val_loss || r.model == "gpt") {
+  if (is_language_model(r.model) || r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
+  if (r.val_loss || is_language_model(r.model)) {
     j["val_loss"] = opt_number(r.val_loss);
   } else {
     j["test_accuracy"] = opt_number(r.test_accuracy);

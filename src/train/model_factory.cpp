@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "mixp/nn/dropout.h"
+#include "mixp/nn/gpt2_weights.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/adam.h"
 #include "mixp/optim/lr_schedule.h"
@@ -24,14 +25,32 @@ auto as_config_error(F&& f) {
     throw ConfigError(m);
   }
 }
+
+// --init-from: GPT-2 weights in any layout (nn/gpt2_weights.h) into a gpt2 model.
+void init_gpt2_from(nn::Module& model, const TrainConfig& c) {
+  auto* gpt = dynamic_cast<nn::Gpt*>(&model);
+  if (!gpt || !nn::is_gpt2_model(c.model.name)) {
+    throw ConfigError("--init-from loads GPT-2 weights into --model gpt2 or gpt2-medium, not '" +
+                      c.model.name + "'");
+  }
+  try {
+    nn::load_gpt2_weights(*gpt, nn::read_gpt2_weights(c.init_from, gpt->config().heads),
+                          c.init_from);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 }  // namespace
 
 nn::ModelConfig resolve_model(const nn::ModelConfig& m) {
   return as_config_error([&] { return nn::resolve_model_config(m); });
 }
 
-std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe) {
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe,
+                                        bool with_init) {
   auto model = as_config_error([&] { return nn::make_model(c.model); });
+  if (with_init && !c.init_from.empty()) init_gpt2_from(*model, c);
   recipe.prepare_model(*model);
   return model;
 }

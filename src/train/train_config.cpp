@@ -41,7 +41,7 @@ const std::vector<std::string>& schedule_names() {
 }
 
 bool is_language_model(std::string_view model) {
-  return model == "gpt";
+  return model == "gpt" || nn::is_gpt2_model(model);
 }
 
 int64_t default_batch(std::string_view model) {
@@ -162,6 +162,7 @@ std::string config_to_json(const TrainConfig& c) {
   j["save_dir"] = c.save_dir;
   j["save_every"] = c.save_every;
   j["resume_dir"] = c.resume_dir;
+  j["init_from"] = c.init_from;
   j["log_path"] = c.log_path;
   // The data-parallel settings only when they differ from the defaults, so that the state.json
   // of a single-process run stays what it was (tests/golden_runs pins it).
@@ -274,6 +275,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "save_dir", c.save_dir);
     get(j, "save_every", c.save_every);
     get(j, "resume_dir", c.resume_dir);
+    get(j, "init_from", c.init_from);
     get(j, "log_path", c.log_path);
     get(j, "grad_comm", c.grad_comm);
     get(j, "bucket_mb", c.bucket_mb);

@@ -23,8 +23,10 @@
 namespace mixp::train::detail {
 
 // The model the config describes (vocab and context already filled in for gpt), with the recipe
-// applied to its parameters.
-std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe);
+// applied to its parameters. with_init: load c.init_from first (a fresh training run; a resumed
+// run or an evaluation gets its weights from the checkpoint).
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe,
+                                        bool with_init = false);
 // The model config with every 0 replaced by the model's default (ConfigError for a field the
 // model does not have).
 nn::ModelConfig resolve_model(const nn::ModelConfig& m);

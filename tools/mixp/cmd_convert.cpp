@@ -9,13 +9,15 @@
 #include "mixp/io/convert_safetensors.h"
 #include "mixp/io/manifest.h"
 #include "mixp/io/safetensors.h"
+#include "mixp/nn/gpt2_weights.h"
 #include "output.h"
 
 namespace mixp::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string input, output, to, round = "nearest-even";
+  std::string input, output, to, round = "nearest-even", layout;
+  int64_t heads = 0;
   uint64_t seed = 0;
   bool saturate = false, json = false;
   int block = 0;
@@ -26,6 +28,52 @@ std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// --layout: GPT-2 weights between the mixp, Hugging Face and llm.c layouts (nn/gpt2_weights.h).
+void run_layout(const ConvertArgs& a, bool round_given) {
+  nn::Gpt2Layout layout;
+  std::optional<DType> dtype;
+  try {
+    layout = nn::parse_gpt2_layout(a.layout);
+    if (!a.to.empty()) {
+      const DType d = parse_dtype(a.to);
+      if (d != DType::fp32 && d != DType::bf16 && d != DType::fp16) {
+        throw std::invalid_argument("with --layout, --to is the storage dtype: fp32, bf16 or fp16");
+      }
+      dtype = d;
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (a.block_given || a.saturate || round_given) {
+    throw UsageError(
+        "--layout converts GPT-2 weights; --block, --saturate and --round do not apply");
+  }
+  if (a.heads < 0) throw UsageError("--heads must be positive");
+  const nn::Gpt2Layout from = nn::detect_gpt2_layout(a.input);
+  const nn::Gpt2Weights w = nn::read_gpt2_weights(a.input, a.heads);
+  nn::write_gpt2_weights(w, a.output, layout, dtype);
+  const nn::GptConfig& c = w.config;
+  if (a.json) {
+    print_json({{"input", a.input},
+                {"output", a.output},
+                {"from_layout", std::string(nn::to_string(from))},
+                {"layout", std::string(nn::to_string(layout))},
+                {"dtype", dtype ? std::string(name(*dtype)) : std::string("kept")},
+                {"vocab", c.vocab},
+                {"context", c.context},
+                {"width", c.width},
+                {"layers", c.layers},
+                {"heads", c.heads},
+                {"tensors", w.tensors.tensors.size()}});
+    return;
+  }
+  std::cout << "read " << a.input << " (" << nn::to_string(from) << " layout): GPT-2 vocab "
+            << c.vocab << ", context " << c.context << ", width " << c.width << ", layers "
+            << c.layers << ", heads " << c.heads << "\nwrote " << a.output << " ("
+            << nn::to_string(layout) << " layout, "
+            << (dtype ? std::string(name(*dtype)) : std::string("dtypes kept")) << ")\n";
 }
 
 void run(const ConvertArgs& a) {
@@ -106,9 +154,15 @@ RegisterCommand reg(20, [](CLI::App& app) {
   sub->add_option("input", a->input, "the .safetensors file to read")->required();
   sub->add_option("-o,--output", a->output, "the .safetensors file to write (atomically)")
       ->required();
-  sub->add_option("--to", a->to, "target format: " + convert_target_names())->required();
-  sub->add_option("--round", a->round,
-                  "nearest-even (default), toward-zero, stochastic, nearest-away");
+  sub->add_option("--to", a->to,
+                  "target format: " + convert_target_names() +
+                      " (required, except with --layout, where it is the storage dtype)");
+  auto* round = sub->add_option("--round", a->round,
+                                "nearest-even (default), toward-zero, stochastic, nearest-away");
+  sub->add_option("--layout", a->layout,
+                  "GPT-2 weights: write this layout (hf, llmc, mixp) from any of them");
+  sub->add_option("--heads", a->heads,
+                  "--layout: attention heads of a Hugging Face file (default width / 64)");
   sub->add_option("--seed", a->seed, "seed for --round stochastic (default 0)");
   sub->add_flag("--saturate", a->saturate,
                 "clamp overflow to the largest finite value instead of inf/NaN");
@@ -133,9 +187,19 @@ RegisterCommand reg(20, [](CLI::App& app) {
       "  mixp convert model.safetensors -o model-mxfp4.safetensors --to mxfp4 --block 32\n"
       "  mixp convert model.safetensors -o model-nf4.safetensors --to nf4 --json\n"
       "  mixp convert model.safetensors -o model-sr.safetensors --to bf16 --round stochastic "
-      "--seed 1\n");
-  sub->callback([a, block] {
+      "--seed 1\n\n"
+      "GPT-2 weights (--layout; docs/io.md): the input is read in any of the layouts mixp (a\n"
+      "gpt2 model's state), hf (Hugging Face GPT-2 safetensors, Conv1D [in, out] weights, "
+      "optional\n"
+      "`transformer.` prefix) or llmc (llm.c's model .bin, version 3 fp32 / 5 bf16), detected "
+      "from\n"
+      "the file, and written in the one named; --to fp32|bf16|fp16 picks the storage dtype.\n"
+      "  mixp convert gpt2_124M.bin -o gpt2.safetensors --layout hf\n"
+      "  mixp convert model.safetensors -o gpt2_124M_bf16.bin --layout llmc --to bf16\n");
+  sub->callback([a, block, round] {
     a->block_given = block->count() > 0;
+    if (!a->layout.empty()) return run_layout(*a, round->count() > 0);
+    if (a->to.empty()) throw UsageError("--to is required (the target format)");
     run(*a);
   });
 });

@@ -174,6 +174,7 @@ void run(Flags& f) {
   // In a data-parallel run only rank 0 logs and reports (the ranks' results are the same).
   const bool rank0 = dist::world().rank() == 0;
   if (!rank0) c.log_path.clear();
+  set("--init-from", c.init_from, f.c.init_from);  // a resumed run loads the checkpoint instead
 
   std::unique_ptr<train::Trainer> trainer;
   try {
@@ -212,11 +213,11 @@ RegisterCommand reg(30, [](CLI::App& app) {
       app.add_subcommand("train", "train a built-in model (mlp, cnn, gpt) in a given precision");
   f->sub = sub;
   train::TrainConfig& c = f->c;
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt");
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium");
   sub->add_option(
       "--data", c.data,
-      "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt a "
-      "text file or folder (default /usr/share/games/fortunes)");
+      "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt/gpt2 a "
+      "text file or folder (default /usr/share/games/fortunes) or an llm.c .bin token file");
   sub->add_option("--precision", c.precision,
                   "precision recipe: " + join(train::recipe_names()) +
                       " (default fp32), optionally refined by a policy string, e.g. "
@@ -276,6 +277,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "continue from a checkpoint: its configuration is used; the flags given override it, "
       "except those that must match it (model and shape, data set, precision, optimizer, batch, "
       "grad-accum, seed, loss-scale-init), which are refused when they differ (docs/train.md)");
+  sub->add_option("--init-from", c.init_from,
+                  "gpt2/gpt2-medium: start from GPT-2 weights (llm.c .bin, Hugging Face or mixp "
+                  ".safetensors)");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   const char* dp = "Data parallelism (under mpirun; docs/distributed.md)";
@@ -309,7 +313,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model cnn --epochs 2 --precision int8-qat --save qat --json\n"
       "  mixp train --resume ckpt --steps 1000\n"
       "  mpirun -np 2 mixp train --model gpt --steps 300 --batch 8 --precision bf16 "
-      "--grad-comm bf16\n");
+      "--grad-comm bf16\n"
+      "  mixp train --model gpt2 --data tokens_train.bin --context 256 --batch 8 --precision bf16\n"
+      "  mixp train --model gpt2 --init-from gpt2_124M.bin --data tokens_train.bin --context 64\n");
   sub->callback([f] { run(*f); });
 });
 

@@ -12,6 +12,14 @@
 // the parameter shapes are identical.) Draw order: tok_emb, pos_emb, blocks.0 (attn.qkv,
 // attn.proj, mlp.fc, mlp.proj), blocks.1, ..., head.
 //
+// GPT-2 proper (models "gpt2", "gpt2-medium"; nn/models.h) sets `tied_head`: the LM head has no
+// weight of its own but multiplies by the token embedding's (GPT-2's wte / lm_head tying, one
+// parameter listed once as tok_emb.weight), so the head draws nothing from the generator. With
+// `padded_vocab` > vocab the embedding has padded_vocab rows (llm.c pads 50257 to 50304 so the
+// head's GEMM has a multiple of 64 columns); rows vocab.. start at zero, and forward() returns
+// only the first `vocab` logits, so the padding never enters the loss (llm.c's softmax also stops
+// at vocab).
+//
 // Gradient checkpointing: with `checkpointing`, each block runs under autograd checkpoint(), so
 // backward recomputes its activations instead of keeping them (only block inputs are stored).
 #pragma once
@@ -30,6 +38,8 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t mlp_width = 1024;
   bool checkpointing = false;
+  bool tied_head = false;    // the head multiplies by tok_emb.weight (GPT-2)
+  int64_t padded_vocab = 0;  // rows of tok_emb; 0 = vocab (must be >= vocab)
 };
 
 class Gpt : public Module {
@@ -40,6 +50,8 @@ class Gpt : public Module {
   const GptConfig& config() const { return cfg_; }
   void set_checkpointing(bool on) { cfg_.checkpointing = on; }
   TransformerBlock& block(size_t i) { return *blocks_.at(i); }
+  // Rows of the token embedding (padded_vocab, or vocab when there is no padding).
+  int64_t embedding_rows() const { return cfg_.padded_vocab > 0 ? cfg_.padded_vocab : cfg_.vocab; }
 
  protected:
   std::string describe() const override;

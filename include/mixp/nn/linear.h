@@ -25,6 +25,10 @@ struct LinearOptions {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, const LinearOptions& opt = {});
+  // A layer whose weight [out, in] is `shared_weight` itself, another module's parameter (weight
+  // tying: GPT-2's LM head uses the token embedding). Nothing is drawn; opt.bias adds a zero bias;
+  // opt.init_std is ignored. named_parameters() lists the shared tensor once, under its first name.
+  Linear(const Tensor& shared_weight, const LinearOptions& opt);
   Tensor forward(const Tensor& x) override;
   // What forward() computes without a forward implementation installed.
   Tensor forward_default(const Tensor& x);

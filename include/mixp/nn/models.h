@@ -11,6 +11,12 @@
 //   gpt  int32/int64 token ids [B, T] -> logits [B, T, vocab]   (nn/gpt.h)
 //        width 256, layers 4, heads 4, context 128, mlp_width 1024, vocab 256 (every byte; the
 //        Trainer passes the corpus's vocabulary)
+//   gpt2, gpt2-medium  GPT-2 (Radford et al. 2019) at its real sizes, the same Gpt class with a
+//        tied head and the vocabulary padded to a multiple of 64 (nn/gpt.h): gpt2 width 768,
+//        layers 12, heads 12 (124M parameters at vocab 50257); gpt2-medium width 1024, layers 24,
+//        heads 16 (350M); both context 1024 (the most; smaller is allowed), mlp_width 4 x width,
+//        vocab 50257 (the Trainer passes the data's: a token file's 50257 or a text corpus's
+//        bytes). Any field may be set smaller for tests (`--layers 2 --width 64 --heads 2`).
 // ModelConfig fields equal to 0 take the model's default; a field the model does not use must be
 // 0 (else std::invalid_argument says which). Init is PyTorch's default for mlp and cnn and GPT-2's
 // for gpt, all drawn from Generator(seed): the same config gives bit-identical parameters.
@@ -22,8 +28,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "mixp/nn/gpt.h"
 #include "mixp/nn/module.h"
 
 namespace mixp::nn {
@@ -35,11 +43,21 @@ struct ModelConfig {
   bool checkpointing = false;  // gpt only: checkpoint() each block
 };
 
-// {"cnn", "gpt", "mlp"}
+// {"cnn", "gpt", "gpt2", "gpt2-medium", "mlp"}
 std::vector<std::string> model_names();
 // Throws std::invalid_argument for an unknown name (listing the known ones) or a bad shape.
 std::shared_ptr<Module> make_model(const ModelConfig& cfg);
 // cfg with every 0 replaced by the model's default (fields the model does not use stay 0).
 ModelConfig resolve_model_config(const ModelConfig& cfg);
+
+// GPT-2's vocabulary (the BPE tokens of llm.c's .bin files) and llm.c's padding multiple.
+inline constexpr int64_t kGpt2Vocab = 50257;
+inline constexpr int64_t kVocabPadding = 64;
+// "gpt2" or "gpt2-medium".
+bool is_gpt2_model(std::string_view name);
+// vocab rounded up to a multiple of kVocabPadding (50257 -> 50304).
+int64_t padded_vocab_size(int64_t vocab);
+// The Gpt configuration of a "gpt", "gpt2" or "gpt2-medium" ModelConfig (defaults resolved).
+GptConfig gpt_config_of(const ModelConfig& cfg);
 
 }  // namespace mixp::nn

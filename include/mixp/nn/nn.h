@@ -9,6 +9,7 @@
 #include "mixp/nn/embedding.h"
 #include "mixp/nn/flatten.h"
 #include "mixp/nn/gpt.h"
+#include "mixp/nn/gpt2_weights.h"
 #include "mixp/nn/gpt_mlp.h"
 #include "mixp/nn/init.h"
 #include "mixp/nn/layer_norm.h"

@@ -53,10 +53,10 @@ struct TrainConfig {
   // fp16-o2 fp16-pure auto, or a policy string "bf16:params=fp32,compute=bf16,output=fp32".
   // The Trainer replaces `auto` by the recipe it picked.
   std::string precision = "fp32";
-  std::string layer_precision;             // per-layer rules, "embed=fp32,attn=bf16,head=fp32"
-  std::optional<double> loss_scale_init;   // dynamic loss scaling (fp16 recipes) only
-  std::optional<int64_t> growth_interval;  // dynamic loss scaling (fp16 recipes) only
-  std::optional<int64_t> qat_freeze_bn_epoch;         // int8-qat only (recipe.h)
+  std::string layer_precision;                 // per-layer rules, "embed=fp32,attn=bf16,head=fp32"
+  std::optional<double> loss_scale_init;       // dynamic loss scaling (fp16 recipes) only
+  std::optional<int64_t> growth_interval;      // dynamic loss scaling (fp16 recipes) only
+  std::optional<int64_t> qat_freeze_bn_epoch;  // int8-qat only (recipe.h)
   std::optional<int64_t> qat_disable_observer_epoch;  // int8-qat only
 
   // Length: exactly one of epochs and steps may be set; neither = 1 epoch. Both count the whole
@@ -82,7 +82,10 @@ struct TrainConfig {
   std::string save_dir;    // write a checkpoint here at the end ("" = none)
   int64_t save_every = 0;  // also every N optimizer steps (0 = only at the end)
   std::string resume_dir;  // continue from this checkpoint ("" = start fresh)
-  std::string log_path;    // JSON Lines, one line per optimizer step ("" = none)
+  // gpt2 / gpt2-medium: start from these GPT-2 weights (an llm.c model .bin, a Hugging Face or mixp
+  // safetensors file; nn/gpt2_weights.h) instead of a random init. Ignored when resuming.
+  std::string init_from;
+  std::string log_path;  // JSON Lines, one line per optimizer step ("" = none)
 
   // Data parallelism, when started by mpirun (docs/distributed.md); a single process ignores
   // them. `batch` stays per rank: the global batch is batch x ranks.

@@ -1,0 +1,62 @@
+// `mixp plan`: the peak memory of a training configuration, split into what holds it, and its
+// step time, before running it (issue 15).
+//
+// How (docs/plan.md): the persistent part is counted from the model's parameters and the
+// recipe's formats (study/step_counts.h step_precision): parameters, gradients, master weights,
+// optimizer states, and the weight copies cast to the compute format once per step. The part that
+// scales with the batch (activations, logits, workspaces) is measured, not guessed: the plan
+// trains two probes of the same configuration with 1 and 2 transformer blocks for two steps each
+// (the second step has the optimizer states) and takes each probe's peak tensor memory and median
+// step time; a block adds the same bytes and time wherever it sits, so the full model's peak and
+// step time are probe1 + (layers - 1) x (probe2 - probe1). Models without blocks (mlp, cnn) are
+// their own probe. The probes cost about 2/layers of one real step each, plus initialization.
+//
+// ZeRO (DeepSpeed's stages over `ranks` data-parallel processes): stage 1 divides the optimizer
+// states (and master weights) by ranks, stage 2 the gradients too, stage 3 the parameters too;
+// ranks > 1 adds an all-reduce bucket of 25 MiB (PyTorch DDP's default bucket_cap_mb) for the
+// gradients. mixp itself trains on one process: for ranks > 1 the plan is a projection.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixp/train/train_config.h"
+
+namespace mixp::study {
+
+struct PlanOptions {
+  int zero_stage = 0;  // 0..3
+  int ranks = 1;       // data-parallel processes (>= 1)
+};
+
+struct MemoryPlan {
+  std::string model, precision;
+  int64_t parameters = 0;          // trainable values of the full model
+  int64_t layers = 0;              // transformer blocks (0 for mlp, cnn)
+  int64_t batch = 0, context = 0;  // per micro-batch; context 0 for image models
+  bool checkpointing = false;
+  // Bytes per device.
+  int64_t param_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t master_bytes = 0;      // fp32 master weights when the parameters are narrower
+  int64_t state_bytes = 0;       // optimizer states (Adam m and v, SGD momentum)
+  int64_t cast_copy_bytes = 0;   // weights cast to the compute format once per step
+  int64_t comm_bytes = 0;        // all-reduce buffer (ranks > 1)
+  int64_t activation_bytes = 0;  // the measured rest: activations, logits, workspaces
+  int64_t peak_bytes = 0;        // the sum: the planned peak tensor memory
+  double step_ms = 0;            // planned median step time on this machine
+  double step_flops = 0;         // 6 x parameters x tokens + attention, per optimizer step
+  int zero_stage = 0, ranks = 1;
+  // The probes measured: {layers, peak tensor bytes, ms per step}.
+  struct Probe {
+    int64_t layers = 0, peak_bytes = 0, params = 0;
+    double ms = 0;
+  };
+  std::vector<Probe> probes;
+};
+
+// Plans `config` (as `mixp train` would run it: model, data, batch, precision, checkpointing,
+// optimizer, grad-accum, threads). Throws train::ConfigError for a bad configuration or options.
+MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& options = {});
+
+}  // namespace mixp::study

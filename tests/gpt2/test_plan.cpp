@@ -1,0 +1,104 @@
+// The memory planner (study/memory_plan.h, `mixp plan`): the plan of a 4-block gpt2, made from
+// 1- and 2-block probes, against the peak and step of the real run; the breakdown per recipe;
+// ZeRO sharding; bad options.
+#include <gtest/gtest.h>
+
+#include "common/cli_runner.h"
+#include "mixp/study/memory_plan.h"
+#include "mixp/train/trainer.h"
+
+namespace mixp::test {
+namespace {
+
+train::TrainConfig tiny(const std::string& precision, bool ckpt = false) {
+  train::TrainConfig c;
+  c.model = {.name = "gpt2", .width = 64, .layers = 4, .heads = 2, .context = 32};
+  c.model.checkpointing = ckpt;
+  c.data = train::kSyntheticData;
+  c.batch = 4;
+  c.precision = precision;
+  c.threads = 1;
+  c.steps = 2;
+  c.evaluate = false;
+  return c;
+}
+
+int64_t measured_peak(const train::TrainConfig& c) {
+  train::Trainer t(c);
+  return t.fit().peak_memory_bytes;
+}
+
+TEST(MemoryPlan, MatchesTheMeasuredPeakWithin10Percent) {
+  for (const auto& [recipe, ckpt] : {std::pair{"fp32", false}, std::pair{"bf16", false},
+                                     std::pair{"bf16-pure", false}, std::pair{"bf16", true}}) {
+    const train::TrainConfig c = tiny(recipe, ckpt);
+    const study::MemoryPlan p = study::plan_memory(c);
+    const int64_t real = measured_peak(c);
+    EXPECT_NEAR(double(p.peak_bytes), double(real), 0.1 * double(real))
+        << recipe << (ckpt ? " + checkpointing" : "");
+    ASSERT_EQ(p.probes.size(), 2u);
+    EXPECT_EQ(p.probes[0].layers, 1);
+    EXPECT_EQ(p.probes[1].layers, 2);
+    EXPECT_GT(p.step_ms, 0);
+  }
+}
+
+TEST(MemoryPlan, BreakdownFollowsTheRecipesFormats) {
+  const study::MemoryPlan fp32 = study::plan_memory(tiny("fp32"));
+  // The parameters of the full model, counted like the model does (the tied head once).
+  train::Trainer t(tiny("fp32"));
+  const int64_t P = t.fit().parameters;
+  EXPECT_EQ(fp32.parameters, P);
+  EXPECT_EQ(fp32.param_bytes, 4 * P);
+  EXPECT_EQ(fp32.grad_bytes, 4 * P);
+  EXPECT_EQ(fp32.master_bytes, 0);
+  EXPECT_EQ(fp32.state_bytes, 8 * P);
+  EXPECT_EQ(fp32.cast_copy_bytes, 0);
+  const study::MemoryPlan bf16 = study::plan_memory(tiny("bf16"));
+  EXPECT_EQ(bf16.param_bytes, 4 * P);
+  EXPECT_GT(bf16.cast_copy_bytes, 0);  // autocast's bf16 copies of the GEMM weights
+  const study::MemoryPlan pure = study::plan_memory(tiny("bf16-pure"));
+  EXPECT_EQ(pure.param_bytes, 2 * P);
+  EXPECT_EQ(pure.state_bytes, 4 * P);
+  EXPECT_EQ(pure.master_bytes, 0);
+  EXPECT_GT(fp32.step_flops, 6.0 * double(P) * 4 * 32);
+}
+
+TEST(MemoryPlan, ZeroStagesShardOverRanks) {
+  const study::MemoryPlan one = study::plan_memory(tiny("fp32"));
+  const study::MemoryPlan z2 = study::plan_memory(tiny("fp32"), {.zero_stage = 2, .ranks = 4});
+  EXPECT_EQ(z2.state_bytes, (one.state_bytes + 3) / 4);
+  EXPECT_EQ(z2.grad_bytes, (one.grad_bytes + 3) / 4);
+  EXPECT_EQ(z2.param_bytes, one.param_bytes);
+  EXPECT_GT(z2.comm_bytes, 0);
+  const study::MemoryPlan z3 = study::plan_memory(tiny("fp32"), {.zero_stage = 3, .ranks = 4});
+  EXPECT_EQ(z3.param_bytes, (one.param_bytes + 3) / 4);
+  EXPECT_THROW(study::plan_memory(tiny("fp32"), {.zero_stage = 4}), train::ConfigError);
+  EXPECT_THROW(study::plan_memory(tiny("fp32"), {.ranks = 0}), train::ConfigError);
+}
+
+TEST(MemoryPlan, Cli) {
+  const auto r = run_cli(
+      "plan --model gpt2 --layers 3 --width 64 --heads 2 --context 32 --batch 4 --data synthetic "
+      "--threads 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = r.json();
+  for (const char* k :
+       {"param_bytes", "grad_bytes", "master_bytes", "state_bytes", "cast_copy_bytes", "comm_bytes",
+        "activation_bytes", "peak_bytes", "step_ms", "probes"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  const auto text = run_cli(
+      "plan --model gpt2 --layers 2 --width 64 --heads 2 --context 32 --batch 4 --data synthetic "
+      "--threads 1 --precision bf16 --zero-stage 1 --ranks 2");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("optimizer states"), std::string::npos);
+  EXPECT_NE(text.out.find("ZeRO stage 1 over 2 ranks"), std::string::npos);
+  const auto bad = run_cli("plan --model gpt2 --data synthetic --zero-stage 7");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--zero-stage must be 0, 1, 2 or 3"), std::string::npos) << bad.err;
+  EXPECT_EQ(run_cli("plan --help").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace mixp::test

@@ -1,0 +1,119 @@
+// llm.c token files (data/token_file.h): the header, the memory-mapped tokens, the split (a
+// NAME_val.bin beside NAME_train.bin, else the last 10%), sampling, and the errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/temp_dir.h"
+#include "mixp/data/error.h"
+#include "mixp/data/random.h"
+#include "mixp/data/token_file.h"
+
+namespace mixp::test {
+namespace {
+
+std::vector<uint16_t> ramp(size_t n, uint16_t start = 0) {
+  std::vector<uint16_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint16_t((start + i * 7) % 50257);
+  return v;
+}
+
+std::string error_of(const std::filesystem::path& p) {
+  try {
+    data::TokenCorpus::load(p);
+  } catch (const data::DataError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TokenFile, HeaderIsLlmcs) {
+  TempDir dir;
+  data::write_token_file(dir / "t.bin", ramp(10));
+  const auto b = read_bytes(dir / "t.bin");
+  ASSERT_EQ(b.size(), 1024u + 20u);
+  int32_t h[3];
+  std::memcpy(h, b.data(), sizeof h);
+  EXPECT_EQ(h[0], 20240520);
+  EXPECT_EQ(h[1], 1);
+  EXPECT_EQ(h[2], 10);
+  uint16_t t3;
+  std::memcpy(&t3, b.data() + 1024 + 6, 2);
+  EXPECT_EQ(t3, 21);
+  EXPECT_TRUE(data::is_token_file(dir / "t.bin"));
+  write_text(dir / "x.txt", "hello");
+  EXPECT_FALSE(data::is_token_file(dir / "x.txt"));
+}
+
+TEST(TokenFile, SplitsAndSamplesLikeTheTextCorpus) {
+  TempDir dir;
+  const auto tokens = ramp(1000);
+  data::write_token_file(dir / "t.bin", tokens);
+  const auto c = data::TokenCorpus::load(dir / "t.bin");
+  EXPECT_EQ(c.vocab_size(), 50257);
+  EXPECT_EQ(c.size(), 1000);
+  EXPECT_EQ(c.train_tokens().size(), 900u);
+  EXPECT_EQ(c.val_tokens()[0], tokens[900]);
+  std::vector<int32_t> x(4 * 16), y(4 * 16);
+  std::mt19937_64 rng(data::derive_seed(3, 0));
+  c.sample_batch(rng, 4, 16, x, y);
+  for (size_t i = 0; i < x.size(); ++i) {
+    // Each window is consecutive tokens; targets are the next token.
+    const auto pos =
+        size_t(std::find(tokens.begin(), tokens.end(), uint16_t(x[i])) - tokens.begin());
+    EXPECT_EQ(y[i], tokens[pos + 1]);
+  }
+  EXPECT_EQ(c.num_val_windows(16), (100 - 1) / 16);
+  const int64_t rows = c.val_batch(0, 4, 16, x, y);
+  EXPECT_EQ(rows, 4);
+  EXPECT_EQ(x[0], tokens[900]);
+  EXPECT_EQ(y[15], tokens[916]);
+}
+
+TEST(TokenFile, ValidationFileBesideTheTrainingFile) {
+  TempDir dir;
+  data::write_token_file(dir / "shakespeare_train.bin", ramp(500));
+  data::write_token_file(dir / "shakespeare_val.bin", ramp(200, 3));
+  const auto c = data::TokenCorpus::load(dir / "shakespeare_train.bin");
+  EXPECT_EQ(c.train_tokens().size(), 500u);
+  EXPECT_EQ(c.val_tokens().size(), 200u);
+  EXPECT_EQ(c.val_tokens()[0], 3);
+  EXPECT_NE(c.source().find("shakespeare_val.bin"), std::string::npos);
+}
+
+TEST(TokenFile, ErrorsSayWhatIsWrong) {
+  TempDir dir;
+  EXPECT_NE(error_of(dir / "none.bin").find("cannot be opened"), std::string::npos);
+  write_text(dir / "short.bin", "abc");
+  EXPECT_NE(error_of(dir / "short.bin").find("less than llm.c's 1024-byte header"),
+            std::string::npos);
+  data::write_token_file(dir / "t.bin", ramp(50));
+  auto b = read_bytes(dir / "t.bin");
+  auto bad = b;
+  bad[0] = 1;
+  write_bytes(dir / "magic.bin", bad);
+  EXPECT_NE(error_of(dir / "magic.bin").find("is not an llm.c token file"), std::string::npos);
+  bad = b;
+  bad[4] = 2;
+  write_bytes(dir / "v2.bin", bad);
+  EXPECT_NE(error_of(dir / "v2.bin").find("version 2"), std::string::npos);
+  bad = b;
+  bad.resize(bad.size() - 2);
+  write_bytes(dir / "cut.bin", bad);
+  EXPECT_NE(error_of(dir / "cut.bin").find("truncated"), std::string::npos);
+  std::vector<uint16_t> big = ramp(50);
+  big[17] = 60000;
+  data::write_token_file(dir / "big.bin", big);
+  EXPECT_NE(error_of(dir / "big.bin").find("token 60000 at position 17"), std::string::npos);
+  data::write_token_file(dir / "tiny.bin", ramp(20));
+  const auto c = data::TokenCorpus::load(dir / "tiny.bin");
+  try {
+    c.require_context(32);
+    ADD_FAILURE() << "no error";
+  } catch (const data::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("too short for context 32"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mixp::test
