@@ -10,6 +10,7 @@
 #include "mixp/amp/policy.h"
 #include "mixp/nn/models.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/inspect_callback.h"
 #include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 #include "train_progress.h"
@@ -32,6 +33,10 @@ struct Flags {
   int64_t growth_interval = 0;
   int64_t qat_freeze_bn_epoch = 0, qat_disable_observer_epoch = 0;
   bool json = false;
+  // Looking inside the run (docs/inspect.md); not part of the TrainConfig (not saved, not resumed).
+  std::string inspect;
+  bool detect_anomaly = false, profile = false;
+  std::string profile_trace;
   CLI::App* sub = nullptr;
   bool given(const char* name) const { return sub->count(name) > 0; }
 };
@@ -166,6 +171,16 @@ void run(Flags& f) {
   c.resume_dir = f.c.resume_dir;
   c.log_path = f.c.log_path;
 
+  train::InspectOptions look;
+  try {
+    if (f.given("--inspect")) look.inspect = inspect::parse_inspect_spec(f.inspect);
+  } catch (const inspect::InspectError& e) {
+    throw UsageError(e.what());
+  }
+  look.detect_anomaly = f.detect_anomaly;
+  look.profile = f.profile;
+  look.profile_trace = f.profile_trace;
+
   std::unique_ptr<train::Trainer> trainer;
   try {
     trainer = std::make_unique<train::Trainer>(c);
@@ -182,6 +197,15 @@ void run(Flags& f) {
     // Created fresh: a resumed run logs its own steps to the file it names.
     trainer->add_callback(std::make_shared<train::JsonlLogCallback>(rc.log_path));
   }
+  std::shared_ptr<train::InspectCallback> inspector;
+  if (look.inspect || look.detect_anomaly || look.profile || !f.profile_trace.empty()) {
+    try {
+      inspector = std::make_shared<train::InspectCallback>(*trainer, look);
+    } catch (const inspect::InspectError& e) {
+      throw UsageError(e.what());
+    }
+    trainer->add_callback(inspector);
+  }
   train::TrainResult r;
   try {
     r = trainer->fit();
@@ -194,6 +218,8 @@ void run(Flags& f) {
   } else {
     print_summary(r, rc);
   }
+  // With --json the statistics and profile go to stderr, so that stdout stays one JSON object.
+  if (inspector) (f.json ? std::cerr : std::cout) << inspector->summary();
 }
 
 RegisterCommand reg(30, [](CLI::App& app) {
@@ -268,6 +294,20 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "grad-accum, seed, loss-scale-init), which are refused when they differ (docs/train.md)");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
+  sub->add_option("--inspect", f->inspect,
+                  "tensor statistics per module and role at chosen steps, as JSON Lines: "
+                  "every=N,start=S,end=E,modules=P+Q,roles=activation+activation-grad+weight+"
+                  "weight-grad+optimizer-state,formats=fp16+bf16+fp8_e4m3+fp8_e5m2+mxfp8+int8,"
+                  "out=inspect.jsonl,dump=DIR (all optional; docs/inspect.md)");
+  sub->add_flag("--detect-anomaly", f->detect_anomaly,
+                "stop at the first kernel that writes a NaN or inf and name its op, module, "
+                "forward/backward and step (slower: every kernel output is scanned)");
+  sub->add_flag("--profile", f->profile,
+                "time, calls, FLOPs and bytes per op, dtype and phase; prints a table (casts "
+                "included)");
+  sub->add_option("--profile-trace", f->profile_trace,
+                  "also write the profile as a Chrome trace JSON (chrome://tracing, Perfetto); "
+                  "implies --profile");
   sub->footer(
       "Examples:\n"
       "  mixp train --model mlp --epochs 2\n"
@@ -278,7 +318,10 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model gpt --precision bf16-pure --layer-precision embed=fp32,head=fp32\n"
       "  mixp train --model gpt --precision 'bf16:params=fp32,compute=bf16,output=fp32'\n"
       "  mixp train --model cnn --epochs 2 --precision int8-qat --save qat --json\n"
-      "  mixp train --resume ckpt --steps 1000\n");
+      "  mixp train --resume ckpt --steps 1000\n"
+      "  mixp train --model gpt --steps 300 --inspect every=100,out=stats.jsonl\n"
+      "  mixp train --model mlp --precision fp16 --detect-anomaly\n"
+      "  mixp train --model gpt --steps 20 --precision bf16 --profile --profile-trace t.json\n");
   sub->callback([f] { run(*f); });
 });
 

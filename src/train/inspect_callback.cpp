@@ -1,0 +1,117 @@
+// InspectCallback (inspect_callback.h): the Trainer's stages drive the inspect tools.
+#include "mixp/train/inspect_callback.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "mixp/optim/optimizer.h"
+#include "mixp/train/recipe.h"
+#include "mixp/train/trainer.h"
+
+namespace mixp::train {
+namespace {
+double wall_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+InspectCallback::InspectCallback(Trainer& trainer, InspectOptions options)
+    : trainer_(trainer), o_(std::move(options)) {
+  if (!o_.profile_trace.empty()) o_.profile = true;
+  const inspect::ModuleTracker* tracker = nullptr;
+  if (o_.inspect) {
+    inspector_ = std::make_unique<inspect::TensorInspector>(*o_.inspect);
+    inspector_->attach(trainer_.model());
+    tracker = &inspector_->tracker();
+  }
+  if (o_.detect_anomaly) {
+    if (!tracker) {
+      tracker_ = std::make_unique<inspect::ModuleTracker>();
+      tracker_->attach(trainer_.model());
+      tracker = tracker_.get();
+    }
+    anomaly_ = std::make_unique<inspect::AnomalyDetector>(
+        tracker, [this](const inspect::AnomalyReport& r) {
+          const PrecisionRecipe& rec = trainer_.recipe();
+          if (rec.skips_nonfinite()) {
+            return fmt::format(
+                "without --detect-anomaly: precision {} scales the loss (scale {:g}), so the loss "
+                "scaler would have skipped step {} anyway and halved the scale; this is routine "
+                "unless it happens at every step (then the scale collapses)",
+                rec.name(), rec.loss_scale(), r.step);
+          }
+          return fmt::format(
+              "without --detect-anomaly: precision {} does not scale the loss, so the run would "
+              "have stopped at the end of step {} with a non-finite loss or gradient",
+              rec.name(), r.step);
+        });
+  }
+  if (o_.profile) profiler_ = std::make_unique<inspect::Profiler>();
+}
+
+InspectCallback::~InspectCallback() = default;
+
+void InspectCallback::begin_step(int64_t step) {
+  set_kernel_phase(KernelPhase::forward);
+  if (inspector_) inspector_->begin_step(step, trainer_.recipe().loss_scale());
+  if (tracker_) tracker_->clear_nodes();
+  if (anomaly_) anomaly_->set_step(step);
+}
+
+void InspectCallback::on_train_begin(int64_t first_step, int64_t) {
+  if (anomaly_) anomaly_->install();
+  if (profiler_) {
+    profiler_->install();
+    profiling_ = true;
+  }
+  t0_ms_ = wall_ms();
+  begin_step(first_step);
+}
+
+void InspectCallback::on_gradients_ready(StepContext& ctx) {
+  if (inspector_) inspector_->record_gradients(ctx.optimizer, ctx.loss_scale);
+  set_kernel_phase(KernelPhase::optimizer);
+}
+
+void InspectCallback::on_step_end(const StepInfo& info) {
+  if (inspector_) inspector_->record_parameters(trainer_.optimizer());
+  begin_step(info.step + 1);
+}
+
+void InspectCallback::stop_profiler() {
+  if (profiling_) {
+    wall_ms_ = wall_ms() - t0_ms_;
+    profiler_->uninstall();
+    profiling_ = false;
+  }
+}
+
+void InspectCallback::on_evaluate_begin() {
+  stop_profiler();
+  if (inspector_) inspector_->end_steps();
+  set_kernel_phase(KernelPhase::other);
+}
+
+void InspectCallback::on_train_end() {
+  stop_profiler();
+  if (anomaly_) anomaly_->uninstall();
+  if (inspector_) inspector_->end_steps();
+  set_kernel_phase(KernelPhase::forward);
+  if (profiler_ && !o_.profile_trace.empty()) profiler_->write_trace(o_.profile_trace);
+}
+
+std::string InspectCallback::summary() const {
+  std::string s;
+  if (inspector_) s += inspector_->summary();
+  if (profiler_) {
+    s += fmt::format("profile of the training steps (kernels by op, dtype and phase):\n{}",
+                     profiler_->table(wall_ms_));
+    if (!o_.profile_trace.empty()) s += "chrome trace: " + o_.profile_trace.string() + "\n";
+  }
+  return s;
+}
+
+}  // namespace mixp::train
