@@ -59,28 +59,56 @@ void Profiler::before(const KernelCall&) {
   start_ = Clock::now();
 }
 
-void Profiler::after(const KernelCall& c) {
-  const Clock::time_point end = Clock::now();
-  const std::string op = *c.variant ? fmt::format("{}:{}", c.kernel, c.variant) : c.kernel;
-  const auto key = std::make_tuple(op, dtype_of(c), int(kernel_phase()));
+ProfileRow& Profiler::row(const std::string& op, const std::string& dtype, KernelPhase phase,
+                          uint32_t* index) {
+  const auto key = std::make_tuple(op, dtype, int(phase));
   auto it = index_.find(key);
   if (it == index_.end()) {
     it = index_.emplace(key, uint32_t(rows_.size())).first;
-    rows_.push_back(ProfileRow{std::get<0>(key), std::get<1>(key), kernel_phase()});
+    rows_.push_back(ProfileRow{op, dtype, phase});
   }
-  ProfileRow& r = rows_[it->second];
+  *index = it->second;
+  return rows_[it->second];
+}
+
+void Profiler::after(const KernelCall& c) {
+  const Clock::time_point end = Clock::now();
+  const std::string op = *c.variant ? fmt::format("{}:{}", c.kernel, c.variant) : c.kernel;
+  uint32_t index = 0;
+  ProfileRow& r = row(op, dtype_of(c), kernel_phase(), &index);
   const double ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count());
   ++r.calls;
   r.ns += ns;
   r.flops += c.flops;
   r.bytes += bytes_of(c);
   if (int64_t(events_.size()) < max_events_) {
-    events_.push_back({it->second,
-                       std::chrono::duration<double, std::micro>(start_ - origin_).count(),
-                       ns * 1e-3});
+    events_.push_back(
+        {index, std::chrono::duration<double, std::micro>(start_ - origin_).count(), ns * 1e-3});
   } else if (max_events_ > 0) {
     ++dropped_;
   }
+}
+
+void Profiler::add_span(const std::string& op, const std::string& dtype, KernelPhase phase,
+                        Clock::time_point start, double ns) {
+  if (!(ns > 0)) return;
+  uint32_t index = 0;
+  ProfileRow& r = row(op, dtype, phase, &index);
+  ++r.calls;
+  r.ns += ns;
+  if (int64_t(events_.size()) < max_events_) {
+    events_.push_back(
+        {index, std::chrono::duration<double, std::micro>(start - origin_).count(), ns * 1e-3});
+  } else if (max_events_ > 0) {
+    ++dropped_;
+  }
+}
+
+double Profiler::phase_ns(KernelPhase phase) const {
+  double t = 0;
+  for (const ProfileRow& r : rows_)
+    if (r.phase == phase) t += r.ns;
+  return t;
 }
 
 std::vector<ProfileRow> Profiler::rows() const {
@@ -117,14 +145,14 @@ std::string Profiler::table(double wall_ms, size_t top) const {
     phase[size_t(r.phase)] += r.ns;
     if (r.dtype.find("->") != std::string::npos) casts += r.ns;
   }
-  s += fmt::format("kernels {:.1f} ms:", total * 1e-6);
+  s += fmt::format("kernels and spans {:.1f} ms:", total * 1e-6);
   for (size_t p = 0; p < phase.size(); ++p) {
     if (phase[p] > 0)
       s += fmt::format(" {} {:.1f}%", to_string(KernelPhase(p)), 100 * phase[p] / total);
   }
   s += fmt::format("; casts {:.1f}%\n", total > 0 ? 100 * casts / total : 0.0);
   if (wall_ms > 0) {
-    s += fmt::format("wall {:.1f} ms: kernels {:.1f}%, outside kernels {:.1f}%\n", wall_ms,
+    s += fmt::format("wall {:.1f} ms: in the table {:.1f}%, outside it {:.1f}%\n", wall_ms,
                      100 * total * 1e-6 / wall_ms, 100 * (1 - total * 1e-6 / wall_ms));
   }
   return s;

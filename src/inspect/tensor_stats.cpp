@@ -14,7 +14,8 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/block_int8.h"
 #include "mixp/format/block_mx.h"
-#include "mixp/format/float_codec.h"
+#include "mixp/format/convert.h"
+#include "mixp/format/dtype.h"
 
 namespace mixp::inspect {
 namespace {
@@ -28,39 +29,60 @@ struct Counts {
   double sq_err = 0;
 };
 
-// An element-wise cast to `fmt`: value of x rounded with `overflow`, and whether it overflowed.
-struct Rounded {
-  double ieee;  // nearest-even, IEEE overflow (inf/NaN)
-  double sat;   // nearest-even, saturating
-};
-Rounded round_to(const FloatFormat& fmt, double x) {
-  const uint32_t a = encode_float(fmt, x, Round::nearest_even, Overflow::ieee, 0, nullptr);
-  const uint32_t b = encode_float(fmt, x, Round::nearest_even, Overflow::saturate, 0, nullptr);
-  return {decode_float(fmt, a), decode_float(fmt, b)};
+constexpr int64_t kChunk = 4096;
+
+// Rounds x (nearest-even, IEEE overflow) through the bulk converters (format/convert.h), which
+// are bit-identical to encode_float / decode_float, and back to fp32.
+void round_chunk(DType dt, std::span<const float> x, std::span<float> q) {
+  alignas(64) uint16_t bits[kChunk];
+  convert_f32_to(dt, x, bits, ConvertOptions{Round::nearest_even, Overflow::ieee});
+  convert_to_f32(dt, bits, q);
 }
 
-Counts float_counts(std::span<const float> x, const FloatFormat& fmt) {
-  const double min_normal = std::ldexp(1.0, 1 - fmt.bias);
+// Classifies x against its rounding q. A value that overflowed is counted at max finite for the
+// MSE (the saturating cast: encode_float with Overflow::saturate).
+struct Classify {
+  double min_normal, max_finite;
+  void operator()(float xf, float qf, int64_t& ov, int64_t& un, int64_t& sub, double& err) const {
+    const double v = xf, q = qf;
+    if (!std::isfinite(v)) return;
+    double sat = q;
+    if (!std::isfinite(q)) {
+      ++ov;
+      sat = std::copysign(max_finite, v);
+    } else if (q == 0) {
+      if (v != 0) ++un;
+    } else if (std::fabs(q) < min_normal) {
+      ++sub;
+    }
+    err += (sat - v) * (sat - v);
+  }
+};
+
+Counts float_counts(std::span<const float> x, DType dt) {
+  const Classify cls{traits(dt).min_normal, traits(dt).max_finite};
   int64_t ov = 0, un = 0, sub = 0;
   double err = 0;
   const int64_t n = int64_t(x.size());
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for reduction(+ : ov, un, sub, err) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = x[size_t(i)];
-    if (!std::isfinite(v)) continue;
-    const Rounded r = round_to(fmt, v);
-    if (!std::isfinite(r.ieee)) ++ov;
-    if (v != 0 && r.ieee == 0) ++un;
-    if (r.ieee != 0 && std::isfinite(r.ieee) && std::fabs(r.ieee) < min_normal) ++sub;
-    err += (r.sat - v) * (r.sat - v);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk, len = std::min(kChunk, n - b);
+    alignas(64) float q[kChunk];
+    const std::span<const float> xs = x.subspan(size_t(b), size_t(len));
+    round_chunk(dt, xs, std::span<float>(q, size_t(len)));
+    for (int64_t i = 0; i < len; ++i) cls(xs[size_t(i)], q[i], ov, un, sub, err);
   }
   return {ov, un, sub, err};
 }
 
+// MXFP8 (E4M3): per block of 32 along a row, the e8m0 scale X of block_mx.h; the element is the
+// scaled value x / X cast to E4M3 (saturating, as the spec prescribes: an element that would
+// round beyond 448 counts as overflow) and decodes to its value times X, rounded to fp32.
 Counts mx_counts(std::span<const float> x, int64_t row_len) {
   constexpr int kBlock = kMxDefaultBlock;
-  const double min_normal = std::ldexp(1.0, 1 - kFp8E4M3.bias);
-  const int64_t rows = row_len > 0 ? int64_t(x.size()) / row_len : 0;
+  const Classify cls{traits(DType::fp8_e4m3).min_normal, traits(DType::fp8_e4m3).max_finite};
+  const int64_t rows = int64_t(x.size()) / row_len;
   const int64_t blocks_per_row = (row_len + kBlock - 1) / kBlock;
   int64_t ov = 0, un = 0, sub = 0;
   double err = 0;
@@ -70,20 +92,25 @@ Counts mx_counts(std::span<const float> x, int64_t row_len) {
     const int64_t len = std::min<int64_t>(kBlock, row_len - c0);
     const std::span<const float> blk = x.subspan(size_t(r * row_len + c0), size_t(len));
     const e8m0 s = mx_shared_scale(blk, MxElement::fp8_e4m3);
-    if (s.bits == 0xFF) continue;  // a block with inf/NaN decodes to NaN: no finite element
-    const int shared = int(s.bits) - 127;
-    for (const float f : blk) {
-      const double v = f;
-      const double scaled = std::ldexp(v, -shared);
-      const uint32_t code = mx_encode_element(MxElement::fp8_e4m3, scaled, Round::nearest_even, 0);
-      const double e = mx_decode_element(MxElement::fp8_e4m3, code);
-      const double q = double(float(std::ldexp(e, shared)));  // decoded to fp32, as mx_dequantize
-      const double wide = decode_float(
-          kFp8E4M3, encode_float(kFp8E4M3, scaled, Round::nearest_even, Overflow::ieee, 0, nullptr));
-      if (!std::isfinite(wide)) ++ov;
-      if (v != 0 && e == 0) ++un;
-      if (e != 0 && std::fabs(e) < min_normal) ++sub;
-      err += (q - v) * (q - v);
+    if (s.bits == e8m0::kNaN) continue;  // inf/NaN in the block: it decodes to NaN
+    const int shared = int(s.bits) - e8m0::kBias;
+    float scaled[kBlock], q[kBlock];
+    for (int64_t i = 0; i < len; ++i) scaled[i] = float(std::ldexp(double(blk[size_t(i)]), -shared));
+    round_chunk(DType::fp8_e4m3, std::span<const float>(scaled, size_t(len)),
+                std::span<float>(q, size_t(len)));
+    for (int64_t i = 0; i < len; ++i) {
+      // Overflow and subnormal are judged on the element (the scaled value); flushing and the
+      // error on the block's values.
+      int64_t o = 0, u = 0, sb = 0;
+      double e_scaled = 0;
+      cls(scaled[i], q[i], o, u, sb, e_scaled);
+      ov += o;
+      sub += sb;
+      const double v = blk[size_t(i)];
+      const double qe = std::isfinite(q[i]) ? double(q[i]) : std::copysign(cls.max_finite, v);
+      const double back = double(float(std::ldexp(qe, shared)));
+      if (v != 0 && qe == 0) ++un;
+      err += (back - v) * (back - v);
     }
   }
   return {ov, un, sub, err};
@@ -166,10 +193,10 @@ TensorStats tensor_stats(std::span<const float> x, int64_t row_len,
   for (StatFormat f : formats) {
     Counts c;
     switch (f) {
-      case StatFormat::fp16: c = float_counts(x, kFp16); break;
-      case StatFormat::bf16: c = float_counts(x, kBf16); break;
-      case StatFormat::fp8_e4m3: c = float_counts(x, kFp8E4M3); break;
-      case StatFormat::fp8_e5m2: c = float_counts(x, kFp8E5M2); break;
+      case StatFormat::fp16: c = float_counts(x, DType::fp16); break;
+      case StatFormat::bf16: c = float_counts(x, DType::bf16); break;
+      case StatFormat::fp8_e4m3: c = float_counts(x, DType::fp8_e4m3); break;
+      case StatFormat::fp8_e5m2: c = float_counts(x, DType::fp8_e5m2); break;
       case StatFormat::mxfp8: c = mx_counts(x, std::max<int64_t>(row_len, 1)); break;
       case StatFormat::int8: c = int8_counts(x, amax); break;
     }

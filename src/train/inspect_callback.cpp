@@ -74,9 +74,21 @@ void InspectCallback::on_train_begin(int64_t first_step, int64_t) {
 void InspectCallback::on_gradients_ready(StepContext& ctx) {
   if (inspector_) inspector_->record_gradients(ctx.optimizer, ctx.loss_scale);
   set_kernel_phase(KernelPhase::optimizer);
+  if (profiling_) {
+    opt_start_ = std::chrono::steady_clock::now();
+    opt_kernel_ns_ = profiler_->phase_ns(KernelPhase::optimizer);
+  }
 }
 
 void InspectCallback::on_step_end(const StepInfo& info) {
+  if (profiling_) {
+    const double span = double(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - opt_start_)
+                                   .count());
+    const double kernels = profiler_->phase_ns(KernelPhase::optimizer) - opt_kernel_ns_;
+    profiler_->add_span("optimizer step (fused, no kernels)", trainer_.optimizer().name(),
+                        KernelPhase::optimizer, opt_start_, span - kernels);
+  }
   if (inspector_) inspector_->record_parameters(trainer_.optimizer());
   begin_step(info.step + 1);
 }

@@ -44,6 +44,13 @@ class Profiler final : public KernelObserver {
   void before(const KernelCall& call) override;
   void after(const KernelCall& call) override;
 
+  // Time that ran outside the backend's kernels but belongs in the table (the optimizer's fused
+  // update loops write parameters directly): a row of its own and a trace event from `start`.
+  void add_span(const std::string& op, const std::string& dtype, KernelPhase phase,
+                std::chrono::steady_clock::time_point start, double ns);
+  // Kernel time recorded so far in one phase.
+  double phase_ns(KernelPhase phase) const;
+
   // Rows sorted by time, largest first.
   std::vector<ProfileRow> rows() const;
   double total_ns() const;
@@ -56,6 +63,8 @@ class Profiler final : public KernelObserver {
   int64_t trace_events_dropped() const { return dropped_; }
 
  private:
+  ProfileRow& row(const std::string& op, const std::string& dtype, KernelPhase phase,
+                  uint32_t* index);
   struct Event {
     uint32_t row;
     double ts_us, dur_us;

@@ -21,6 +21,7 @@
 // The callback wraps the model's modules while it lives (ModuleTracker); destroy it before the
 // Trainer's model (the Trainer owns its callbacks, so adding it is enough).
 #pragma once
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -71,6 +72,10 @@ class InspectCallback final : public TrainCallback {
   std::unique_ptr<inspect::AnomalyDetector> anomaly_;
   std::unique_ptr<inspect::Profiler> profiler_;
   double t0_ms_ = 0, wall_ms_ = 0;
+  // The optimizer stage (unscale, clip, fused update) as a span: from on_gradients_ready to
+  // on_step_end, less the kernels it ran.
+  std::chrono::steady_clock::time_point opt_start_{};
+  double opt_kernel_ns_ = 0;
   bool profiling_ = false;
 };
 
