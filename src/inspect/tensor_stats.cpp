@@ -39,28 +39,32 @@ void round_chunk(DType dt, std::span<const float> x, std::span<float> q) {
   convert_to_f32(dt, bits, q);
 }
 
-// Classifies x against its rounding q. A value that overflowed is counted at max finite for the
-// MSE (the saturating cast: encode_float with Overflow::saturate).
+// Classifies x against its rounding q (nearest-even, IEEE overflow), branch-free so the loop
+// vectorizes. A value that overflowed is counted at max finite for the MSE (the saturating cast:
+// encode_float with Overflow::saturate). Non-finite x count nowhere.
 struct Classify {
-  double min_normal, max_finite;
-  void operator()(float xf, float qf, int64_t& ov, int64_t& un, int64_t& sub, double& err) const {
-    const double v = xf, q = qf;
-    if (!std::isfinite(v)) return;
-    double sat = q;
-    if (!std::isfinite(q)) {
-      ++ov;
-      sat = std::copysign(max_finite, v);
-    } else if (q == 0) {
-      if (v != 0) ++un;
-    } else if (std::fabs(q) < min_normal) {
-      ++sub;
+  float min_normal, max_finite;
+  void operator()(std::span<const float> x, const float* q, int64_t& ov, int64_t& un,
+                  int64_t& sub, double& err) const {
+    int64_t o = 0, u = 0, s = 0;
+    double e = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float v = x[i], r = q[i];
+      const bool fin = std::isfinite(v);
+      const bool over = fin && !std::isfinite(r);
+      o += over;
+      u += fin && v != 0 && r == 0;
+      s += fin && r != 0 && std::fabs(r) < min_normal;
+      const float sat = over ? std::copysign(max_finite, v) : r;
+      const double d = fin ? double(sat) - double(v) : 0.0;
+      e += d * d;
     }
-    err += (sat - v) * (sat - v);
+    ov += o, un += u, sub += s, err += e;
   }
 };
 
 Counts float_counts(std::span<const float> x, DType dt) {
-  const Classify cls{traits(dt).min_normal, traits(dt).max_finite};
+  const Classify cls{float(traits(dt).min_normal), float(traits(dt).max_finite)};
   int64_t ov = 0, un = 0, sub = 0;
   double err = 0;
   const int64_t n = int64_t(x.size());
@@ -71,53 +75,73 @@ Counts float_counts(std::span<const float> x, DType dt) {
     alignas(64) float q[kChunk];
     const std::span<const float> xs = x.subspan(size_t(b), size_t(len));
     round_chunk(dt, xs, std::span<float>(q, size_t(len)));
-    for (int64_t i = 0; i < len; ++i) cls(xs[size_t(i)], q[i], ov, un, sub, err);
+    cls(xs, q, ov, un, sub, err);
   }
   return {ov, un, sub, err};
 }
 
-// MXFP8 (E4M3): per block of 32 along a row, the e8m0 scale X of block_mx.h; the element is the
-// scaled value x / X cast to E4M3 (saturating, as the spec prescribes: an element that would
-// round beyond 448 counts as overflow) and decodes to its value times X, rounded to fp32.
+// MXFP8 (E4M3): per block of 32 along a row, the e8m0 scale X = 2^shared of block_mx.h; the
+// element is x / X cast to E4M3 (saturating, as the spec prescribes: an element that would round
+// beyond 448 counts as overflow; subnormal is judged on the element) and decodes to its value
+// times X rounded to fp32 (mx_dequantize). Flushing and the error are judged on the values.
+// Multiplying a float by a power of two rounds once, as the codec's double path does.
 Counts mx_counts(std::span<const float> x, int64_t row_len) {
-  constexpr int kBlock = kMxDefaultBlock;
-  const Classify cls{traits(DType::fp8_e4m3).min_normal, traits(DType::fp8_e4m3).max_finite};
+  constexpr int64_t kBlock = kMxDefaultBlock;
+  const float min_normal = float(traits(DType::fp8_e4m3).min_normal);
+  const float max_finite = float(traits(DType::fp8_e4m3).max_finite);
   const int64_t rows = int64_t(x.size()) / row_len;
-  const int64_t blocks_per_row = (row_len + kBlock - 1) / kBlock;
+  // Rows are cut into pieces of whole blocks, at most kChunk values each.
+  const int64_t piece = kChunk / kBlock * kBlock;
+  const int64_t pieces_per_row = (row_len + piece - 1) / piece;
   int64_t ov = 0, un = 0, sub = 0;
   double err = 0;
 #pragma omp parallel for reduction(+ : ov, un, sub, err) schedule(static)
-  for (int64_t b = 0; b < rows * blocks_per_row; ++b) {
-    const int64_t r = b / blocks_per_row, c0 = (b % blocks_per_row) * kBlock;
-    const int64_t len = std::min<int64_t>(kBlock, row_len - c0);
-    const std::span<const float> blk = x.subspan(size_t(r * row_len + c0), size_t(len));
-    const e8m0 s = mx_shared_scale(blk, MxElement::fp8_e4m3);
-    if (s.bits == e8m0::kNaN) continue;  // inf/NaN in the block: it decodes to NaN
-    const int shared = int(s.bits) - e8m0::kBias;
-    float scaled[kBlock], q[kBlock];
-    for (int64_t i = 0; i < len; ++i) scaled[i] = float(std::ldexp(double(blk[size_t(i)]), -shared));
+  for (int64_t p = 0; p < rows * pieces_per_row; ++p) {
+    const int64_t r = p / pieces_per_row, c0 = (p % pieces_per_row) * piece;
+    const int64_t len = std::min(piece, row_len - c0);
+    const float* xs = x.data() + r * row_len + c0;
+    alignas(64) float scaled[kChunk], q[kChunk], up[kChunk];
+    alignas(64) uint8_t ok[kChunk];
+    for (int64_t b0 = 0; b0 < len; b0 += kBlock) {
+      const int64_t bl = std::min(kBlock, len - b0);
+      const e8m0 s =
+          mx_shared_scale(std::span<const float>(xs + b0, size_t(bl)), MxElement::fp8_e4m3);
+      const bool finite_block = s.bits != e8m0::kNaN;
+      const int shared = int(s.bits) - e8m0::kBias;
+      const float down = finite_block ? std::ldexp(1.0f, -shared) : 0.0f;
+      const float back = finite_block ? std::ldexp(1.0f, shared) : 0.0f;
+      for (int64_t i = b0; i < b0 + bl; ++i) {
+        scaled[i] = xs[i] * down;
+        up[i] = back;
+        ok[i] = finite_block;
+      }
+    }
     round_chunk(DType::fp8_e4m3, std::span<const float>(scaled, size_t(len)),
                 std::span<float>(q, size_t(len)));
+    int64_t o = 0, u = 0, sb = 0;
+    double e = 0;
     for (int64_t i = 0; i < len; ++i) {
-      // Overflow and subnormal are judged on the element (the scaled value); flushing and the
-      // error on the block's values.
-      int64_t o = 0, u = 0, sb = 0;
-      double e_scaled = 0;
-      cls(scaled[i], q[i], o, u, sb, e_scaled);
-      ov += o;
-      sub += sb;
-      const double v = blk[size_t(i)];
-      const double qe = std::isfinite(q[i]) ? double(q[i]) : std::copysign(cls.max_finite, v);
-      const double back = double(float(std::ldexp(qe, shared)));
-      if (v != 0 && qe == 0) ++un;
-      err += (back - v) * (back - v);
+      if (!ok[i]) continue;  // a block with inf/NaN decodes to NaN: no finite element
+      const float v = xs[i], r0 = q[i];
+      const bool over = !std::isfinite(r0);
+      const float el = over ? std::copysign(max_finite, scaled[i]) : r0;
+      o += over;
+      sb += el != 0 && std::fabs(el) < min_normal;
+      u += v != 0 && el == 0;
+      const double d = double(el * up[i]) - double(v);
+      e += d * d;
     }
+    ov += o, un += u, sub += sb, err += e;
   }
   return {ov, un, sub, err};
 }
 
+// PyTorch's per-tensor symmetric qint8 at the tensor's own scale: fake_quantize_int8_value of
+// block_int8.h inlined (the same fp32 operations, so the same bits).
 Counts int8_counts(std::span<const float> x, float amax) {
   const QParams p = compute_qparams(-amax, amax, Int8Config{});
+  const float inv = 1.0f / p.scale;
+  const float qmin = float(p.qmin), qmax = float(p.qmax);
   int64_t ov = 0, un = 0;
   double err = 0;
   const int64_t n = int64_t(x.size());
@@ -125,11 +149,16 @@ Counts int8_counts(std::span<const float> x, float amax) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[size_t(i)];
     if (!std::isfinite(v)) continue;
-    bool in_range = true;
-    const float q = fake_quantize_int8_value(v, p, &in_range);
-    if (!in_range) ++ov;
-    if (v != 0 && q == 0) ++un;
-    err += (double(q) - double(v)) * (double(q) - double(v));
+    // Nearest-even to an integer by the 2^23 trick: |v * inv| <= 128 here.
+    const float t = v * inv;
+    const float m = std::fabs(t);
+    const float r = std::copysign(m < 0x1p23f ? (m + 0x1p23f) - 0x1p23f : m, t);
+    const bool in = r >= qmin && r <= qmax;
+    const float q = std::min(std::max(r, qmin), qmax) * p.scale;
+    ov += !in;
+    un += v != 0 && q == 0;
+    const double d = double(q) - double(v);
+    err += d * d;
   }
   return {ov, un, 0, err};
 }

@@ -116,5 +116,34 @@ TEST(InspectCli, BadSpecsAreUsageErrors) {
   EXPECT_EQ(run_cli("train --help").out.find("--detect-anomaly") != std::string::npos, true);
 }
 
+TEST(InspectCli, ReportRendersEveryRoleAndFormat) {
+  const TempDir dir;
+  const std::string jsonl = (dir / "s.jsonl").string(), html = (dir / "r.html").string();
+  ASSERT_EQ(run_cli(kRun + "--steps 3 --precision fp16 --inspect 'every=2,formats=fp16+fp8_e4m3,"
+                           "out=" + jsonl + "'").exit_code, 0);
+  const CliResult r = run_cli("inspect report '" + jsonl + "' -o '" + html + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string page = read_text(html);
+  // Two formats x five roles of heatmaps, each with the two inspected steps as columns.
+  size_t heat = 0;
+  for (size_t p = page.find("class=\"heat\""); p != std::string::npos;
+       p = page.find("class=\"heat\"", p + 1))
+    ++heat;
+  EXPECT_EQ(heat, 10u);
+  EXPECT_NE(page.find("<th>step 3</th>"), std::string::npos);
+  EXPECT_NE(page.find("fp8_e4m3 &middot; weight-grad"), std::string::npos);
+  // Bad inputs: a missing file, a line that is not a record.
+  EXPECT_EQ(run_cli("inspect report '" + (dir / "none.jsonl").string() + "'").exit_code, 2);
+  {
+    std::ofstream bad(dir / "bad.jsonl");
+    bad << "{\"step\": 1}\n";
+  }
+  const CliResult b = run_cli("inspect report '" + (dir / "bad.jsonl").string() + "' -o '" +
+                              (dir / "b.html").string() + "'");
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.err.find("line 1"), std::string::npos) << b.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "b.html"));
+}
+
 }  // namespace
 }  // namespace mixp::test
