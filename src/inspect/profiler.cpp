@@ -140,17 +140,19 @@ std::string Profiler::table(double wall_ms, size_t top) const {
   }
   if (n < rs.size()) s += fmt::format("... {} more rows\n", rs.size() - n);
   std::array<double, 5> phase{};
-  double casts = 0;
+  double casts = 0, fp32 = 0;
   for (const ProfileRow& r : rs) {
     phase[size_t(r.phase)] += r.ns;
     if (r.dtype.find("->") != std::string::npos) casts += r.ns;
+    if (r.dtype == "fp32") fp32 += r.ns;
   }
   s += fmt::format("kernels and spans {:.1f} ms:", total * 1e-6);
   for (size_t p = 0; p < phase.size(); ++p) {
     if (phase[p] > 0)
       s += fmt::format(" {} {:.1f}%", to_string(KernelPhase(p)), 100 * phase[p] / total);
   }
-  s += fmt::format("; casts {:.1f}%\n", total > 0 ? 100 * casts / total : 0.0);
+  s += fmt::format("; casts {:.1f}%, fp32 kernels {:.1f}%\n", total > 0 ? 100 * casts / total : 0.0,
+                   total > 0 ? 100 * fp32 / total : 0.0);
   if (wall_ms > 0) {
     s += fmt::format("wall {:.1f} ms: in the table {:.1f}%, outside it {:.1f}%\n", wall_ms,
                      100 * total * 1e-6 / wall_ms, 100 * (1 - total * 1e-6 / wall_ms));

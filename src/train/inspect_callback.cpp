@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "mixp/optim/optimizer.h"
+#include "mixp/tensor/allocator.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
 
@@ -86,15 +87,41 @@ void InspectCallback::on_step_end(const StepInfo& info) {
                                    std::chrono::steady_clock::now() - opt_start_)
                                    .count());
     const double kernels = profiler_->phase_ns(KernelPhase::optimizer) - opt_kernel_ns_;
-    profiler_->add_span("optimizer step (fused, no kernels)", trainer_.optimizer().name(),
+    profiler_->add_span("optimizer_update", trainer_.optimizer().name(),
                         KernelPhase::optimizer, opt_start_, span - kernels);
   }
   if (inspector_) inspector_->record_parameters(trainer_.optimizer());
   begin_step(info.step + 1);
 }
 
+namespace {
+std::string mib(double b) {
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024.0));
+}
+
+// Parameters, masters, states and gradients against the peak of tracked tensors.
+std::string memory_breakdown(const optim::Optimizer& opt) {
+  double params = 0, masters = 0, states = 0, grads = 0;
+  for (const optim::ParamState& p : opt.params()) {
+    params += double(p.param.nbytes());
+    if (p.master.defined()) masters += double(p.master.nbytes());
+    for (const Tensor& s : p.slots) states += double(s.nbytes());
+    if (p.param.grad().defined()) grads += double(p.param.grad().nbytes());
+  }
+  const double peak = double(allocator_stats().peak_allocated_bytes);
+  if (!(peak > 0)) return "";
+  const double sum = params + masters + states + grads;
+  return fmt::format(
+      "memory at the training loop's peak of tracked tensors ({}): parameters {}, fp32 master "
+      "copies {}, optimizer states {}, gradients {} = {:.0f}% of it; the rest is activations "
+      "and workspace\n",
+      mib(peak), mib(params), mib(masters), mib(states), mib(grads), 100 * sum / peak);
+}
+}  // namespace
+
 void InspectCallback::stop_profiler() {
   if (profiling_) {
+    memory_ = memory_breakdown(trainer_.optimizer());
     wall_ms_ = wall_ms() - t0_ms_;
     profiler_->uninstall();
     profiling_ = false;
@@ -121,6 +148,7 @@ std::string InspectCallback::summary() const {
   if (profiler_) {
     s += fmt::format("profile of the training steps (kernels by op, dtype and phase):\n{}",
                      profiler_->table(wall_ms_));
+    s += memory_;
     if (!o_.profile_trace.empty()) s += "chrome trace: " + o_.profile_trace.string() + "\n";
   }
   return s;

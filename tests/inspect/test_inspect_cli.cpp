@@ -86,6 +86,8 @@ TEST(InspectCli, ProfileTableAndChromeTrace) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("op "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp32->bf16"), std::string::npos) << "casts are rows: " << r.out;
+  EXPECT_NE(r.out.find("fp32 kernels"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optimizer states"), std::string::npos) << "memory breakdown: " << r.out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("kernels and spans ([0-9.]+) ms: forward")))
       << r.out;

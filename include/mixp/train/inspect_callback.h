@@ -56,7 +56,9 @@ class InspectCallback final : public TrainCallback {
   void on_train_end() override;
 
   // The statistics summary and the profiler table (what `mixp train` prints), "" when neither
-  // was asked for.
+  // was asked for. With the profile comes a memory breakdown of the training loop's peak:
+  // parameters, fp32 master copies, optimizer states and gradients against the peak of tracked
+  // tensors (what "no memory saving" is made of; docs/inspect.md).
   std::string summary() const;
   inspect::TensorInspector* inspector() { return inspector_.get(); }
   inspect::Profiler* profiler() { return profiler_.get(); }
@@ -76,6 +78,7 @@ class InspectCallback final : public TrainCallback {
   // on_step_end, less the kernels it ran.
   std::chrono::steady_clock::time_point opt_start_{};
   double opt_kernel_ns_ = 0;
+  std::string memory_;  // the memory breakdown, taken when the training loop ends
   bool profiling_ = false;
 };
 
