@@ -130,6 +130,7 @@ void InspectCallback::stop_profiler() {
 
 void InspectCallback::on_evaluate_begin() {
   stop_profiler();
+  if (anomaly_) anomaly_->uninstall();  // the training steps only
   if (inspector_) inspector_->end_steps();
   set_kernel_phase(KernelPhase::other);
 }
