@@ -45,7 +45,8 @@ std::string num(double v) {
 
 // A row key: module and tensor ("fc1 weight", "blocks.0.attn output").
 std::string row_name(const StatRecord& r) {
-  return (r.module.empty() ? std::string("(model)") : r.module) + " " + r.tensor;
+  return (r.module.empty() ? std::string("(model)") : r.module) + " " + r.tensor +
+         (r.call > 0 ? fmt::format(" #{}", r.call) : "");
 }
 
 constexpr const char* kStyle = R"(
@@ -91,6 +92,7 @@ std::vector<StatRecord> read_inspect_jsonl(const std::filesystem::path& path) {
       }
       if (!known) throw std::invalid_argument("unknown role '" + role + "'");
       r.tensor = j.value("tensor", "");
+      r.call = j.value("call", int64_t(0));
       r.loss_scale = j.value("loss_scale", 1.0);
       TensorStats& s = r.stats;
       s.numel = j.at("numel").get<int64_t>();

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -45,6 +46,7 @@ std::string to_json_line(const StatRecord& r) {
   j["kind"] = r.kind;
   j["role"] = to_string(r.role);
   j["tensor"] = r.tensor;
+  j["call"] = r.call;
   j["dtype"] = std::string(name(r.dtype));
   j["shape"] = std::vector<int64_t>(r.shape.begin(), r.shape.end());
   j["loss_scale"] = r.loss_scale;
@@ -108,11 +110,22 @@ void TensorInspector::begin_step(int64_t step, double loss_scale) {
   loss_scale_ = loss_scale;
   active_ = spec_.step_selected(step);
   tracker_.clear_nodes();
+  calls_.clear();
 }
 
 Tensor TensorInspector::on_output(const std::string& path, nn::Module& m, Tensor y) {
   if (!active_ || !y.defined() || !y.is_floating_point() || !spec_.module_selected(path)) return y;
-  if (spec_.wants(Role::activation)) record(path, m.kind(), Role::activation, "output", y, 1.0);
+  // A forward run again in backward is a checkpointed segment's recomputation: its activations
+  // were recorded in the forward; only the gradient probe belongs here (the gradient flows
+  // through the recomputed graph).
+  const bool recompute = kernel_phase() == KernelPhase::backward;
+  int64_t call = 0;
+  if (!recompute) {
+    call = calls_[path]++;
+    if (spec_.wants(Role::activation)) record(path, m.kind(), Role::activation, "output", y, 1.0, call);
+  } else {
+    call = std::max<int64_t>(0, calls_[path] - 1);
+  }
   if (spec_.wants(Role::activation_grad) && y.requires_grad() && GradMode::is_enabled()) {
     // A pass-through node: its backward sees the gradient of this output, records it, and hands
     // it on unchanged (same dtype, same tensor).
@@ -121,9 +134,9 @@ Tensor TensorInspector::on_output(const std::string& path, nn::Module& m, Tensor
     const int64_t step = step_;
     std::string kind = m.kind();
     detail::record(OpId::contiguous, gd, {&y}, {&out},
-                   [this, path, kind, step](BackwardContext& ctx) {
+                   [this, path, kind, step, call](BackwardContext& ctx) {
                      if (step_ == step && active_)
-                       record(path, kind, Role::activation_grad, "output", ctx.grad(0), 1.0);
+                       record(path, kind, Role::activation_grad, "output", ctx.grad(0), 1.0, call);
                      ctx.grad_inputs[0] = ctx.grad(0);
                    });
     return out;
@@ -132,7 +145,8 @@ Tensor TensorInspector::on_output(const std::string& path, nn::Module& m, Tensor
 }
 
 void TensorInspector::record(const std::string& module, const std::string& kind, Role role,
-                             const std::string& tensor, const Tensor& t, double scale) {
+                             const std::string& tensor, const Tensor& t, double scale,
+                             int64_t call) {
   if (!t.defined() || !t.is_floating_point()) return;
   KernelPhaseScope phase(KernelPhase::other);  // the inspector's own conversions
   StatRecord r;
@@ -141,6 +155,7 @@ void TensorInspector::record(const std::string& module, const std::string& kind,
   r.kind = kind;
   r.role = role;
   r.tensor = tensor;
+  r.call = call;
   r.dtype = t.dtype();
   r.shape = t.shape();
   r.loss_scale = loss_scale_;
@@ -151,8 +166,10 @@ void TensorInspector::record(const std::string& module, const std::string& kind,
 
 void TensorInspector::write(StatRecord r, const std::vector<float>* values) {
   if (!spec_.dump.empty() && values) {
-    r.dump = file_safe(fmt::format("{}.{}.{}{}{}.f32", r.step, r.module.empty() ? "model" : r.module,
-                                   to_string(r.role), r.tensor.empty() ? "" : ".", r.tensor));
+    r.dump = file_safe(fmt::format("{}.{}.{}{}{}{}.f32", r.step,
+                                   r.module.empty() ? "model" : r.module, to_string(r.role),
+                                   r.tensor.empty() ? "" : ".", r.tensor,
+                                   r.call > 0 ? fmt::format(".{}", r.call) : ""));
     const std::filesystem::path p = spec_.dump / r.dump;
     std::FILE* f = std::fopen(p.c_str(), "wb");
     if (!f || std::fwrite(values->data(), sizeof(float), values->size(), f) != values->size()) {

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "common/cli_runner.h"
 
@@ -29,7 +31,8 @@ TEST(InspectCli, StatisticsEqualNumpyOnTheDumpedTensors) {
   const TempDir dir;
   // fp16 with loss scaling: fp16 activations, gradients at scale 65536 (fp8 overflows), tiny
   // optimizer states (underflows).
-  const CliResult r = run_cli(kRun + "--steps 2 --precision fp16 --inspect 'out=" +
+  // Two micro-batches per step: each module output is recorded twice per step (call 0 and 1).
+  const CliResult r = run_cli(kRun + "--steps 2 --grad-accum 2 --precision fp16 --inspect 'out=" +
                               (dir / "s.jsonl").string() + ",dump=" + (dir / "d").string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("inspect: "), std::string::npos) << r.out;
@@ -44,6 +47,25 @@ TEST(InspectCli, StatisticsEqualNumpyOnTheDumpedTensors) {
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(status, 0) << read_text(dir / "py.txt");
   EXPECT_NE(read_text(dir / "py.txt").find("OK"), std::string::npos) << read_text(dir / "py.txt");
+}
+
+TEST(InspectCli, CheckpointedGptRecordsEachOutputOncePerMicroBatch) {
+  const TempDir dir;
+  const CliResult r = run_cli(
+      "train --model gpt --layers 1 --width 32 --heads 2 --context 16 --batch 4 --train-limit 4000 "
+      "--no-eval --threads 1 --steps 2 --grad-accum 2 --checkpointing --inspect 'formats=fp16,"
+      "roles=activation+activation-grad,out=" + (dir / "g.jsonl").string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::tuple<int64_t, std::string, std::string, int64_t>, int> seen;
+  std::map<std::string, int> per_role;
+  for (const auto& j : read_jsonl(dir / "g.jsonl")) {
+    ++seen[{j["step"], j["module"], j["role"], j["call"]}];
+    ++per_role[j["role"]];
+  }
+  for (const auto& [k, n] : seen) EXPECT_EQ(n, 1) << std::get<1>(k) << " " << std::get<2>(k);
+  // The recomputation in backward records nothing of its own; each activation has its gradient.
+  EXPECT_EQ(per_role["activation"], per_role["activation-grad"]);
+  EXPECT_TRUE(seen.count({2, "blocks.0.mlp", "activation", 1})) << "the second micro-batch";
 }
 
 TEST(InspectCli, FiltersSelectStepsModulesRolesAndFormats) {

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct StatRecord {
   std::string kind;    // the module's kind ("linear"), "" for parameters of a shared module
   Role role = Role::activation;
   std::string tensor;  // "output", "weight", "bias", "exp_avg", ...
+  // activation, activation-grad: which output of the module in this step (0-based; more than one
+  // with gradient accumulation or a module called twice). 0 for the other roles.
+  int64_t call = 0;
   DType dtype = DType::fp32;
   Shape shape;
   double loss_scale = 1.0;
@@ -71,7 +75,7 @@ class TensorInspector {
   void record_parameters(const optim::Optimizer& opt);
   // Records one tensor under a module path and role (what the callbacks above do per tensor).
   void record(const std::string& module, const std::string& kind, Role role,
-              const std::string& tensor, const Tensor& t, double scale);
+              const std::string& tensor, const Tensor& t, double scale, int64_t call = 0);
 
   const std::vector<StatRecord>& records() const { return records_; }
   // A table of the worst cases: per role and format, the module with the largest overflow and
@@ -91,6 +95,7 @@ class TensorInspector {
   int64_t step_ = 0;
   double loss_scale_ = 1.0;
   std::vector<StatRecord> records_;  // without per-value data; for the summary
+  std::map<std::string, int64_t> calls_;  // outputs of each module so far in this step
 };
 
 }  // namespace mixp::inspect
