@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "mixp/optim/optimizer.h"
 #include "mixp/tensor/allocator.h"
@@ -21,7 +22,15 @@ double wall_ms() {
 
 InspectCallback::InspectCallback(Trainer& trainer, InspectOptions options)
     : trainer_(trainer), o_(std::move(options)) {
-  if (!o_.profile_trace.empty()) o_.profile = true;
+  if (!o_.profile_trace.empty()) {
+    o_.profile = true;
+    // Refused now rather than after the run: the trace is written at the end.
+    const std::filesystem::path dir = std::filesystem::absolute(o_.profile_trace).parent_path();
+    if (!std::filesystem::is_directory(dir)) {
+      throw inspect::InspectError("--profile-trace " + o_.profile_trace.string() +
+                                  ": the folder " + dir.string() + " does not exist");
+    }
+  }
   const inspect::ModuleTracker* tracker = nullptr;
   if (o_.inspect) {
     inspector_ = std::make_unique<inspect::TensorInspector>(*o_.inspect);

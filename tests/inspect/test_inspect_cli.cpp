@@ -137,7 +137,12 @@ TEST(InspectCli, BadSpecsAreUsageErrors) {
   r = run_cli(kRun + "--steps 1 --inspect out=/nonexistent/dir/x.jsonl");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+  r = run_cli(kRun + "--steps 1 --profile-trace /nonexistent/dir/t.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
   EXPECT_EQ(run_cli("train --help").out.find("--detect-anomaly") != std::string::npos, true);
+  EXPECT_EQ(run_cli("inspect report --help").exit_code, 0);
+  EXPECT_EQ(run_cli("inspect").exit_code, 2);
 }
 
 TEST(InspectCli, ReportRendersEveryRoleAndFormat) {

@@ -46,6 +46,8 @@ struct InspectOptions {
 
 class InspectCallback final : public TrainCallback {
  public:
+  // Throws inspect::InspectError for an output it cannot write (the --inspect file or dump
+  // folder, the --profile-trace folder).
   InspectCallback(Trainer& trainer, InspectOptions options);
   ~InspectCallback() override;
 
