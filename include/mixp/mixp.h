@@ -27,6 +27,7 @@
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cpu_features.h"
 #include "mixp/backend/gemm.h"
+#include "mixp/backend/kernel_observer.h"
 #include "mixp/backend/platform.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/op_list.h"
@@ -77,6 +78,7 @@
 #include "mixp/train/data_source.h"
 #include "mixp/train/energy_meter.h"
 #include "mixp/train/fp8_recipe.h"
+#include "mixp/train/inspect_callback.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/quantize_checkpoint.h"
 #include "mixp/train/recipe.h"
@@ -84,6 +86,15 @@
 #include "mixp/train/tensor_dataset.h"
 #include "mixp/train/train_config.h"
 #include "mixp/train/trainer.h"
+
+// Looking inside a run: tensor statistics, NaN/Inf origin, the op profiler.
+#include "mixp/inspect/anomaly.h"
+#include "mixp/inspect/inspect_report.h"
+#include "mixp/inspect/inspect_spec.h"
+#include "mixp/inspect/module_tracker.h"
+#include "mixp/inspect/profiler.h"
+#include "mixp/inspect/tensor_inspector.h"
+#include "mixp/inspect/tensor_stats.h"
 
 // Measurement: GEMM benchmarks, instruction peaks, precision studies.
 #include "mixp/bench/bench_record.h"

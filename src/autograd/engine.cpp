@@ -10,12 +10,14 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/node.h"
 #include "mixp/backend/backend.h"
+#include "mixp/backend/kernel_observer.h"
 #include "mixp/tensor/factories.h"
 #include "ops/dispatch.h"
 
 namespace mixp {
 namespace {
 thread_local uint64_t g_next_sequence_nr = 0;
+thread_local const Node* t_current_node = nullptr;  // set only while kernel observers are on
 
 // Accumulates g into the buffer slot (which may be undefined).
 void accumulate(Tensor& slot, const Tensor& g) {
@@ -51,6 +53,13 @@ void accumulate(Tensor& slot, const Tensor& g) {
 }  // namespace
 
 Node::Node() : sequence_nr(g_next_sequence_nr++) {}
+
+uint64_t next_sequence_nr() {
+  return g_next_sequence_nr;
+}
+const Node* current_backward_node() {
+  return t_current_node;
+}
 
 DType grad_dtype_for(DType leaf) {
   const DTypeTraits& t = traits(leaf);
@@ -143,6 +152,14 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     throw std::invalid_argument("mixp backward: one gradient per root is needed");
   NoGradGuard no_grad;  // backward functions do not record (no higher-order gradients)
   detail::CastPolicyScope no_autocast(/*suspended=*/true);  // they run in the forward's dtypes
+  // Kernel observers (the profiler, the anomaly detector) see backward kernels as such, and which
+  // node runs them; nothing is recorded when none is installed.
+  const bool observed = kernel_observers_on();
+  KernelPhaseScope phase(KernelPhase::backward);
+  struct NodeReset {
+    const Node* prev = t_current_node;
+    ~NodeReset() { t_current_node = prev; }
+  } node_reset;
 
   struct Item {
     Node* node;
@@ -223,6 +240,7 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     }
     std::vector<Tensor> gin(n->next_edges.size());
     n->release_after_apply = !retain_graph;
+    if (observed) t_current_node = n;
     n->apply(gout, gin);
     gout.clear();
     if (!retain_graph) n->release();

@@ -8,7 +8,9 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/observed_backend.h"
 #include "backend/ref/ref_backend.h"
+#include "mixp/backend/kernel_observer.h"
 
 namespace mixp {
 namespace {
@@ -31,6 +33,11 @@ BackendKind current_backend_kind() {
   return g_override >= 0 ? static_cast<BackendKind>(g_override) : g_default;
 }
 Backend& backend() {
+  // One relaxed load when no kernel observer is installed (kernel_observer.h).
+  if (kernel_observers_on()) [[unlikely]] {
+    const BackendKind k = current_backend_kind();
+    return detail::observed_backend(get_backend(k), k);
+  }
   return get_backend(current_backend_kind());
 }
 void set_default_backend(BackendKind kind) {

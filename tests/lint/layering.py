@@ -34,7 +34,9 @@ LAYERS = {
     "amp": ["nn", "ops", "optim", "autograd", "backend", "tensor", "format"],
     "quant": ["nn", "ops", "autograd", "io", "tensor", "format", "backend"],
     "dist": ["format"],
-    "train": ["amp", "quant", "optim", "nn", "io", "data", "tensor", "format", "bench", "dist"],
+    "inspect": ["amp", "nn", "optim", "ops", "autograd", "backend", "tensor", "format", "io"],
+    "train": ["amp", "quant", "optim", "nn", "io", "data", "tensor", "format", "bench", "dist",
+              "inspect"],
     "study": ["train", "nn", "format", "bench"],
 }
 
@@ -51,7 +53,7 @@ GRAPH_CORE = {
 SHARED_INTERNAL = {
     "util/text.h": "*",
     "util/key_value.h": "*",
-    "ops/dispatch.h": {"autograd", "amp", "quant"},
+    "ops/dispatch.h": {"autograd", "amp", "quant", "inspect"},
     "backend/narrow.h": {"ops"},
     "backend/kernel_util.h": {"ops"},
     "backend/cpu/cpu_parallel.h": {"quant"},

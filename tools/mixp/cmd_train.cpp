@@ -11,6 +11,7 @@
 #include "mixp/amp/policy.h"
 #include "mixp/nn/models.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/inspect_callback.h"
 #include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 #include "train_progress.h"
@@ -33,6 +34,10 @@ struct Flags {
   int64_t growth_interval = 0;
   int64_t qat_freeze_bn_epoch = 0, qat_disable_observer_epoch = 0;
   bool json = false;
+  // Looking inside the run (docs/inspect.md); not part of the TrainConfig (not saved, not resumed).
+  std::string inspect;
+  bool detect_anomaly = false, profile = false;
+  std::string profile_trace;
   CLI::App* sub = nullptr;
   bool given(const char* name) const { return sub->count(name) > 0; }
 };
@@ -176,6 +181,16 @@ void run(Flags& f) {
   if (!rank0) c.log_path.clear();
   set("--init-from", c.init_from, f.c.init_from);  // a resumed run loads the checkpoint instead
 
+  train::InspectOptions look;
+  try {
+    if (f.given("--inspect")) look.inspect = inspect::parse_inspect_spec(f.inspect);
+  } catch (const inspect::InspectError& e) {
+    throw UsageError(e.what());
+  }
+  look.detect_anomaly = f.detect_anomaly;
+  look.profile = f.profile;
+  look.profile_trace = f.profile_trace;
+
   std::unique_ptr<train::Trainer> trainer;
   try {
     trainer = std::make_unique<train::Trainer>(c);
@@ -192,6 +207,15 @@ void run(Flags& f) {
     // Created fresh: a resumed run logs its own steps to the file it names.
     trainer->add_callback(std::make_shared<train::JsonlLogCallback>(rc.log_path));
   }
+  std::shared_ptr<train::InspectCallback> inspector;
+  if (look.inspect || look.detect_anomaly || look.profile || !f.profile_trace.empty()) {
+    try {
+      inspector = std::make_shared<train::InspectCallback>(*trainer, look);
+    } catch (const inspect::InspectError& e) {
+      throw UsageError(e.what());
+    }
+    trainer->add_callback(inspector);
+  }
   train::TrainResult r;
   try {
     r = trainer->fit();
@@ -205,6 +229,8 @@ void run(Flags& f) {
   } else {
     print_summary(r, rc);
   }
+  // With --json the statistics and profile go to stderr, so that stdout stays one JSON object.
+  if (inspector) (f.json ? std::cerr : std::cout) << inspector->summary();
 }
 
 RegisterCommand reg(30, [](CLI::App& app) {
@@ -301,6 +327,20 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "compare every parameter's checksum across ranks every N steps (default 0 = "
                   "never)")
       ->group(dp);
+  sub->add_option("--inspect", f->inspect,
+                  "tensor statistics per module and role at chosen steps, as JSON Lines: "
+                  "every=N,start=S,end=E,modules=P+Q,roles=activation+activation-grad+weight+"
+                  "weight-grad+optimizer-state,formats=fp16+bf16+fp8_e4m3+fp8_e5m2+mxfp8+int8,"
+                  "out=inspect.jsonl,dump=DIR (all optional; docs/inspect.md)");
+  sub->add_flag("--detect-anomaly", f->detect_anomaly,
+                "stop at the first kernel that writes a NaN or inf and name its op, module, "
+                "forward/backward and step (slower: every kernel output is scanned)");
+  sub->add_flag("--profile", f->profile,
+                "time, calls, FLOPs and bytes per op, dtype and phase; prints a table (casts "
+                "included)");
+  sub->add_option("--profile-trace", f->profile_trace,
+                  "also write the profile as a Chrome trace JSON (chrome://tracing, Perfetto); "
+                  "implies --profile");
   sub->footer(
       "Examples:\n"
       "  mixp train --model mlp --epochs 2\n"
@@ -315,7 +355,10 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mpirun -np 2 mixp train --model gpt --steps 300 --batch 8 --precision bf16 "
       "--grad-comm bf16\n"
       "  mixp train --model gpt2 --data tokens_train.bin --context 256 --batch 8 --precision bf16\n"
-      "  mixp train --model gpt2 --init-from gpt2_124M.bin --data tokens_train.bin --context 64\n");
+      "  mixp train --model gpt2 --init-from gpt2_124M.bin --data tokens_train.bin --context 64\n"
+      "  mixp train --model gpt --steps 300 --inspect every=100,out=stats.jsonl\n"
+      "  mixp train --model mlp --precision fp16 --detect-anomaly\n"
+      "  mixp train --model gpt --steps 20 --precision bf16 --profile --profile-trace t.json\n");
   sub->callback([f] { run(*f); });
 });
 

@@ -103,6 +103,13 @@ class FunctionNode final : public Node {
   BackwardFn fn_;
 };
 
+// The sequence number the next node made on this thread will get: nodes made between two reads
+// were recorded by the ops run in between (the inspect module maps nodes to modules this way).
+uint64_t next_sequence_nr();
+// The node whose backward runs on this thread, while kernel observers are installed
+// (mixp/backend/kernel_observer.h); null otherwise and outside backward.
+const Node* current_backward_node();
+
 // The edge a gradient for `t` must flow into: its grad_fn, its leaf accumulator, or none.
 Edge gradient_edge(const Tensor& t);
 

@@ -1,0 +1,65 @@
+// inspect.html in a real browser: headless Chromium loads the page `mixp inspect report` writes
+// and the DOM it builds has the heatmaps (one cell per module, role, format and step) and the
+// range tables. Skipped when no Chromium is installed (scripts/bootstrap.sh installs Debian's
+// `chromium`); MIXP_CHROMIUM names another binary. As tests/study/test_report_chromium.cpp.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/cli_runner.h"
+
+namespace mixp::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string find_chromium() {
+  if (const char* env = std::getenv("MIXP_CHROMIUM"); env && *env) return env;
+  for (const char* p : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+size_t count(const std::string& s, const std::string& part) {
+  size_t n = 0;
+  for (size_t p = s.find(part); p != std::string::npos; p = s.find(part, p + part.size())) ++n;
+  return n;
+}
+
+TEST(InspectReportInChromium, DomHasTheHeatmaps) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) GTEST_SKIP() << "chromium not installed (apt-get install chromium)";
+  const TempDir dir;
+  const std::string jsonl = (dir / "s.jsonl").string();
+  const CliResult run = run_cli(
+      "train --model mlp --width 32 --data synthetic --train-limit 256 --batch 64 --no-eval "
+      "--threads 1 --steps 2 --inspect 'formats=fp16+bf16+mxfp8,roles=activation+weight-grad,"
+      "out=" + jsonl + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const fs::path page = dir / "inspect.html";
+  ASSERT_EQ(run_cli("inspect report '" + jsonl + "' -o '" + page.string() + "'").exit_code, 0);
+
+  const TempDir profile;
+  const fs::path dom = dir / "dom.html";
+  const std::string cmd =
+      "timeout 180 '" + chromium +
+      "' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync "
+      "--user-data-dir='" + profile.path().string() + "' --dump-dom 'file://" +
+      fs::absolute(page).string() + "' > '" + dom.string() + "' 2>/dev/null";
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd;
+  const std::string d = read_text(dom);
+  // mlp (ReLU fused into the linears): flatten, fc1, fc2, head = 4 activations; fc1, fc2, head x
+  // weight and bias = 6 weight gradients: 10 rows x 2 steps x 3 formats.
+  EXPECT_EQ(count(d, "<td class=\"cell\""), 10u * 2 * 3) << d.substr(0, 2000);
+  EXPECT_EQ(count(d, "<table class=\"heat\""), 6u);
+  EXPECT_EQ(count(d, "<table class=\"ranges\""), 2u);
+  EXPECT_NE(d.find("Tensor statistics"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mixp::test
