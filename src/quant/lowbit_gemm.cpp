@@ -1,0 +1,63 @@
+// The integer GEMM cores of the packed low-bit model: XNOR-popcount (tiered, xnor_kernels.h)
+// and u8/s8 x s8 -> s32 on oneDNN. See include/mixp/quant/lowbit_model.h.
+#include <unordered_map>
+
+#include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/onednn_util.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/quant/lowbit_model.h"
+#include "quant/xnor_kernels.h"
+
+namespace mixp::quant {
+
+namespace {
+bool use_vpopcnt() {
+  return simd_tier() == SimdTier::avx512 && cpu_features().avx512_vpopcntdq;
+}
+kern::XnorGemmFn xnor_kernel() {
+  static const kern::XnorGemmFn k = by_tier(
+      use_vpopcnt() ? &kern::xnor_gemm_avx512 : &kern::xnor_gemm_generic,
+      &kern::xnor_gemm_generic, &kern::xnor_gemm_generic);
+  return k;
+}
+}  // namespace
+
+const char* xnor_gemm_kernel_name() {
+  return xnor_kernel() == &kern::xnor_gemm_avx512 ? "avx512_vpopcntdq" : "generic";
+}
+
+void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
+                   int64_t words, int32_t k) {
+  const kern::XnorGemmFn f = xnor_kernel();
+  // Blocks of 4 rows (the kernel's register block) per thread.
+  const int64_t blocks = (M + 3) / 4;
+  cpu::parallel_for(blocks, M * O * words, [&](int64_t lo, int64_t hi) {
+    const int64_t m0 = lo * 4, m1 = std::min(M, hi * 4);
+    f(dst + m0 * O, a + m0 * words, b, m1 - m0, O, words, k);
+  });
+}
+
+void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,
+                   int64_t O, int64_t K) {
+  using dnnl::memory;
+  using dt = memory::data_type;
+  if (M == 0 || O == 0) return;
+  const memory::desc a_md({M, K}, a_signed ? dt::s8 : dt::u8, memory::format_tag::ab);
+  // b is [O, K] row-major: as the [K, O] operand it is column-major.
+  const memory::desc b_md({K, O}, dt::s8, memory::dims{1, K});
+  const memory::desc d_md({M, O}, dt::s32, memory::format_tag::ab);
+  onednn::Key key;
+  for (int64_t v : {int64_t{0x10b17}, M, O, K, int64_t{a_signed}}) key.add(v);
+  onednn::CachedPrimitive& p = onednn::cached(key, [&] {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, d_md),
+                                          onednn::base_attr(), onednn::engine());
+    return onednn::CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size(), {}};
+  });
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(a_md, onednn::engine(), const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(b_md, onednn::engine(), const_cast<int8_t*>(b))},
+      {DNNL_ARG_DST, memory(d_md, onednn::engine(), dst)}};
+  onednn::execute(p, args);
+}
+
+}  // namespace mixp::quant

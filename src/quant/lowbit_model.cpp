@@ -1,0 +1,394 @@
+// PackedModel and convert_to_packed; see include/mixp/quant/lowbit_model.h.
+#include "mixp/quant/lowbit_model.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <map>
+#include <stdexcept>
+
+#include "backend/cpu/cpu_parallel.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/nn/flatten.h"
+#include "mixp/nn/max_pool2d.h"
+#include "mixp/nn/sequential.h"
+#include "mixp/quant/lowbit_qat.h"
+#include "mixp/quant/qat_modules.h"
+#include "mixp/tensor/factories.h"
+#include "quant/quant_util.h"
+
+namespace mixp::quant {
+
+namespace {
+int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+  return (in + 2 * pad - k) / stride + 1;
+}
+int64_t round8(int64_t w) {
+  return (w + 7) / 8 * 8;
+}
+}  // namespace
+
+// What a layer step keeps ready for inference (built from its PackedStep).
+struct PackedModel::Runtime {
+  std::vector<int8_t> w8;      // [O, K] int8 codes (every layer; binary-act convs use them for
+                               // the padding corrections)
+  std::vector<uint64_t> bits;  // binary-act: [O, words] weight bit rows
+  int64_t words = 0;
+  std::vector<float> mult;  // input_scale * weight_scale[o]
+  std::map<std::array<int64_t, 4>, std::vector<int32_t>> corr;  // conv border pattern -> [O]
+};
+
+PackedModel::PackedModel() : nn::Module("packed_model") {
+  train(false);
+}
+PackedModel::~PackedModel() = default;
+
+void PackedModel::add_step(PackedStep s) {
+  auto rt = std::make_unique<Runtime>();
+  if (s.kind == "layer") {
+    const int64_t K = s.in * s.kernel * s.kernel;
+    if (s.out <= 0 || K <= 0 || static_cast<int64_t>(s.weight_scale.size()) != s.out ||
+        static_cast<int64_t>(s.packed.size()) !=
+            (s.scheme == LowBitScheme::ternary ? 2 : 1) * s.out * packed_row_bytes(K, s.scheme)) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}' has {} packed bytes and {} scales for {} x {} {} "
+          "weights",
+          s.name, s.packed.size(), s.weight_scale.size(), s.out, K, name(s.scheme)));
+    }
+    if (s.bias.defined() && s.bias.numel() != s.out) {
+      throw std::invalid_argument(
+          fmt::format("mixp::quant::PackedModel: layer '{}' has {} biases for {} outputs", s.name,
+                      s.bias.numel(), s.out));
+    }
+    rt->w8 = unpack_weight_codes(s.packed.data(), s.out, K, s.scheme);
+    if (s.scheme == LowBitScheme::binary_act) {
+      rt->words = round8((K + 63) / 64);
+      rt->bits.assign(static_cast<size_t>(s.out * rt->words), 0);
+      for (int64_t o = 0; o < s.out; ++o) {
+        for (int64_t k = 0; k < K; ++k) {
+          if (rt->w8[static_cast<size_t>(o * K + k)] < 0) {
+            rt->bits[static_cast<size_t>(o * rt->words + k / 64)] |= uint64_t{1} << (k % 64);
+          }
+        }
+      }
+    }
+    rt->mult.resize(static_cast<size_t>(s.out));
+    for (size_t o = 0; o < rt->mult.size(); ++o) rt->mult[o] = s.input_scale * s.weight_scale[o];
+  }
+  steps_.push_back(std::move(s));
+  rt_.push_back(std::move(rt));
+}
+
+int64_t PackedModel::weight_bytes() const {
+  int64_t b = 0;
+  for (const PackedStep& s : steps_) {
+    b += static_cast<int64_t>(s.packed.size()) + 4 * static_cast<int64_t>(s.weight_scale.size());
+    for (const Tensor* t : {&s.bias, &s.running_mean, &s.running_var, &s.gamma, &s.beta}) {
+      if (t->defined()) b += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  return b;
+}
+
+std::string PackedModel::describe() const {
+  std::string s;
+  for (const PackedStep& st : steps_) {
+    s += fmt::format("{}{}({}{}{})", s.empty() ? "" : ", ", st.kind, st.name,
+                     st.kind == "layer" ? " " : "", st.kind == "layer" ? name(st.scheme) : "");
+  }
+  return "packed: " + s;
+}
+
+namespace {
+
+// Codes -> s32 sums of a layer, as fp32 [N, O] or [N, O, OH, OW].
+struct LayerRun {
+  const PackedStep& s;
+  PackedModel::Runtime& rt;  // NOLINT (a view for one call)
+
+  bool binary() const { return s.scheme == LowBitScheme::binary_act; }
+  bool src_signed() const { return s.input_kind != ActCodeKind::unsigned_bits; }
+
+  // One row of K codes into bits (binary-act) or bytes; `at(k)` gives the code, NaN for padding.
+  template <class F>
+  void fill_row(int64_t K, F at, uint64_t* bits, uint8_t* bytes) const {
+    if (bits) {
+      for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        if (at(k) < 0.0f) bits[k / 64] |= uint64_t{1} << (k % 64);  // padding (0) reads as +1
+      }
+    } else if (src_signed()) {
+      for (int64_t k = 0; k < K; ++k) {
+        bytes[k] = static_cast<uint8_t>(static_cast<int8_t>(at(k)));
+      }
+    } else {
+      for (int64_t k = 0; k < K; ++k) bytes[k] = static_cast<uint8_t>(at(k));
+    }
+  }
+
+  // acc [M, O] int32 from rows prepared by `fill(m, bits, bytes)`.
+  template <class F>
+  std::vector<int32_t> gemm(int64_t M, int64_t K, F fill) const {
+    const int64_t O = s.out;
+    std::vector<int32_t> acc(static_cast<size_t>(M * O));
+    if (binary()) {
+      std::vector<uint64_t> a(static_cast<size_t>(M * rt.words));
+      cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) fill(m, a.data() + m * rt.words, nullptr);
+      });
+      xnor_gemm_s32(acc.data(), a.data(), rt.bits.data(), M, O, rt.words,
+                    static_cast<int32_t>(K));
+    } else {
+      std::vector<uint8_t> a(static_cast<size_t>(M * K));
+      cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a.data() + m * K);
+      });
+      int8_gemm_s32(acc.data(), a.data(), src_signed(), rt.w8.data(), M, O, K);
+    }
+    return acc;
+  }
+
+  Tensor linear(const Tensor& x) const {
+    const int64_t K = s.in;
+    if (x.dim() != 2 || x.size(1) != K) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}' expects [N, {}] codes, got {}", s.name, K,
+          x.shape().str()));
+    }
+    const int64_t M = x.size(0), O = s.out;
+    const float* xp = x.data<float>();
+    const std::vector<int32_t> acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+      fill_row(K, [&](int64_t k) { return xp[m * K + k]; }, bits, bytes);
+    });
+    Tensor out = empty(Shape{M, O}, {.dtype = DType::fp32});
+    float* d = out.data<float>();
+    for (size_t i = 0; i < acc.size(); ++i) d[i] = static_cast<float>(acc[i]);
+    return out;
+  }
+
+  // The sum over the padded positions of a border pattern (rows/columns cut at each side) of
+  // the weight codes, per output channel: what +1 at those positions added to the XNOR sum.
+  const std::vector<int32_t>& correction(const std::array<int64_t, 4>& pat) const {
+    auto it = rt.corr.find(pat);
+    if (it != rt.corr.end()) return it->second;
+    const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
+    std::vector<int32_t> c(static_cast<size_t>(s.out), 0);
+    for (int64_t o = 0; o < s.out; ++o) {
+      for (int64_t ci = 0; ci < C; ++ci) {
+        for (int64_t kh = 0; kh < KS; ++kh) {
+          for (int64_t kw = 0; kw < KS; ++kw) {
+            const bool pad = kh < pat[0] || kh >= KS - pat[1] || kw < pat[2] || kw >= KS - pat[3];
+            if (pad) c[static_cast<size_t>(o)] += rt.w8[static_cast<size_t>(o * K + (ci * KS + kh) * KS + kw)];
+          }
+        }
+      }
+    }
+    return rt.corr.emplace(pat, std::move(c)).first->second;
+  }
+
+  Tensor conv(const Tensor& x) const {
+    const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
+    if (x.dim() != 4 || x.size(1) != C) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}' expects [N, {}, H, W] codes, got {}", s.name, C,
+          x.shape().str()));
+    }
+    const int64_t N = x.size(0), H = x.size(2), W = x.size(3), O = s.out;
+    const int64_t OH = conv_out(H, KS, s.stride, s.padding), OW = conv_out(W, KS, s.stride, s.padding);
+    if (OH <= 0 || OW <= 0) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}': input {} is smaller than the kernel", s.name,
+          x.shape().str()));
+    }
+    const float* xp = x.data<float>();
+    const int64_t M = N * OH * OW;
+    auto origin = [&](int64_t m, int64_t* n, int64_t* h0, int64_t* w0) {
+      *n = m / (OH * OW);
+      const int64_t p = m % (OH * OW);
+      *h0 = (p / OW) * s.stride - s.padding;
+      *w0 = (p % OW) * s.stride - s.padding;
+    };
+    const std::vector<int32_t> acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+      int64_t n, h0, w0;
+      origin(m, &n, &h0, &w0);
+      const float* img = xp + n * C * H * W;
+      fill_row(
+          K,
+          [&](int64_t k) {
+            const int64_t ci = k / (KS * KS), kh = (k / KS) % KS, kw = k % KS;
+            const int64_t h = h0 + kh, w = w0 + kw;
+            return h < 0 || h >= H || w < 0 || w >= W ? 0.0f : img[(ci * H + h) * W + w];
+          },
+          bits, bytes);
+    });
+    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
+    float* d = out.data<float>();
+    for (int64_t m = 0; m < M; ++m) {
+      int64_t n, h0, w0;
+      origin(m, &n, &h0, &w0);
+      const int32_t* row = acc.data() + m * O;
+      const int32_t* cr = nullptr;
+      if (binary()) {
+        const std::array<int64_t, 4> pat{std::max<int64_t>(0, -h0),
+                                         std::max<int64_t>(0, h0 + KS - H),
+                                         std::max<int64_t>(0, -w0),
+                                         std::max<int64_t>(0, w0 + KS - W)};
+        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) cr = correction(pat).data();
+      }
+      const int64_t p = m % (OH * OW);
+      for (int64_t o = 0; o < O; ++o) {
+        const int32_t v = cr ? row[o] - cr[o] : row[o];
+        d[(n * O + o) * OH * OW + p] = static_cast<float>(v);
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor PackedModel::forward(const Tensor& x0) {
+  if (!x0.defined() || !x0.is_floating_point() || (x0.dim() != 2 && x0.dim() != 4)) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::PackedModel: input must be floating [N, C, H, W] or [N, K], got {}",
+        x0.defined() ? std::string(name(x0.dtype())) + " " + x0.shape().str() : "nothing"));
+  }
+  NoGradGuard ng;
+  Tensor y = detail::as_fp32_contiguous(x0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const PackedStep& s = steps_[i];
+    if (s.kind == "input") {
+      y = lowbit_act_codes(y, s.act);
+    } else if (s.kind == "layer") {
+      const LayerRun run{s, *rt_[i]};
+      const Tensor acc = s.conv ? run.conv(y.contiguous()) : run.linear(y.contiguous());
+      y = lowbit_rescale(acc, rt_[i]->mult, s.bias);
+    } else if (s.kind == "batch_norm") {
+      y = batch_norm(y, s.running_mean, s.running_var, s.gamma, s.beta, false, s.momentum, s.eps);
+    } else if (s.kind == "act") {
+      y = lowbit_act_codes(s.relu ? relu(y) : y, s.act);
+    } else if (s.kind == "max_pool2d") {
+      y = max_pool2d(y, s.pool_kernel, s.pool_stride, s.pool_padding);
+    } else if (s.kind == "flatten") {
+      y = y.flatten(1, -1);
+    } else {
+      throw std::invalid_argument("mixp::quant::PackedModel: unknown step kind '" + s.kind + "'");
+    }
+  }
+  return y;
+}
+
+// ---- convert
+
+namespace {
+template <class T>
+const T* as(const std::shared_ptr<nn::Module>& m) {
+  return dynamic_cast<const T*>(m.get());
+}
+
+PackedStep act_step(const std::string& name, const LowBitActivation& a, bool input) {
+  PackedStep s;
+  s.kind = input ? "input" : "act";
+  s.name = name;
+  s.act = a.params();
+  s.relu = a.relu();
+  return s;
+}
+}  // namespace
+
+std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
+  const auto* seq = dynamic_cast<const nn::Sequential*>(&prepared);
+  if (seq == nullptr || !is_lowbit_prepared(prepared)) {
+    throw std::invalid_argument(
+        "mixp::quant::convert_to_packed: the model is not prepared for low-bit QAT "
+        "(quant::prepare_lowbit_qat)");
+  }
+  std::string missing;
+  if (!lowbit_observers_calibrated(prepared, &missing)) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::convert_to_packed: the activation quantizer '{}' has seen no data; train "
+        "at least one step first",
+        missing));
+  }
+  NoGradGuard ng;
+  auto model = std::make_shared<PackedModel>();
+  for (const auto& [name, m] : seq->named_children()) {
+    if (const auto* l = as<LowBitLayer>(m)) {
+      if (l->owned_input_quant()) {
+        model->add_step(act_step(name + ".input_quant", *l->owned_input_quant(), true));
+      }
+      PackedStep s;
+      s.kind = "layer";
+      s.name = name;
+      s.scheme = l->scheme();
+      s.conv = l->is_conv();
+      const Tensor w = detail::as_fp32_contiguous(l->weight());
+      s.out = w.size(0);
+      s.in = w.size(1);
+      s.kernel = s.conv ? w.size(2) : 1;
+      if (s.conv) {
+        const Conv2dParams& c = l->conv_params();
+        if (w.size(2) != w.size(3) || c.stride_h != c.stride_w || c.pad_h != c.pad_w ||
+            c.dilation_h != 1 || c.dilation_w != 1) {
+          throw std::invalid_argument(fmt::format(
+              "mixp::quant::convert_to_packed: '{}' needs a square kernel, equal strides and "
+              "padding and no dilation",
+              name));
+        }
+        s.stride = c.stride_h;
+        s.padding = c.pad_h;
+      }
+      const int64_t K = w.numel() / s.out;
+      std::vector<float> codes(static_cast<size_t>(w.numel()));
+      s.weight_scale.resize(static_cast<size_t>(s.out));
+      lowbit_weight_codes_raw(w.data<float>(), s.out, K, s.scheme, codes.data(),
+                              s.weight_scale.data(), nullptr);
+      s.packed = pack_weight_codes(codes.data(), s.out, K, s.scheme);
+      const ActCodeParams in = l->input_quant()->params();
+      s.input_scale = in.scale;
+      s.input_kind = in.kind;
+      if (l->bias().defined()) s.bias = detail::as_fp32_contiguous(l->bias()).clone();
+      model->add_step(std::move(s));
+      if (l->output_quant()) model->add_step(act_step(name + ".output_quant", *l->output_quant(), false));
+    } else if (const auto* bn = as<QatBatchNorm2d>(m)) {
+      PackedStep s;
+      s.kind = "batch_norm";
+      s.name = name;
+      s.running_mean = bn->running_mean().clone();
+      s.running_var = bn->running_var().clone();
+      if (bn->weight().defined()) {
+        s.gamma = bn->weight().detach().clone();
+        s.beta = bn->bias().detach().clone();
+      }
+      s.eps = bn->options().eps;
+      s.momentum = bn->options().momentum;
+      model->add_step(std::move(s));
+    } else if (const auto* a = as<LowBitActivation>(m)) {
+      model->add_step(act_step(name, *a, false));
+    } else if (const auto* p = as<nn::MaxPool2d>(m)) {
+      PackedStep s;
+      s.kind = "max_pool2d";
+      s.name = name;
+      s.pool_kernel = p->kernel();
+      s.pool_stride = p->stride() > 0 ? p->stride() : p->kernel();
+      s.pool_padding = p->padding();
+      model->add_step(std::move(s));
+    } else if (const auto* f = as<nn::Flatten>(m)) {
+      if (f->start_dim() != 1 || (f->end_dim() != -1 && f->end_dim() != 3)) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::convert_to_packed: '{}' flattens other dimensions than 1..-1", name));
+      }
+      PackedStep s;
+      s.kind = "flatten";
+      s.name = name;
+      model->add_step(std::move(s));
+    } else {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::convert_to_packed: module '{}' ({}) has no packed version", name,
+          m->kind()));
+    }
+  }
+  return model;
+}
+
+}  // namespace mixp::quant

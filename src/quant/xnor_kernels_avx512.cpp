@@ -1,0 +1,73 @@
+// XNOR-popcount GEMM with AVX-512 VPOPCNTQ; see xnor_kernels.h. Blocks of 4 rows x 4 columns
+// keep 16 accumulators of 64-bit counts in registers, so each 512-bit load of a row feeds four
+// XOR + VPOPCNTQ + add.
+#include <immintrin.h>
+
+#include "quant/xnor_kernels.h"
+
+namespace mixp::quant::kern {
+
+namespace {
+
+// The lanes' sum (_mm512_reduce_add_epi64 trips GCC 12's -Wmaybe-uninitialized).
+__attribute__((target("avx512f"))) inline int64_t lane_sum(__m512i v) {
+  alignas(64) int64_t l[8];
+  _mm512_store_si512(l, v);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+
+__attribute__((target("avx512f,avx512vpopcntdq"))) inline int32_t one(const uint64_t* a,
+                                                                      const uint64_t* b,
+                                                                      int64_t words, int32_t k) {
+  __m512i acc = _mm512_setzero_si512();
+  for (int64_t w = 0; w < words; w += 8) {
+    const __m512i x = _mm512_xor_si512(_mm512_loadu_si512(a + w), _mm512_loadu_si512(b + w));
+    acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(x));
+  }
+  return k - 2 * static_cast<int32_t>(lane_sum(acc));
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512vpopcntdq"))) void xnor_gemm_avx512(
+    int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O, int64_t words,
+    int32_t k) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) {
+    const uint64_t* a0 = a + m * words;
+    const uint64_t* a1 = a0 + words;
+    const uint64_t* a2 = a1 + words;
+    const uint64_t* a3 = a2 + words;
+    int64_t o = 0;
+    for (; o + 4 <= O; o += 4) {
+      __m512i c[4][4];
+      for (auto& r : c)
+        for (auto& v : r) v = _mm512_setzero_si512();
+      const uint64_t* bs[4] = {b + o * words, b + (o + 1) * words, b + (o + 2) * words,
+                               b + (o + 3) * words};
+      for (int64_t w = 0; w < words; w += 8) {
+        const __m512i x[4] = {_mm512_loadu_si512(a0 + w), _mm512_loadu_si512(a1 + w),
+                              _mm512_loadu_si512(a2 + w), _mm512_loadu_si512(a3 + w)};
+        for (int j = 0; j < 4; ++j) {
+          const __m512i y = _mm512_loadu_si512(bs[j] + w);
+          for (int i = 0; i < 4; ++i) {
+            c[i][j] = _mm512_add_epi64(c[i][j], _mm512_popcnt_epi64(_mm512_xor_si512(x[i], y)));
+          }
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          dst[(m + i) * O + o + j] = k - 2 * static_cast<int32_t>(lane_sum(c[i][j]));
+        }
+      }
+    }
+    for (; o < O; ++o) {
+      for (int i = 0; i < 4; ++i) dst[(m + i) * O + o] = one(a0 + i * words, b + o * words, words, k);
+    }
+  }
+  for (; m < M; ++m) {
+    for (int64_t o = 0; o < O; ++o) dst[m * O + o] = one(a + m * words, b + o * words, words, k);
+  }
+}
+
+}  // namespace mixp::quant::kern
