@@ -35,8 +35,11 @@ LowBitActivation::LowBitActivation(ActCodeKind kind, int bits, bool relu)
       bits_(bits),
       relu_(relu),
       observer_(act_observer_spec(), 1) {
-  min_val_ = &register_buffer("min_val", full({1}, kInf));
-  max_val_ = &register_buffer("max_val", full({1}, -kInf));
+  // Sign codes observe nothing: their buffers hold the sign's range (finite, so that a checkpoint
+  // of them passes the loader's check).
+  const bool sign = kind == ActCodeKind::sign;
+  min_val_ = &register_buffer("min_val", full({1}, sign ? -1.0 : kInf));
+  max_val_ = &register_buffer("max_val", full({1}, sign ? 1.0 : -kInf));
 }
 
 bool LowBitActivation::has_data() const {
