@@ -69,6 +69,13 @@ std::vector<int8_t> unpack_weight_codes(const uint8_t* packed, int64_t O, int64_
                                         LowBitScheme s) {
   const int64_t rb = packed_row_bytes(K, s);
   std::vector<int8_t> out(static_cast<size_t>(O * K));
+  if (s == LowBitScheme::int4 || s == LowBitScheme::int2) {
+    for (int64_t o = 0; o < O; ++o) {
+      (s == LowBitScheme::int4 ? unpack_int4_to_int8 : unpack_int2_to_int8)(
+          out.data() + o * K, packed + o * rb, K);
+    }
+    return out;
+  }
   for (int64_t o = 0; o < O; ++o) {
     const uint8_t* row = packed + o * rb;
     int8_t* d = out.data() + o * K;

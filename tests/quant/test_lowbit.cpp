@@ -16,7 +16,7 @@
 #include "mixp/quant/lowbit_qat.h"
 #include "mixp/quant/qat.h"
 #include "mixp/tensor/factories.h"
-#include "quant/xnor_kernels.h"
+#include "backend/cpu/xnor_kernels.h"
 
 namespace mixp::quant {
 namespace {
@@ -174,11 +174,11 @@ TEST(LowBitGemm, XnorKernelsMatchTheSignedDotProduct) {
       want[m * O + o] = s;
     }
   std::vector<int32_t> got(M * O);
-  kern::xnor_gemm_generic(got.data(), a.data(), b.data(), M, O, words, K);
+  cpu::xnor::xnor_gemm_generic(got.data(), a.data(), b.data(), M, O, words, K);
   EXPECT_EQ(got, want);
   if (cpu_features().avx512_vpopcntdq && cpu_features().use_avx512()) {
     std::fill(got.begin(), got.end(), 0);
-    kern::xnor_gemm_avx512(got.data(), a.data(), b.data(), M, O, words, K);
+    cpu::xnor::xnor_gemm_avx512(got.data(), a.data(), b.data(), M, O, words, K);
     EXPECT_EQ(got, want);
   } else {
     std::cout << "    (no AVX-512 VPOPCNTDQ here: the AVX-512 kernel is not run)\n";

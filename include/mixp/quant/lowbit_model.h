@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "mixp/backend/lowbit_gemm.h"  // the GEMM cores the packed layers run
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/ops.h"
@@ -103,16 +104,5 @@ void save_packed_model(const PackedModel& m, const std::filesystem::path& path);
 std::shared_ptr<PackedModel> load_packed_model(const std::filesystem::path& path);
 std::shared_ptr<PackedModel> load_packed_model(const SafeTensorsFile& file,
                                                const std::filesystem::path& path);
-
-// The GEMM cores (for tests and `mixp bench gemm`):
-// XNOR-popcount: a [M, words] and b [O, words] bit rows (bit = 1 for -1, words a multiple of 8,
-// bits past k zero in both) -> dst[m * O + o] = k - 2 * popcount(a[m] ^ b[o]).
-void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
-                   int64_t words, int32_t k);
-// Which XNOR kernel runs here: "avx512_vpopcntdq" or "generic".
-const char* xnor_gemm_kernel_name();
-// [M, K] u8 (or s8 when a_signed) x [O, K] s8 -> [M, O] s32 on oneDNN.
-void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,
-                   int64_t O, int64_t K);
 
 }  // namespace mixp::quant

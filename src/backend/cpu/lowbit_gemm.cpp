@@ -1,34 +1,34 @@
-// The integer GEMM cores of the packed low-bit model: XNOR-popcount (tiered, xnor_kernels.h)
-// and u8/s8 x s8 -> s32 on oneDNN. See include/mixp/quant/lowbit_model.h.
+// XNOR-popcount (tiered, xnor_kernels.h) and u8/s8 x s8 -> s32 on oneDNN; see
+// include/mixp/backend/lowbit_gemm.h.
 #include <unordered_map>
 
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/onednn_util.h"
 #include "mixp/backend/cpu_features.h"
-#include "mixp/quant/lowbit_model.h"
-#include "quant/xnor_kernels.h"
+#include "backend/cpu/xnor_kernels.h"
+#include "mixp/backend/lowbit_gemm.h"
 
-namespace mixp::quant {
+namespace mixp {
 
 namespace {
 bool use_vpopcnt() {
   return simd_tier() == SimdTier::avx512 && cpu_features().avx512_vpopcntdq;
 }
-kern::XnorGemmFn xnor_kernel() {
-  static const kern::XnorGemmFn k = by_tier(
-      use_vpopcnt() ? &kern::xnor_gemm_avx512 : &kern::xnor_gemm_generic,
-      &kern::xnor_gemm_generic, &kern::xnor_gemm_generic);
+cpu::xnor::XnorGemmFn xnor_kernel() {
+  static const cpu::xnor::XnorGemmFn k = by_tier(
+      use_vpopcnt() ? &cpu::xnor::xnor_gemm_avx512 : &cpu::xnor::xnor_gemm_generic,
+      &cpu::xnor::xnor_gemm_generic, &cpu::xnor::xnor_gemm_generic);
   return k;
 }
 }  // namespace
 
 const char* xnor_gemm_kernel_name() {
-  return xnor_kernel() == &kern::xnor_gemm_avx512 ? "avx512_vpopcntdq" : "generic";
+  return xnor_kernel() == &cpu::xnor::xnor_gemm_avx512 ? "avx512_vpopcntdq" : "generic";
 }
 
 void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
                    int64_t words, int32_t k) {
-  const kern::XnorGemmFn f = xnor_kernel();
+  const cpu::xnor::XnorGemmFn f = xnor_kernel();
   // Blocks of 4 rows (the kernel's register block) per thread.
   const int64_t blocks = (M + 3) / 4;
   cpu::parallel_for(blocks, M * O * words, [&](int64_t lo, int64_t hi) {
@@ -60,4 +60,21 @@ void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, 
   onednn::execute(p, args);
 }
 
-}  // namespace mixp::quant
+void unpack_int4_to_int8(int8_t* dst, const uint8_t* src, int64_t n) {
+  for (int64_t i = 0; i + 1 < n; i += 2) {
+    const uint8_t b = src[i / 2];
+    // Sign-extend each nibble: shift it to the top of a byte, then arithmetic shift back.
+    dst[i] = static_cast<int8_t>(static_cast<int8_t>(b << 4) >> 4);
+    dst[i + 1] = static_cast<int8_t>(static_cast<int8_t>(b) >> 4);
+  }
+  if (n % 2) dst[n - 1] = static_cast<int8_t>(static_cast<int8_t>(src[n / 2] << 4) >> 4);
+}
+
+void unpack_int2_to_int8(int8_t* dst, const uint8_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int sh = 6 - 2 * static_cast<int>(i % 4);
+    dst[i] = static_cast<int8_t>(static_cast<int8_t>(src[i / 4] << sh) >> 6);
+  }
+}
+
+}  // namespace mixp

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-namespace mixp::quant::kern {
+namespace mixp::cpu::xnor {
 
 using XnorGemmFn = void (*)(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M,
                             int64_t O, int64_t words, int32_t k);
@@ -15,4 +15,4 @@ void xnor_gemm_generic(int32_t* dst, const uint64_t* a, const uint64_t* b, int64
 void xnor_gemm_avx512(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
                       int64_t words, int32_t k);
 
-}  // namespace mixp::quant::kern
+}  // namespace mixp::cpu::xnor

@@ -1,9 +1,9 @@
 // Portable XNOR-popcount GEMM (the reference of xnor_kernels_avx512.cpp); see xnor_kernels.h.
 #include <bit>
 
-#include "quant/xnor_kernels.h"
+#include "backend/cpu/xnor_kernels.h"
 
-namespace mixp::quant::kern {
+namespace mixp::cpu::xnor {
 
 void xnor_gemm_generic(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
                        int64_t words, int32_t k) {
@@ -18,4 +18,4 @@ void xnor_gemm_generic(int32_t* dst, const uint64_t* a, const uint64_t* b, int64
   }
 }
 
-}  // namespace mixp::quant::kern
+}  // namespace mixp::cpu::xnor

@@ -3,9 +3,9 @@
 // XOR + VPOPCNTQ + add.
 #include <immintrin.h>
 
-#include "quant/xnor_kernels.h"
+#include "backend/cpu/xnor_kernels.h"
 
-namespace mixp::quant::kern {
+namespace mixp::cpu::xnor {
 
 namespace {
 
@@ -70,4 +70,4 @@ __attribute__((target("avx512f,avx512vpopcntdq"))) void xnor_gemm_avx512(
   }
 }
 
-}  // namespace mixp::quant::kern
+}  // namespace mixp::cpu::xnor
