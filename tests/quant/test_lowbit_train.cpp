@@ -3,6 +3,8 @@
 // checkpoint's packed model run by `mixp eval`, bit-identical resume, and the errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "mixp/train/checkpoint.h"
@@ -120,6 +122,24 @@ TEST(LowBitCli, TrainEvalAndErrors) {
   EXPECT_NE(bad.err.find("int5"), std::string::npos) << bad.err;
   const auto gpt = run_cli("train --model gpt --steps 1 --precision int4-qat");
   EXPECT_EQ(gpt.exit_code, 2) << gpt.err;
+}
+
+TEST(LowBitCli, CompareReportsTheBottomOfTheLadder) {
+  TempDir tmp;
+  const std::string out = (tmp / "cmp").string();
+  const auto r = run_cli(
+      "compare --data synthetic --train-limit 256 --test-limit 128 --batch 64 --threads 1 "
+      "--model mlp --precisions fp32,int4-qat,binary-act --steps 3 --out '" + out + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("* accuracy of the packed low-bit model converted after training"),
+            std::string::npos)
+      << r.out;
+  for (const char* f : {"report.md", "report.html"}) {
+    std::ifstream in(tmp / "cmp" / f);
+    const std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(t.find("Below 8 bits (the bottom of the ladder"), std::string::npos) << f;
+    EXPECT_NE(t.find("binary-act "), std::string::npos) << f;
+  }
 }
 
 }  // namespace
