@@ -212,35 +212,57 @@ struct LayerRun {
       int64_t n, h0, w0;
       origin(m, &n, &h0, &w0);
       const float* img = xp + n * C * H * W;
-      fill_row(
-          K,
-          [&](int64_t k) {
-            const int64_t ci = k / (KS * KS), kh = (k / KS) % KS, kw = k % KS;
-            const int64_t h = h0 + kh, w = w0 + kw;
-            return h < 0 || h >= H || w < 0 || w >= W ? 0.0f : img[(ci * H + h) * W + w];
-          },
-          bits, bytes);
+      // im2col of one output position, k = (ci * KS + kh) * KS + kw; padding reads as 0.
+      if (bits) {
+        for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+      }
+      const bool sgn = src_signed();
+      int64_t k = 0;
+      for (int64_t ci = 0; ci < C; ++ci) {
+        for (int64_t kh = 0; kh < KS; ++kh) {
+          const int64_t h = h0 + kh;
+          const bool hin = h >= 0 && h < H;
+          const float* rowp = img + (ci * H + (hin ? h : 0)) * W;
+          for (int64_t kw = 0; kw < KS; ++kw, ++k) {
+            const int64_t w = w0 + kw;
+            const float v = hin && w >= 0 && w < W ? rowp[w] : 0.0f;
+            if (bits) {
+              if (v < 0.0f) bits[k / 64] |= uint64_t{1} << (k % 64);
+            } else {
+              bytes[k] = sgn ? static_cast<uint8_t>(static_cast<int8_t>(v))
+                             : static_cast<uint8_t>(v);
+            }
+          }
+        }
+      }
     });
     Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
     float* d = out.data<float>();
-    for (int64_t m = 0; m < M; ++m) {
-      int64_t n, h0, w0;
-      origin(m, &n, &h0, &w0);
-      const int32_t* row = acc.data() + m * O;
-      const int32_t* cr = nullptr;
-      if (binary()) {
+    // The padding corrections of every border pattern, made before the parallel loop.
+    std::vector<const int32_t*> corr(static_cast<size_t>(OH * OW), nullptr);
+    if (binary()) {
+      for (int64_t p = 0; p < OH * OW; ++p) {
+        int64_t n, h0, w0;
+        origin(p, &n, &h0, &w0);
         const std::array<int64_t, 4> pat{std::max<int64_t>(0, -h0),
                                          std::max<int64_t>(0, h0 + KS - H),
                                          std::max<int64_t>(0, -w0),
                                          std::max<int64_t>(0, w0 + KS - W)};
-        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) cr = correction(pat).data();
-      }
-      const int64_t p = m % (OH * OW);
-      for (int64_t o = 0; o < O; ++o) {
-        const int32_t v = cr ? row[o] - cr[o] : row[o];
-        d[(n * O + o) * OH * OW + p] = static_cast<float>(v);
+        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) corr[p] = correction(pat).data();
       }
     }
+    // [N * OH * OW, O] -> NCHW.
+    cpu::parallel_for(N * O, M * O, [&](int64_t lo, int64_t hi) {
+      for (int64_t no = lo; no < hi; ++no) {
+        const int64_t n = no / O, o = no % O;
+        const int32_t* src = acc.data() + n * OH * OW * O + o;
+        float* dst = d + no * OH * OW;
+        for (int64_t p = 0; p < OH * OW; ++p) {
+          const int32_t v = src[p * O];
+          dst[p] = static_cast<float>(corr[p] ? v - corr[p][o] : v);
+        }
+      }
+    });
     return out;
   }
 };
