@@ -3,6 +3,10 @@
 // XOR + VPOPCNTQ + add.
 #include <immintrin.h>
 
+// GCC 12 reports the undefined pass-through operand of its own AVX-512 unpack/extract intrinsics
+// (_mm512_undefined_epi32) as maybe-uninitialized; the intrinsics are correct.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "backend/cpu/xnor_kernels.h"
 
 namespace mixp::cpu::xnor {
@@ -14,6 +18,26 @@ __attribute__((target("avx512f"))) inline int64_t lane_sum(__m512i v) {
   alignas(64) int64_t l[8];
   _mm512_store_si512(l, v);
   return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+
+// The lane sums of four accumulators at once (a transposing add tree: 12 instructions for four
+// sums instead of four separate reductions), into t[0..3].
+__attribute__((target("avx512f"))) inline void sum4(const __m512i c[4], int64_t t[4]) {
+  // s01 lanes (128-bit): [a0 b0 | a1 b1 | a2 b2 | a3 b3], each the sum of a pair of 64-bit lanes.
+  const __m512i s01 = _mm512_add_epi64(_mm512_unpacklo_epi64(c[0], c[1]),
+                                       _mm512_unpackhi_epi64(c[0], c[1]));
+  const __m512i s23 = _mm512_add_epi64(_mm512_unpacklo_epi64(c[2], c[3]),
+                                       _mm512_unpackhi_epi64(c[2], c[3]));
+  const __m512i x = _mm512_shuffle_i64x2(s01, s23, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i y = _mm512_shuffle_i64x2(s01, s23, _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512i z = _mm512_add_epi64(x, y);  // [a01 b01 | a23 b23 | c01 d01 | c23 d23]
+  const __m512i w = _mm512_add_epi64(z, _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(2, 3, 0, 1)));
+  alignas(64) int64_t l[8];
+  _mm512_store_si512(l, w);  // the totals in elements 0, 1 (a, b) and 4, 5 (c, d)
+  t[0] = l[0];
+  t[1] = l[1];
+  t[2] = l[4];
+  t[3] = l[5];
 }
 
 __attribute__((target("avx512f,avx512vpopcntdq"))) inline int32_t one(const uint64_t* a,
@@ -56,9 +80,9 @@ __attribute__((target("avx512f,avx512vpopcntdq"))) void xnor_gemm_avx512(
         }
       }
       for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) {
-          dst[(m + i) * O + o + j] = k - 2 * static_cast<int32_t>(lane_sum(c[i][j]));
-        }
+        int64_t t[4];
+        sum4(c[i], t);
+        for (int j = 0; j < 4; ++j) dst[(m + i) * O + o + j] = k - 2 * static_cast<int32_t>(t[j]);
       }
     }
     for (; o < O; ++o) {
