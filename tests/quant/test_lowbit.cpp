@@ -8,6 +8,7 @@
 
 #include "common/temp_dir.h"
 #include "mixp/backend/cpu_features.h"
+#include "mixp/io/safetensors.h"
 #include "mixp/nn/models.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
@@ -302,6 +303,36 @@ TEST(LowBitModel, FileIsOneThirtySecondOfFp32ForBinaryWeights) {
   for (const PackedStep& s : packed->steps()) packed_bytes += static_cast<int64_t>(s.packed.size());
   EXPECT_EQ(packed_bytes * 8, weights + 0);  // 784, 48 and 48 columns are whole bytes
   EXPECT_LT(packed->weight_bytes(), fp32 / 16);
+}
+
+TEST(LowBitModel, DamagedFilesAreRefusedWithTheReason) {
+  auto model = small_model("mlp");
+  prepare_lowbit_qat(*model, LowBitConfig{LowBitScheme::int2, {}});
+  Generator g(1);
+  model->forward(randn(Shape{4, 784}, g));
+  test::TempDir tmp;
+  save_packed_model(*convert_to_packed(*model), tmp / "p.safetensors");
+  SafeTensorsFile f = read_safetensors(tmp / "p.safetensors");
+  auto expect_refused = [&](SafeTensorsFile bad, const std::string& needle) {
+    try {
+      load_packed_model(bad, tmp / "bad.safetensors");
+      ADD_FAILURE() << "accepted; wanted " << needle;
+    } catch (const SafeTensorsError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  SafeTensorsFile no_meta = f;
+  no_meta.metadata.erase("mixp.packed_model");
+  expect_refused(no_meta, "no 'mixp.packed_model' metadata");
+  SafeTensorsFile short_w = f;
+  short_w.find("fc2.weight")->data.pop_back();
+  short_w.find("fc2.weight")->shape = {short_w.find("fc2.weight")->numel() - 1};
+  expect_refused(short_w, "fc2.weight");
+  SafeTensorsFile bad_scheme = f;
+  std::string& m = bad_scheme.metadata["mixp.packed_model"];
+  m.replace(m.find("\"int2\""), 6, "\"int3\"");
+  expect_refused(bad_scheme, "int3");
+  EXPECT_THROW(convert_to_packed(*small_model("mlp")), std::invalid_argument);  // not prepared
 }
 
 }  // namespace

@@ -120,6 +120,14 @@ TEST(LowBitCli, TrainEvalAndErrors) {
       "fc1=int5");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("int5"), std::string::npos) << bad.err;
+  const auto fp32 = run_cli(
+      "train --model mlp --width 32 --data synthetic --train-limit 256 --test-limit 128 --steps 1 "
+      "--save '" + (tmp / "fp32").string() + "'");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  const auto nopack =
+      run_cli("eval --checkpoint '" + (tmp / "fp32").string() + "' --precision packed");
+  EXPECT_EQ(nopack.exit_code, 2) << nopack.err;
+  EXPECT_NE(nopack.err.find("has no packed model"), std::string::npos) << nopack.err;
   const auto gpt = run_cli("train --model gpt --steps 1 --precision int4-qat");
   EXPECT_EQ(gpt.exit_code, 2) << gpt.err;
 }
