@@ -14,6 +14,16 @@ namespace mixp::quant {
 
 namespace {
 constexpr float kMinScale = 0x1p-23f;  // block_int8.h's floor (torch.finfo(float32).eps)
+
+// nearbyint (ties to even) without the libm call baseline x86-64 needs: adding and subtracting
+// 2^23 rounds |v| < 2^22 to an integer in the current (nearest-even) mode, as nearbyint does, and
+// copysign keeps the sign of zero (-0.3 -> -0.0); larger values, infinities and NaN take
+// nearbyint itself.
+inline float round_even(float v) {
+  constexpr float kMagic = 0x1p23f;
+  const float a = std::fabs(v);
+  return a < 0x1p22f ? std::copysign((a + kMagic) - kMagic, v) : std::nearbyint(v);
+}
 }  // namespace
 
 std::string_view name(LowBitScheme s) {
@@ -106,7 +116,7 @@ void lowbit_weight_codes_raw(const float* w, int64_t O, int64_t K, LowBitScheme 
           const float inv = 1.0f / s;
           scales[o] = s;
           for (int64_t k = 0; k < K; ++k) {
-            const float q = std::nearbyint(r[k] * inv);
+            const float q = round_even(r[k] * inv);
             const bool in = q >= qmin && q <= qmax;
             codes[o * K + k] = std::clamp(q, qmin, qmax);
             if (mask) mask[o * K + k] = in ? 1 : 0;
@@ -272,7 +282,7 @@ Tensor lowbit_act_codes(const Tensor& x0, const ActCodeParams& p) {
         dst[i] = v >= 0.0f ? 1.0f : -1.0f;
         if (m) m[i] = std::fabs(v) <= 1.0f ? 1 : 0;
       } else {
-        const float q = std::nearbyint(v * inv);
+        const float q = round_even(v * inv);
         dst[i] = std::clamp(q, qmin, qmax);  // NaN stays NaN (the NaN guard reports it)
         if (m) m[i] = q >= qmin && q <= qmax ? 1 : 0;
       }
