@@ -126,24 +126,27 @@ struct LayerRun {
     }
   }
 
-  // acc [M, O] int32 from rows prepared by `fill(m, bits, bytes)`.
+  // acc [M, O] int32 from rows prepared by `fill(m, bits, bytes)`. The buffers come from the
+  // caching allocator (uninitialized: every byte is written).
   template <class F>
-  std::vector<int32_t> gemm(int64_t M, int64_t K, F fill) const {
+  Tensor gemm(int64_t M, int64_t K, F fill) const {
     const int64_t O = s.out;
-    std::vector<int32_t> acc(static_cast<size_t>(M * O));
+    Tensor acc = empty(Shape{M, O}, {.dtype = DType::int32});
     if (binary()) {
-      std::vector<uint64_t> a(static_cast<size_t>(M * rt.words));
+      Tensor at = empty(Shape{M, rt.words}, {.dtype = DType::int64});
+      auto* a = reinterpret_cast<uint64_t*>(at.data_ptr());
       cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
-        for (int64_t m = lo; m < hi; ++m) fill(m, a.data() + m * rt.words, nullptr);
+        for (int64_t m = lo; m < hi; ++m) fill(m, a + m * rt.words, nullptr);
       });
-      xnor_gemm_s32(acc.data(), a.data(), rt.bits.data(), M, O, rt.words,
+      xnor_gemm_s32(acc.data<int32_t>(), a, rt.bits.data(), M, O, rt.words,
                     static_cast<int32_t>(K));
     } else {
-      std::vector<uint8_t> a(static_cast<size_t>(M * K));
+      Tensor at = empty(Shape{M, K}, {.dtype = DType::uint8});
+      uint8_t* a = at.data<uint8_t>();
       cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
-        for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a.data() + m * K);
+        for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a + m * K);
       });
-      int8_gemm_s32(acc.data(), a.data(), src_signed(), rt.w8.data(), M, O, K);
+      int8_gemm_s32(acc.data<int32_t>(), a, src_signed(), rt.w8.data(), M, O, K);
     }
     return acc;
   }
@@ -157,12 +160,15 @@ struct LayerRun {
     }
     const int64_t M = x.size(0), O = s.out;
     const float* xp = x.data<float>();
-    const std::vector<int32_t> acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       fill_row(K, [&](int64_t k) { return xp[m * K + k]; }, bits, bytes);
     });
     Tensor out = empty(Shape{M, O}, {.dtype = DType::fp32});
     float* d = out.data<float>();
-    for (size_t i = 0; i < acc.size(); ++i) d[i] = static_cast<float>(acc[i]);
+    const int32_t* ap = acc.data<int32_t>();
+    cpu::parallel_for(M * O, M * O, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(ap[i]);
+    });
     return out;
   }
 
@@ -208,7 +214,7 @@ struct LayerRun {
       *h0 = (p / OW) * s.stride - s.padding;
       *w0 = (p % OW) * s.stride - s.padding;
     };
-    const std::vector<int32_t> acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       int64_t n, h0, w0;
       origin(m, &n, &h0, &w0);
       const float* img = xp + n * C * H * W;
@@ -255,7 +261,7 @@ struct LayerRun {
     cpu::parallel_for(N * O, M * O, [&](int64_t lo, int64_t hi) {
       for (int64_t no = lo; no < hi; ++no) {
         const int64_t n = no / O, o = no % O;
-        const int32_t* src = acc.data() + n * OH * OW * O + o;
+        const int32_t* src = acc.data<int32_t>() + n * OH * OW * O + o;
         float* dst = d + no * OH * OW;
         for (int64_t p = 0; p < OH * OW; ++p) {
           const int32_t v = src[p * O];
