@@ -132,6 +132,21 @@ TEST(LowBitCli, TrainEvalAndErrors) {
   EXPECT_EQ(gpt.exit_code, 2) << gpt.err;
 }
 
+// Without VNNI oneDNN's int8 GEMM sums pairs in saturating int16; the packed model must stay
+// exact there too (backend/lowbit_gemm.h falls back to an int32 loop).
+TEST(LowBitCli, ExactWithoutVnni) {
+  for (const char* p : {"int4-qat", "binary"}) {
+    const auto r = run_cli(
+        std::string("train --model mlp --width 32 --data synthetic --train-limit 256 "
+                    "--test-limit 256 --steps 6 --lr 0.01 --precision ") + p + " --json",
+        {{"ONEDNN_MAX_CPU_ISA", "AVX2"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["test_accuracy"], j["fake_quant_accuracy"]) << p;
+    EXPECT_EQ(j["test_loss"], j["fake_quant_loss"]) << p;
+  }
+}
+
 TEST(LowBitCli, CompareReportsTheBottomOfTheLadder) {
   TempDir tmp;
   const std::string out = (tmp / "cmp").string();

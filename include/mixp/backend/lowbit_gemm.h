@@ -8,8 +8,9 @@
 // AVX512_VPOPCNTDQ and the SIMD tier is avx512 (docs/architecture.md 6.6), a portable loop
 // elsewhere; parallel over rows.
 //
-// int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN (VNNI where the CPU has
-// it), both row-major; exact.
+// int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN's VNNI GEMM, both
+// row-major; exact. Where oneDNN would run without VNNI (its pairs of products saturate int16)
+// a plain int32 loop runs instead, slower but exact.
 #pragma once
 #include <cstdint>
 

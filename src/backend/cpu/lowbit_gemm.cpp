@@ -37,9 +37,47 @@ void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M
   });
 }
 
+namespace {
+// Whether oneDNN's int8 GEMM is exact here: without VNNI it sums pairs of u8 x s8 products in
+// saturating int16 (vpmaddubsw), which the codes of the packed models can overflow.
+bool onednn_int8_exact() {
+  static const bool exact = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    auto has = [&](dnnl::cpu_isa want) {
+      const auto w = static_cast<unsigned>(want);
+      return (isa & w) == w;
+    };
+    return has(dnnl::cpu_isa::avx512_core_vnni) || has(dnnl::cpu_isa::avx2_vnni);
+  }();
+  return exact;
+}
+
+// The exact fallback: int32 sums, row by row.
+template <class A>
+void int8_gemm_loop(int32_t* dst, const A* a, const int8_t* b, int64_t M, int64_t O, int64_t K) {
+  cpu::parallel_for(M, M * O * K, [&](int64_t lo, int64_t hi) {
+    for (int64_t m = lo; m < hi; ++m) {
+      for (int64_t o = 0; o < O; ++o) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; ++k) s += int32_t{a[m * K + k]} * int32_t{b[o * K + k]};
+        dst[m * O + o] = s;
+      }
+    }
+  });
+}
+}  // namespace
+
 void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,
                    int64_t O, int64_t K) {
   using dnnl::memory;
+  if (!onednn_int8_exact()) {
+    if (a_signed) {
+      int8_gemm_loop(dst, static_cast<const int8_t*>(a), b, M, O, K);
+    } else {
+      int8_gemm_loop(dst, static_cast<const uint8_t*>(a), b, M, O, K);
+    }
+    return;
+  }
   using dt = memory::data_type;
   if (M == 0 || O == 0) return;
   const memory::desc a_md({M, K}, a_signed ? dt::s8 : dt::u8, memory::format_tag::ab);
