@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
@@ -12,7 +13,9 @@
 #include "mixp/nn/flatten.h"
 #include "mixp/nn/max_pool2d.h"
 #include "mixp/nn/sequential.h"
+#include "mixp/quant/int8_model.h"
 #include "mixp/quant/lowbit_qat.h"
+#include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
 #include "quant/quant_util.h"
@@ -36,6 +39,8 @@ struct PackedModel::Runtime {
   int64_t words = 0;
   std::vector<float> mult;  // input_scale * weight_scale[o]
   std::map<std::array<int64_t, 4>, std::vector<int32_t>> corr;  // conv border pattern -> [O]
+  Tensor w8_oihw;                // int-path convs: the codes as an int8 [O, C, KS, KS] tensor
+  std::vector<int32_t> wsum;     // their sums per output channel (the s8 input's offset)
 };
 
 PackedModel::PackedModel() : nn::Module("packed_model") {
@@ -62,14 +67,26 @@ void PackedModel::add_step(PackedStep s) {
     }
     rt->w8 = unpack_weight_codes(s.packed.data(), s.out, K, s.scheme);
     if (s.scheme == LowBitScheme::binary_act) {
+      // Convolutions order their bits (kh, kw, ci), so that the C sign bits of one input
+      // position are contiguous (see LayerRun::conv); a dot product does not depend on the order.
       rt->words = round8((K + 63) / 64);
       rt->bits.assign(static_cast<size_t>(s.out * rt->words), 0);
+      const int64_t C = s.in, KS = s.kernel;
       for (int64_t o = 0; o < s.out; ++o) {
         for (int64_t k = 0; k < K; ++k) {
+          const int64_t bit = s.conv ? (k % (KS * KS)) * C + k / (KS * KS) : k;
           if (rt->w8[static_cast<size_t>(o * K + k)] < 0) {
-            rt->bits[static_cast<size_t>(o * rt->words + k / 64)] |= uint64_t{1} << (k % 64);
+            rt->bits[static_cast<size_t>(o * rt->words + bit / 64)] |= uint64_t{1} << (bit % 64);
           }
         }
+      }
+    }
+    if (s.conv && s.scheme != LowBitScheme::binary_act) {
+      rt->w8_oihw = empty(Shape{s.out, s.in, s.kernel, s.kernel}, {.dtype = DType::int8});
+      std::copy(rt->w8.begin(), rt->w8.end(), rt->w8_oihw.data<int8_t>());
+      rt->wsum.assign(static_cast<size_t>(s.out), 0);
+      for (int64_t o = 0; o < s.out; ++o) {
+        for (int64_t k = 0; k < K; ++k) rt->wsum[static_cast<size_t>(o)] += rt->w8[static_cast<size_t>(o * K + k)];
       }
     }
     rt->mult.resize(static_cast<size_t>(s.out));
@@ -192,6 +209,52 @@ struct LayerRun {
     return rt.corr.emplace(pat, std::move(c)).first->second;
   }
 
+  // An int-path conv on oneDNN's exact VNNI int8 convolution (int8_conv2d_s32): the codes go
+  // to NHWC u8 with the padding made explicit, and s8 codes are shifted by +128 (padding with
+  // 128, the shifted 0) and the shift's 128 * sum(w[o]) subtracted again.
+  Tensor conv_onednn(const Tensor& x, int64_t OH, int64_t OW) const {
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = s.out;
+    const int64_t P = s.padding, HP = H + 2 * P, WP = W + 2 * P;
+    const bool sgn = src_signed();
+    const uint8_t fill = sgn ? 128 : 0;
+    Tensor src = empty(Shape{N, HP, WP, C}, {.dtype = DType::uint8});
+    const float* xp = x.data<float>();
+    uint8_t* sp = src.data<uint8_t>();
+    cpu::parallel_for(N * HP, N * HP * WP * C, [&](int64_t lo, int64_t hi) {
+      for (int64_t nh = lo; nh < hi; ++nh) {
+        const int64_t n = nh / HP, h = nh % HP - P;
+        uint8_t* row = sp + nh * WP * C;
+        if (h < 0 || h >= H) {
+          std::memset(row, fill, static_cast<size_t>(WP * C));
+          continue;
+        }
+        for (int64_t w = 0; w < WP; ++w) {
+          const int64_t wi = w - P;
+          for (int64_t c = 0; c < C; ++c) {
+            const float v = wi < 0 || wi >= W ? 0.0f : xp[((n * C + c) * H + h) * W + wi];
+            row[w * C + c] = static_cast<uint8_t>(sgn ? static_cast<int>(v) + 128 : static_cast<int>(v));
+          }
+        }
+      }
+    });
+    Conv2dParams cp;
+    cp.stride_h = cp.stride_w = s.stride;
+    const Tensor acc = int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
+    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
+    const int32_t* ap = acc.data<int32_t>();
+    float* d = out.data<float>();
+    cpu::parallel_for(N * O, N * O * OH * OW, [&](int64_t lo, int64_t hi) {
+      for (int64_t no = lo; no < hi; ++no) {
+        const int64_t n = no / O, o = no % O;
+        const int32_t off = sgn ? 128 * rt.wsum[static_cast<size_t>(o)] : 0;
+        const int32_t* src_o = ap + n * OH * OW * O + o;
+        float* dst = d + no * OH * OW;
+        for (int64_t p = 0; p < OH * OW; ++p) dst[p] = static_cast<float>(src_o[p * O] - off);
+      }
+    });
+    return out;
+  }
+
   Tensor conv(const Tensor& x) const {
     const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
     if (x.dim() != 4 || x.size(1) != C) {
@@ -206,6 +269,7 @@ struct LayerRun {
           "mixp::quant::PackedModel: layer '{}': input {} is smaller than the kernel", s.name,
           x.shape().str()));
     }
+    if (!binary() && !default_reduce_range()) return conv_onednn(x, OH, OW);
     const float* xp = x.data<float>();
     const int64_t M = N * OH * OW;
     auto origin = [&](int64_t m, int64_t* n, int64_t* h0, int64_t* w0) {
@@ -214,14 +278,50 @@ struct LayerRun {
       *h0 = (p / OW) * s.stride - s.padding;
       *w0 = (p % OW) * s.stride - s.padding;
     };
+    // binary-act: the sign bits of every input position, C bits in CW words ([N, H, W, CW]).
+    const int64_t CW = (C + 63) / 64;
+    std::vector<uint64_t> signs;
+    if (binary()) {
+      signs.assign(static_cast<size_t>(N * H * W * CW), 0);
+      cpu::parallel_for(N * H, N * C * H * W, [&](int64_t lo, int64_t hi) {
+        for (int64_t nh = lo; nh < hi; ++nh) {
+          const int64_t n = nh / H, h = nh % H;
+          for (int64_t c = 0; c < C; ++c) {
+            const float* src = xp + ((n * C + c) * H + h) * W;
+            uint64_t* dst = signs.data() + nh * W * CW + c / 64;
+            const uint64_t bit = uint64_t{1} << (c % 64);
+            for (int64_t w = 0; w < W; ++w) {
+              if (src[w] < 0.0f) dst[w * CW] |= bit;
+            }
+          }
+        }
+      });
+    }
     const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       int64_t n, h0, w0;
       origin(m, &n, &h0, &w0);
       const float* img = xp + n * C * H * W;
-      // im2col of one output position, k = (ci * KS + kh) * KS + kw; padding reads as 0.
       if (bits) {
+        // Bits (kh, kw, ci): the C sign bits of each window position appended in turn; padding
+        // stays 0 (+1, corrected below).
         for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+        int64_t off = 0;
+        for (int64_t kh = 0; kh < KS; ++kh) {
+          for (int64_t kw = 0; kw < KS; ++kw, off += C) {
+            const int64_t h = h0 + kh, w = w0 + kw;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            const uint64_t* src = signs.data() + ((n * H + h) * W + w) * CW;
+            for (int64_t j = 0; j < CW; ++j) {
+              const uint64_t v = src[j];  // bits past C are zero
+              const int64_t at = off + 64 * j, sh = at % 64;
+              bits[at / 64] |= v << sh;
+              if (sh != 0 && at / 64 + 1 < rt.words) bits[at / 64 + 1] |= v >> (64 - sh);
+            }
+          }
+        }
+        return;
       }
+      // im2col of one output position, k = (ci * KS + kh) * KS + kw; padding reads as 0.
       const bool sgn = src_signed();
       int64_t k = 0;
       for (int64_t ci = 0; ci < C; ++ci) {

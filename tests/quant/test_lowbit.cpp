@@ -269,6 +269,23 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
+TEST(PackedEqualsFakeQuantWide, BinaryActConvWithMoreThan64Channels) {
+  // conv2 sees 80 channels: its sign bits take two words per input position.
+  nn::ModelConfig c;
+  c.name = "cnn";
+  c.seed = 4;
+  c.width = 80;
+  c.mlp_width = 16;
+  auto model = nn::make_model(c);
+  prepare_lowbit_qat(*model, LowBitConfig{LowBitScheme::binary_act, {}});
+  Generator g(5);
+  const Tensor x = randn(Shape{2, 1, 28, 28}, g);
+  model->forward(x);  // observe
+  set_lowbit_observers_enabled(*model, false);
+  model->eval();
+  EXPECT_EQ(values(convert_to_packed(*model)->forward(x)), values(model->forward(x)));
+}
+
 TEST(LowBitPrepare, KeepsFirstAndLastLayersInt8AndAppliesOverrides) {
   auto model = small_model("cnn");
   prepare_lowbit_qat(*model, LowBitConfig{LowBitScheme::binary_act, {{"fc1", LowBitScheme::int4}}});
