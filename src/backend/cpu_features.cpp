@@ -64,6 +64,7 @@ CpuFeatures detect() {
     f.avx512bw = bit(l7.b, 30);
     f.avx512vl = bit(l7.b, 31);
     f.avx512_vnni = bit(l7.c, 11);
+    f.avx512_vpopcntdq = bit(l7.c, 14);
     f.avx512_fp16 = bit(l7.d, 23);
     f.amx_bf16 = bit(l7.d, 22);
     f.amx_tile = bit(l7.d, 24);

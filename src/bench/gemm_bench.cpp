@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <stdexcept>
 
@@ -13,6 +15,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
 #include "mixp/backend/gemm.h"
+#include "mixp/backend/lowbit_gemm.h"
 #include "mixp/format/convert.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
@@ -143,6 +146,52 @@ Path path_for(DType d) {
   }
 }
 
+// A row below 8 bits: its operands live in the closure (made once, outside the timing).
+struct LowBitPath {
+  std::string label, implementation;
+  std::function<void()> run;
+};
+
+LowBitPath lowbit_path(const std::string& f, int64_t n, uint64_t seed) {
+  Generator g(seed);
+  if (f == "int4" || f == "int2") {
+    const int per = f == "int4" ? 2 : 4;
+    auto a = std::make_shared<Tensor>(randint(0, 256, Shape{n, n}, g, {.dtype = DType::uint8}));
+    const int64_t row = (n + per - 1) / per;
+    auto packed = std::make_shared<Tensor>(randint(0, 256, Shape{n, row}, g, {.dtype = DType::uint8}));
+    auto b = std::make_shared<Tensor>(empty(Shape{n, n}, {.dtype = DType::int8}));
+    auto unpack = f == "int4" ? &unpack_int4_to_int8 : &unpack_int2_to_int8;
+    return {"packed " + f + " B unpacked to int8 per call + mixp::gemm u8 x s8 -> s32",
+            gemm_implementation(DType::uint8, DType::int8, n, n, n), [=] {
+              const uint8_t* p = packed->data<uint8_t>();
+              int8_t* d = b->data<int8_t>();
+#pragma omp parallel for schedule(static)
+              for (int64_t r = 0; r < n; ++r) unpack(d + r * n, p + r * row, n);
+              (void)gemm(*a, *b);
+            }};
+  }
+  if (f == "binary") {
+    const int64_t words = ((n + 63) / 64 + 7) / 8 * 8;
+    auto bits = [&] {
+      const Tensor r = randint(0, 256, Shape{n, words * 8}, g, {.dtype = DType::uint8});
+      auto v = std::make_shared<std::vector<uint64_t>>(static_cast<size_t>(n * words));
+      std::memcpy(v->data(), r.data_ptr(), v->size() * 8);
+      for (int64_t i = 0; i < n; ++i) {  // the bits past n are zero
+        for (int64_t k = n; k < words * 64; ++k) (*v)[i * words + k / 64] &= ~(uint64_t{1} << (k % 64));
+      }
+      return v;
+    };
+    auto a = bits(), b = bits();
+    auto dst = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(n * n));
+    return {"bit-packed +-1 x +-1: XNOR + popcount -> s32", xnor_gemm_kernel_name(), [=] {
+              xnor_gemm_s32(dst->data(), a->data(), b->data(), n, n, words,
+                            static_cast<int32_t>(n));
+            }};
+  }
+  throw std::invalid_argument("mixp bench gemm: unknown row below 8 bits '" + f +
+                              "'; choose int4, int2 or binary");
+}
+
 double seconds_of(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
@@ -173,6 +222,28 @@ PeakPath gemm_peak_path(DType d) {
     default:
       return PeakPath::fp32;
   }
+}
+
+std::vector<DType> parse_gemm_bench_list(std::string_view list, std::vector<std::string>* lowbit) {
+  std::string rest;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view item = list.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    start = end + 1;
+    std::vector<std::string> names;
+    if (item == "lowbit") names = {"int4", "int2", "binary"};
+    if (item == "int4" || item == "int2" || item == "binary") names = {std::string(item)};
+    for (const std::string& nm : names) {
+      if (std::find(lowbit->begin(), lowbit->end(), nm) == lowbit->end()) lowbit->push_back(nm);
+    }
+    if (names.empty() && !item.empty()) rest += std::string(item) + ",";
+  }
+  if (rest.empty() && !lowbit->empty()) return {};
+  return parse_gemm_bench_dtypes(rest);
 }
 
 std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
@@ -218,6 +289,9 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
   }
   std::vector<Path> paths;
   for (DType d : cfg.dtypes) paths.push_back(path_for(d));  // throws for unsupported dtypes first
+  for (const std::string& f : cfg.lowbit) {
+    if (f != "int4" && f != "int2" && f != "binary") (void)lowbit_path(f, 1, 0);  // throws
+  }
 
   const int threads = cfg.threads > 0 ? cfg.threads : get_num_threads();
   ThreadsGuard tg(threads);
@@ -240,6 +314,7 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
 
     GemmBenchResult r;
     r.dtype = d;
+    r.format = std::string(name(d));
     r.path = p.label;
     r.implementation = gemm_implementation(p.kernel_a, p.kernel_b, n, n, n);
     r.emulated = p.emulated;
@@ -252,6 +327,37 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
     r.peak_gflops = r.peak.gflops;
     r.fraction_of_peak = r.gflops / r.peak_gflops;
     out.push_back(std::move(r));
+  }
+  for (const std::string& f : cfg.lowbit) {
+    const LowBitPath p = lowbit_path(f, n, cfg.seed);
+    for (int w = 0; w < std::max(1, cfg.warmup); ++w) p.run();
+    double best = 1e300;
+    for (int r = 0; r < cfg.repeat; ++r) best = std::min(best, seconds_of(p.run));
+    if (!peaks.count(PeakPath::int8)) {
+      peaks[PeakPath::int8] = measure_peak(PeakPath::int8, threads, cfg.peak_seconds);
+    }
+    GemmBenchResult r;
+    r.dtype = DType::int8;
+    r.format = f;
+    r.lowbit = true;
+    r.path = p.label;
+    r.implementation = p.implementation;
+    r.n = n;
+    r.threads = threads;
+    r.repeat = cfg.repeat;
+    r.seconds = best;
+    r.gflops = ops / best * 1e-9;
+    r.peak = peaks[PeakPath::int8];
+    r.peak_gflops = r.peak.gflops;
+    r.fraction_of_peak = r.gflops / r.peak_gflops;
+    out.push_back(std::move(r));
+  }
+  const auto int8 = std::find_if(out.begin(), out.end(), [](const GemmBenchResult& r) {
+    return r.dtype == DType::int8 && !r.lowbit;
+  });
+  if (int8 != out.end()) {
+    const double base = int8->gflops;
+    for (GemmBenchResult& r : out) r.speedup_vs_int8 = r.gflops / base;
   }
   const auto fp32 = std::find_if(out.begin(), out.end(),
                                  [](const GemmBenchResult& r) { return r.dtype == DType::fp32; });

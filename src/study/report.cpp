@@ -137,6 +137,36 @@ std::vector<std::string> precision_notes(const PreparedStudy& p) {
         "spend them.",
         fmt::join(fp8, ", ")));
   }
+  // The low-bit recipes: the bottom of the ladder, judged plainly (docs/precision-guide.md,
+  // "Below 8 bits").
+  std::vector<std::string> lowbit;
+  for (size_t i = 0; i < p.study.runs.size() && i < p.verdicts.size(); ++i) {
+    const RunRecord& r = p.study.runs[i];
+    if (!train::is_recipe_family(r.precision, train::RecipeFamily::lowbit_qat)) continue;
+    const std::optional<double> d = p.verdicts[i].accuracy_delta_points;
+    if (!d) {
+      lowbit.push_back(r.precision + " (no accuracy to judge)");
+      continue;
+    }
+    const double lost = -*d;
+    const char* use = lost <= 1.0   ? "usable where int8 is"
+                      : lost <= 3.0 ? "usable where its memory saving is worth a few points"
+                      : lost <= 10.0
+                          ? "only where size or XNOR speed matters more than accuracy"
+                          : "not usable as trained here";
+    lowbit.push_back(fmt::format("{} {:.2f} points {} ({})", r.precision, std::abs(lost),
+                                 lost >= 0 ? "lost" : "gained", use));
+  }
+  if (!lowbit.empty()) {
+    notes.push_back(fmt::format(
+        "Below 8 bits (the bottom of the ladder; docs/precision-guide.md): {}. Each accuracy is "
+        "that of the packed model (4-bit and 2-bit codes, ternary bit-planes, binary bits) "
+        "converted after training, which equals the fake-quantized model's exactly; first and "
+        "last layers stay int8. Their time, memory and energy are those of the fp32 training "
+        "with fake quantization, not of packed inference (mixp eval --checkpoint DIR times the "
+        "packed model; mixp bench gemm --dtypes int8,lowbit times the kernels).",
+        fmt::join(lowbit, "; ")));
+  }
   // One seed cannot separate a precision's effect from seed noise; say so where it matters.
   const bool one_seed = std::all_of(p.study.runs.begin(), p.study.runs.end(),
                                     [](const RunRecord& r) { return r.num_seeds <= 1; });

@@ -86,7 +86,7 @@ std::string format_study_table(const StudyResults& in) {
   const bool lm = std::none_of(s.runs.begin(), s.runs.end(),
                                [](const RunRecord& r) { return r.test_accuracy.has_value(); });
 
-  bool any_other_model = false;
+  std::vector<std::string> other_models;  // what the starred rows' accuracies are of
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"precision", lm ? "val loss" : "accuracy %", "final loss", "ms/step", "speed-up",
                   "peak memory", "energy", "status"});
@@ -99,8 +99,12 @@ std::string format_study_table(const StudyResults& in) {
     if (done && !lm && r.test_accuracy) {
       quality = with_sd(r, "test_accuracy", *r.test_accuracy, acc_points);
     }
-    const bool other_model = !detail::evaluated_model(r).empty();
-    any_other_model |= other_model;
+    const std::string evaluated = detail::evaluated_model(r);
+    const bool other_model = !evaluated.empty();
+    if (other_model && std::find(other_models.begin(), other_models.end(), evaluated) ==
+                           other_models.end()) {
+      other_models.push_back(evaluated);
+    }
     rows.push_back({
         r.precision + (other_model ? "*" : ""),
         quality,
@@ -133,10 +137,11 @@ std::string format_study_table(const StudyResults& in) {
   for (const RunRecord& r : s.runs) {
     if (r.error) out += fmt::format("{} failed: {}\n", r.precision, *r.error);
   }
-  if (any_other_model) {
-    out +=
-        "* accuracy of the int8 model converted after training; time, memory and energy of "
-        "its training (fp32 with fake quantization)\n";
+  if (!other_models.empty()) {
+    out += fmt::format(
+        "* accuracy of the {}; time, memory and energy of its training (fp32 with fake "
+        "quantization)\n",
+        fmt::join(other_models, ", or the "));
   }
   if (!rec.precision.empty()) {
     out += fmt::format("\nrecommended: {}. {}\n", rec.precision, rec.reason);

@@ -33,7 +33,8 @@ RecipeOptions recipe_options(const TrainConfig& c, RunPurpose purpose) {
       // Forward passes only: the loss-scale options would be refused by a recipe that does not
       // scale the loss (an fp16 checkpoint evaluated in bf16).
       ro.layer_precision = c.layer_precision;
-      if (is_recipe_family(c.precision, RecipeFamily::int8_qat)) {
+      if (is_recipe_family(c.precision, RecipeFamily::int8_qat) ||
+          is_recipe_family(c.precision, RecipeFamily::lowbit_qat)) {
         ro.qat_freeze_bn_epoch = c.qat_freeze_bn_epoch;
         ro.qat_disable_observer_epoch = c.qat_disable_observer_epoch;
       }

@@ -192,7 +192,7 @@ CheckpointFiles read_checkpoint(const std::filesystem::path& dir) {
                      " does not exist; give a folder written by `mixp train --save`");
   }
   static const std::vector<std::string> kLegacy = {kStateFile, kModelFile, kOptimizerFile,
-                                                   kInt8ModelFile};
+                                                   kInt8ModelFile, kPackedModelFile};
   CheckpointFiles out;
   out.folder = read_verified_folder(dir, kLegacy);
   const std::vector<std::byte>* state = out.folder.find(kStateFile);

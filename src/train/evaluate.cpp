@@ -12,6 +12,7 @@
 #include "mixp/io/safetensors.h"
 #include "mixp/ops/ops.h"
 #include "mixp/quant/int8_model.h"
+#include "mixp/quant/lowbit_model.h"
 #include "mixp/quant/weight_only.h"
 #include "mixp/train/checkpoint.h"
 #include "trainer_impl.h"
@@ -159,8 +160,21 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   const std::string& precision = opt.precision;
   const auto int8_file = dir / kInt8ModelFile;
   const bool has_int8 = ck.has(kInt8ModelFile);
-  const bool run_int8 =
-      precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  // A low-bit QAT checkpoint's packed model (quant/lowbit_model.h), run like the int8 one.
+  const bool has_packed = ck.has(kPackedModelFile);
+  const bool run_packed =
+      precision == "packed" || (precision.empty() && has_packed && opt.weights.empty());
+  if (run_packed && !has_packed) {
+    throw ConfigError(fmt::format(
+        "checkpoint {} has no packed model ({}); train with --precision int4-qat, int2-qat, "
+        "ternary, binary or binary-act",
+        dir.string(), kPackedModelFile));
+  }
+  if (run_packed && !opt.weights.empty()) {
+    throw ConfigError("--weights quantizes the weights of a floating-point model; the packed "
+                      "model's weights are low-bit already");
+  }
   if (precision == "int8" && !opt.weights.empty()) {
     throw ConfigError(
         "--weights quantizes the weights of a floating-point model; --precision int8 "
@@ -174,20 +188,25 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   }
   // Per-layer rules belong to the precision they were trained with.
   if (!precision.empty() && precision != c.precision) c.layer_precision.clear();
-  if (!precision.empty() && precision != "int8") c.precision = precision;
-  if (run_int8) {
+  if (!precision.empty() && precision != "int8" && precision != "packed") c.precision = precision;
+  if (run_int8 || run_packed) {
     c.precision = "fp32";  // the loop's recipe; the int8 model needs none
     c.layer_precision.clear();
   }
   if (!opt.data.empty()) c.data = opt.data;
-  RunParts parts = build_run(c, RunPurpose::evaluate, /*with_model=*/!run_int8);
+  RunParts parts = build_run(c, RunPurpose::evaluate, /*with_model=*/!run_int8 && !run_packed);
   c = parts.config;
   const bool lm = is_language_model(c.model.name);
   const auto& recipe = parts.recipe;
   auto& source = parts.data;
   std::shared_ptr<nn::Module> model;
   EvalResult r;
-  if (run_int8) {
+  if (run_packed) {
+    auto m = quant::load_packed_model(ck.safetensors(kPackedModelFile), dir / kPackedModelFile);
+    r.weight_bytes = m->weight_bytes();
+    r.evaluated = "packed";
+    model = m;
+  } else if (run_int8) {
     auto m = quant::load_int8_model(ck.safetensors(kInt8ModelFile), int8_file);
     r.weight_bytes = m->weight_bytes();
     r.evaluated = "int8";
@@ -252,7 +271,8 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
     if (opt.weights.empty() && stored_4bit.empty()) {
       if (auto inf = recipe->inference_model(*model)) {
         model = inf;
-        r.evaluated = "int8 (converted from the " + c.precision + " model)";
+        r.evaluated = (dynamic_cast<const quant::PackedModel*>(inf.get()) ? "packed" : "int8") +
+                      std::string(" (converted from the ") + c.precision + " model)";
       }
     }
   }

@@ -35,6 +35,12 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
         "--checkpoint {}` runs it",
         dir.string(), dir.string()));
   }
+  if (is_recipe_family(c.precision, RecipeFamily::lowbit_qat)) {
+    throw ConfigError(fmt::format(
+        "checkpoint {} was trained with {}: it holds its packed low-bit model already; `mixp "
+        "eval --checkpoint {}` runs it",
+        dir.string(), c.precision, dir.string()));
+  }
   if (is_language_model(c.model.name)) {
     throw ConfigError("mixp quantize supports the mlp and cnn models, not " + c.model.name);
   }

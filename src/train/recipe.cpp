@@ -233,11 +233,11 @@ bool recipe_supports_model(std::string_view name, std::string_view model) {
 
 std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const RecipeOptions& opt) {
   const RecipeTraits& t = recipe_traits(name);
-  if (t.family != RecipeFamily::int8_qat &&
+  if (t.family != RecipeFamily::int8_qat && t.family != RecipeFamily::lowbit_qat &&
       (opt.qat_freeze_bn_epoch || opt.qat_disable_observer_epoch)) {
     throw ConfigError(std::string(opt.qat_freeze_bn_epoch ? "--qat-freeze-bn-epoch"
                                                           : "--qat-disable-observer-epoch") +
-                      " only applies to --precision int8-qat");
+                      " only applies to the QAT recipes (int8-qat, int4-qat, int2-qat, ternary, binary, binary-act)");
   }
   return t.make(name, opt);
 }

@@ -18,5 +18,8 @@ std::unique_ptr<PrecisionRecipe> make_fp8_recipe(std::string_view spec, const Re
 // recipe_int8_qat.cpp.
 std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(std::string_view spec,
                                                       const RecipeOptions& opt);
+// recipe_lowbit_qat.cpp: int4-qat, int2-qat, ternary, binary, binary-act (by the spec's name).
+std::unique_ptr<PrecisionRecipe> make_lowbit_qat_recipe(std::string_view spec,
+                                                        const RecipeOptions& opt);
 
 }  // namespace mixp::train::detail

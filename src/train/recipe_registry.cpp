@@ -57,6 +57,22 @@ constexpr RecipeTraits entry(std::string_view name, std::string_view description
           .make = make};
 }
 
+// A low-bit QAT recipe (recipe_lowbit_qat.cpp): mlp and cnn, accuracy of the packed model.
+constexpr RecipeTraits lowbit(std::string_view name, std::string_view description) {
+  return {.name = name,
+          .description = description,
+          .family = RecipeFamily::lowbit_qat,
+          .dtypes = kFp32,  // fake quantization: the GEMMs run in fp32 on integer codes
+          .loss_scaling = false,
+          .unsupported_models = kNotGpt,
+          .models_note = "its low-bit layers (quant::prepare_lowbit_qat) cover a Sequential of "
+                         "Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d layers: the mlp and the cnn",
+          .accuracy = ReportedModel::converted_packed,
+          .accuracy_note = "packed low-bit model converted after training",
+          .study_order = 0,
+          .make = detail::make_lowbit_qat_recipe};
+}
+
 constexpr RecipeFamily kPolicy = RecipeFamily::policy;
 constexpr RecipeFamily kFp8Family = RecipeFamily::fp8;
 
@@ -122,6 +138,21 @@ constexpr RecipeTraits kRegistry[] = {
      .accuracy_note = "int8 model converted after training",
      .study_order = 7,
      .make = make_int8_qat_recipe},
+    lowbit("int4-qat",
+           "fp32 latent weights trained through 4-bit weights (per channel) and 4-bit "
+           "activations (per tensor), first and last layers int8; packed to 4-bit codes at the "
+           "end (docs/quantization.md, \"Below 8 bits\")"),
+    lowbit("int2-qat",
+           "as int4-qat with 2-bit weights and activations: 1/16 of the fp32 weight bytes"),
+    lowbit("ternary",
+           "TWN weights {-a, 0, +a} (threshold 0.7 mean|w| per layer) with 8-bit activations, "
+           "packed as two bit-planes"),
+    lowbit("binary",
+           "binary weights {-a, +a} (a = mean|w| per output channel) with 8-bit activations, "
+           "bit-packed: 1/32 of the fp32 weight bytes"),
+    lowbit("binary-act",
+           "binary weights and sign activations (XNOR-Net; STE clipped at |x| <= 1): the "
+           "packed model runs XNOR + popcount"),
     entry("auto",
           "what `mixp doctor` recommends for this CPU: bf16 with AVX512_BF16 or AMX-BF16, else "
           "fp32",

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "mixp/train/recipe.h"
+
 namespace mixp::test::golden {
 
 namespace {
@@ -35,10 +37,11 @@ constexpr ModelBase kModels[] = {
 };
 
 // The recipes of `mixp train --precision` (train::available_recipes(); a test checks that the
-// two lists agree). int8-qat quantizes Sequential models only: not gpt.
-constexpr const char* kRecipes[] = {"fp64",  "fp32",     "tf32",      "bf16", "bf16-pure",
-                                    "fp16",  "fp16-o2",  "fp16-pure", "fp8",  "fp8-current",
-                                    "mxfp8", "int8-qat", "auto"};
+// two lists agree). The QAT recipes quantize Sequential models only: not gpt.
+constexpr const char* kRecipes[] = {"fp64",     "fp32",     "tf32",     "bf16",    "bf16-pure",
+                                    "fp16",     "fp16-o2",  "fp16-pure", "fp8",     "fp8-current",
+                                    "mxfp8",    "int8-qat", "int4-qat", "int2-qat", "ternary",
+                                    "binary",   "binary-act", "auto"};
 
 // `base` with the flags of `extra` (`--flag [value]`, values without spaces) put in: a flag both
 // give takes extra's value in base's place (the CLI refuses a repeated flag), new flags follow.
@@ -76,7 +79,7 @@ std::vector<GoldenRun> make_runs() {
   std::vector<GoldenRun> runs;
   for (const ModelBase& m : kModels) {
     for (const char* r : kRecipes) {
-      if (std::string(r) == "int8-qat" && std::string(m.model) == "gpt") continue;
+      if (!train::recipe_supports_model(r, m.model)) continue;  // the QAT recipes: not gpt
       std::string args = fmt::format("{} --precision {}", m.base, r);
       if (std::string(r) == "fp64") args = merge_args(args, m.fp64_shape);
       runs.push_back({fmt::format("{}-{}", m.model, r), m.model, args});

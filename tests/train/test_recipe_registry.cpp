@@ -25,7 +25,7 @@ TEST(RecipeRegistry, NamesInTheDocumentedOrder) {
   const std::vector<std::string> names = recipe_names();
   EXPECT_EQ(names, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "bf16-pure", "fp16",
                                              "fp16-o2", "fp16-pure", "fp8", "fp8-current", "mxfp8",
-                                             "int8-qat", "auto"}));
+                                             "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "auto"}));
   EXPECT_EQ(available_recipes(), names);
   EXPECT_EQ(planned_recipes(), names);
   // The policy presets amp knows are exactly the policy (and auto) entries.
@@ -109,7 +109,8 @@ TEST(RecipeRegistry, SpecsSelectTheirEntry) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown precision 'fp17'; available: fp64, fp32, tf32, "
                                          "bf16, bf16-pure, fp16, fp16-o2, fp16-pure, fp8, "
-                                         "fp8-current, mxfp8, int8-qat, auto"),
+                                         "fp8-current, mxfp8, int8-qat, int4-qat, int2-qat, ternary, binary, "
+                                         "binary-act, auto"),
               std::string::npos)
         << e.what();
   }

@@ -37,12 +37,13 @@ const char* unit(DType d) {
 
 Json result_json(const bench::GemmBenchResult& r) {
   Json j;
-  j["dtype"] = std::string(name(r.dtype));
+  j["dtype"] = r.format;
   j["n"] = r.n;
   j["gflops"] = r.gflops;
   j["peak_gflops"] = r.peak_gflops;
   j["fraction_of_peak"] = r.fraction_of_peak;
   j["speedup_vs_fp32"] = r.speedup_vs_fp32 ? Json(*r.speedup_vs_fp32) : Json(nullptr);
+  j["speedup_vs_int8"] = r.speedup_vs_int8 ? Json(*r.speedup_vs_int8) : Json(nullptr);
   j["path"] = r.path;
   j["implementation"] = r.implementation;
   j["emulated"] = r.emulated;
@@ -62,12 +63,13 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
   // The path texts are long (the fp8 ones describe the whole emulation): they go under the
   // table, one line per dtype, so the table fits a terminal.
   std::vector<std::vector<std::string>> rows = {
-      {"dtype", "GFLOP/s", "peak", "fraction", "vs fp32", "kernel / peak instruction"}};
+      {"dtype", "GFLOP/s", "peak", "fraction", "vs fp32", "vs int8", "kernel / peak instruction"}};
   for (const auto& r : rs) {
     rows.push_back(
-        {std::string(name(r.dtype)), fmt::format("{:.1f}", r.gflops),
+        {r.format, fmt::format("{:.1f}", r.gflops),
          fmt::format("{:.1f}", r.peak_gflops), fmt::format("{:.1f}%", 100.0 * r.fraction_of_peak),
          r.speedup_vs_fp32 ? fmt::format("{:.2f}x", *r.speedup_vs_fp32) : std::string("-"),
+         r.speedup_vs_int8 ? fmt::format("{:.2f}x", *r.speedup_vs_int8) : std::string("-"),
          r.implementation + " / " + r.peak.instruction +
              (r.peak.native ? "" : " (no native instruction)")});
   }
@@ -78,7 +80,7 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
     std::string line = " ";
     for (size_t i = 0; i < row.size(); ++i) {
       // Numbers right-aligned, text left-aligned; the last column is not padded.
-      const bool number = i >= 1 && i <= 4;
+      const bool number = i >= 1 && i <= 5;
       if (i + 1 == row.size())
         line += " " + row[i];
       else
@@ -89,9 +91,10 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
   }
   std::cout << "path (what is timed):\n";
   for (const auto& r : rs) {
-    std::cout << fmt::format("  {:<{}}  {}\n", name(r.dtype), w[0], r.path);
+    std::cout << fmt::format("  {:<{}}  {}\n", r.format, w[0], r.path);
   }
-  std::cout << "GFLOP/s is GOP/s for int8. peak: the measured throughput of the instruction the "
+  std::cout << "GFLOP/s is GOP/s for int8 and the rows below 8 bits (int4, int2, binary: peak "
+               "and fraction against the int8 instruction). peak: the measured throughput of the instruction the "
                "path runs on, on "
                "the same threads.\n";
 }
@@ -99,8 +102,10 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
 // Keeps the result for `mixp doctor`, which cites it (bench/bench_record.h). Only runs that
 // include fp32 are kept (doctor cites ratios to fp32), and only for n >= 1024 (smaller products
 // measure call overhead more than throughput). Never fails the command.
-void save_record(const std::vector<bench::GemmBenchResult>& rs, const bench::GemmBenchConfig& cfg,
+void save_record(std::vector<bench::GemmBenchResult> rs, const bench::GemmBenchConfig& cfg,
                  int threads, bool json) {
+  // doctor cites dtypes; the rows below 8 bits are not kept.
+  std::erase_if(rs, [](const bench::GemmBenchResult& r) { return r.lowbit; });
   bool has_fp32 = false;
   for (const auto& r : rs) has_fp32 = has_fp32 || r.dtype == DType::fp32;
   if (!has_fp32 || cfg.n < 1024) return;
@@ -125,7 +130,7 @@ void run_gemm(const GemmOptions& o) {
   cfg.repeat = o.repeat;
   cfg.threads = o.threads;
   try {
-    cfg.dtypes = bench::parse_gemm_bench_dtypes(o.dtypes);
+    cfg.dtypes = bench::parse_gemm_bench_list(o.dtypes, &cfg.lowbit);
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--dtypes: ") + e.what());
   }
@@ -160,7 +165,8 @@ void setup(CLI::App& app) {
   gemm->add_option("--dtypes", o->dtypes,
                    "Comma-separated dtypes: fp32, bf16, int8 (uint8 x int8 -> int32), fp16 "
                    "(emulated on fp32), fp8_e4m3, fp8_e5m2 (emulated on bf16), or all (every one "
-                   "of them)")
+                   "of them); below 8 bits: int4, int2 (packed B unpacked to int8 per call), "
+                   "binary (XNOR + popcount), or lowbit (the three; not part of all)")
       ->capture_default_str();
   gemm->add_option(
       "--threads", o->threads,
@@ -171,6 +177,10 @@ void setup(CLI::App& app) {
   gemm->add_flag("--json", o->json,
                  "Print one JSON object: {\"results\": [{\"dtype\", \"n\", \"gflops\", "
                  "\"peak_gflops\", \"fraction_of_peak\", ...}]}");
+  gemm->footer(
+      "Examples:\n"
+      "  mixp bench gemm --n 2048\n"
+      "  mixp bench gemm --n 2048 --dtypes int8,int4,int2,binary   # the rows below 8 bits\n");
   gemm->callback([o] { run_gemm(*o); });
 }
 

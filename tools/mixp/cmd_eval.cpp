@@ -89,8 +89,10 @@ RegisterCommand reg(31, [](CLI::App& app) {
                   "checkpoint folder written by `mixp train --save` or `mixp quantize --out`")
       ->required();
   sub->add_option("--precision", f->opt.precision,
-                  "evaluate in this precision recipe (default: the checkpoint's; its int8 model "
-                  "when it has one); int8: the checkpoint's int8 model");
+                  "evaluate in this precision recipe (default: the checkpoint's; its int8 or packed "
+                  "model when it has one); int8: the checkpoint's int8 model; packed: the "
+                  "packed model of a low-bit run (int4-qat, int2-qat, ternary, binary, "
+                  "binary-act)");
   sub->add_option("--weights", f->opt.weights,
                   "nf4 | int4: weight-only 4-bit Linear weights (blocks of 64, absmax scale)");
   sub->add_option("--compute", f->opt.compute,
@@ -104,6 +106,7 @@ RegisterCommand reg(31, [](CLI::App& app) {
       "  mixp eval --checkpoint ckpt\n"
       "  mixp eval --checkpoint ckpt --precision fp64 --json\n"
       "  mixp eval --checkpoint qat                 # int8 model of an int8-qat run\n"
+      "  mixp eval --checkpoint bin --json          # packed model of a binary-act run\n"
       "  mixp eval --checkpoint ckpt --weights nf4 --compute bf16\n");
   sub->callback([f] { run(*f); });
 });

@@ -269,17 +269,20 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "per-layer precision: kind or name = fp32|bf16|fp16, e.g. "
                   "embed=fp32,attn=bf16,mlp=bf16,head=fp32 (kinds: embedding/embed, "
                   "attention/attn, mlp, block, linear, conv1d, conv2d, conv (both), layer_norm/ln, "
-                  "batch_norm2d/bn, norm, head; names: fc1, blocks.0, ...)");
+                  "batch_norm2d/bn, norm, head; names: fc1, blocks.0, ...); for int4-qat, int2-qat, "
+                  "ternary, binary, binary-act: layer = int8|int4|int2|ternary|binary|binary-act "
+                  "with layer a name (conv1, fc1, head) or first/last, e.g. first=int4,fc1=binary");
   sub->add_option("--loss-scale-init", f->loss_scale_init,
                   "initial loss scale of dynamic loss scaling (fp16 recipes; default 65536)");
   sub->add_option("--growth-interval", f->growth_interval,
                   "steps without inf/NaN before the loss scale doubles (fp16 recipes; default "
                   "2000)");
   sub->add_option("--qat-freeze-bn-epoch", f->qat_freeze_bn_epoch,
-                  "int8-qat: 0-based epoch from which batch norm uses its running statistics "
+                  "QAT recipes (int8-qat, int4-qat, ...): 0-based epoch from which batch norm "
+                  "uses its running statistics "
                   "(default 1)");
   sub->add_option("--qat-disable-observer-epoch", f->qat_disable_observer_epoch,
-                  "int8-qat: 0-based epoch from which the quantization parameters are frozen "
+                  "QAT recipes: 0-based epoch from which the activation observers are frozen "
                   "(default 1)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");

@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;
   bool avx512_vnni = false;
+  bool avx512_vpopcntdq = false;  // VPOPCNTQ (the XNOR-popcount GEMM of quant/lowbit_model.h)
   bool avx_vnni = false;
   bool amx_tile = false;
   bool amx_bf16 = false;

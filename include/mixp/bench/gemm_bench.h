@@ -15,6 +15,14 @@
 //             mixp::gemm (exact, fp32 accumulation), scale_inv applied
 //             to the fp32 output
 //
+// Below 8 bits (GemmBenchConfig::lowbit; not part of "all"), the cores of the packed low-bit
+// models (backend/lowbit_gemm.h, quant/lowbit_model.h), priced against the int8 peak:
+//   int4      B stored as packed int4 codes, unpacked to int8 on every call, then the int8 GEMM
+//   int2      the same with int2 codes
+//   binary    +-1 x +-1, both operands bit-packed: XNOR + popcount -> s32
+//             (AVX-512 VPOPCNTQ where the CPU has it)
+// Each binary MAC counts as 2 ops, as for the other rows, so the GOP/s compare directly.
+//
 // mixp::matmul on bf16 Tensors would widen them to fp32 (the front end computes in fp32 until
 // the mixed-precision issue routes bf16 to MatmulConfig::compute = bf16), so bf16 is timed on
 // the kernel the AMP path will use.
@@ -40,10 +48,13 @@ struct GemmBenchConfig {
   int warmup = 1;   // untimed runs first (at least 1 is always done)
   uint64_t seed = 1;
   double peak_seconds = 0.05;  // measure_peak's `seconds` per instruction path
+  // Rows below 8 bits, after the dtype rows: "int4", "int2", "binary" (see the header comment).
+  std::vector<std::string> lowbit;
 };
 
 struct GemmBenchResult {
-  DType dtype = DType::fp32;
+  DType dtype = DType::fp32;   // int8 for the rows below 8 bits (their peak and unit)
+  std::string format;          // the row's name: the dtype's, or "int4", "int2", "binary"
   std::string path;            // what was timed, e.g. "mixp::gemm bf16 x bf16 -> fp32"
   std::string implementation;  // oneDNN's kernel, e.g. "brg:avx512_core_bf16"
   bool emulated = false;       // the dtype has no kernel of its own (widened to another)
@@ -56,6 +67,8 @@ struct GemmBenchResult {
   double peak_gflops = 0;
   double fraction_of_peak = 0;            // gflops / peak_gflops
   std::optional<double> speedup_vs_fp32;  // gflops / fp32's gflops, when fp32 ran in the same call
+  std::optional<double> speedup_vs_int8;  // gflops / int8's gflops, when int8 ran in the same call
+  bool lowbit = false;                    // a row of GemmBenchConfig::lowbit
 };
 
 // The dtypes run_gemm_bench takes, in the order of the table above.
@@ -64,6 +77,10 @@ std::vector<DType> gemm_bench_dtypes();
 // aliases are accepted; an unknown name or a format without a GEMM path throws
 // std::invalid_argument saying which are supported (and, for known formats, why this one is not).
 std::vector<DType> parse_gemm_bench_dtypes(std::string_view comma_separated);
+// As parse_gemm_bench_dtypes, also taking the rows below 8 bits ("int4", "int2", "binary",
+// or "lowbit" for the three), returned in `lowbit`.
+std::vector<DType> parse_gemm_bench_list(std::string_view comma_separated,
+                                         std::vector<std::string>* lowbit);
 // The PeakPath a dtype's GEMM runs on.
 PeakPath gemm_peak_path(DType dtype);
 

@@ -3,6 +3,9 @@
 #pragma once
 #include "mixp/quant/fake_quantize.h"
 #include "mixp/quant/int8_model.h"
+#include "mixp/quant/lowbit.h"
+#include "mixp/quant/lowbit_model.h"
+#include "mixp/quant/lowbit_qat.h"
 #include "mixp/quant/observer.h"
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"

@@ -44,6 +44,9 @@ inline constexpr const char* kStateFile = "state.json";
 // The int8 model of a checkpoint trained with int8-qat, or written by `mixp quantize`
 // (quant/int8_model.h); `mixp eval` runs it when present.
 inline constexpr const char* kInt8ModelFile = "int8_model.safetensors";
+// The packed model of a checkpoint trained with a low-bit recipe (int4-qat, int2-qat, ternary,
+// binary, binary-act; quant/lowbit_model.h); `mixp eval` runs it when present.
+inline constexpr const char* kPackedModelFile = "packed_model.safetensors";
 inline constexpr const char* kCheckpointFormat = "mixp-checkpoint";
 inline constexpr int kCheckpointVersion = 1;
 

@@ -23,6 +23,7 @@ enum class RecipeFamily : uint8_t {
   policy,     // a preset of amp/policy.h, refined by policy keys (PolicyRecipe)
   fp8,        // FP8 Linear layers on the bf16 policy (Fp8TrainingRecipe, train/fp8_recipe.h)
   int8_qat,   // fp32 training with fake quantization, converted to int8 at the end
+  lowbit_qat,  // fp32 latent weights with fake quantization below 8 bits, packed at the end
   automatic,  // `auto`: the policy preset `mixp doctor` recommends for this CPU
 };
 
@@ -31,6 +32,7 @@ enum class ReportedModel : uint8_t {
   trained,         // the trained model
   converted_int8,  // the int8 model converted after training; the trained (fake-quantized) one
                    // is reported as "<trained_model_label()>_accuracy"
+  converted_packed,  // the packed low-bit model converted after training (likewise)
 };
 
 struct RecipeTraits {

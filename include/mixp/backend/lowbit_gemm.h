@@ -1,0 +1,31 @@
+// Integer GEMM cores below 8 bits, for the packed low-bit models (quant/lowbit_model.h) and
+// `mixp bench gemm` (bench/gemm_bench.h).
+//
+// xnor_gemm_s32: binary x binary as XNOR + popcount. a [M, words] and b [O, words] hold bit rows
+// (bit = 1 for -1, 0 for +1; `words` 64-bit words per row, a multiple of 8; the bits past `k`
+// zero in both), and dst[m * O + o] = k - 2 * popcount(a[m] XOR b[o]) = sum_k a[m][k] * b[o][k]
+// over the +-1 values. AVX-512 VPOPCNTQ (blocks of 4 x 4 rows in registers) when the CPU has
+// AVX512_VPOPCNTDQ and the SIMD tier is avx512 (docs/architecture.md 6.6), a portable loop
+// elsewhere; parallel over rows.
+//
+// int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN's VNNI GEMM, both
+// row-major; exact. Where oneDNN would run without VNNI (its pairs of products saturate int16)
+// a plain int32 loop runs instead, slower but exact.
+#pragma once
+#include <cstdint>
+
+namespace mixp {
+
+void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
+                   int64_t words, int32_t k);
+// Which XNOR kernel runs here: "avx512_vpopcntdq" or "generic".
+const char* xnor_gemm_kernel_name();
+void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,
+                   int64_t O, int64_t K);
+
+// n packed two's complement codes -> int8: int4 two per byte (code i in the low nibble for even
+// i), int2 four per byte (code i in bits 2 * (i % 4)); the layouts of quant/lowbit_model.h.
+void unpack_int4_to_int8(int8_t* dst, const uint8_t* src, int64_t n);
+void unpack_int2_to_int8(int8_t* dst, const uint8_t* src, int64_t n);
+
+}  // namespace mixp

@@ -1,0 +1,118 @@
+// XNOR-popcount (tiered, xnor_kernels.h) and u8/s8 x s8 -> s32 on oneDNN; see
+// include/mixp/backend/lowbit_gemm.h.
+#include <unordered_map>
+
+#include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/onednn_util.h"
+#include "mixp/backend/cpu_features.h"
+#include "backend/cpu/xnor_kernels.h"
+#include "mixp/backend/lowbit_gemm.h"
+
+namespace mixp {
+
+namespace {
+bool use_vpopcnt() {
+  return simd_tier() == SimdTier::avx512 && cpu_features().avx512_vpopcntdq;
+}
+cpu::xnor::XnorGemmFn xnor_kernel() {
+  static const cpu::xnor::XnorGemmFn k = by_tier(
+      use_vpopcnt() ? &cpu::xnor::xnor_gemm_avx512 : &cpu::xnor::xnor_gemm_generic,
+      &cpu::xnor::xnor_gemm_generic, &cpu::xnor::xnor_gemm_generic);
+  return k;
+}
+}  // namespace
+
+const char* xnor_gemm_kernel_name() {
+  return xnor_kernel() == &cpu::xnor::xnor_gemm_avx512 ? "avx512_vpopcntdq" : "generic";
+}
+
+void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
+                   int64_t words, int32_t k) {
+  const cpu::xnor::XnorGemmFn f = xnor_kernel();
+  // Blocks of 4 rows (the kernel's register block) per thread.
+  const int64_t blocks = (M + 3) / 4;
+  cpu::parallel_for(blocks, M * O * words, [&](int64_t lo, int64_t hi) {
+    const int64_t m0 = lo * 4, m1 = std::min(M, hi * 4);
+    f(dst + m0 * O, a + m0 * words, b, m1 - m0, O, words, k);
+  });
+}
+
+namespace {
+// Whether oneDNN's int8 GEMM is exact here: without VNNI it sums pairs of u8 x s8 products in
+// saturating int16 (vpmaddubsw), which the codes of the packed models can overflow.
+bool onednn_int8_exact() {
+  static const bool exact = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    auto has = [&](dnnl::cpu_isa want) {
+      const auto w = static_cast<unsigned>(want);
+      return (isa & w) == w;
+    };
+    return has(dnnl::cpu_isa::avx512_core_vnni) || has(dnnl::cpu_isa::avx2_vnni);
+  }();
+  return exact;
+}
+
+// The exact fallback: int32 sums, row by row.
+template <class A>
+void int8_gemm_loop(int32_t* dst, const A* a, const int8_t* b, int64_t M, int64_t O, int64_t K) {
+  cpu::parallel_for(M, M * O * K, [&](int64_t lo, int64_t hi) {
+    for (int64_t m = lo; m < hi; ++m) {
+      for (int64_t o = 0; o < O; ++o) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; ++k) s += int32_t{a[m * K + k]} * int32_t{b[o * K + k]};
+        dst[m * O + o] = s;
+      }
+    }
+  });
+}
+}  // namespace
+
+void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,
+                   int64_t O, int64_t K) {
+  using dnnl::memory;
+  if (!onednn_int8_exact()) {
+    if (a_signed) {
+      int8_gemm_loop(dst, static_cast<const int8_t*>(a), b, M, O, K);
+    } else {
+      int8_gemm_loop(dst, static_cast<const uint8_t*>(a), b, M, O, K);
+    }
+    return;
+  }
+  using dt = memory::data_type;
+  if (M == 0 || O == 0) return;
+  const memory::desc a_md({M, K}, a_signed ? dt::s8 : dt::u8, memory::format_tag::ab);
+  // b is [O, K] row-major: as the [K, O] operand it is column-major.
+  const memory::desc b_md({K, O}, dt::s8, memory::dims{1, K});
+  const memory::desc d_md({M, O}, dt::s32, memory::format_tag::ab);
+  onednn::Key key;
+  for (int64_t v : {int64_t{0x10b17}, M, O, K, int64_t{a_signed}}) key.add(v);
+  onednn::CachedPrimitive& p = onednn::cached(key, [&] {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, d_md),
+                                          onednn::base_attr(), onednn::engine());
+    return onednn::CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size(), {}};
+  });
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(a_md, onednn::engine(), const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(b_md, onednn::engine(), const_cast<int8_t*>(b))},
+      {DNNL_ARG_DST, memory(d_md, onednn::engine(), dst)}};
+  onednn::execute(p, args);
+}
+
+void unpack_int4_to_int8(int8_t* dst, const uint8_t* src, int64_t n) {
+  for (int64_t i = 0; i + 1 < n; i += 2) {
+    const uint8_t b = src[i / 2];
+    // Sign-extend each nibble: shift it to the top of a byte, then arithmetic shift back.
+    dst[i] = static_cast<int8_t>(static_cast<int8_t>(b << 4) >> 4);
+    dst[i + 1] = static_cast<int8_t>(static_cast<int8_t>(b) >> 4);
+  }
+  if (n % 2) dst[n - 1] = static_cast<int8_t>(static_cast<int8_t>(src[n / 2] << 4) >> 4);
+}
+
+void unpack_int2_to_int8(int8_t* dst, const uint8_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int sh = 6 - 2 * static_cast<int>(i % 4);
+    dst[i] = static_cast<int8_t>(static_cast<int8_t>(src[i / 4] << sh) >> 6);
+  }
+}
+
+}  // namespace mixp

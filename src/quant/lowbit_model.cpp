@@ -1,0 +1,522 @@
+// PackedModel and convert_to_packed; see include/mixp/quant/lowbit_model.h.
+#include "mixp/quant/lowbit_model.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "backend/cpu/cpu_parallel.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/nn/flatten.h"
+#include "mixp/nn/max_pool2d.h"
+#include "mixp/nn/sequential.h"
+#include "mixp/quant/int8_model.h"
+#include "mixp/quant/lowbit_qat.h"
+#include "mixp/quant/qat.h"
+#include "mixp/quant/qat_modules.h"
+#include "mixp/tensor/factories.h"
+#include "quant/quant_util.h"
+
+namespace mixp::quant {
+
+namespace {
+int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+  return (in + 2 * pad - k) / stride + 1;
+}
+int64_t round8(int64_t w) {
+  return (w + 7) / 8 * 8;
+}
+}  // namespace
+
+// What a layer step keeps ready for inference (built from its PackedStep).
+struct PackedModel::Runtime {
+  std::vector<int8_t> w8;      // [O, K] int8 codes (every layer; binary-act convs use them for
+                               // the padding corrections)
+  std::vector<uint64_t> bits;  // binary-act: [O, words] weight bit rows
+  int64_t words = 0;
+  std::vector<float> mult;  // input_scale * weight_scale[o]
+  std::map<std::array<int64_t, 4>, std::vector<int32_t>> corr;  // conv border pattern -> [O]
+  Tensor w8_oihw;                // int-path convs: the codes as an int8 [O, C, KS, KS] tensor
+  std::vector<int32_t> wsum;     // their sums per output channel (the s8 input's offset)
+};
+
+PackedModel::PackedModel() : nn::Module("packed_model") {
+  train(false);
+}
+PackedModel::~PackedModel() = default;
+
+void PackedModel::add_step(PackedStep s) {
+  auto rt = std::make_unique<Runtime>();
+  if (s.kind == "layer") {
+    const int64_t K = s.in * s.kernel * s.kernel;
+    if (s.out <= 0 || K <= 0 || static_cast<int64_t>(s.weight_scale.size()) != s.out ||
+        static_cast<int64_t>(s.packed.size()) !=
+            (s.scheme == LowBitScheme::ternary ? 2 : 1) * s.out * packed_row_bytes(K, s.scheme)) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}' has {} packed bytes and {} scales for {} x {} {} "
+          "weights",
+          s.name, s.packed.size(), s.weight_scale.size(), s.out, K, name(s.scheme)));
+    }
+    if (s.bias.defined() && s.bias.numel() != s.out) {
+      throw std::invalid_argument(
+          fmt::format("mixp::quant::PackedModel: layer '{}' has {} biases for {} outputs", s.name,
+                      s.bias.numel(), s.out));
+    }
+    rt->w8 = unpack_weight_codes(s.packed.data(), s.out, K, s.scheme);
+    if (s.scheme == LowBitScheme::binary_act) {
+      // Convolutions order their bits (kh, kw, ci), so that the C sign bits of one input
+      // position are contiguous (see LayerRun::conv); a dot product does not depend on the order.
+      rt->words = round8((K + 63) / 64);
+      rt->bits.assign(static_cast<size_t>(s.out * rt->words), 0);
+      const int64_t C = s.in, KS = s.kernel;
+      for (int64_t o = 0; o < s.out; ++o) {
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t bit = s.conv ? (k % (KS * KS)) * C + k / (KS * KS) : k;
+          if (rt->w8[static_cast<size_t>(o * K + k)] < 0) {
+            rt->bits[static_cast<size_t>(o * rt->words + bit / 64)] |= uint64_t{1} << (bit % 64);
+          }
+        }
+      }
+    }
+    if (s.conv && s.scheme != LowBitScheme::binary_act) {
+      rt->w8_oihw = empty(Shape{s.out, s.in, s.kernel, s.kernel}, {.dtype = DType::int8});
+      std::copy(rt->w8.begin(), rt->w8.end(), rt->w8_oihw.data<int8_t>());
+      rt->wsum.assign(static_cast<size_t>(s.out), 0);
+      for (int64_t o = 0; o < s.out; ++o) {
+        for (int64_t k = 0; k < K; ++k) rt->wsum[static_cast<size_t>(o)] += rt->w8[static_cast<size_t>(o * K + k)];
+      }
+    }
+    rt->mult.resize(static_cast<size_t>(s.out));
+    for (size_t o = 0; o < rt->mult.size(); ++o) rt->mult[o] = s.input_scale * s.weight_scale[o];
+  }
+  steps_.push_back(std::move(s));
+  rt_.push_back(std::move(rt));
+}
+
+int64_t PackedModel::weight_bytes() const {
+  int64_t b = 0;
+  for (const PackedStep& s : steps_) {
+    b += static_cast<int64_t>(s.packed.size()) + 4 * static_cast<int64_t>(s.weight_scale.size());
+    for (const Tensor* t : {&s.bias, &s.running_mean, &s.running_var, &s.gamma, &s.beta}) {
+      if (t->defined()) b += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  return b;
+}
+
+std::string PackedModel::describe() const {
+  std::string s;
+  for (const PackedStep& st : steps_) {
+    s += fmt::format("{}{}({}{}{})", s.empty() ? "" : ", ", st.kind, st.name,
+                     st.kind == "layer" ? " " : "", st.kind == "layer" ? name(st.scheme) : "");
+  }
+  return "packed: " + s;
+}
+
+namespace {
+
+// Codes -> s32 sums of a layer, as fp32 [N, O] or [N, O, OH, OW].
+struct LayerRun {
+  const PackedStep& s;
+  PackedModel::Runtime& rt;  // NOLINT (a view for one call)
+
+  bool binary() const { return s.scheme == LowBitScheme::binary_act; }
+  bool src_signed() const { return s.input_kind != ActCodeKind::unsigned_bits; }
+
+  // One row of K codes into bits (binary-act) or bytes; `at(k)` gives the code, NaN for padding.
+  template <class F>
+  void fill_row(int64_t K, F at, uint64_t* bits, uint8_t* bytes) const {
+    if (bits) {
+      for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        if (at(k) < 0.0f) bits[k / 64] |= uint64_t{1} << (k % 64);  // padding (0) reads as +1
+      }
+    } else if (src_signed()) {
+      for (int64_t k = 0; k < K; ++k) {
+        bytes[k] = static_cast<uint8_t>(static_cast<int8_t>(at(k)));
+      }
+    } else {
+      for (int64_t k = 0; k < K; ++k) bytes[k] = static_cast<uint8_t>(at(k));
+    }
+  }
+
+  // acc [M, O] int32 from rows prepared by `fill(m, bits, bytes)`. The buffers come from the
+  // caching allocator (uninitialized: every byte is written).
+  template <class F>
+  Tensor gemm(int64_t M, int64_t K, F fill) const {
+    const int64_t O = s.out;
+    Tensor acc = empty(Shape{M, O}, {.dtype = DType::int32});
+    if (binary()) {
+      Tensor at = empty(Shape{M, rt.words}, {.dtype = DType::int64});
+      auto* a = reinterpret_cast<uint64_t*>(at.data_ptr());
+      cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) fill(m, a + m * rt.words, nullptr);
+      });
+      xnor_gemm_s32(acc.data<int32_t>(), a, rt.bits.data(), M, O, rt.words,
+                    static_cast<int32_t>(K));
+    } else {
+      Tensor at = empty(Shape{M, K}, {.dtype = DType::uint8});
+      uint8_t* a = at.data<uint8_t>();
+      cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a + m * K);
+      });
+      int8_gemm_s32(acc.data<int32_t>(), a, src_signed(), rt.w8.data(), M, O, K);
+    }
+    return acc;
+  }
+
+  Tensor linear(const Tensor& x) const {
+    const int64_t K = s.in;
+    if (x.dim() != 2 || x.size(1) != K) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}' expects [N, {}] codes, got {}", s.name, K,
+          x.shape().str()));
+    }
+    const int64_t M = x.size(0), O = s.out;
+    const float* xp = x.data<float>();
+    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+      fill_row(K, [&](int64_t k) { return xp[m * K + k]; }, bits, bytes);
+    });
+    Tensor out = empty(Shape{M, O}, {.dtype = DType::fp32});
+    float* d = out.data<float>();
+    const int32_t* ap = acc.data<int32_t>();
+    cpu::parallel_for(M * O, M * O, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(ap[i]);
+    });
+    return out;
+  }
+
+  // The sum over the padded positions of a border pattern (rows/columns cut at each side) of
+  // the weight codes, per output channel: what +1 at those positions added to the XNOR sum.
+  const std::vector<int32_t>& correction(const std::array<int64_t, 4>& pat) const {
+    auto it = rt.corr.find(pat);
+    if (it != rt.corr.end()) return it->second;
+    const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
+    std::vector<int32_t> c(static_cast<size_t>(s.out), 0);
+    for (int64_t o = 0; o < s.out; ++o) {
+      for (int64_t ci = 0; ci < C; ++ci) {
+        for (int64_t kh = 0; kh < KS; ++kh) {
+          for (int64_t kw = 0; kw < KS; ++kw) {
+            const bool pad = kh < pat[0] || kh >= KS - pat[1] || kw < pat[2] || kw >= KS - pat[3];
+            if (pad) c[static_cast<size_t>(o)] += rt.w8[static_cast<size_t>(o * K + (ci * KS + kh) * KS + kw)];
+          }
+        }
+      }
+    }
+    return rt.corr.emplace(pat, std::move(c)).first->second;
+  }
+
+  // An int-path conv on oneDNN's exact VNNI int8 convolution (int8_conv2d_s32): the codes go
+  // to NHWC u8 with the padding made explicit, and s8 codes are shifted by +128 (padding with
+  // 128, the shifted 0) and the shift's 128 * sum(w[o]) subtracted again.
+  Tensor conv_onednn(const Tensor& x, int64_t OH, int64_t OW) const {
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = s.out;
+    const int64_t P = s.padding, HP = H + 2 * P, WP = W + 2 * P;
+    const bool sgn = src_signed();
+    const uint8_t fill = sgn ? 128 : 0;
+    Tensor src = empty(Shape{N, HP, WP, C}, {.dtype = DType::uint8});
+    const float* xp = x.data<float>();
+    uint8_t* sp = src.data<uint8_t>();
+    cpu::parallel_for(N * HP, N * HP * WP * C, [&](int64_t lo, int64_t hi) {
+      for (int64_t nh = lo; nh < hi; ++nh) {
+        const int64_t n = nh / HP, h = nh % HP - P;
+        uint8_t* row = sp + nh * WP * C;
+        if (h < 0 || h >= H) {
+          std::memset(row, fill, static_cast<size_t>(WP * C));
+          continue;
+        }
+        for (int64_t w = 0; w < WP; ++w) {
+          const int64_t wi = w - P;
+          for (int64_t c = 0; c < C; ++c) {
+            const float v = wi < 0 || wi >= W ? 0.0f : xp[((n * C + c) * H + h) * W + wi];
+            row[w * C + c] = static_cast<uint8_t>(sgn ? static_cast<int>(v) + 128 : static_cast<int>(v));
+          }
+        }
+      }
+    });
+    Conv2dParams cp;
+    cp.stride_h = cp.stride_w = s.stride;
+    const Tensor acc = int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
+    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
+    const int32_t* ap = acc.data<int32_t>();
+    float* d = out.data<float>();
+    cpu::parallel_for(N * O, N * O * OH * OW, [&](int64_t lo, int64_t hi) {
+      for (int64_t no = lo; no < hi; ++no) {
+        const int64_t n = no / O, o = no % O;
+        const int32_t off = sgn ? 128 * rt.wsum[static_cast<size_t>(o)] : 0;
+        const int32_t* src_o = ap + n * OH * OW * O + o;
+        float* dst = d + no * OH * OW;
+        for (int64_t p = 0; p < OH * OW; ++p) dst[p] = static_cast<float>(src_o[p * O] - off);
+      }
+    });
+    return out;
+  }
+
+  Tensor conv(const Tensor& x) const {
+    const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
+    if (x.dim() != 4 || x.size(1) != C) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}' expects [N, {}, H, W] codes, got {}", s.name, C,
+          x.shape().str()));
+    }
+    const int64_t N = x.size(0), H = x.size(2), W = x.size(3), O = s.out;
+    const int64_t OH = conv_out(H, KS, s.stride, s.padding), OW = conv_out(W, KS, s.stride, s.padding);
+    if (OH <= 0 || OW <= 0) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::PackedModel: layer '{}': input {} is smaller than the kernel", s.name,
+          x.shape().str()));
+    }
+    if (!binary() && !default_reduce_range()) return conv_onednn(x, OH, OW);
+    const float* xp = x.data<float>();
+    const int64_t M = N * OH * OW;
+    auto origin = [&](int64_t m, int64_t* n, int64_t* h0, int64_t* w0) {
+      *n = m / (OH * OW);
+      const int64_t p = m % (OH * OW);
+      *h0 = (p / OW) * s.stride - s.padding;
+      *w0 = (p % OW) * s.stride - s.padding;
+    };
+    // binary-act: the sign bits of every input position, C bits in CW words ([N, H, W, CW]).
+    const int64_t CW = (C + 63) / 64;
+    std::vector<uint64_t> signs;
+    if (binary()) {
+      signs.assign(static_cast<size_t>(N * H * W * CW), 0);
+      cpu::parallel_for(N * H, N * C * H * W, [&](int64_t lo, int64_t hi) {
+        for (int64_t nh = lo; nh < hi; ++nh) {
+          const int64_t n = nh / H, h = nh % H;
+          for (int64_t c = 0; c < C; ++c) {
+            const float* src = xp + ((n * C + c) * H + h) * W;
+            uint64_t* dst = signs.data() + nh * W * CW + c / 64;
+            const uint64_t bit = uint64_t{1} << (c % 64);
+            for (int64_t w = 0; w < W; ++w) {
+              if (src[w] < 0.0f) dst[w * CW] |= bit;
+            }
+          }
+        }
+      });
+    }
+    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+      int64_t n, h0, w0;
+      origin(m, &n, &h0, &w0);
+      const float* img = xp + n * C * H * W;
+      if (bits) {
+        // Bits (kh, kw, ci): the C sign bits of each window position appended in turn; padding
+        // stays 0 (+1, corrected below).
+        for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+        int64_t off = 0;
+        for (int64_t kh = 0; kh < KS; ++kh) {
+          for (int64_t kw = 0; kw < KS; ++kw, off += C) {
+            const int64_t h = h0 + kh, w = w0 + kw;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            const uint64_t* src = signs.data() + ((n * H + h) * W + w) * CW;
+            for (int64_t j = 0; j < CW; ++j) {
+              const uint64_t v = src[j];  // bits past C are zero
+              const int64_t at = off + 64 * j, sh = at % 64;
+              bits[at / 64] |= v << sh;
+              if (sh != 0 && at / 64 + 1 < rt.words) bits[at / 64 + 1] |= v >> (64 - sh);
+            }
+          }
+        }
+        return;
+      }
+      // im2col of one output position, k = (ci * KS + kh) * KS + kw; padding reads as 0.
+      const bool sgn = src_signed();
+      int64_t k = 0;
+      for (int64_t ci = 0; ci < C; ++ci) {
+        for (int64_t kh = 0; kh < KS; ++kh) {
+          const int64_t h = h0 + kh;
+          const bool hin = h >= 0 && h < H;
+          const float* rowp = img + (ci * H + (hin ? h : 0)) * W;
+          for (int64_t kw = 0; kw < KS; ++kw, ++k) {
+            const int64_t w = w0 + kw;
+            const float v = hin && w >= 0 && w < W ? rowp[w] : 0.0f;
+            if (bits) {
+              if (v < 0.0f) bits[k / 64] |= uint64_t{1} << (k % 64);
+            } else {
+              bytes[k] = sgn ? static_cast<uint8_t>(static_cast<int8_t>(v))
+                             : static_cast<uint8_t>(v);
+            }
+          }
+        }
+      }
+    });
+    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
+    float* d = out.data<float>();
+    // The padding corrections of every border pattern, made before the parallel loop.
+    std::vector<const int32_t*> corr(static_cast<size_t>(OH * OW), nullptr);
+    if (binary()) {
+      for (int64_t p = 0; p < OH * OW; ++p) {
+        int64_t n, h0, w0;
+        origin(p, &n, &h0, &w0);
+        const std::array<int64_t, 4> pat{std::max<int64_t>(0, -h0),
+                                         std::max<int64_t>(0, h0 + KS - H),
+                                         std::max<int64_t>(0, -w0),
+                                         std::max<int64_t>(0, w0 + KS - W)};
+        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) corr[p] = correction(pat).data();
+      }
+    }
+    // [N * OH * OW, O] -> NCHW.
+    cpu::parallel_for(N * O, M * O, [&](int64_t lo, int64_t hi) {
+      for (int64_t no = lo; no < hi; ++no) {
+        const int64_t n = no / O, o = no % O;
+        const int32_t* src = acc.data<int32_t>() + n * OH * OW * O + o;
+        float* dst = d + no * OH * OW;
+        for (int64_t p = 0; p < OH * OW; ++p) {
+          const int32_t v = src[p * O];
+          dst[p] = static_cast<float>(corr[p] ? v - corr[p][o] : v);
+        }
+      }
+    });
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor PackedModel::forward(const Tensor& x0) {
+  if (!x0.defined() || !x0.is_floating_point() || (x0.dim() != 2 && x0.dim() != 4)) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::PackedModel: input must be floating [N, C, H, W] or [N, K], got {}",
+        x0.defined() ? std::string(name(x0.dtype())) + " " + x0.shape().str() : "nothing"));
+  }
+  NoGradGuard ng;
+  Tensor y = detail::as_fp32_contiguous(x0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const PackedStep& s = steps_[i];
+    if (s.kind == "input") {
+      y = lowbit_act_codes(y, s.act);
+    } else if (s.kind == "layer") {
+      const LayerRun run{s, *rt_[i]};
+      const Tensor acc = s.conv ? run.conv(y.contiguous()) : run.linear(y.contiguous());
+      y = lowbit_rescale(acc, rt_[i]->mult, s.bias);
+    } else if (s.kind == "batch_norm") {
+      y = batch_norm(y, s.running_mean, s.running_var, s.gamma, s.beta, false, s.momentum, s.eps);
+    } else if (s.kind == "act") {
+      y = lowbit_act_codes(s.relu ? relu(y) : y, s.act);
+    } else if (s.kind == "max_pool2d") {
+      y = max_pool2d(y, s.pool_kernel, s.pool_stride, s.pool_padding);
+    } else if (s.kind == "flatten") {
+      y = y.flatten(1, -1);
+    } else {
+      throw std::invalid_argument("mixp::quant::PackedModel: unknown step kind '" + s.kind + "'");
+    }
+  }
+  return y;
+}
+
+// ---- convert
+
+namespace {
+template <class T>
+const T* as(const std::shared_ptr<nn::Module>& m) {
+  return dynamic_cast<const T*>(m.get());
+}
+
+PackedStep act_step(const std::string& name, const LowBitActivation& a, bool input) {
+  PackedStep s;
+  s.kind = input ? "input" : "act";
+  s.name = name;
+  s.act = a.params();
+  s.relu = a.relu();
+  return s;
+}
+}  // namespace
+
+std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
+  const auto* seq = dynamic_cast<const nn::Sequential*>(&prepared);
+  if (seq == nullptr || !is_lowbit_prepared(prepared)) {
+    throw std::invalid_argument(
+        "mixp::quant::convert_to_packed: the model is not prepared for low-bit QAT "
+        "(quant::prepare_lowbit_qat)");
+  }
+  std::string missing;
+  if (!lowbit_observers_calibrated(prepared, &missing)) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::convert_to_packed: the activation quantizer '{}' has seen no data; train "
+        "at least one step first",
+        missing));
+  }
+  NoGradGuard ng;
+  auto model = std::make_shared<PackedModel>();
+  for (const auto& [name, m] : seq->named_children()) {
+    if (const auto* l = as<LowBitLayer>(m)) {
+      if (l->owned_input_quant()) {
+        model->add_step(act_step(name + ".input_quant", *l->owned_input_quant(), true));
+      }
+      PackedStep s;
+      s.kind = "layer";
+      s.name = name;
+      s.scheme = l->scheme();
+      s.conv = l->is_conv();
+      const Tensor w = detail::as_fp32_contiguous(l->weight());
+      s.out = w.size(0);
+      s.in = w.size(1);
+      s.kernel = s.conv ? w.size(2) : 1;
+      if (s.conv) {
+        const Conv2dParams& c = l->conv_params();
+        if (w.size(2) != w.size(3) || c.stride_h != c.stride_w || c.pad_h != c.pad_w ||
+            c.dilation_h != 1 || c.dilation_w != 1) {
+          throw std::invalid_argument(fmt::format(
+              "mixp::quant::convert_to_packed: '{}' needs a square kernel, equal strides and "
+              "padding and no dilation",
+              name));
+        }
+        s.stride = c.stride_h;
+        s.padding = c.pad_h;
+      }
+      const int64_t K = w.numel() / s.out;
+      std::vector<float> codes(static_cast<size_t>(w.numel()));
+      s.weight_scale.resize(static_cast<size_t>(s.out));
+      lowbit_weight_codes_raw(w.data<float>(), s.out, K, s.scheme, codes.data(),
+                              s.weight_scale.data(), nullptr);
+      s.packed = pack_weight_codes(codes.data(), s.out, K, s.scheme);
+      const ActCodeParams in = l->input_quant()->params();
+      s.input_scale = in.scale;
+      s.input_kind = in.kind;
+      if (l->bias().defined()) s.bias = detail::as_fp32_contiguous(l->bias()).clone();
+      model->add_step(std::move(s));
+      if (l->output_quant()) model->add_step(act_step(name + ".output_quant", *l->output_quant(), false));
+    } else if (const auto* bn = as<QatBatchNorm2d>(m)) {
+      PackedStep s;
+      s.kind = "batch_norm";
+      s.name = name;
+      s.running_mean = bn->running_mean().clone();
+      s.running_var = bn->running_var().clone();
+      if (bn->weight().defined()) {
+        s.gamma = bn->weight().detach().clone();
+        s.beta = bn->bias().detach().clone();
+      }
+      s.eps = bn->options().eps;
+      s.momentum = bn->options().momentum;
+      model->add_step(std::move(s));
+    } else if (const auto* a = as<LowBitActivation>(m)) {
+      model->add_step(act_step(name, *a, false));
+    } else if (const auto* p = as<nn::MaxPool2d>(m)) {
+      PackedStep s;
+      s.kind = "max_pool2d";
+      s.name = name;
+      s.pool_kernel = p->kernel();
+      s.pool_stride = p->stride() > 0 ? p->stride() : p->kernel();
+      s.pool_padding = p->padding();
+      model->add_step(std::move(s));
+    } else if (const auto* f = as<nn::Flatten>(m)) {
+      if (f->start_dim() != 1 || (f->end_dim() != -1 && f->end_dim() != 3)) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::convert_to_packed: '{}' flattens other dimensions than 1..-1", name));
+      }
+      PackedStep s;
+      s.kind = "flatten";
+      s.name = name;
+      model->add_step(std::move(s));
+    } else {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::convert_to_packed: module '{}' ({}) has no packed version", name,
+          m->kind()));
+    }
+  }
+  return model;
+}
+
+}  // namespace mixp::quant
