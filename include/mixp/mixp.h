@@ -71,10 +71,15 @@
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
 
+// Data parallelism (docs/distributed.md).
+#include "mixp/dist/grad_reduce.h"
+#include "mixp/dist/process_group.h"
+
 // Training.
 #include "mixp/train/build_run.h"
 #include "mixp/train/callbacks.h"
 #include "mixp/train/checkpoint.h"
+#include "mixp/train/data_parallel.h"
 #include "mixp/train/data_source.h"
 #include "mixp/train/energy_meter.h"
 #include "mixp/train/fp8_recipe.h"
