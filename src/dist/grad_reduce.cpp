@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -28,58 +29,83 @@ std::span<std::byte> bytes_of(std::vector<std::byte>& v) {
   return {v.data(), v.size()};
 }
 
-// Reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then all-gather of
-// the rounded sums. `piece` elements per rank; buf is padded to size * piece by the caller.
-void scatter_sum_gather(ProcessGroup& g, std::span<float> padded, float weight, DType wire) {
-  const int n = g.size();
-  const size_t piece = padded.size() / size_t(n);
+// weight * src, narrowed to `wire` into dst_bits (src.size() elements), in cache-sized chunks so
+// that the product never makes a pass of its own over memory.
+void scale_into(DType wire, std::span<const float> src, float weight, std::byte* dst_bits,
+                std::vector<float>& tmp) {
+  constexpr size_t kChunk = 4096;
   const size_t es = traits(wire).bits / 8;
-  std::vector<float> scaled(padded.size());
-  for (size_t i = 0; i < padded.size(); ++i) scaled[i] = padded[i] * weight;
-  std::vector<std::byte> send(padded.size() * es), recv(padded.size() * es);
-  convert_f32_to(wire, scaled, send.data(), kNearest);
-  g.alltoall(send, recv);
-  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
-  std::vector<float> acc(piece, 0.0f), tmp(piece);
-  for (int r = 0; r < n; ++r) {
-    convert_to_f32(wire, recv.data() + size_t(r) * piece * es, tmp);
-    for (size_t k = 0; k < piece; ++k) acc[k] += tmp[k];
+  tmp.resize(kChunk);
+  for (size_t i = 0; i < src.size(); i += kChunk) {
+    const size_t m = std::min(kChunk, src.size() - i);
+    for (size_t k = 0; k < m; ++k) tmp[k] = src[i + k] * weight;
+    convert_f32_to(wire, std::span<const float>(tmp.data(), m), dst_bits + i * es, kNearest);
   }
-  std::vector<std::byte> mine(piece * es);
-  convert_f32_to(wire, acc, mine.data(), kNearest);
-  g.allgather(mine, bytes_of(send));
-  convert_to_f32(wire, send.data(), padded);
+}
+
+// Reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then all-gather of
+// the rounded sums. Each rank owns `piece` elements; the tail past buf.size() is zero padding.
+void scatter_sum_gather(ProcessGroup& g, std::span<float> buf, float weight, DType wire,
+                        ReduceWorkspace& ws) {
+  const int n = g.size();
+  const size_t piece = (buf.size() + size_t(n) - 1) / size_t(n);
+  const size_t es = traits(wire).bits / 8;
+  ws.send.resize(piece * size_t(n) * es);
+  ws.recv.resize(ws.send.size());
+  scale_into(wire, buf, weight, ws.send.data(), ws.tmp);
+  std::fill(ws.send.begin() + std::ptrdiff_t(buf.size() * es), ws.send.end(), std::byte{0});
+  g.alltoall(ws.send, ws.recv);
+  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
+  ws.acc.assign(piece, 0.0f);
+  ws.tmp.resize(piece);
+  for (int r = 0; r < n; ++r) {
+    const std::byte* in = ws.recv.data() + size_t(r) * piece * es;
+    if (wire == DType::fp32) {
+      const float* x = reinterpret_cast<const float*>(in);
+      for (size_t k = 0; k < piece; ++k) ws.acc[k] += x[k];
+    } else {
+      convert_to_f32(wire, in, std::span<float>(ws.tmp.data(), piece));
+      for (size_t k = 0; k < piece; ++k) ws.acc[k] += ws.tmp[k];
+    }
+  }
+  // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
+  std::span<std::byte> mine(ws.recv.data(), piece * es);
+  convert_f32_to(wire, ws.acc, mine.data(), kNearest);
+  g.allgather(mine, bytes_of(ws.send));
+  convert_to_f32(wire, ws.send.data(), buf);  // the padding past buf.size() is not read
 }
 
 // The naive ring: reduce-scatter by N-1 hops, each rounding the partial sum to bf16, then an
 // all-gather ring of N-1 hops.
-void ring_bf16(ProcessGroup& g, std::span<float> padded, float weight) {
+void ring_bf16(ProcessGroup& g, std::span<float> buf, float weight, ReduceWorkspace& ws) {
   const int n = g.size(), r = g.rank();
-  const size_t piece = padded.size() / size_t(n);
-  std::vector<uint16_t> bits(padded.size());
-  std::vector<float> scaled(padded.size());
-  for (size_t i = 0; i < padded.size(); ++i) scaled[i] = padded[i] * weight;
-  convert_f32_to(DType::bf16, scaled, bits.data(), kNearest);
-  std::vector<uint16_t> incoming(piece);
-  std::vector<float> a(piece), b(piece);
-  auto chunk = [&](int c) { return bits.data() + size_t(((c % n) + n) % n) * piece; };
+  const size_t piece = (buf.size() + size_t(n) - 1) / size_t(n);
+  ws.send.resize(piece * size_t(n) * 2);
+  ws.recv.resize(piece * 2);
+  scale_into(DType::bf16, buf, weight, ws.send.data(), ws.tmp);
+  std::fill(ws.send.begin() + std::ptrdiff_t(buf.size() * 2), ws.send.end(), std::byte{0});
+  uint16_t* bits = reinterpret_cast<uint16_t*>(ws.send.data());
+  uint16_t* incoming = reinterpret_cast<uint16_t*>(ws.recv.data());
+  ws.acc.resize(piece);
+  ws.tmp.resize(piece);
+  auto chunk = [&](int c) { return bits + size_t(((c % n) + n) % n) * piece; };
   auto as_bytes = [](uint16_t* p, size_t count) {
     return std::span<std::byte>(reinterpret_cast<std::byte*>(p), count * 2);
   };
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   for (int s = 0; s < n - 1; ++s) {
-    g.sendrecv(as_bytes(chunk(r - s), piece), next, as_bytes(incoming.data(), piece), prev);
+    g.sendrecv(as_bytes(chunk(r - s), piece), next, as_bytes(incoming, piece), prev);
     uint16_t* own = chunk(r - s - 1);
-    convert_to_f32(DType::bf16, incoming.data(), a);
-    convert_to_f32(DType::bf16, own, b);
-    for (size_t k = 0; k < piece; ++k) a[k] += b[k];
-    convert_f32_to(DType::bf16, a, own, kNearest);  // one rounding per hop
+    convert_to_f32(DType::bf16, incoming, ws.acc);
+    convert_to_f32(DType::bf16, own, ws.tmp);
+    for (size_t k = 0; k < piece; ++k) ws.acc[k] += ws.tmp[k];
+    convert_f32_to(DType::bf16, ws.acc, own, kNearest);  // one rounding per hop
   }
   // Rank r now holds the full sum of chunk r + 1; pass the sums around the ring.
   for (int s = 0; s < n - 1; ++s) {
     g.sendrecv(as_bytes(chunk(r + 1 - s), piece), next, as_bytes(chunk(r - s), piece), prev);
   }
-  convert_to_f32(DType::bf16, bits.data(), padded);
+  convert_to_f32(DType::bf16, bits, buf);
 }
 
 }  // namespace
@@ -112,21 +138,19 @@ int wire_bytes(GradComm c) {
   return traits(wire_dtype(c)).bits / 8;
 }
 
-void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode) {
-  const size_t n = size_t(g.size());
-  if (n == 1) {
+void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
+                         ReduceWorkspace* workspace) {
+  if (g.size() == 1) {
     if (weight != 1.0f) for (float& x : buf) x *= weight;
     return;
   }
-  const size_t piece = (buf.size() + n - 1) / n;
-  std::vector<float> padded(piece * n, 0.0f);
-  std::memcpy(padded.data(), buf.data(), buf.size_bytes());
+  ReduceWorkspace local;
+  ReduceWorkspace& ws = workspace ? *workspace : local;
   if (mode == GradComm::bf16_ring) {
-    ring_bf16(g, padded, weight);
+    ring_bf16(g, buf, weight, ws);
   } else {
-    scatter_sum_gather(g, padded, weight, wire_dtype(mode));
+    scatter_sum_gather(g, buf, weight, wire_dtype(mode), ws);
   }
-  std::memcpy(buf.data(), padded.data(), buf.size_bytes());
 }
 
 }  // namespace mixp::dist

@@ -107,7 +107,7 @@ void DataParallel::reduce_gradients(std::span<const Tensor> params, double weigh
   const uint64_t bytes0 = group_.stats().bytes_sent;
   const size_t bucket_elems =
       std::max<size_t>(1, size_t(opts_.bucket_mb * 1024 * 1024 / sizeof(float)));
-  std::vector<float> buf;
+  std::vector<float>& buf = flat_;
   // Parameters in reverse order: backward produces the last layer's gradients first (DDP's
   // bucket order).
   size_t i = params.size();
@@ -117,18 +117,21 @@ void DataParallel::reduce_gradients(std::span<const Tensor> params, double weigh
     while (j > 0 && (n == 0 || n + size_t(params[j - 1].numel()) <= bucket_elems)) {
       n += size_t(params[--j].numel());
     }
-    buf.assign(n, 0.0f);
+    buf.resize(n);
     size_t off = 0;
     for (size_t k = i; k-- > j;) {
       const Tensor g = params[k].grad();
       const size_t m = size_t(params[k].numel());
+      const std::span<float> dst(buf.data() + off, m);
       if (g.defined()) {
         const Tensor c = g.contiguous();
-        convert_to_f32(c.dtype(), c.data_ptr(), std::span<float>(buf.data() + off, m));
+        convert_to_f32(c.dtype(), c.data_ptr(), dst);
+      } else {
+        std::fill(dst.begin(), dst.end(), 0.0f);
       }
       off += m;
     }
-    dist::reduce_weighted_sum(group_, buf, float(weight), opts_.grad_comm);
+    dist::reduce_weighted_sum(group_, buf, float(weight), opts_.grad_comm, &work_);
     off = 0;
     for (size_t k = i; k-- > j;) {
       const Tensor& p = params[k];

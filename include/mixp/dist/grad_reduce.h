@@ -19,6 +19,7 @@
 // Non-finite values propagate (an inf in any contribution makes the sum inf or NaN), so the fp16
 // recipes' inf check after the reduction sees them on every rank and every rank skips the step.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -38,8 +39,16 @@ const std::vector<std::string>& grad_comm_names();
 // Bytes of one element on the wire (4 or 2).
 int wire_bytes(GradComm c);
 
+// Scratch buffers of reduce_weighted_sum, kept between calls so that a training step allocates
+// (and page-faults) nothing.
+struct ReduceWorkspace {
+  std::vector<std::byte> send, recv;
+  std::vector<float> acc, tmp;
+};
+
 // buf <- sum over ranks of weight * buf (each rank its own buf and weight), identical on every
 // rank. buf has the same length on every rank.
-void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode);
+void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
+                         ReduceWorkspace* workspace = nullptr);
 
 }  // namespace mixp::dist

@@ -65,6 +65,8 @@ class DataParallel {
   dist::ProcessGroup& group_;
   DataParallelOptions opts_;
   uint64_t last_bytes_ = 0;
+  std::vector<float> flat_;      // one bucket's gradients, reused every step
+  dist::ReduceWorkspace work_;   // the reduction's buffers, reused every step
 };
 
 }  // namespace mixp::train
