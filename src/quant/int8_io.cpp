@@ -7,6 +7,7 @@
 #include "mixp/io/safetensors.h"
 #include "mixp/quant/int8_model.h"
 #include "mixp/tensor/factories.h"
+#include "quant/model_file.h"
 
 namespace mixp::quant {
 
@@ -19,13 +20,7 @@ constexpr int kVersion = 1;
 template <class T>
 SafeTensor make(const std::string& name, DType dt, std::vector<int64_t> shape, const T* data,
                 size_t n) {
-  SafeTensor s;
-  s.name = name;
-  s.dtype = dt;
-  s.shape = std::move(shape);
-  s.data.resize(n * sizeof(T));
-  std::memcpy(s.data.data(), data, s.data.size());
-  return s;
+  return detail::make_tensor(name, dt, std::move(shape), data, n * sizeof(T));
 }
 
 void add_weight_layer(SafeTensorsFile& f, const Int8WeightLayerParams& p) {
@@ -47,21 +42,12 @@ void add_weight_layer(SafeTensorsFile& f, const Int8WeightLayerParams& p) {
 }
 
 [[noreturn]] void bad(const std::filesystem::path& path, const std::string& what) {
-  throw SafeTensorsError(fmt::format("{}: not a valid mixp int8 model: {}", path.string(), what));
+  detail::bad_model_file(path, "int8 model", what);
 }
 
 const SafeTensor& need(const SafeTensorsFile& f, const std::filesystem::path& path,
                        const std::string& name, DType dt, int64_t numel) {
-  const SafeTensor* t = f.find(name);
-  if (!t) bad(path, "tensor '" + name + "' is missing");
-  if (t->dtype != dt) {
-    bad(path,
-        fmt::format("tensor '{}' is {}, expected {}", name, mixp::name(t->dtype), mixp::name(dt)));
-  }
-  if (numel >= 0 && t->numel() != numel) {
-    bad(path, fmt::format("tensor '{}' has {} values, expected {}", name, t->numel(), numel));
-  }
-  return *t;
+  return detail::need_tensor(f, path, "int8 model", name, dt, numel);
 }
 
 template <class T>
@@ -159,19 +145,8 @@ std::shared_ptr<Int8Model> load_int8_model(const std::filesystem::path& path) {
 
 std::shared_ptr<Int8Model> load_int8_model(const SafeTensorsFile& f,
                                            const std::filesystem::path& path) {
-  const auto it = f.metadata.find(kMetaKey);
-  if (it == f.metadata.end()) bad(path, std::string("no '") + kMetaKey + "' metadata");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    bad(path, std::string("metadata is not JSON: ") + e.what());
-  }
-  if (meta.value("format", "") != kFormat) bad(path, "metadata format is not mixp-int8");
-  if (meta.value("version", 0) > kVersion) {
-    bad(path, fmt::format("version {} is newer than this mixp reads ({})", meta.value("version", 0),
-                          kVersion));
-  }
+  const nlohmann::json meta =
+      detail::read_model_meta(f, path, "int8 model", kMetaKey, kFormat, kVersion);
   auto model = std::make_shared<Int8Model>();
   try {
     for (const auto& l : meta.at("layers")) {

@@ -7,6 +7,7 @@
 #include "mixp/io/safetensors.h"
 #include "mixp/quant/lowbit_model.h"
 #include "mixp/tensor/factories.h"
+#include "quant/model_file.h"
 
 namespace mixp::quant {
 
@@ -16,38 +17,21 @@ constexpr const char* kMetaKey = "mixp.packed_model";
 constexpr const char* kFormat = "mixp-packed";
 constexpr int kVersion = 1;
 
-SafeTensor make(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data,
-                size_t bytes) {
-  SafeTensor s;
-  s.name = name;
-  s.dtype = dt;
-  s.shape = std::move(shape);
-  s.data.resize(bytes);
-  if (bytes) std::memcpy(s.data.data(), data, bytes);
-  return s;
-}
+using detail::make_tensor;
 
 SafeTensor f32(const std::string& name, const Tensor& t) {
   const Tensor c = t.contiguous();
-  return make(name, DType::fp32, {c.numel()}, c.data<float>(), static_cast<size_t>(c.nbytes()));
+  return make_tensor(name, DType::fp32, {c.numel()}, c.data<float>(),
+                     static_cast<size_t>(c.nbytes()));
 }
 
 [[noreturn]] void bad(const std::filesystem::path& path, const std::string& what) {
-  throw SafeTensorsError(fmt::format("{}: not a valid mixp packed model: {}", path.string(), what));
+  detail::bad_model_file(path, "packed model", what);
 }
 
 const SafeTensor& need(const SafeTensorsFile& f, const std::filesystem::path& path,
                        const std::string& name, DType dt, int64_t numel) {
-  const SafeTensor* t = f.find(name);
-  if (!t) bad(path, "tensor '" + name + "' is missing");
-  if (t->dtype != dt) {
-    bad(path,
-        fmt::format("tensor '{}' is {}, expected {}", name, mixp::name(t->dtype), mixp::name(dt)));
-  }
-  if (numel >= 0 && t->numel() != numel) {
-    bad(path, fmt::format("tensor '{}' has {} values, expected {}", name, t->numel(), numel));
-  }
-  return *t;
+  return detail::need_tensor(f, path, "packed model", name, dt, numel);
 }
 
 Tensor read_f32(const SafeTensorsFile& f, const std::filesystem::path& path,
@@ -101,9 +85,9 @@ void save_packed_model(const PackedModel& m, const std::filesystem::path& path) 
                 {"bias", s.bias.defined()}});
       std::vector<int64_t> shape{s.out, rb};
       if (s.scheme == LowBitScheme::ternary) shape.insert(shape.begin(), 2);
-      f.tensors.push_back(make(s.name + ".weight", DType::uint8, shape, s.packed.data(),
+      f.tensors.push_back(make_tensor(s.name + ".weight", DType::uint8, shape, s.packed.data(),
                                s.packed.size()));
-      f.tensors.push_back(make(s.name + ".weight_scale", DType::fp32, {s.out},
+      f.tensors.push_back(make_tensor(s.name + ".weight_scale", DType::fp32, {s.out},
                                s.weight_scale.data(), 4 * s.weight_scale.size()));
       if (s.bias.defined()) f.tensors.push_back(f32(s.name + ".bias", s.bias));
     } else if (s.kind == "batch_norm") {
@@ -132,19 +116,8 @@ std::shared_ptr<PackedModel> load_packed_model(const std::filesystem::path& path
 
 std::shared_ptr<PackedModel> load_packed_model(const SafeTensorsFile& f,
                                                const std::filesystem::path& path) {
-  const auto it = f.metadata.find(kMetaKey);
-  if (it == f.metadata.end()) bad(path, std::string("no '") + kMetaKey + "' metadata");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    bad(path, std::string("metadata is not JSON: ") + e.what());
-  }
-  if (meta.value("format", "") != kFormat) bad(path, "metadata format is not mixp-packed");
-  if (meta.value("version", 0) > kVersion) {
-    bad(path, fmt::format("version {} is newer than this mixp reads ({})",
-                          meta.value("version", 0), kVersion));
-  }
+  const nlohmann::json meta =
+      detail::read_model_meta(f, path, "packed model", kMetaKey, kFormat, kVersion);
   auto model = std::make_shared<PackedModel>();
   try {
     for (const auto& j : meta.at("steps")) {

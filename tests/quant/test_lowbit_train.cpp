@@ -10,6 +10,7 @@
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
+#include "quant/qat_train_util.h"
 #include "train/train_test_util.h"
 
 namespace mixp::train {
@@ -19,30 +20,9 @@ using testing::run_cli;
 using testing::TempDir;
 
 TrainConfig small(const std::string& model, const std::string& precision) {
-  TrainConfig c;
-  c.model.name = model;
-  if (model == "cnn") {
-    c.model.width = 8;
-    c.model.mlp_width = 32;
-  } else {
-    c.model.width = 64;
-  }
-  c.data = kSyntheticData;
-  c.train_limit = 512;
-  c.test_limit = 256;
-  c.batch = 64;
-  c.precision = precision;
-  c.threads = 1;
-  c.seed = 3;
-  return c;
+  return qat_testing::small(model, precision, 512, 256);
 }
-
-double extra(const TrainResult& r, const std::string& k) {
-  for (const auto& [n, v] : r.extra_metrics)
-    if (n == k) return v;
-  ADD_FAILURE() << "no " << k;
-  return NAN;
-}
+using qat_testing::extra;
 
 TEST(LowBitTrain, PackedAccuracyEqualsFakeQuantAndEvalRunsTheSavedModel) {
   for (const char* p : {"int4-qat", "int2-qat", "ternary", "binary", "binary-act"}) {

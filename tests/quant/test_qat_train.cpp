@@ -10,6 +10,7 @@
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/quantize_checkpoint.h"
 #include "mixp/train/trainer.h"
+#include "quant/qat_train_util.h"
 #include "train/train_test_util.h"
 
 namespace mixp::train {
@@ -19,30 +20,9 @@ using testing::run_cli;
 using testing::TempDir;
 
 TrainConfig small(const std::string& model, const std::string& precision) {
-  TrainConfig c;
-  c.model.name = model;
-  if (model == "cnn") {
-    c.model.width = 8;
-    c.model.mlp_width = 32;
-  } else {
-    c.model.width = 64;
-  }
-  c.data = kSyntheticData;
-  c.train_limit = 1024;
-  c.test_limit = 512;
-  c.batch = 64;
-  c.precision = precision;
-  c.threads = 1;
-  c.seed = 3;
-  return c;
+  return qat_testing::small(model, precision, 1024, 512);
 }
-
-double extra(const TrainResult& r, const std::string& k) {
-  for (const auto& [n, v] : r.extra_metrics)
-    if (n == k) return v;
-  ADD_FAILURE() << "no " << k;
-  return NAN;
-}
+using qat_testing::extra;
 
 TEST(QatTrain, ReportsConvertedAndFakeQuantAccuracyAndSavesTheInt8Model) {
   TempDir tmp;
