@@ -153,7 +153,11 @@ TEST(LowBitPack, RoundTripsEverySchemeWithOddRows) {
 
 TEST(LowBitGemm, XnorKernelsMatchTheSignedDotProduct) {
   std::mt19937_64 rng(11);
-  const int64_t M = 7, O = 6, K = 300, words = 8;  // 300 bits in 8 words (the padding zero)
+  // 300 bits in 8 words (the padding zero); shapes with and without whole 6-row x 16-column
+  // register blocks of the AVX-512 kernel, and their remainders.
+  for (const auto& [M, O] : {std::pair<int64_t, int64_t>{7, 6}, {13, 37}, {6, 16}, {1, 33}}) {
+  SCOPED_TRACE(testing::Message() << M << " x " << O);
+  const int64_t K = 300, words = 8;
   std::vector<uint64_t> a(M * words, 0), b(O * words, 0);
   for (auto* v : {&a, &b}) {
     for (size_t r = 0; r < v->size() / words; ++r) {
@@ -187,6 +191,7 @@ TEST(LowBitGemm, XnorKernelsMatchTheSignedDotProduct) {
   std::fill(got.begin(), got.end(), 0);
   xnor_gemm_s32(got.data(), a.data(), b.data(), M, O, words, K);
   EXPECT_EQ(got, want);
+  }
 }
 
 TEST(LowBitGemm, Int8GemmMatchesALoopForUnsignedAndSignedInputs) {
