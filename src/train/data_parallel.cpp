@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "mixp/format/convert.h"
@@ -66,13 +65,9 @@ DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions&
 }
 
 void DataParallel::check_same_config(const std::string& config_json) {
-  std::vector<std::byte> root;
-  std::vector<double> len{double(config_json.size())};
-  if (rank() != 0) len[0] = 0;
-  group_.allreduce(len, dist::ReduceOp::max);  // rank 0's length (the others sent 0)
-  root.resize(size_t(len[0]));
-  if (rank() == 0) std::memcpy(root.data(), config_json.data(), root.size());
-  group_.broadcast(root, 0);
+  const auto* text = reinterpret_cast<const std::byte*>(config_json.data());
+  const std::vector<std::byte> root =
+      broadcast_bytes(std::vector<std::byte>(text, text + config_json.size()), 0);
   const std::string root_json(reinterpret_cast<const char*>(root.data()), root.size());
   std::string diff;
   if (root_json != config_json) {
