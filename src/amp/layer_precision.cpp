@@ -105,6 +105,8 @@ std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_lay
 
 std::vector<std::string> modules_matching(nn::Module& model, const LayerRule& rule) {
   std::vector<std::string> out;
+  // `*` is the model itself: its rule covers every module no other rule decides ("the rest").
+  if (rule.key == kWholeModelKey) return {std::string()};
   const std::vector<std::string> kinds = kinds_of(rule.key);
   for (auto& [name, m] : model.named_modules()) {
     const bool by_kind = std::find(kinds.begin(), kinds.end(), m->kind()) != kinds.end();
@@ -123,7 +125,8 @@ LayerRuleResolver::LayerRuleResolver(nn::Module& model, std::span<const LayerRul
   std::map<std::string, size_t> by_kind, by_name;  // the last rule of each sort per module
   for (size_t i = 0; i < rules.size(); ++i) {
     matches_.push_back(modules_matching(model, rules[i]));
-    for (const std::string& n : matches_.back()) (n == rules[i].key ? by_name : by_kind)[n] = i;
+    for (const std::string& n : matches_.back())
+      (n == rules[i].key || rules[i].key == kWholeModelKey ? by_name : by_kind)[n] = i;
   }
   own_ = std::move(by_kind);
   for (const auto& [n, i] : by_name) own_[n] = i;
@@ -170,7 +173,8 @@ void apply_policy(nn::Module& model, const PrecisionPolicy& policy,
     }
     throw PolicyError(fmt::format(
         "--layer-precision: '{}' matches no module of this model; select modules by kind ({}; "
-        "aliases embed, attn, conv, ln, bn, norm) or by dotted name ({}, ...)",
+        "aliases embed, attn, conv, ln, bn, norm), by dotted name ({}, ...), or * for the whole "
+        "model",
         rules[i].key, join(std::vector<std::string>(kinds.begin(), kinds.end())), join(names)));
   }
   // The rule in effect at a module: its own, else the nearest ancestor's.

@@ -177,6 +177,31 @@ TEST(LayerRules, ResolverPrecedence) {
   EXPECT_TRUE(none.matches(0).empty());
 }
 
+// `*` is the model itself: a name rule on the root, so it decides exactly the modules no other
+// rule covers, whatever the order of the rules.
+TEST(LayerRules, StarIsTheRestOfTheModel) {
+  auto gpt = small_gpt(16, 2, 16);
+  const auto rules = parse_layer_precision("*=fp32, head=bf16,embed=bf16", /*fp8_layers=*/true);
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[0].key, "*");
+  EXPECT_EQ(modules_matching(*gpt, rules[0]), (std::vector<std::string>{""}));
+  const LayerRuleResolver r(*gpt, rules);
+  EXPECT_EQ(r.rule_for(""), 0u);
+  EXPECT_EQ(r.rule_for("blocks.1.mlp.fc"), 0u) << "the rest";
+  EXPECT_EQ(r.rule_for("blocks.0.ln1"), 0u);
+  EXPECT_EQ(r.rule_for("head"), 1u) << "a module's own rule beats the model's";
+  EXPECT_EQ(r.rule_for("tok_emb"), 2u);
+  // Written last, `*` still only takes what the other rules leave.
+  const LayerRuleResolver last(*gpt, parse_layer_precision("head=bf16,*=fp16"));
+  EXPECT_EQ(last.rule_for("head"), 0u);
+  EXPECT_EQ(last.rule_for("blocks.0.attn.qkv"), 1u);
+  // Applied: under the bf16 recipe, `*=fp32,head=bf16` keeps everything but the head in fp32.
+  auto m = small_gpt(16, 2, 16);
+  apply_policy(*m, parse_policy("bf16-pure"), parse_layer_precision("*=fp32,head=bf16"));
+  EXPECT_EQ(m->parameter("blocks.0.mlp.fc.weight").dtype(), DType::fp32);
+  EXPECT_EQ(m->parameter("head.weight").dtype(), DType::bf16);
+}
+
 TEST(LayerRules, AKeyThatMatchesNothingNamesWhatTheModelHas) {
   auto mlp = nn::make_model({.name = "mlp", .width = 16});
   const std::string e = error_of(

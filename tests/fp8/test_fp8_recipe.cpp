@@ -3,7 +3,9 @@
 // name), evaluation in FP8 and in another precision.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,7 @@
 #include "mixp/nn/module.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/fp8_recipe.h"
+#include "mixp/train/inspect_callback.h"
 #include "mixp/train/trainer.h"
 #include "train/resume_check.h"
 #include "train/train_test_util.h"
@@ -116,9 +119,45 @@ TEST(Fp8Recipe, LayerPrecisionRules) {
   EXPECT_EQ(layers("head=fp8"), (std::vector<std::string>{"fc1", "fc2", "head"}));
   EXPECT_EQ(layers("linear=fp32,fc2=fp8"), (std::vector<std::string>{"fc2"}));  // name beats kind
   EXPECT_EQ(layers("fc2=fp8,fc2=bf16"), (std::vector<std::string>{"fc1"}));     // last wins
+  // `*` is the rest of the model: every Linear the other rules leave, the head included.
+  EXPECT_EQ(layers("*=fp8"), (std::vector<std::string>{"fc1", "fc2", "head"}));
+  EXPECT_EQ(layers("*=fp8,head=bf16"), (std::vector<std::string>{"fc1", "fc2"}));
+  EXPECT_EQ(layers("head=fp8,*=bf16"), (std::vector<std::string>{"head"}));
   EXPECT_TRUE(has(error_of([&] { layers("embed=fp8"); }), "'embed' matches no module"));
   EXPECT_TRUE(has(error_of([&] { layers("flatten=fp8"); }), "'flatten' has no Linear layer"));
   EXPECT_TRUE(has(error_of([&] { layers("linear=bf16"); }), "no Linear layer of this model runs in FP8"));
+}
+
+// The formats a rule chooses are the ones the GEMMs run in: an FP8 layer quantizes (its amax
+// history fills) and returns fp32, a bf16 layer runs its GEMM under bf16 autocast (bf16 output,
+// no FP8 state), an fp32 layer neither.
+TEST(Fp8Recipe, RulesDecideTheFormatOfEachGemm) {
+  TempDir dir;
+  TrainConfig c = small_mlp("fp8:amax_history=4");
+  c.layer_precision = "*=fp8,head=bf16,fc1=fp32";
+  c.steps = 2;
+  c.evaluate = false;
+  Trainer t(c);
+  InspectOptions o;
+  o.inspect = inspect::parse_inspect_spec("roles=activation,formats=bf16,out=" +
+                                          (dir.path() / "s.jsonl").string());
+  auto cb = std::make_shared<InspectCallback>(t, o);
+  t.add_callback(cb);
+  t.fit();
+  EXPECT_EQ(dynamic_cast<const Fp8TrainingRecipe&>(t.recipe()).fp8_layers(),
+            (std::vector<std::string>{"fc2"}));
+  const Tensor h = t.model().buffer("fc2.fp8_input_amax_history");
+  double amax = 0;
+  for (int64_t i = 0; i < h.numel(); ++i) amax = std::max(amax, h.at({i}));
+  EXPECT_GT(amax, 0.0);
+  EXPECT_THROW(t.model().buffer("fc1.fp8_input_scale"), std::out_of_range);
+  EXPECT_THROW(t.model().buffer("head.fp8_input_scale"), std::out_of_range);
+  std::map<std::string, DType> out;
+  for (const inspect::StatRecord& r : cb->inspector()->records())
+    if (r.step == 2) out[r.module] = r.dtype;
+  EXPECT_EQ(out.at("fc1"), DType::fp32);
+  EXPECT_EQ(out.at("fc2"), DType::fp32);  // the FP8 GEMM's fp32 output
+  EXPECT_EQ(out.at("head"), DType::bf16);
 }
 
 TEST(Fp8Recipe, ResumeIsBitIdentical) {

@@ -269,7 +269,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "per-layer precision: kind or name = fp32|bf16|fp16, e.g. "
                   "embed=fp32,attn=bf16,mlp=bf16,head=fp32 (kinds: embedding/embed, "
                   "attention/attn, mlp, block, linear, conv1d, conv2d, conv (both), layer_norm/ln, "
-                  "batch_norm2d/bn, norm, head; names: fc1, blocks.0, ...); for int4-qat, int2-qat, "
+                  "batch_norm2d/bn, norm, head; names: fc1, blocks.0, ...; * = the rest of the model); "
+                  "under fp8, fp8-current, mxfp8 also = fp8, e.g. head=bf16,*=fp8; for int4-qat, int2-qat, "
                   "ternary, binary, binary-act: layer = int8|int4|int2|ternary|binary|binary-act "
                   "with layer a name (conv1, fc1, head) or first/last, e.g. first=int4,fc1=binary");
   sub->add_option("--loss-scale-init", f->loss_scale_init,

@@ -5,7 +5,10 @@
 //   - by kind (nn/module.h): embedding, attention, mlp, block, linear, conv2d, layer_norm,
 //     batch_norm2d, lstm, head, ...; aliases: embed -> embedding, attn -> attention,
 //     conv -> conv2d, ln -> layer_norm, bn -> batch_norm2d, norm -> layer_norm and batch_norm2d;
-//   - or by dotted name (fc1, head, blocks.0, blocks.0.attn.qkv).
+//   - by dotted name (fc1, head, blocks.0, blocks.0.attn.qkv);
+//   - or `*`: the model itself, so its rule decides every module that no other rule covers
+//     (`head=bf16,embed=bf16,*=fp8` under an FP8 recipe: everything but the head and the
+//     embedding in FP8). A name rule.
 // A name rule beats a kind rule on the same module; among rules of the same sort the last wins.
 // A rule covers its module's whole subtree, and a rule on a module deeper inside overrides it
 // there (`blocks.0=fp32,attn=bf16`: block 0 in fp32 except its attention).
@@ -43,6 +46,9 @@ class Module;
 }
 
 namespace mixp::amp {
+
+// The key that selects the model itself (its rule covers every module not covered otherwise).
+inline constexpr std::string_view kWholeModelKey = "*";
 
 struct LayerRule {
   std::string key;  // as written (alias or kind or dotted name)
