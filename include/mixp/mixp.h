@@ -93,6 +93,7 @@
 #include "mixp/train/trainer.h"
 
 // Looking inside a run: tensor statistics, NaN/Inf origin, the op profiler.
+#include "mixp/inspect/advisor.h"
 #include "mixp/inspect/anomaly.h"
 #include "mixp/inspect/inspect_report.h"
 #include "mixp/inspect/inspect_spec.h"
@@ -105,6 +106,7 @@
 #include "mixp/bench/bench_record.h"
 #include "mixp/bench/gemm_bench.h"
 #include "mixp/bench/peak.h"
+#include "mixp/study/advise.h"
 #include "mixp/study/energy_meter.h"
 #include "mixp/study/energy_model.h"
 #include "mixp/study/memory_plan.h"
