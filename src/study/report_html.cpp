@@ -1,10 +1,14 @@
 // report.html: one self-contained page (inline CSS and SVG; no scripts, fonts, images or links
 // to fetch). Sections: title, headline and recommendation, one tile per run, the verdict table,
-// loss curves, cost and accuracy relative to the baseline, loss-scale trace, all results, notes.
+// loss curves, cost and accuracy relative to the baseline, loss-scale trace, what the inspector
+// saw (with `mixp compare --inspect`), all results, notes.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "study/report_detail.h"
 #include "study/report_style.h"
@@ -442,6 +446,100 @@ void loss_scale_chart(std::string& o, const Page& pg) {
   o += "</section>\n";
 }
 
+// A fraction as the heatmaps show it.
+std::string frac(double f) {
+  if (f <= 0) return "0";
+  if (f < 0.0001) return "&lt;0.01%";
+  return fmt::format("{:.2f}%", 100 * f);
+}
+
+// Overflow red, underflow blue, stronger with the fraction (square root: 1% is visible), as in
+// inspect.html (src/inspect/inspect_report.cpp).
+std::string heat_style(double ov, double un) {
+  if (ov > 0) return fmt::format("background:rgba(214,39,40,{:.3f})", 0.15 + 0.85 * std::sqrt(ov));
+  if (un > 0) return fmt::format("background:rgba(31,119,180,{:.3f})", 0.1 + 0.9 * std::sqrt(un));
+  return "";
+}
+
+// With `mixp compare --inspect`: per run, a heatmap (module x step) per role of the overflow and
+// underflow fractions in the run's own format, and the profiler's top ops (study_runner.cpp,
+// inspection_extra, writes them into the run's extra fields).
+void inside_numbers(std::string& o, const Page& pg) {
+  std::vector<std::pair<const RunRecord*, nlohmann::json>> runs;
+  for (const RunRecord& r : pg.p.study.runs) {
+    if (r.extra_json.empty()) continue;
+    nlohmann::json x = nlohmann::json::parse(r.extra_json, nullptr, false);
+    if (x.is_object() && x.contains("inspect")) runs.emplace_back(&r, std::move(x));
+  }
+  if (runs.empty()) return;
+  o += "<section class=\"card\" aria-labelledby=\"inside-h\">\n<h2 id=\"inside-h\">Inside the "
+       "numbers</h2>\n<p class=\"lede\">Per precision, the fraction of each module's values that "
+       "the run's own format overflows (red) or flushes to zero (blue), at each inspected step "
+       "(gradients at the run's loss scale; FP8 recipes: E4M3 forward, E5M2 gradients, before "
+       "their per-tensor scale), and where the time went: the profiler's largest ops, casts "
+       "included (docs/inspect.md).</p>\n";
+  for (const auto& [run, x] : runs) {
+    const auto& ins = x.at("inspect");
+    o += fmt::format("<h3 class=\"inside-run\">{}</h3>\n", e(run->precision));
+    // role -> rows (first-seen order) -> step -> (overflow, underflow, format)
+    std::map<std::string, std::vector<std::string>> rows;
+    std::map<std::pair<std::string, std::string>, std::map<int64_t, std::tuple<double, double,
+                                                                              std::string>>> cell;
+    std::set<int64_t> steps;
+    for (const auto& c : ins.at("cells")) {
+      const std::string role = c.at(0).get<std::string>(), row = c.at(1).get<std::string>();
+      const int64_t step = c.at(2).get<int64_t>();
+      auto& names = rows[role];
+      if (std::find(names.begin(), names.end(), row) == names.end()) names.push_back(row);
+      cell[{role, row}][step] = {c.at(3).get<double>(), c.at(4).get<double>(),
+                                 c.at(5).get<std::string>()};
+      steps.insert(step);
+    }
+    if (rows.empty()) {
+      o += "<p class=\"lede\">No narrower format than fp32 in this run: nothing to overflow.</p>\n";
+    }
+    for (const auto& [role, names] : rows) {
+      const std::string fmt_name = std::get<2>(cell[{role, names.front()}].begin()->second);
+      o += fmt::format("<h4>{} &middot; {}</h4>\n<div class=\"table-scroll\"><table class=\"heat\">"
+                       "<tr><th>module tensor</th>",
+                       e(fmt_name), e(role));
+      for (int64_t st : steps) o += fmt::format("<th class=\"num\">step {}</th>", st);
+      o += "</tr>\n";
+      for (const std::string& n : names) {
+        o += fmt::format("<tr><td><code>{}</code></td>", e(n));
+        const auto& by_step = cell[{role, n}];
+        for (int64_t st : steps) {
+          const auto it = by_step.find(st);
+          if (it == by_step.end()) {
+            o += "<td class=\"heat-cell empty\"></td>";
+            continue;
+          }
+          const auto& [ov, un, f] = it->second;
+          o += fmt::format("<td class=\"heat-cell num\" style=\"{}\">{} / {}</td>",
+                           heat_style(ov, un), frac(ov), frac(un));
+        }
+        o += "</tr>\n";
+      }
+      o += "</table></div>\n";
+    }
+    if (x.contains("top_ops") && !x.at("top_ops").empty()) {
+      o += "<h4>Top ops</h4>\n<div class=\"table-scroll\"><table class=\"top-ops\"><tr><th>op"
+           "</th><th>dtype</th><th>phase</th><th class=\"num\">calls</th><th class=\"num\">ms"
+           "</th><th class=\"num\">share</th></tr>\n";
+      for (const auto& t : x.at("top_ops")) {
+        o += fmt::format(
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td "
+            "class=\"num\">{:.2f}</td><td class=\"num\">{:.1f}%</td></tr>\n",
+            e(t.at("op").get<std::string>()), e(t.at("dtype").get<std::string>()),
+            e(t.at("phase").get<std::string>()), t.at("calls").get<int64_t>(),
+            t.at("ms").get<double>(), 100 * t.at("share").get<double>());
+      }
+      o += "</table></div>\n";
+    }
+  }
+  o += "</section>\n";
+}
+
 void results_table(std::string& o, const Page& pg) {
   const auto& runs = pg.p.study.runs;
   o += "<section class=\"card\" aria-labelledby=\"results-h\">\n<h2 id=\"results-h\">All results"
@@ -558,6 +656,7 @@ std::string render_report_html(const PreparedStudy& p) {
   loss_chart(o, pg);
   relative_charts(o, pg);
   loss_scale_chart(o, pg);
+  inside_numbers(o, pg);
   results_table(o, pg);
   notes(o, pg);
   o += "</main>\n<footer class=\"wrap\">Generated by mixp compare. Self-contained: no scripts and "

@@ -70,6 +70,9 @@ thead th { font-size: 12.5px; color: var(--muted); font-weight: 650; background:
 tbody th { font-weight: 650; white-space: nowrap; }
 tbody tr:last-child th, tbody tr:last-child td { border-bottom: 0; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.heat { width: auto; font-size: 12px; }
+table.heat th, table.heat td { padding: 2px 6px; border: 1px solid #d5d9de; }
+td.heat-cell { min-width: 70px; }
 td small, th small { display: block; color: var(--muted); font-size: 12px; font-weight: 500; }
 table.results { font-size: 13.5px; }
 table.results th, table.results td { padding: 8px 7px; }

@@ -20,7 +20,9 @@
 #include "mixp/study/report.h"
 #include "mixp/study/step_counts.h"
 #include "mixp/tensor/allocator.h"
+#include "mixp/inspect/inspect_spec.h"
 #include "mixp/train/build_run.h"
+#include "mixp/train/inspect_callback.h"
 #include "mixp/train/metrics.h"
 #include "mixp/train/recipe.h"
 #include "mixp/train/recipe_registry.h"
@@ -129,6 +131,56 @@ void fill_from_collector(RunRecord& rec, const RunCollector& col, const train::T
   rec.peak_memory_bytes = allocator_stats().peak_allocated_bytes;
 }
 
+// The format whose overflow and underflow the report shows for a run: its own narrow compute
+// format (FP8 recipes: E4M3 for the forward tensors, E5M2 for gradients); none for fp32 and
+// wider.
+std::optional<inspect::StatFormat> run_format(DType compute, inspect::Role role) {
+  switch (compute) {
+    case DType::bf16: return inspect::StatFormat::bf16;
+    case DType::fp16: return inspect::StatFormat::fp16;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+      return role == inspect::Role::activation_grad || role == inspect::Role::weight_grad
+                 ? inspect::StatFormat::fp8_e5m2
+                 : inspect::StatFormat::fp8_e4m3;
+    default: return std::nullopt;
+  }
+}
+
+// extra["inspect"]: {"format": ..., "cells": [[role, "module tensor", step, overflow, underflow,
+// format], ...]} in the run's own format; extra["top_ops"]: the profiler's 8 largest rows.
+void inspection_extra(train::InspectCallback& cb, DType compute,
+                      nlohmann::ordered_json& extra) {
+  nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+  std::string formats;
+  for (const inspect::StatRecord& r : cb.inspector()->records()) {
+    const auto f = run_format(compute, r.role);
+    if (!f) continue;
+    for (const inspect::FormatStats& x : r.stats.formats) {
+      if (x.format != *f) continue;
+      const std::string row = (r.module.empty() ? std::string("(model)") : r.module) + " " +
+                              r.tensor + (r.call > 0 ? fmt::format(" #{}", r.call) : "");
+      cells.push_back({inspect::to_string(r.role), row, r.step, r.stats.fraction(x.overflow),
+                       r.stats.fraction(x.underflow), inspect::to_string(x.format)});
+    }
+  }
+  const auto fwd = run_format(compute, inspect::Role::activation);
+  extra["inspect"] = {{"format", fwd ? inspect::to_string(*fwd) : "none"}, {"cells", cells}};
+  nlohmann::ordered_json top = nlohmann::ordered_json::array();
+  const inspect::Profiler* prof = cb.profiler();
+  const double total = prof->total_ns();
+  for (const inspect::ProfileRow& row : prof->rows()) {
+    if (top.size() == 8) break;
+    top.push_back({{"op", row.op},
+                   {"dtype", row.dtype},
+                   {"phase", mixp::to_string(row.phase)},
+                   {"calls", row.calls},
+                   {"ms", row.ns * 1e-6},
+                   {"share", total > 0 ? row.ns / total : 0.0}});
+  }
+  extra["top_ops"] = top;
+}
+
 RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgress& progress,
                   std::optional<StepTrace>& trace, std::string& data_description,
                   std::string& rapl_note) {
@@ -172,6 +224,16 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   const StepPrecision sp = step_precision(trainer->recipe().dtypes(), rc.optimizer);
   const OpCounts per_step = count_training_step(*trace, sp, rc.grad_accum);
 
+  std::shared_ptr<train::InspectCallback> inspected;
+  if (!sc.inspect.empty()) {
+    train::InspectOptions io;
+    io.inspect = inspect::parse_inspect_spec(sc.inspect);  // checked by run_study
+    io.inspect->out = "/dev/null";                         // the records are kept in memory
+    io.inspect->dump.clear();
+    io.profile = true;
+    inspected = std::make_shared<train::InspectCallback>(*trainer, io);
+    trainer->add_callback(inspected);
+  }
   auto col = std::make_shared<RunCollector>(progress, event);
   trainer->add_callback(col);
   try {
@@ -235,6 +297,7 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
     rec.energy_source = std::string(kEnergyEstimate);
     if (rapl_note.empty() && !col->rapl_available()) rapl_note = col->rapl_reason();
   }
+  if (inspected) inspection_extra(*inspected, trainer->recipe().dtypes().compute, extra);
   if (!rss_reset) extra["peak_rss_note"] = "process peak (could not reset the peak per run)";
   rec.extra_json = extra.dump();
 
@@ -369,6 +432,13 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
       sc.precisions.empty() ? default_study_precisions(sc.base.model.name) : sc.precisions;
   check_precisions(precisions, sc.base.model.name);
   if (sc.seeds < 1) throw ConfigError(fmt::format("seeds must be at least 1, got {}", sc.seeds));
+  if (!sc.inspect.empty()) {
+    try {
+      (void)inspect::parse_inspect_spec(sc.inspect);
+    } catch (const inspect::InspectError& e) {
+      throw ConfigError(e.what());
+    }
+  }
   // Under mpirun every rank runs the study (data-parallel runs); rank 0 alone writes the report.
   const bool writer = dist::world().rank() == 0;
   if (!sc.out_dir.empty() && writer) check_output_dir(sc.out_dir, sc.force);

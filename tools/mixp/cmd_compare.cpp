@@ -189,6 +189,11 @@ RegisterCommand reg(40, [](CLI::App& app) {
                   "use the first N training samples (gpt: N bytes of text)");
   sub->add_option("--test-limit", c.test_limit,
                   "evaluate on the first N test samples (gpt: N windows)");
+  sub->add_option("--inspect", f->sc.inspect,
+                  "inspect and profile every run (mixp train --inspect SPEC, e.g. every=10; its "
+                  "out= and dump= are ignored): the report adds per precision a heatmap (module x "
+                  "step) of the overflow and underflow fractions in the run's own format, and the "
+                  "profiler's top ops (docs/inspect.md)");
   sub->add_flag("--json", f->json, "print results.json's object on stdout");
   sub->footer(
       "Every run of one seed starts from the same weights and sees the same batches; only the "
@@ -201,7 +206,8 @@ RegisterCommand reg(40, [](CLI::App& app) {
       "Examples:\n"
       "  mixp compare                                  # the default study (mlp, 1 epoch)\n"
       "  mixp compare --precisions fp32,bf16,fp16 --epochs 2 --seeds 3\n"
-      "  mixp compare --model cnn --steps 200 --out cnn-study --json\n");
+      "  mixp compare --model cnn --steps 200 --out cnn-study --json\n"
+      "  mixp compare --precisions fp32,bf16,fp16,fp8 --steps 200 --inspect every=50\n");
   sub->callback([f] { run(*f); });
 });
 

@@ -60,6 +60,12 @@ struct StudyConfig {
   bool force = false;                   // write into an existing folder that is not a study
   int max_curve_points = 500;           // loss curve and loss-scale trace, per run
   std::string description;              // shown under the report's title; "" = generated
+  // `mixp compare --inspect SPEC` (docs/inspect.md, "In the precision study"): each run is
+  // inspected with this spec (inspect/inspect_spec.h; its out= and dump= are ignored) and
+  // profiled; the run's extra fields get "inspect" (per role, module tensor and step, the
+  // overflow and underflow fractions of the run's own narrow format) and "top_ops" (the
+  // profiler's largest rows), which the report shows as heatmaps and tables. "" = off.
+  std::string inspect;
 };
 
 // Progress, for a display. Sent on the study's thread, in this order per run.
