@@ -63,6 +63,7 @@ std::vector<LayerAdvice> advise_layers(const std::vector<StatRecord>& records,
     if (it == index.end()) continue;
     LayerNumbers& n = out[it->second].numbers;
     const TensorStats& s = r.stats;
+    if (r.role == Role::weight && r.tensor == "weight") out[it->second].weight_numel = s.numel;
     n.nonfinite += s.nan + s.inf;
     const bool forward = r.role == Role::activation || (r.role == Role::weight && r.tensor == "weight");
     const bool grad = r.role == Role::activation_grad;

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "mixp/bench/gemm_bench.h"
 #include "mixp/inspect/inspect_report.h"
 #include "mixp/optim/optimizer.h"
 #include "mixp/tensor/allocator.h"
@@ -98,7 +100,7 @@ VerifyRun verify(const AdviseOptions& o, const std::string& label, const std::st
   v.val_loss = r.val_loss ? r.val_loss : r.test_loss;
   v.final_loss = r.final_loss;
   v.finite = std::isfinite(r.final_loss) && (!v.val_loss || std::isfinite(*v.val_loss));
-  double total = 0, casts = 0, fp32 = 0, ln = 0, gemm = 0;
+  double total = 0, casts = 0, fp32 = 0, ln = 0, gemm = 0, all_gemm = 0;
   const std::vector<inspect::ProfileRow> rows = cb->profiler()->rows();  // largest first
   for (const inspect::ProfileRow& row : rows) {
     total += row.ns;
@@ -106,7 +108,9 @@ VerifyRun verify(const AdviseOptions& o, const std::string& label, const std::st
     if (row.dtype == "fp32") fp32 += row.ns;
     if (row.op.find("layer_norm") != std::string::npos) ln += row.ns;
     const bool narrow = row.dtype == "bf16" || row.dtype == "fp16";
-    if (narrow && (row.op == "matmul" || row.op.rfind("linear", 0) == 0)) gemm += row.ns;
+    const bool is_gemm = row.op == "matmul" || row.op.rfind("linear", 0) == 0;
+    if (narrow && is_gemm) gemm += row.ns;
+    if (is_gemm) all_gemm += row.ns;
   }
   int shown = 0;
   for (const inspect::ProfileRow& row : rows) {
@@ -120,6 +124,7 @@ VerifyRun verify(const AdviseOptions& o, const std::string& label, const std::st
     v.fp32_share = fp32 / total;
     v.layer_norm_share = ln / total;
     v.gemm_share = gemm / total;
+    v.all_gemm_share = all_gemm / total;
   }
   const double train_ms = r.train_time_s * 1e3;
   if (train_ms > 0) v.outside_share = std::max(0.0, 1 - total * 1e-6 / train_ms);
@@ -207,6 +212,26 @@ std::vector<std::string> symptoms(const AdviseResult& r) {
   return s;
 }
 
+// The predicted step time and error of a candidate that runs each Linear layer in
+// `format_of(layer)`: fp32's step with its GEMM time rescaled (weights: the layers' weight sizes).
+void predict(VerifyRun& v, const AdviseResult& r, double fp32_ms, double gemm_share,
+             const std::function<LayerFormat(const LayerAdvice&)>& format_of) {
+  double total = 0, scaled = 0;
+  for (const LayerAdvice& a : r.layers) {
+    const double w = double(std::max<int64_t>(1, a.weight_numel));
+    const LayerFormat f = format_of(a);
+    total += w;
+    scaled += w / (f == LayerFormat::fp8    ? r.gemm_speedup_fp8
+                   : f == LayerFormat::bf16 ? r.gemm_speedup_bf16
+                                            : 1.0);
+    const double e = f == LayerFormat::fp8    ? a.numbers.fp8_rel_mse
+                     : f == LayerFormat::bf16 ? a.numbers.bf16_rel_mse
+                                              : 0.0;
+    v.predicted_rel_mse = std::max(v.predicted_rel_mse, e);
+  }
+  v.predicted_ms = fp32_ms * ((1 - gemm_share) + gemm_share * (total > 0 ? scaled / total : 1));
+}
+
 }  // namespace
 
 AdviseResult run_advise(const AdviseOptions& o) {
@@ -229,22 +254,56 @@ AdviseResult run_advise(const AdviseOptions& o) {
   }
   r.layers = inspect::advise_layers(records, o.limits);
 
+  // What each format's GEMM costs on this machine, for the predictions.
+  {
+    bench::GemmBenchConfig g;
+    g.n = 512;
+    g.dtypes = {DType::fp32, DType::bf16, DType::fp8_e4m3};
+    g.threads = o.base.threads;
+    g.repeat = 3;
+    g.peak_seconds = 0.01;
+    for (const bench::GemmBenchResult& x : bench::run_gemm_bench(g)) {
+      if (x.dtype == DType::bf16) r.gemm_speedup_bf16 = x.speedup_vs_fp32.value_or(1);
+      if (x.dtype == DType::fp8_e4m3) r.gemm_speedup_fp8 = x.speedup_vs_fp32.value_or(1);
+    }
+    say(o, fmt::format("GEMM bench (n = 512): bf16 {:.2f}x fp32, fp8 (emulated) {:.2f}x fp32",
+                       r.gemm_speedup_bf16, r.gemm_speedup_fp8));
+  }
   say(o, fmt::format("verification: {} steps each", o.verify_steps));
   std::vector<std::unique_ptr<train::Trainer>> trainers(4);
   r.runs.push_back(verify(o, "fp32", "fp32", "", trainers[0]));
-  r.runs.push_back(verify(o, "bf16", "bf16", "", trainers[1]));
+  // Predictions as ratios to fp32 here; in ms once fp32's step time is final (below).
+  const double fp32_ms = 1.0, g = r.runs[0].all_gemm_share;
+  auto run_candidate = [&](const std::string& label, const std::string& precision,
+                           const std::string& rules,
+                           const std::function<LayerFormat(const LayerAdvice&)>& format_of) {
+    VerifyRun pred;
+    predict(pred, r, fp32_ms, g, format_of);
+    VerifyRun v = verify(o, label, precision, rules, trainers[r.runs.size()]);
+    v.predicted_ms = pred.predicted_ms;
+    v.predicted_rel_mse = pred.predicted_rel_mse;
+    r.runs.push_back(std::move(v));
+  };
+  run_candidate("bf16", "bf16", "", [](const LayerAdvice&) { return LayerFormat::bf16; });
   const std::string fp8_rules = inspect::fp8_layer_rules(r.layers);
-  if (!fp8_rules.empty())
-    r.runs.push_back(verify(o, "proposal: fp8", "fp8", fp8_rules, trainers[r.runs.size()]));
+  if (!fp8_rules.empty()) {
+    run_candidate("proposal: fp8", "fp8", fp8_rules,
+                  [](const LayerAdvice& a) { return a.choice; });
+  }
   const std::string bf16_rules = inspect::bf16_layer_rules(r.layers);
-  if (!bf16_rules.empty())
-    r.runs.push_back(verify(o, "proposal: bf16", "bf16", bf16_rules, trainers[r.runs.size()]));
+  if (!bf16_rules.empty()) {
+    run_candidate("proposal: bf16", "bf16", bf16_rules, [](const LayerAdvice& a) {
+      return a.choice == LayerFormat::fp32 ? LayerFormat::fp32 : LayerFormat::bf16;
+    });
+  }
+  r.runs[0].predicted_ms = 1.0;
   // The runs above ran one after the other, so a change of the machine's load between them
   // shows as a speed difference. The step times that decide come from interleaved rounds: each
   // run's Trainer trains `timing_steps` more steps in turn, `timing_rounds` times; the median of
   // its rounds is its ms/step (the quality numbers stay those of the runs above).
   if (o.timing_rounds > 0) {
-    const int64_t k = std::max<int64_t>(2, o.timing_steps);
+    const int64_t k = o.timing_steps > 0 ? std::max<int64_t>(2, o.timing_steps)
+                                         : std::max<int64_t>(10, o.verify_steps / 10);
     say(o, fmt::format("timing: {} interleaved rounds of {} steps per run", o.timing_rounds, k));
     std::vector<std::vector<double>> ms(r.runs.size());
     for (int round = 0; round < o.timing_rounds; ++round) {
@@ -260,7 +319,7 @@ AdviseResult run_advise(const AdviseOptions& o) {
     for (size_t i = 0; i < r.runs.size(); ++i) {
       std::sort(ms[i].begin(), ms[i].end());
       r.runs[i].ms_per_step = ms[i][ms[i].size() / 2];
-      say(o, fmt::format("  {:<16} {:>8.2f} ms/step (rounds: {})", r.runs[i].label,
+      say(o, fmt::format("  {:<16} {:>8.2f} ms/step (rounds: {:.2f})", r.runs[i].label,
                          r.runs[i].ms_per_step, fmt::join(ms[i], ", ")));
     }
     r.timing = fmt::format("median of {} interleaved rounds of {} steps per run", o.timing_rounds,
@@ -269,6 +328,7 @@ AdviseResult run_advise(const AdviseOptions& o) {
     r.timing = "median step of each verification run (run one after the other)";
   }
   trainers.clear();
+  for (VerifyRun& v : r.runs) v.predicted_ms *= r.runs[0].ms_per_step;
 
   const VerifyRun& ref = r.runs[0];
   for (VerifyRun& v : r.runs) {
@@ -313,8 +373,8 @@ AdviseResult run_advise(const AdviseOptions& o) {
             "; the FP8 policy keeps the quality ({}) but is not faster by more than {} here "
             "({:.2f} ms/step, {:.2f}x bf16): this CPU has no FP8 GEMM, so mixp emulates it "
             "(quantize to FP8 codes, then a bf16 GEMM; {} of its training time is outside the "
-            "backend's kernels, the quantize passes among it, against {} for bf16), which pays "
-            "only on hardware with FP8 matrix units",
+            "profiled backend kernels, the FP8 layers' own quantize and GEMM calls among it, "
+            "against {} for bf16), which pays only on hardware with FP8 matrix units",
             quality(c), pct(o.min_gain), c.ms_per_step,
             bf.ms_per_step > 0 ? c.ms_per_step / bf.ms_per_step : 0.0, pct(c.outside_share),
             pct(bf.outside_share));
@@ -345,8 +405,13 @@ std::string advise_text(const AdviseResult& r) {
   }
   s += "(fits: 8 = fp8 with a per-tensor scale, b = bf16, h = fp16; mse relative to rms^2)\n\n";
   s += fmt::format("timing: {}\n", r.timing);
-  s += fmt::format("{:<16} {:<9} {:<40} {:>9} {:>9} {:>10} {:>8} {:>5}\n", "run", "precision",
-                   "--layer-precision", "ms/step", "(in run)", "quality", "vs fp32", "ok");
+  s += fmt::format("predicted: fp32's step with its GEMM share ({}) rescaled by the GEMM bench "
+                   "(n = 512: bf16 {:.2f}x, fp8 {:.2f}x fp32) per layer; error: the largest "
+                   "relative MSE its formats add to a layer\n",
+                   pct(r.runs[0].all_gemm_share), r.gemm_speedup_bf16, r.gemm_speedup_fp8);
+  s += fmt::format("{:<16} {:<9} {:<40} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>5}\n", "run",
+                   "precision", "--layer-precision", "predicted", "ms/step", "(in run)",
+                   "error", "quality", "vs fp32", "ok");
   const VerifyRun& ref = r.runs[0];
   for (const VerifyRun& v : r.runs) {
     const std::string q = v.accuracy ? fmt::format("{:.2f}%", *v.accuracy)
@@ -356,9 +421,9 @@ std::string advise_text(const AdviseResult& r) {
         : v.val_loss && ref.val_loss
             ? fmt::format("{:+.2f}%", 100 * (*v.val_loss / *ref.val_loss - 1))
             : std::string("-");
-    s += fmt::format("{:<16} {:<9} {:<40} {:>9.2f} {:>9.2f} {:>10} {:>8} {:>5}\n", v.label,
-                     v.precision, v.layer_precision.empty() ? "-" : v.layer_precision,
-                     v.ms_per_step, v.fit_ms_per_step, q, d,
+    s += fmt::format("{:<16} {:<9} {:<40} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2e} {:>10} {:>8} {:>5}\n",
+                     v.label, v.precision, v.layer_precision.empty() ? "-" : v.layer_precision,
+                     v.predicted_ms, v.ms_per_step, v.fit_ms_per_step, v.predicted_rel_mse, q, d,
                      &v == &ref ? "ref" : v.within_tolerance ? "yes" : "no");
   }
   const VerifyRun& p = r.proposal();
@@ -375,6 +440,7 @@ std::string advise_json(const AdviseResult& r) {
   j["model"] = r.model;
   j["statistics"] = r.stats_source;
   j["timing"] = r.timing;
+  j["gemm_speedup_vs_fp32"] = {{"bf16", r.gemm_speedup_bf16}, {"fp8", r.gemm_speedup_fp8}};
   auto& layers = j["layers"] = Json::array();
   for (const LayerAdvice& a : r.layers) {
     const inspect::LayerNumbers& n = a.numbers;
@@ -402,6 +468,8 @@ std::string advise_json(const AdviseResult& r) {
                         {"layer_precision", v.layer_precision},
                         {"ms_per_step", num(v.ms_per_step)},
                         {"run_ms_per_step", num(v.fit_ms_per_step)},
+                        {"predicted_ms_per_step", num(v.predicted_ms)},
+                        {"predicted_rel_mse", num(v.predicted_rel_mse)},
                         {"final_loss", num(v.final_loss)},
                         {"finite", v.finite},
                         {"within_tolerance", v.within_tolerance},

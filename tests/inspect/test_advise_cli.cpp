@@ -45,10 +45,18 @@ TEST(AdviseCli, TinyRunGivesADecisionPerLayerAndAVerifiedProposal) {
     EXPECT_GT(v.at("ms_per_step").get<double>(), 0.0);
     EXPECT_TRUE(v.at("accuracy").is_number());
     EXPECT_GT(v.at("memory").at("peak_bytes").get<double>(), 0.0);
+    EXPECT_GT(v.at("predicted_ms_per_step").get<double>(), 0.0);
+    EXPECT_GT(v.at("run_ms_per_step").get<double>(), 0.0);
   }
   // fc1 and fc2 fit fp8 here, so the fp8 proposal was trained.
   EXPECT_EQ(labels.count("proposal: fp8"), 1u) << r.out;
   EXPECT_EQ(runs[2].at("layer_precision"), "head=bf16,*=fp8");
+  // Predicted error: the largest relative MSE of the formats given (bf16 < the fp8 policy's).
+  EXPECT_EQ(runs[0].at("predicted_rel_mse").get<double>(), 0.0);
+  EXPECT_GT(runs[2].at("predicted_rel_mse").get<double>(),
+            runs[1].at("predicted_rel_mse").get<double>());
+  EXPECT_GT(j.at("gemm_speedup_vs_fp32").at("bf16").get<double>(), 0.0);
+  EXPECT_NE(j.at("timing").get<std::string>().find("interleaved rounds"), std::string::npos);
   EXPECT_TRUE(labels.count(j.at("proposal").at("run").get<std::string>()));
   ASSERT_EQ(j.at("symptoms").size(), 3u);
   EXPECT_EQ(j.at("symptoms")[0].get<std::string>().rfind("no speed-up:", 0), 0u);

@@ -65,6 +65,7 @@ TEST(Advisor, EachRuleFiresOnItsNumber) {
   EXPECT_TRUE(ok.fits_fp8 && ok.fits_bf16 && ok.fits_fp16);
   EXPECT_DOUBLE_EQ(ok.numbers.fp8_rel_mse, 1e-3);
   EXPECT_DOUBLE_EQ(ok.numbers.grad_range, 20);
+  EXPECT_EQ(ok.weight_numel, 1000);
 
   const LayerAdvice nf = advise_one([](auto& v) { v[2].stats.nan = 3; });
   EXPECT_EQ(nf.rule, "nonfinite");

@@ -97,8 +97,8 @@ RegisterCommand reg(36, [](CLI::App& app) {
                   "interleaved rounds that time every run after the verification runs (0: use "
                   "the runs' own step times)")
       ->capture_default_str();
-  sub->add_option("--timing-steps", f->o.timing_steps, "steps per run and timing round")
-      ->capture_default_str();
+  sub->add_option("--timing-steps", f->o.timing_steps,
+                  "steps per run and timing round (default: a tenth of --steps, at least 10)");
   sub->add_flag("--json", f->json, "print one JSON object on stdout (no progress)");
   sub->footer(
       "How it decides (per Linear layer, the first rule that fires): NaN/inf or bf16 overflow "

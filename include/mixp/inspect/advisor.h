@@ -58,6 +58,7 @@ struct LayerNumbers {
 
 struct LayerAdvice {
   std::string module, kind;
+  int64_t weight_numel = 0;  // its weight's values: its share of the Linear GEMMs' FLOPs
   LayerNumbers numbers;
   bool fits_fp16 = false, fits_bf16 = false, fits_fp8 = false;
   LayerFormat choice = LayerFormat::fp32;

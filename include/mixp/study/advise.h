@@ -11,6 +11,9 @@
 //      `timing_rounds` interleaved rounds of `timing_steps` more steps of every run give the step
 //      times that decide (one run after the other would compare the machine's load, not the
 //      precisions);
+//      Before each candidate runs, its step time is predicted from the fp32 run's GEMM share and
+//      the GEMM bench's speed-up of each format, and its error from the statistics (the largest
+//      relative MSE of the formats it gives the layers): what the measurement is compared with;
 //   4. choice: of the candidates (plain bf16 included) whose quality is within the tolerance of
 //      fp32 (classifiers: test accuracy within `max_accuracy_drop` points; gpt: validation loss
 //      within `max_loss_rise` relative), the one with the smallest measured step time, where a
@@ -43,7 +46,7 @@ struct AdviseOptions {
   double max_loss_rise = 0.01;        // relative validation loss above fp32 (gpt)
   double min_gain = 0.05;             // a more complex candidate must be this much faster
   int timing_rounds = 3;              // interleaved timing rounds after the runs (0: none)
-  int64_t timing_steps = 10;          // steps per run and round
+  int64_t timing_steps = 0;           // steps per run and round; 0: max(10, verify_steps / 10)
   inspect::AdviceThresholds limits;
   std::function<void(const std::string&)> progress;  // one line per stage (may be empty)
 };
@@ -65,11 +68,18 @@ struct VerifyRun {
   // Memory at the training loop's peak of tracked tensors, bytes.
   double peak = 0, params = 0, masters = 0, states = 0, grads = 0;
   bool within_tolerance = false;  // quality within the tolerance of fp32
+  double all_gemm_share = 0;      // GEMMs of any dtype, share of kernel time (the fp32 run's: G)
+  // Predicted before the run: fp32's step with its GEMM share G rescaled by the GEMM bench's
+  // speed-up of each Linear layer's format, weighted by the layers' weight sizes (0: fp32 itself).
+  double predicted_ms = 0;
+  double predicted_rel_mse = 0;  // the largest relative MSE its formats add to a layer's tensors
 };
 
 struct AdviseResult {
   std::string model, stats_source;
   std::string timing;  // how ms_per_step was measured
+  // The GEMM bench at n = 512 on this machine (mixp/bench/gemm_bench.h): speed-up over fp32.
+  double gemm_speedup_bf16 = 1, gemm_speedup_fp8 = 1;
   std::vector<inspect::LayerAdvice> layers;
   std::vector<VerifyRun> runs;  // fp32, bf16, then the candidates
   size_t chosen = 1;            // index into runs
