@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "mixp/amp/fp8_linear.h"
+#include "mixp/amp/grad_scaler.h"
 #include "mixp/format/convert.h"
+#include "mixp/optim/clip_grad.h"
 #include "mixp/train/train_config.h"
 
 namespace mixp::train {
@@ -62,6 +66,40 @@ DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions&
   if (!(o.bucket_mb > 0)) {
     throw ConfigError(fmt::format("--bucket-mb must be positive, got {:g}", o.bucket_mb));
   }
+}
+
+DataParallel::~DataParallel() {
+  amp::set_fp8_amax_reducer({});
+  amp::set_found_inf_reducer({});
+}
+
+void DataParallel::install_step_reducers(bool sharded) {
+  dist::ProcessGroup* g = &group_;
+  amp::set_fp8_amax_reducer([g](std::span<float> amax) {
+    std::vector<double> v(amax.begin(), amax.end());
+    g->allreduce(v, dist::ReduceOp::max);
+    for (size_t i = 0; i < v.size(); ++i) amax[i] = float(v[i]);
+  });
+  if (sharded) {
+    amp::set_found_inf_reducer([g](bool found_inf) {
+      std::vector<double> v{found_inf ? 1.0 : 0.0};
+      g->allreduce(v, dist::ReduceOp::max);
+      return v[0] != 0;
+    });
+  }
+}
+
+double DataParallel::sharded_grad_norm(std::span<const Tensor> params,
+                                       const std::vector<int>& owner) {
+  std::vector<double> terms(params.size(), 0.0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (owner[i] == rank()) terms[i] = optim::grad_sum_squares(params[i]);
+  }
+  // Every term comes from one rank, zeros from the others: the sum over ranks is exact.
+  group_.allreduce(terms, dist::ReduceOp::sum);
+  double sq = 0.0;
+  for (double t : terms) sq += t;
+  return std::sqrt(sq);
 }
 
 void DataParallel::check_same_config(const std::string& config_json) {

@@ -51,13 +51,9 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     // Every rank starts from rank 0's weights (DDP does the same at construction).
     dp->broadcast_parameters(*model);
     // FP8 delayed scaling: the amaxes of a pass are maxed over the ranks before the scales are
-    // updated, so every rank quantizes with the same scales (fp8_linear.h).
-    dist::ProcessGroup* g = &world;
-    amp::set_fp8_amax_reducer([g](std::span<float> amax) {
-      std::vector<double> v(amax.begin(), amax.end());
-      g->allreduce(v, dist::ReduceOp::max);
-      for (size_t i = 0; i < v.size(); ++i) amax[i] = float(v[i]);
-    });
+    // updated, so every rank quantizes with the same scales (fp8_linear.h); under ZeRO the loss
+    // scaler's skip decision is global too.
+    dp->install_step_reducers(/*sharded=*/cfg.zero > 0);
   }
   // Only rank 0 writes checkpoints: the replicas are identical.
   if (!cfg.save_dir.empty() && is_rank0()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
@@ -66,17 +62,13 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   nn::NamedTensors mine = named;
   if (dp && cfg.zero == 1) {
     // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns.
-    if (recipe->skips_nonfinite()) {
-      throw ConfigError(fmt::format(
-          "--zero 1 does not support {} yet: its loss scaler skips steps on inf/NaN gradients, "
-          "and with sharded optimizer state every rank would have to agree on the skip; use "
-          "--zero 0, or bf16 (no loss scaling)",
-          recipe->name()));
-    }
     owner = dp->partition(params);
     mine.clear();
     for (size_t i = 0; i < named.size(); ++i) {
-      if (owner[i] == dp->rank()) mine.push_back(named[i]);
+      if (owner[i] == dp->rank()) {
+        mine.push_back(named[i]);
+        owned.push_back(params[i]);
+      }
     }
   }
   opt = make_optimizer ? make_optimizer(mine, recipe->optimizer_precision())
@@ -176,7 +168,13 @@ StepInfo Trainer::Impl::run_step() {
   const bool finite = recipe->unscale_and_check(*opt);
   double norm = std::nan("");
   if (finite) {
-    norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
+    if (!owner.empty()) {
+      // ZeRO: this rank unscaled (and steps) only its own gradients; the norm is the global one.
+      norm = dp->sharded_grad_norm(params, owner);
+      if (cfg.clip > 0) optim::clip_grads_by_norm(owned, norm, cfg.clip);
+    } else {
+      norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
+    }
     if (!std::isfinite(norm) && !recipe->skips_nonfinite())
       nonfinite_error("gradient norm", norm, -1, window);
   } else if (!recipe->skips_nonfinite()) {

@@ -103,6 +103,7 @@ struct Trainer::Impl {
   // Data parallelism (data_parallel.h): null in a single process.
   std::unique_ptr<DataParallel> dp;
   std::vector<int> owner;          // ZeRO 1: the rank that owns each of params (else empty)
+  std::vector<Tensor> owned;       // ZeRO 1: the params this rank owns, in order
   std::vector<double> comm_ms;     // per step of this run
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
 

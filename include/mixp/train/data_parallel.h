@@ -31,6 +31,19 @@ struct DataParallelOptions {
 class DataParallel {
  public:
   DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o);
+  // Removes the reducers install_step_reducers set (they are process-wide).
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // The step's reductions that must see every rank (docs/distributed.md, "The step's
+  // reductions"): FP8 delayed-scaling amaxes are maxed over the ranks before the scales update
+  // (amp::set_fp8_amax_reducer); with `sharded` gradients (ZeRO) the loss scaler's found-inf is
+  // or-ed over the ranks too (amp::set_found_inf_reducer), since each rank unscales only its own.
+  void install_step_reducers(bool sharded);
+  // The global L2 norm of sharded gradients, bit-identical to optim::grad_norm over all of
+  // `params` unsharded: each rank contributes the terms of the parameters it owns.
+  double sharded_grad_norm(std::span<const Tensor> params, const std::vector<int>& owner);
 
   dist::ProcessGroup& group() const { return group_; }
   int rank() const { return group_.rank(); }
