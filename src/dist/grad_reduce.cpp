@@ -43,38 +43,6 @@ void scale_into(DType wire, std::span<const float> src, float weight, std::byte*
   }
 }
 
-// Reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then all-gather of
-// the rounded sums. Each rank owns `piece` elements; the tail past buf.size() is zero padding.
-void scatter_sum_gather(ProcessGroup& g, std::span<float> buf, float weight, DType wire,
-                        ReduceWorkspace& ws) {
-  const int n = g.size();
-  const size_t piece = (buf.size() + size_t(n) - 1) / size_t(n);
-  const size_t es = traits(wire).bits / 8;
-  ws.send.resize(piece * size_t(n) * es);
-  ws.recv.resize(ws.send.size());
-  scale_into(wire, buf, weight, ws.send.data(), ws.tmp);
-  std::fill(ws.send.begin() + std::ptrdiff_t(buf.size() * es), ws.send.end(), std::byte{0});
-  g.alltoall(ws.send, ws.recv);
-  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
-  ws.acc.assign(piece, 0.0f);
-  ws.tmp.resize(piece);
-  for (int r = 0; r < n; ++r) {
-    const std::byte* in = ws.recv.data() + size_t(r) * piece * es;
-    if (wire == DType::fp32) {
-      const float* x = reinterpret_cast<const float*>(in);
-      for (size_t k = 0; k < piece; ++k) ws.acc[k] += x[k];
-    } else {
-      convert_to_f32(wire, in, std::span<float>(ws.tmp.data(), piece));
-      for (size_t k = 0; k < piece; ++k) ws.acc[k] += ws.tmp[k];
-    }
-  }
-  // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
-  std::span<std::byte> mine(ws.recv.data(), piece * es);
-  convert_f32_to(wire, ws.acc, mine.data(), kNearest);
-  g.allgather(mine, bytes_of(ws.send));
-  convert_to_f32(wire, ws.send.data(), buf);  // the padding past buf.size() is not read
-}
-
 // The naive ring: reduce-scatter by N-1 hops, each rounding the partial sum to bf16, then an
 // all-gather ring of N-1 hops.
 void ring_bf16(ProcessGroup& g, std::span<float> buf, float weight, ReduceWorkspace& ws) {
@@ -140,17 +108,79 @@ int wire_bytes(GradComm c) {
 
 void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
                          ReduceWorkspace* workspace) {
+  ReduceWorkspace local;
+  PendingReduce r;
+  r.start(g, buf, weight, mode, workspace ? *workspace : local);
+  r.finish();
+}
+
+// fp32/bf16/fp16: reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then
+// all-gather of the rounded sums. Each rank owns `piece` elements; the tail past buf.size() is
+// zero padding.
+void PendingReduce::start(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
+                          ReduceWorkspace& ws) {
+  if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
   if (g.size() == 1) {
     if (weight != 1.0f) for (float& x : buf) x *= weight;
     return;
   }
-  ReduceWorkspace local;
-  ReduceWorkspace& ws = workspace ? *workspace : local;
   if (mode == GradComm::bf16_ring) {
     ring_bf16(g, buf, weight, ws);
-  } else {
-    scatter_sum_gather(g, buf, weight, wire_dtype(mode), ws);
+    return;
   }
+  g_ = &g;
+  buf_ = buf;
+  ws_ = &ws;
+  wire_ = wire_dtype(mode);
+  phase_ = Phase::scatter;
+  const int n = g.size();
+  piece_ = (buf.size() + size_t(n) - 1) / size_t(n);
+  const size_t es = traits(wire_).bits / 8;
+  ws.send.resize(piece_ * size_t(n) * es);
+  ws.recv.resize(ws.send.size());
+  scale_into(wire_, buf, weight, ws.send.data(), ws.tmp);
+  std::fill(ws.send.begin() + std::ptrdiff_t(buf.size() * es), ws.send.end(), std::byte{0});
+  req_ = g.ialltoall(ws.send, ws.recv);
+}
+
+void PendingReduce::scatter_sum() {
+  if (!active() || phase_ == Phase::gather) return;
+  ReduceWorkspace& ws = *ws_;
+  g_->wait(req_);
+  const int n = g_->size();
+  const size_t es = traits(wire_).bits / 8;
+  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
+  ws.acc.assign(piece_, 0.0f);
+  ws.tmp.resize(piece_);
+  for (int r = 0; r < n; ++r) {
+    const std::byte* in = ws.recv.data() + size_t(r) * piece_ * es;
+    if (wire_ == DType::fp32) {
+      const float* x = reinterpret_cast<const float*>(in);
+      for (size_t k = 0; k < piece_; ++k) ws.acc[k] += x[k];
+    } else {
+      convert_to_f32(wire_, in, std::span<float>(ws.tmp.data(), piece_));
+      for (size_t k = 0; k < piece_; ++k) ws.acc[k] += ws.tmp[k];
+    }
+  }
+  // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
+  std::span<std::byte> mine(ws.recv.data(), piece_ * es);
+  convert_f32_to(wire_, ws.acc, mine.data(), kNearest);
+  req_ = g_->iallgather(mine, bytes_of(ws.send));
+  phase_ = Phase::gather;
+}
+
+bool PendingReduce::test() {
+  if (!active()) return true;
+  return phase_ == Phase::gather && g_->test(req_);
+}
+
+void PendingReduce::finish() {
+  if (!active()) return;
+  scatter_sum();
+  g_->wait(req_);
+  convert_to_f32(wire_, ws_->send.data(), buf_);  // the padding past buf.size() is not read
+  g_ = nullptr;
+  ws_ = nullptr;
 }
 
 }  // namespace mixp::dist

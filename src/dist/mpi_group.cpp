@@ -106,6 +106,48 @@ class MpiGroup final : public ProcessGroup {
           "MPI_Alltoall");
   }
 
+  Request ialltoall(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    if (send.size() != recv.size() || send.size() % size_t(size_) != 0) {
+      throw std::invalid_argument("alltoall sizes");
+    }
+    const size_t piece = send.size() / size_t(size_);
+    count("all-to-all", piece * size_t(size_ - 1));
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check(MPI_Ialltoall(send.data(), checked_count(piece, "all-to-all"), MPI_BYTE, recv.data(),
+                        checked_count(piece, "all-to-all"), MPI_BYTE, MPI_COMM_WORLD, req.get()),
+          "MPI_Ialltoall");
+    return Request{req};
+  }
+
+  Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    if (recv.size() != send.size() * size_t(size_)) throw std::invalid_argument("allgather sizes");
+    count("all-gather", send.size() * size_t(size_ - 1));
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check(MPI_Iallgather(send.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
+                         recv.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
+                         MPI_COMM_WORLD, req.get()),
+          "MPI_Iallgather");
+    return Request{req};
+  }
+
+  bool test(Request& r) override {
+    if (!r.pending()) return true;
+    const double t0 = wall_ms();
+    int done = 0;
+    check(MPI_Test(static_cast<MPI_Request*>(r.handle.get()), &done, MPI_STATUS_IGNORE),
+          "MPI_Test");
+    stats_.ms += wall_ms() - t0;
+    if (done) r.handle.reset();
+    return done != 0;
+  }
+
+  void wait(Request& r) override {
+    if (!r.pending()) return;
+    Guard g(*this, "wait for a nonblocking collective", 0, /*counted=*/false);
+    check(MPI_Wait(static_cast<MPI_Request*>(r.handle.get()), MPI_STATUS_IGNORE), "MPI_Wait");
+    r.handle.reset();
+  }
+
   void sendrecv(std::span<const std::byte> send, int to, std::span<std::byte> recv,
                 int from) override {
     Guard g(*this, "send-receive", send.size());
@@ -140,17 +182,23 @@ class MpiGroup final : public ProcessGroup {
   struct Guard {
     MpiGroup& g;
     double t0;
-    Guard(MpiGroup& group, const char* what, size_t bytes) : g(group), t0(wall_ms()) {
+    Guard(MpiGroup& group, const char* what, size_t bytes, bool counted = true)
+        : g(group), t0(wall_ms()) {
       g.what_.store(what);
       g.since_ms_.store(t0);
-      g.stats_.bytes_sent += bytes;
-      g.stats_.calls += 1;
+      if (counted) g.count(what, bytes);
     }
     ~Guard() {
       g.since_ms_.store(0);
       g.stats_.ms += wall_ms() - t0;
     }
   };
+
+  // Counts a collective started (the bytes it will send).
+  void count(const char*, size_t bytes) {
+    stats_.bytes_sent += bytes;
+    stats_.calls += 1;
+  }
 
   void watch() {
     std::unique_lock lock(mu_);

@@ -169,6 +169,7 @@ std::string config_to_json(const TrainConfig& c) {
   const TrainConfig d;
   if (c.grad_comm != d.grad_comm) j["grad_comm"] = c.grad_comm;
   if (c.bucket_mb != d.bucket_mb) j["bucket_mb"] = c.bucket_mb;
+  if (c.comm_overlap != d.comm_overlap) j["comm_overlap"] = c.comm_overlap;
   if (c.comm_timeout != d.comm_timeout) j["comm_timeout"] = c.comm_timeout;
   if (c.check_replicas != d.check_replicas) j["check_replicas"] = c.check_replicas;
   if (c.zero != d.zero) j["zero"] = c.zero;
@@ -279,6 +280,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "log_path", c.log_path);
     get(j, "grad_comm", c.grad_comm);
     get(j, "bucket_mb", c.bucket_mb);
+    get(j, "comm_overlap", c.comm_overlap);
     get(j, "comm_timeout", c.comm_timeout);
     get(j, "check_replicas", c.check_replicas);
     get(j, "zero", c.zero);

@@ -43,7 +43,8 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     world.set_timeout(cfg.comm_timeout);
     dp = std::make_unique<DataParallel>(
         world, DataParallelOptions{.grad_comm = dist::parse_grad_comm(cfg.grad_comm),
-                                   .bucket_mb = cfg.bucket_mb});
+                                   .bucket_mb = cfg.bucket_mb,
+                                   .overlap = cfg.comm_overlap});
     // Outputs and threads may differ (only rank 0 writes; threads change no result).
     TrainConfig shared = without_outputs(cfg);
     shared.threads = 0;
@@ -109,6 +110,8 @@ StepInfo Trainer::Impl::run_step() {
   recipe->before_step(*model, epoch);
   double loss_sum = 0;
   int64_t samples = 0;
+  double global_loss = 0;
+  int64_t global_samples = 0;
   for (int64_t m = 0; m < window; ++m) {
     Batch b = source->next();
     Tensor batch_loss;
@@ -120,6 +123,16 @@ StepInfo Trainer::Impl::run_step() {
     if (!std::isfinite(l) && !recipe->skips_nonfinite()) nonfinite_error("loss", l, m, window);
     loss_sum += l;
     samples += b.samples;
+    if (dp && m == window - 1) {
+      // The gradient-sync stage begins before the last backward (data_parallel.h): the step's
+      // loss and samples over all ranks give each rank's weight, and buckets are reduced as
+      // backward finishes their gradients.
+      std::vector<double> v{loss_sum / double(window) * double(samples), double(samples)};
+      dp->group().allreduce(v, dist::ReduceOp::sum);
+      global_loss = v[0] / v[1];
+      global_samples = int64_t(v[1]);
+      dp->begin_gradients(params, double(samples) / v[1]);
+    }
     recipe->scale_loss(window == 1 ? batch_loss : mul(batch_loss, 1.0 / double(window))).backward();
     if (!callbacks.empty()) {
       StepContext ctx{.step = step + 1,
@@ -138,14 +151,12 @@ StepInfo Trainer::Impl::run_step() {
   }
   double step_loss = loss_sum / double(window);
   if (dp) {
-    // The gradient-sync stage (data_parallel.h): the step's loss and samples over all ranks, and
-    // the gradients reduced to the global mean, each rank weighted by its share of the samples.
-    std::vector<double> v{step_loss * double(samples), double(samples)};
-    dp->group().allreduce(v, dist::ReduceOp::sum);
-    step_loss = v[0] / v[1];
-    dp->reduce_gradients(params, double(samples) / v[1]);
+    // The gradient-sync stage (data_parallel.h): the gradients reduced to the global mean, each
+    // rank weighted by its share of the samples.
+    dp->finish_gradients();
     comm_bytes_total += dp->last_gradient_bytes();
-    samples = int64_t(v[1]);
+    step_loss = global_loss;
+    samples = global_samples;
   }
   if (!callbacks.empty()) {
     // The stage between backward and the optimizer step (callbacks.h): one virtual call per
@@ -347,6 +358,8 @@ TrainResult Trainer::fit() {
     r.ranks = s.dp->size();
     r.grad_comm = s.cfg.grad_comm;
     r.zero = s.owner.empty() ? 0 : 1;
+    r.comm_buckets = s.dp->buckets();
+    r.comm_buckets_overlapped = s.dp->buckets_started_in_backward();
     for (const auto& [name, t] : s.opt->state_dict().tensors) {
       r.optimizer_state_bytes += int64_t(t.nbytes());
     }

@@ -173,6 +173,7 @@ void run(Flags& f) {
   c.log_path = f.c.log_path;
   set("--grad-comm", c.grad_comm, f.c.grad_comm);
   set("--bucket-mb", c.bucket_mb, f.c.bucket_mb);
+  set("--no-comm-overlap", c.comm_overlap, f.c.comm_overlap);
   set("--comm-timeout", c.comm_timeout, f.c.comm_timeout);
   set("--check-replicas", c.check_replicas, f.c.check_replicas);
   set("--zero", c.zero, f.c.zero);
@@ -317,6 +318,11 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "summed in fp32) | bf16-ring (naive ring, rounds at every hop)")
       ->group(dp);
   sub->add_option("--bucket-mb", c.bucket_mb, "MiB of gradients per reduction bucket (default 25)")
+      ->group(dp);
+  sub->add_flag_callback(
+         "--no-comm-overlap", [f] { f->c.comm_overlap = false; },
+         "reduce the gradients after backward instead of bucket by bucket during it (the same "
+         "results; to measure what overlap buys)")
       ->group(dp);
   sub->add_option("--comm-timeout", c.comm_timeout,
                   "seconds a rank waits for the others before it stops with an error (default "

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "mixp/dist/process_group.h"
+#include "mixp/format/dtype.h"
 
 namespace mixp::dist {
 
@@ -44,11 +45,45 @@ int wire_bytes(GradComm c);
 struct ReduceWorkspace {
   std::vector<std::byte> send, recv;
   std::vector<float> acc, tmp;
+  std::vector<float> flat;  // room for the caller's buf (train/data_parallel.cpp packs into it)
 };
 
 // buf <- sum over ranks of weight * buf (each rank its own buf and weight), identical on every
 // rank. buf has the same length on every rank.
 void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
                          ReduceWorkspace* workspace = nullptr);
+
+// reduce_weighted_sum in nonblocking phases, so that a bucket's communication overlaps the rest
+// of backward (train/data_parallel.h), with the same result bit for bit:
+//   start()        weights and narrows buf into the wire format, starts the all-to-all;
+//   scatter_sum()  waits for the all-to-all, sums this rank's piece in fp32 (rank order), starts
+//                  the all-gather of the rounded sum;
+//   test()         true once the all-gather is complete (never blocks);
+//   finish()       waits for the all-gather and widens the result into buf.
+// Each phase is a collective *started*: every rank must call start() and scatter_sum() of its
+// reductions in the same order. buf and the workspace must stay alive and untouched until
+// finish(). bf16-ring (a demonstration mode) runs entirely inside start().
+class PendingReduce {
+ public:
+  void start(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
+             ReduceWorkspace& ws);
+  void scatter_sum();
+  bool test();
+  void finish();
+  // Started and not finished.
+  bool active() const { return g_ != nullptr; }
+  // scatter_sum() has run (or was not needed).
+  bool gathering() const { return phase_ == Phase::gather; }
+
+ private:
+  enum class Phase { scatter, gather };
+  ProcessGroup* g_ = nullptr;
+  std::span<float> buf_;
+  ReduceWorkspace* ws_ = nullptr;
+  DType wire_ = DType::fp32;
+  size_t piece_ = 0;
+  Phase phase_ = Phase::scatter;
+  Request req_;
+};
 
 }  // namespace mixp::dist
