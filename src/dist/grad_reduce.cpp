@@ -143,6 +143,35 @@ void PendingReduce::start(ProcessGroup& g, std::span<float> buf, float weight, G
   req_ = g.ialltoall(ws.send, ws.recv);
 }
 
+void PendingReduce::start_to_owners(ProcessGroup& g, std::span<float> buf,
+                                    std::span<const size_t> counts, float weight, GradComm mode,
+                                    ReduceWorkspace& ws) {
+  if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
+  if (mode == GradComm::bf16_ring) {
+    throw std::invalid_argument("the reduction to owners (ZeRO 2) has no bf16-ring variant");
+  }
+  if (g.size() == 1) {
+    if (weight != 1.0f) for (float& x : buf) x *= weight;
+    return;
+  }
+  g_ = &g;
+  buf_ = buf;
+  ws_ = &ws;
+  wire_ = wire_dtype(mode);
+  phase_ = Phase::scatter;
+  counts_.assign(counts.begin(), counts.end());
+  const int n = g.size();
+  const size_t es = traits(wire_).bits / 8;
+  piece_ = counts_[size_t(g.rank())];
+  ws.send.resize(buf.size() * es);
+  ws.recv.resize(piece_ * size_t(n) * es);
+  scale_into(wire_, buf, weight, ws.send.data(), ws.tmp);
+  std::vector<size_t> send_bytes(static_cast<size_t>(n));
+  std::vector<size_t> recv_bytes(static_cast<size_t>(n), piece_ * es);
+  for (int r = 0; r < n; ++r) send_bytes[size_t(r)] = counts_[size_t(r)] * es;
+  req_ = g.ialltoallv(ws.send, send_bytes, ws.recv, recv_bytes);
+}
+
 void PendingReduce::scatter_sum() {
   if (!active() || phase_ == Phase::gather) return;
   ReduceWorkspace& ws = *ws_;
@@ -165,8 +194,15 @@ void PendingReduce::scatter_sum() {
   // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
   std::span<std::byte> mine(ws.recv.data(), piece_ * es);
   convert_f32_to(wire_, ws.acc, mine.data(), kNearest);
-  req_ = g_->iallgather(mine, bytes_of(ws.send));
   phase_ = Phase::gather;
+  if (!counts_.empty()) {
+    // To owners: the rounded sum is this rank's piece of buf; nothing more goes on the wire.
+    size_t off = 0;
+    for (int r = 0; r < g_->rank(); ++r) off += counts_[size_t(r)];
+    convert_to_f32(wire_, mine.data(), buf_.subspan(off, piece_));
+    return;
+  }
+  req_ = g_->iallgather(mine, bytes_of(ws.send));
 }
 
 bool PendingReduce::test() {
@@ -178,7 +214,10 @@ void PendingReduce::finish() {
   if (!active()) return;
   scatter_sum();
   g_->wait(req_);
-  convert_to_f32(wire_, ws_->send.data(), buf_);  // the padding past buf.size() is not read
+  if (counts_.empty()) {
+    convert_to_f32(wire_, ws_->send.data(), buf_);  // the padding past buf.size() is not read
+  }
+  counts_.clear();
   g_ = nullptr;
   ws_ = nullptr;
 }

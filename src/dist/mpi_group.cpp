@@ -14,6 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "dist_detail.h"
 #include "mixp/dist/process_group.h"
@@ -128,6 +129,36 @@ class MpiGroup final : public ProcessGroup {
                          MPI_COMM_WORLD, req.get()),
           "MPI_Iallgather");
     return Request{req};
+  }
+
+  Request ialltoallv(std::span<const std::byte> send, std::span<const size_t> send_counts,
+                     std::span<std::byte> recv, std::span<const size_t> recv_counts) override {
+    if (send_counts.size() != size_t(size_) || recv_counts.size() != size_t(size_)) {
+      throw std::invalid_argument("alltoallv: one count per rank");
+    }
+    // MPI reads the counts and displacements until the request completes: they live with it.
+    struct V {
+      MPI_Request req = MPI_REQUEST_NULL;
+      std::vector<int> sc, sd, rc, rd;
+    };
+    auto v = std::make_shared<V>();
+    size_t so = 0, ro = 0, sent = 0;
+    for (int r = 0; r < size_; ++r) {
+      v->sc.push_back(checked_count(send_counts[size_t(r)], "all-to-all-v"));
+      v->sd.push_back(checked_count(so, "all-to-all-v"));
+      v->rc.push_back(checked_count(recv_counts[size_t(r)], "all-to-all-v"));
+      v->rd.push_back(checked_count(ro, "all-to-all-v"));
+      so += send_counts[size_t(r)];
+      ro += recv_counts[size_t(r)];
+      if (r != rank_) sent += send_counts[size_t(r)];
+    }
+    if (so > send.size() || ro > recv.size()) throw std::invalid_argument("alltoallv sizes");
+    count("all-to-all-v", sent);
+    check(MPI_Ialltoallv(send.data(), v->sc.data(), v->sd.data(), MPI_BYTE, recv.data(),
+                         v->rc.data(), v->rd.data(), MPI_BYTE, MPI_COMM_WORLD, &v->req),
+          "MPI_Ialltoallv");
+    // An aliasing pointer: test() and wait() see an MPI_Request*, and the counts live as long.
+    return Request{std::shared_ptr<void>(v, &v->req)};
   }
 
   bool test(Request& r) override {

@@ -62,7 +62,7 @@ void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
 }  // namespace
 
 DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o)
-    : group_(group), opts_(o) {
+    : group_(group), opts_(o), overlap_state_(o.reentrant_backward ? Overlap::learning : Overlap::on) {
   if (!(o.bucket_mb > 0)) {
     throw ConfigError(fmt::format("--bucket-mb must be positive, got {:g}", o.bucket_mb));
   }
@@ -160,10 +160,27 @@ void DataParallel::layout(std::span<const Tensor> params) {
     }
     b.lo = j;
     for (size_t k = j; k < i; ++k) bucket_of_[k] = buckets_.size();
+    if (grad_owner_.empty()) {
+      for (size_t k = i; k-- > j;) b.order.push_back(k);
+    } else {
+      b.counts.assign(size_t(size()), 0);
+      for (int r = 0; r < size(); ++r) {
+        for (size_t k = i; k-- > j;) {
+          if (grad_owner_[k] != r) continue;
+          b.order.push_back(k);
+          b.counts[size_t(r)] += size_t(params[k].numel());
+        }
+      }
+    }
     buckets_.push_back(std::move(b));
     i = j;
   }
   for (size_t k = 0; k < params.size(); ++k) index_[params[k].impl()] = k;
+}
+
+void DataParallel::shard_gradients(std::vector<int> owner) {
+  grad_owner_ = std::move(owner);
+  buckets_.clear();  // laid out again, grouped by owner
 }
 
 void DataParallel::begin_gradients(std::span<const Tensor> params, double weight) {
@@ -208,7 +225,7 @@ void DataParallel::start_next_bucket() {
   std::vector<float>& buf = b.work->flat;
   buf.resize(b.elems);
   size_t off = 0;
-  for (size_t k = b.hi; k-- > b.lo;) {
+  for (size_t k : b.order) {
     const Tensor g = params_[k].grad();
     const size_t m = size_t(params_[k].numel());
     const std::span<float> dst(buf.data() + off, m);
@@ -218,9 +235,17 @@ void DataParallel::start_next_bucket() {
     } else {
       std::fill(dst.begin(), dst.end(), 0.0f);
     }
+    // ZeRO 2: another rank owns this gradient; this rank's copy is on its way to it.
+    if (!grad_owner_.empty() && grad_owner_[k] != rank()) {
+      const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+    }
     off += m;
   }
-  b.reduce.start(group_, buf, weight_, opts_.grad_comm, *b.work);
+  if (b.counts.empty()) {
+    b.reduce.start(group_, buf, weight_, opts_.grad_comm, *b.work);
+  } else {
+    b.reduce.start_to_owners(group_, buf, b.counts, weight_, opts_.grad_comm, *b.work);
+  }
   if (!b.reduce.active()) write_back(b);  // finished inside start (one rank, or the ring)
 }
 
@@ -236,9 +261,13 @@ void DataParallel::write_back(Bucket& b) {
   b.reduce.finish();
   const std::vector<float>& buf = b.work->flat;
   size_t off = 0;
-  for (size_t k = b.hi; k-- > b.lo;) {
+  for (size_t k : b.order) {
     const Tensor& p = params_[k];
     const size_t m = size_t(p.numel());
+    if (!grad_owner_.empty() && grad_owner_[k] != rank()) {
+      off += m;  // ZeRO 2: summed by its owner
+      continue;
+    }
     Tensor g = p.grad();
     if (!g.defined() || !g.is_contiguous()) {
       Tensor fresh = Tensor::empty(p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype()

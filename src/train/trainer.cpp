@@ -44,7 +44,8 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     dp = std::make_unique<DataParallel>(
         world, DataParallelOptions{.grad_comm = dist::parse_grad_comm(cfg.grad_comm),
                                    .bucket_mb = cfg.bucket_mb,
-                                   .overlap = cfg.comm_overlap});
+                                   .overlap = cfg.comm_overlap,
+                                   .reentrant_backward = custom_model || cfg.model.checkpointing});
     // Outputs and threads may differ (only rank 0 writes; threads change no result).
     TrainConfig shared = without_outputs(cfg);
     shared.threads = 0;
@@ -61,9 +62,11 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
   nn::NamedTensors mine = named;
-  if (dp && cfg.zero == 1) {
-    // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns.
+  if (dp && cfg.zero > 0) {
+    // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns;
+    // stage 2: and only their reduced gradients reach it.
     owner = dp->partition(params);
+    if (cfg.zero == 2) dp->shard_gradients(owner);
     mine.clear();
     for (size_t i = 0; i < named.size(); ++i) {
       if (owner[i] == dp->rank()) {
@@ -278,6 +281,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRec
   p.recipe = std::move(recipe);
   p.data = std::move(data);
   p.model = std::move(model);
+  impl_->custom_model = true;
   impl_->init(std::move(p), o.make_optimizer);
   if (o.loss) impl_->loss = o.loss;
   if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
@@ -357,7 +361,7 @@ TrainResult Trainer::fit() {
   if (s.dp) {
     r.ranks = s.dp->size();
     r.grad_comm = s.cfg.grad_comm;
-    r.zero = s.owner.empty() ? 0 : 1;
+    r.zero = s.cfg.zero;
     r.comm_buckets = s.dp->buckets();
     r.comm_buckets_overlapped = s.dp->buckets_started_in_backward();
     for (const auto& [name, t] : s.opt->state_dict().tensors) {

@@ -330,7 +330,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
       ->group(dp);
   sub->add_option("--zero", c.zero,
                   "1: ZeRO stage 1, each rank keeps the optimizer state and master weights of "
-                  "its share of the parameters (default 0)")
+                  "its share of the parameters; 2: ZeRO stage 2, and only the gradients of its "
+                  "share (default 0)")
       ->group(dp);
   sub->add_option("--check-replicas", c.check_replicas,
                   "compare every parameter's checksum across ranks every N steps (default 0 = "

@@ -67,6 +67,13 @@ class PendingReduce {
  public:
   void start(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
              ReduceWorkspace& ws);
+  // The reduction to owners (ZeRO stage 2): buf holds the pieces of rank 0, 1, ... one after the
+  // other (counts[r] elements each); each rank receives only its own piece from every rank and
+  // sums it in fp32 in rank order, then rounds it once to the wire format -- the same values, bit
+  // for bit, as that piece after start(), at about half the bytes (no all-gather). After
+  // finish() only this rank's piece of buf holds the sum. Not for bf16-ring.
+  void start_to_owners(ProcessGroup& g, std::span<float> buf, std::span<const size_t> counts,
+                       float weight, GradComm mode, ReduceWorkspace& ws);
   void scatter_sum();
   bool test();
   void finish();
@@ -84,6 +91,7 @@ class PendingReduce {
   size_t piece_ = 0;
   Phase phase_ = Phase::scatter;
   Request req_;
+  std::vector<size_t> counts_;  // start_to_owners: elements per rank (else empty)
 };
 
 }  // namespace mixp::dist

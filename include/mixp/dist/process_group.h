@@ -62,6 +62,11 @@ class ProcessGroup {
   // a caller that overlaps them with computation calls test() now and then.
   virtual Request ialltoall(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
   virtual Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // Nonblocking all-to-all with a byte count per rank (MPI_Ialltoallv): send_counts[j] bytes of
+  // `send` (pieces in rank order) go to rank j; recv_counts[i] bytes from rank i land in `recv`,
+  // in rank order. The count vectors are copied.
+  virtual Request ialltoallv(std::span<const std::byte> send, std::span<const size_t> send_counts,
+                             std::span<std::byte> recv, std::span<const size_t> recv_counts) = 0;
   // True when `r` is complete (it is reset then); never blocks.
   virtual bool test(Request& r) = 0;
   // Blocks until `r` is complete (the timeout applies, as to a blocking collective).

@@ -34,6 +34,10 @@ struct DataParallelOptions {
   dist::GradComm grad_comm = dist::GradComm::fp32;
   double bucket_mb = 25;  // MiB of fp32 gradient per bucket
   bool overlap = true;     // start buckets during backward (begin_gradients)
+  // The model's backward may run nested backwards (checkpointed segments recompute inside it),
+  // which could finish a shared parameter twice: the first step then only watches (see
+  // begin_gradients). False for a model known to have none: overlap from the first step.
+  bool reentrant_backward = true;
 };
 
 class DataParallel {
@@ -72,9 +76,10 @@ class DataParallel {
   // buckets are reduced while backward computes (options().overlap): begin_gradients installs a
   // grad-ready hook on this thread that starts each bucket, in bucket order, once backward has
   // finished all its parameters' gradients; finish_gradients starts the rest, waits for all and
-  // writes the sums into the gradients. The results are the same, bit for bit. The first step
-  // only watches: if backward completes some parameter twice (e.g. one shared by two checkpointed
-  // segments), the bucket would be sent too early, so overlap stays off for the run.
+  // writes the sums into the gradients. The results are the same, bit for bit. With
+  // reentrant_backward the first step only watches: if backward completes some parameter twice
+  // (e.g. one shared by two checkpointed segments), its bucket would be sent too early, so overlap
+  // stays off for the run. A parameter completed again after its bucket was sent is an error.
   void begin_gradients(std::span<const Tensor> params, double weight);
   void finish_gradients();
   // Buckets per step, and how many of the last step's were started during backward.
@@ -86,6 +91,10 @@ class DataParallel {
   // Whole parameters, balanced by size (largest first, to the least-loaded rank), the same on
   // every rank.
   std::vector<int> partition(std::span<const Tensor> params) const;
+  // ZeRO stage 2: from now on each parameter's reduced gradient goes only to its owner (`owner`,
+  // from partition()); the other ranks drop their copy of it as soon as its bucket is on the wire,
+  // during backward when overlapping. The owners' gradients are the same, bit for bit.
+  void shard_gradients(std::vector<int> owner);
   // Each parameter from its owner to every rank, in its storage dtype (after the owners' step).
   void broadcast_from_owners(std::span<const Tensor> params, const std::vector<int>& owner);
   // `bytes` of rank `root` to every rank (any length).
@@ -100,7 +109,9 @@ class DataParallel {
   dist::ProcessGroup& group_;
   DataParallelOptions opts_;
   struct Bucket {
-    size_t lo = 0, hi = 0;  // parameters [lo, hi), packed from hi - 1 down to lo
+    size_t lo = 0, hi = 0;       // parameters [lo, hi)
+    std::vector<size_t> order;   // packing order: hi - 1 down to lo (ZeRO 2: grouped by owner)
+    std::vector<size_t> counts;  // ZeRO 2: elements per owner rank
     size_t elems = 0;
     int waiting = 0;  // parameters whose gradient backward has not finished yet
     dist::PendingReduce reduce;
@@ -120,12 +131,13 @@ class DataParallel {
   float weight_ = 1;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;                    // per parameter
+  std::vector<int> grad_owner_;                      // ZeRO 2: per parameter (else empty)
   std::unordered_map<const void*, size_t> index_;   // TensorImpl* -> parameter index
   std::vector<uint8_t> completed_;                   // per parameter: times backward finished it
   size_t next_ = 0;                                  // the next bucket to start
   int started_in_backward_ = 0;
   bool late_ = false;  // a gradient was finished again after its bucket started
-  Overlap overlap_state_ = Overlap::learning;
+  Overlap overlap_state_ = Overlap::learning;  // set by the constructor
   std::unique_ptr<GradReadyHookScope> hook_;
   // The reductions' buffers, reused every step (a step allocates and page-faults nothing).
   std::vector<std::unique_ptr<dist::ReduceWorkspace>> pool_;

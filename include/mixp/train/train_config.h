@@ -94,7 +94,7 @@ struct TrainConfig {
   bool comm_overlap = true;        // reduce buckets during backward (same results either way)
   double comm_timeout = 60;        // seconds a rank waits for the others (0 = forever)
   int64_t check_replicas = 0;      // compare the ranks' parameter checksums every N steps
-  int zero = 0;  // 1: ZeRO stage 1, optimizer state and master weights sharded over the ranks
+  int zero = 0;  // ZeRO stage: 1 optimizer state and master weights sharded, 2 gradients too
 
   // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
   // set, and every field checked. Throws ConfigError naming the field, the value and what is
