@@ -29,6 +29,12 @@ std::span<std::byte> bytes_of(std::vector<std::byte>& v) {
   return {v.data(), v.size()};
 }
 
+size_t total_size(const Segments& segs) {
+  size_t n = 0;
+  for (const auto& s : segs) n += s.size();
+  return n;
+}
+
 // weight * src, narrowed to `wire` into dst_bits (src.size() elements), in cache-sized chunks so
 // that the product never makes a pass of its own over memory.
 void scale_into(DType wire, std::span<const float> src, float weight, std::byte* dst_bits,
@@ -40,6 +46,30 @@ void scale_into(DType wire, std::span<const float> src, float weight, std::byte*
     const size_t m = std::min(kChunk, src.size() - i);
     for (size_t k = 0; k < m; ++k) tmp[k] = src[i + k] * weight;
     convert_f32_to(wire, std::span<const float>(tmp.data(), m), dst_bits + i * es, kNearest);
+  }
+}
+
+// The segments, weighted and narrowed, end to end into dst_bits.
+void pack(DType wire, const Segments& segs, float weight, std::byte* dst_bits,
+          std::vector<float>& tmp) {
+  const size_t es = traits(wire).bits / 8;
+  for (const auto& seg : segs) {
+    scale_into(wire, seg, weight, dst_bits, tmp);
+    dst_bits += seg.size() * es;
+  }
+}
+
+// Elements [begin, begin + count) of the segments laid end to end <- widened src_bits.
+void unpack(DType wire, const std::byte* src_bits, const Segments& segs, size_t begin,
+            size_t count) {
+  const size_t es = traits(wire).bits / 8;
+  size_t at = 0;  // offset of the current segment
+  for (const auto& seg : segs) {
+    const size_t lo = std::max(at, begin), hi = std::min(at + seg.size(), begin + count);
+    if (lo < hi) {
+      convert_to_f32(wire, src_bits + (lo - begin) * es, seg.subspan(lo - at, hi - lo));
+    }
+    at += seg.size();
   }
 }
 
@@ -110,40 +140,56 @@ void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, Gr
                          ReduceWorkspace* workspace) {
   ReduceWorkspace local;
   PendingReduce r;
-  r.start(g, buf, weight, mode, workspace ? *workspace : local);
+  r.start(g, Segments{buf}, weight, mode, workspace ? *workspace : local);
   r.finish();
 }
 
 // fp32/bf16/fp16: reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then
-// all-gather of the rounded sums. Each rank owns `piece` elements; the tail past buf.size() is
+// all-gather of the rounded sums. Each rank owns `piece` elements; the tail past the values is
 // zero padding.
-void PendingReduce::start(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
+void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm mode,
                           ReduceWorkspace& ws) {
   if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
+  const size_t total = total_size(buf);
   if (g.size() == 1) {
-    if (weight != 1.0f) for (float& x : buf) x *= weight;
+    if (weight != 1.0f) {
+      for (const auto& seg : buf) for (float& x : seg) x *= weight;
+    }
     return;
   }
   if (mode == GradComm::bf16_ring) {
-    ring_bf16(g, buf, weight, ws);
+    // A demonstration mode: on one flat copy.
+    std::vector<float> flat(total);
+    size_t at = 0;
+    for (const auto& seg : buf) {
+      std::copy(seg.begin(), seg.end(), flat.begin() + std::ptrdiff_t(at));
+      at += seg.size();
+    }
+    ring_bf16(g, flat, weight, ws);
+    at = 0;
+    for (const auto& seg : buf) {
+      std::copy_n(flat.begin() + std::ptrdiff_t(at), seg.size(), seg.begin());
+      at += seg.size();
+    }
     return;
   }
   g_ = &g;
-  buf_ = buf;
+  buf_ = std::move(buf);
+  total_ = total;
   ws_ = &ws;
   wire_ = wire_dtype(mode);
   phase_ = Phase::scatter;
   const int n = g.size();
-  piece_ = (buf.size() + size_t(n) - 1) / size_t(n);
+  piece_ = (total + size_t(n) - 1) / size_t(n);
   const size_t es = traits(wire_).bits / 8;
   ws.send.resize(piece_ * size_t(n) * es);
   ws.recv.resize(ws.send.size());
-  scale_into(wire_, buf, weight, ws.send.data(), ws.tmp);
-  std::fill(ws.send.begin() + std::ptrdiff_t(buf.size() * es), ws.send.end(), std::byte{0});
+  pack(wire_, buf_, weight, ws.send.data(), ws.tmp);
+  std::fill(ws.send.begin() + std::ptrdiff_t(total * es), ws.send.end(), std::byte{0});
   req_ = g.ialltoall(ws.send, ws.recv);
 }
 
-void PendingReduce::start_to_owners(ProcessGroup& g, std::span<float> buf,
+void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
                                     std::span<const size_t> counts, float weight, GradComm mode,
                                     ReduceWorkspace& ws) {
   if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
@@ -151,11 +197,13 @@ void PendingReduce::start_to_owners(ProcessGroup& g, std::span<float> buf,
     throw std::invalid_argument("the reduction to owners (ZeRO 2) has no bf16-ring variant");
   }
   if (g.size() == 1) {
-    if (weight != 1.0f) for (float& x : buf) x *= weight;
+    start(g, std::move(buf), weight, mode, ws);
     return;
   }
+  const size_t total = total_size(buf);
   g_ = &g;
-  buf_ = buf;
+  buf_ = std::move(buf);
+  total_ = total;
   ws_ = &ws;
   wire_ = wire_dtype(mode);
   phase_ = Phase::scatter;
@@ -163,9 +211,9 @@ void PendingReduce::start_to_owners(ProcessGroup& g, std::span<float> buf,
   const int n = g.size();
   const size_t es = traits(wire_).bits / 8;
   piece_ = counts_[size_t(g.rank())];
-  ws.send.resize(buf.size() * es);
+  ws.send.resize(total * es);
   ws.recv.resize(piece_ * size_t(n) * es);
-  scale_into(wire_, buf, weight, ws.send.data(), ws.tmp);
+  pack(wire_, buf_, weight, ws.send.data(), ws.tmp);
   std::vector<size_t> send_bytes(static_cast<size_t>(n));
   std::vector<size_t> recv_bytes(static_cast<size_t>(n), piece_ * es);
   for (int r = 0; r < n; ++r) send_bytes[size_t(r)] = counts_[size_t(r)] * es;
@@ -199,7 +247,7 @@ void PendingReduce::scatter_sum() {
     // To owners: the rounded sum is this rank's piece of buf; nothing more goes on the wire.
     size_t off = 0;
     for (int r = 0; r < g_->rank(); ++r) off += counts_[size_t(r)];
-    convert_to_f32(wire_, mine.data(), buf_.subspan(off, piece_));
+    unpack(wire_, mine.data(), buf_, off, piece_);
     return;
   }
   req_ = g_->iallgather(mine, bytes_of(ws.send));
@@ -215,9 +263,10 @@ void PendingReduce::finish() {
   scatter_sum();
   g_->wait(req_);
   if (counts_.empty()) {
-    convert_to_f32(wire_, ws_->send.data(), buf_);  // the padding past buf.size() is not read
+    unpack(wire_, ws_->send.data(), buf_, 0, total_);  // the padding is not read
   }
   counts_.clear();
+  buf_.clear();
   g_ = nullptr;
   ws_ = nullptr;
 }

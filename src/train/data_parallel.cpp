@@ -222,29 +222,45 @@ void DataParallel::start_next_bucket() {
   }
   b.work = free_.back();
   free_.pop_back();
-  std::vector<float>& buf = b.work->flat;
-  buf.resize(b.elems);
-  size_t off = 0;
-  for (size_t k : b.order) {
-    const Tensor g = params_[k].grad();
-    const size_t m = size_t(params_[k].numel());
-    const std::span<float> dst(buf.data() + off, m);
+  // fp32 contiguous gradients are reduced where they are; the others (16-bit, strided, absent:
+  // zeros) are widened into the workspace first and rounded back by write_back.
+  b.staged.assign(b.order.size(), -1);
+  size_t staged = 0;
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const Tensor g = params_[b.order[i]].grad();
+    if (g.defined() && g.dtype() == DType::fp32 && g.is_contiguous()) continue;
+    b.staged[i] = int64_t(staged);
+    staged += size_t(params_[b.order[i]].numel());
+  }
+  std::vector<float>& flat = b.work->flat;
+  flat.resize(staged);
+  dist::Segments segs;
+  segs.reserve(b.order.size());
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const Tensor g = params_[b.order[i]].grad();
+    const size_t m = size_t(params_[b.order[i]].numel());
+    if (b.staged[i] < 0) {
+      segs.emplace_back(g.data<float>(), m);
+      continue;
+    }
+    const std::span<float> dst(flat.data() + b.staged[i], m);
     if (g.defined()) {
       const Tensor c = g.contiguous();
       convert_to_f32(c.dtype(), c.data_ptr(), dst);
     } else {
       std::fill(dst.begin(), dst.end(), 0.0f);
     }
-    // ZeRO 2: another rank owns this gradient; this rank's copy is on its way to it.
-    if (!grad_owner_.empty() && grad_owner_[k] != rank()) {
-      const_cast<Tensor&>(params_[k]).set_grad(Tensor());
-    }
-    off += m;
+    segs.push_back(dst);
   }
   if (b.counts.empty()) {
-    b.reduce.start(group_, buf, weight_, opts_.grad_comm, *b.work);
+    b.reduce.start(group_, std::move(segs), weight_, opts_.grad_comm, *b.work);
   } else {
-    b.reduce.start_to_owners(group_, buf, b.counts, weight_, opts_.grad_comm, *b.work);
+    b.reduce.start_to_owners(group_, std::move(segs), b.counts, weight_, opts_.grad_comm,
+                             *b.work);
+    // ZeRO 2: the gradients other ranks own are on their way to them; drop this rank's copies.
+    for (size_t k : b.order) {
+      if (grad_owner_[k] != rank()) const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+    }
   }
   if (!b.reduce.active()) write_back(b);  // finished inside start (one rank, or the ring)
 }
@@ -258,27 +274,26 @@ void DataParallel::progress() {
 }
 
 void DataParallel::write_back(Bucket& b) {
-  b.reduce.finish();
-  const std::vector<float>& buf = b.work->flat;
-  size_t off = 0;
-  for (size_t k : b.order) {
+  b.reduce.finish();  // fp32 gradients hold their sums now
+  const std::vector<float>& flat = b.work->flat;
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const size_t k = b.order[i];
     const Tensor& p = params_[k];
-    const size_t m = size_t(p.numel());
-    if (!grad_owner_.empty() && grad_owner_[k] != rank()) {
-      off += m;  // ZeRO 2: summed by its owner
-      continue;
-    }
+    // ZeRO 2: summed by its owner.
+    if (!grad_owner_.empty() && grad_owner_[k] != rank()) continue;
     Tensor g = p.grad();
-    if (!g.defined() || !g.is_contiguous()) {
-      Tensor fresh = Tensor::empty(p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype()
-                                                                                 : p.dtype()});
-      const_cast<Tensor&>(p).set_grad(fresh);
-      g = fresh;
+    if (b.staged[i] >= 0) {
+      if (!g.defined() || !g.is_contiguous()) {
+        Tensor fresh = Tensor::empty(
+            p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype() : p.dtype()});
+        const_cast<Tensor&>(p).set_grad(fresh);
+        g = fresh;
+      }
+      convert_f32_to(g.dtype(),
+                     std::span<const float>(flat.data() + b.staged[i], size_t(p.numel())),
+                     g.data_ptr(), kNearest);
     }
-    convert_f32_to(g.dtype(), std::span<const float>(buf.data() + off, m), g.data_ptr(),
-                   kNearest);
     g.bump_version();
-    off += m;
   }
   free_.push_back(b.work);
   b.work = nullptr;

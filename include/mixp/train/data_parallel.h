@@ -112,6 +112,7 @@ class DataParallel {
     size_t lo = 0, hi = 0;       // parameters [lo, hi)
     std::vector<size_t> order;   // packing order: hi - 1 down to lo (ZeRO 2: grouped by owner)
     std::vector<size_t> counts;  // ZeRO 2: elements per owner rank
+    std::vector<int64_t> staged;  // per order entry: offset in work->flat, or -1 (in place)
     size_t elems = 0;
     int waiting = 0;  // parameters whose gradient backward has not finished yet
     dist::PendingReduce reduce;
