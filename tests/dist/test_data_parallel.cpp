@@ -379,3 +379,25 @@ TEST(DataParallel, ZeroTwoShardsTheGradientsWithTheSameTraining) {
 
 }  // namespace
 }  // namespace mixp::test
+
+namespace mixp::test {
+namespace {
+
+// Between machines OpenMPI talks TCP instead of shared memory. This machine's loopback stands in
+// for the network: the transport that a multi-host `mpirun -H a,b` uses, and the same training
+// bit for bit (the reductions do not depend on how the bytes travel).
+TEST(DataParallel, TheNetworkTransportTrainsTheSameAsSharedMemory) {
+  TempDir dir;
+  const std::string args = kGpt + "--steps 3 --batch 4 --bucket-mb 0.05 --grad-comm bf16 --json --save '";
+  const CliResult shm = run_mpi(2, args + (dir / "shm").string() + "'");
+  const CliResult tcp =
+      run_mpi(2, args + (dir / "tcp").string() + "'", "",
+              "--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo");
+  ASSERT_EQ(shm.exit_code, 0) << shm.err;
+  ASSERT_EQ(tcp.exit_code, 0) << tcp.err;
+  EXPECT_EQ(tcp.json()["final_loss"], shm.json()["final_loss"]);
+  EXPECT_TRUE(same_weights(dir / "shm", dir / "tcp"));
+}
+
+}  // namespace
+}  // namespace mixp::test
