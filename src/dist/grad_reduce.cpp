@@ -173,12 +173,7 @@ void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm 
     }
     return;
   }
-  g_ = &g;
-  buf_ = std::move(buf);
-  total_ = total;
-  ws_ = &ws;
-  wire_ = wire_dtype(mode);
-  phase_ = Phase::scatter;
+  begin(g, std::move(buf), total, mode, ws);
   const int n = g.size();
   piece_ = (total + size_t(n) - 1) / size_t(n);
   const size_t es = traits(wire_).bits / 8;
@@ -187,6 +182,16 @@ void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm 
   pack(wire_, buf_, weight, ws.send.data(), ws.tmp);
   std::fill(ws.send.begin() + std::ptrdiff_t(total * es), ws.send.end(), std::byte{0});
   req_ = g.ialltoall(ws.send, ws.recv);
+}
+
+void PendingReduce::begin(ProcessGroup& g, Segments buf, size_t total, GradComm mode,
+                          ReduceWorkspace& ws) {
+  g_ = &g;
+  buf_ = std::move(buf);
+  total_ = total;
+  ws_ = &ws;
+  wire_ = wire_dtype(mode);
+  phase_ = Phase::scatter;
 }
 
 void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
@@ -201,12 +206,7 @@ void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
     return;
   }
   const size_t total = total_size(buf);
-  g_ = &g;
-  buf_ = std::move(buf);
-  total_ = total;
-  ws_ = &ws;
-  wire_ = wire_dtype(mode);
-  phase_ = Phase::scatter;
+  begin(g, std::move(buf), total, mode, ws);
   counts_.assign(counts.begin(), counts.end());
   const int n = g.size();
   const size_t es = traits(wire_).bits / 8;

@@ -88,6 +88,8 @@ class PendingReduce {
 
  private:
   enum class Phase { scatter, gather };
+  // The state both starts set up.
+  void begin(ProcessGroup& g, Segments buf, size_t total, GradComm mode, ReduceWorkspace& ws);
   ProcessGroup* g_ = nullptr;
   Segments buf_;
   size_t total_ = 0;  // elements in buf_
