@@ -5,7 +5,8 @@
 
 measures, in one run and interleaved, the gpt in bf16 at the same global batch:
   mixp 1 rank x all cores threads            (the baseline)
-  mixp N ranks x 1 thread (mpirun), for --grad-comm fp32 and bf16
+  mixp N ranks x 1 thread (mpirun), for --grad-comm fp32 and bf16, and fp32 without overlapping
+  the reduction with backward (--no-comm-overlap)
   PyTorch DDP, N processes x 1 thread, gloo, fp32 gradients and fp16_compress_hook
 and prints ms/step and the ratios the issue asks for: mixp N x 1 samples/s over mixp 1 x N, and
 mixp's step time over PyTorch DDP's.
@@ -20,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 
-def mixp(args, ranks, comm, global_batch, steps):
+def mixp(args, ranks, comm, global_batch, steps, extra=()):
     cmd = [args.mixp, "train", "--model", "gpt", "--precision", "bf16", "--steps", str(steps),
            "--no-eval", "--json"]
     if ranks == 1:
@@ -28,6 +29,7 @@ def mixp(args, ranks, comm, global_batch, steps):
     else:
         cmd = ["mpirun", "-np", str(ranks)] + cmd + ["--batch", str(global_batch // ranks),
                                                      "--threads", "1", "--grad-comm", comm]
+        cmd += list(extra)
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True).stdout
     return json.loads(out)["ms_per_step"]
 
@@ -54,6 +56,7 @@ def main():
         f"mixp {n}x1 bf16 wire": lambda: mixp(args, n, "bf16", b, s),
         f"torch DDP {n}x1 fp32 grads": lambda: torch_ddp(args, n, "none", b, s),
         f"torch DDP {n}x1 fp16 hook": lambda: torch_ddp(args, n, "fp16", b, s),
+        f"mixp {n}x1 fp32, no overlap": lambda: mixp(args, n, "fp32", b, s, ["--no-comm-overlap"]),
     }
     best = {k: float("inf") for k in runs}
     for r in range(args.rounds):  # interleaved; the best of the rounds
@@ -69,6 +72,7 @@ def main():
     print(f"samples/s, mixp {n}x1 (bf16 wire) over mixp 1x{os.cpu_count()}: {base / best[keys[2]]:.2f}")
     print(f"step time, mixp fp32 wire / torch DDP fp32: {best[keys[1]] / best[keys[3]]:.2f}")
     print(f"step time, mixp bf16 wire / torch DDP fp16 hook: {best[keys[2]] / best[keys[4]]:.2f}")
+    print(f"step time, mixp fp32 wire with overlap / without: {best[keys[1]] / best[keys[5]]:.2f}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@
 // Autograd, modules, optimizers.
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/autograd/gradcheck.h"
 #include "mixp/autograd/node.h"
 #include "mixp/nn/nn.h"

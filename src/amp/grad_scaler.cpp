@@ -101,7 +101,16 @@ std::string fp16_alternatives() {
          "anyway (pure fp16, Apex O3), set GradScalerOptions::allow_fp16_params";
 }
 
+FoundInfReducer& found_inf_reducer() {
+  static FoundInfReducer r;
+  return r;
+}
+
 }  // namespace
+
+void set_found_inf_reducer(FoundInfReducer reducer) {
+  found_inf_reducer() = std::move(reducer);
+}
 
 GradScaler::GradScaler(const GradScalerOptions& options)
     : opt_(options), enabled_(options.enabled), scale_(static_cast<float>(options.init_scale)) {
@@ -193,9 +202,14 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
     bad = unscale_tensor(g, inv) || bad;
     ++checked;
   }
-  st.found_inf = bad;
   // As PyTorch's found_inf_per_device: an optimizer none of whose parameters has a gradient
-  // records no inf check, and step() refuses it below.
+  // records no inf check, and step() refuses it below. With sharded gradients the check is the
+  // whole model's, over every rank (set_found_inf_reducer), even for a rank that owns nothing.
+  if (const FoundInfReducer& reduce = found_inf_reducer()) {
+    bad = reduce(bad);
+    checked = std::max<int64_t>(checked, 1);
+  }
+  st.found_inf = bad;
   st.recorded = checked > 0;
   st.stage = Stage::unscaled;
 }

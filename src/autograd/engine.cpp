@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include <queue>
+#include <utility>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/autograd/node.h"
 #include "mixp/backend/backend.h"
 #include "mixp/backend/kernel_observer.h"
@@ -18,6 +20,7 @@ namespace mixp {
 namespace {
 thread_local uint64_t g_next_sequence_nr = 0;
 thread_local const Node* t_current_node = nullptr;  // set only while kernel observers are on
+thread_local GradReadyHook t_grad_ready_hook;        // grad_ready_hook.h
 
 // Accumulates g into the buffer slot (which may be undefined).
 void accumulate(Tensor& slot, const Tensor& g) {
@@ -57,6 +60,17 @@ Node::Node() : sequence_nr(g_next_sequence_nr++) {}
 uint64_t next_sequence_nr() {
   return g_next_sequence_nr;
 }
+GradReadyHookScope::GradReadyHookScope(GradReadyHook hook)
+    : previous_(std::exchange(t_grad_ready_hook, std::move(hook))) {}
+
+GradReadyHookScope::~GradReadyHookScope() {
+  t_grad_ready_hook = std::move(previous_);
+}
+
+const GradReadyHook* detail::grad_ready_hook() {
+  return t_grad_ready_hook ? &t_grad_ready_hook : nullptr;
+}
+
 const Node* current_backward_node() {
   return t_current_node;
 }
@@ -98,6 +112,7 @@ void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
     backend().add_inplace(acc, g, 1.0);
     acc.bump_version();  // the user-visible .grad changed in place
   }
+  if (const GradReadyHook* hook = detail::grad_ready_hook()) (*hook)(Tensor(impl));
 }
 
 FunctionNode::FunctionNode(OpId op, DType compute, BackwardFn fn)

@@ -11,6 +11,7 @@
 
 #include "mixp/data/error.h"
 #include "mixp/data/random.h"
+#include "token_windows.h"
 
 namespace mixp::data {
 namespace fs = std::filesystem;
@@ -213,21 +214,8 @@ int64_t TextCorpus::num_val_batches(int64_t batch, int64_t context) const {
 int64_t TextCorpus::val_batch(int64_t index, int64_t batch, int64_t context,
                               std::span<int32_t> inputs, std::span<int32_t> targets) const {
   check_batch_args(batch, context, inputs.size(), targets.size(), "val_batch");
-  const int64_t windows = num_val_windows(context);
-  const int64_t nb = (windows + batch - 1) / batch;
-  if (index < 0 || index >= nb) {
-    throw std::out_of_range(fmt::format("val_batch: index {} outside [0, {})", index, nb));
-  }
-  const int64_t first = index * batch;
-  const int64_t rows = std::min(batch, windows - first);
-  const size_t ctx = size_t(context);
-  const int32_t* val = tokens_.data() + train_size_;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t* w = val + size_t(first + r) * ctx;
-    std::memcpy(inputs.data() + size_t(r) * ctx, w, ctx * sizeof(int32_t));
-    std::memcpy(targets.data() + size_t(r) * ctx, w + 1, ctx * sizeof(int32_t));
-  }
-  return rows;
+  return detail::copy_val_windows(tokens_.data() + train_size_, num_val_windows(context), index,
+                                  batch, context, inputs, targets);
 }
 
 TextBatch TextCorpus::val_batch(int64_t index, int64_t batch, int64_t context) const {

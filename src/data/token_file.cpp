@@ -15,6 +15,7 @@
 
 #include "mixp/data/error.h"
 #include "mixp/data/random.h"
+#include "token_windows.h"
 
 namespace mixp::data {
 namespace fs = std::filesystem;
@@ -221,20 +222,8 @@ int64_t TokenCorpus::num_val_windows(int64_t context) const {
 int64_t TokenCorpus::val_batch(int64_t index, int64_t batch, int64_t context,
                                std::span<int32_t> inputs, std::span<int32_t> targets) const {
   check_buffers(batch, context, inputs.size(), targets.size(), "val_batch");
-  const int64_t windows = num_val_windows(context);
-  const int64_t nb = (windows + batch - 1) / batch;
-  if (index < 0 || index >= nb) {
-    throw std::out_of_range(fmt::format("val_batch: index {} outside [0, {})", index, nb));
-  }
-  const int64_t first = index * batch;
-  const int64_t rows = std::min(batch, windows - first);
-  const size_t ctx = size_t(context);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* w = val_.data() + size_t(first + r) * ctx;
-    widen(w, ctx, inputs.data() + size_t(r) * ctx);
-    widen(w + 1, ctx, targets.data() + size_t(r) * ctx);
-  }
-  return rows;
+  return detail::copy_val_windows(val_.data(), num_val_windows(context), index, batch, context,
+                                  inputs, targets);
 }
 
 }  // namespace mixp::data

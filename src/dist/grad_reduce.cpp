@@ -29,6 +29,12 @@ std::span<std::byte> bytes_of(std::vector<std::byte>& v) {
   return {v.data(), v.size()};
 }
 
+size_t total_size(const Segments& segs) {
+  size_t n = 0;
+  for (const auto& s : segs) n += s.size();
+  return n;
+}
+
 // weight * src, narrowed to `wire` into dst_bits (src.size() elements), in cache-sized chunks so
 // that the product never makes a pass of its own over memory.
 void scale_into(DType wire, std::span<const float> src, float weight, std::byte* dst_bits,
@@ -43,36 +49,28 @@ void scale_into(DType wire, std::span<const float> src, float weight, std::byte*
   }
 }
 
-// Reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then all-gather of
-// the rounded sums. Each rank owns `piece` elements; the tail past buf.size() is zero padding.
-void scatter_sum_gather(ProcessGroup& g, std::span<float> buf, float weight, DType wire,
-                        ReduceWorkspace& ws) {
-  const int n = g.size();
-  const size_t piece = (buf.size() + size_t(n) - 1) / size_t(n);
+// The segments, weighted and narrowed, end to end into dst_bits.
+void pack(DType wire, const Segments& segs, float weight, std::byte* dst_bits,
+          std::vector<float>& tmp) {
   const size_t es = traits(wire).bits / 8;
-  ws.send.resize(piece * size_t(n) * es);
-  ws.recv.resize(ws.send.size());
-  scale_into(wire, buf, weight, ws.send.data(), ws.tmp);
-  std::fill(ws.send.begin() + std::ptrdiff_t(buf.size() * es), ws.send.end(), std::byte{0});
-  g.alltoall(ws.send, ws.recv);
-  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
-  ws.acc.assign(piece, 0.0f);
-  ws.tmp.resize(piece);
-  for (int r = 0; r < n; ++r) {
-    const std::byte* in = ws.recv.data() + size_t(r) * piece * es;
-    if (wire == DType::fp32) {
-      const float* x = reinterpret_cast<const float*>(in);
-      for (size_t k = 0; k < piece; ++k) ws.acc[k] += x[k];
-    } else {
-      convert_to_f32(wire, in, std::span<float>(ws.tmp.data(), piece));
-      for (size_t k = 0; k < piece; ++k) ws.acc[k] += ws.tmp[k];
-    }
+  for (const auto& seg : segs) {
+    scale_into(wire, seg, weight, dst_bits, tmp);
+    dst_bits += seg.size() * es;
   }
-  // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
-  std::span<std::byte> mine(ws.recv.data(), piece * es);
-  convert_f32_to(wire, ws.acc, mine.data(), kNearest);
-  g.allgather(mine, bytes_of(ws.send));
-  convert_to_f32(wire, ws.send.data(), buf);  // the padding past buf.size() is not read
+}
+
+// Elements [begin, begin + count) of the segments laid end to end <- widened src_bits.
+void unpack(DType wire, const std::byte* src_bits, const Segments& segs, size_t begin,
+            size_t count) {
+  const size_t es = traits(wire).bits / 8;
+  size_t at = 0;  // offset of the current segment
+  for (const auto& seg : segs) {
+    const size_t lo = std::max(at, begin), hi = std::min(at + seg.size(), begin + count);
+    if (lo < hi) {
+      convert_to_f32(wire, src_bits + (lo - begin) * es, seg.subspan(lo - at, hi - lo));
+    }
+    at += seg.size();
+  }
 }
 
 // The naive ring: reduce-scatter by N-1 hops, each rounding the partial sum to bf16, then an
@@ -140,17 +138,137 @@ int wire_bytes(GradComm c) {
 
 void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
                          ReduceWorkspace* workspace) {
+  ReduceWorkspace local;
+  PendingReduce r;
+  r.start(g, Segments{buf}, weight, mode, workspace ? *workspace : local);
+  r.finish();
+}
+
+// fp32/bf16/fp16: reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then
+// all-gather of the rounded sums. Each rank owns `piece` elements; the tail past the values is
+// zero padding.
+void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm mode,
+                          ReduceWorkspace& ws) {
+  if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
+  const size_t total = total_size(buf);
   if (g.size() == 1) {
-    if (weight != 1.0f) for (float& x : buf) x *= weight;
+    if (weight != 1.0f) {
+      for (const auto& seg : buf) for (float& x : seg) x *= weight;
+    }
     return;
   }
-  ReduceWorkspace local;
-  ReduceWorkspace& ws = workspace ? *workspace : local;
   if (mode == GradComm::bf16_ring) {
-    ring_bf16(g, buf, weight, ws);
-  } else {
-    scatter_sum_gather(g, buf, weight, wire_dtype(mode), ws);
+    // A demonstration mode: on one flat copy.
+    std::vector<float> flat(total);
+    size_t at = 0;
+    for (const auto& seg : buf) {
+      std::copy(seg.begin(), seg.end(), flat.begin() + std::ptrdiff_t(at));
+      at += seg.size();
+    }
+    ring_bf16(g, flat, weight, ws);
+    at = 0;
+    for (const auto& seg : buf) {
+      std::copy_n(flat.begin() + std::ptrdiff_t(at), seg.size(), seg.begin());
+      at += seg.size();
+    }
+    return;
   }
+  begin(g, std::move(buf), total, mode, ws);
+  const int n = g.size();
+  piece_ = (total + size_t(n) - 1) / size_t(n);
+  const size_t es = traits(wire_).bits / 8;
+  ws.send.resize(piece_ * size_t(n) * es);
+  ws.recv.resize(ws.send.size());
+  pack(wire_, buf_, weight, ws.send.data(), ws.tmp);
+  std::fill(ws.send.begin() + std::ptrdiff_t(total * es), ws.send.end(), std::byte{0});
+  req_ = g.ialltoall(ws.send, ws.recv);
+}
+
+void PendingReduce::begin(ProcessGroup& g, Segments buf, size_t total, GradComm mode,
+                          ReduceWorkspace& ws) {
+  g_ = &g;
+  buf_ = std::move(buf);
+  total_ = total;
+  ws_ = &ws;
+  wire_ = wire_dtype(mode);
+  phase_ = Phase::scatter;
+}
+
+void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
+                                    std::span<const size_t> counts, float weight, GradComm mode,
+                                    ReduceWorkspace& ws) {
+  if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
+  if (mode == GradComm::bf16_ring) {
+    throw std::invalid_argument("the reduction to owners (ZeRO 2) has no bf16-ring variant");
+  }
+  if (g.size() == 1) {
+    start(g, std::move(buf), weight, mode, ws);
+    return;
+  }
+  const size_t total = total_size(buf);
+  begin(g, std::move(buf), total, mode, ws);
+  counts_.assign(counts.begin(), counts.end());
+  const int n = g.size();
+  const size_t es = traits(wire_).bits / 8;
+  piece_ = counts_[size_t(g.rank())];
+  ws.send.resize(total * es);
+  ws.recv.resize(piece_ * size_t(n) * es);
+  pack(wire_, buf_, weight, ws.send.data(), ws.tmp);
+  std::vector<size_t> send_bytes(static_cast<size_t>(n));
+  std::vector<size_t> recv_bytes(static_cast<size_t>(n), piece_ * es);
+  for (int r = 0; r < n; ++r) send_bytes[size_t(r)] = counts_[size_t(r)] * es;
+  req_ = g.ialltoallv(ws.send, send_bytes, ws.recv, recv_bytes);
+}
+
+void PendingReduce::scatter_sum() {
+  if (!active() || phase_ == Phase::gather) return;
+  ReduceWorkspace& ws = *ws_;
+  g_->wait(req_);
+  const int n = g_->size();
+  const size_t es = traits(wire_).bits / 8;
+  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
+  ws.acc.assign(piece_, 0.0f);
+  ws.tmp.resize(piece_);
+  for (int r = 0; r < n; ++r) {
+    const std::byte* in = ws.recv.data() + size_t(r) * piece_ * es;
+    if (wire_ == DType::fp32) {
+      const float* x = reinterpret_cast<const float*>(in);
+      for (size_t k = 0; k < piece_; ++k) ws.acc[k] += x[k];
+    } else {
+      convert_to_f32(wire_, in, std::span<float>(ws.tmp.data(), piece_));
+      for (size_t k = 0; k < piece_; ++k) ws.acc[k] += ws.tmp[k];
+    }
+  }
+  // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
+  std::span<std::byte> mine(ws.recv.data(), piece_ * es);
+  convert_f32_to(wire_, ws.acc, mine.data(), kNearest);
+  phase_ = Phase::gather;
+  if (!counts_.empty()) {
+    // To owners: the rounded sum is this rank's piece of buf; nothing more goes on the wire.
+    size_t off = 0;
+    for (int r = 0; r < g_->rank(); ++r) off += counts_[size_t(r)];
+    unpack(wire_, mine.data(), buf_, off, piece_);
+    return;
+  }
+  req_ = g_->iallgather(mine, bytes_of(ws.send));
+}
+
+bool PendingReduce::test() {
+  if (!active()) return true;
+  return phase_ == Phase::gather && g_->test(req_);
+}
+
+void PendingReduce::finish() {
+  if (!active()) return;
+  scatter_sum();
+  g_->wait(req_);
+  if (counts_.empty()) {
+    unpack(wire_, ws_->send.data(), buf_, 0, total_);  // the padding is not read
+  }
+  counts_.clear();
+  buf_.clear();
+  g_ = nullptr;
+  ws_ = nullptr;
 }
 
 }  // namespace mixp::dist

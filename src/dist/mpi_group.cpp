@@ -14,6 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "dist_detail.h"
 #include "mixp/dist/process_group.h"
@@ -106,6 +107,78 @@ class MpiGroup final : public ProcessGroup {
           "MPI_Alltoall");
   }
 
+  Request ialltoall(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    if (send.size() != recv.size() || send.size() % size_t(size_) != 0) {
+      throw std::invalid_argument("alltoall sizes");
+    }
+    const size_t piece = send.size() / size_t(size_);
+    count("all-to-all", piece * size_t(size_ - 1));
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check(MPI_Ialltoall(send.data(), checked_count(piece, "all-to-all"), MPI_BYTE, recv.data(),
+                        checked_count(piece, "all-to-all"), MPI_BYTE, MPI_COMM_WORLD, req.get()),
+          "MPI_Ialltoall");
+    return Request{req};
+  }
+
+  Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+    if (recv.size() != send.size() * size_t(size_)) throw std::invalid_argument("allgather sizes");
+    count("all-gather", send.size() * size_t(size_ - 1));
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check(MPI_Iallgather(send.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
+                         recv.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
+                         MPI_COMM_WORLD, req.get()),
+          "MPI_Iallgather");
+    return Request{req};
+  }
+
+  Request ialltoallv(std::span<const std::byte> send, std::span<const size_t> send_counts,
+                     std::span<std::byte> recv, std::span<const size_t> recv_counts) override {
+    if (send_counts.size() != size_t(size_) || recv_counts.size() != size_t(size_)) {
+      throw std::invalid_argument("alltoallv: one count per rank");
+    }
+    // MPI reads the counts and displacements until the request completes: they live with it.
+    struct V {
+      MPI_Request req = MPI_REQUEST_NULL;
+      std::vector<int> sc, sd, rc, rd;
+    };
+    auto v = std::make_shared<V>();
+    size_t so = 0, ro = 0, sent = 0;
+    for (int r = 0; r < size_; ++r) {
+      v->sc.push_back(checked_count(send_counts[size_t(r)], "all-to-all-v"));
+      v->sd.push_back(checked_count(so, "all-to-all-v"));
+      v->rc.push_back(checked_count(recv_counts[size_t(r)], "all-to-all-v"));
+      v->rd.push_back(checked_count(ro, "all-to-all-v"));
+      so += send_counts[size_t(r)];
+      ro += recv_counts[size_t(r)];
+      if (r != rank_) sent += send_counts[size_t(r)];
+    }
+    if (so > send.size() || ro > recv.size()) throw std::invalid_argument("alltoallv sizes");
+    count("all-to-all-v", sent);
+    check(MPI_Ialltoallv(send.data(), v->sc.data(), v->sd.data(), MPI_BYTE, recv.data(),
+                         v->rc.data(), v->rd.data(), MPI_BYTE, MPI_COMM_WORLD, &v->req),
+          "MPI_Ialltoallv");
+    // An aliasing pointer: test() and wait() see an MPI_Request*, and the counts live as long.
+    return Request{std::shared_ptr<void>(v, &v->req)};
+  }
+
+  bool test(Request& r) override {
+    if (!r.pending()) return true;
+    const double t0 = wall_ms();
+    int done = 0;
+    check(MPI_Test(static_cast<MPI_Request*>(r.handle.get()), &done, MPI_STATUS_IGNORE),
+          "MPI_Test");
+    stats_.ms += wall_ms() - t0;
+    if (done) r.handle.reset();
+    return done != 0;
+  }
+
+  void wait(Request& r) override {
+    if (!r.pending()) return;
+    Guard g(*this, "wait for a nonblocking collective", 0, /*counted=*/false);
+    check(MPI_Wait(static_cast<MPI_Request*>(r.handle.get()), MPI_STATUS_IGNORE), "MPI_Wait");
+    r.handle.reset();
+  }
+
   void sendrecv(std::span<const std::byte> send, int to, std::span<std::byte> recv,
                 int from) override {
     Guard g(*this, "send-receive", send.size());
@@ -140,17 +213,23 @@ class MpiGroup final : public ProcessGroup {
   struct Guard {
     MpiGroup& g;
     double t0;
-    Guard(MpiGroup& group, const char* what, size_t bytes) : g(group), t0(wall_ms()) {
+    Guard(MpiGroup& group, const char* what, size_t bytes, bool counted = true)
+        : g(group), t0(wall_ms()) {
       g.what_.store(what);
       g.since_ms_.store(t0);
-      g.stats_.bytes_sent += bytes;
-      g.stats_.calls += 1;
+      if (counted) g.count(what, bytes);
     }
     ~Guard() {
       g.since_ms_.store(0);
       g.stats_.ms += wall_ms() - t0;
     }
   };
+
+  // Counts a collective started (the bytes it will send).
+  void count(const char*, size_t bytes) {
+    stats_.bytes_sent += bytes;
+    stats_.calls += 1;
+  }
 
   void watch() {
     std::unique_lock lock(mu_);

@@ -57,6 +57,8 @@ double sum_squares(const T* g, int64_t n) {
   return total;
 }
 
+}  // namespace
+
 double grad_sum_squares(const Tensor& p) {
   const Tensor g0 = p.grad();
   if (!g0.defined()) return 0.0;
@@ -69,15 +71,18 @@ double grad_sum_squares(const Tensor& p) {
   return sum_squares(g.data<double>(), g.numel());
 }
 
-template <class Get>
-double clip_impl(size_t count, Get get, double max_norm) {
+namespace {
+
+void check_max_norm(double max_norm) {
   if (!(max_norm > 0.0))
     throw std::invalid_argument(
         fmt::format("mixp::optim::clip_grad_norm: max_norm must be > 0, got {}", max_norm));
-  double sq = 0.0;
-  for (size_t i = 0; i < count; ++i) sq += grad_sum_squares(get(i));
-  const double total = std::sqrt(sq);
-  if (!std::isfinite(total)) return total;
+}
+
+// Scales every gradient by max_norm / (total + eps) when that is below 1 (PyTorch's rule).
+template <class Get>
+void scale_to_norm(size_t count, Get get, double total, double max_norm) {
+  if (!std::isfinite(total)) return;
   const double coef = max_norm / (total + 1e-6);  // PyTorch's epsilon
   if (coef < 1.0) {
     NoGradGuard ng;
@@ -86,6 +91,15 @@ double clip_impl(size_t count, Get get, double max_norm) {
       if (g.defined()) g.mul_(coef);
     }
   }
+}
+
+template <class Get>
+double clip_impl(size_t count, Get get, double max_norm) {
+  check_max_norm(max_norm);
+  double sq = 0.0;
+  for (size_t i = 0; i < count; ++i) sq += grad_sum_squares(get(i));
+  const double total = std::sqrt(sq);
+  scale_to_norm(count, get, total, max_norm);
   return total;
 }
 
@@ -113,6 +127,12 @@ double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_para
   return clip_impl(
       named_params.size(), [&](size_t i) -> const Tensor& { return named_params[i].second; },
       max_norm);
+}
+
+void clip_grads_by_norm(std::span<const Tensor> params, double total, double max_norm) {
+  check_max_norm(max_norm);
+  scale_to_norm(
+      params.size(), [&](size_t i) -> const Tensor& { return params[i]; }, total, max_norm);
 }
 
 }  // namespace mixp::optim

@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "mixp/amp/fp8_linear.h"
+#include "mixp/amp/grad_scaler.h"
 #include "mixp/format/convert.h"
+#include "mixp/optim/clip_grad.h"
 #include "mixp/train/train_config.h"
 
 namespace mixp::train {
@@ -58,10 +62,44 @@ void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
 }  // namespace
 
 DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o)
-    : group_(group), opts_(o) {
+    : group_(group), opts_(o), overlap_state_(o.reentrant_backward ? Overlap::learning : Overlap::on) {
   if (!(o.bucket_mb > 0)) {
     throw ConfigError(fmt::format("--bucket-mb must be positive, got {:g}", o.bucket_mb));
   }
+}
+
+DataParallel::~DataParallel() {
+  amp::set_fp8_amax_reducer({});
+  amp::set_found_inf_reducer({});
+}
+
+void DataParallel::install_step_reducers(bool sharded) {
+  dist::ProcessGroup* g = &group_;
+  amp::set_fp8_amax_reducer([g](std::span<float> amax) {
+    std::vector<double> v(amax.begin(), amax.end());
+    g->allreduce(v, dist::ReduceOp::max);
+    for (size_t i = 0; i < v.size(); ++i) amax[i] = float(v[i]);
+  });
+  if (sharded) {
+    amp::set_found_inf_reducer([g](bool found_inf) {
+      std::vector<double> v{found_inf ? 1.0 : 0.0};
+      g->allreduce(v, dist::ReduceOp::max);
+      return v[0] != 0;
+    });
+  }
+}
+
+double DataParallel::sharded_grad_norm(std::span<const Tensor> params,
+                                       const std::vector<int>& owner) {
+  std::vector<double> terms(params.size(), 0.0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (owner[i] == rank()) terms[i] = optim::grad_sum_squares(params[i]);
+  }
+  // Every term comes from one rank, zeros from the others: the sum over ranks is exact.
+  group_.allreduce(terms, dist::ReduceOp::sum);
+  double sq = 0.0;
+  for (double t : terms) sq += t;
+  return std::sqrt(sq);
 }
 
 void DataParallel::check_same_config(const std::string& config_json) {
@@ -98,54 +136,198 @@ void DataParallel::broadcast_buffers(nn::Module& model) {
   broadcast_tensors(group_, model.named_buffers());
 }
 
-void DataParallel::reduce_gradients(std::span<const Tensor> params, double weight) {
-  const uint64_t bytes0 = group_.stats().bytes_sent;
-  const size_t bucket_elems =
-      std::max<size_t>(1, size_t(opts_.bucket_mb * 1024 * 1024 / sizeof(float)));
-  std::vector<float>& buf = flat_;
+void DataParallel::layout(std::span<const Tensor> params) {
+  if (!buckets_.empty() && params.size() == bucket_of_.size() &&
+      (params.empty() || index_.count(params[0].impl()))) {
+    return;
+  }
+  buckets_.clear();
+  const size_t cap = std::max<size_t>(1, size_t(opts_.bucket_mb * 1024 * 1024 / sizeof(float)));
+  // DDP's first bucket is small (1 MiB), so that the first reduction starts early in backward.
+  const size_t first_cap = std::min<size_t>(cap, 1024 * 1024 / sizeof(float));
+  bucket_of_.assign(params.size(), 0);
+  index_.clear();
   // Parameters in reverse order: backward produces the last layer's gradients first (DDP's
   // bucket order).
   size_t i = params.size();
   while (i > 0) {
+    const size_t limit = buckets_.empty() ? first_cap : cap;
+    Bucket b;
+    b.hi = i;
     size_t j = i;
-    size_t n = 0;
-    while (j > 0 && (n == 0 || n + size_t(params[j - 1].numel()) <= bucket_elems)) {
-      n += size_t(params[--j].numel());
+    while (j > 0 && (b.elems == 0 || b.elems + size_t(params[j - 1].numel()) <= limit)) {
+      b.elems += size_t(params[--j].numel());
     }
-    buf.resize(n);
-    size_t off = 0;
-    for (size_t k = i; k-- > j;) {
-      const Tensor g = params[k].grad();
-      const size_t m = size_t(params[k].numel());
-      const std::span<float> dst(buf.data() + off, m);
-      if (g.defined()) {
-        const Tensor c = g.contiguous();
-        convert_to_f32(c.dtype(), c.data_ptr(), dst);
-      } else {
-        std::fill(dst.begin(), dst.end(), 0.0f);
+    b.lo = j;
+    for (size_t k = j; k < i; ++k) bucket_of_[k] = buckets_.size();
+    if (grad_owner_.empty()) {
+      for (size_t k = i; k-- > j;) b.order.push_back(k);
+    } else {
+      b.counts.assign(size_t(size()), 0);
+      for (int r = 0; r < size(); ++r) {
+        for (size_t k = i; k-- > j;) {
+          if (grad_owner_[k] != r) continue;
+          b.order.push_back(k);
+          b.counts[size_t(r)] += size_t(params[k].numel());
+        }
       }
-      off += m;
     }
-    dist::reduce_weighted_sum(group_, buf, float(weight), opts_.grad_comm, &work_);
-    off = 0;
-    for (size_t k = i; k-- > j;) {
-      const Tensor& p = params[k];
-      const size_t m = size_t(p.numel());
-      Tensor g = p.grad();
+    buckets_.push_back(std::move(b));
+    i = j;
+  }
+  for (size_t k = 0; k < params.size(); ++k) index_[params[k].impl()] = k;
+}
+
+void DataParallel::shard_gradients(std::vector<int> owner) {
+  grad_owner_ = std::move(owner);
+  buckets_.clear();  // laid out again, grouped by owner
+}
+
+void DataParallel::begin_gradients(std::span<const Tensor> params, double weight) {
+  layout(params);
+  params_ = params;
+  weight_ = float(weight);
+  bytes0_ = group_.stats().bytes_sent;
+  next_ = 0;
+  late_ = false;
+  completed_.assign(params.size(), 0);
+  for (Bucket& b : buckets_) b.waiting = int(b.hi - b.lo);
+  if (opts_.overlap && overlap_state_ != Overlap::off) {
+    hook_ = std::make_unique<GradReadyHookScope>([this](const Tensor& t) { on_grad_ready(t); });
+  }
+}
+
+void DataParallel::on_grad_ready(const Tensor& leaf) {
+  const auto it = index_.find(leaf.impl());
+  if (it == index_.end()) return;  // not a parameter (e.g. a checkpointed segment's input)
+  const size_t k = it->second;
+  if (completed_[k]++ > 0) {
+    if (bucket_of_[k] < next_) late_ = true;
+    return;
+  }
+  --buckets_[bucket_of_[k]].waiting;
+  if (overlap_state_ != Overlap::on) return;  // the first step only watches
+  while (next_ < buckets_.size() && buckets_[next_].waiting == 0) start_next_bucket();
+  progress();
+}
+
+// Starts bucket next_. The previous bucket's all-gather is started first, so that every rank
+// starts the collectives in the same order: all-to-all 0, all-gather 0, all-to-all 1, ...
+void DataParallel::start_next_bucket() {
+  if (next_ > 0) buckets_[next_ - 1].reduce.scatter_sum();
+  Bucket& b = buckets_[next_++];
+  if (free_.empty()) {
+    pool_.push_back(std::make_unique<dist::ReduceWorkspace>());
+    free_.push_back(pool_.back().get());
+  }
+  b.work = free_.back();
+  free_.pop_back();
+  // fp32 contiguous gradients are reduced where they are; the others (16-bit, strided, absent:
+  // zeros) are widened into the workspace first and rounded back by write_back.
+  b.staged.assign(b.order.size(), -1);
+  size_t staged = 0;
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const Tensor g = params_[b.order[i]].grad();
+    if (g.defined() && g.dtype() == DType::fp32 && g.is_contiguous()) continue;
+    b.staged[i] = int64_t(staged);
+    staged += size_t(params_[b.order[i]].numel());
+  }
+  std::vector<float>& flat = b.work->flat;
+  flat.resize(staged);
+  dist::Segments segs;
+  segs.reserve(b.order.size());
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const Tensor g = params_[b.order[i]].grad();
+    const size_t m = size_t(params_[b.order[i]].numel());
+    if (b.staged[i] < 0) {
+      segs.emplace_back(g.data<float>(), m);
+      continue;
+    }
+    const std::span<float> dst(flat.data() + b.staged[i], m);
+    if (g.defined()) {
+      const Tensor c = g.contiguous();
+      convert_to_f32(c.dtype(), c.data_ptr(), dst);
+    } else {
+      std::fill(dst.begin(), dst.end(), 0.0f);
+    }
+    segs.push_back(dst);
+  }
+  if (b.counts.empty()) {
+    b.reduce.start(group_, std::move(segs), weight_, opts_.grad_comm, *b.work);
+  } else {
+    b.reduce.start_to_owners(group_, std::move(segs), b.counts, weight_, opts_.grad_comm,
+                             *b.work);
+    // ZeRO 2: the gradients other ranks own are on their way to them; drop this rank's copies.
+    for (size_t k : b.order) {
+      if (grad_owner_[k] != rank()) const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+    }
+  }
+  if (!b.reduce.active()) write_back(b);  // finished inside start (one rank, or the ring)
+}
+
+// Writes back the buckets whose all-gather has completed (never blocks).
+void DataParallel::progress() {
+  for (size_t k = 0; k < next_; ++k) {
+    Bucket& b = buckets_[k];
+    if (b.work && b.reduce.gathering() && b.reduce.test()) write_back(b);
+  }
+}
+
+void DataParallel::write_back(Bucket& b) {
+  b.reduce.finish();  // fp32 gradients hold their sums now
+  const std::vector<float>& flat = b.work->flat;
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const size_t k = b.order[i];
+    const Tensor& p = params_[k];
+    // ZeRO 2: summed by its owner.
+    if (!grad_owner_.empty() && grad_owner_[k] != rank()) continue;
+    Tensor g = p.grad();
+    if (b.staged[i] >= 0) {
       if (!g.defined() || !g.is_contiguous()) {
-        Tensor fresh = Tensor::empty(p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype()
-                                                                                   : p.dtype()});
+        Tensor fresh = Tensor::empty(
+            p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype() : p.dtype()});
         const_cast<Tensor&>(p).set_grad(fresh);
         g = fresh;
       }
-      convert_f32_to(g.dtype(), std::span<const float>(buf.data() + off, m), g.data_ptr(),
-                     kNearest);
-      g.bump_version();
-      off += m;
+      convert_f32_to(g.dtype(),
+                     std::span<const float>(flat.data() + b.staged[i], size_t(p.numel())),
+                     g.data_ptr(), kNearest);
     }
-    i = j;
+    g.bump_version();
   }
-  last_bytes_ = group_.stats().bytes_sent - bytes0;
+  free_.push_back(b.work);
+  b.work = nullptr;
+}
+
+void DataParallel::finish_gradients() {
+  hook_.reset();
+  const bool started_early = next_ > 0;
+  started_in_backward_ = int(next_);
+  if (overlap_state_ == Overlap::learning) {
+    // Overlap is safe when backward finishes every parameter at most once (the same on every
+    // rank: the graphs are identical).
+    bool once = true;
+    for (uint8_t c : completed_) once = once && c <= 1;
+    overlap_state_ = once ? Overlap::on : Overlap::off;
+  }
+  if (late_ && started_early) {
+    throw std::logic_error(
+        "data parallelism: backward finished a parameter's gradient again after its bucket had "
+        "been sent (the model's graph changed after the first step); run with --no-comm-overlap");
+  }
+  while (next_ < buckets_.size()) start_next_bucket();
+  for (Bucket& b : buckets_) {
+    if (b.work) write_back(b);
+  }
+  last_bytes_ = group_.stats().bytes_sent - bytes0_;
+}
+
+void DataParallel::reduce_gradients(std::span<const Tensor> params, double weight) {
+  const Overlap saved = overlap_state_;
+  overlap_state_ = Overlap::off;
+  begin_gradients(params, weight);
+  finish_gradients();
+  overlap_state_ = saved;
 }
 
 std::vector<int> DataParallel::partition(std::span<const Tensor> params) const {

@@ -340,6 +340,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["grad_comm"] = r.grad_comm;
     j["comm_bytes_per_step"] = r.comm_bytes_per_step;
     j["comm_ms_per_step"] = r.comm_ms_per_step;
+    j["comm_buckets"] = r.comm_buckets;
+    j["comm_buckets_overlapped"] = r.comm_buckets_overlapped;
     j["zero"] = r.zero;
     j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   }

@@ -8,65 +8,42 @@
 #include "mixp/quant/lowbit_qat.h"
 #include "mixp/quant/qat.h"
 #include "mixp/train/checkpoint.h"
-#include "mixp/train/recipe.h"
-#include "mixp/train/train_config.h"
-#include "train/recipe_factories.h"
+#include "train/recipe_qat.h"
 #include "util/key_value.h"
 
 namespace mixp::train::detail {
 
 namespace {
 
-class LowBitQatRecipe final : public PrecisionRecipe {
+class LowBitQatRecipe final : public QatRecipe {
  public:
-  LowBitQatRecipe(std::string name, quant::LowBitConfig cfg, int64_t freeze_bn_epoch,
-                  int64_t disable_observer_epoch)
-      : name_(std::move(name)),
-        cfg_(std::move(cfg)),
-        freeze_bn_epoch_(freeze_bn_epoch),
-        disable_observer_epoch_(disable_observer_epoch) {}
-  std::string name() const override { return name_; }
-  DType param_dtype() const override { return DType::fp32; }
+  LowBitQatRecipe(std::string name, quant::LowBitConfig cfg, QatEpochs epochs)
+      : QatRecipe(std::move(name), epochs), cfg_(std::move(cfg)) {}
 
   void prepare_model(nn::Module& model) const override {
     PrecisionRecipe::prepare_model(model);
     try {
       quant::prepare_lowbit_qat(model, cfg_);
     } catch (const std::invalid_argument& e) {
-      throw ConfigError(fmt::format(
-          "precision '{}' quantizes models built of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d "
-          "layers (mlp, cnn): {}",
-          name_, e.what()));
+      throw unsupported_model(e.what());
     }
   }
-
-  void before_step(nn::Module& model, int64_t epoch) override {
-    quant::set_lowbit_observers_enabled(model, epoch < disable_observer_epoch_);
-    quant::freeze_batch_norm(model, epoch >= freeze_bn_epoch_);
-  }
-
-  std::shared_ptr<nn::Module> inference_model(nn::Module& trained) const override {
-    // The quantization parameters are final; evaluating must not move them.
-    quant::set_lowbit_observers_enabled(trained, false);
-    return quant::convert_to_packed(trained);
-  }
-  std::string trained_model_label() const override { return "fake_quant"; }
 
   void save_extra(nn::Module& model, const std::filesystem::path& dir) const override {
     if (!quant::lowbit_observers_calibrated(model)) return;  // no step done yet
     quant::save_packed_model(*quant::convert_to_packed(model), dir / kPackedModelFile);
   }
 
-  std::map<std::string, double> state() const override {
-    return {{"freeze_bn_epoch", double(freeze_bn_epoch_)},
-            {"disable_observer_epoch", double(disable_observer_epoch_)}};
+ protected:
+  void set_observers_enabled(nn::Module& model, bool on) const override {
+    quant::set_lowbit_observers_enabled(model, on);
+  }
+  std::shared_ptr<nn::Module> convert(nn::Module& trained) const override {
+    return quant::convert_to_packed(trained);
   }
 
  private:
-  std::string name_;
   quant::LowBitConfig cfg_;
-  int64_t freeze_bn_epoch_;
-  int64_t disable_observer_epoch_;
 };
 
 quant::LowBitScheme scheme_of(std::string_view recipe) {
@@ -90,12 +67,7 @@ std::unique_ptr<PrecisionRecipe> make_lowbit_qat_recipe(std::string_view spec,
         "--qat-disable-observer-epoch",
         name));
   }
-  if (opt.loss_scale_init || opt.growth_interval) {
-    throw ConfigError(
-        std::string(opt.loss_scale_init ? "--loss-scale-init" : "--growth-interval") +
-        " only applies to dynamic loss scaling (recipes fp16, fp16-o2, fp16-pure); precision '" +
-        name + "' does not scale the loss");
-  }
+  refuse_loss_scaling(opt, name);
   quant::LowBitConfig cfg;
   cfg.scheme = scheme_of(name);
   try {
@@ -115,19 +87,7 @@ std::unique_ptr<PrecisionRecipe> make_lowbit_qat_recipe(std::string_view spec,
         "fc1 or conv2, or first/last; formats int8, int4, int2, ternary, binary, binary-act): {}",
         name, e.what()));
   }
-  const int64_t bn = opt.qat_freeze_bn_epoch.value_or(kDefaultQatFreezeBnEpoch);
-  const int64_t obs = opt.qat_disable_observer_epoch.value_or(kDefaultQatDisableObserverEpoch);
-  if (bn < 0) {
-    throw ConfigError(
-        fmt::format("--qat-freeze-bn-epoch is a 0-based epoch and must be >= 0, got {}", bn));
-  }
-  if (obs < 1) {
-    throw ConfigError(fmt::format(
-        "--qat-disable-observer-epoch must be >= 1 (the observers need at least the first epoch "
-        "to choose the activation scales), got {}",
-        obs));
-  }
-  return std::make_unique<LowBitQatRecipe>(name, std::move(cfg), bn, obs);
+  return std::make_unique<LowBitQatRecipe>(name, std::move(cfg), qat_epochs(opt));
 }
 
 }  // namespace mixp::train::detail

@@ -92,9 +92,13 @@ void check_loop_config(const TrainConfig& c) {
   require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0,
           "the communication timeout (--comm-timeout) must be >= 0 seconds (0 = wait forever)");
   require(c.check_replicas >= 0, "--check-replicas must be >= 0 (0 = never)");
-  require(c.zero == 0 || c.zero == 1,
-          "--zero must be 0 (every rank holds the whole optimizer state) or 1 (ZeRO stage 1: it "
-          "is sharded over the ranks), got " + std::to_string(c.zero));
+  require(c.zero >= 0 && c.zero <= 2,
+          "--zero must be 0 (every rank holds the whole optimizer state), 1 (ZeRO stage 1: it "
+          "is sharded over the ranks) or 2 (ZeRO stage 2: the gradients too), got " +
+              std::to_string(c.zero));
+  require(c.zero < 2 || c.grad_comm != "bf16-ring",
+          "--zero 2 sends each gradient to its owner only, which the naive ring (--grad-comm "
+          "bf16-ring) cannot do; use --grad-comm bf16 (16 bits on the wire, summed in fp32)");
   require(c.save_every == 0 || !c.save_dir.empty(),
           "saving every N steps needs a checkpoint folder (--save DIR)");
 }
@@ -169,6 +173,7 @@ std::string config_to_json(const TrainConfig& c) {
   const TrainConfig d;
   if (c.grad_comm != d.grad_comm) j["grad_comm"] = c.grad_comm;
   if (c.bucket_mb != d.bucket_mb) j["bucket_mb"] = c.bucket_mb;
+  if (c.comm_overlap != d.comm_overlap) j["comm_overlap"] = c.comm_overlap;
   if (c.comm_timeout != d.comm_timeout) j["comm_timeout"] = c.comm_timeout;
   if (c.check_replicas != d.check_replicas) j["check_replicas"] = c.check_replicas;
   if (c.zero != d.zero) j["zero"] = c.zero;
@@ -279,6 +284,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "log_path", c.log_path);
     get(j, "grad_comm", c.grad_comm);
     get(j, "bucket_mb", c.bucket_mb);
+    get(j, "comm_overlap", c.comm_overlap);
     get(j, "comm_timeout", c.comm_timeout);
     get(j, "check_replicas", c.check_replicas);
     get(j, "zero", c.zero);

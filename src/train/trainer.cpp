@@ -43,7 +43,9 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     world.set_timeout(cfg.comm_timeout);
     dp = std::make_unique<DataParallel>(
         world, DataParallelOptions{.grad_comm = dist::parse_grad_comm(cfg.grad_comm),
-                                   .bucket_mb = cfg.bucket_mb});
+                                   .bucket_mb = cfg.bucket_mb,
+                                   .overlap = cfg.comm_overlap,
+                                   .reentrant_backward = custom_model || cfg.model.checkpointing});
     // Outputs and threads may differ (only rank 0 writes; threads change no result).
     TrainConfig shared = without_outputs(cfg);
     shared.threads = 0;
@@ -51,32 +53,26 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     // Every rank starts from rank 0's weights (DDP does the same at construction).
     dp->broadcast_parameters(*model);
     // FP8 delayed scaling: the amaxes of a pass are maxed over the ranks before the scales are
-    // updated, so every rank quantizes with the same scales (fp8_linear.h).
-    dist::ProcessGroup* g = &world;
-    amp::set_fp8_amax_reducer([g](std::span<float> amax) {
-      std::vector<double> v(amax.begin(), amax.end());
-      g->allreduce(v, dist::ReduceOp::max);
-      for (size_t i = 0; i < v.size(); ++i) amax[i] = float(v[i]);
-    });
+    // updated, so every rank quantizes with the same scales (fp8_linear.h); under ZeRO the loss
+    // scaler's skip decision is global too.
+    dp->install_step_reducers(/*sharded=*/cfg.zero > 0);
   }
   // Only rank 0 writes checkpoints: the replicas are identical.
   if (!cfg.save_dir.empty() && is_rank0()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
   const nn::NamedTensors named = model->named_parameters();
   for (const auto& [name, p] : named) params.push_back(p);
   nn::NamedTensors mine = named;
-  if (dp && cfg.zero == 1) {
-    // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns.
-    if (recipe->skips_nonfinite()) {
-      throw ConfigError(fmt::format(
-          "--zero 1 does not support {} yet: its loss scaler skips steps on inf/NaN gradients, "
-          "and with sharded optimizer state every rank would have to agree on the skip; use "
-          "--zero 0, or bf16 (no loss scaling)",
-          recipe->name()));
-    }
+  if (dp && cfg.zero > 0) {
+    // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns;
+    // stage 2: and only their reduced gradients reach it.
     owner = dp->partition(params);
+    if (cfg.zero == 2) dp->shard_gradients(owner);
     mine.clear();
     for (size_t i = 0; i < named.size(); ++i) {
-      if (owner[i] == dp->rank()) mine.push_back(named[i]);
+      if (owner[i] == dp->rank()) {
+        mine.push_back(named[i]);
+        owned.push_back(params[i]);
+      }
     }
   }
   opt = make_optimizer ? make_optimizer(mine, recipe->optimizer_precision())
@@ -117,6 +113,8 @@ StepInfo Trainer::Impl::run_step() {
   recipe->before_step(*model, epoch);
   double loss_sum = 0;
   int64_t samples = 0;
+  double global_loss = 0;
+  int64_t global_samples = 0;
   for (int64_t m = 0; m < window; ++m) {
     Batch b = source->next();
     Tensor batch_loss;
@@ -128,6 +126,16 @@ StepInfo Trainer::Impl::run_step() {
     if (!std::isfinite(l) && !recipe->skips_nonfinite()) nonfinite_error("loss", l, m, window);
     loss_sum += l;
     samples += b.samples;
+    if (dp && m == window - 1) {
+      // The gradient-sync stage begins before the last backward (data_parallel.h): the step's
+      // loss and samples over all ranks give each rank's weight, and buckets are reduced as
+      // backward finishes their gradients.
+      std::vector<double> v{loss_sum / double(window) * double(samples), double(samples)};
+      dp->group().allreduce(v, dist::ReduceOp::sum);
+      global_loss = v[0] / v[1];
+      global_samples = int64_t(v[1]);
+      dp->begin_gradients(params, double(samples) / v[1]);
+    }
     recipe->scale_loss(window == 1 ? batch_loss : mul(batch_loss, 1.0 / double(window))).backward();
     if (!callbacks.empty()) {
       StepContext ctx{.step = step + 1,
@@ -146,14 +154,12 @@ StepInfo Trainer::Impl::run_step() {
   }
   double step_loss = loss_sum / double(window);
   if (dp) {
-    // The gradient-sync stage (data_parallel.h): the step's loss and samples over all ranks, and
-    // the gradients reduced to the global mean, each rank weighted by its share of the samples.
-    std::vector<double> v{step_loss * double(samples), double(samples)};
-    dp->group().allreduce(v, dist::ReduceOp::sum);
-    step_loss = v[0] / v[1];
-    dp->reduce_gradients(params, double(samples) / v[1]);
+    // The gradient-sync stage (data_parallel.h): the gradients reduced to the global mean, each
+    // rank weighted by its share of the samples.
+    dp->finish_gradients();
     comm_bytes_total += dp->last_gradient_bytes();
-    samples = int64_t(v[1]);
+    step_loss = global_loss;
+    samples = global_samples;
   }
   if (!callbacks.empty()) {
     // The stage between backward and the optimizer step (callbacks.h): one virtual call per
@@ -176,7 +182,13 @@ StepInfo Trainer::Impl::run_step() {
   const bool finite = recipe->unscale_and_check(*opt);
   double norm = std::nan("");
   if (finite) {
-    norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
+    if (!owner.empty()) {
+      // ZeRO: this rank unscaled (and steps) only its own gradients; the norm is the global one.
+      norm = dp->sharded_grad_norm(params, owner);
+      if (cfg.clip > 0) optim::clip_grads_by_norm(owned, norm, cfg.clip);
+    } else {
+      norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
+    }
     if (!std::isfinite(norm) && !recipe->skips_nonfinite())
       nonfinite_error("gradient norm", norm, -1, window);
   } else if (!recipe->skips_nonfinite()) {
@@ -269,6 +281,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRec
   p.recipe = std::move(recipe);
   p.data = std::move(data);
   p.model = std::move(model);
+  impl_->custom_model = true;
   impl_->init(std::move(p), o.make_optimizer);
   if (o.loss) impl_->loss = o.loss;
   if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
@@ -348,7 +361,9 @@ TrainResult Trainer::fit() {
   if (s.dp) {
     r.ranks = s.dp->size();
     r.grad_comm = s.cfg.grad_comm;
-    r.zero = s.owner.empty() ? 0 : 1;
+    r.zero = s.cfg.zero;
+    r.comm_buckets = s.dp->buckets();
+    r.comm_buckets_overlapped = s.dp->buckets_started_in_backward();
     for (const auto& [name, t] : s.opt->state_dict().tensors) {
       r.optimizer_state_bytes += int64_t(t.nbytes());
     }

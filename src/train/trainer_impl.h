@@ -76,6 +76,7 @@ namespace mixp::train {
 struct Trainer::Impl {
   TrainConfig cfg;  // resolved, vocab and context filled in
   bool lm = false;
+  bool custom_model = false;  // built from parts (its forward may checkpoint: see DataParallel)
   std::unique_ptr<DataSource> source;
   std::unique_ptr<PrecisionRecipe> recipe;
   std::shared_ptr<nn::Module> model;
@@ -102,7 +103,8 @@ struct Trainer::Impl {
   std::unique_ptr<FolderLock> save_lock;
   // Data parallelism (data_parallel.h): null in a single process.
   std::unique_ptr<DataParallel> dp;
-  std::vector<int> owner;          // ZeRO 1: the rank that owns each of params (else empty)
+  std::vector<int> owner;          // ZeRO 1/2: the rank that owns each of params (else empty)
+  std::vector<Tensor> owned;       // ZeRO 1/2: the params this rank owns, in order
   std::vector<double> comm_ms;     // per step of this run
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
 

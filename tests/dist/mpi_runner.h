@@ -11,11 +11,13 @@ namespace mixp::test {
 // waiting ranks yield the core (mpi_yield_when_idle) so that oversubscribed runs stay quick. As
 // root (CI), OpenMPI needs the two ALLOW_RUN_AS_ROOT variables. `mpmd` is appended after the
 // command: " : -np 1 mixp ..." runs another program (or other flags) as the last ranks.
-inline CliResult run_mpi(int ranks, const std::string& args, const std::string& mpmd = "") {
+// `mpirun_options` go to mpirun itself (e.g. "--mca btl tcp,self").
+inline CliResult run_mpi(int ranks, const std::string& args, const std::string& mpmd = "",
+                         const std::string& mpirun_options = "") {
   return run_shell(
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 "
-      "timeout 300 mpirun --oversubscribe -np " +
-      std::to_string(ranks) + " '" + MIXP_CLI + "' " + args + mpmd);
+      "timeout 300 mpirun --oversubscribe " +
+      mpirun_options + " -np " + std::to_string(ranks) + " '" + MIXP_CLI + "' " + args + mpmd);
 }
 
 }  // namespace mixp::test

@@ -173,6 +173,7 @@ void run(Flags& f) {
   c.log_path = f.c.log_path;
   set("--grad-comm", c.grad_comm, f.c.grad_comm);
   set("--bucket-mb", c.bucket_mb, f.c.bucket_mb);
+  set("--no-comm-overlap", c.comm_overlap, f.c.comm_overlap);
   set("--comm-timeout", c.comm_timeout, f.c.comm_timeout);
   set("--check-replicas", c.check_replicas, f.c.check_replicas);
   set("--zero", c.zero, f.c.zero);
@@ -319,13 +320,19 @@ RegisterCommand reg(30, [](CLI::App& app) {
       ->group(dp);
   sub->add_option("--bucket-mb", c.bucket_mb, "MiB of gradients per reduction bucket (default 25)")
       ->group(dp);
+  sub->add_flag_callback(
+         "--no-comm-overlap", [f] { f->c.comm_overlap = false; },
+         "reduce the gradients after backward instead of bucket by bucket during it (the same "
+         "results; to measure what overlap buys)")
+      ->group(dp);
   sub->add_option("--comm-timeout", c.comm_timeout,
                   "seconds a rank waits for the others before it stops with an error (default "
                   "60; 0 = forever)")
       ->group(dp);
   sub->add_option("--zero", c.zero,
                   "1: ZeRO stage 1, each rank keeps the optimizer state and master weights of "
-                  "its share of the parameters (default 0)")
+                  "its share of the parameters; 2: ZeRO stage 2, and only the gradients of its "
+                  "share (default 0)")
       ->group(dp);
   sub->add_option("--check-replicas", c.check_replicas,
                   "compare every parameter's checksum across ranks every N steps (default 0 = "

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "mixp/dist/process_group.h"
+#include "mixp/format/dtype.h"
 
 namespace mixp::dist {
 
@@ -44,11 +45,60 @@ int wire_bytes(GradComm c);
 struct ReduceWorkspace {
   std::vector<std::byte> send, recv;
   std::vector<float> acc, tmp;
+  std::vector<float> flat;  // staging for the caller (train/data_parallel.cpp), and the ring's
 };
+
+// The values of one reduction: spans of fp32 laid end to end (a bucket's gradients, read and
+// written where they are, so that no flat copy is made on either side of the wire).
+using Segments = std::vector<std::span<float>>;
 
 // buf <- sum over ranks of weight * buf (each rank its own buf and weight), identical on every
 // rank. buf has the same length on every rank.
 void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, GradComm mode,
                          ReduceWorkspace* workspace = nullptr);
+
+// reduce_weighted_sum in nonblocking phases, so that a bucket's communication overlaps the rest
+// of backward (train/data_parallel.h), with the same result bit for bit (buf may be given as
+// several segments, which then behave as one buffer laid end to end):
+//   start()        weights and narrows buf into the wire format, starts the all-to-all;
+//   scatter_sum()  waits for the all-to-all, sums this rank's piece in fp32 (rank order), starts
+//                  the all-gather of the rounded sum;
+//   test()         true once the all-gather is complete (never blocks);
+//   finish()       waits for the all-gather and widens the result into buf.
+// Each phase is a collective *started*: every rank must call start() and scatter_sum() of its
+// reductions in the same order. buf and the workspace must stay alive and untouched until
+// finish(). bf16-ring (a demonstration mode) runs entirely inside start().
+class PendingReduce {
+ public:
+  void start(ProcessGroup& g, Segments buf, float weight, GradComm mode, ReduceWorkspace& ws);
+  // The reduction to owners (ZeRO stage 2): buf holds the pieces of rank 0, 1, ... one after the
+  // other (counts[r] elements each); each rank receives only its own piece from every rank and
+  // sums it in fp32 in rank order, then rounds it once to the wire format -- the same values, bit
+  // for bit, as that piece after start(), at about half the bytes (no all-gather). After
+  // finish() only this rank's piece of buf holds the sum. Not for bf16-ring.
+  void start_to_owners(ProcessGroup& g, Segments buf, std::span<const size_t> counts,
+                       float weight, GradComm mode, ReduceWorkspace& ws);
+  void scatter_sum();
+  bool test();
+  void finish();
+  // Started and not finished.
+  bool active() const { return g_ != nullptr; }
+  // scatter_sum() has run (or was not needed).
+  bool gathering() const { return phase_ == Phase::gather; }
+
+ private:
+  enum class Phase { scatter, gather };
+  // The state both starts set up.
+  void begin(ProcessGroup& g, Segments buf, size_t total, GradComm mode, ReduceWorkspace& ws);
+  ProcessGroup* g_ = nullptr;
+  Segments buf_;
+  size_t total_ = 0;  // elements in buf_
+  ReduceWorkspace* ws_ = nullptr;
+  DType wire_ = DType::fp32;
+  size_t piece_ = 0;
+  Phase phase_ = Phase::scatter;
+  Request req_;
+  std::vector<size_t> counts_;  // start_to_owners: elements per rank (else empty)
+};
 
 }  // namespace mixp::dist

@@ -28,6 +28,13 @@ struct CommStats {
 
 enum class ReduceOp { sum, max, min };
 
+// A nonblocking collective in flight (ialltoall, iallgather). `handle` is the transport's (an
+// MPI_Request); null means complete.
+struct Request {
+  std::shared_ptr<void> handle;
+  bool pending() const { return handle != nullptr; }
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -47,6 +54,23 @@ class ProcessGroup {
   // `send` holds size() equal pieces; piece j goes to rank j, and `recv` receives piece rank()
   // of every rank, in rank order (MPI_Alltoall).
   virtual void alltoall(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // Nonblocking all-to-all and all-gather (MPI_Ialltoall, MPI_Iallgather): the same contract as
+  // the blocking ones, started now and finished by wait(). They count as collectives in the
+  // order they are *started*: every rank must start them in the same order, relative to each
+  // other and to the blocking collectives. Neither buffer may be touched until the request is
+  // complete. The transport makes progress inside test() and wait() (and other collectives), so
+  // a caller that overlaps them with computation calls test() now and then.
+  virtual Request ialltoall(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  virtual Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // Nonblocking all-to-all with a byte count per rank (MPI_Ialltoallv): send_counts[j] bytes of
+  // `send` (pieces in rank order) go to rank j; recv_counts[i] bytes from rank i land in `recv`,
+  // in rank order. The count vectors are copied.
+  virtual Request ialltoallv(std::span<const std::byte> send, std::span<const size_t> send_counts,
+                             std::span<std::byte> recv, std::span<const size_t> recv_counts) = 0;
+  // True when `r` is complete (it is reset then); never blocks.
+  virtual bool test(Request& r) = 0;
+  // Blocks until `r` is complete (the timeout applies, as to a blocking collective).
+  virtual void wait(Request& r) = 0;
   // Sends `send` to rank `to` while receiving `recv` from rank `from` (one hop of a ring).
   virtual void sendrecv(std::span<const std::byte> send, int to, std::span<std::byte> recv,
                         int from) = 0;

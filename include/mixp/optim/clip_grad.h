@@ -24,4 +24,13 @@ double clip_grad_norm(std::span<const Tensor> params, double max_norm);
 double clip_grad_norm(std::span<const std::pair<std::string, Tensor>> named_params,
                       double max_norm);
 
+// Sharded gradients (ZeRO, train/data_parallel.h): each rank holds the gradients of the
+// parameters it owns. grad_sum_squares is one parameter's term of the norm (0 without a
+// gradient); grad_norm is sqrt of these terms summed in parameter order from 0, so a caller that
+// collects every rank's terms (zeros for the parameters it does not own: x + 0 is exact) and sums
+// them in that order gets the unsharded norm bit for bit. clip_grads_by_norm then scales this
+// rank's gradients as clip_grad_norm would for that total (nothing when it is not finite).
+double grad_sum_squares(const Tensor& param);
+void clip_grads_by_norm(std::span<const Tensor> params, double total, double max_norm);
+
 }  // namespace mixp::optim

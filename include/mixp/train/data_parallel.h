@@ -6,9 +6,12 @@
 //     initialised differently still starts identical), and the configurations are compared;
 //   - before each step's forward, rank 0's buffers are broadcast (DDP's broadcast_buffers:
 //     BatchNorm statistics, QAT observers, FP8 scaling state stay identical);
-//   - after backward, in the gradient-sync stage (callbacks.h), the gradients are reduced in
-//     buckets of about bucket_mb MiB (parameters in reverse order, as backward produces them) to
-//     the global mean: each rank's gradient weighted by its share of the step's samples;
+//   - the gradients are reduced in buckets of about bucket_mb MiB (parameters in reverse order,
+//     as backward produces them; the first bucket 1 MiB, as DDP's, so communication starts early)
+//     to the global mean, each rank's gradient weighted by its share of the step's samples. With
+//     overlap (the default), a bucket's reduction starts during the backward of the step's last
+//     micro-batch as soon as all its parameters' gradients are final (autograd/grad_ready_hook.h),
+//     and the gradient-sync stage (callbacks.h) waits for the rest;
 //   - every `check_replicas` steps, a checksum of every parameter is compared across ranks.
 #pragma once
 #include <cstdint>
@@ -16,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+#include <unordered_map>
+
+#include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/dist/grad_reduce.h"
 #include "mixp/dist/process_group.h"
 #include "mixp/nn/module.h"
@@ -26,11 +33,29 @@ namespace mixp::train {
 struct DataParallelOptions {
   dist::GradComm grad_comm = dist::GradComm::fp32;
   double bucket_mb = 25;  // MiB of fp32 gradient per bucket
+  bool overlap = true;     // start buckets during backward (begin_gradients)
+  // The model's backward may run nested backwards (checkpointed segments recompute inside it),
+  // which could finish a shared parameter twice: the first step then only watches (see
+  // begin_gradients). False for a model known to have none: overlap from the first step.
+  bool reentrant_backward = true;
 };
 
 class DataParallel {
  public:
   DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o);
+  // Removes the reducers install_step_reducers set (they are process-wide).
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // The step's reductions that must see every rank (docs/distributed.md, "The step's
+  // reductions"): FP8 delayed-scaling amaxes are maxed over the ranks before the scales update
+  // (amp::set_fp8_amax_reducer); with `sharded` gradients (ZeRO) the loss scaler's found-inf is
+  // or-ed over the ranks too (amp::set_found_inf_reducer), since each rank unscales only its own.
+  void install_step_reducers(bool sharded);
+  // The global L2 norm of sharded gradients, bit-identical to optim::grad_norm over all of
+  // `params` unsharded: each rank contributes the terms of the parameters it owns.
+  double sharded_grad_norm(std::span<const Tensor> params, const std::vector<int>& owner);
 
   dist::ProcessGroup& group() const { return group_; }
   int rank() const { return group_.rank(); }
@@ -45,12 +70,31 @@ class DataParallel {
   void broadcast_buffers(nn::Module& model);
   // grad <- sum over ranks of weight * grad, for every parameter (a parameter without a gradient
   // contributes zeros and receives the sum). Gradients in fp32, bf16 or fp16; 16-bit gradients are
-  // widened for the reduction and rounded back (nearest even).
+  // widened for the reduction and rounded back (nearest even). The same `params` every step.
   void reduce_gradients(std::span<const Tensor> params, double weight);
+  // reduce_gradients in two halves around the backward of a step's last micro-batch, so that the
+  // buckets are reduced while backward computes (options().overlap): begin_gradients installs a
+  // grad-ready hook on this thread that starts each bucket, in bucket order, once backward has
+  // finished all its parameters' gradients; finish_gradients starts the rest, waits for all and
+  // writes the sums into the gradients. The results are the same, bit for bit. With
+  // reentrant_backward the first step only watches: if backward completes some parameter twice
+  // (e.g. one shared by two checkpointed segments), its bucket would be sent too early, so overlap
+  // stays off for the run. A parameter completed again after its bucket was sent is an error.
+  void begin_gradients(std::span<const Tensor> params, double weight);
+  void finish_gradients();
+  // Buckets per step, and how many of the last step's were started during backward.
+  int buckets() const { return int(buckets_.size()); }
+  int buckets_started_in_backward() const { return started_in_backward_; }
+  // Whether begin_gradients starts buckets during backward (known after the first step).
+  bool overlapping() const { return overlap_state_ == Overlap::on; }
   // ZeRO stage 1: which rank owns (keeps the optimizer state of, and updates) each of `params`.
   // Whole parameters, balanced by size (largest first, to the least-loaded rank), the same on
   // every rank.
   std::vector<int> partition(std::span<const Tensor> params) const;
+  // ZeRO stage 2: from now on each parameter's reduced gradient goes only to its owner (`owner`,
+  // from partition()); the other ranks drop their copy of it as soon as its bucket is on the wire,
+  // during backward when overlapping. The owners' gradients are the same, bit for bit.
+  void shard_gradients(std::vector<int> owner);
   // Each parameter from its owner to every rank, in its storage dtype (after the owners' step).
   void broadcast_from_owners(std::span<const Tensor> params, const std::vector<int>& owner);
   // `bytes` of rank `root` to every rank (any length).
@@ -64,9 +108,41 @@ class DataParallel {
  private:
   dist::ProcessGroup& group_;
   DataParallelOptions opts_;
+  struct Bucket {
+    size_t lo = 0, hi = 0;       // parameters [lo, hi)
+    std::vector<size_t> order;   // packing order: hi - 1 down to lo (ZeRO 2: grouped by owner)
+    std::vector<size_t> counts;  // ZeRO 2: elements per owner rank
+    std::vector<int64_t> staged;  // per order entry: offset in work->flat, or -1 (in place)
+    size_t elems = 0;
+    int waiting = 0;  // parameters whose gradient backward has not finished yet
+    dist::PendingReduce reduce;
+    dist::ReduceWorkspace* work = nullptr;  // from pool_, while in flight
+  };
+  enum class Overlap { learning, on, off };
+
+  void layout(std::span<const Tensor> params);
+  void on_grad_ready(const Tensor& leaf);
+  void start_next_bucket();
+  void progress();
+  void write_back(Bucket& b);
+
   uint64_t last_bytes_ = 0;
-  std::vector<float> flat_;      // one bucket's gradients, reused every step
-  dist::ReduceWorkspace work_;   // the reduction's buffers, reused every step
+  uint64_t bytes0_ = 0;
+  std::span<const Tensor> params_;
+  float weight_ = 1;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;                    // per parameter
+  std::vector<int> grad_owner_;                      // ZeRO 2: per parameter (else empty)
+  std::unordered_map<const void*, size_t> index_;   // TensorImpl* -> parameter index
+  std::vector<uint8_t> completed_;                   // per parameter: times backward finished it
+  size_t next_ = 0;                                  // the next bucket to start
+  int started_in_backward_ = 0;
+  bool late_ = false;  // a gradient was finished again after its bucket started
+  Overlap overlap_state_ = Overlap::learning;  // set by the constructor
+  std::unique_ptr<GradReadyHookScope> hook_;
+  // The reductions' buffers, reused every step (a step allocates and page-faults nothing).
+  std::vector<std::unique_ptr<dist::ReduceWorkspace>> pool_;
+  std::vector<dist::ReduceWorkspace*> free_;
 };
 
 }  // namespace mixp::train

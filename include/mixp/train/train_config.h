@@ -91,9 +91,10 @@ struct TrainConfig {
   // them. `batch` stays per rank: the global batch is batch x ranks.
   std::string grad_comm = "fp32";  // gradients on the wire: fp32 | bf16 | fp16 | bf16-ring
   double bucket_mb = 25;           // MiB of fp32 gradient per reduction bucket
+  bool comm_overlap = true;        // reduce buckets during backward (same results either way)
   double comm_timeout = 60;        // seconds a rank waits for the others (0 = forever)
   int64_t check_replicas = 0;      // compare the ranks' parameter checksums every N steps
-  int zero = 0;  // 1: ZeRO stage 1, optimizer state and master weights sharded over the ranks
+  int zero = 0;  // ZeRO stage: 1 optimizer state and master weights sharded, 2 gradients too
 
   // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
   // set, and every field checked. Throws ConfigError naming the field, the value and what is

@@ -134,7 +134,9 @@ struct TrainResult {
   std::string grad_comm;            // gradients on the wire
   double comm_bytes_per_step = 0;   // gradient bytes one rank sent per step (mean)
   double comm_ms_per_step = 0;      // wall time in collectives per step (median)
-  int zero = 0;                     // ZeRO stage (0 or 1)
+  int comm_buckets = 0;             // gradient buckets per step
+  int comm_buckets_overlapped = 0;  // of them, started during backward (last step)
+  int zero = 0;                     // ZeRO stage (0, 1 or 2)
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (moments, master weights)
 };
 
