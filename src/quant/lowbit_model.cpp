@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
@@ -18,6 +20,7 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
+#include "quant/lowbit_runtime.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
@@ -30,18 +33,6 @@ int64_t round8(int64_t w) {
   return (w + 7) / 8 * 8;
 }
 }  // namespace
-
-// What a layer step keeps ready for inference (built from its PackedStep).
-struct PackedModel::Runtime {
-  std::vector<int8_t> w8;      // [O, K] int8 codes (every layer; binary-act convs use them for
-                               // the padding corrections)
-  std::vector<uint64_t> bits;  // binary-act: [O, words] weight bit rows
-  int64_t words = 0;
-  std::vector<float> mult;  // input_scale * weight_scale[o]
-  std::map<std::array<int64_t, 4>, std::vector<int32_t>> corr;  // conv border pattern -> [O]
-  Tensor w8_oihw;                // int-path convs: the codes as an int8 [O, C, KS, KS] tensor
-  std::vector<int32_t> wsum;     // their sums per output channel (the s8 input's offset)
-};
 
 PackedModel::PackedModel() : nn::Module("packed_model") {
   train(false);
@@ -94,6 +85,7 @@ void PackedModel::add_step(PackedStep s) {
   }
   steps_.push_back(std::move(s));
   rt_.push_back(std::move(rt));
+  fused::plan_sign_epilogue(steps_, rt_, steps_.size() - 1);
 }
 
 int64_t PackedModel::weight_bytes() const {
@@ -107,11 +99,17 @@ int64_t PackedModel::weight_bytes() const {
   return b;
 }
 
+bool PackedModel::sign_fused(size_t i) const {
+  return i < rt_.size() && rt_[i]->fuse_sign;
+}
+
 std::string PackedModel::describe() const {
   std::string s;
-  for (const PackedStep& st : steps_) {
-    s += fmt::format("{}{}({}{}{})", s.empty() ? "" : ", ", st.kind, st.name,
-                     st.kind == "layer" ? " " : "", st.kind == "layer" ? name(st.scheme) : "");
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const PackedStep& st = steps_[i];
+    s += fmt::format("{}{}({}{}{}{})", s.empty() ? "" : ", ", st.kind, st.name,
+                     st.kind == "layer" ? " " : "", st.kind == "layer" ? name(st.scheme) : "",
+                     sign_fused(i) ? ", sign bits by thresholds" : "");
   }
   return "packed: " + s;
 }
@@ -168,25 +166,30 @@ struct LayerRun {
     return acc;
   }
 
-  Tensor linear(const Tensor& x) const {
+  // acc [N, O] s32 of a linear layer from fp32 codes.
+  Tensor linear_acc(const Tensor& x) const {
     const int64_t K = s.in;
     if (x.dim() != 2 || x.size(1) != K) {
       throw std::invalid_argument(fmt::format(
           "mixp::quant::PackedModel: layer '{}' expects [N, {}] codes, got {}", s.name, K,
           x.shape().str()));
     }
-    const int64_t M = x.size(0), O = s.out;
     const float* xp = x.data<float>();
-    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    return gemm(x.size(0), K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       fill_row(K, [&](int64_t k) { return xp[m * K + k]; }, bits, bytes);
     });
-    Tensor out = empty(Shape{M, O}, {.dtype = DType::fp32});
-    float* d = out.data<float>();
-    const int32_t* ap = acc.data<int32_t>();
-    cpu::parallel_for(M * O, M * O, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(ap[i]);
-    });
-    return out;
+  }
+
+  // acc [N, O] s32 of a binary-act linear from sign bits (the fused path).
+  Tensor linear_acc(const fused::BitMap& x) const {
+    const std::vector<uint64_t>& wb = fused::linear_weight_bits(x, s, rt);
+    Tensor rows = empty(Shape{x.N, rt.words}, {.dtype = DType::int64});
+    auto* a = reinterpret_cast<uint64_t*>(rows.data_ptr());
+    fused::linear_rows(x, a, rt.words);
+    Tensor acc = empty(Shape{x.N, s.out}, {.dtype = DType::int32});
+    xnor_gemm_s32(acc.data<int32_t>(), a, wb.data(), x.N, s.out, rt.words,
+                  static_cast<int32_t>(s.in));
+    return acc;
   }
 
   // The sum over the padded positions of a border pattern (rows/columns cut at each side) of
@@ -211,9 +214,10 @@ struct LayerRun {
 
   // An int-path conv on oneDNN's exact VNNI int8 convolution (int8_conv2d_s32): the codes go
   // to NHWC u8 with the padding made explicit, and s8 codes are shifted by +128 (padding with
-  // 128, the shifted 0) and the shift's 128 * sum(w[o]) subtracted again.
-  Tensor conv_onednn(const Tensor& x, int64_t OH, int64_t OW) const {
-    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = s.out;
+  // 128, the shifted 0); the caller subtracts the shift's 128 * sum(w[o]) (or moves its
+  // thresholds by it). Returns [N, OH, OW, O] s32.
+  Tensor conv_onednn_acc(const Tensor& x) const {
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
     const int64_t P = s.padding, HP = H + 2 * P, WP = W + 2 * P;
     const bool sgn = src_signed();
     const uint8_t fill = sgn ? 128 : 0;
@@ -239,38 +243,43 @@ struct LayerRun {
     });
     Conv2dParams cp;
     cp.stride_h = cp.stride_w = s.stride;
-    const Tensor acc = int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
-    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
-    const int32_t* ap = acc.data<int32_t>();
-    float* d = out.data<float>();
-    cpu::parallel_for(N * O, N * O * OH * OW, [&](int64_t lo, int64_t hi) {
-      for (int64_t no = lo; no < hi; ++no) {
-        const int64_t n = no / O, o = no % O;
-        const int32_t off = sgn ? 128 * rt.wsum[static_cast<size_t>(o)] : 0;
-        const int32_t* src_o = ap + n * OH * OW * O + o;
-        float* dst = d + no * OH * OW;
-        for (int64_t p = 0; p < OH * OW; ++p) dst[p] = static_cast<float>(src_o[p * O] - off);
-      }
-    });
-    return out;
+    return int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
   }
 
-  Tensor conv(const Tensor& x) const {
+  // acc [N, OH, OW, O] s32 of a conv from fp32 codes (x) or sign bits (b, binary-act). Binary
+  // sums have their padding corrected; *shifted: conv_onednn_acc's s8 shift is still in them.
+  Tensor conv_acc(const Tensor* x, const fused::BitMap* b, int64_t* OHp, int64_t* OWp,
+                  bool* shifted) const {
     const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
-    if (x.dim() != 4 || x.size(1) != C) {
-      throw std::invalid_argument(fmt::format(
-          "mixp::quant::PackedModel: layer '{}' expects [N, {}, H, W] codes, got {}", s.name, C,
-          x.shape().str()));
+    int64_t N, H, W;
+    if (b) {
+      if (!binary() || b->flat || b->C != C) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::PackedModel: layer '{}' cannot take a {}-channel sign map", s.name,
+            b->C));
+      }
+      N = b->N, H = b->H, W = b->W;
+    } else {
+      if (x->dim() != 4 || x->size(1) != C) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::PackedModel: layer '{}' expects [N, {}, H, W] codes, got {}", s.name, C,
+            x->shape().str()));
+      }
+      N = x->size(0), H = x->size(2), W = x->size(3);
     }
-    const int64_t N = x.size(0), H = x.size(2), W = x.size(3), O = s.out;
     const int64_t OH = conv_out(H, KS, s.stride, s.padding), OW = conv_out(W, KS, s.stride, s.padding);
     if (OH <= 0 || OW <= 0) {
       throw std::invalid_argument(fmt::format(
-          "mixp::quant::PackedModel: layer '{}': input {} is smaller than the kernel", s.name,
-          x.shape().str()));
+          "mixp::quant::PackedModel: layer '{}': input [{}, {}, {}, {}] is smaller than the kernel",
+          s.name, N, C, H, W));
     }
-    if (!binary() && !default_reduce_range()) return conv_onednn(x, OH, OW);
-    const float* xp = x.data<float>();
+    *OHp = OH;
+    *OWp = OW;
+    *shifted = false;
+    if (!binary() && !default_reduce_range()) {
+      *shifted = src_signed();
+      return conv_onednn_acc(*x);
+    }
     const int64_t M = N * OH * OW;
     auto origin = [&](int64_t m, int64_t* n, int64_t* h0, int64_t* w0) {
       *n = m / (OH * OW);
@@ -280,15 +289,18 @@ struct LayerRun {
     };
     // binary-act: the sign bits of every input position, C bits in CW words ([N, H, W, CW]).
     const int64_t CW = (C + 63) / 64;
-    std::vector<uint64_t> signs;
-    if (binary()) {
-      signs.assign(static_cast<size_t>(N * H * W * CW), 0);
+    Tensor own;
+    const uint64_t* signs = b ? b->data() : nullptr;
+    if (binary() && !b) {
+      own = zeros(Shape{N * H * W * CW}, {.dtype = DType::int64});
+      auto* sg = reinterpret_cast<uint64_t*>(own.data_ptr());
+      const float* xp = x->data<float>();
       cpu::parallel_for(N * H, N * C * H * W, [&](int64_t lo, int64_t hi) {
         for (int64_t nh = lo; nh < hi; ++nh) {
           const int64_t n = nh / H, h = nh % H;
           for (int64_t c = 0; c < C; ++c) {
             const float* src = xp + ((n * C + c) * H + h) * W;
-            uint64_t* dst = signs.data() + nh * W * CW + c / 64;
+            uint64_t* dst = sg + nh * W * CW + c / 64;
             const uint64_t bit = uint64_t{1} << (c % 64);
             for (int64_t w = 0; w < W; ++w) {
               if (src[w] < 0.0f) dst[w * CW] |= bit;
@@ -296,11 +308,12 @@ struct LayerRun {
           }
         }
       });
+      signs = sg;
     }
-    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    const float* xp = b ? nullptr : x->data<float>();
+    Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       int64_t n, h0, w0;
       origin(m, &n, &h0, &w0);
-      const float* img = xp + n * C * H * W;
       if (bits) {
         // Bits (kh, kw, ci): the C sign bits of each window position appended in turn; padding
         // stays 0 (+1, corrected below).
@@ -310,7 +323,7 @@ struct LayerRun {
           for (int64_t kw = 0; kw < KS; ++kw, off += C) {
             const int64_t h = h0 + kh, w = w0 + kw;
             if (h < 0 || h >= H || w < 0 || w >= W) continue;
-            const uint64_t* src = signs.data() + ((n * H + h) * W + w) * CW;
+            const uint64_t* src = signs + ((n * H + h) * W + w) * CW;
             for (int64_t j = 0; j < CW; ++j) {
               const uint64_t v = src[j];  // bits past C are zero
               const int64_t at = off + 64 * j, sh = at % 64;
@@ -322,6 +335,7 @@ struct LayerRun {
         return;
       }
       // im2col of one output position, k = (ci * KS + kh) * KS + kw; padding reads as 0.
+      const float* img = xp + n * C * H * W;
       const bool sgn = src_signed();
       int64_t k = 0;
       for (int64_t ci = 0; ci < C; ++ci) {
@@ -332,21 +346,15 @@ struct LayerRun {
           for (int64_t kw = 0; kw < KS; ++kw, ++k) {
             const int64_t w = w0 + kw;
             const float v = hin && w >= 0 && w < W ? rowp[w] : 0.0f;
-            if (bits) {
-              if (v < 0.0f) bits[k / 64] |= uint64_t{1} << (k % 64);
-            } else {
-              bytes[k] = sgn ? static_cast<uint8_t>(static_cast<int8_t>(v))
-                             : static_cast<uint8_t>(v);
-            }
+            bytes[k] = sgn ? static_cast<uint8_t>(static_cast<int8_t>(v)) : static_cast<uint8_t>(v);
           }
         }
       }
     });
-    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
-    float* d = out.data<float>();
-    // The padding corrections of every border pattern, made before the parallel loop.
-    std::vector<const int32_t*> corr(static_cast<size_t>(OH * OW), nullptr);
     if (binary()) {
+      // The padding corrections of every border pattern, made before the parallel loop.
+      std::vector<const int32_t*> corr(static_cast<size_t>(OH * OW), nullptr);
+      bool any = false;
       for (int64_t p = 0; p < OH * OW; ++p) {
         int64_t n, h0, w0;
         origin(p, &n, &h0, &w0);
@@ -354,24 +362,47 @@ struct LayerRun {
                                          std::max<int64_t>(0, h0 + KS - H),
                                          std::max<int64_t>(0, -w0),
                                          std::max<int64_t>(0, w0 + KS - W)};
-        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) corr[p] = correction(pat).data();
-      }
-    }
-    // [N * OH * OW, O] -> NCHW.
-    cpu::parallel_for(N * O, M * O, [&](int64_t lo, int64_t hi) {
-      for (int64_t no = lo; no < hi; ++no) {
-        const int64_t n = no / O, o = no % O;
-        const int32_t* src = acc.data<int32_t>() + n * OH * OW * O + o;
-        float* dst = d + no * OH * OW;
-        for (int64_t p = 0; p < OH * OW; ++p) {
-          const int32_t v = src[p * O];
-          dst[p] = static_cast<float>(corr[p] ? v - corr[p][o] : v);
+        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) {
+          corr[static_cast<size_t>(p)] = correction(pat).data();
+          any = true;
         }
       }
-    });
-    return out;
+      if (any) {
+        const int64_t O = s.out;
+        int32_t* ap = acc.data<int32_t>();
+        cpu::parallel_for(M, M * O, [&](int64_t lo, int64_t hi) {
+          for (int64_t m = lo; m < hi; ++m) {
+            const int32_t* c = corr[static_cast<size_t>(m % (OH * OW))];
+            if (c == nullptr) continue;
+            int32_t* row = ap + m * O;
+            for (int64_t o = 0; o < O; ++o) row[o] -= c[o];
+          }
+        });
+      }
+    }
+    return acc;
   }
 };
+
+// acc [N, P, O] s32 (P = OH * OW positions) -> fp32 NCHW [N, O, OH, OW] (conv) or [N, O], less
+// the per-channel offset `off` (may be null).
+Tensor acc_to_fp32(const Tensor& acc, int64_t N, int64_t O, int64_t OH, int64_t OW, bool conv,
+                   const int32_t* off) {
+  const int64_t P = OH * OW;
+  Tensor out = empty(conv ? Shape{N, O, OH, OW} : Shape{N, O}, {.dtype = DType::fp32});
+  float* d = out.data<float>();
+  const int32_t* ap = acc.data<int32_t>();
+  cpu::parallel_for(N * O, N * O * P, [&](int64_t lo, int64_t hi) {
+    for (int64_t no = lo; no < hi; ++no) {
+      const int64_t n = no / O, o = no % O;
+      const int32_t sub = off ? off[o] : 0;
+      const int32_t* src = ap + n * P * O + o;
+      float* dst = d + no * P;
+      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<float>(src[p * O] - sub);
+    }
+  });
+  return out;
+}
 
 }  // namespace
 
@@ -383,14 +414,58 @@ Tensor PackedModel::forward(const Tensor& x0) {
   }
   NoGradGuard ng;
   Tensor y = detail::as_fp32_contiguous(x0);
+  // Between a fused layer and the binary-act layer it feeds, the activations are sign bits.
+  std::optional<fused::BitMap> bits;
+  size_t last_step = 0;
+  if (step_times_) step_times_->resize(steps_.size(), 0.0);
+  auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < steps_.size(); ++i) {
+    if (step_times_ && i > 0) {
+      // The previous step's time (a fused layer jumped past the steps it replaced).
+      const auto t1 = std::chrono::steady_clock::now();
+      (*step_times_)[last_step] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+    last_step = i;
     const PackedStep& s = steps_[i];
+    Runtime& rt = *rt_[i];
     if (s.kind == "input") {
       y = lowbit_act_codes(y, s.act);
     } else if (s.kind == "layer") {
-      const LayerRun run{s, *rt_[i]};
-      const Tensor acc = s.conv ? run.conv(y.contiguous()) : run.linear(y.contiguous());
-      y = lowbit_rescale(acc, rt_[i]->mult, s.bias);
+      const LayerRun run{s, rt};
+      const Tensor x = bits ? Tensor() : y.contiguous();
+      int64_t N = 0, OH = 1, OW = 1;
+      bool shifted = false;
+      Tensor acc;
+      if (s.conv) {
+        acc = run.conv_acc(bits ? nullptr : &x, bits ? &*bits : nullptr, &OH, &OW, &shifted);
+        N = acc.numel() / (OH * OW * s.out);  // [N, OH, OW, O] or [N * OH * OW, O]
+      } else {
+        acc = bits ? run.linear_acc(*bits) : run.linear_acc(x);
+        N = acc.size(0);
+      }
+      if (rt.fuse_sign) {
+        bits = fused::sign_bits(acc, N, OH, OW, rt, shifted);
+        i = rt.next - 1;  // past the batch norm and the sign the thresholds hold
+        continue;
+      }
+      bits.reset();
+      std::vector<int32_t> off;
+      if (shifted) {
+        off.resize(rt.wsum.size());
+        for (size_t o = 0; o < off.size(); ++o) off[o] = 128 * rt.wsum[o];
+      }
+      const Tensor f = acc_to_fp32(acc, N, s.out, OH, OW, s.conv, shifted ? off.data() : nullptr);
+      y = lowbit_rescale(f, rt.mult, s.bias);
+    } else if (bits) {
+      if (s.kind == "max_pool2d") {
+        bits = fused::max_pool(*bits, s);
+      } else if (s.kind == "flatten") {
+        bits->flat = true;
+      } else {
+        throw std::logic_error("mixp::quant::PackedModel: step '" + s.name +
+                               "' after a fused sign epilogue");
+      }
     } else if (s.kind == "batch_norm") {
       y = batch_norm(y, s.running_mean, s.running_var, s.gamma, s.beta, false, s.momentum, s.eps);
     } else if (s.kind == "act") {
@@ -402,6 +477,10 @@ Tensor PackedModel::forward(const Tensor& x0) {
     } else {
       throw std::invalid_argument("mixp::quant::PackedModel: unknown step kind '" + s.kind + "'");
     }
+  }
+  if (step_times_ && !steps_.empty()) {
+    (*step_times_)[last_step] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return y;
 }

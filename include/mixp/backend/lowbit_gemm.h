@@ -8,6 +8,12 @@
 // AVX512_VPOPCNTDQ and the SIMD tier is avx512 (docs/architecture.md 6.6), a portable loop
 // elsewhere; parallel over rows.
 //
+// sign_bits_s32: the integer thresholds that end a packed binary-act layer (quant/lowbit_model.h):
+// row m of acc [M, O] s32 becomes CW = ceil(O / 64) words of out [M, CW], bit o % 64 of word
+// o / 64 = (acc[m * O + o] < t[o]) XOR (bit o of flip [CW]); flip's bits past O must be zero, and
+// so are out's. AVX-512 compares (16 channels per instruction) or a portable loop; parallel over
+// rows.
+//
 // int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN's VNNI GEMM, both
 // row-major; exact. Where oneDNN would run without VNNI (its pairs of products saturate int16)
 // a plain int32 loop runs instead, slower but exact.
@@ -20,6 +26,8 @@ void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M
                    int64_t words, int32_t k);
 // Which XNOR kernel runs here: "avx512_vpopcntdq" or "generic".
 const char* xnor_gemm_kernel_name();
+void sign_bits_s32(uint64_t* out, const int32_t* acc, int64_t M, int64_t O, const int32_t* t,
+                   const uint64_t* flip);
 void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,
                    int64_t O, int64_t K);
 

@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/onednn_util.h"
 #include "mixp/backend/cpu_features.h"
+#include "backend/cpu/sign_bits.h"
 #include "backend/cpu/xnor_kernels.h"
 #include "mixp/backend/lowbit_gemm.h"
 
@@ -34,6 +35,16 @@ void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M
   cpu::parallel_for(blocks, M * O * words, [&](int64_t lo, int64_t hi) {
     const int64_t m0 = lo * 4, m1 = std::min(M, hi * 4);
     f(dst + m0 * O, a + m0 * words, b, m1 - m0, O, words, k);
+  });
+}
+
+void sign_bits_s32(uint64_t* out, const int32_t* acc, int64_t M, int64_t O, const int32_t* t,
+                   const uint64_t* flip) {
+  static const cpu::bits::SignBitsFn f = by_tier(
+      &cpu::bits::sign_bits_avx512, &cpu::bits::sign_bits_generic, &cpu::bits::sign_bits_generic);
+  const int64_t CW = (O + 63) / 64;
+  cpu::parallel_for(M, M * O, [&](int64_t lo, int64_t hi) {
+    f(out + lo * CW, acc + lo * O, hi - lo, O, t, flip);
   });
 }
 
