@@ -166,6 +166,19 @@ BitMap sign_bits(const Tensor& acc, int64_t N, int64_t OH, int64_t OW,
   return b;
 }
 
+const int32_t* corrected_thresholds(PackedModel::Runtime& rt, const int32_t* c) {
+  auto it = rt.thr_corr.find(c);
+  if (it != rt.thr_corr.end()) return it->second.data();
+  std::vector<int32_t> t(rt.thr.size());
+  for (size_t o = 0; o < t.size(); ++o) {
+    // A constant channel's INT32_MIN stays below every sum after the move.
+    t[o] = static_cast<int32_t>(std::clamp<int64_t>(int64_t{rt.thr[o]} + c[o],
+                                                    std::numeric_limits<int32_t>::min(),
+                                                    std::numeric_limits<int32_t>::max()));
+  }
+  return rt.thr_corr.emplace(c, std::move(t)).first->second.data();
+}
+
 BitMap max_pool(const BitMap& x, const PackedStep& s) {
   const int64_t k = s.pool_kernel, st = s.pool_stride, p = s.pool_padding;
   BitMap y = x;

@@ -29,9 +29,6 @@ namespace {
 int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
   return (in + 2 * pad - k) / stride + 1;
 }
-int64_t round8(int64_t w) {
-  return (w + 7) / 8 * 8;
-}
 }  // namespace
 
 PackedModel::PackedModel() : nn::Module("packed_model") {
@@ -60,7 +57,7 @@ void PackedModel::add_step(PackedStep s) {
     if (s.scheme == LowBitScheme::binary_act) {
       // Convolutions order their bits (kh, kw, ci), so that the C sign bits of one input
       // position are contiguous (see LayerRun::conv); a dot product does not depend on the order.
-      rt->words = round8((K + 63) / 64);
+      rt->words = (K + 63) / 64;
       rt->bits.assign(static_cast<size_t>(s.out * rt->words), 0);
       const int64_t C = s.in, KS = s.kernel;
       for (int64_t o = 0; o < s.out; ++o) {
@@ -143,18 +140,27 @@ struct LayerRun {
 
   // acc [M, O] int32 from rows prepared by `fill(m, bits, bytes)`. The buffers come from the
   // caching allocator (uninitialized: every byte is written).
+  // With `sign_out` (binary-act, fused): no sums; their sign bits [M, ceil(O / 64)] words go
+  // there instead, row m compared with thr_rows[m] (xnor_sign_bits).
   template <class F>
-  Tensor gemm(int64_t M, int64_t K, F fill) const {
+  Tensor gemm(int64_t M, int64_t K, F fill, uint64_t* sign_out = nullptr,
+              const int32_t* const* thr_rows = nullptr) const {
     const int64_t O = s.out;
-    Tensor acc = empty(Shape{M, O}, {.dtype = DType::int32});
+    Tensor acc;
+    if (!sign_out) acc = empty(Shape{M, O}, {.dtype = DType::int32});
     if (binary()) {
       Tensor at = empty(Shape{M, rt.words}, {.dtype = DType::int64});
       auto* a = reinterpret_cast<uint64_t*>(at.data_ptr());
       cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
         for (int64_t m = lo; m < hi; ++m) fill(m, a + m * rt.words, nullptr);
       });
-      xnor_gemm_s32(acc.data<int32_t>(), a, rt.bits.data(), M, O, rt.words,
-                    static_cast<int32_t>(K));
+      if (sign_out) {
+        xnor_sign_bits(sign_out, a, rt.bits.data(), M, O, rt.words, static_cast<int32_t>(K),
+                       thr_rows, rt.flip.data());
+      } else {
+        xnor_gemm_s32(acc.data<int32_t>(), a, rt.bits.data(), M, O, rt.words,
+                      static_cast<int32_t>(K));
+      }
     } else {
       Tensor at = empty(Shape{M, K}, {.dtype = DType::uint8});
       uint8_t* a = at.data<uint8_t>();
@@ -248,8 +254,10 @@ struct LayerRun {
 
   // acc [N, OH, OW, O] s32 of a conv from fp32 codes (x) or sign bits (b, binary-act). Binary
   // sums have their padding corrected; *shifted: conv_onednn_acc's s8 shift is still in them.
+  // With `sign_out` (a fused binary-act conv): the sums' sign bits go there instead (the
+  // padding corrections move into the thresholds) and the returned tensor is empty.
   Tensor conv_acc(const Tensor* x, const fused::BitMap* b, int64_t* OHp, int64_t* OWp,
-                  bool* shifted) const {
+                  bool* shifted, fused::BitMap* sign_out = nullptr) const {
     const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
     int64_t N, H, W;
     if (b) {
@@ -311,7 +319,7 @@ struct LayerRun {
       signs = sg;
     }
     const float* xp = b ? nullptr : x->data<float>();
-    Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    auto fill = [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       int64_t n, h0, w0;
       origin(m, &n, &h0, &w0);
       if (bits) {
@@ -350,11 +358,11 @@ struct LayerRun {
           }
         }
       }
-    });
+    };
+    // The padding correction of each output position's border pattern (null inside).
+    std::vector<const int32_t*> corr;
     if (binary()) {
-      // The padding corrections of every border pattern, made before the parallel loop.
-      std::vector<const int32_t*> corr(static_cast<size_t>(OH * OW), nullptr);
-      bool any = false;
+      corr.assign(static_cast<size_t>(OH * OW), nullptr);
       for (int64_t p = 0; p < OH * OW; ++p) {
         int64_t n, h0, w0;
         origin(p, &n, &h0, &w0);
@@ -364,9 +372,32 @@ struct LayerRun {
                                          std::max<int64_t>(0, w0 + KS - W)};
         if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) {
           corr[static_cast<size_t>(p)] = correction(pat).data();
-          any = true;
         }
       }
+    }
+    if (sign_out) {
+      // sum - corr < t  <=>  sum < t + corr: one threshold row per border pattern.
+      std::vector<const int32_t*> pos_thr(static_cast<size_t>(OH * OW));
+      for (int64_t p = 0; p < OH * OW; ++p) {
+        const int32_t* c = corr[static_cast<size_t>(p)];
+        pos_thr[static_cast<size_t>(p)] = c ? fused::corrected_thresholds(rt, c) : rt.thr.data();
+      }
+      std::vector<const int32_t*> rows(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) rows[static_cast<size_t>(m)] = pos_thr[static_cast<size_t>(m % (OH * OW))];
+      *sign_out = fused::BitMap{};
+      sign_out->N = N;
+      sign_out->H = OH;
+      sign_out->W = OW;
+      sign_out->C = s.out;
+      sign_out->CW = (s.out + 63) / 64;
+      sign_out->words = empty(Shape{M * sign_out->CW}, {.dtype = DType::int64});
+      gemm(M, K, fill, reinterpret_cast<uint64_t*>(sign_out->words.data_ptr()), rows.data());
+      return Tensor();
+    }
+    Tensor acc = gemm(M, K, fill);
+    if (binary()) {
+      bool any = false;
+      for (const int32_t* c : corr) any = any || c != nullptr;
       if (any) {
         const int64_t O = s.out;
         int32_t* ap = acc.data<int32_t>();
@@ -437,6 +468,13 @@ Tensor PackedModel::forward(const Tensor& x0) {
       int64_t N = 0, OH = 1, OW = 1;
       bool shifted = false;
       Tensor acc;
+      if (s.conv && rt.fuse_sign && s.scheme == LowBitScheme::binary_act) {
+        fused::BitMap out;
+        run.conv_acc(bits ? nullptr : &x, bits ? &*bits : nullptr, &OH, &OW, &shifted, &out);
+        bits = std::move(out);
+        i = rt.next - 1;  // XNOR sums to sign bits in one kernel
+        continue;
+      }
       if (s.conv) {
         acc = run.conv_acc(bits ? nullptr : &x, bits ? &*bits : nullptr, &OH, &OW, &shifted);
         N = acc.numel() / (OH * OW * s.out);  // [N, OH, OW, O] or [N * OH * OW, O]

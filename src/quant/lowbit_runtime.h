@@ -29,6 +29,7 @@ struct PackedModel::Runtime {
   size_t next = 0;
   std::vector<int32_t> thr;
   std::vector<int32_t> thr_shifted;  // int-path convs on oneDNN with s8 input: thr + 128 wsum[o]
+  std::map<const int32_t*, std::vector<int32_t>> thr_corr;  // binary convs: thr + a `corr` entry
   std::vector<uint64_t> flip;
   // binary-act linears fed by a flattened [C, H, W] bit map: the weight bits in (h, w, c) order.
   std::map<std::array<int64_t, 3>, std::vector<uint64_t>> hwc_bits;
@@ -56,6 +57,8 @@ void plan_sign_epilogue(const std::vector<PackedStep>& steps,
 // sums of conv_onednn with s8 codes shifted by +128 (thr_shifted).
 BitMap sign_bits(const Tensor& acc, int64_t N, int64_t OH, int64_t OW,
                  const PackedModel::Runtime& rt, bool shifted);
+// thr + c (a padding correction of rt.corr), clamped to int32, cached in rt.thr_corr.
+const int32_t* corrected_thresholds(PackedModel::Runtime& rt, const int32_t* c);
 // Max pooling on sign bits: -1 (bit 1) only where every valid position of the window is -1.
 BitMap max_pool(const BitMap& x, const PackedStep& s);
 // A binary-act linear's input rows [N, words] from a bit map, and the weight bits in the same

@@ -115,6 +115,9 @@ TEST(PackedFusedSign, EqualsFakeQuantWithNegativeZeroAndShiftedBatchNorm) { chec
 TEST(PackedFusedSign, EqualsFakeQuantWithMoreThan64ChannelsAndOddCounts) {
   check_cnn(40, 23, true);  // conv2: 80 channels, two words per position, flattened with shifts
 }
+TEST(PackedFusedSign, EqualsFakeQuantWithChannelsOutsideTheKernelsBlocks) {
+  check_cnn(6, 25, true);  // conv2: 12 channels, not a multiple of 16: the row-at-a-time path
+}
 TEST(PackedFusedSign, EqualsFakeQuantAtTheBuiltInWidth) {
   check_cnn(32, 24, true);  // conv2: 64 channels, one whole word per position
 }

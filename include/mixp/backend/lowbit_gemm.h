@@ -2,10 +2,10 @@
 // `mixp bench gemm` (bench/gemm_bench.h).
 //
 // xnor_gemm_s32: binary x binary as XNOR + popcount. a [M, words] and b [O, words] hold bit rows
-// (bit = 1 for -1, 0 for +1; `words` 64-bit words per row, a multiple of 8; the bits past `k`
-// zero in both), and dst[m * O + o] = k - 2 * popcount(a[m] XOR b[o]) = sum_k a[m][k] * b[o][k]
-// over the +-1 values. AVX-512 VPOPCNTQ (blocks of 4 x 4 rows in registers) when the CPU has
-// AVX512_VPOPCNTDQ and the SIMD tier is avx512 (docs/architecture.md 6.6), a portable loop
+// (bit = 1 for -1, 0 for +1; `words` 64-bit words per row, any number; the bits past `k` zero
+// in both), and dst[m * O + o] = k - 2 * popcount(a[m] XOR b[o]) = sum_k a[m][k] * b[o][k] over
+// the +-1 values. AVX-512 VPOPCNTQ (blocks of 6 rows x 16 columns in registers) when the CPU
+// has AVX512_VPOPCNTDQ and the SIMD tier is avx512 (docs/architecture.md 6.6), a portable loop
 // elsewhere; parallel over rows.
 //
 // sign_bits_s32: the integer thresholds that end a packed binary-act layer (quant/lowbit_model.h):
@@ -13,6 +13,11 @@
 // o / 64 = (acc[m * O + o] < t[o]) XOR (bit o of flip [CW]); flip's bits past O must be zero, and
 // so are out's. AVX-512 compares (16 channels per instruction) or a portable loop; parallel over
 // rows.
+//
+// xnor_sign_bits: the XNOR sums compared with a threshold row per output row, straight into sign
+// bits: bit o of out row m ([M, ceil(O / 64)] words) = (sum[m][o] < thr[m][o]) XOR (bit o of
+// flip). On the AVX-512 kernel (O a multiple of 16) the sums never reach memory; elsewhere a row
+// of them at a time.
 //
 // int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN's VNNI GEMM, both
 // row-major; exact. Where oneDNN would run without VNNI (its pairs of products saturate int16)
@@ -26,6 +31,8 @@ void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M
                    int64_t words, int32_t k);
 // Which XNOR kernel runs here: "avx512_vpopcntdq" or "generic".
 const char* xnor_gemm_kernel_name();
+void xnor_sign_bits(uint64_t* out, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
+                    int64_t words, int32_t k, const int32_t* const* thr, const uint64_t* flip);
 void sign_bits_s32(uint64_t* out, const int32_t* acc, int64_t M, int64_t O, const int32_t* t,
                    const uint64_t* flip);
 void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,

@@ -1,6 +1,8 @@
 // XNOR-popcount (tiered, xnor_kernels.h) and u8/s8 x s8 -> s32 on oneDNN; see
 // include/mixp/backend/lowbit_gemm.h.
+#include <algorithm>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/onednn_util.h"
@@ -35,6 +37,29 @@ void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M
   cpu::parallel_for(blocks, M * O * words, [&](int64_t lo, int64_t hi) {
     const int64_t m0 = lo * 4, m1 = std::min(M, hi * 4);
     f(dst + m0 * O, a + m0 * words, b, m1 - m0, O, words, k);
+  });
+}
+
+void xnor_sign_bits(uint64_t* out, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
+                    int64_t words, int32_t k, const int32_t* const* thr, const uint64_t* flip) {
+  const int64_t CW = (O + 63) / 64;
+  if (xnor_kernel() == &cpu::xnor::xnor_gemm_avx512 && O % 16 == 0) {
+    const int64_t blocks = (M + 5) / 6;  // the kernel's 6-row register blocks
+    cpu::parallel_for(blocks, M * O * words, [&](int64_t lo, int64_t hi) {
+      const int64_t m0 = lo * 6, m1 = std::min(M, hi * 6);
+      cpu::xnor::xnor_sign_bits_avx512(out + m0 * CW, a + m0 * words, b, m1 - m0, O, words, k,
+                                       thr + m0, flip);
+    });
+    return;
+  }
+  // Elsewhere: the s32 sums of one row at a time, then the thresholds of that row.
+  const cpu::xnor::XnorGemmFn f = xnor_kernel();
+  cpu::parallel_for(M, M * O * words, [&](int64_t lo, int64_t hi) {
+    std::vector<int32_t> row(static_cast<size_t>(O));
+    for (int64_t m = lo; m < hi; ++m) {
+      f(row.data(), a + m * words, b, 1, O, words, k);
+      cpu::bits::sign_bits_generic(out + m * CW, row.data(), 1, O, thr[m], flip);
+    }
   });
 }
 
