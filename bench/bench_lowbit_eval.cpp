@@ -4,10 +4,11 @@
 //
 //   build/release/mixp_bench_lowbit_eval [--int8=FILE] [--packed=FILE]... [--rounds=5]
 //                                        [--batch=128] [--threads=N] [--data=DIR]
+//                                        [--schemes=binary-act,binary]
 //
 // --int8 names an int8_model.safetensors (a `mixp train --precision int8-qat --save` checkpoint)
 // and --packed one or more packed_model.safetensors (binary-act, binary, ternary, ... runs).
-// Without them the built-in cnn (seed 1) is converted both ways after a calibration on 512
+// Without them the built-in cnn (seed 1) is converted to int8 and to each of --schemes after a calibration on 512
 // training images: the speed does not depend on the weights' values. Each round evaluates the
 // test set once with every model in turn (interleaved, so that a shared machine's load drifts
 // into all of them alike); the best round of each is reported, with the accuracy and the ratio
@@ -68,6 +69,7 @@ double evaluate(Candidate& c, const Tensor& images, const std::vector<int32_t>& 
 int main(int argc, char** argv) {
   std::string int8_file, data_dir = data::kFashionMnistDir;
   std::vector<std::string> packed_files;
+  std::string schemes = "binary-act,binary";
   int rounds = 5, threads = 0;
   int64_t batch = 128;
   for (int i = 1; i < argc; ++i) {
@@ -83,12 +85,15 @@ int main(int argc, char** argv) {
       batch = std::atoll(val("--batch=").c_str());
     } else if (a.rfind("--threads=", 0) == 0) {
       threads = std::atoi(val("--threads=").c_str());
+    } else if (a.rfind("--schemes=", 0) == 0) {
+      schemes = val("--schemes=");
     } else if (a.rfind("--data=", 0) == 0) {
       data_dir = val("--data=");
     } else {
       std::fprintf(stderr,
                    "usage: mixp_bench_lowbit_eval [--int8=FILE] [--packed=FILE]... [--rounds=5] "
-                   "[--batch=128] [--threads=N] [--data=DIR]\n(unknown argument '%s')\n",
+                   "[--batch=128] [--threads=N] [--data=DIR] [--schemes=binary-act,binary]\n(unknown "
+                   "argument '%s')\n",
                    a.c_str());
       return 2;
     }
@@ -119,7 +124,11 @@ int main(int argc, char** argv) {
       cands.emplace_back("int8 (built-in cnn, calibrated)", quant::convert_to_int8(*qm));
     }
     if (packed_files.empty()) {
-      for (auto scheme : {quant::LowBitScheme::binary_act, quant::LowBitScheme::binary}) {
+      for (size_t at = 0; at < schemes.size();) {
+        const size_t comma = std::min(schemes.find(',', at), schemes.size());
+        const quant::LowBitScheme scheme =
+            quant::parse_lowbit_scheme(schemes.substr(at, comma - at));
+        at = comma + 1;
         auto m = nn::make_model({.name = "cnn", .seed = 1});
         quant::prepare_lowbit_qat(*m, {scheme, {}});
         NoGradGuard ng;

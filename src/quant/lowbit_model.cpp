@@ -252,6 +252,50 @@ struct LayerRun {
     return int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
   }
 
+  // A fused int-path conv as one direct kernel from the codes to sign bits
+  // (int8_conv_sign_bits): the codes go to a padded planar u8 image (s8 codes shifted by +128,
+  // the thresholds moved with them); nothing where the kernel does not run here.
+  std::optional<fused::BitMap> conv_sign_direct(const Tensor& x) const {
+    const int64_t C = s.in, KS = s.kernel, P = s.padding;
+    if (x.dim() != 4 || x.size(1) != C || default_reduce_range()) return std::nullopt;
+    const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
+    const int64_t OH = conv_out(H, KS, s.stride, P), OW = conv_out(W, KS, s.stride, P);
+    if (OH <= 0 || OW <= 0) return std::nullopt;  // conv_acc says why
+    const int64_t HP = H + 2 * P, WPS = W + 2 * P + 3;
+    const bool sgn = src_signed();
+    const uint8_t fill = sgn ? 128 : 0;
+    Tensor img = empty(Shape{N * C * HP * WPS}, {.dtype = DType::uint8});
+    uint8_t* ip = img.data<uint8_t>();
+    const float* xp = x.data<float>();
+    cpu::parallel_for(N * C, N * C * HP * WPS, [&](int64_t lo, int64_t hi) {
+      for (int64_t nc = lo; nc < hi; ++nc) {
+        uint8_t* plane = ip + nc * HP * WPS;
+        std::memset(plane, fill, static_cast<size_t>(HP * WPS));
+        for (int64_t h = 0; h < H; ++h) {
+          const float* src = xp + (nc * H + h) * W;
+          uint8_t* row = plane + (h + P) * WPS + P;
+          for (int64_t w = 0; w < W; ++w) {
+            row[w] = static_cast<uint8_t>(sgn ? static_cast<int>(src[w]) + 128
+                                              : static_cast<int>(src[w]));
+          }
+        }
+      }
+    });
+    fused::BitMap b;
+    b.N = N;
+    b.H = OH;
+    b.W = OW;
+    b.C = s.out;
+    b.CW = (s.out + 63) / 64;
+    b.words = empty(Shape{N * OH * OW * b.CW}, {.dtype = DType::int64});
+    if (!int8_conv_sign_bits(reinterpret_cast<uint64_t*>(b.words.data_ptr()), ip, rt.w8.data(), N,
+                             C, HP, WPS, KS, s.stride, OH, OW, s.out,
+                             (sgn ? rt.thr_shifted : rt.thr).data(), rt.flip.data())) {
+      return std::nullopt;
+    }
+    return b;
+  }
+
   // acc [N, OH, OW, O] s32 of a conv from fp32 codes (x) or sign bits (b, binary-act). Binary
   // sums have their padding corrected; *shifted: conv_onednn_acc's s8 shift is still in them.
   // With `sign_out` (a fused binary-act conv): the sums' sign bits go there instead (the
@@ -468,6 +512,14 @@ Tensor PackedModel::forward(const Tensor& x0) {
       int64_t N = 0, OH = 1, OW = 1;
       bool shifted = false;
       Tensor acc;
+      if (s.conv && rt.fuse_sign && s.scheme != LowBitScheme::binary_act && !bits) {
+        std::optional<fused::BitMap> out = run.conv_sign_direct(x);
+        if (out) {
+          bits = std::move(out);
+          i = rt.next - 1;  // int8 sums to sign bits in one kernel
+          continue;
+        }
+      }
       if (s.conv && rt.fuse_sign && s.scheme == LowBitScheme::binary_act) {
         fused::BitMap out;
         run.conv_acc(bits ? nullptr : &x, bits ? &*bits : nullptr, &OH, &OW, &shifted, &out);

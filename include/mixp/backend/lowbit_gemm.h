@@ -19,6 +19,14 @@
 // flip). On the AVX-512 kernel (O a multiple of 16) the sums never reach memory; elsewhere a row
 // of them at a time.
 //
+// int8_conv_sign_bits: a direct convolution of u8 codes with s8 weights [O, C, KS, KS] ending in
+// sign bits, for the first layer of a packed binary-act cnn (few input channels): img is
+// [N, C, HP, WPS] u8, already padded (HP, WP = the padded sizes) with WPS >= WP + 3 (each row's
+// slack is read against zero weights); output position (oh, ow) of sample n is bit row
+// (n * OH + oh) * OW + ow of out, bit o = (sum < thr[o]) XOR (bit o of flip), the sum exact in
+// int32. Runs where the CPU has AVX-512 VNNI and O is a multiple of 16, and returns false
+// (writing nothing) elsewhere: the caller then takes int8_conv2d_s32 and sign_bits_s32.
+//
 // int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN's VNNI GEMM, both
 // row-major; exact. Where oneDNN would run without VNNI (its pairs of products saturate int16)
 // a plain int32 loop runs instead, slower but exact.
@@ -33,6 +41,10 @@ void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M
 const char* xnor_gemm_kernel_name();
 void xnor_sign_bits(uint64_t* out, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
                     int64_t words, int32_t k, const int32_t* const* thr, const uint64_t* flip);
+bool int8_conv_sign_bits(uint64_t* out, const uint8_t* img, const int8_t* w, int64_t N,
+                         int64_t C, int64_t HP, int64_t WPS, int64_t KS, int64_t stride,
+                         int64_t OH, int64_t OW, int64_t O, const int32_t* thr,
+                         const uint64_t* flip);
 void sign_bits_s32(uint64_t* out, const int32_t* acc, int64_t M, int64_t O, const int32_t* t,
                    const uint64_t* flip);
 void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,

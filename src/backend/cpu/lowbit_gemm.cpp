@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/onednn_util.h"
 #include "mixp/backend/cpu_features.h"
+#include "backend/cpu/conv_sign.h"
 #include "backend/cpu/sign_bits.h"
 #include "backend/cpu/xnor_kernels.h"
 #include "mixp/backend/lowbit_gemm.h"
@@ -61,6 +62,20 @@ void xnor_sign_bits(uint64_t* out, const uint64_t* a, const uint64_t* b, int64_t
       cpu::bits::sign_bits_generic(out + m * CW, row.data(), 1, O, thr[m], flip);
     }
   });
+}
+
+bool int8_conv_sign_bits(uint64_t* out, const uint8_t* img, const int8_t* w, int64_t N,
+                         int64_t C, int64_t HP, int64_t WPS, int64_t KS, int64_t stride,
+                         int64_t OH, int64_t OW, int64_t O, const int32_t* thr,
+                         const uint64_t* flip) {
+  static const bool vnni = simd_tier() == SimdTier::avx512 && cpu_features().avx512_vnni;
+  if (!vnni || O % 16 != 0 || O == 0) return false;
+  const int64_t CW = (O + 63) / 64;
+  cpu::parallel_for(N, N * OH * OW * O * C * KS * KS, [&](int64_t lo, int64_t hi) {
+    cpu::bits::conv_sign_bits_avx512(out + lo * OH * OW * CW, img + lo * C * HP * WPS, w, hi - lo,
+                                     C, HP, WPS, KS, stride, OH, OW, O, thr, flip);
+  });
+  return true;
 }
 
 void sign_bits_s32(uint64_t* out, const int32_t* acc, int64_t M, int64_t O, const int32_t* t,

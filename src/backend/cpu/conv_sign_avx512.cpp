@@ -1,0 +1,71 @@
+// A direct int8 convolution that ends in sign bits, with AVX-512 VNNI: the first layer of a packed
+// binary-act cnn (few input channels), where oneDNN's convolution would write 32-bit sums that
+// are 32 times the size of the bits they become; see backend/lowbit_gemm.h, int8_conv_sign_bits.
+//
+// The weights are regrouped by (ci, kh, four kw): one VPDPBUSD lane sums four consecutive bytes of
+// an image row (one 32-bit load, broadcast) against the four weights of that row of the window,
+// the ones past KS zero, so the bytes they meet in the row's slack do not count. 16 output
+// channels per register; the sums are compared with the thresholds into a 16-bit mask.
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/conv_sign.h"
+
+namespace mixp::cpu::bits {
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void conv_sign_bits_avx512(
+    uint64_t* out, const uint8_t* img, const int8_t* w, int64_t N, int64_t C, int64_t HP,
+    int64_t WPS, int64_t KS, int64_t stride, int64_t OH, int64_t OW, int64_t O, const int32_t* thr,
+    const uint64_t* flip) {
+  const int64_t KB = (KS + 3) / 4, G = C * KS * KB, OB = O / 16, CW = (O + 63) / 64;
+  // wg[(g * OB + j) * 64 + l * 4 + b]: group g = (ci * KS + kh) * KB + kb, channel 16 j + l,
+  // byte b = the weight at kw = 4 kb + b (0 past KS).
+  std::vector<int8_t> wg(static_cast<size_t>(G * OB * 64), 0);
+  for (int64_t o = 0; o < O; ++o) {
+    for (int64_t ci = 0; ci < C; ++ci) {
+      for (int64_t kh = 0; kh < KS; ++kh) {
+        for (int64_t kw = 0; kw < KS; ++kw) {
+          const int64_t g = (ci * KS + kh) * KB + kw / 4;
+          wg[static_cast<size_t>((g * OB + o / 16) * 64 + (o % 16) * 4 + kw % 4)] =
+              w[((o * C + ci) * KS + kh) * KS + kw];
+        }
+      }
+    }
+  }
+  auto* bits = reinterpret_cast<uint16_t*>(out);
+  const int64_t ldb = CW * 4;
+  std::vector<int64_t> goff(static_cast<size_t>(G));  // each group's offset in the image
+  for (int64_t ci = 0; ci < C; ++ci) {
+    for (int64_t kh = 0; kh < KS; ++kh) {
+      for (int64_t kb = 0; kb < KB; ++kb) {
+        goff[static_cast<size_t>((ci * KS + kh) * KB + kb)] = (ci * HP + kh) * WPS + 4 * kb;
+      }
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const uint8_t* im = img + n * C * HP * WPS;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const uint8_t* at = im + oh * stride * WPS + ow * stride;
+        uint16_t* dst = bits + ((n * OH + oh) * OW + ow) * ldb;
+        for (int64_t j = 0; j < OB; ++j) {
+          __m512i acc = _mm512_setzero_si512();
+          const int8_t* wj = wg.data() + j * 64;
+          for (int64_t g = 0; g < G; ++g) {
+            int32_t a;
+            std::memcpy(&a, at + goff[static_cast<size_t>(g)], 4);
+            acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(a),
+                                      _mm512_loadu_si512(wj + g * OB * 64));
+          }
+          const __mmask16 lt = _mm512_cmplt_epi32_mask(acc, _mm512_loadu_si512(thr + 16 * j));
+          dst[j] = static_cast<uint16_t>(lt ^ static_cast<uint16_t>(flip[j / 4] >> (16 * (j % 4))));
+        }
+        for (int64_t q = OB; q < ldb; ++q) dst[q] = 0;  // past O
+      }
+    }
+  }
+}
+
+}  // namespace mixp::cpu::bits
