@@ -370,6 +370,21 @@ struct LayerRun {
         // Bits (kh, kw, ci): the C sign bits of each window position appended in turn; padding
         // stays 0 (+1, corrected below).
         for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+        if (CW == 1 && 64 % C == 0) {
+          // One word per position and no position straddling two words (C = 32, 64, ...): the
+          // common case, without the general loop's bookkeeping.
+          for (int64_t kh = 0; kh < KS; ++kh) {
+            const int64_t h = h0 + kh;
+            if (h < 0 || h >= H) continue;
+            const uint64_t* src = signs + (n * H + h) * W;
+            int64_t at = kh * KS * C;
+            for (int64_t kw = 0; kw < KS; ++kw, at += C) {
+              const int64_t w = w0 + kw;
+              if (w >= 0 && w < W) bits[at >> 6] |= src[w] << (at & 63);
+            }
+          }
+          return;
+        }
         int64_t off = 0;
         for (int64_t kh = 0; kh < KS; ++kh) {
           for (int64_t kw = 0; kw < KS; ++kw, off += C) {
