@@ -15,6 +15,48 @@
 
 namespace mixp::cpu::bits {
 
+namespace {
+
+struct SignRows {
+  const int8_t* wg;     // the regrouped weights
+  const int64_t* goff;  // each group's offset in the image
+  int64_t G, OB, WPS, stride;
+  const int32_t* thr;
+  const uint64_t* flip;
+  int64_t ldb;  // 16-bit masks per output position
+};
+
+// P output positions of one image row at once (independent VPDPBUSD chains), 16 channels per
+// register, one channel block after the other.
+template <int P>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void positions(
+    const SignRows& r, const uint8_t* row, int64_t ow, uint16_t* dst) {
+  for (int64_t j = 0; j < r.OB; ++j) {
+    __m512i acc[P];
+    for (int p = 0; p < P; ++p) acc[p] = _mm512_setzero_si512();
+    const int8_t* wj = r.wg + j * 64;
+    for (int64_t g = 0; g < r.G; ++g) {
+      const __m512i wv = _mm512_loadu_si512(wj + g * r.OB * 64);
+      const uint8_t* src = row + r.goff[g] + ow * r.stride;
+      for (int p = 0; p < P; ++p) {
+        int32_t a;
+        std::memcpy(&a, src + p * r.stride, 4);
+        acc[p] = _mm512_dpbusd_epi32(acc[p], _mm512_set1_epi32(a), wv);
+      }
+    }
+    const __m512i t = _mm512_loadu_si512(r.thr + 16 * j);
+    const auto f = static_cast<uint16_t>(r.flip[j / 4] >> (16 * (j % 4)));
+    for (int p = 0; p < P; ++p) {
+      dst[(ow + p) * r.ldb + j] = static_cast<uint16_t>(_mm512_cmplt_epi32_mask(acc[p], t) ^ f);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    for (int64_t q = r.OB; q < r.ldb; ++q) dst[(ow + p) * r.ldb + q] = 0;  // past O
+  }
+}
+
+}  // namespace
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void conv_sign_bits_avx512(
     uint64_t* out, const uint8_t* img, const int8_t* w, int64_t N, int64_t C, int64_t HP,
     int64_t WPS, int64_t KS, int64_t stride, int64_t OH, int64_t OW, int64_t O, const int32_t* thr,
@@ -44,26 +86,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void conv_sign_b
       }
     }
   }
+  const SignRows r{wg.data(), goff.data(), G, OB, WPS, stride, thr, flip, ldb};
   for (int64_t n = 0; n < N; ++n) {
     const uint8_t* im = img + n * C * HP * WPS;
     for (int64_t oh = 0; oh < OH; ++oh) {
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const uint8_t* at = im + oh * stride * WPS + ow * stride;
-        uint16_t* dst = bits + ((n * OH + oh) * OW + ow) * ldb;
-        for (int64_t j = 0; j < OB; ++j) {
-          __m512i acc = _mm512_setzero_si512();
-          const int8_t* wj = wg.data() + j * 64;
-          for (int64_t g = 0; g < G; ++g) {
-            int32_t a;
-            std::memcpy(&a, at + goff[static_cast<size_t>(g)], 4);
-            acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(a),
-                                      _mm512_loadu_si512(wj + g * OB * 64));
-          }
-          const __mmask16 lt = _mm512_cmplt_epi32_mask(acc, _mm512_loadu_si512(thr + 16 * j));
-          dst[j] = static_cast<uint16_t>(lt ^ static_cast<uint16_t>(flip[j / 4] >> (16 * (j % 4))));
-        }
-        for (int64_t q = OB; q < ldb; ++q) dst[q] = 0;  // past O
-      }
+      const uint8_t* at = im + oh * stride * WPS;
+      uint16_t* dst = bits + (n * OH + oh) * OW * ldb;
+      int64_t ow = 0;
+      for (; ow + 4 <= OW; ow += 4) positions<4>(r, at, ow, dst);
+      for (; ow < OW; ++ow) positions<1>(r, at, ow, dst);
     }
   }
 }
