@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -20,6 +22,7 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
+#include "quant/lowbit_round.h"
 #include "quant/lowbit_runtime.h"
 #include "quant/quant_util.h"
 
@@ -255,7 +258,10 @@ struct LayerRun {
   // A fused int-path conv as one direct kernel from the codes to sign bits
   // (int8_conv_sign_bits): the codes go to a padded planar u8 image (s8 codes shifted by +128,
   // the thresholds moved with them); nothing where the kernel does not run here.
-  std::optional<fused::BitMap> conv_sign_direct(const Tensor& x) const {
+  // With `codes` (the model's input step, fused too), x holds the raw inputs and their codes are
+  // made here, as lowbit_act_codes makes them.
+  std::optional<fused::BitMap> conv_sign_direct(const Tensor& x,
+                                                const ActCodeParams* codes = nullptr) const {
     const int64_t C = s.in, KS = s.kernel, P = s.padding;
     if (x.dim() != 4 || x.size(1) != C || default_reduce_range()) return std::nullopt;
     const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
@@ -264,6 +270,12 @@ struct LayerRun {
     const int64_t HP = H + 2 * P, WPS = W + 2 * P + 3;
     const bool sgn = src_signed();
     const uint8_t fill = sgn ? 128 : 0;
+    const float inv = codes ? 1.0f / codes->scale : 1.0f;
+    const float qmin = codes ? static_cast<float>(codes->qmin()) : 0.0f;
+    const float qmax = codes ? static_cast<float>(codes->qmax()) : 0.0f;
+    if (codes && (codes->kind == ActCodeKind::sign || sgn != (codes->kind == ActCodeKind::signed8))) {
+      return std::nullopt;
+    }
     Tensor img = empty(Shape{N * C * HP * WPS}, {.dtype = DType::uint8});
     uint8_t* ip = img.data<uint8_t>();
     const float* xp = x.data<float>();
@@ -274,6 +286,13 @@ struct LayerRun {
         for (int64_t h = 0; h < H; ++h) {
           const float* src = xp + (nc * H + h) * W;
           uint8_t* row = plane + (h + P) * WPS + P;
+          if (codes) {
+            for (int64_t w = 0; w < W; ++w) {
+              const float q = std::clamp(round_even(src[w] * inv), qmin, qmax);
+              row[w] = static_cast<uint8_t>(sgn ? static_cast<int>(q) + 128 : static_cast<int>(q));
+            }
+            continue;
+          }
           for (int64_t w = 0; w < W; ++w) {
             row[w] = static_cast<uint8_t>(sgn ? static_cast<int>(src[w]) + 128
                                               : static_cast<int>(src[w]));
@@ -520,6 +539,20 @@ Tensor PackedModel::forward(const Tensor& x0) {
     const PackedStep& s = steps_[i];
     Runtime& rt = *rt_[i];
     if (s.kind == "input") {
+      if (i + 1 < steps_.size() && steps_[i + 1].kind == "layer" && steps_[i + 1].conv &&
+          rt_[i + 1]->fuse_sign && steps_[i + 1].scheme != LowBitScheme::binary_act &&
+          std::isfinite(s.act.scale) && s.act.scale > 0.0f) {
+        // The input codes go straight into the first conv's image, its sums to sign bits.
+        const LayerRun run{steps_[i + 1], *rt_[i + 1]};
+        const Tensor x = y.contiguous();
+        std::optional<fused::BitMap> out = run.conv_sign_direct(x, &s.act);
+        if (out) {
+          bits = std::move(out);
+          last_step = i + 1;  // timed as the layer's
+          i = rt_[i + 1]->next - 1;
+          continue;
+        }
+      }
       y = lowbit_act_codes(y, s.act);
     } else if (s.kind == "layer") {
       const LayerRun run{s, rt};
