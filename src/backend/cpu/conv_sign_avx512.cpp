@@ -26,30 +26,43 @@ struct SignRows {
   int64_t ldb;  // 16-bit masks per output position
 };
 
-// P output positions of one image row at once (independent VPDPBUSD chains), 16 channels per
-// register, one channel block after the other.
+// P output positions of one image row at once (independent VPDPBUSD chains) against up to 4
+// blocks of 16 channels, each image dword broadcast once for all of them.
+template <int P, int J>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void positions_j(
+    const SignRows& r, const uint8_t* row, int64_t ow, uint16_t* dst, int64_t j0) {
+  __m512i acc[P][J];
+  for (int p = 0; p < P; ++p) {
+    for (int j = 0; j < J; ++j) acc[p][j] = _mm512_setzero_si512();
+  }
+  for (int64_t g = 0; g < r.G; ++g) {
+    const int8_t* wg = r.wg + (g * r.OB + j0) * 64;
+    __m512i wv[J];
+    for (int j = 0; j < J; ++j) wv[j] = _mm512_loadu_si512(wg + j * 64);
+    const uint8_t* src = row + r.goff[g] + ow * r.stride;
+    for (int p = 0; p < P; ++p) {
+      int32_t a;
+      std::memcpy(&a, src + p * r.stride, 4);
+      const __m512i av = _mm512_set1_epi32(a);
+      for (int j = 0; j < J; ++j) acc[p][j] = _mm512_dpbusd_epi32(acc[p][j], av, wv[j]);
+    }
+  }
+  for (int j = 0; j < J; ++j) {
+    const int64_t jj = j0 + j;
+    const __m512i t = _mm512_loadu_si512(r.thr + 16 * jj);
+    const auto f = static_cast<uint16_t>(r.flip[jj / 4] >> (16 * (jj % 4)));
+    for (int p = 0; p < P; ++p) {
+      dst[(ow + p) * r.ldb + jj] = static_cast<uint16_t>(_mm512_cmplt_epi32_mask(acc[p][j], t) ^ f);
+    }
+  }
+}
+
 template <int P>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void positions(
     const SignRows& r, const uint8_t* row, int64_t ow, uint16_t* dst) {
-  for (int64_t j = 0; j < r.OB; ++j) {
-    __m512i acc[P];
-    for (int p = 0; p < P; ++p) acc[p] = _mm512_setzero_si512();
-    const int8_t* wj = r.wg + j * 64;
-    for (int64_t g = 0; g < r.G; ++g) {
-      const __m512i wv = _mm512_loadu_si512(wj + g * r.OB * 64);
-      const uint8_t* src = row + r.goff[g] + ow * r.stride;
-      for (int p = 0; p < P; ++p) {
-        int32_t a;
-        std::memcpy(&a, src + p * r.stride, 4);
-        acc[p] = _mm512_dpbusd_epi32(acc[p], _mm512_set1_epi32(a), wv);
-      }
-    }
-    const __m512i t = _mm512_loadu_si512(r.thr + 16 * j);
-    const auto f = static_cast<uint16_t>(r.flip[j / 4] >> (16 * (j % 4)));
-    for (int p = 0; p < P; ++p) {
-      dst[(ow + p) * r.ldb + j] = static_cast<uint16_t>(_mm512_cmplt_epi32_mask(acc[p], t) ^ f);
-    }
-  }
+  int64_t j = 0;
+  for (; j + 2 <= r.OB; j += 2) positions_j<P, 2>(r, row, ow, dst, j);
+  if (j < r.OB) positions_j<P, 1>(r, row, ow, dst, j);
   for (int p = 0; p < P; ++p) {
     for (int64_t q = r.OB; q < r.ldb; ++q) dst[(ow + p) * r.ldb + q] = 0;  // past O
   }
