@@ -32,8 +32,30 @@
 // a plain int32 loop runs instead, slower but exact.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace mixp {
+
+// int4/int2 weights [O, K] kept packed for lowbit_gemm_s32 (pack_lowbit_b): `data` in the
+// kernel's layout (blocks of 16 columns by chunks of 4 * 8 / bits k; still 4 or 2 bits per code)
+// and `packed`, the codes in the layout of unpack_int4_to_int8 / unpack_int2_to_int8 (rows of
+// ceil(K * bits / 8) bytes), for the portable path.
+struct LowBitB {
+  int bits = 4;
+  int64_t O = 0, K = 0;
+  std::vector<uint8_t> data;
+  std::vector<uint8_t> packed;
+};
+// `packed`: O rows of ceil(K * bits / 8) bytes, two's complement codes as unpack_int4_to_int8 /
+// unpack_int2_to_int8 read them; bits 4 or 2 (std::invalid_argument otherwise).
+LowBitB pack_lowbit_b(const uint8_t* packed, int64_t O, int64_t K, int bits);
+// dst [M, O] s32 = a [M, K] u8 (row stride lda >= K) x the codes of b, transposed; exact, so
+// equal to unpacking b to int8 and int8_gemm_s32 bit for bit. With AVX-512 VNNI the codes are
+// expanded to bytes in registers inside the GEMM loop (a shift and a mask per field, an offset
+// that keeps them non-negative, taken off with the row sums of a at the end); elsewhere b is
+// unpacked to int8 and int8_gemm_s32 runs. Parallel over rows. Which one: lowbit_gemm_kernel_name.
+void lowbit_gemm_s32(int32_t* dst, const uint8_t* a, int64_t lda, const LowBitB& b, int64_t M);
+const char* lowbit_gemm_kernel_name();
 
 void xnor_gemm_s32(int32_t* dst, const uint64_t* a, const uint64_t* b, int64_t M, int64_t O,
                    int64_t words, int32_t k);
