@@ -80,6 +80,9 @@ void PackedModel::add_step(PackedStep s) {
         for (int64_t k = 0; k < K; ++k) rt->wsum[static_cast<size_t>(o)] += rt->w8[static_cast<size_t>(o * K + k)];
       }
     }
+    if (s.scheme == LowBitScheme::int4 || s.scheme == LowBitScheme::int2) {
+      rt->lowb = pack_lowbit_b(s.packed.data(), s.out, K, weight_bits(s.scheme));
+    }
     rt->mult.resize(static_cast<size_t>(s.out));
     for (size_t o = 0; o < rt->mult.size(); ++o) rt->mult[o] = s.input_scale * s.weight_scale[o];
   }
@@ -170,7 +173,12 @@ struct LayerRun {
       cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
         for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a + m * K);
       });
-      int8_gemm_s32(acc.data<int32_t>(), a, src_signed(), rt.w8.data(), M, O, K);
+      if (rt.lowb && !src_signed()) {
+        // int4/int2 codes expanded in registers (bit-identical to the int8 GEMM of w8).
+        lowbit_gemm_s32(acc.data<int32_t>(), a, K, *rt.lowb, M);
+      } else {
+        int8_gemm_s32(acc.data<int32_t>(), a, src_signed(), rt.w8.data(), M, O, K);
+      }
     }
     return acc;
   }

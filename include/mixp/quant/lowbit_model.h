@@ -12,8 +12,9 @@
 // plus per output channel the weight scale (fp32) and the bias.
 //
 // Inference: int8/int4/int2/ternary/binary weights are unpacked to int8 once, when the model is
-// built or loaded, and run as oneDNN's u8 (or s8) x s8 -> s32 GEMM (VNNI); convolutions through
-// an im2col of the codes. binary-act layers keep their weights bit-packed and run XNOR + popcount
+// built or loaded, and run as oneDNN's u8 (or s8) x s8 -> s32 GEMM (VNNI) or int8 convolution;
+// int4/int2 GEMMs with u8 inputs read the packed codes instead (lowbit_gemm_s32: expanded in
+// registers, the same sums). binary-act layers keep their weights bit-packed and run XNOR + popcount
 // on bit-packed sign activations: dot = K - 2 * popcount(a XOR w), AVX-512 VPOPCNTQ when the
 // CPU has it, a portable loop elsewhere; for a padded convolution the padded positions, which
 // hold 0 in the fake-quantized model, are encoded as +1 and their weights subtracted again (one
