@@ -155,19 +155,16 @@ struct LowBitPath {
 LowBitPath lowbit_path(const std::string& f, int64_t n, uint64_t seed) {
   Generator g(seed);
   if (f == "int4" || f == "int2") {
-    const int per = f == "int4" ? 2 : 4;
+    const int bits = f == "int4" ? 4 : 2;
     auto a = std::make_shared<Tensor>(randint(0, 256, Shape{n, n}, g, {.dtype = DType::uint8}));
-    const int64_t row = (n + per - 1) / per;
-    auto packed = std::make_shared<Tensor>(randint(0, 256, Shape{n, row}, g, {.dtype = DType::uint8}));
-    auto b = std::make_shared<Tensor>(empty(Shape{n, n}, {.dtype = DType::int8}));
-    auto unpack = f == "int4" ? &unpack_int4_to_int8 : &unpack_int2_to_int8;
-    return {"packed " + f + " B unpacked to int8 per call + mixp::gemm u8 x s8 -> s32",
-            gemm_implementation(DType::uint8, DType::int8, n, n, n), [=] {
-              const uint8_t* p = packed->data<uint8_t>();
-              int8_t* d = b->data<int8_t>();
-#pragma omp parallel for schedule(static)
-              for (int64_t r = 0; r < n; ++r) unpack(d + r * n, p + r * row, n);
-              (void)gemm(*a, *b);
+    const int64_t row = (n * bits + 7) / 8;
+    const Tensor packed = randint(0, 256, Shape{n, row}, g, {.dtype = DType::uint8});
+    auto b = std::make_shared<LowBitB>(pack_lowbit_b(packed.data<uint8_t>(), n, n, bits));
+    auto dst = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(n * n));
+    return {"packed " + f + " B (" + std::to_string(bits) +
+                " bits a code in memory) x u8 -> s32: mixp::lowbit_gemm_s32",
+            lowbit_gemm_kernel_name(), [=] {
+              lowbit_gemm_s32(dst->data(), a->data<uint8_t>(), n, *b, n);
             }};
   }
   if (f == "binary") {

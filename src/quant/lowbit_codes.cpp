@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_parallel.h"
 #include "mixp/quant/lowbit.h"
+#include "quant/lowbit_round.h"
 #include "ops/dispatch.h"
 #include "quant/quant_util.h"
 
@@ -15,15 +16,6 @@ namespace mixp::quant {
 namespace {
 constexpr float kMinScale = 0x1p-23f;  // block_int8.h's floor (torch.finfo(float32).eps)
 
-// nearbyint (ties to even) without the libm call baseline x86-64 needs: adding and subtracting
-// 2^23 rounds |v| < 2^22 to an integer in the current (nearest-even) mode, as nearbyint does, and
-// copysign keeps the sign of zero (-0.3 -> -0.0); larger values, infinities and NaN take
-// nearbyint itself.
-inline float round_even(float v) {
-  constexpr float kMagic = 0x1p23f;
-  const float a = std::fabs(v);
-  return a < 0x1p22f ? std::copysign((a + kMagic) - kMagic, v) : std::nearbyint(v);
-}
 }  // namespace
 
 std::string_view name(LowBitScheme s) {

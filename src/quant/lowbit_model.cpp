@@ -3,9 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
@@ -18,6 +22,8 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
+#include "quant/lowbit_round.h"
+#include "quant/lowbit_runtime.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
@@ -26,22 +32,7 @@ namespace {
 int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
   return (in + 2 * pad - k) / stride + 1;
 }
-int64_t round8(int64_t w) {
-  return (w + 7) / 8 * 8;
-}
 }  // namespace
-
-// What a layer step keeps ready for inference (built from its PackedStep).
-struct PackedModel::Runtime {
-  std::vector<int8_t> w8;      // [O, K] int8 codes (every layer; binary-act convs use them for
-                               // the padding corrections)
-  std::vector<uint64_t> bits;  // binary-act: [O, words] weight bit rows
-  int64_t words = 0;
-  std::vector<float> mult;  // input_scale * weight_scale[o]
-  std::map<std::array<int64_t, 4>, std::vector<int32_t>> corr;  // conv border pattern -> [O]
-  Tensor w8_oihw;                // int-path convs: the codes as an int8 [O, C, KS, KS] tensor
-  std::vector<int32_t> wsum;     // their sums per output channel (the s8 input's offset)
-};
 
 PackedModel::PackedModel() : nn::Module("packed_model") {
   train(false);
@@ -69,7 +60,7 @@ void PackedModel::add_step(PackedStep s) {
     if (s.scheme == LowBitScheme::binary_act) {
       // Convolutions order their bits (kh, kw, ci), so that the C sign bits of one input
       // position are contiguous (see LayerRun::conv); a dot product does not depend on the order.
-      rt->words = round8((K + 63) / 64);
+      rt->words = (K + 63) / 64;
       rt->bits.assign(static_cast<size_t>(s.out * rt->words), 0);
       const int64_t C = s.in, KS = s.kernel;
       for (int64_t o = 0; o < s.out; ++o) {
@@ -89,11 +80,15 @@ void PackedModel::add_step(PackedStep s) {
         for (int64_t k = 0; k < K; ++k) rt->wsum[static_cast<size_t>(o)] += rt->w8[static_cast<size_t>(o * K + k)];
       }
     }
+    if (s.scheme == LowBitScheme::int4 || s.scheme == LowBitScheme::int2) {
+      rt->lowb = pack_lowbit_b(s.packed.data(), s.out, K, weight_bits(s.scheme));
+    }
     rt->mult.resize(static_cast<size_t>(s.out));
     for (size_t o = 0; o < rt->mult.size(); ++o) rt->mult[o] = s.input_scale * s.weight_scale[o];
   }
   steps_.push_back(std::move(s));
   rt_.push_back(std::move(rt));
+  fused::plan_sign_epilogue(steps_, rt_, steps_.size() - 1);
 }
 
 int64_t PackedModel::weight_bytes() const {
@@ -107,11 +102,17 @@ int64_t PackedModel::weight_bytes() const {
   return b;
 }
 
+bool PackedModel::sign_fused(size_t i) const {
+  return i < rt_.size() && rt_[i]->fuse_sign;
+}
+
 std::string PackedModel::describe() const {
   std::string s;
-  for (const PackedStep& st : steps_) {
-    s += fmt::format("{}{}({}{}{})", s.empty() ? "" : ", ", st.kind, st.name,
-                     st.kind == "layer" ? " " : "", st.kind == "layer" ? name(st.scheme) : "");
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const PackedStep& st = steps_[i];
+    s += fmt::format("{}{}({}{}{}{})", s.empty() ? "" : ", ", st.kind, st.name,
+                     st.kind == "layer" ? " " : "", st.kind == "layer" ? name(st.scheme) : "",
+                     sign_fused(i) ? ", sign bits by thresholds" : "");
   }
   return "packed: " + s;
 }
@@ -145,48 +146,67 @@ struct LayerRun {
 
   // acc [M, O] int32 from rows prepared by `fill(m, bits, bytes)`. The buffers come from the
   // caching allocator (uninitialized: every byte is written).
+  // With `sign_out` (binary-act, fused): no sums; their sign bits [M, ceil(O / 64)] words go
+  // there instead, row m compared with thr_rows[m] (xnor_sign_bits).
   template <class F>
-  Tensor gemm(int64_t M, int64_t K, F fill) const {
+  Tensor gemm(int64_t M, int64_t K, F fill, uint64_t* sign_out = nullptr,
+              const int32_t* const* thr_rows = nullptr) const {
     const int64_t O = s.out;
-    Tensor acc = empty(Shape{M, O}, {.dtype = DType::int32});
+    Tensor acc;
+    if (!sign_out) acc = empty(Shape{M, O}, {.dtype = DType::int32});
     if (binary()) {
       Tensor at = empty(Shape{M, rt.words}, {.dtype = DType::int64});
       auto* a = reinterpret_cast<uint64_t*>(at.data_ptr());
       cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
         for (int64_t m = lo; m < hi; ++m) fill(m, a + m * rt.words, nullptr);
       });
-      xnor_gemm_s32(acc.data<int32_t>(), a, rt.bits.data(), M, O, rt.words,
-                    static_cast<int32_t>(K));
+      if (sign_out) {
+        xnor_sign_bits(sign_out, a, rt.bits.data(), M, O, rt.words, static_cast<int32_t>(K),
+                       thr_rows, rt.flip.data());
+      } else {
+        xnor_gemm_s32(acc.data<int32_t>(), a, rt.bits.data(), M, O, rt.words,
+                      static_cast<int32_t>(K));
+      }
     } else {
       Tensor at = empty(Shape{M, K}, {.dtype = DType::uint8});
       uint8_t* a = at.data<uint8_t>();
       cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
         for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a + m * K);
       });
-      int8_gemm_s32(acc.data<int32_t>(), a, src_signed(), rt.w8.data(), M, O, K);
+      if (rt.lowb && !src_signed()) {
+        // int4/int2 codes expanded in registers (bit-identical to the int8 GEMM of w8).
+        lowbit_gemm_s32(acc.data<int32_t>(), a, K, *rt.lowb, M);
+      } else {
+        int8_gemm_s32(acc.data<int32_t>(), a, src_signed(), rt.w8.data(), M, O, K);
+      }
     }
     return acc;
   }
 
-  Tensor linear(const Tensor& x) const {
+  // acc [N, O] s32 of a linear layer from fp32 codes.
+  Tensor linear_acc(const Tensor& x) const {
     const int64_t K = s.in;
     if (x.dim() != 2 || x.size(1) != K) {
       throw std::invalid_argument(fmt::format(
           "mixp::quant::PackedModel: layer '{}' expects [N, {}] codes, got {}", s.name, K,
           x.shape().str()));
     }
-    const int64_t M = x.size(0), O = s.out;
     const float* xp = x.data<float>();
-    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    return gemm(x.size(0), K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       fill_row(K, [&](int64_t k) { return xp[m * K + k]; }, bits, bytes);
     });
-    Tensor out = empty(Shape{M, O}, {.dtype = DType::fp32});
-    float* d = out.data<float>();
-    const int32_t* ap = acc.data<int32_t>();
-    cpu::parallel_for(M * O, M * O, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<float>(ap[i]);
-    });
-    return out;
+  }
+
+  // acc [N, O] s32 of a binary-act linear from sign bits (the fused path).
+  Tensor linear_acc(const fused::BitMap& x) const {
+    const std::vector<uint64_t>& wb = fused::linear_weight_bits(x, s, rt);
+    Tensor rows = empty(Shape{x.N, rt.words}, {.dtype = DType::int64});
+    auto* a = reinterpret_cast<uint64_t*>(rows.data_ptr());
+    fused::linear_rows(x, a, rt.words);
+    Tensor acc = empty(Shape{x.N, s.out}, {.dtype = DType::int32});
+    xnor_gemm_s32(acc.data<int32_t>(), a, wb.data(), x.N, s.out, rt.words,
+                  static_cast<int32_t>(s.in));
+    return acc;
   }
 
   // The sum over the padded positions of a border pattern (rows/columns cut at each side) of
@@ -211,9 +231,10 @@ struct LayerRun {
 
   // An int-path conv on oneDNN's exact VNNI int8 convolution (int8_conv2d_s32): the codes go
   // to NHWC u8 with the padding made explicit, and s8 codes are shifted by +128 (padding with
-  // 128, the shifted 0) and the shift's 128 * sum(w[o]) subtracted again.
-  Tensor conv_onednn(const Tensor& x, int64_t OH, int64_t OW) const {
-    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = s.out;
+  // 128, the shifted 0); the caller subtracts the shift's 128 * sum(w[o]) (or moves its
+  // thresholds by it). Returns [N, OH, OW, O] s32.
+  Tensor conv_onednn_acc(const Tensor& x) const {
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
     const int64_t P = s.padding, HP = H + 2 * P, WP = W + 2 * P;
     const bool sgn = src_signed();
     const uint8_t fill = sgn ? 128 : 0;
@@ -239,38 +260,105 @@ struct LayerRun {
     });
     Conv2dParams cp;
     cp.stride_h = cp.stride_w = s.stride;
-    const Tensor acc = int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
-    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
-    const int32_t* ap = acc.data<int32_t>();
-    float* d = out.data<float>();
-    cpu::parallel_for(N * O, N * O * OH * OW, [&](int64_t lo, int64_t hi) {
-      for (int64_t no = lo; no < hi; ++no) {
-        const int64_t n = no / O, o = no % O;
-        const int32_t off = sgn ? 128 * rt.wsum[static_cast<size_t>(o)] : 0;
-        const int32_t* src_o = ap + n * OH * OW * O + o;
-        float* dst = d + no * OH * OW;
-        for (int64_t p = 0; p < OH * OW; ++p) dst[p] = static_cast<float>(src_o[p * O] - off);
-      }
-    });
-    return out;
+    return int8_conv2d_s32(src, rt.w8_oihw, cp);  // [N, OH, OW, O]
   }
 
-  Tensor conv(const Tensor& x) const {
-    const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
-    if (x.dim() != 4 || x.size(1) != C) {
-      throw std::invalid_argument(fmt::format(
-          "mixp::quant::PackedModel: layer '{}' expects [N, {}, H, W] codes, got {}", s.name, C,
-          x.shape().str()));
+  // A fused int-path conv as one direct kernel from the codes to sign bits
+  // (int8_conv_sign_bits): the codes go to a padded planar u8 image (s8 codes shifted by +128,
+  // the thresholds moved with them); nothing where the kernel does not run here.
+  // With `codes` (the model's input step, fused too), x holds the raw inputs and their codes are
+  // made here, as lowbit_act_codes makes them.
+  std::optional<fused::BitMap> conv_sign_direct(const Tensor& x,
+                                                const ActCodeParams* codes = nullptr) const {
+    const int64_t C = s.in, KS = s.kernel, P = s.padding;
+    if (x.dim() != 4 || x.size(1) != C || default_reduce_range()) return std::nullopt;
+    const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
+    const int64_t OH = conv_out(H, KS, s.stride, P), OW = conv_out(W, KS, s.stride, P);
+    if (OH <= 0 || OW <= 0) return std::nullopt;  // conv_acc says why
+    const int64_t HP = H + 2 * P, WPS = W + 2 * P + 3;
+    const bool sgn = src_signed();
+    const uint8_t fill = sgn ? 128 : 0;
+    const float inv = codes ? 1.0f / codes->scale : 1.0f;
+    const float qmin = codes ? static_cast<float>(codes->qmin()) : 0.0f;
+    const float qmax = codes ? static_cast<float>(codes->qmax()) : 0.0f;
+    if (codes && (codes->kind == ActCodeKind::sign || sgn != (codes->kind == ActCodeKind::signed8))) {
+      return std::nullopt;
     }
-    const int64_t N = x.size(0), H = x.size(2), W = x.size(3), O = s.out;
+    Tensor img = empty(Shape{N * C * HP * WPS}, {.dtype = DType::uint8});
+    uint8_t* ip = img.data<uint8_t>();
+    const float* xp = x.data<float>();
+    cpu::parallel_for(N * C, N * C * HP * WPS, [&](int64_t lo, int64_t hi) {
+      for (int64_t nc = lo; nc < hi; ++nc) {
+        uint8_t* plane = ip + nc * HP * WPS;
+        std::memset(plane, fill, static_cast<size_t>(HP * WPS));
+        for (int64_t h = 0; h < H; ++h) {
+          const float* src = xp + (nc * H + h) * W;
+          uint8_t* row = plane + (h + P) * WPS + P;
+          if (codes) {
+            for (int64_t w = 0; w < W; ++w) {
+              const float q = std::clamp(round_even(src[w] * inv), qmin, qmax);
+              row[w] = static_cast<uint8_t>(sgn ? static_cast<int>(q) + 128 : static_cast<int>(q));
+            }
+            continue;
+          }
+          for (int64_t w = 0; w < W; ++w) {
+            row[w] = static_cast<uint8_t>(sgn ? static_cast<int>(src[w]) + 128
+                                              : static_cast<int>(src[w]));
+          }
+        }
+      }
+    });
+    fused::BitMap b;
+    b.N = N;
+    b.H = OH;
+    b.W = OW;
+    b.C = s.out;
+    b.CW = (s.out + 63) / 64;
+    b.words = empty(Shape{N * OH * OW * b.CW}, {.dtype = DType::int64});
+    if (!int8_conv_sign_bits(reinterpret_cast<uint64_t*>(b.words.data_ptr()), ip, rt.w8.data(), N,
+                             C, HP, WPS, KS, s.stride, OH, OW, s.out,
+                             (sgn ? rt.thr_shifted : rt.thr).data(), rt.flip.data())) {
+      return std::nullopt;
+    }
+    return b;
+  }
+
+  // acc [N, OH, OW, O] s32 of a conv from fp32 codes (x) or sign bits (b, binary-act). Binary
+  // sums have their padding corrected; *shifted: conv_onednn_acc's s8 shift is still in them.
+  // With `sign_out` (a fused binary-act conv): the sums' sign bits go there instead (the
+  // padding corrections move into the thresholds) and the returned tensor is empty.
+  Tensor conv_acc(const Tensor* x, const fused::BitMap* b, int64_t* OHp, int64_t* OWp,
+                  bool* shifted, fused::BitMap* sign_out = nullptr) const {
+    const int64_t C = s.in, KS = s.kernel, K = C * KS * KS;
+    int64_t N, H, W;
+    if (b) {
+      if (!binary() || b->flat || b->C != C) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::PackedModel: layer '{}' cannot take a {}-channel sign map", s.name,
+            b->C));
+      }
+      N = b->N, H = b->H, W = b->W;
+    } else {
+      if (x->dim() != 4 || x->size(1) != C) {
+        throw std::invalid_argument(fmt::format(
+            "mixp::quant::PackedModel: layer '{}' expects [N, {}, H, W] codes, got {}", s.name, C,
+            x->shape().str()));
+      }
+      N = x->size(0), H = x->size(2), W = x->size(3);
+    }
     const int64_t OH = conv_out(H, KS, s.stride, s.padding), OW = conv_out(W, KS, s.stride, s.padding);
     if (OH <= 0 || OW <= 0) {
       throw std::invalid_argument(fmt::format(
-          "mixp::quant::PackedModel: layer '{}': input {} is smaller than the kernel", s.name,
-          x.shape().str()));
+          "mixp::quant::PackedModel: layer '{}': input [{}, {}, {}, {}] is smaller than the kernel",
+          s.name, N, C, H, W));
     }
-    if (!binary() && !default_reduce_range()) return conv_onednn(x, OH, OW);
-    const float* xp = x.data<float>();
+    *OHp = OH;
+    *OWp = OW;
+    *shifted = false;
+    if (!binary() && !default_reduce_range()) {
+      *shifted = src_signed();
+      return conv_onednn_acc(*x);
+    }
     const int64_t M = N * OH * OW;
     auto origin = [&](int64_t m, int64_t* n, int64_t* h0, int64_t* w0) {
       *n = m / (OH * OW);
@@ -280,15 +368,18 @@ struct LayerRun {
     };
     // binary-act: the sign bits of every input position, C bits in CW words ([N, H, W, CW]).
     const int64_t CW = (C + 63) / 64;
-    std::vector<uint64_t> signs;
-    if (binary()) {
-      signs.assign(static_cast<size_t>(N * H * W * CW), 0);
+    Tensor own;
+    const uint64_t* signs = b ? b->data() : nullptr;
+    if (binary() && !b) {
+      own = zeros(Shape{N * H * W * CW}, {.dtype = DType::int64});
+      auto* sg = reinterpret_cast<uint64_t*>(own.data_ptr());
+      const float* xp = x->data<float>();
       cpu::parallel_for(N * H, N * C * H * W, [&](int64_t lo, int64_t hi) {
         for (int64_t nh = lo; nh < hi; ++nh) {
           const int64_t n = nh / H, h = nh % H;
           for (int64_t c = 0; c < C; ++c) {
             const float* src = xp + ((n * C + c) * H + h) * W;
-            uint64_t* dst = signs.data() + nh * W * CW + c / 64;
+            uint64_t* dst = sg + nh * W * CW + c / 64;
             const uint64_t bit = uint64_t{1} << (c % 64);
             for (int64_t w = 0; w < W; ++w) {
               if (src[w] < 0.0f) dst[w * CW] |= bit;
@@ -296,21 +387,37 @@ struct LayerRun {
           }
         }
       });
+      signs = sg;
     }
-    const Tensor acc = gemm(M, K, [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
+    const float* xp = b ? nullptr : x->data<float>();
+    auto fill = [&](int64_t m, uint64_t* bits, uint8_t* bytes) {
       int64_t n, h0, w0;
       origin(m, &n, &h0, &w0);
-      const float* img = xp + n * C * H * W;
       if (bits) {
         // Bits (kh, kw, ci): the C sign bits of each window position appended in turn; padding
         // stays 0 (+1, corrected below).
         for (int64_t w = 0; w < rt.words; ++w) bits[w] = 0;
+        if (CW == 1 && 64 % C == 0) {
+          // One word per position and no position straddling two words (C = 32, 64, ...): the
+          // common case, without the general loop's bookkeeping.
+          for (int64_t kh = 0; kh < KS; ++kh) {
+            const int64_t h = h0 + kh;
+            if (h < 0 || h >= H) continue;
+            const uint64_t* src = signs + (n * H + h) * W;
+            int64_t at = kh * KS * C;
+            for (int64_t kw = 0; kw < KS; ++kw, at += C) {
+              const int64_t w = w0 + kw;
+              if (w >= 0 && w < W) bits[at >> 6] |= src[w] << (at & 63);
+            }
+          }
+          return;
+        }
         int64_t off = 0;
         for (int64_t kh = 0; kh < KS; ++kh) {
           for (int64_t kw = 0; kw < KS; ++kw, off += C) {
             const int64_t h = h0 + kh, w = w0 + kw;
             if (h < 0 || h >= H || w < 0 || w >= W) continue;
-            const uint64_t* src = signs.data() + ((n * H + h) * W + w) * CW;
+            const uint64_t* src = signs + ((n * H + h) * W + w) * CW;
             for (int64_t j = 0; j < CW; ++j) {
               const uint64_t v = src[j];  // bits past C are zero
               const int64_t at = off + 64 * j, sh = at % 64;
@@ -322,6 +429,7 @@ struct LayerRun {
         return;
       }
       // im2col of one output position, k = (ci * KS + kh) * KS + kw; padding reads as 0.
+      const float* img = xp + n * C * H * W;
       const bool sgn = src_signed();
       int64_t k = 0;
       for (int64_t ci = 0; ci < C; ++ci) {
@@ -332,21 +440,15 @@ struct LayerRun {
           for (int64_t kw = 0; kw < KS; ++kw, ++k) {
             const int64_t w = w0 + kw;
             const float v = hin && w >= 0 && w < W ? rowp[w] : 0.0f;
-            if (bits) {
-              if (v < 0.0f) bits[k / 64] |= uint64_t{1} << (k % 64);
-            } else {
-              bytes[k] = sgn ? static_cast<uint8_t>(static_cast<int8_t>(v))
-                             : static_cast<uint8_t>(v);
-            }
+            bytes[k] = sgn ? static_cast<uint8_t>(static_cast<int8_t>(v)) : static_cast<uint8_t>(v);
           }
         }
       }
-    });
-    Tensor out = empty(Shape{N, O, OH, OW}, {.dtype = DType::fp32});
-    float* d = out.data<float>();
-    // The padding corrections of every border pattern, made before the parallel loop.
-    std::vector<const int32_t*> corr(static_cast<size_t>(OH * OW), nullptr);
+    };
+    // The padding correction of each output position's border pattern (null inside).
+    std::vector<const int32_t*> corr;
     if (binary()) {
+      corr.assign(static_cast<size_t>(OH * OW), nullptr);
       for (int64_t p = 0; p < OH * OW; ++p) {
         int64_t n, h0, w0;
         origin(p, &n, &h0, &w0);
@@ -354,24 +456,70 @@ struct LayerRun {
                                          std::max<int64_t>(0, h0 + KS - H),
                                          std::max<int64_t>(0, -w0),
                                          std::max<int64_t>(0, w0 + KS - W)};
-        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) corr[p] = correction(pat).data();
-      }
-    }
-    // [N * OH * OW, O] -> NCHW.
-    cpu::parallel_for(N * O, M * O, [&](int64_t lo, int64_t hi) {
-      for (int64_t no = lo; no < hi; ++no) {
-        const int64_t n = no / O, o = no % O;
-        const int32_t* src = acc.data<int32_t>() + n * OH * OW * O + o;
-        float* dst = d + no * OH * OW;
-        for (int64_t p = 0; p < OH * OW; ++p) {
-          const int32_t v = src[p * O];
-          dst[p] = static_cast<float>(corr[p] ? v - corr[p][o] : v);
+        if (pat != std::array<int64_t, 4>{0, 0, 0, 0}) {
+          corr[static_cast<size_t>(p)] = correction(pat).data();
         }
       }
-    });
-    return out;
+    }
+    if (sign_out) {
+      // sum - corr < t  <=>  sum < t + corr: one threshold row per border pattern.
+      std::vector<const int32_t*> pos_thr(static_cast<size_t>(OH * OW));
+      for (int64_t p = 0; p < OH * OW; ++p) {
+        const int32_t* c = corr[static_cast<size_t>(p)];
+        pos_thr[static_cast<size_t>(p)] = c ? fused::corrected_thresholds(rt, c) : rt.thr.data();
+      }
+      std::vector<const int32_t*> rows(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) rows[static_cast<size_t>(m)] = pos_thr[static_cast<size_t>(m % (OH * OW))];
+      *sign_out = fused::BitMap{};
+      sign_out->N = N;
+      sign_out->H = OH;
+      sign_out->W = OW;
+      sign_out->C = s.out;
+      sign_out->CW = (s.out + 63) / 64;
+      sign_out->words = empty(Shape{M * sign_out->CW}, {.dtype = DType::int64});
+      gemm(M, K, fill, reinterpret_cast<uint64_t*>(sign_out->words.data_ptr()), rows.data());
+      return Tensor();
+    }
+    Tensor acc = gemm(M, K, fill);
+    if (binary()) {
+      bool any = false;
+      for (const int32_t* c : corr) any = any || c != nullptr;
+      if (any) {
+        const int64_t O = s.out;
+        int32_t* ap = acc.data<int32_t>();
+        cpu::parallel_for(M, M * O, [&](int64_t lo, int64_t hi) {
+          for (int64_t m = lo; m < hi; ++m) {
+            const int32_t* c = corr[static_cast<size_t>(m % (OH * OW))];
+            if (c == nullptr) continue;
+            int32_t* row = ap + m * O;
+            for (int64_t o = 0; o < O; ++o) row[o] -= c[o];
+          }
+        });
+      }
+    }
+    return acc;
   }
 };
+
+// acc [N, P, O] s32 (P = OH * OW positions) -> fp32 NCHW [N, O, OH, OW] (conv) or [N, O], less
+// the per-channel offset `off` (may be null).
+Tensor acc_to_fp32(const Tensor& acc, int64_t N, int64_t O, int64_t OH, int64_t OW, bool conv,
+                   const int32_t* off) {
+  const int64_t P = OH * OW;
+  Tensor out = empty(conv ? Shape{N, O, OH, OW} : Shape{N, O}, {.dtype = DType::fp32});
+  float* d = out.data<float>();
+  const int32_t* ap = acc.data<int32_t>();
+  cpu::parallel_for(N * O, N * O * P, [&](int64_t lo, int64_t hi) {
+    for (int64_t no = lo; no < hi; ++no) {
+      const int64_t n = no / O, o = no % O;
+      const int32_t sub = off ? off[o] : 0;
+      const int32_t* src = ap + n * P * O + o;
+      float* dst = d + no * P;
+      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<float>(src[p * O] - sub);
+    }
+  });
+  return out;
+}
 
 }  // namespace
 
@@ -383,14 +531,87 @@ Tensor PackedModel::forward(const Tensor& x0) {
   }
   NoGradGuard ng;
   Tensor y = detail::as_fp32_contiguous(x0);
+  // Between a fused layer and the binary-act layer it feeds, the activations are sign bits.
+  std::optional<fused::BitMap> bits;
+  size_t last_step = 0;
+  if (step_times_) step_times_->resize(steps_.size(), 0.0);
+  auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < steps_.size(); ++i) {
+    if (step_times_ && i > 0) {
+      // The previous step's time (a fused layer jumped past the steps it replaced).
+      const auto t1 = std::chrono::steady_clock::now();
+      (*step_times_)[last_step] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+    last_step = i;
     const PackedStep& s = steps_[i];
+    Runtime& rt = *rt_[i];
     if (s.kind == "input") {
+      if (i + 1 < steps_.size() && steps_[i + 1].kind == "layer" && steps_[i + 1].conv &&
+          rt_[i + 1]->fuse_sign && steps_[i + 1].scheme != LowBitScheme::binary_act &&
+          std::isfinite(s.act.scale) && s.act.scale > 0.0f) {
+        // The input codes go straight into the first conv's image, its sums to sign bits.
+        const LayerRun run{steps_[i + 1], *rt_[i + 1]};
+        const Tensor x = y.contiguous();
+        std::optional<fused::BitMap> out = run.conv_sign_direct(x, &s.act);
+        if (out) {
+          bits = std::move(out);
+          last_step = i + 1;  // timed as the layer's
+          i = rt_[i + 1]->next - 1;
+          continue;
+        }
+      }
       y = lowbit_act_codes(y, s.act);
     } else if (s.kind == "layer") {
-      const LayerRun run{s, *rt_[i]};
-      const Tensor acc = s.conv ? run.conv(y.contiguous()) : run.linear(y.contiguous());
-      y = lowbit_rescale(acc, rt_[i]->mult, s.bias);
+      const LayerRun run{s, rt};
+      const Tensor x = bits ? Tensor() : y.contiguous();
+      int64_t N = 0, OH = 1, OW = 1;
+      bool shifted = false;
+      Tensor acc;
+      if (s.conv && rt.fuse_sign && s.scheme != LowBitScheme::binary_act && !bits) {
+        std::optional<fused::BitMap> out = run.conv_sign_direct(x);
+        if (out) {
+          bits = std::move(out);
+          i = rt.next - 1;  // int8 sums to sign bits in one kernel
+          continue;
+        }
+      }
+      if (s.conv && rt.fuse_sign && s.scheme == LowBitScheme::binary_act) {
+        fused::BitMap out;
+        run.conv_acc(bits ? nullptr : &x, bits ? &*bits : nullptr, &OH, &OW, &shifted, &out);
+        bits = std::move(out);
+        i = rt.next - 1;  // XNOR sums to sign bits in one kernel
+        continue;
+      }
+      if (s.conv) {
+        acc = run.conv_acc(bits ? nullptr : &x, bits ? &*bits : nullptr, &OH, &OW, &shifted);
+        N = acc.numel() / (OH * OW * s.out);  // [N, OH, OW, O] or [N * OH * OW, O]
+      } else {
+        acc = bits ? run.linear_acc(*bits) : run.linear_acc(x);
+        N = acc.size(0);
+      }
+      if (rt.fuse_sign) {
+        bits = fused::sign_bits(acc, N, OH, OW, rt, shifted);
+        i = rt.next - 1;  // past the batch norm and the sign the thresholds hold
+        continue;
+      }
+      bits.reset();
+      std::vector<int32_t> off;
+      if (shifted) {
+        off.resize(rt.wsum.size());
+        for (size_t o = 0; o < off.size(); ++o) off[o] = 128 * rt.wsum[o];
+      }
+      const Tensor f = acc_to_fp32(acc, N, s.out, OH, OW, s.conv, shifted ? off.data() : nullptr);
+      y = lowbit_rescale(f, rt.mult, s.bias);
+    } else if (bits) {
+      if (s.kind == "max_pool2d") {
+        bits = fused::max_pool(*bits, s);
+      } else if (s.kind == "flatten") {
+        bits->flat = true;
+      } else {
+        throw std::logic_error("mixp::quant::PackedModel: step '" + s.name +
+                               "' after a fused sign epilogue");
+      }
     } else if (s.kind == "batch_norm") {
       y = batch_norm(y, s.running_mean, s.running_var, s.gamma, s.beta, false, s.momentum, s.eps);
     } else if (s.kind == "act") {
@@ -402,6 +623,10 @@ Tensor PackedModel::forward(const Tensor& x0) {
     } else {
       throw std::invalid_argument("mixp::quant::PackedModel: unknown step kind '" + s.kind + "'");
     }
+  }
+  if (step_times_ && !steps_.empty()) {
+    (*step_times_)[last_step] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return y;
 }

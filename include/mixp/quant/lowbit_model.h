@@ -12,14 +12,20 @@
 // plus per output channel the weight scale (fp32) and the bias.
 //
 // Inference: int8/int4/int2/ternary/binary weights are unpacked to int8 once, when the model is
-// built or loaded, and run as oneDNN's u8 (or s8) x s8 -> s32 GEMM (VNNI); convolutions through
-// an im2col of the codes. binary-act layers keep their weights bit-packed and run XNOR + popcount
+// built or loaded, and run as oneDNN's u8 (or s8) x s8 -> s32 GEMM (VNNI) or int8 convolution;
+// int4/int2 GEMMs with u8 inputs read the packed codes instead (lowbit_gemm_s32: expanded in
+// registers, the same sums). binary-act layers keep their weights bit-packed and run XNOR + popcount
 // on bit-packed sign activations: dot = K - 2 * popcount(a XOR w), AVX-512 VPOPCNTQ when the
 // CPU has it, a portable loop elsewhere; for a padded convolution the padded positions, which
 // hold 0 in the fake-quantized model, are encoded as +1 and their weights subtracted again (one
 // correction vector per border pattern). The s32 sums are converted to fp32 and go through the
 // fake-quantized model's own ops: rescale (lowbit_rescale), BatchNorm in eval mode, ReLU or sign,
-// activation codes (lowbit_act_codes), max pooling and flattening on the codes.
+// activation codes (lowbit_act_codes), max pooling and flattening on the codes. Except where a
+// layer feeds a binary-act layer through [batch norm ->] sign: there the chain is monotone in the
+// integer sum per channel, so one integer threshold per channel, found when the model is built
+// by evaluating those same ops, gives the same signs; the layer writes sign bits directly, and
+// max pooling (an AND of the bits) and flattening work on bits until the next layer's XNOR GEMM
+// (src/quant/lowbit_fused.cpp).
 //
 // File (save_packed_model / load_packed_model): one .safetensors holding per weight layer <name>
 //   <name>.weight        U8 packed codes ([O, bytes] or [2, O, bytes] for ternary)
@@ -85,6 +91,12 @@ class PackedModel : public nn::Module {
   const std::vector<PackedStep>& steps() const { return steps_; }
   // Bytes of packed weights, scales, biases and batch-norm tensors.
   int64_t weight_bytes() const;
+  // When set, forward adds each step's wall time in seconds to (*t)[step index] (resized to the
+  // number of steps); a fused layer's time holds the batch norm and sign it replaced, which get
+  // none. For benchmarks (bench/bench_lowbit_eval.cpp); null turns it off.
+  void time_steps(std::vector<double>* t) { step_times_ = t; }
+  // Whether layer step `i` ends in the fused sign epilogue (integer thresholds to sign bits).
+  bool sign_fused(size_t i) const;
   struct Runtime;  // per step: the weights unpacked for the kernels (lowbit_model.cpp)
 
  protected:
@@ -93,6 +105,7 @@ class PackedModel : public nn::Module {
  private:
   std::vector<PackedStep> steps_;
   std::vector<std::unique_ptr<Runtime>> rt_;
+  std::vector<double>* step_times_ = nullptr;
 };
 
 // A model prepared with prepare_lowbit_qat (trained or calibrated) -> its packed model. Throws
