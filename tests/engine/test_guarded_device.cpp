@@ -17,6 +17,7 @@
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
+#include "mixp/train/tensor_dataset.h"
 #include "mixp/train/trainer.h"
 
 namespace mixp {
@@ -74,6 +75,22 @@ TEST(GuardedDevice, MixedDevicesAreRefused) {
     EXPECT_NE(std::string(e.what()).find("guarded"), std::string::npos) << e.what();
   }
   EXPECT_THROW(ones({2}, {.device = Device::cuda()}), std::invalid_argument);
+}
+
+TEST(GuardedDevice, TensorDatasetBatchesStayOnTheDevice) {
+  Generator gen(3);
+  const Tensor x = randn({10, 3}, gen);
+  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, {10},
+                               {.dtype = DType::int64});
+  train::TensorDataset cpu(x, y, {.batch_size = 4, .seed = 5});
+  train::TensorDataset guarded(x.to(Device::guarded()), y.to(Device::guarded()),
+                               {.batch_size = 4, .seed = 5});
+  for (int i = 0; i < 3; ++i) {
+    const train::Batch a = cpu.next(), b = guarded.next();
+    EXPECT_EQ(b.input.device(), Device::guarded());
+    EXPECT_EQ(b.input.to_vector<float>(), a.input.to_vector<float>());
+    EXPECT_EQ(b.target.to_vector<int64_t>(), a.target.to_vector<int64_t>());
+  }
 }
 
 // One short training run, on the cpu or (guarded) on the guarded device.
