@@ -136,6 +136,27 @@ int64_t element_offset(const Tensor& t, std::initializer_list<int64_t> index) {
   }
   return off;
 }
+
+// f(k, offset) for the k-th element of t in row-major order and its offset in the storage (in
+// elements, from t's first element).
+template <class F>
+void for_each_offset(const Tensor& t, F&& f) {
+  const int n = t.dim();
+  const int64_t total = t.numel();
+  Shape idx = Shape::filled(n, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < total; ++k) {
+    f(k, off);
+    for (int d = n - 1; d >= 0; --d) {
+      if (++idx[d] < t.shape()[d]) {
+        off += t.strides()[d];
+        break;
+      }
+      off -= (t.shape()[d] - 1) * t.strides()[d];
+      idx[d] = 0;
+    }
+  }
+}
 }  // namespace
 
 double Tensor::item() const {
@@ -162,23 +183,10 @@ void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
 std::vector<double> Tensor::to_double_vector() const {
   std::vector<double> out;
   out.reserve(static_cast<size_t>(numel()));
-  const int n = dim();
-  const int64_t total = numel();
-  Shape idx = Shape::filled(n, 0);
   const DeviceAccessScope host_read;
   const void* base = data_ptr();
-  int64_t off = 0;
-  for (int64_t k = 0; k < total; ++k) {
-    out.push_back(load_element(base, dtype(), off));
-    for (int d = n - 1; d >= 0; --d) {
-      if (++idx[d] < shape()[d]) {
-        off += strides()[d];
-        break;
-      }
-      off -= (shape()[d] - 1) * strides()[d];
-      idx[d] = 0;
-    }
-  }
+  for_each_offset(*this,
+                  [&](int64_t, int64_t off) { out.push_back(load_element(base, dtype(), off)); });
   return out;
 }
 
@@ -196,24 +204,12 @@ Tensor Tensor::to(Device device) const {
     std::memcpy(out.data_ptr(), data_ptr(), nbytes());
     return out;
   }
-  const int n = dim();
-  const int64_t total = numel();
-  const size_t es = element_size();
-  Shape idx = Shape::filled(n, 0);
+  const auto es = static_cast<int64_t>(element_size());
   const char* src = static_cast<const char*>(data_ptr());
   char* dst = static_cast<char*>(out.data_ptr());
-  int64_t off = 0;
-  for (int64_t k = 0; k < total; ++k) {
-    std::memcpy(dst + k * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
-    for (int d = n - 1; d >= 0; --d) {
-      if (++idx[d] < shape()[d]) {
-        off += strides()[d];
-        break;
-      }
-      off -= (shape()[d] - 1) * strides()[d];
-      idx[d] = 0;
-    }
-  }
+  for_each_offset(*this, [&](int64_t k, int64_t off) {
+    std::memcpy(dst + k * es, src + off * es, static_cast<size_t>(es));
+  });
   return out;
 }
 
