@@ -11,172 +11,152 @@ namespace {
 class GuardedBackend final : public Backend {
  public:
   const char* name() const override { return "guarded"; }
-  void copy(Tensor& dst, const Tensor& src) override {
+
+  // Runs one kernel of the host backend with the guarded memory open to it.
+  template <class F>
+  static void run(F&& kernel) {
     const DeviceAccessScope in_kernel;
-    backend().copy(dst, src);
+    kernel(backend());
+  }
+
+  void copy(Tensor& dst, const Tensor& src) override {
+    run([&](Backend& be) { be.copy(dst, src); });
   }
   void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
                uint64_t seed) override {
-    const DeviceAccessScope in_kernel;
-    backend().convert(dst, src, round, overflow, seed);
+    run([&](Backend& be) { be.convert(dst, src, round, overflow, seed); });
   }
   void fill(Tensor& dst, double value) override {
-    const DeviceAccessScope in_kernel;
-    backend().fill(dst, value);
+    run([&](Backend& be) { be.fill(dst, value); });
   }
   void add_inplace(Tensor& dst, const Tensor& src, double alpha) override {
-    const DeviceAccessScope in_kernel;
-    backend().add_inplace(dst, src, alpha);
+    run([&](Backend& be) { be.add_inplace(dst, src, alpha); });
   }
   void unary(UnaryOp op, Tensor& dst, const Tensor& src) override {
-    const DeviceAccessScope in_kernel;
-    backend().unary(op, dst, src);
+    run([&](Backend& be) { be.unary(op, dst, src); });
   }
   void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                       const Tensor& dst) override {
-    const DeviceAccessScope in_kernel;
-    backend().unary_backward(op, dsrc, ddst, src, dst);
+    run([&](Backend& be) { be.unary_backward(op, dsrc, ddst, src, dst); });
   }
   void binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) override {
-    const DeviceAccessScope in_kernel;
-    backend().binary(op, dst, a, b);
+    run([&](Backend& be) { be.binary(op, dst, a, b); });
   }
   void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) override {
-    const DeviceAccessScope in_kernel;
-    backend().scalar(op, dst, src, s);
+    run([&](Backend& be) { be.scalar(op, dst, src, s); });
   }
   void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override {
-    const DeviceAccessScope in_kernel;
-    backend().dropout(dst, src, p, seed);
+    run([&](Backend& be) { be.dropout(dst, src, p, seed); });
   }
   void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override {
-    const DeviceAccessScope in_kernel;
-    backend().reduce(op, dst, src);
+    run([&](Backend& be) { be.reduce(op, dst, src); });
   }
   void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Tensor& dst) override {
-    const DeviceAccessScope in_kernel;
-    backend().reduce_max_backward(dsrc, ddst, src, dst);
+    run([&](Backend& be) { be.reduce_max_backward(dsrc, ddst, src, dst); });
   }
   void argmax(Tensor& dst, const Tensor& src, int dim) override {
-    const DeviceAccessScope in_kernel;
-    backend().argmax(dst, src, dim);
+    run([&](Backend& be) { be.argmax(dst, src, dim); });
   }
   void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override {
-    const DeviceAccessScope in_kernel;
-    backend().softmax(dst, src, dim, log);
+    run([&](Backend& be) { be.softmax(dst, src, dim, log); });
   }
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
                         bool log) override {
-    const DeviceAccessScope in_kernel;
-    backend().softmax_backward(dsrc, ddst, dst, dim, log);
+    run([&](Backend& be) { be.softmax_backward(dsrc, ddst, dst, dim, log); });
   }
   void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
                   const Tensor& bias, double eps) override {
-    const DeviceAccessScope in_kernel;
-    backend().layer_norm(dst, mean, rstd, src, weight, bias, eps);
+    run([&](Backend& be) { be.layer_norm(dst, mean, rstd, src, weight, bias, eps); });
   }
   void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                            const Tensor& src, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd) override {
-    const DeviceAccessScope in_kernel;
-    backend().layer_norm_backward(dsrc, dweight, dbias, ddst, src, weight, mean, rstd);
+    run([&](Backend& be) {
+      be.layer_norm_backward(dsrc, dweight, dbias, ddst, src, weight, mean, rstd);
+    });
   }
   void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                   Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps) override {
-    const DeviceAccessScope in_kernel;
-    backend().batch_norm(dst, save_mean, save_invstd, running_mean, running_var, src, weight, bias,
-                         training, momentum, eps);
+    run([&](Backend& be) {
+      be.batch_norm(dst, save_mean, save_invstd, running_mean, running_var, src, weight, bias,
+                    training, momentum, eps);
+    });
   }
   void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                            const Tensor& src, const Tensor& weight, const Tensor& save_mean,
                            const Tensor& save_invstd) override {
-    const DeviceAccessScope in_kernel;
-    backend().batch_norm_backward(dsrc, dweight, dbias, ddst, src, weight, save_mean, save_invstd);
+    run([&](Backend& be) {
+      be.batch_norm_backward(dsrc, dweight, dbias, ddst, src, weight, save_mean, save_invstd);
+    });
   }
   void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) override {
-    const DeviceAccessScope in_kernel;
-    backend().embedding(dst, weight, indices);
+    run([&](Backend& be) { be.embedding(dst, weight, indices); });
   }
   void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override {
-    const DeviceAccessScope in_kernel;
-    backend().embedding_backward(dweight, ddst, indices);
+    run([&](Backend& be) { be.embedding_backward(dweight, ddst, indices); });
   }
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().max_pool2d(dst, src, p);
+    run([&](Backend& be) { be.max_pool2d(dst, src, p); });
   }
   void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Pool2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().max_pool2d_backward(dsrc, ddst, src, p);
+    run([&](Backend& be) { be.max_pool2d_backward(dsrc, ddst, src, p); });
   }
   void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().avg_pool2d(dst, src, p);
+    run([&](Backend& be) { be.avg_pool2d(dst, src, p); });
   }
   void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().avg_pool2d_backward(dsrc, ddst, p);
+    run([&](Backend& be) { be.avg_pool2d_backward(dsrc, ddst, p); });
   }
   void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
               const MatmulConfig& cfg) override {
-    const DeviceAccessScope in_kernel;
-    backend().matmul(dst, a, b, bias, cfg);
+    run([&](Backend& be) { be.matmul(dst, a, b, bias, cfg); });
   }
   void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
               const Conv2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().conv2d(dst, src, weight, bias, p);
+    run([&](Backend& be) { be.conv2d(dst, src, weight, bias, p); });
   }
   void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
                             const Conv2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().conv2d_backward_data(dsrc, ddst, weight, p);
+    run([&](Backend& be) { be.conv2d_backward_data(dsrc, ddst, weight, p); });
   }
   void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                const Tensor& src, const Conv2dParams& p) override {
-    const DeviceAccessScope in_kernel;
-    backend().conv2d_backward_weights(dweight, dbias, ddst, src, p);
+    run([&](Backend& be) { be.conv2d_backward_weights(dweight, dbias, ddst, src, p); });
   }
   void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                  bool causal, double scale) override {
-    const DeviceAccessScope in_kernel;
-    backend().attention(dst, lse, q, k, v, causal, scale);
+    run([&](Backend& be) { be.attention(dst, lse, q, k, v, causal, scale); });
   }
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
                           bool causal, double scale) override {
-    const DeviceAccessScope in_kernel;
-    backend().attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
+    run([&](Backend& be) {
+      be.attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
+    });
   }
   void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                      const Tensor& targets) override {
-    const DeviceAccessScope in_kernel;
-    backend().cross_entropy(loss, lse, logits, targets);
+    run([&](Backend& be) { be.cross_entropy(loss, lse, logits, targets); });
   }
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse) override {
-    const DeviceAccessScope in_kernel;
-    backend().cross_entropy_backward(dlogits, dloss, logits, targets, lse);
+    run([&](Backend& be) { be.cross_entropy_backward(dlogits, dloss, logits, targets, lse); });
   }
   void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
                        const Tensor& rstd) override {
-    const DeviceAccessScope in_kernel;
-    backend().layer_norm_xhat(dst, src, mean, rstd);
+    run([&](Backend& be) { be.layer_norm_xhat(dst, src, mean, rstd); });
   }
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override {
-    const DeviceAccessScope in_kernel;
-    backend().unscale_check(grad, found_inf, inv_scale);
+    run([&](Backend& be) { be.unscale_check(grad, found_inf, inv_scale); });
   }
   void sum_squares(Tensor& dst, const Tensor& src) override {
-    const DeviceAccessScope in_kernel;
-    backend().sum_squares(dst, src);
+    run([&](Backend& be) { be.sum_squares(dst, src); });
   }
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override {
-    const DeviceAccessScope in_kernel;
-    backend().optimizer_update(u, rule);
+    run([&](Backend& be) { be.optimizer_update(u, rule); });
   }
 };
 
