@@ -7,6 +7,7 @@
 #include "mixp/amp/fp8_linear.h"
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/optim/step_reductions.h"
 
 namespace mixp::amp {
 
@@ -40,19 +41,15 @@ void add_once(std::vector<std::shared_ptr<Fp8ScalingState>>& v,
   if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
 }
 
-Fp8AmaxReducer& amax_reducer() {
-  static Fp8AmaxReducer r;
-  return r;
-}
-
-// Reduces the amaxes of `states` (set_fp8_amax_reducer), then updates them.
+// Reduces the amaxes of `states` as the named step value fp8_amax (optim/step_reductions.h),
+// then updates them.
 void reduce_and_update(const std::vector<std::shared_ptr<Fp8ScalingState>>& states) {
-  if (const Fp8AmaxReducer& reduce = amax_reducer(); reduce && !states.empty()) {
-    std::vector<float> amax;
+  if (!states.empty() && optim::has_step_reducer(optim::StepValue::fp8_amax)) {
+    std::vector<double> amax;
     amax.reserve(states.size());
-    for (const auto& s : states) amax.push_back(s->history(0));
-    reduce(amax);
-    for (size_t i = 0; i < states.size(); ++i) states[i]->record_amax(amax[i]);
+    for (const auto& s : states) amax.push_back(s->history(0));  // exact: floats
+    optim::reduce_step_values(optim::StepValue::fp8_amax, amax);
+    for (size_t i = 0; i < states.size(); ++i) states[i]->record_amax(float(amax[i]));
   }
   for (const auto& s : states) s->update();
 }
@@ -60,7 +57,17 @@ void reduce_and_update(const std::vector<std::shared_ptr<Fp8ScalingState>>& stat
 }  // namespace
 
 void set_fp8_amax_reducer(Fp8AmaxReducer reducer) {
-  amax_reducer() = std::move(reducer);
+  // The fp8_amax step reducer over floats (the values are fp32 amaxes, exact in double).
+  if (!reducer) {
+    optim::set_step_reducer(optim::StepValue::fp8_amax, nullptr);
+    return;
+  }
+  optim::set_step_reducer(optim::StepValue::fp8_amax,
+                          [r = std::move(reducer)](optim::StepValue, std::span<double> v) {
+                            std::vector<float> f(v.begin(), v.end());
+                            r(f);
+                            for (size_t i = 0; i < v.size(); ++i) v[i] = f[i];
+                          });
 }
 
 namespace detail {
@@ -132,7 +139,11 @@ Fp8Autocast::~Fp8Autocast() {
   r.training = true;
 }
 
-bool Fp8Autocast::is_enabled() { return region().enabled; }
-bool Fp8Autocast::is_recompute() { return region().recompute; }
+bool Fp8Autocast::is_enabled() {
+  return region().enabled;
+}
+bool Fp8Autocast::is_recompute() {
+  return region().recompute;
+}
 
 }  // namespace mixp::amp

@@ -1,7 +1,6 @@
 #include "mixp/amp/grad_scaler.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,87 +8,27 @@
 #include <vector>
 
 #include "mixp/autograd/grad_mode.h"
-#include "mixp/format/convert.h"
+#include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/optimizer.h"
+#include "mixp/optim/step_reductions.h"
+#include "mixp/tensor/factories.h"
 
 namespace mixp::amp {
 
 namespace {
 
-constexpr int64_t kParallelGrain = 1 << 15;
-
-// g *= inv for every element; returns true when an element was inf/NaN before the multiply
-// (torch._amp_foreach_non_finite_check_and_unscale_). inv == 1 leaves the values alone.
-template <class T>
-bool unscale_span(T* g, int64_t n, float inv) {
-  const T m = static_cast<T>(inv);
-  const bool scale = inv != 1.0f;
-  int bad = 0;
-  if (n < kParallelGrain || omp_get_max_threads() == 1) {
-#pragma omp simd reduction(| : bad)
-    for (int64_t i = 0; i < n; ++i) {
-      const T v = g[i];
-      bad |= !std::isfinite(v);
-      g[i] = scale ? v * m : v;
-    }
-    return bad != 0;
-  }
-#pragma omp parallel for simd reduction(| : bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const T v = g[i];
-    bad |= !std::isfinite(v);
-    g[i] = scale ? v * m : v;
-  }
-  return bad != 0;
-}
-
-// Gradients stored in a 16-bit or 8-bit float: widened in chunks, unscaled in fp32, rounded back
-// to nearest-even.
-bool unscale_narrow(Tensor& g, float inv) {
-  constexpr int64_t kChunk = 4096;
-  const DType d = g.dtype();
-  const size_t esz = g.element_size();
-  auto* base = static_cast<unsigned char*>(g.data_ptr());
-  bool bad = false;
-  std::vector<float> buf(kChunk);
-  for (int64_t lo = 0, n = g.numel(); lo < n; lo += kChunk) {
-    const int64_t k = std::min(kChunk, n - lo);
-    std::span<float> s(buf.data(), static_cast<size_t>(k));
-    convert_to_f32(d, base + lo * esz, s);
-    bad = unscale_span(buf.data(), k, inv) || bad;
-    convert_f32_to(d, s, base + lo * esz,
-                   {.round = Round::nearest_even, .overflow = Overflow::ieee});
-  }
-  return bad;
-}
-
-bool unscale_tensor(const Tensor& grad, float inv) {
+// grad *= inv in place by the gradient's backend (unscale_check); sets found_inf when an element
+// was inf/NaN before the multiply.
+void unscale_tensor(const Tensor& grad, float inv, Tensor& found_inf) {
   Tensor g = grad.is_contiguous() ? grad : grad.contiguous();
-  bool bad = false;
-  switch (g.dtype()) {
-    case DType::fp32:
-      bad = unscale_span(g.data<float>(), g.numel(), inv);
-      break;
-    case DType::fp64:
-      bad = unscale_span(g.data<double>(), g.numel(), inv);
-      break;
-    default:
-      if (!is_elementwise_float(g.dtype())) {
-        throw std::invalid_argument(fmt::format(
-            "mixp::amp::GradScaler::unscale_: gradients of dtype {} cannot be unscaled; "
-            "gradients are fp32, fp64 or an element-wise float format",
-            name(g.dtype())));
-      }
-      bad = unscale_narrow(g, inv);
-  }
+  backend_for(g, found_inf).unscale_check(g, found_inf, inv);
   if (!g.is_same(grad)) {
     Tensor dst = grad;
     dst.copy_(g);
   } else {
-    grad.bump_version();  // unscaled in place through raw pointers
+    grad.bump_version();  // unscaled in place by the kernel
   }
-  return bad;
 }
 
 std::string fp16_alternatives() {
@@ -101,16 +40,7 @@ std::string fp16_alternatives() {
          "anyway (pure fp16, Apex O3), set GradScalerOptions::allow_fp16_params";
 }
 
-FoundInfReducer& found_inf_reducer() {
-  static FoundInfReducer r;
-  return r;
-}
-
 }  // namespace
-
-void set_found_inf_reducer(FoundInfReducer reducer) {
-  found_inf_reducer() = std::move(reducer);
-}
 
 GradScaler::GradScaler(const GradScalerOptions& options)
     : opt_(options), enabled_(options.enabled), scale_(static_cast<float>(options.init_scale)) {
@@ -193,23 +123,27 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   }
   // PyTorch: inv_scale = scale.double().reciprocal().float()
   const float inv = static_cast<float>(1.0 / static_cast<double>(scale_));
-  bool bad = false;
   int64_t checked = 0;
   NoGradGuard ng;
+  Tensor found_inf;  // one flag per optimizer, on its gradients' device, read once below
   for (const optim::ParamState& p : opt.params()) {
     const Tensor g = p.param.grad();
     if (!g.defined()) continue;
-    bad = unscale_tensor(g, inv) || bad;
+    if (!found_inf.defined()) found_inf = zeros({1}, {.device = g.device()});
+    unscale_tensor(g, inv, found_inf);
     ++checked;
   }
+  // One named step value per optimizer (optim/step_reductions.h): a process group's reducer
+  // makes every rank skip together. Called on every rank, with 0 where no gradient was checked.
+  double inf = found_inf.defined() ? found_inf.item() : 0.0;
+  optim::reduce_step_values(optim::StepValue::found_inf, std::span<double>(&inf, 1));
+  st.found_inf = inf != 0.0;
   // As PyTorch's found_inf_per_device: an optimizer none of whose parameters has a gradient
   // records no inf check, and step() refuses it below. With sharded gradients the check is the
-  // whole model's, over every rank (set_found_inf_reducer), even for a rank that owns nothing.
-  if (const FoundInfReducer& reduce = found_inf_reducer()) {
-    bad = reduce(bad);
+  // whole model's, over every rank (a found_inf reducer), even for a rank that owns nothing.
+  if (optim::has_step_reducer(optim::StepValue::found_inf)) {
     checked = std::max<int64_t>(checked, 1);
   }
-  st.found_inf = bad;
   st.recorded = checked > 0;
   st.stage = Stage::unscaled;
 }
@@ -325,9 +259,13 @@ void GradScaler::set_option(T GradScalerOptions::*field, T value) {
   }
 }
 
-void GradScaler::set_growth_factor(double f) { set_option(&GradScalerOptions::growth_factor, f); }
+void GradScaler::set_growth_factor(double f) {
+  set_option(&GradScalerOptions::growth_factor, f);
+}
 
-void GradScaler::set_backoff_factor(double f) { set_option(&GradScalerOptions::backoff_factor, f); }
+void GradScaler::set_backoff_factor(double f) {
+  set_option(&GradScalerOptions::backoff_factor, f);
+}
 
 void GradScaler::set_growth_interval(int64_t n) {
   set_option(&GradScalerOptions::growth_interval, n);

@@ -39,7 +39,7 @@ void accumulate(Tensor& slot, const Tensor& g) {
   if (slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous() &&
       (slot.dtype() == g.dtype() ||
        (slot.dtype() == DType::fp32 && (g.dtype() == DType::bf16 || g.dtype() == DType::fp16)))) {
-    backend().add_inplace(slot, g, 1.0);
+    backend_for(slot, g).add_inplace(slot, g, 1.0);
     return;
   }
   // Mixed dtypes (a 16-bit gradient from a cast meets an fp32 one at the same leaf): sum in the
@@ -49,8 +49,8 @@ void accumulate(Tensor& slot, const Tensor& g) {
     sd = (sd == DType::fp64 || g.dtype() == DType::fp64) ? DType::fp64 : DType::fp32;
   }
   Tensor sum = Tensor::empty(slot.shape(), {.dtype = sd});
-  backend().copy(sum, slot);
-  backend().add_inplace(sum, g, 1.0);
+  backend_for(sum, slot).copy(sum, slot);
+  backend_for(sum, g).add_inplace(sum, g, 1.0);
   slot = sum;
 }
 }  // namespace
@@ -104,12 +104,12 @@ void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
       impl->grad = g.impl_ptr();
     } else {
       Tensor copy = Tensor::empty(impl->shape, {.dtype = gd});
-      backend().copy(copy, g);
+      backend_for(copy, g).copy(copy, g);
       impl->grad = copy.impl_ptr();
     }
   } else {
     Tensor acc(impl->grad);
-    backend().add_inplace(acc, g, 1.0);
+    backend_for(acc, g).add_inplace(acc, g, 1.0);
     acc.bump_version();  // the user-visible .grad changed in place
   }
   if (const GradReadyHook* hook = detail::grad_ready_hook()) (*hook)(Tensor(impl));

@@ -1,6 +1,7 @@
 // Backend registry, the thread-local BackendGuard, and the thread count.
 #include "mixp/backend/backend.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/guarded_backend.h"
 #include "backend/observed_backend.h"
 #include "backend/ref/ref_backend.h"
 #include "mixp/backend/kernel_observer.h"
@@ -40,6 +42,57 @@ Backend& backend() {
   }
   return get_backend(current_backend_kind());
 }
+Backend& backend_for(Device device) {
+  switch (device.kind) {
+    case DeviceKind::cpu:
+      return backend();
+    case DeviceKind::guarded:
+      return detail::guarded_backend();
+    case DeviceKind::cuda:
+      break;
+  }
+  throw std::invalid_argument("mixp: no backend for device " + device.str() +
+                              " is built (only cpu; docs/architecture.md 3.5)");
+}
+
+namespace {
+[[noreturn]] void mixed_devices(Device a, Device b) {
+  throw std::invalid_argument(fmt::format(
+      "mixp: tensors on different devices ({} and {}) in one operation; move them to one device "
+      "with to(Device) first",
+      a.str(), b.str()));
+}
+}  // namespace
+
+Device common_device(std::initializer_list<const Tensor*> tensors) {
+  bool found = false;
+  Device d;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (!found) {
+      d = t->device();
+      found = true;
+    } else if (!(t->device() == d)) [[unlikely]] {
+      mixed_devices(d, t->device());
+    }
+  }
+  return found ? d : default_device();
+}
+Device common_device(std::span<const Tensor> tensors) {
+  bool found = false;
+  Device d;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (!found) {
+      d = t.device();
+      found = true;
+    } else if (!(t.device() == d)) [[unlikely]] {
+      mixed_devices(d, t.device());
+    }
+  }
+  return found ? d : default_device();
+}
+
 void set_default_backend(BackendKind kind) {
   g_default = kind;
 }

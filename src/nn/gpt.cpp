@@ -40,8 +40,8 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : Module("gpt"), cfg_(cfg) {
       register_module("tok_emb", std::make_shared<Embedding>(rows, cfg.width, gen, kInitStd));
   if (rows > cfg.vocab) {
     // llm.c's padded rows are zero; no token ever looks them up and no logit of theirs is used.
-    Tensor w = tok_emb_->weight();
-    std::fill(w.data<float>() + cfg.vocab * cfg.width, w.data<float>() + rows * cfg.width, 0.0f);
+    NoGradGuard ng;
+    tok_emb_->weight().slice(0, cfg.vocab, rows).zero_();
   }
   pos_emb_ = register_module("pos_emb",
                              std::make_shared<Embedding>(cfg.context, cfg.width, gen, kInitStd));

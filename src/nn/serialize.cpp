@@ -12,7 +12,7 @@ namespace mixp::nn {
 
 SafeTensor to_safetensor(const std::string& name, const Tensor& t) {
   NoGradGuard ng;
-  const Tensor c = t.detach().contiguous();
+  const Tensor c = t.detach().contiguous().to(Device::cpu());  // host copy for the file
   SafeTensor s;
   s.name = name;
   s.dtype = c.dtype();
@@ -25,7 +25,7 @@ SafeTensor to_safetensor(const std::string& name, const Tensor& t) {
 void copy_from_safetensor(Tensor& t, const SafeTensor& s) {
   NoGradGuard ng;
   Tensor dst = t.detach();
-  if (s.dtype == dst.dtype() && dst.is_contiguous()) {
+  if (s.dtype == dst.dtype() && dst.is_contiguous() && dst.device().is_cpu()) {
     if (s.data.size() != dst.nbytes()) {
       throw std::logic_error("copy_from_safetensor: size mismatch for " + s.name);
     }

@@ -86,8 +86,7 @@ void check_strict_dtypes(OpId op, std::initializer_list<const Tensor*> inputs,
           "{}: {} is {} but {} is {}, and strict dtypes are on (PyTorch: \"mat1 and mat2 must "
           "have the same dtype\"); convert one of them (e.g. x.to(DType::{}, "
           "Round::nearest_even)) or run the model under amp::Autocast",
-          op_name(op), first_name, name(first->dtype()), n, name(t->dtype()),
-          name(t->dtype())));
+          op_name(op), first_name, name(first->dtype()), n, name(t->dtype()), name(t->dtype())));
     }
   }
 }
@@ -111,14 +110,14 @@ DType result_dtype(std::initializer_list<const Tensor*> inputs) {
 Tensor as_compute(const Tensor& t, DType c) {
   if (!t.defined() || t.dtype() == c) return t;
   Tensor out = new_tensor(t.shape(), c);
-  backend().copy(out, t);
+  backend_for(out, t).copy(out, t);
   return out;
 }
 
 Tensor finish(const Tensor& t, DType result) {
   if (t.dtype() == result) return t;
   Tensor out = new_tensor(t.shape(), result);
-  backend().convert(out, t, Round::nearest_even, Overflow::ieee, 0);
+  backend_for(out, t).convert(out, t, Round::nearest_even, Overflow::ieee, 0);
   return out;
 }
 
@@ -153,7 +152,7 @@ Tensor raw_expand(const Tensor& t, const Shape& shape) {
 Tensor raw_contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = new_tensor(t.shape(), t.dtype());
-  backend().copy(out, t);
+  backend_for(out, t).copy(out, t);
   return out;
 }
 

@@ -29,7 +29,7 @@ Tensor& Tensor::zero_() {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
-  backend().fill(*this, value);
+  backend_for(*this).fill(*this, value);
   bump_version();
   return *this;
 }
@@ -41,7 +41,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
     throw std::invalid_argument("mixp::copy_: source shape " + src.shape().str() +
                                 " does not broadcast to " + shape().str());
   }
-  backend().copy(*this, src.shape() == shape() ? src : src.detach().expand(shape()));
+  backend_for(*this).copy(*this, src.shape() == shape() ? src : src.detach().expand(shape()));
   bump_version();
   return *this;
 }
@@ -53,8 +53,8 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
     throw std::invalid_argument("mixp::add_: shape " + other.shape().str() +
                                 " does not broadcast to " + shape().str());
   }
-  backend().add_inplace(*this, other.shape() == shape() ? other : other.detach().expand(shape()),
-                        alpha);
+  backend_for(*this).add_inplace(
+      *this, other.shape() == shape() ? other : other.detach().expand(shape()), alpha);
   bump_version();
   return *this;
 }
@@ -63,10 +63,10 @@ Tensor& Tensor::mul_(double s) {
   check_inplace(*this, "mul_");
   if (dtype() != DType::fp32 && dtype() != DType::fp64) {
     Tensor tmp = to(DType::fp32).detach();
-    backend().scalar(ScalarOp::mul, tmp, tmp, s);
-    backend().copy(*this, tmp);
+    backend_for(tmp, tmp).scalar(ScalarOp::mul, tmp, tmp, s);
+    backend_for(*this, tmp).copy(*this, tmp);
   } else {
-    backend().scalar(ScalarOp::mul, *this, *this, s);
+    backend_for(*this, *this).scalar(ScalarOp::mul, *this, *this, s);
   }
   bump_version();
   return *this;
@@ -76,7 +76,7 @@ Tensor full(const Shape& shape, double value, const TensorOptions& opts) {
   TensorOptions o = opts;
   o.requires_grad = false;
   Tensor t = Tensor::empty(shape, o);
-  backend().fill(t, value);
+  backend_for(t).fill(t, value);
   if (opts.requires_grad) t.requires_grad_(true);
   return t;
 }

@@ -37,9 +37,9 @@ Tensor plan_operand(const Tensor& t, const GemmPlan& p) {
     case MatmulPrecision::highest:
       return t;
     case MatmulPrecision::high:
-      return kern::convert_view(backend(), t, DType::tf32, p.mode.round, DType::fp32);
+      return kern::convert_view(backend_for(t), t, DType::tf32, p.mode.round, DType::fp32);
     case MatmulPrecision::medium:
-      return kern::convert_view(backend(), t, DType::bf16, Round::nearest_even);
+      return kern::convert_view(backend_for(t), t, DType::bf16, Round::nearest_even);
   }
   return t;
 }
@@ -81,7 +81,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const GemmPlan
   MatmulConfig cfg;
   cfg.compute = backend_compute(plan);
   cfg.activation = act;
-  backend().matmul(dst, plan_operand(a, plan), plan_operand(b, plan), bias, cfg);
+  backend_for(dst, bias).matmul(dst, plan_operand(a, plan), plan_operand(b, plan), bias, cfg);
   return dst;
 }
 
@@ -212,7 +212,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
              Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
              if (keep_y.defined()) {
                Tensor gz = new_tensor(g2.shape(), g2.dtype());
-               backend().unary_backward(UnaryOp::relu, gz, g2, Tensor(), keep_y);
+               backend_for(gz, g2, keep_y).unary_backward(UnaryOp::relu, gz, g2, Tensor(), keep_y);
                g2 = gz;
                if (ctx.last_use()) keep_y = Tensor();
              }
@@ -267,8 +267,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   const Tensor xc = raw_contiguous(as_compute(x, c)), wc = raw_contiguous(as_compute(w, c)),
                bc = as_compute(b, c);
   Tensor y = new_tensor(Shape{x.shape()[0], w.shape()[0], OH, OW}, c);
-  backend().conv2d(y, plan_operand(xc, plan), plan_operand(wc, plan),
-                   bc.defined() ? raw_contiguous(bc) : bc, p);
+  backend_for(y).conv2d(y, plan_operand(xc, plan), plan_operand(wc, plan),
+                        bc.defined() ? raw_contiguous(bc) : bc, p);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {
     Tensor keep_x = w.requires_grad() ? xc.detach() : Tensor();
@@ -282,14 +282,15 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
              // bf16-rounded).
              if (ctx.needs(0)) {
                Tensor gx = new_tensor(x_shape, g.dtype());
-               backend().conv2d_backward_data(gx, gp, plan_operand(keep_w, plan), p);
+               backend_for(gx, gp).conv2d_backward_data(gx, gp, plan_operand(keep_w, plan), p);
                ctx.grad_inputs[0] = gx;
              }
              if (ctx.needs(1) || ctx.needs(2)) {
                if (ctx.needs(1)) {
                  Tensor gw = new_tensor(w_shape, g.dtype());
                  Tensor gb = ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype()) : Tensor();
-                 backend().conv2d_backward_weights(gw, gb, gp, plan_operand(keep_x, plan), p);
+                 backend_for(gw, gb, gp)
+                     .conv2d_backward_weights(gw, gb, gp, plan_operand(keep_x, plan), p);
                  ctx.grad_inputs[1] = gw;
                  if (gb.defined()) ctx.grad_inputs[2] = gb;
                } else {
@@ -376,7 +377,7 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   Tensor y = new_tensor(q.shape(), c);
   Tensor lse = new_tensor(Shape{q.shape()[0], q.shape()[1], q.shape()[2]},
                           kern::is_narrow(c) ? DType::fp32 : c);
-  backend().attention(y, lse, qc, kc, vc, causal, scale);
+  backend_for(y, lse, qc, kc, vc).attention(y, lse, qc, kc, vc, causal, scale);
   Tensor out = finish(y, rd);
   if (should_record({&q, &k, &v})) {
     Tensor sq = qc.detach(), sk = kc.detach(), sv = vc.detach(), sy = y.detach(), sl = lse.detach();
@@ -385,7 +386,8 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
              const Tensor g = raw_contiguous(ctx.grad());
              Tensor dq = new_tensor(sq.shape(), g.dtype()), dk = new_tensor(sk.shape(), g.dtype()),
                     dv = new_tensor(sv.shape(), g.dtype());
-             backend().attention_backward(dq, dk, dv, g, sq, sk, sv, sy, sl, causal, scale);
+             backend_for(dq, dk, dv, g, sq, sk, sv, sy, sl)
+                 .attention_backward(dq, dk, dv, g, sq, sk, sv, sy, sl, causal, scale);
              ctx.grad_inputs[0] = dq;
              ctx.grad_inputs[1] = dk;
              ctx.grad_inputs[2] = dv;

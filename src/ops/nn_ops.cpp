@@ -18,9 +18,9 @@ Tensor softmax_impl(OpId id, const Tensor& x0, int64_t dim0, bool log) {
   const Tensor xc = as_compute(x, c);
   Tensor y = new_tensor(x.shape(), c);
   if (x.dim() == 0) {
-    backend().fill(y, log ? 0.0 : 1.0);
+    backend_for(y).fill(y, log ? 0.0 : 1.0);
   } else {
-    backend().softmax(y, xc, dim, log);
+    backend_for(y, xc).softmax(y, xc, dim, log);
   }
   Tensor out = finish(y, rd);
   if (should_record({&x})) {
@@ -29,9 +29,9 @@ Tensor softmax_impl(OpId id, const Tensor& x0, int64_t dim0, bool log) {
       const Tensor& g = ctx.grad();
       Tensor gi = new_tensor(g.shape(), g.dtype());
       if (keep_y.dim() == 0)
-        backend().fill(gi, 0.0);
+        backend_for(gi).fill(gi, 0.0);
       else
-        backend().softmax_backward(gi, g, keep_y, dim, log);
+        backend_for(gi, g, keep_y).softmax_backward(gi, g, keep_y, dim, log);
       ctx.grad_inputs[0] = gi;
     });
   }
@@ -74,7 +74,7 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   const Tensor bc = b.defined() ? raw_reshape(as_compute(b, c), Shape{n}) : Tensor();
   Tensor y = new_tensor(x.shape(), c);
   Tensor mean_t = new_tensor(Shape{rows}, c), rstd_t = new_tensor(Shape{rows}, c);
-  backend().layer_norm(y, mean_t, rstd_t, xc, wc, bc, eps);
+  backend_for(y, mean_t, rstd_t, xc, wc, bc).layer_norm(y, mean_t, rstd_t, xc, wc, bc, eps);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {
     // 16-bit saves under autocast (layer_norm_saved.h): xhat in the autocast dtype and rstd
@@ -95,7 +95,8 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
              if (low) {
                layer_norm_backward_from_xhat(gx, gw, gb, g, sx, sw, sr);
              } else {
-               backend().layer_norm_backward(gx, gw, gb, g, sx, sw, sm, sr);
+               backend_for(gx, gw, gb, g, sx, sw, sm, sr)
+                   .layer_norm_backward(gx, gw, gb, g, sx, sw, sm, sr);
              }
              ctx.grad_inputs[0] = gx;
              if (gw.defined()) ctx.grad_inputs[1] = raw_reshape(gw, ns);
@@ -138,10 +139,13 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
   Tensor save_mean = new_tensor(cs, c), save_invstd = new_tensor(cs, c);
   {
     NoGradGuard ng;
-    backend().batch_norm(y, save_mean, save_invstd, rm, rv, xc, wc, bc, training, momentum, eps);
+    backend_for(y, save_mean, save_invstd, rm, rv, xc, wc, bc)
+        .batch_norm(y, save_mean, save_invstd, rm, rv, xc, wc, bc, training, momentum, eps);
     if (training) {
-      if (running_mean.defined() && !rm.is_same(running_mean)) backend().copy(running_mean, rm);
-      if (running_var.defined() && !rv.is_same(running_var)) backend().copy(running_var, rv);
+      if (running_mean.defined() && !rm.is_same(running_mean))
+        backend_for(running_mean, rm).copy(running_mean, rm);
+      if (running_var.defined() && !rv.is_same(running_var))
+        backend_for(running_var, rv).copy(running_var, rv);
       // Written in place either way (by the kernel or the copy): a new version of each.
       if (running_mean.defined()) running_mean.bump_version();
       if (running_var.defined()) running_var.bump_version();
@@ -154,8 +158,8 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
       Tensor inv = new_tensor(cs, c);
       {
         Tensor tmp = add(as_compute(running_var, c).detach(), eps);
-        backend().unary(UnaryOp::sqrt, inv, tmp);
-        backend().scalar(ScalarOp::rdiv, inv, inv, 1.0);
+        backend_for(inv, tmp).unary(UnaryOp::sqrt, inv, tmp);
+        backend_for(inv, inv).scalar(ScalarOp::rdiv, inv, inv, 1.0);
       }
       Tensor sx = xc.detach(), sw = wc.defined() ? wc.detach() : Tensor(),
              sm = as_compute(running_mean, c).detach();
@@ -185,7 +189,8 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
         Tensor gx = new_tensor(sx.shape(), g.dtype());
         Tensor gw = ctx.needs(1) ? new_tensor(cs, g.dtype()) : Tensor();
         Tensor gb = ctx.needs(2) ? new_tensor(cs, g.dtype()) : Tensor();
-        backend().batch_norm_backward(gx, gw, gb, g, sx, sw, sm, si);
+        backend_for(gx, gw, gb, g, sx, sw, sm, si)
+            .batch_norm_backward(gx, gw, gb, g, sx, sw, sm, si);
         ctx.grad_inputs[0] = gx;
         if (gw.defined()) ctx.grad_inputs[1] = gw;
         if (gb.defined()) ctx.grad_inputs[2] = gb;
@@ -217,14 +222,14 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& targets) {
   const Tensor lc = as_compute(logits, c);
   Tensor loss = new_tensor(Shape{}, c);
   Tensor lse = new_tensor(Shape{logits.shape()[0]}, c);
-  backend().cross_entropy(loss, lse, lc, targets);
+  backend_for(loss, lse, lc, targets).cross_entropy(loss, lse, lc, targets);
   Tensor out = finish(loss, rd);
   if (should_record({&logits})) {
     Tensor sl = lc.detach(), st = targets.detach(), slse = lse.detach();
     record(OpId::cross_entropy, c, {&logits}, {&out}, [sl, st, slse](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       Tensor gl = new_tensor(sl.shape(), g.dtype());
-      backend().cross_entropy_backward(gl, g, sl, st, slse);
+      backend_for(gl, g, sl, st, slse).cross_entropy_backward(gl, g, sl, st, slse);
       ctx.grad_inputs[0] = gl;
     });
   }
@@ -278,9 +283,9 @@ Tensor pool_impl(OpId id, const Tensor& x0, const Pool2dParams& p) {
   Tensor y = new_tensor(Shape{x.shape()[0], x.shape()[1], OH, OW}, c);
   const bool is_max = id == OpId::max_pool2d;
   if (is_max)
-    backend().max_pool2d(y, xc, p);
+    backend_for(y, xc).max_pool2d(y, xc, p);
   else
-    backend().avg_pool2d(y, xc, p);
+    backend_for(y, xc).avg_pool2d(y, xc, p);
   Tensor out = finish(y, rd);
   if (should_record({&x})) {
     Tensor sx = is_max ? xc.detach() : Tensor();
@@ -289,9 +294,9 @@ Tensor pool_impl(OpId id, const Tensor& x0, const Pool2dParams& p) {
       const Tensor& g = ctx.grad();
       Tensor gi = new_tensor(xs, g.dtype());
       if (is_max)
-        backend().max_pool2d_backward(gi, g, sx, p);
+        backend_for(gi, g, sx).max_pool2d_backward(gi, g, sx, p);
       else
-        backend().avg_pool2d_backward(gi, g, p);
+        backend_for(gi, g).avg_pool2d_backward(gi, g, p);
       ctx.grad_inputs[0] = gi;
     });
   }
@@ -329,7 +334,7 @@ Tensor embedding(const Tensor& indices, const Tensor& w0) {
   Shape out_shape = indices.shape();
   out_shape.push_back(w.shape()[1]);
   Tensor y = new_tensor(out_shape, c);
-  backend().embedding(y, wc, indices);
+  backend_for(y, wc, indices).embedding(y, wc, indices);
   Tensor out = finish(y, rd);
   if (should_record({&w})) {
     Tensor si = indices.detach();
@@ -337,7 +342,7 @@ Tensor embedding(const Tensor& indices, const Tensor& w0) {
     record(OpId::embedding, c, {&w}, {&out}, [si, ws](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       Tensor gw = zeros(ws, {.dtype = g.dtype()});
-      backend().embedding_backward(gw, g, si);
+      backend_for(gw, g, si).embedding_backward(gw, g, si);
       ctx.grad_inputs[0] = gw;
     });
   }

@@ -35,7 +35,7 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   };
   const Tensor ac = operand(a), bc = operand(b);
   Tensor out = new_tensor(shape, c);
-  backend().binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
+  backend_for(out).binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
   out = finish(out, rd);
   if (should_record({&a, &b})) {
     const Shape sa = a.shape(), sb = b.shape();
@@ -84,7 +84,7 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
   const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor out = new_tensor(x.shape(), c);
-  backend().scalar(sop, out, xc, s);
+  backend_for(out, xc).scalar(sop, out, xc, s);
   out = finish(out, rd);
   if (should_record({&x})) {
     Tensor keep = sop == ScalarOp::pow || sop == ScalarOp::rdiv ? xc.detach() : Tensor();
@@ -122,7 +122,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
   const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor yc = new_tensor(x.shape(), c);
-  backend().unary(uop, yc, xc);
+  backend_for(yc, xc).unary(uop, yc, xc);
   Tensor out = finish(yc, rd);
   if (should_record({&x})) {
     Tensor keep_x = kern::unary_bwd_needs_src(uop) ? xc.detach() : Tensor();
@@ -130,7 +130,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
     record(id, c, {&x}, {&out}, [uop, keep_x, keep_y](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       Tensor gi = new_tensor(g.shape(), g.dtype());
-      backend().unary_backward(uop, gi, g, keep_x, keep_y);
+      backend_for(gi, g, keep_x, keep_y).unary_backward(uop, gi, g, keep_x, keep_y);
       ctx.grad_inputs[0] = gi;
     });
   }
@@ -219,13 +219,13 @@ Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
   Tensor out = new_tensor(x.shape(), c);
-  backend().dropout(out, xc, p, seed);
+  backend_for(out, xc).dropout(out, xc, p, seed);
   out = finish(out, rd);
   if (should_record({&x})) {
     record(OpId::dropout, c, {&x}, {&out}, [p, seed](BackwardContext& ctx) {
       const Tensor g = raw_contiguous(ctx.grad());
       Tensor gi = new_tensor(g.shape(), g.dtype());
-      backend().dropout(gi, g, p, seed);
+      backend_for(gi, g).dropout(gi, g, p, seed);
       ctx.grad_inputs[0] = gi;
     });
   }

@@ -42,7 +42,7 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
   const bool direct = rop != ReduceOp::max && c == DType::fp32 && kern::is_narrow(x.dtype());
   const Tensor xc = direct ? x : as_compute(x, c);
   Tensor kc = new_tensor(kept, c);
-  backend().reduce(rop, kc, xc);
+  backend_for(kc, xc).reduce(rop, kc, xc);
   Tensor out =
       finish(raw_view(kc, final_shape, contiguous_strides(final_shape), kc.storage_offset()), rd);
   if (should_record({&x})) {
@@ -62,7 +62,7 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
           break;
         case ReduceOp::max: {
           Tensor gi = new_tensor(in_shape, g.dtype());
-          backend().reduce_max_backward(gi, g, keep_x, keep_y);
+          backend_for(gi, g, keep_x, keep_y).reduce_max_backward(gi, g, keep_x, keep_y);
           ctx.grad_inputs[0] = gi;
           break;
         }
@@ -115,7 +115,7 @@ Tensor argmax(const Tensor& x0, int64_t dim, bool keepdim) {
   Shape kept = x.shape();
   kept[d] = 1;
   Tensor out = new_tensor(kept, DType::int64);
-  if (out.numel() > 0) backend().argmax(out, x, d);
+  if (out.numel() > 0) backend_for(out, x).argmax(out, x, d);
   if (keepdim) return out;
   Shape final_shape;
   for (int i = 0; i < x.dim(); ++i)

@@ -161,7 +161,7 @@ Tensor Tensor::slice(int64_t dim0, int64_t start, int64_t end, int64_t step) con
                        Shape st2 = gi.strides();
                        st2[d] *= step;
                        Tensor window = raw_view(gi, g.shape(), st2, start * gi.strides()[d]);
-                       backend().copy(window, g);
+                       backend_for(window, g).copy(window, g);
                        ctx.grad_inputs[0] = gi;
                      });
 }
@@ -243,7 +243,7 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   check_defined(*this, "clone", "x");
   Tensor out = new_tensor(shape(), dtype());
-  backend().copy(out, *this);
+  backend_for(out, *this).copy(out, *this);
   if (should_record({this})) {
     record(OpId::contiguous, grad_dtype_of(dtype()), {this}, {&out},
            [](BackwardContext& ctx) { ctx.grad_inputs[0] = ctx.grad(); });
@@ -278,7 +278,7 @@ Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const
   check_defined(*this, "to", "x");
   if (dt == dtype()) return *this;
   Tensor out = new_tensor(shape(), dt);
-  backend().convert(out, *this, round, overflow, seed);
+  backend_for(out, *this).convert(out, *this, round, overflow, seed);
   record_to(*this, out);
   return out;
 }
@@ -344,7 +344,7 @@ Tensor cat(std::span<const Tensor> xs0, int64_t dim0) {
     Shape sh = out_shape;
     sh[d] = t.shape()[d];
     Tensor window = raw_view(out, sh, out.strides(), off * out.strides()[d]);
-    backend().copy(window, t);
+    backend_for(window, t).copy(window, t);
     off += t.shape()[d];
     sizes.push_back(t.shape()[d]);
   }
@@ -416,7 +416,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim0) {
             Shape s = in_shape;
             s[d] = n;
             Tensor window = raw_view(gi, s, gi.strides(), i * n * gi.strides()[d]);
-            backend().copy(window, ctx.grad(static_cast<int>(i)));
+            backend_for(window).copy(window, ctx.grad(static_cast<int>(i)));
           }
           ctx.grad_inputs[0] = gi;
         });

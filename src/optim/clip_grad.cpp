@@ -7,71 +7,36 @@
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
-#include "mixp/backend/cpu_features.h"
-#include "parallel_loop.h"
-#include "sum_squares_kernel.h"
+#include "mixp/backend/backend.h"
+#include "mixp/optim/step_reductions.h"
+#include "mixp/tensor/factories.h"
 
 namespace mixp::optim {
 
-namespace {
-
-// Sum of squares in fp64 over [0, n) with kLanes independent partial sums: a single (vector)
-// accumulator makes the loop wait on the add latency at every step (this file is compiled for
-// baseline x86-64, two doubles per SSE2 register); sixteen lanes give the vectorizer eight
-// independent chains. Deterministic for a given n (the lanes are summed in a fixed order).
-template <class T>
-double sum_squares_serial(const T* g, int64_t n) {
-  constexpr int kLanes = 16;
-  double acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = static_cast<double>(g[i + j]);
-      acc[j] += v * v;
-    }
-  }
-  double total = 0.0;
-  for (; i < n; ++i) total += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  for (int j = 0; j < kLanes; ++j) total += acc[j];
-  return total;
-}
-
-double sum_squares_serial(const float* g, int64_t n) {
-  using Kernel = double (*)(const float*, int64_t);
-  static const Kernel k = by_tier<Kernel>(&detail::sum_squares_f32_avx512,
-                                          &sum_squares_serial<float>, &sum_squares_serial<float>);
-  return k(g, n);
-}
-
-template <class T>
-double sum_squares(const T* g, int64_t n) {
-  if (n < kOptimParallelGrain || omp_get_max_threads() == 1) return sum_squares_serial(g, n);
-  double total = 0.0;
-#pragma omp parallel reduction(+ : total)
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t chunk = (n + nt - 1) / nt;
-    const int64_t lo = std::min<int64_t>(n, t * chunk), hi = std::min<int64_t>(n, lo + chunk);
-    if (lo < hi) total += sum_squares_serial(g + lo, hi - lo);
-  }
-  return total;
-}
-
-}  // namespace
-
+// The sum of the squares of p's gradient in fp64, by the gradient's backend (sum_squares).
 double grad_sum_squares(const Tensor& p) {
   const Tensor g0 = p.grad();
   if (!g0.defined()) return 0.0;
-  if (g0.is_contiguous() && g0.dtype() == DType::fp32)
-    return sum_squares(g0.data<float>(), g0.numel());
-  if (g0.is_contiguous() && g0.dtype() == DType::fp64)
-    return sum_squares(g0.data<double>(), g0.numel());
-  NoGradGuard ng;  // other dtypes/layouts: widen once (rare; gradients are fp32/fp64 leaves)
-  const Tensor g = g0.to(DType::fp64).contiguous();
-  return sum_squares(g.data<double>(), g.numel());
+  NoGradGuard ng;
+  // Other dtypes/layouts: widen once (rare; gradients are fp32/fp64 leaves).
+  const bool direct =
+      g0.is_contiguous() && (g0.dtype() == DType::fp32 || g0.dtype() == DType::fp64);
+  const Tensor g = direct ? g0 : g0.to(DType::fp64).contiguous();
+  Tensor sq = empty({}, {.dtype = DType::fp64, .device = g.device()});
+  backend_for(sq, g).sum_squares(sq, g);
+  return sq.item();
 }
 
 namespace {
+
+// The sum over every gradient, reduced as a named step value (step_reductions.h).
+template <class Get>
+double global_sum_squares(size_t count, Get get) {
+  double sq = 0.0;
+  for (size_t i = 0; i < count; ++i) sq += grad_sum_squares(get(i));
+  reduce_step_values(StepValue::grad_sum_squares, std::span<double>(&sq, 1));
+  return sq;
+}
 
 void check_max_norm(double max_norm) {
   if (!(max_norm > 0.0))
@@ -96,9 +61,7 @@ void scale_to_norm(size_t count, Get get, double total, double max_norm) {
 template <class Get>
 double clip_impl(size_t count, Get get, double max_norm) {
   check_max_norm(max_norm);
-  double sq = 0.0;
-  for (size_t i = 0; i < count; ++i) sq += grad_sum_squares(get(i));
-  const double total = std::sqrt(sq);
+  const double total = std::sqrt(global_sum_squares(count, get));
   scale_to_norm(count, get, total, max_norm);
   return total;
 }
@@ -106,15 +69,13 @@ double clip_impl(size_t count, Get get, double max_norm) {
 }  // namespace
 
 double grad_norm(std::span<const Tensor> params) {
-  double sq = 0.0;
-  for (const Tensor& p : params) sq += grad_sum_squares(p);
-  return std::sqrt(sq);
+  return std::sqrt(
+      global_sum_squares(params.size(), [&](size_t i) -> const Tensor& { return params[i]; }));
 }
 
 double grad_norm(std::span<const std::pair<std::string, Tensor>> named_params) {
-  double sq = 0.0;
-  for (const auto& [name, p] : named_params) sq += grad_sum_squares(p);
-  return std::sqrt(sq);
+  return std::sqrt(global_sum_squares(
+      named_params.size(), [&](size_t i) -> const Tensor& { return named_params[i].second; }));
 }
 
 double clip_grad_norm(std::span<const Tensor> params, double max_norm) {

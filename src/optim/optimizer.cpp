@@ -13,7 +13,6 @@
 #include "mixp/format/convert.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
-#include "parallel_loop.h"
 
 namespace mixp::optim {
 
@@ -28,48 +27,28 @@ bool narrower_than_fp32(DType d) {
   return d != DType::fp32 && d != DType::fp64;
 }
 
-constexpr size_t kMaxSlots = 8;
-// Elements per chunk of the chunked update (fp32 scratch per thread: a few times 16 KiB).
-constexpr int64_t kChunk = 4096;
-// Elements per chunk of an fp32 update that also rewrites a weight shadow: w, g and two moments
-// (4 x 4 KiB) plus the 16-bit shadow stay in L1 between the update and the narrowing (perf: 4096
-// left about half of the narrowing's memory stalls).
-constexpr int64_t kShadowChunk = 1024;
+constexpr size_t kMaxSlots = 8;  // of the backend's fused update (optimizer_update)
 
-// body(c) for every chunk c of a parameter of n elements, in parallel when n pays for it (the grain
-// of parallel_loop). The update kernels see one chunk at a time (serial inside: len < the grain).
-template <class F>
-void for_each_chunk(int64_t n, F&& body, int64_t chunk = kChunk) {
-  const int64_t chunks = (n + chunk - 1) / chunk;
-  if (n < kOptimParallelGrain || omp_get_max_threads() == 1) {
-    for (int64_t c = 0; c < chunks; ++c) body(c);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) body(c);
-  }
-}
-
-// The weight shadow (tensor.h) the step of `st` rewrites, as bytes, or nullptr. Only an fp32
-// parameter's current shadow that nothing else holds (a retained graph or a user's copy still
-// reads it) is rewritten, and only while shadows are on; any other shadow is dropped here (a stale
-// one is useless, autocast attaches a fresh one at its next cast).
-unsigned char* shadow_to_rewrite(ParamState& st) {
+// The weight shadow (tensor.h) the step of `st` rewrites, as a contiguous tensor of the shadow's
+// dtype over its storage, or an undefined tensor. Only an fp32 parameter's current shadow that
+// nothing else holds (a retained graph or a user's copy still reads it) is rewritten, and only
+// while shadows are on; any other shadow is dropped here (a stale one is useless, autocast
+// attaches a fresh one at its next cast).
+Tensor shadow_to_rewrite(ParamState& st) {
   TensorImpl& w = *st.param.impl();
-  if (!w.shadow.storage) return nullptr;
+  if (!w.shadow.storage) return Tensor();
   if (st.param.dtype() == DType::fp32 && weight_shadows_enabled() && shadow_is_current(w) &&
       w.shadow.storage.use_count() == 1) {
-    return static_cast<unsigned char*>(w.shadow.storage->data);
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = w.shadow.storage;
+    impl->shape = w.shape;
+    impl->strides = contiguous_strides(w.shape);
+    impl->dtype = w.shadow.dtype;
+    impl->device = w.device;
+    return Tensor(std::move(impl));
   }
   w.shadow = WeightShadow{};
-  return nullptr;
-}
-
-// Rounds the updated fp32 values [lo, lo + len) into the shadow exactly as autocast casts.
-void write_shadow(const ParamState& st, unsigned char* shadow, const float* w, int64_t lo,
-                  int64_t len) {
-  const DType sd = st.param.impl()->shadow.dtype;
-  convert_f32_to(sd, {w, static_cast<size_t>(len)}, shadow + lo * traits(sd).storage_bytes,
-                 {.round = kShadowRound, .overflow = kShadowOverflow});
+  return Tensor();
 }
 
 // After a step wrote st.param: a new version (stale copies of the old values are never used
@@ -152,7 +131,7 @@ Optimizer::Optimizer(NamedTensors params, double lr, const PrecisionOptions& pre
     const DType w = working_dtype(p.dtype());
     if (narrower_than_fp32(p.dtype()) && precision.master_weights) {
       st.master = empty(p.shape(), {.dtype = DType::fp32});
-      backend().copy(st.master, p.detach());  // widening: exact
+      backend_for(st.master, p).copy(st.master, p.detach());  // widening: exact
     }
     if (narrower_than_fp32(p.dtype()) && !is_elementwise_float(p.dtype())) {
       throw std::invalid_argument(fmt::format(
@@ -218,22 +197,35 @@ void Optimizer::step_param(size_t index) {
         fmt::format("mixp::optim: gradient of '{}' has shape {} but the parameter {}", st.name,
                     g0.shape().str(), st.param.shape().str()));
   }
+  Backend& be = backend_for(st.param, g0);
   const DType w = working_dtype(st.param.dtype());
   const bool narrow_states = !st.slots.empty() && st.slots[0].dtype() != w;
   const bool narrow_param = st.param.dtype() != w;
+  ParamUpdate u;
+  u.slots = st.slots;
   if (narrow_states || st.comp.defined() || (narrow_param && !st.master.defined())) {
-    // Gradient: contiguous, and fp32 or an element-wise format the chunks widen.
+    // The update through fp32 chunks: parameters narrower than fp32 without a master, narrow
+    // states, Kahan compensation. Gradient: contiguous, and fp32 or an element-wise format the
+    // chunks widen.
     Tensor g = g0;
     if (!g.is_contiguous() || !is_elementwise_float(g.dtype())) {
       if (!st.grad_work.defined()) st.grad_work = empty(st.param.shape(), {.dtype = w});
-      backend().copy(st.grad_work, g0);
+      be.copy(st.grad_work, g0);
       g = st.grad_work;
     }
     st.step += 1;
-    begin_update(st.step);
-    unsigned char* shadow = shadow_to_rewrite(st);
-    step_param_chunked(index, g, shadow);
-    finish_param_write(st, shadow != nullptr);
+    u.chunked = true;
+    u.values = st.param;
+    u.grad = g;
+    u.master = st.master;
+    u.comp = st.comp;
+    u.shadow = shadow_to_rewrite(st);
+    u.write_back = precision_.write_back;
+    u.overflow = precision_.overflow;
+    u.seed = write_back_seed(index, st.step);
+    u.step = st.step;
+    be.optimizer_update(u, update_rule(st.step));
+    finish_param_write(st, u.shadow.defined());
     return;
   }
   // Working values: the parameter itself or its master copy.
@@ -242,160 +234,31 @@ void Optimizer::step_param(size_t index) {
   Tensor g = g0;
   if (g.dtype() != w || !g.is_contiguous()) {
     if (!st.grad_work.defined()) st.grad_work = empty(st.param.shape(), {.dtype = w});
-    backend().copy(st.grad_work, g0);
+    be.copy(st.grad_work, g0);
     g = st.grad_work;
   }
   st.step += 1;
-  begin_update(st.step);
-  const int64_t n = st.param.numel();
-  unsigned char* shadow = nullptr;
-  if (w == DType::fp64) {
-    double* slots[kMaxSlots];
-    for (size_t k = 0; k < st.slots.size(); ++k)
-      slots[k] = static_cast<double*>(st.slots[k].data_ptr());
-    update(static_cast<double*>(values.data_ptr()), static_cast<const double*>(g.data_ptr()), slots,
-           n, st.step);
-  } else {
-    float* slots[kMaxSlots];
-    for (size_t k = 0; k < st.slots.size(); ++k)
-      slots[k] = static_cast<float*>(st.slots[k].data_ptr());
-    float* wv = static_cast<float*>(values.data_ptr());
-    const float* gv = static_cast<const float*>(g.data_ptr());
-    shadow = shadow_to_rewrite(st);
-    if (!shadow) {
-      update(wv, gv, slots, n, st.step);
-    } else {
-      // Chunk by chunk, so that each chunk of new values is rounded into the shadow while it is
-      // still in L1 (autocast would read the whole weight again from memory to cast it).
-      for_each_chunk(n, [&](int64_t c) {
-        const int64_t lo = c * kShadowChunk, len = std::min(kShadowChunk, n - lo);
-        float* chunk_slots[kMaxSlots];
-        for (size_t k = 0; k < st.slots.size(); ++k) chunk_slots[k] = slots[k] + lo;
-        update(wv + lo, gv + lo, chunk_slots, len, st.step);
-        write_shadow(st, shadow, wv + lo, lo, len);
-      }, kShadowChunk);
-    }
-  }
+  u.values = values;
+  u.grad = g;
+  if (w == DType::fp32) u.shadow = shadow_to_rewrite(st);
+  u.step = st.step;
+  be.optimizer_update(u, update_rule(st.step));
   if (!values.is_same(st.param)) write_back(index, values);
-  finish_param_write(st, shadow != nullptr);
-}
-
-void Optimizer::step_param_chunked(size_t index, const Tensor& grad, unsigned char* shadow) {
-  ParamState& st = params_[index];
-  const int64_t n = st.param.numel();
-  const DType pd = st.param.dtype(), gd = grad.dtype();
-  const bool narrow_param = pd != DType::fp32;
-  const bool has_master = st.master.defined();
-  const bool kahan = st.comp.defined();
-  const size_t nslots = st.slots.size();
-  const DType sd = nslots > 0 ? st.slots[0].dtype() : DType::fp32;
-  const bool narrow_states = sd != DType::fp32;
-  const uint64_t seed = write_back_seed(index, st.step);
-  const ConvertOptions param_round{
-      .round = precision_.write_back, .overflow = precision_.overflow, .seed = seed};
-  // States round to nearest-even, or stochastically (one stream per slot) when the write-back
-  // does; a state is never truncated.
-  const Round state_round =
-      precision_.write_back == Round::stochastic ? Round::stochastic : Round::nearest_even;
-  auto* pbits = static_cast<unsigned char*>(st.param.data_ptr());
-  const size_t pes = st.param.element_size();
-  float* master = has_master ? static_cast<float*>(st.master.data_ptr()) : nullptr;
-  auto* gbits = static_cast<const unsigned char*>(grad.data_ptr());
-  const size_t ges = grad.element_size();
-  auto* cbits = kahan ? static_cast<unsigned char*>(st.comp.data_ptr()) : nullptr;
-  unsigned char* sbits[kMaxSlots];
-  for (size_t k = 0; k < nslots; ++k)
-    sbits[k] = static_cast<unsigned char*>(st.slots[k].data_ptr());
-  const size_t ses = nslots > 0 ? st.slots[0].element_size() : 4;
-
-  auto body = [&](int64_t c) {
-    // Scratch: w, g, old p, comp/y, new p, then one per slot.
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>((5 + kMaxSlots) * kChunk));
-    const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
-    const size_t ulen = static_cast<size_t>(len);
-    float* buf_w = scratch.data();
-    float* buf_g = buf_w + kChunk;
-    float* buf_old = buf_g + kChunk;
-    float* buf_c = buf_old + kChunk;
-    float* buf_new = buf_c + kChunk;
-    float* w;
-    if (master) {
-      w = master + lo;
-    } else if (narrow_param) {
-      w = buf_w;
-      convert_to_f32(pd, pbits + lo * pes, {w, ulen});
-    } else {
-      w = reinterpret_cast<float*>(pbits) + lo;  // fp32 parameter, narrow states
-    }
-    if (kahan) std::copy(w, w + len, buf_old);
-    const float* gp;
-    if (gd == DType::fp32) {
-      gp = reinterpret_cast<const float*>(gbits) + lo;
-    } else {
-      convert_to_f32(gd, gbits + lo * ges, {buf_g, ulen});
-      gp = buf_g;
-    }
-    float* slots[kMaxSlots];
-    for (size_t k = 0; k < nslots; ++k) {
-      if (narrow_states) {
-        slots[k] = buf_new + (1 + k) * kChunk;
-        convert_to_f32(sd, sbits[k] + lo * ses, {slots[k], ulen});
-      } else {
-        slots[k] = reinterpret_cast<float*>(sbits[k]) + lo;
-      }
-    }
-    update(w, gp, slots, len, st.step);
-    for (size_t k = 0; k < nslots && narrow_states; ++k) {
-      convert_f32_to(sd, {slots[k], ulen}, sbits[k] + lo * ses,
-                     {.round = state_round,
-                      .overflow = Overflow::ieee,
-                      .seed = Generator::splitmix64(seed + 0x9E3779B97F4A7C15ULL * (k + 1)),
-                      .offset = static_cast<uint64_t>(lo)});
-    }
-    if (!narrow_param) {
-      if (shadow) write_shadow(st, shadow, w, lo, len);
-      return;
-    }
-    ConvertOptions pr = param_round;
-    pr.offset = static_cast<uint64_t>(lo);
-    if (!kahan) {
-      convert_f32_to(pd, {w, ulen}, pbits + lo * pes, pr);
-      return;
-    }
-    // Kahan: y = (w_new - p) + comp; p' = round(p + y); comp' = y - (p' - p).
-    convert_to_f32(pd, cbits + lo * pes, {buf_c, ulen});
-    for (int64_t i = 0; i < len; ++i) {
-      const float y = (w[i] - buf_old[i]) + buf_c[i];
-      buf_c[i] = y;
-      w[i] = buf_old[i] + y;
-    }
-    convert_f32_to(pd, {w, ulen}, pbits + lo * pes, pr);
-    convert_to_f32(pd, pbits + lo * pes, {buf_new, ulen});
-    for (int64_t i = 0; i < len; ++i) {
-      const float y = buf_c[i];
-      // A non-finite parameter has no meaningful remainder; keep the buffer finite.
-      const float r = y - (buf_new[i] - buf_old[i]);
-      buf_c[i] = std::isfinite(r) ? r : 0.0f;
-    }
-    convert_f32_to(pd, {buf_c, ulen}, cbits + lo * pes,
-                   {.round = Round::nearest_even, .overflow = Overflow::saturate});
-  };
-  for_each_chunk(n, body);
+  finish_param_write(st, u.shadow.defined());
 }
 
 void Optimizer::write_back(size_t index, const Tensor& from) {
   ParamState& st = params_[index];
   Tensor dst = st.param.detach();  // same storage
-  backend().convert(dst, from, precision_.write_back, precision_.overflow,
-                    write_back_seed(index, st.step));
+  backend_for(dst, from).convert(dst, from, precision_.write_back, precision_.overflow,
+                                 write_back_seed(index, st.step));
 }
 
 void Optimizer::reset_masters_from_params() {
   NoGradGuard ng;
   for (auto& p : params_) {
     if (p.master.defined()) {
-      backend().copy(p.master, p.param.detach());
+      backend_for(p.master, p.param).copy(p.master, p.param.detach());
       p.master.bump_version();
     }
   }

@@ -4,8 +4,6 @@
 
 #include <stdexcept>
 
-#include "parallel_loop.h"
-
 namespace mixp::optim {
 
 namespace {
@@ -33,40 +31,18 @@ SGD::SGD(const std::vector<Tensor>& params, const SGDOptions& opt)
 SGD::SGD(NamedTensors params, const SGDOptions& opt)
     : Optimizer(std::move(params), checked(opt).lr, opt.precision, slots_of(opt)), opt_(opt) {}
 
-template <class T>
-void SGD::run(T* w, const T* g, T* buf, int64_t n, int64_t step) const {
-  // Scalars in T, as PyTorch passes them to its fp32 kernels.
-  const T lr = static_cast<T>(this->lr()), wd = static_cast<T>(opt_.weight_decay),
-          mom = static_cast<T>(opt_.momentum);
-  const T damp1 = static_cast<T>(1.0 - opt_.dampening);
-  const bool first = step == 1, nesterov = opt_.nesterov, has_wd = opt_.weight_decay != 0.0;
-  if (!buf) {
-    parallel_loop(n, [=](int64_t lo, int64_t hi) {
-#pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        const T d = has_wd ? g[i] + wd * w[i] : g[i];
-        w[i] = w[i] - lr * d;
-      }
-    });
-    return;
-  }
-  parallel_loop(n, [=](int64_t lo, int64_t hi) {
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      const T d = has_wd ? g[i] + wd * w[i] : g[i];
-      const T b = first ? d : buf[i] * mom + damp1 * d;
-      buf[i] = b;
-      const T step_dir = nesterov ? d + mom * b : b;
-      w[i] = w[i] - lr * step_dir;
-    }
-  });
-}
-
-void SGD::update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) {
-  run<float>(w, g, opt_.momentum != 0.0 ? slots[0] : nullptr, n, step);
-}
-void SGD::update(double* w, const double* g, double* const* slots, int64_t n, int64_t step) {
-  run<double>(w, g, opt_.momentum != 0.0 ? slots[0] : nullptr, n, step);
+UpdateRule SGD::update_rule(int64_t step) const {
+  UpdateRule r;
+  r.kind = UpdateRule::Kind::sgd;
+  r.s[0] = lr();
+  r.s[1] = opt_.weight_decay;
+  r.s[2] = opt_.momentum;
+  r.s[3] = 1.0 - opt_.dampening;
+  r.sgd_first = step == 1;
+  r.sgd_nesterov = opt_.nesterov;
+  r.sgd_momentum = opt_.momentum != 0.0;
+  r.sgd_weight_decay = opt_.weight_decay != 0.0;
+  return r;
 }
 
 }  // namespace mixp::optim

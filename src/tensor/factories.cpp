@@ -16,8 +16,18 @@ double Generator::normal() {
 
 namespace {
 // Fills a fresh contiguous tensor from a per-element function of the row-major index.
+// Values are made on the host; a tensor for another device is made on the cpu and copied there
+// (the host-access path of tensor.h).
 template <class F>
 Tensor generate(const Shape& shape, const TensorOptions& opts, F&& f) {
+  if (!opts.device.is_cpu()) {
+    TensorOptions host = opts;
+    host.device = Device::cpu();
+    host.requires_grad = false;
+    Tensor t = generate(shape, host, f).to(opts.device);
+    if (opts.requires_grad) t.requires_grad_(true);
+    return t;
+  }
   TensorOptions o = opts;
   o.requires_grad = false;
   Tensor t = Tensor::empty(shape, o);
@@ -87,9 +97,11 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
   if (opts.dtype == DType::int64) {
     if (static_cast<int64_t>(values.size()) != shape.numel())
       return from_values(values, shape, opts);  // throws
-    Tensor t = Tensor::empty(shape, opts);
+    TensorOptions host = opts;
+    host.device = Device::cpu();
+    Tensor t = Tensor::empty(shape, host);
     std::copy(values.begin(), values.end(), t.data<int64_t>());
-    return t;
+    return t.to(opts.device);
   }
   return from_values(values, shape, opts);
 }

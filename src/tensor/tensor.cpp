@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
@@ -11,10 +12,20 @@
 
 namespace mixp {
 
-Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev), owned(true) {
-  if (!dev.is_cpu())
-    throw std::invalid_argument("mixp: only CPU storage is implemented (device " + dev.str() + ")");
-  const auto b = CachingAllocator::cpu().allocate(n);
+namespace {
+// The allocator of a device's memory: the guarded device is host memory, from the host's pool.
+CachingAllocator& allocator_for(Device dev) {
+  if (!dev.is_host_memory()) {
+    throw std::invalid_argument("mixp: no backend for device " + dev.str() +
+                                " is built; allocate tensors on the cpu");
+  }
+  return CachingAllocator::cpu();
+}
+}  // namespace
+
+Storage::Storage(size_t n, Device dev)
+    : nbytes(n), device(dev), allocator(&allocator_for(dev)), owned(true) {
+  const auto b = allocator->allocate(n);
   data = b.ptr;
   block_size = b.size;
 }
@@ -23,7 +34,7 @@ Storage::Storage(void* external, size_t n, Device dev)
     : data(external), nbytes(n), device(dev), owned(false) {}
 
 Storage::~Storage() {
-  if (owned && data) CachingAllocator::cpu().deallocate({data, block_size}, nbytes);
+  if (owned && data) allocator->deallocate({data, block_size}, nbytes);
 }
 
 namespace {
@@ -41,7 +52,8 @@ bool shadow_is_current(const TensorImpl& w) {
   const WeightShadow& sh = w.shadow;
   return sh.storage != nullptr &&
          sh.version == w.storage->version.load(std::memory_order_relaxed) &&
-         sh.storage->nbytes == static_cast<size_t>(w.shape.numel()) * traits(sh.dtype).storage_bytes;
+         sh.storage->nbytes ==
+             static_cast<size_t>(w.shape.numel()) * traits(sh.dtype).storage_bytes;
 }
 
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& opts) {
@@ -85,8 +97,14 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::data_ptr() const {
+void* Tensor::data_ptr(std::source_location caller) const {
   if (!impl_) throw std::logic_error("mixp: data_ptr() of an undefined tensor");
+  if (impl_->device.kind == DeviceKind::guarded && !device_access_open()) [[unlikely]] {
+    throw std::logic_error(fmt::format(
+        "mixp: {}:{} ({}) reads the data pointer of a tensor on the guarded device outside a "
+        "backend call; compute through a backend op, or copy to the host with to(Device::cpu())",
+        caller.file_name(), caller.line(), caller.function_name()));
+  }
   return static_cast<char*>(impl_->storage->data) +
          impl_->offset * static_cast<int64_t>(element_size());
 }
@@ -118,6 +136,27 @@ int64_t element_offset(const Tensor& t, std::initializer_list<int64_t> index) {
   }
   return off;
 }
+
+// f(k, offset) for the k-th element of t in row-major order and its offset in the storage (in
+// elements, from t's first element).
+template <class F>
+void for_each_offset(const Tensor& t, F&& f) {
+  const int n = t.dim();
+  const int64_t total = t.numel();
+  Shape idx = Shape::filled(n, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < total; ++k) {
+    f(k, off);
+    for (int d = n - 1; d >= 0; --d) {
+      if (++idx[d] < t.shape()[d]) {
+        off += t.strides()[d];
+        break;
+      }
+      off -= (t.shape()[d] - 1) * t.strides()[d];
+      idx[d] = 0;
+    }
+  }
+}
 }  // namespace
 
 double Tensor::item() const {
@@ -125,14 +164,17 @@ double Tensor::item() const {
     throw std::invalid_argument("mixp: item() needs a tensor with one element, got shape " +
                                 shape().str());
   }
+  const DeviceAccessScope host_read;  // an explicit host read (device.h)
   return load_element(data_ptr(), dtype(), 0);
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
+  const DeviceAccessScope host_read;
   return load_element(data_ptr(), dtype(), element_offset(*this, index));
 }
 
 void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
+  const DeviceAccessScope host_write;
   store_element(data_ptr(), dtype(), element_offset(*this, index), v, Round::nearest_even,
                 Overflow::saturate, 0);
   bump_version();
@@ -141,22 +183,33 @@ void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
 std::vector<double> Tensor::to_double_vector() const {
   std::vector<double> out;
   out.reserve(static_cast<size_t>(numel()));
-  const int n = dim();
-  const int64_t total = numel();
-  Shape idx = Shape::filled(n, 0);
+  const DeviceAccessScope host_read;
   const void* base = data_ptr();
-  int64_t off = 0;
-  for (int64_t k = 0; k < total; ++k) {
-    out.push_back(load_element(base, dtype(), off));
-    for (int d = n - 1; d >= 0; --d) {
-      if (++idx[d] < shape()[d]) {
-        off += strides()[d];
-        break;
-      }
-      off -= (shape()[d] - 1) * strides()[d];
-      idx[d] = 0;
-    }
+  for_each_offset(*this,
+                  [&](int64_t, int64_t off) { out.push_back(load_element(base, dtype(), off)); });
+  return out;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (!impl_) throw std::logic_error("mixp: to(Device) of an undefined tensor");
+  if (this->device() == device) return *this;
+  if (!this->device().is_host_memory() || !device.is_host_memory()) {
+    throw std::invalid_argument("mixp: no backend copies between " + this->device().str() +
+                                " and " + device.str());
   }
+  // Both devices are host memory: a row-major copy under an open access scope.
+  Tensor out = Tensor::empty(shape(), {.dtype = dtype(), .device = device});
+  const DeviceAccessScope transfer;
+  if (is_contiguous()) {
+    std::memcpy(out.data_ptr(), data_ptr(), nbytes());
+    return out;
+  }
+  const auto es = static_cast<int64_t>(element_size());
+  const char* src = static_cast<const char*>(data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  for_each_offset(*this, [&](int64_t k, int64_t off) {
+    std::memcpy(dst + k * es, src + off * es, static_cast<size_t>(es));
+  });
   return out;
 }
 

@@ -16,6 +16,14 @@ namespace mixp::train::detail {
 
 namespace {
 
+// Batches are loaded into host (cpu) buffers and handed to the model on the default device
+// (tensor/device.h): the explicit host-to-device path; on the cpu the buffers themselves.
+void to_model_device(Batch& b) {
+  const Device d = default_device();
+  b.input = b.input.to(d);
+  b.target = b.target.to(d);
+}
+
 // Evaluation runs without gradients, so a larger batch only costs activation memory; 1000 keeps
 // the test set in ten GEMM-friendly batches.
 constexpr int64_t kEvalBatch = 1000;
@@ -60,12 +68,12 @@ class ImageBatches final : public DataSource {
     batch_ = c.batch;
     if (load_train) {
       sampler_ = std::make_unique<data::BatchSampler>(train_.count, batch_, c.seed);
-      x_ = empty({batch_, train_.sample_size()});
-      y_ = empty({batch_}, {.dtype = DType::int32});
+      x_ = empty({batch_, train_.sample_size()}, {.device = Device::cpu()});
+      y_ = empty({batch_}, {.dtype = DType::int32, .device = Device::cpu()});
     }
     eval_batch_ = std::min<int64_t>(kEvalBatch, std::max<int64_t>(test_.count, 1));
-    ex_ = empty({eval_batch_, test_.sample_size()});
-    ey_ = empty({eval_batch_}, {.dtype = DType::int32});
+    ex_ = empty({eval_batch_, test_.sample_size()}, {.device = Device::cpu()});
+    ey_ = empty({eval_batch_}, {.dtype = DType::int32, .device = Device::cpu()});
   }
 
   int64_t batches_per_epoch() const override { return sampler_->batches_per_epoch(); }
@@ -151,6 +159,7 @@ class ImageBatches final : public DataSource {
     b.input = x.slice(0, 0, n);
     if (cnn_) b.input = b.input.view({n, 1, ds.rows, ds.cols});
     b.target = y.slice(0, 0, n);
+    to_model_device(b);
     return b;
   }
 
@@ -189,8 +198,8 @@ class TextBatches final : public DataSource {
     per_epoch_ = std::max<int64_t>(1, int64_t(corpus_.train_tokens().size()) / (batch_ * context_));
     eval_windows_ = corpus_.num_val_windows(context_);
     if (c.test_limit > 0) eval_windows_ = std::min(eval_windows_, c.test_limit);
-    x_ = empty({batch_, context_}, {.dtype = DType::int32});
-    y_ = empty({batch_ * context_}, {.dtype = DType::int32});
+    x_ = empty({batch_, context_}, {.dtype = DType::int32, .device = Device::cpu()});
+    y_ = empty({batch_ * context_}, {.dtype = DType::int32, .device = Device::cpu()});
   }
 
   int64_t batches_per_epoch() const override { return per_epoch_; }
@@ -204,7 +213,9 @@ class TextBatches final : public DataSource {
     corpus_.sample_batch(rng, batch_, context_, {x_.data<int32_t>(), size_t(x_.numel())},
                          {y_.data<int32_t>(), size_t(y_.numel())});
     ++micro_;
-    return {x_, y_, batch_};
+    Batch b{x_, y_, batch_};
+    to_model_device(b);
+    return b;
   }
 
   std::string state() const override {
@@ -239,7 +250,9 @@ class TextBatches final : public DataSource {
     int64_t n = corpus_.val_batch(index, batch_, context_, {x_.data<int32_t>(), size_t(x_.numel())},
                                   {y_.data<int32_t>(), size_t(y_.numel())});
     n = std::min(n, eval_windows_ - index * batch_);  // the test limit may cut a batch short
-    return {x_.slice(0, 0, n), y_.slice(0, 0, n * context_), n};
+    Batch b{x_.slice(0, 0, n), y_.slice(0, 0, n * context_), n};
+    to_model_device(b);
+    return b;
   }
   int64_t eval_samples() const override { return eval_windows_; }
   int64_t train_samples() const override { return int64_t(corpus_.train_tokens().size()); }

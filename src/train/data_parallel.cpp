@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "mixp/amp/fp8_linear.h"
-#include "mixp/amp/grad_scaler.h"
 #include "mixp/format/convert.h"
 #include "mixp/optim/clip_grad.h"
+#include "mixp/optim/step_reductions.h"
 #include "mixp/train/train_config.h"
 
 namespace mixp::train {
@@ -70,7 +70,7 @@ DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions&
 
 DataParallel::~DataParallel() {
   amp::set_fp8_amax_reducer({});
-  amp::set_found_inf_reducer({});
+  optim::set_step_reducer(optim::StepValue::found_inf, {});
 }
 
 void DataParallel::install_step_reducers(bool sharded) {
@@ -81,11 +81,14 @@ void DataParallel::install_step_reducers(bool sharded) {
     for (size_t i = 0; i < v.size(); ++i) amax[i] = float(v[i]);
   });
   if (sharded) {
-    amp::set_found_inf_reducer([g](bool found_inf) {
-      std::vector<double> v{found_inf ? 1.0 : 0.0};
-      g->allreduce(v, dist::ReduceOp::max);
-      return v[0] != 0;
-    });
+    // Each rank unscales only its own gradients: the skip decision is or-ed over the ranks, as
+    // PyTorch's ShardedGradScaler all-reduces found_inf with MAX. The gradient norm is not
+    // reduced this way (a sum of per-rank sums would differ from the unsharded norm in its last
+    // bits): the Trainer asks sharded_grad_norm instead.
+    optim::set_step_reducer(optim::StepValue::found_inf,
+                            [g](optim::StepValue, std::span<double> v) {
+                              g->allreduce(v, dist::ReduceOp::max);
+                            });
   }
 }
 

@@ -80,11 +80,13 @@ EvalResult evaluate_model(nn::Module& model, DataSource& source, const Precision
     rows += n_rows;
     accuracy = accuracy && is_classification(output, b.target);
     if (accuracy) {
-      const Tensor l = output.contiguous();
-      correct +=
-          l.dtype() == DType::fp64
-              ? count_correct_as<double>(l, b.target)
-              : count_correct_as<float>(l.dtype() == DType::fp32 ? l : l.to(DType::fp32), b.target);
+      // Counted on the host: the scores and targets are copied there explicitly (tensor.h,
+      // to(Device); on the cpu device the tensors themselves).
+      const Tensor l = output.contiguous().to(Device::cpu());
+      const Tensor t = b.target.to(Device::cpu());
+      correct += l.dtype() == DType::fp64
+                     ? count_correct_as<double>(l, t)
+                     : count_correct_as<float>(l.dtype() == DType::fp32 ? l : l.to(DType::fp32), t);
       classified += output.size(0);
     }
     r.samples += b.samples;
@@ -92,8 +94,8 @@ EvalResult evaluate_model(nn::Module& model, DataSource& source, const Precision
   model.train(was_training);
   if (group && group->size() > 1) {
     // Each rank evaluated its share of the batches (sharded_source.h): sum over the ranks.
-    std::vector<double> v{loss_sum, double(rows), double(correct), double(classified),
-                          double(r.samples), accuracy ? 1.0 : 0.0};
+    std::vector<double> v{loss_sum,           double(rows),      double(correct),
+                          double(classified), double(r.samples), accuracy ? 1.0 : 0.0};
     group->allreduce(std::span<double>(v.data(), 5), dist::ReduceOp::sum);
     group->allreduce(std::span<double>(v.data() + 5, 1), dist::ReduceOp::min);
     loss_sum = v[0];
@@ -160,7 +162,8 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
   const std::string& precision = opt.precision;
   const auto int8_file = dir / kInt8ModelFile;
   const bool has_int8 = ck.has(kInt8ModelFile);
-  const bool run_int8 = precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
+  const bool run_int8 =
+      precision == "int8" || (precision.empty() && has_int8 && opt.weights.empty());
   // A low-bit QAT checkpoint's packed model (quant/lowbit_model.h), run like the int8 one.
   const bool has_packed = ck.has(kPackedModelFile);
   const bool run_packed =
@@ -172,8 +175,9 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
         dir.string(), kPackedModelFile));
   }
   if (run_packed && !opt.weights.empty()) {
-    throw ConfigError("--weights quantizes the weights of a floating-point model; the packed "
-                      "model's weights are low-bit already");
+    throw ConfigError(
+        "--weights quantizes the weights of a floating-point model; the packed "
+        "model's weights are low-bit already");
   }
   if (precision == "int8" && !opt.weights.empty()) {
     throw ConfigError(

@@ -49,6 +49,16 @@ Tensor buffer_like(const Tensor& like, int64_t rows) {
 
 // Copies samples `idx` of `src` into the first rows of `dst` (same dtype, contiguous).
 void gather(const Tensor& src, std::span<const int64_t> idx, const Tensor& dst) {
+  if (!src.device().is_cpu()) {
+    // Tensors on another device: row copies by its backend (copy_), not host memcpy.
+    NoGradGuard ng;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      const auto r = static_cast<int64_t>(i);
+      Tensor d = dst.slice(0, r, r + 1);
+      d.copy_(src.slice(0, idx[i], idx[i] + 1));
+    }
+    return;
+  }
   const size_t row = src.size(0) > 0 ? src.nbytes() / size_t(src.size(0)) : 0;
   const auto* from = static_cast<const std::byte*>(src.data_ptr());
   auto* to = static_cast<std::byte*>(dst.data_ptr());

@@ -7,12 +7,12 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/adam_kernel.h"
+#include "backend/cpu/sum_squares_kernel.h"
 #include "mixp/backend/cpu_features.h"
 #include "mixp/tensor/generator.h"
-#include "optim/adam_kernel.h"
-#include "optim/sum_squares_kernel.h"
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 namespace {
 
 struct Buffers {
@@ -73,9 +73,9 @@ TEST(AdamKernel, TiersAgreeBitForBit) {
 }
 
 }  // namespace
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 namespace {
 
 // The AVX-512 sum of squares behind grad_norm against a long-double loop: the products are
@@ -99,4 +99,4 @@ TEST(SumSquaresTiers, Avx512MatchesExactSum) {
 }
 
 }  // namespace
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels

@@ -54,7 +54,6 @@
 // knowingly trains pure fp16 (fp16-pure, Apex O3) passes allow_fp16_params.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -80,15 +79,6 @@ struct GradScalerOptions {
   int64_t collapse_after = 0;
   bool allow_fp16_params = false;
 };
-
-// Sharded gradients (ZeRO, train/data_parallel.h): when each rank unscales only the parameters it
-// owns, the ranks must agree on whether the step is skipped, or their loss scales and weights
-// drift apart. When set, unscale_ hands the reducer this rank's found-inf and records what it
-// returns (the logical or over all ranks) -- PyTorch's ShardedGradScaler all-reduces found_inf
-// with MAX over the process group the same way. Process-wide; an empty function turns it off.
-// Set by the Trainer for --zero runs only (replicated gradients agree already).
-using FoundInfReducer = std::function<bool(bool found_inf)>;
-void set_found_inf_reducer(FoundInfReducer reducer);
 
 // Thrown by update() when the loss scale has collapsed (GradScalerOptions::collapse_after).
 class LossScaleCollapsed : public std::runtime_error {

@@ -21,7 +21,9 @@
 // (an odd layout, fp64) falls through to the ref kernel. Tests run each op under both.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <span>
 
 #include "mixp/tensor/tensor.h"
 
@@ -57,6 +59,41 @@ struct Pool2dParams {
   int64_t kernel_h = 2, kernel_w = 2;
   int64_t stride_h = 2, stride_w = 2;
   int64_t pad_h = 0, pad_w = 0;
+};
+
+// The element update of one optimizer step (formulas: optim/adam.h, optim/sgd.h). The scalars are
+// computed once per step in double by the optimizer; fp32 updates round them to fp32.
+struct UpdateRule {
+  enum class Kind : uint8_t { adam, sgd };
+  Kind kind = Kind::adam;
+  // adam: b1, b2, 1 - b1, 1 - b2, eps, L2 weight decay (0 for AdamW), decoupled decay factor
+  //       (1 for Adam), -lr / bias_correction1, sqrt(bias_correction2).
+  // sgd:  lr, weight_decay, momentum, 1 - dampening.
+  double s[9] = {};
+  bool sgd_first = false;  // the first step (the momentum buffer starts as the gradient)
+  bool sgd_nesterov = false;
+  bool sgd_momentum = false;  // slots[0] is the momentum buffer
+  bool sgd_weight_decay = false;
+};
+
+// One parameter's optimizer step (optim/optimizer.h describes the precision choices).
+struct ParamUpdate {
+  // chunked == false: `values` (fp32 or fp64, contiguous: the parameter or its master) and the
+  // slots (same dtype) are updated in place with `grad` (same dtype, contiguous); `shadow`, when
+  // defined, is rewritten from the new fp32 values (kShadowRound). The caller writes a master back
+  // to its parameter.
+  // chunked == true: parameters narrower than fp32 without a master, narrow (bf16) states or
+  // Kahan compensation: `values` is the parameter (any element-wise float), `master` its fp32
+  // master or undefined, `comp` the Kahan buffer or undefined, grad an element-wise float;
+  // everything is widened to fp32 in chunks, updated, and rounded back (the parameter with
+  // write_back/overflow/seed, stochastic states with one stream per slot).
+  bool chunked = false;
+  Tensor values, grad, master, comp, shadow;
+  std::span<const Tensor> slots;
+  Round write_back = Round::nearest_even;
+  Overflow overflow = Overflow::ieee;
+  uint64_t seed = 0;
+  int64_t step = 0;
 };
 
 class Backend {
@@ -104,6 +141,10 @@ class Backend {
   // (any leading shape), mean/rstd are [rows]. weight/bias [norm_size] may be undefined.
   virtual void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
                           const Tensor& weight, const Tensor& bias, double eps) = 0;
+  // LayerNorm's 16-bit save (ops/layer_norm_saved.h): dst (bf16 or fp16, src's shape) =
+  // (src - mean) * rstd per row in fp32, rounded to nearest-even; src [rows, n] contiguous fp32.
+  virtual void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
+                               const Tensor& rstd) = 0;
   // dweight/dbias may be undefined (not needed); when defined they are overwritten.
   virtual void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                    const Tensor& src, const Tensor& weight, const Tensor& mean,
@@ -162,13 +203,38 @@ class Backend {
                              const Tensor& targets) = 0;
   virtual void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                       const Tensor& targets, const Tensor& lse) = 0;
+
+  // --- training-step kernels (optim, amp)
+  // grad (contiguous) *= inv_scale in place (untouched when inv_scale is 1): fp32/fp64 directly,
+  // other element-wise floats widened to fp32 and rounded back to nearest-even. found_inf (fp32,
+  // one element) is set to 1 when an element of grad was inf or NaN before the multiply, and
+  // left alone otherwise (torch._amp_foreach_non_finite_check_and_unscale_).
+  virtual void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) = 0;
+  // dst (fp64, one element) = the sum of the squares of src (fp32 or fp64, contiguous) in fp64.
+  virtual void sum_squares(Tensor& dst, const Tensor& src) = 0;
+  // One parameter's optimizer step (ParamUpdate above).
+  virtual void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) = 0;
 };
 
 enum class BackendKind : uint8_t { ref, cpu };
 
-// The backend ops dispatch to on this thread: the innermost BackendGuard, else the process
-// default (cpu unless set_default_backend or MIXP_BACKEND=ref says otherwise).
+// The backend of the host (cpu device) on this thread: the innermost BackendGuard, else the
+// process default (cpu unless set_default_backend or MIXP_BACKEND=ref says otherwise).
 Backend& backend();
+
+// The backend that computes on `device`: cpu -> backend(); guarded -> the guarded test backend
+// (each call forwards to backend() inside a DeviceAccessScope, tensor/device.h); a device with
+// no backend built throws.
+Backend& backend_for(Device device);
+// The one device of these tensors (undefined ones are skipped; none defined: default_device()).
+// Tensors on different devices throw, naming both.
+Device common_device(std::initializer_list<const Tensor*> tensors);
+Device common_device(std::span<const Tensor> tensors);
+// Ops dispatch here: the backend of their tensors' device.
+template <class... Ts>
+Backend& backend_for(const Ts&... tensors) {
+  return backend_for(common_device({&tensors...}));
+}
 Backend& get_backend(BackendKind kind);
 BackendKind current_backend_kind();
 void set_default_backend(BackendKind kind);

@@ -37,20 +37,12 @@ class Adam : public Optimizer {
 
  protected:
   Adam(NamedTensors params, const AdamOptions& opt, bool decoupled);
-  void begin_update(int64_t step) override;
-  void update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) override;
-  void update(double* w, const double* g, double* const* slots, int64_t n, int64_t step) override;
+  UpdateRule update_rule(int64_t step) const override;
 
  private:
-  template <class T>
-  void run(T* w, const T* g, T* m, T* v, int64_t n, int64_t step) const;
   AdamOptions opt_;
   bool decoupled_;
   double weight_decay_;
-  // This step's scalars (begin_update): b1, b2, 1-b1, 1-b2, eps, L2 decay, decoupled decay,
-  // -lr/bc1, sqrt(bc2), in double (rounded to float for the fp32 kernels).
-  double scalars_[9] = {};
-  int64_t scalars_step_ = -1;
 };
 
 class AdamW : public Adam {

@@ -5,3 +5,4 @@
 #include "mixp/optim/lr_schedule.h"
 #include "mixp/optim/optimizer.h"
 #include "mixp/optim/sgd.h"
+#include "mixp/optim/step_reductions.h"

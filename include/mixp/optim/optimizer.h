@@ -1,11 +1,12 @@
 // Optimizer: the base of SGD, Adam and AdamW, over named parameters.
 //
-// step() walks the parameters once; for each parameter with a gradient it calls the subclass's
-// fused update kernel, one pass over the elements that reads the gradient, updates the states and
-// writes the new value (OpenMP-parallel and vectorizable; see sgd.cpp / adam.cpp). Parameters
-// without a gradient are skipped and their per-parameter step count does not advance (PyTorch).
-// Every buffer (states, master copies, scratch) is allocated at construction or at the first
-// step, so later steps allocate nothing.
+// step() walks the parameters once; for each parameter with a gradient it asks the subclass for
+// this step's element rule (update_rule) and hands it with the parameter's tensors to the fused
+// update kernel of the parameters' backend (Backend::optimizer_update, backend/backend.h): one
+// pass over the elements that reads the gradient, updates the states and writes the new value.
+// Parameters without a gradient are skipped and their per-parameter step count does not advance
+// (PyTorch). Every buffer (states, master copies, scratch) is allocated at construction or at the
+// first step, so later steps allocate nothing.
 //
 // Working precision. The update runs in fp32 (fp64 for fp64 parameters, so the fp64 recipe stays
 // a true reference); optimizer states have the working dtype. Parameters narrower than fp32
@@ -32,7 +33,7 @@
 //           rounded back with write_back's rounding; with stochastic rounding each slot has its
 //           own stream, so Adam's second moment keeps moving although (1 - beta2) g^2 is below
 //           half a bf16 ulp of v (nearest rounding would freeze it).
-// The update kernels only ever see fp32/fp64 arrays; everything about storage formats lives here.
+// The element rules only ever see fp32/fp64 values; the storage formats are the kernel's.
 //
 // Versions and weight shadows. Every step that writes a parameter bumps its version counter
 // (tensor.h). An fp32 parameter with a current autocast weight shadow (tensor.h, docs/amp.md) gets
@@ -51,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixp/backend/backend.h"
 #include "mixp/format/rounding.h"
 #include "mixp/tensor/tensor.h"
 
@@ -124,24 +126,15 @@ class Optimizer {
   Optimizer(NamedTensors params, double lr, const PrecisionOptions& precision,
             std::vector<std::string> slot_names);
 
-  // Called once per parameter step before its update() calls (a step may be split into chunks,
-  // e.g. to rewrite a weight shadow while each chunk is in L1): per-step scalars belong here, not
-  // in update(), which may run hundreds of times per parameter and on several threads at once.
-  virtual void begin_update(int64_t step) { (void)step; }
-  // The fused update of one parameter: w (n working values, updated in place), g (gradient),
-  // slots[k] (n values of state k), step (this parameter's step count, already incremented).
-  virtual void update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) = 0;
-  virtual void update(double* w, const double* g, double* const* slots, int64_t n,
-                      int64_t step) = 0;
+  // The element update of one parameter step (backend.h, UpdateRule): its per-step scalars in
+  // double. `step` is this parameter's step count, already incremented.
+  virtual UpdateRule update_rule(int64_t step) const = 0;
 
   static NamedTensors name_by_index(const std::vector<Tensor>& params);
 
  private:
   void step_param(size_t index);
   void write_back(size_t index, const Tensor& from);
-  // The update through fp32 chunks: parameters narrower than fp32 without a master, narrow
-  // states, Kahan compensation. `shadow`: the fp32 parameter's weight shadow to rewrite, or null.
-  void step_param_chunked(size_t index, const Tensor& grad, unsigned char* shadow);
 
   std::vector<ParamState> params_;
   std::vector<std::string> slot_names_;

@@ -30,12 +30,9 @@ class SGD : public Optimizer {
   const SGDOptions& options() const { return opt_; }
 
  protected:
-  void update(float* w, const float* g, float* const* slots, int64_t n, int64_t step) override;
-  void update(double* w, const double* g, double* const* slots, int64_t n, int64_t step) override;
+  UpdateRule update_rule(int64_t step) const override;
 
  private:
-  template <class T>
-  void run(T* w, const T* g, T* buf, int64_t n, int64_t step) const;
   SGDOptions opt_;
 };
 

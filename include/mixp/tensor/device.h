@@ -1,25 +1,69 @@
-// Where a tensor's storage lives. Only the CPU is implemented by this backend; the CUDA kind exists
-// so that APIs carry the device from the start (docs/architecture.md 3.5, backends).
+// Where a tensor's storage lives, and which backend computes on it (backend_for in
+// backend/backend.h picks the backend from the tensors' device; docs/architecture.md 3.5).
+//
+// cpu: host memory, the ref/cpu backends. guarded: host memory that only a backend call may touch
+// (Tensor::data_ptr throws outside one, naming the caller): the test device that proves every
+// computation goes through the backend (tests/engine/test_guarded_device.cpp). cuda: not built;
+// the kind exists so that APIs carry a device from the start.
 #pragma once
 #include <cstdint>
 #include <string>
 
 namespace mixp {
 
-enum class DeviceKind : uint8_t { cpu, cuda };
+enum class DeviceKind : uint8_t { cpu, cuda, guarded };
 
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
   int index = 0;
   static constexpr Device cpu() { return Device{DeviceKind::cpu, 0}; }
   static constexpr Device cuda(int i = 0) { return Device{DeviceKind::cuda, i}; }
+  static constexpr Device guarded() { return Device{DeviceKind::guarded, 0}; }
   bool is_cpu() const { return kind == DeviceKind::cpu; }
+  // Whether the CPU can read the memory directly (cpu and guarded).
+  bool is_host_memory() const { return kind != DeviceKind::cuda; }
   friend constexpr bool operator==(Device a, Device b) {
     return a.kind == b.kind && a.index == b.index;
   }
   std::string str() const {
-    return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index);
+    switch (kind) {
+      case DeviceKind::cpu:
+        return "cpu";
+      case DeviceKind::guarded:
+        return "guarded";
+      case DeviceKind::cuda:
+        break;
+    }
+    return "cuda:" + std::to_string(index);
   }
 };
+
+// The device new tensors get when their TensorOptions name none: cpu, or the device of the
+// innermost DefaultDeviceGuard on this thread (torch.set_default_device). Ops put their results
+// on their inputs' device, which equals this one inside a guard that created the inputs.
+Device default_device();
+class DefaultDeviceGuard {
+ public:
+  explicit DefaultDeviceGuard(Device d);
+  ~DefaultDeviceGuard();
+  DefaultDeviceGuard(const DefaultDeviceGuard&) = delete;
+  DefaultDeviceGuard& operator=(const DefaultDeviceGuard&) = delete;
+
+ private:
+  Device prev_;
+};
+
+// Device memory access on this thread: a backend opens a scope around each kernel; a guarded
+// tensor's data_ptr() works only inside one. The host-access paths (Tensor::to(Device),
+// item(), at(), to_vector(), str()) open one for their copy to the host, so they are the
+// explicit, greppable way for host code to read device data.
+class DeviceAccessScope {
+ public:
+  DeviceAccessScope();
+  ~DeviceAccessScope();
+  DeviceAccessScope(const DeviceAccessScope&) = delete;
+  DeviceAccessScope& operator=(const DeviceAccessScope&) = delete;
+};
+bool device_access_open();
 
 }  // namespace mixp

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ namespace mixp {
 
 class Node;
 class Tensor;
+class CachingAllocator;
 
 // One allocation. Freed back to the caching allocator when the last tensor viewing it goes away.
 //
@@ -34,12 +36,16 @@ class Tensor;
 // Writes through raw pointers (data<T>(), data_ptr()) cannot be seen: code that writes a tensor's
 // values that way must call Tensor::bump_version() afterwards. What relies on it: autocast's weight
 // shadows (WeightShadow below) are used only while the version they were made at is current.
+//
+// `device` says which backend may compute on the bytes (backend_for, backend/backend.h) and
+// `allocator` which allocator owns them (null for memory the caller owns, from_blob).
 struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device = Device::cpu();
-  size_t block_size = 0;  // the allocator block's real size
-  bool owned = true;      // false when wrapping memory the caller owns (from_blob)
+  CachingAllocator* allocator = nullptr;
+  size_t block_size = 0;             // the allocator block's real size
+  bool owned = true;                 // false when wrapping memory the caller owns (from_blob)
   std::atomic<uint64_t> version{0};  // in-place writes so far (see above)
   Storage(size_t nbytes, Device device);
   Storage(void* external, size_t nbytes, Device device);  // not owned
@@ -92,7 +98,7 @@ bool weight_shadows_enabled();
 
 struct TensorOptions {
   DType dtype = DType::fp32;
-  Device device = Device::cpu();
+  Device device = default_device();  // cpu unless a DefaultDeviceGuard says otherwise
   bool requires_grad = false;
 };
 
@@ -126,12 +132,19 @@ class Tensor {
 
   // --- raw data (the first element of this view). Code that writes values through these must
   // call bump_version() afterwards (see Storage::version), or stale derived copies may be used.
-  void* data_ptr() const;
+  // Only backends compute on raw data: on a guarded tensor (device.h) these throw outside a
+  // backend call (a DeviceAccessScope), naming the caller's file and line.
+  void* data_ptr(std::source_location caller = std::source_location::current()) const;
   template <class T>
-  T* data() const {
+  T* data(std::source_location caller = std::source_location::current()) const {
     check_dtype(dtype_of_v<T>);
-    return static_cast<T*>(data_ptr());
+    return static_cast<T*>(data_ptr(caller));
   }
+
+  // --- host access: a copy of this tensor on `device` (this tensor when it is already there),
+  // not recorded. The one way host code reads device data (data loading, serialization,
+  // printing: t.to(Device::cpu())); item(), at(), set_at() and to_vector() use it.
+  Tensor to(Device device) const;
 
   // --- element access, for tests and small host-side work. Values convert through double.
   double item() const;  // numel must be 1

@@ -51,7 +51,8 @@ class DataParallel {
   // The step's reductions that must see every rank (docs/distributed.md, "The step's
   // reductions"): FP8 delayed-scaling amaxes are maxed over the ranks before the scales update
   // (amp::set_fp8_amax_reducer); with `sharded` gradients (ZeRO) the loss scaler's found-inf is
-  // or-ed over the ranks too (amp::set_found_inf_reducer), since each rank unscales only its own.
+  // or-ed over the ranks too (the found_inf step value, optim/step_reductions.h), since each rank
+  // unscales only its own.
   void install_step_reducers(bool sharded);
   // The global L2 norm of sharded gradients, bit-identical to optim::grad_norm over all of
   // `params` unsharded: each rank contributes the terms of the parameters it owns.

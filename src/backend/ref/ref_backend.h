@@ -78,6 +78,13 @@ class RefBackend : public Backend {
                      const Tensor& targets) override;
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse) override;
+  // The training-step kernels: the host loops of backend/cpu/step_kernels.h, shared with the
+  // cpu backend (ref_step.cpp says why).
+  void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
+  void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
+                       const Tensor& rstd) override;
+  void sum_squares(Tensor& dst, const Tensor& src) override;
+  void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
 };
 
 }  // namespace mixp

@@ -14,7 +14,7 @@
 #pragma once
 #include <cstdint>
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 
 struct AdamScalars {
   float b1, b2, one_m_b1, one_m_b2, eps, l2_wd, decay, neg_step_size, bc2_sqrt;
@@ -31,4 +31,4 @@ void adam_f32_avx512(float* w, const float* g, float* m, float* v, int64_t n, co
 // The tier for this CPU (MIXP_CPU_TIER caps it, as for the backend's kernels).
 AdamKernelF32 adam_f32_kernel();
 
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels

@@ -5,8 +5,8 @@
 #pragma once
 #include <cstdint>
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 
 double sum_squares_f32_avx512(const float* g, int64_t n);
 
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels

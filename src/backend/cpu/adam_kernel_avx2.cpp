@@ -10,7 +10,7 @@
 
 #include "adam_kernel.h"
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 
 void adam_f32_avx2(float* w, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
   const __m256 b1 = _mm256_set1_ps(s.b1), b2 = _mm256_set1_ps(s.b2),
@@ -35,4 +35,4 @@ void adam_f32_avx2(float* w, const float* g, float* m, float* v, int64_t n, cons
   if (i < n) adam_f32_generic(w + i, g + i, m + i, v + i, n - i, s);
 }
 
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels

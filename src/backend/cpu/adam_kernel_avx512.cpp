@@ -12,7 +12,7 @@
 
 #include "adam_kernel.h"
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 
 void adam_f32_avx512(float* w, const float* g, float* m, float* v, int64_t n,
                      const AdamScalars& s) {
@@ -38,4 +38,4 @@ void adam_f32_avx512(float* w, const float* g, float* m, float* v, int64_t n,
   if (i < n) adam_f32_generic(w + i, g + i, m + i, v + i, n - i, s);
 }
 
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels

@@ -10,7 +10,7 @@
 
 #include "mixp/backend/cpu_features.h"
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 
 void adam_f32_generic(float* w, const float* g, float* m, float* v, int64_t n,
                       const AdamScalars& s) {
@@ -33,4 +33,4 @@ AdamKernelF32 adam_f32_kernel() {
   return k;
 }
 
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels

@@ -5,7 +5,7 @@
 
 #include "sum_squares_kernel.h"
 
-namespace mixp::optim::detail {
+namespace mixp::step_kernels {
 namespace {
 // GCC 12's _mm512_cvtps_pd and _mm512_reduce_add_pd pass _mm512_undefined_pd() as the merge
 // source of a fully-masked instruction, which -Wall reports as a use of an uninitialized value
@@ -43,4 +43,4 @@ double sum_squares_f32_avx512(const float* g, int64_t n) {
   return total;
 }
 
-}  // namespace mixp::optim::detail
+}  // namespace mixp::step_kernels
