@@ -240,20 +240,20 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
                                ? fmt::format(", ZeRO stage {} over {} ranks", p.zero_stage, p.ranks)
                                : "");
   TextTable t({"what", "per device"});
-  t.add({"parameters", mib(p.param_bytes)});
-  t.add({"gradients", mib(p.grad_bytes)});
-  t.add({"master weights", mib(p.master_bytes)});
-  t.add({"optimizer states", mib(p.state_bytes)});
-  t.add({"cast weight copies", mib(p.cast_copy_bytes)});
-  t.add({"communication buffers", mib(p.comm_bytes)});
+  t.add({"parameters", size(p.param_bytes)});
+  t.add({"gradients", size(p.grad_bytes)});
+  t.add({"master weights", size(p.master_bytes)});
+  t.add({"optimizer states", size(p.state_bytes)});
+  t.add({"cast weight copies", size(p.cast_copy_bytes)});
+  t.add({"communication buffers", size(p.comm_bytes)});
   if (p.analytic) {
     t.add({"activations (analytic)", size(p.activation_bytes)});
   } else {
-    t.add({"activations (measured)", mib(p.activation_bytes)});
+    t.add({"activations (measured)", size(p.activation_bytes)});
   }
   t.add({"peak", size(p.peak_bytes)});
   if (!p.analytic && p.analytic_peak_bytes > 0) {
-    t.add({"peak (analytic model)", mib(p.analytic_peak_bytes)});
+    t.add({"peak (analytic model)", size(p.analytic_peak_bytes)});
   }
   t.print(std::cout);
   if (p.step_ms > 0) {
