@@ -247,7 +247,7 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
   t.add({"cast weight copies", size(p.cast_copy_bytes)});
   t.add({"communication buffers", size(p.comm_bytes)});
   if (p.analytic) {
-    t.add({"activations (analytic)", size(p.activation_bytes)});
+    t.add({"activations, temporaries (analytic)", size(p.activation_bytes)});
   } else {
     t.add({"activations (measured)", size(p.activation_bytes)});
   }
