@@ -220,9 +220,9 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
     throw train::ConfigError(e.what());
   }
   if (run.batch < 1 || run.seq < 1 || run.micro_batches < 1) {
-    throw train::ConfigError(fmt::format(
-        "batch ({}), sequence length ({}) and micro-batches ({}) must be positive", run.batch,
-        run.seq, run.micro_batches));
+    throw train::ConfigError(
+        fmt::format("batch ({}), sequence length ({}) and micro-batches ({}) must be positive",
+                    run.batch, run.seq, run.micro_batches));
   }
   if (shape.family == ShapeFamily::gpt2 && run.seq > shape.context) {
     throw train::ConfigError(fmt::format("sequence length {} exceeds the context of {} ({})",
@@ -257,12 +257,12 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, am.grad_bytes) : 0;
   // The analytic peak is one of two moments (model_shape.h); the row shows what it adds to the
   // persistent tensors at that moment, so that the rows add up to the peak.
-  const int64_t unsharded = am.param_bytes + am.grad_bytes + am.master_bytes + am.state_bytes +
-                            am.cast_bytes;
+  const int64_t unsharded =
+      am.param_bytes + am.grad_bytes + am.master_bytes + am.state_bytes + am.cast_bytes;
   p.activation_bytes = std::max<int64_t>(0, am.peak_bytes - unsharded);
   p.analytic_activation_bytes = am.activation_bytes;
-  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes +
-                 p.cast_copy_bytes + p.comm_bytes + p.activation_bytes;
+  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
+                 p.comm_bytes + p.activation_bytes;
   p.analytic_peak_bytes = p.peak_bytes;
   const double tokens = double(run.batch * run.seq * run.micro_batches);
   p.step_flops = 6.0 * double(p.parameters) * tokens +

@@ -87,8 +87,8 @@ void validate(const ModelShape& s) {
         fmt::format("width ({}) must be a multiple of heads ({})", s.width, s.heads));
   }
   if (s.padded_vocab < s.vocab) {
-    throw std::invalid_argument(fmt::format("the padded vocabulary ({}) must be >= vocab ({})",
-                                            s.padded_vocab, s.vocab));
+    throw std::invalid_argument(
+        fmt::format("the padded vocabulary ({}) must be >= vocab ({})", s.padded_vocab, s.vocab));
   }
 }
 
@@ -160,8 +160,8 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   // The head's moment: the final norm's input and output, the logits (computed over the padded
   // vocabulary) and their gradient, fp32.
   const int64_t head = 2 * N * C * f.save_bytes + N * (s.padded_vocab + s.vocab) * 4;
-  const int64_t blocks = checkpointing ? s.layers * N * C * f.residual_bytes
-                                       : s.layers * m.block_activation_bytes;
+  const int64_t blocks =
+      checkpointing ? s.layers * N * C * f.residual_bytes : s.layers * m.block_activation_bytes;
   m.activation_bytes = blocks + head;
   const int64_t fixed = m.param_bytes + m.master_bytes + m.state_bytes + m.cast_bytes;
   m.head_peak_bytes = fixed + m.activation_bytes;
@@ -170,8 +170,8 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   // format). With a small vocabulary this moment is the peak.
   const int64_t head_grad = embedding_values(s) * f.grad_bytes;
   const int64_t ffn_grads = N * F * (4 + f.save_bytes);
-  const int64_t in_block = checkpointing ? blocks + m.block_activation_bytes
-                                         : s.layers * m.block_activation_bytes;
+  const int64_t in_block =
+      checkpointing ? blocks + m.block_activation_bytes : s.layers * m.block_activation_bytes;
   m.head_peak_bytes = std::max(m.head_peak_bytes, fixed + in_block + head_grad + ffn_grads);
   // The first block's backward: every other gradient exists, its saves (recomputed under
   // checkpointing) and the same transients, and the residual stream's fp32 gradient.

@@ -88,8 +88,8 @@ TEST(ModelShape, PlanShapeOfLlama7b) {
   EXPECT_EQ(fp32.grad_bytes, 4 * P);
   EXPECT_EQ(fp32.state_bytes, 8 * P);
   EXPECT_GT(fp32.activation_bytes, 0);
-  EXPECT_EQ(fp32.peak_bytes, fp32.param_bytes + fp32.grad_bytes + fp32.state_bytes +
-                                 fp32.activation_bytes);
+  EXPECT_EQ(fp32.peak_bytes,
+            fp32.param_bytes + fp32.grad_bytes + fp32.state_bytes + fp32.activation_bytes);
   run.precision = "bf16";
   const study::MemoryPlan bf16 = study::plan_shape(s, run, no_time);
   run.checkpointing = true;
@@ -99,8 +99,8 @@ TEST(ModelShape, PlanShapeOfLlama7b) {
   EXPECT_LE(ckpt.peak_bytes, bf16.peak_bytes);
   EXPECT_LT(ckpt.analytic_activation_bytes, bf16.analytic_activation_bytes / 4);
   // ZeRO-3 over 8 ranks shards everything persistent.
-  const study::MemoryPlan z3 = study::plan_shape(s, run, {.zero_stage = 3, .ranks = 8,
-                                                          .estimate_time = false});
+  const study::MemoryPlan z3 =
+      study::plan_shape(s, run, {.zero_stage = 3, .ranks = 8, .estimate_time = false});
   EXPECT_LT(z3.peak_bytes, ckpt.peak_bytes / 4);
   run.seq = 0;
   EXPECT_THROW(study::plan_shape(s, run, no_time), train::ConfigError);

@@ -119,8 +119,8 @@ void print_seed_table(PlanArgs& a) {
   study::PlanOptions opt = a.opt;
   opt.estimate_time = false;
   Json jrows = Json::array();
-  TextTable t({"run", "seed", "mixp plan (full fine-tuning)", "weights + activations",
-               "weights alone"});
+  TextTable t(
+      {"run", "seed", "mixp plan (full fine-tuning)", "weights + activations", "weights alone"});
   for (const Row& row : rows) {
     study::ShapeRun r = base;
     r.precision = row.precision;
@@ -171,7 +171,8 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p);
 void run(PlanArgs& a) {
   if (!a.shape.empty()) {
     if (a.given("--model")) throw UsageError("give --model or --model-shape, not both");
-    if (a.given("--data")) throw UsageError("--model-shape plans from the shape: --data is not read");
+    if (a.given("--data"))
+      throw UsageError("--model-shape plans from the shape: --data is not read");
     if (a.seed_table) {
       print_seed_table(a);
       return;
@@ -257,8 +258,9 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
   }
   t.print(std::cout);
   if (p.step_ms > 0) {
-    std::cout << fmt::format("step time (probes): {:.0f} ms ({:.3g} GFLOP per step, {:.1f} GFLOP/s)\n",
-                             p.step_ms, p.step_flops / 1e9, p.step_flops / p.step_ms / 1e6);
+    std::cout << fmt::format(
+        "step time (probes): {:.0f} ms ({:.3g} GFLOP per step, {:.1f} GFLOP/s)\n", p.step_ms,
+        p.step_flops / 1e9, p.step_flops / p.step_ms / 1e6);
   }
   if (p.estimated_step_ms > 0) {
     const double ms = p.estimated_step_ms;

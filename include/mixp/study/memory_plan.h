@@ -52,14 +52,14 @@ struct MemoryPlan {
   double step_ms = 0;            // the probes' measured step, extrapolated (0 for plan_shape)
   double step_flops = 0;         // 6 x parameters x tokens + attention, per optimizer step
   // The step-time estimate from measured GEMM throughput (study/step_time.h).
-  double gemm_flops = 0;           // the matrix products' FLOPs per optimizer step
-  double estimated_step_ms = 0;    // gemm_flops / gemm_gflops x the non-GEMM factor
-  double gemm_gflops = 0;          // this machine's GEMM throughput in the compute format
-  double non_gemm_factor = 0;      // the allowance (study/step_time.h)
+  double gemm_flops = 0;         // the matrix products' FLOPs per optimizer step
+  double estimated_step_ms = 0;  // gemm_flops / gemm_gflops x the non-GEMM factor
+  double gemm_gflops = 0;        // this machine's GEMM throughput in the compute format
+  double non_gemm_factor = 0;    // the allowance (study/step_time.h)
   std::string gemm_dtype, gemm_source;
   // The analytic memory model (study/model_shape.h) for transformer models: the whole plan for
   // plan_shape; next to the probes' numbers for plan_memory (0 for mlp and cnn).
-  bool analytic = false;           // true: the breakdown above is the analytic model's
+  bool analytic = false;  // true: the breakdown above is the analytic model's
   int64_t analytic_activation_bytes = 0;
   int64_t analytic_peak_bytes = 0;
   int zero_stage = 0, ranks = 1;
@@ -91,7 +91,8 @@ struct ShapeRun {
 // study::analytic_memory, the step time from measured GEMM throughput; no probe runs, so it works
 // for models far larger than this machine's memory. Throws train::ConfigError for a bad shape,
 // recipe or options.
-MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOptions& options = {});
+MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run,
+                      const PlanOptions& options = {});
 
 // The memory model's formats for a recipe and optimizer (what analytic_memory prices).
 MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer);

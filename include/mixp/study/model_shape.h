@@ -45,8 +45,8 @@ struct ModelShape {
   std::string name;  // "gpt2", "llama-7b", "gpt3-175b", or "custom"
   ShapeFamily family = ShapeFamily::gpt2;
   int64_t layers = 12, width = 768, heads = 12;
-  int64_t ffn = 3072;      // FFN hidden width (GPT: 4 C; LLaMA-7B: 11008)
-  int64_t vocab = 50257;   // tokens the loss sees
+  int64_t ffn = 3072;            // FFN hidden width (GPT: 4 C; LLaMA-7B: 11008)
+  int64_t vocab = 50257;         // tokens the loss sees
   int64_t padded_vocab = 50304;  // embedding rows (>= vocab)
   int64_t context = 1024;  // the position table's rows (gpt2 family); the sequence length planned
 };
@@ -73,13 +73,13 @@ double step_gemm_flops(const ModelShape& s, int64_t tokens, int64_t seq, bool ch
 // The formats the memory model prices (study/step_counts.h StepPrecision and the recipe's
 // RecipeDtypes give them for a recipe).
 struct MemoryFormats {
-  int param_bytes = 4;       // stored parameters
-  int master_bytes = 0;      // fp32 master weights when the parameters are narrower (else 0)
-  int grad_bytes = 4;        // gradients (mixp accumulates them in fp32: autograd/node.h)
-  int state_bytes = 8;       // all optimizer states of one value (AdamW fp32: 8)
-  int cast_bytes = 0;        // the GEMM weights' cast copy (autocast, FP8), per weight value
-  int save_bytes = 4;        // saved activations (4 for fp32 recipes, 2 for 16-bit)
-  int residual_bytes = 4;    // the residual stream (what checkpointing keeps per block)
+  int param_bytes = 4;     // stored parameters
+  int master_bytes = 0;    // fp32 master weights when the parameters are narrower (else 0)
+  int grad_bytes = 4;      // gradients (mixp accumulates them in fp32: autograd/node.h)
+  int state_bytes = 8;     // all optimizer states of one value (AdamW fp32: 8)
+  int cast_bytes = 0;      // the GEMM weights' cast copy (autocast, FP8), per weight value
+  int save_bytes = 4;      // saved activations (4 for fp32 recipes, 2 for 16-bit)
+  int residual_bytes = 4;  // the residual stream (what checkpointing keeps per block)
 };
 
 struct AnalyticMemory {

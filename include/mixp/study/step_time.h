@@ -10,8 +10,8 @@
 // rows, against the "`mixp bench gemm`" table of the same machine): fp32 11182 ms measured over
 // 4130 ms of ideal GEMM time = 2.71; bf16 4556 over 1931 = 2.36. The same factors predict the
 // B4 T64 steps at 0.93x (fp32) and 0.89x (bf16) of the measured; the validation against measured
-// runs is in docs/benchmarks.md ("GPT-2: step-time estimate and analytic model"). For much wider models
-// (LLaMA-7B, GPT-3) the GEMMs dominate more, so the factor over-estimates their step.
+// runs is in docs/benchmarks.md ("GPT-2: step-time estimate and analytic model"). For much wider
+// models (LLaMA-7B, GPT-3) the GEMMs dominate more, so the factor over-estimates their step.
 #pragma once
 #include <string>
 
