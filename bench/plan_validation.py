@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`mixp plan` against measured peaks (issue 15): for each model, shape and recipe it runs
-`mixp plan --json` and then the real `mixp train --steps 2 --no-eval --json` of the same
-configuration, and prints planned and measured peak tensor memory and step time with their ratio
+`mixp plan --json` and then the real `mixp train --steps N --no-eval --json` of the same
+configuration, and prints planned (probes, and the analytic model) and measured peak tensor
+memory, and the probes' step and the estimate from GEMM throughput (measured by `mixp plan` just
+before the run, so under the same load) against the measured median step, with their ratios
 (docs/plan.md; results in docs/benchmarks.md).
 
     python3 bench/plan_validation.py --models gpt2 --shapes B8T256 \\
@@ -31,6 +33,7 @@ def main():
     ap.add_argument("--recipes", default="fp32,bf16,bf16-pure,bf16+ckpt")
     ap.add_argument("--data", default="", help="token file (default: 300k random GPT-2 tokens)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3, help="steps of the measured run (median)")
     ap.add_argument("--mixp", default=os.path.join(ROOT, "build", "release", "mixp"))
     a = ap.parse_args()
     data = a.data
@@ -53,20 +56,29 @@ def main():
                 if recipe.endswith("+ckpt"):
                     common.append("--checkpointing")
                 plan = run([a.mixp, "plan", *common, "--json"])
-                real = run([a.mixp, "train", *common, "--steps", "2", "--no-eval", "--json"])
+                real = run([a.mixp, "train", *common, "--steps", str(a.steps), "--no-eval", "--json"])
                 row = {"model": model, "shape": shape, "recipe": recipe,
                        "planned_peak": plan["peak_bytes"], "measured_peak": real["peak_memory_bytes"],
                        "peak_ratio": plan["peak_bytes"] / real["peak_memory_bytes"],
                        "planned_ms": plan["step_ms"], "measured_ms": real["ms_per_step"],
-                       "ms_ratio": plan["step_ms"] / real["ms_per_step"]}
+                       "ms_ratio": plan["step_ms"] / real["ms_per_step"],
+                       "analytic_peak": plan["analytic_peak_bytes"],
+                       "analytic_ratio": plan["analytic_peak_bytes"] / real["peak_memory_bytes"],
+                       "gemm_gflops": plan["gemm_gflops"],
+                       "estimated_ms": plan["estimated_step_ms"],
+                       "estimate_ratio": plan["estimated_step_ms"] / real["ms_per_step"]}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\n{'model':12} {'shape':8} {'recipe':10} {'planned':>11} {'measured':>11} {'ratio':>6}"
-          f" {'plan ms':>8} {'real ms':>8} {'ratio':>6}")
+    print(f"\n{'model':12} {'shape':8} {'recipe':10} {'planned':>11} {'analytic':>11}"
+          f" {'measured':>11} {'ratio':>6} {'ratio':>6} {'probe ms':>8} {'est. ms':>8}"
+          f" {'real ms':>8} {'ratio':>6} {'ratio':>6} {'GEMM GF/s':>9}")
     for r in rows:
         print(f"{r['model']:12} {r['shape']:8} {r['recipe']:10} {r['planned_peak'] / 2**20:7.0f} MiB"
+              f" {r['analytic_peak'] / 2**20:7.0f} MiB"
               f" {r['measured_peak'] / 2**20:7.0f} MiB {r['peak_ratio']:6.3f}"
-              f" {r['planned_ms']:8.0f} {r['measured_ms']:8.0f} {r['ms_ratio']:6.2f}")
+              f" {r['analytic_ratio']:6.3f} {r['planned_ms']:8.0f} {r['estimated_ms']:8.0f}"
+              f" {r['measured_ms']:8.0f} {r['ms_ratio']:6.2f} {r['estimate_ratio']:6.2f}"
+              f" {r['gemm_gflops']:9.0f}")
 
 
 if __name__ == "__main__":

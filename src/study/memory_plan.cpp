@@ -10,6 +10,7 @@
 #include "mixp/nn/linear.h"
 #include "mixp/nn/models.h"
 #include "mixp/study/step_counts.h"
+#include "mixp/study/step_time.h"
 #include "mixp/train/build_run.h"
 #include "mixp/train/trainer.h"
 
@@ -42,15 +43,72 @@ MemoryPlan::Probe run_probe(const train::TrainConfig& base, int64_t layers) {
           .ms = r.ms_per_step};
 }
 
-}  // namespace
+// The gradients' format as autograd keeps them: leaves narrower than fp32 accumulate in fp32
+// (autograd/node.h grad_dtype_for), whatever format the optimizer then reads.
+int64_t grad_bytes_per_value(const train::RecipeDtypes& d, const StepPrecision& sp) {
+  return bytes_of(d.params) < 4 ? 4 : bytes_of(sp.grad);
+}
 
-MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt) {
+MemoryFormats formats_of(const train::RecipeDtypes& d, const StepPrecision& sp) {
+  MemoryFormats f;
+  f.param_bytes = int(bytes_of(d.params));
+  f.master_bytes = d.master != d.params ? int(bytes_of(d.master)) : 0;
+  f.grad_bytes = int(grad_bytes_per_value(d, sp));
+  f.state_bytes = sp.states * int(bytes_of(sp.state));
+  f.cast_bytes = sp.casts_weights ? int(bytes_of(sp.compute)) : 0;
+  // Saved activations: the GEMM inputs and norm saves are 16-bit whenever the compute format is
+  // narrower than fp32 (autocast's casts, 16-bit norm saves; the FP8 recipes run on the bf16
+  // policy and save bf16), else the activations' format.
+  const int64_t compute = bytes_of(sp.compute);
+  f.save_bytes = compute < 4 ? 2 : int(bytes_of(d.activations));
+  f.residual_bytes = int(bytes_of(d.activations));
+  return f;
+}
+
+// The model's shape for the analytic model, from the resolved GPT configuration.
+ModelShape shape_of(const nn::GptConfig& g) {
+  ModelShape s;
+  s.name = "custom";
+  s.family = ShapeFamily::gpt2;
+  s.layers = g.layers;
+  s.width = g.width;
+  s.heads = g.heads;
+  s.ffn = g.mlp_width;
+  s.vocab = g.vocab;
+  s.padded_vocab = g.padded_vocab > 0 ? g.padded_vocab : g.vocab;
+  s.context = g.context;
+  return s;
+}
+
+void add_estimate(MemoryPlan& p, DType compute, const PlanOptions& opt, int threads) {
+  if (!opt.estimate_time || p.gemm_flops <= 0) return;
+  const GemmThroughput t = gemm_throughput(compute, opt.gemm_from_record, threads);
+  p.gemm_dtype = std::string(name(t.bench_dtype));
+  p.gemm_source = t.source;
+  p.gemm_gflops = t.gflops;
+  p.non_gemm_factor = non_gemm_factor(compute);
+  p.estimated_step_ms = estimate_step_ms(p.gemm_flops, t, compute);
+}
+
+void check_options(const PlanOptions& opt) {
   if (opt.zero_stage < 0 || opt.zero_stage > 3) {
     throw train::ConfigError(
         fmt::format("--zero-stage must be 0, 1, 2 or 3, got {}", opt.zero_stage));
   }
   if (opt.ranks < 1)
     throw train::ConfigError(fmt::format("--ranks must be >= 1, got {}", opt.ranks));
+}
+
+}  // namespace
+
+MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer) {
+  const auto recipe = train::make_recipe(precision);
+  const train::RecipeDtypes d = recipe->dtypes();
+  return formats_of(d, step_precision(d, optimizer));
+}
+
+MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt) {
+  check_options(opt);
   train::TrainConfig c = config.resolved();
   if (!c.resume_dir.empty()) throw train::ConfigError("mixp plan plans a fresh run, not --resume");
   const bool lm = train::is_language_model(c.model.name);
@@ -113,7 +171,7 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
   };
   p.param_bytes = P * bytes_of(d.params);
-  p.grad_bytes = P * bytes_of(sp.grad);
+  p.grad_bytes = P * grad_bytes_per_value(d, sp);
   p.master_bytes = d.master != d.params ? P * bytes_of(d.master) : 0;
   p.state_bytes = P * sp.states * bytes_of(sp.state);
   p.cast_copy_bytes = sp.casts_weights ? gemm_params * bytes_of(sp.compute) : 0;
@@ -134,7 +192,84 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   if (lm) {
     // Attention's two batched GEMMs (QK^T and PV), forward and backward, causal or not: 12 L T C.
     p.step_flops += 12.0 * double(shape.layers) * double(p.context) * double(shape.width) * tokens;
+    // The analytic model of the same configuration, next to the probes' (study/model_shape.h).
+    const ModelShape ms = shape_of(nn::gpt_config_of(parts.config.model));
+    const AnalyticMemory am =
+        analytic_memory(ms, c.batch, p.context, formats_of(d, sp), c.model.checkpointing);
+    p.analytic_activation_bytes = am.activation_bytes;
+    p.analytic_peak_bytes = am.peak_bytes;
+    p.gemm_flops = double(c.grad_accum) *
+                   step_gemm_flops(ms, c.batch * p.context, p.context, c.model.checkpointing);
+  } else {
+    const StepTrace trace = trace_step_gemms(parts.config.model, c.batch);
+    for (const auto& g : trace.gemms) {
+      const double times = 1.0 + (g.a_grad ? 1 : 0) + (g.b_grad ? 1 : 0) + g.recompute;
+      p.gemm_flops += 2.0 * double(g.m * g.n * g.k * g.count) * times;
+    }
+    p.gemm_flops *= double(c.grad_accum);
   }
+  add_estimate(p, sp.compute, opt, c.threads);
+  return p;
+}
+
+MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOptions& opt) {
+  check_options(opt);
+  try {
+    validate(shape);
+  } catch (const std::invalid_argument& e) {
+    throw train::ConfigError(e.what());
+  }
+  if (run.batch < 1 || run.seq < 1 || run.micro_batches < 1) {
+    throw train::ConfigError(
+        fmt::format("batch ({}), sequence length ({}) and micro-batches ({}) must be positive",
+                    run.batch, run.seq, run.micro_batches));
+  }
+  if (shape.family == ShapeFamily::gpt2 && run.seq > shape.context) {
+    throw train::ConfigError(fmt::format("sequence length {} exceeds the context of {} ({})",
+                                         run.seq, shape.name, shape.context));
+  }
+  const auto recipe = train::make_recipe(run.precision);
+  const train::RecipeDtypes d = recipe->dtypes();
+  const StepPrecision sp = step_precision(d, run.optimizer);
+  const AnalyticMemory am =
+      analytic_memory(shape, run.batch, run.seq, formats_of(d, sp), run.checkpointing);
+  MemoryPlan p;
+  p.analytic = true;
+  p.model = shape.name;
+  p.precision = run.precision;
+  p.parameters = parameters(shape);
+  p.layers = shape.layers;
+  p.batch = run.batch;
+  p.context = run.seq;
+  p.checkpointing = run.checkpointing;
+  p.zero_stage = opt.zero_stage;
+  p.ranks = opt.ranks;
+  const int64_t R = opt.ranks;
+  auto shard = [&](int64_t bytes, int from_stage) {
+    return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
+  };
+  p.param_bytes = shard(am.param_bytes, 3);
+  p.grad_bytes = shard(am.grad_bytes, 2);
+  p.master_bytes = shard(am.master_bytes, 1);
+  p.state_bytes = shard(am.state_bytes, 1);
+  // ZeRO-3 gathers each layer's weights when it runs, so the cast copies are sharded with them.
+  p.cast_copy_bytes = shard(am.cast_bytes, 3);
+  p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, am.grad_bytes) : 0;
+  // The analytic peak is one of two moments (model_shape.h); the row shows what it adds to the
+  // persistent tensors at that moment, so that the rows add up to the peak.
+  const int64_t unsharded =
+      am.param_bytes + am.grad_bytes + am.master_bytes + am.state_bytes + am.cast_bytes;
+  p.activation_bytes = std::max<int64_t>(0, am.peak_bytes - unsharded);
+  p.analytic_activation_bytes = am.activation_bytes;
+  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
+                 p.comm_bytes + p.activation_bytes;
+  p.analytic_peak_bytes = p.peak_bytes;
+  const double tokens = double(run.batch * run.seq * run.micro_batches);
+  p.step_flops = 6.0 * double(p.parameters) * tokens +
+                 12.0 * double(shape.layers) * double(run.seq) * double(shape.width) * tokens;
+  p.gemm_flops = double(run.micro_batches) *
+                 step_gemm_flops(shape, run.batch * run.seq, run.seq, run.checkpointing);
+  add_estimate(p, sp.compute, opt, run.threads);
   return p;
 }
 

@@ -87,6 +87,7 @@ void run(Flags& f) {
   positive("--epochs", double(f.epochs));
   positive("--steps", double(f.steps));
   positive("--batch", double(c.batch));
+  positive("--context", double(c.model.context));
   positive("--lr", c.lr);
   positive("--threads", double(c.threads));
   positive("--seeds", double(sc.seeds));
@@ -178,6 +179,11 @@ RegisterCommand reg(40, [](CLI::App& app) {
                   "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for "
                   "gpt a text file or folder");
   sub->add_option("--batch", c.batch, "samples per batch (default: mlp/cnn 128, gpt 16)");
+  sub->add_option("--context", c.model.context,
+                  "gpt/gpt2: tokens per sequence (default: gpt 128, gpt2 1024); a short context "
+                  "keeps a gpt2 study to minutes");
+  sub->add_flag("--checkpointing", c.model.checkpointing,
+                "gpt/gpt2: gradient checkpointing in every run (recompute each block)");
   sub->add_option("--lr", c.lr, "learning rate (default: mlp/cnn 1e-3, gpt 3e-4)");
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
@@ -207,7 +213,9 @@ RegisterCommand reg(40, [](CLI::App& app) {
       "  mixp compare                                  # the default study (mlp, 1 epoch)\n"
       "  mixp compare --precisions fp32,bf16,fp16 --epochs 2 --seeds 3\n"
       "  mixp compare --model cnn --steps 200 --out cnn-study --json\n"
-      "  mixp compare --precisions fp32,bf16,fp16,fp8 --steps 200 --inspect every=50\n");
+      "  mixp compare --precisions fp32,bf16,fp16,fp8 --steps 200 --inspect every=50\n"
+      "  mixp compare --model gpt2 --steps 20 --batch 4 --context 64 --precisions fp32,bf16,"
+      "bf16-pure,fp8\n");
   sub->callback([f] { run(*f); });
 });
 

@@ -16,14 +16,173 @@ struct PlanArgs {
   train::TrainConfig c;
   study::PlanOptions opt;
   bool json = false;
+  // The analytic plan of a shape (--model-shape).
+  std::string shape, family = "gpt2";
+  int64_t vocab = 0;
+  bool seed_table = false;
+  CLI::App* sub = nullptr;
+  bool given(const char* flag) const { return sub->count(flag) > 0; }
 };
 
 std::string mib(int64_t b) {
   return fmt::format("{:.1f} MiB", double(b) / (1 << 20));
 }
 
+std::string gib(int64_t b) {
+  return fmt::format("{:.1f} GiB", double(b) / double(1ll << 30));
+}
+
+std::string size(int64_t b) {
+  return b >= (10ll << 30) ? gib(b) : mib(b);
+}
+
+// --model-shape NAME (a preset) or custom, with --layers --width --heads --mlp-width --vocab
+// --context overriding the preset's fields.
+study::ModelShape shape_of(const PlanArgs& a) {
+  study::ModelShape s;
+  try {
+    if (a.shape == "custom") {
+      s.name = "custom";
+      if (a.family != "gpt2" && a.family != "llama") {
+        throw UsageError("--family must be gpt2 or llama, got '" + a.family + "'");
+      }
+      s.family = a.family == "llama" ? study::ShapeFamily::llama : study::ShapeFamily::gpt2;
+      for (const char* f : {"--layers", "--width", "--heads", "--vocab"}) {
+        if (!a.given(f)) {
+          throw UsageError(std::string("--model-shape custom needs ") + f +
+                           " (and --mlp-width, default 4 x width)");
+        }
+      }
+    } else {
+      s = study::model_shape_preset(a.shape);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const auto& m = a.c.model;
+  if (a.given("--layers")) s.layers = m.layers;
+  if (a.given("--width")) s.width = m.width;
+  if (a.given("--heads")) s.heads = m.heads;
+  if (a.given("--mlp-width")) {
+    s.ffn = m.mlp_width;
+  } else if (a.shape == "custom") {
+    s.ffn = 4 * s.width;
+  }
+  if (a.given("--vocab")) {
+    s.vocab = a.vocab;
+    // Padded to a multiple of 64 as mixp's gpt2 does (nn/models.h); LLaMA's 32000 already is.
+    s.padded_vocab = (a.vocab + 63) / 64 * 64;
+  }
+  if (a.given("--context") && s.family == study::ShapeFamily::gpt2) s.context = m.context;
+  return s;
+}
+
+study::ShapeRun shape_run(const PlanArgs& a, const study::ModelShape& s) {
+  study::ShapeRun r;
+  r.batch = a.given("--batch") ? a.c.batch : 1;
+  r.seq = a.given("--context") ? a.c.model.context : s.context;
+  r.micro_batches = a.c.grad_accum;
+  r.precision = a.c.precision.empty() ? "fp32" : a.c.precision;
+  r.optimizer = a.c.optimizer.empty() ? "adamw" : a.c.optimizer;
+  r.checkpointing = a.c.model.checkpointing;
+  r.threads = a.c.threads;
+  return r;
+}
+
+study::MemoryPlan plan_or_usage(const study::ModelShape& s, const study::ShapeRun& r,
+                                const study::PlanOptions& opt) {
+  try {
+    return study::plan_shape(s, r, opt);
+  } catch (const train::ConfigError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// The seed's LLaMA-7B fine-tuning table (per_device_train_batch_size 4, gradient checkpointing,
+// bf16; docs/plan.md "The seed's LLaMA-7B table"), next to this model's plan of the same runs.
+void print_seed_table(PlanArgs& a) {
+  const study::ModelShape s = shape_of(a);
+  study::ShapeRun base = shape_run(a, s);
+  if (!a.given("--batch")) base.batch = 4;
+  if (!a.given("--context")) base.seq = 512;
+  struct Row {
+    const char* what;
+    const char* precision;
+    bool ckpt;
+    int64_t batch;
+    double seed_gb;
+  };
+  const Row rows[] = {{"fp32", "fp32", false, base.batch, 32},
+                      {"bf16", "bf16", false, base.batch, 18},
+                      {"bf16 + checkpointing", "bf16", true, base.batch, 12},
+                      {"bf16 + checkpointing, batch 1", "bf16", true, 1, 6.5}};
+  study::PlanOptions opt = a.opt;
+  opt.estimate_time = false;
+  Json jrows = Json::array();
+  TextTable t(
+      {"run", "seed", "mixp plan (full fine-tuning)", "weights + activations", "weights alone"});
+  for (const Row& row : rows) {
+    study::ShapeRun r = base;
+    r.precision = row.precision;
+    r.checkpointing = row.ckpt;
+    r.batch = row.batch;
+    const study::MemoryPlan p = plan_or_usage(s, r, opt);
+    const study::MemoryFormats f = study::memory_formats(row.precision, r.optimizer);
+    const study::AnalyticMemory m = study::analytic_memory(s, r.batch, r.seq, f, r.checkpointing);
+    // What the seed's fp32 and bf16 rows can be counting: the weights in the training format
+    // (bf16 for the bf16 rows, as a pure-bf16 fine-tune or inference holds them) and the
+    // activations, without gradients or optimizer states.
+    const int64_t weight_bytes = p.parameters * (row.precision == std::string("fp32") ? 4 : 2);
+    const int64_t wa = weight_bytes + m.activation_bytes;
+    auto gb = [](int64_t b) { return double(b) / 1e9; };
+    t.add({fmt::format("{} (batch {} x {})", row.what, r.batch, r.seq),
+           fmt::format("{:g} GB", row.seed_gb), fmt::format("{:.1f} GB", gb(p.peak_bytes)),
+           fmt::format("{:.1f} GB", gb(wa)), fmt::format("{:.1f} GB", gb(weight_bytes))});
+    jrows.push_back({{"run", row.what},
+                     {"precision", row.precision},
+                     {"checkpointing", row.ckpt},
+                     {"batch", r.batch},
+                     {"seq", r.seq},
+                     {"seed_gb", row.seed_gb},
+                     {"plan_peak_bytes", p.peak_bytes},
+                     {"weights_and_activations_bytes", wa},
+                     {"weight_bytes", weight_bytes},
+                     {"activation_bytes", m.activation_bytes}});
+  }
+  if (a.json) {
+    print_json({{"model", s.name}, {"parameters", study::parameters(s)}, {"rows", jrows}});
+    return;
+  }
+  std::cout << fmt::format(
+      "{} ({} parameters), AdamW, against the seed's LLaMA-7B fine-tuning table (GB = 1e9 "
+      "bytes):\n",
+      s.name, study::parameters(s));
+  t.print(std::cout);
+  std::cout << "A full fine-tuning holds gradients and AdamW's two states for every parameter:\n"
+               "16 bytes per parameter in fp32, 18 in bf16 autocast (fp32 weights, gradients and\n"
+               "states, a bf16 copy). The seed's fp32 and bf16 rows are close to the weights and\n"
+               "activations alone; its checkpointing rows are below the bf16 weights alone, so\n"
+               "they cannot hold every weight in 16 bits (a LoRA or 8-bit setup would). See\n"
+               "docs/plan.md, \"The seed's LLaMA-7B table\".\n";
+}
+
+void print_plan(const PlanArgs& a, const study::MemoryPlan& p);
+
 void run(PlanArgs& a) {
-  if (a.c.model.name.empty()) throw UsageError("--model is required");
+  if (!a.shape.empty()) {
+    if (a.given("--model")) throw UsageError("give --model or --model-shape, not both");
+    if (a.given("--data"))
+      throw UsageError("--model-shape plans from the shape: --data is not read");
+    if (a.seed_table) {
+      print_seed_table(a);
+      return;
+    }
+    const study::ModelShape s = shape_of(a);
+    print_plan(a, plan_or_usage(s, shape_run(a, s), a.opt));
+    return;
+  }
+  if (a.seed_table) throw UsageError("--seed-table needs --model-shape (e.g. llama-7b)");
+  if (a.c.model.name.empty()) throw UsageError("--model or --model-shape is required");
   a.c.steps = 1;
   study::MemoryPlan p;
   try {
@@ -31,6 +190,10 @@ void run(PlanArgs& a) {
   } catch (const train::ConfigError& e) {
     throw UsageError(e.what());
   }
+  print_plan(a, p);
+}
+
+void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
   if (a.json) {
     Json probes = Json::array();
     for (const auto& pr : p.probes) {
@@ -58,6 +221,15 @@ void run(PlanArgs& a) {
                 {"peak_bytes", p.peak_bytes},
                 {"step_ms", json_number(p.step_ms)},
                 {"step_flops", json_number(p.step_flops)},
+                {"analytic", p.analytic},
+                {"analytic_activation_bytes", p.analytic_activation_bytes},
+                {"analytic_peak_bytes", p.analytic_peak_bytes},
+                {"gemm_flops", json_number(p.gemm_flops)},
+                {"gemm_dtype", p.gemm_dtype},
+                {"gemm_gflops", json_number(p.gemm_gflops)},
+                {"gemm_source", p.gemm_source},
+                {"non_gemm_factor", json_number(p.non_gemm_factor)},
+                {"estimated_step_ms", json_number(p.estimated_step_ms)},
                 {"probes", probes}});
     return;
   }
@@ -69,26 +241,59 @@ void run(PlanArgs& a) {
                                ? fmt::format(", ZeRO stage {} over {} ranks", p.zero_stage, p.ranks)
                                : "");
   TextTable t({"what", "per device"});
-  t.add({"parameters", mib(p.param_bytes)});
-  t.add({"gradients", mib(p.grad_bytes)});
-  t.add({"master weights", mib(p.master_bytes)});
-  t.add({"optimizer states", mib(p.state_bytes)});
-  t.add({"cast weight copies", mib(p.cast_copy_bytes)});
-  t.add({"communication buffers", mib(p.comm_bytes)});
-  t.add({"activations (measured)", mib(p.activation_bytes)});
-  t.add({"peak", mib(p.peak_bytes)});
+  t.add({"parameters", size(p.param_bytes)});
+  t.add({"gradients", size(p.grad_bytes)});
+  t.add({"master weights", size(p.master_bytes)});
+  t.add({"optimizer states", size(p.state_bytes)});
+  t.add({"cast weight copies", size(p.cast_copy_bytes)});
+  t.add({"communication buffers", size(p.comm_bytes)});
+  if (p.analytic) {
+    t.add({"activations, temporaries (analytic)", size(p.activation_bytes)});
+  } else {
+    t.add({"activations (measured)", size(p.activation_bytes)});
+  }
+  t.add({"peak", size(p.peak_bytes)});
+  if (!p.analytic && p.analytic_peak_bytes > 0) {
+    t.add({"peak (analytic model)", size(p.analytic_peak_bytes)});
+  }
   t.print(std::cout);
-  std::cout << fmt::format("step time: {:.0f} ms ({:.3g} GFLOP per step, {:.1f} GFLOP/s)\n",
-                           p.step_ms, p.step_flops / 1e9,
-                           p.step_ms > 0 ? p.step_flops / p.step_ms / 1e6 : 0.0);
+  if (p.step_ms > 0) {
+    std::cout << fmt::format(
+        "step time (probes): {:.0f} ms ({:.3g} GFLOP per step, {:.1f} GFLOP/s)\n", p.step_ms,
+        p.step_flops / 1e9, p.step_flops / p.step_ms / 1e6);
+  }
+  if (p.estimated_step_ms > 0) {
+    const double ms = p.estimated_step_ms;
+    std::cout << fmt::format(
+        "step time (estimate): {} = {:.3g} GFLOP of GEMMs at {:.0f} GFLOP/s ({}) x {:.2f} for the "
+        "non-GEMM work (docs/plan.md)\n",
+        ms >= 1e4 ? fmt::format("{:.1f} s", ms / 1e3) : fmt::format("{:.0f} ms", ms),
+        p.gemm_flops / 1e9, p.gemm_gflops, p.gemm_source, p.non_gemm_factor);
+  }
 }
 
 RegisterCommand reg(35, [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   auto* sub = app.add_subcommand(
       "plan", "plan a training run's peak memory and step time (measured on two small probes)");
+  a->sub = sub;
   train::TrainConfig& c = a->c;
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium")->required();
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium (probed)");
+  sub->add_option("--model-shape", a->shape,
+                  "plan a shape analytically, without probes: gpt2 gpt2-medium gpt2-large "
+                  "gpt2-xl gpt3-175b llama-7b llama-13b, or custom (with --family --layers "
+                  "--width --heads --vocab [--mlp-width])");
+  sub->add_option("--family", a->family,
+                  "--model-shape custom: gpt2 (LayerNorm, GELU, biases, tied head) or llama "
+                  "(RMSNorm, SwiGLU, RoPE, no biases, untied head)");
+  sub->add_option("--vocab", a->vocab, "--model-shape: vocabulary size (padded to 64)");
+  sub->add_flag("--seed-table", a->seed_table,
+                "with --model-shape llama-7b: the seed's fine-tuning memory table (fp32 32 GB, "
+                "bf16 18 GB, bf16 + checkpointing 12 GB) next to this plan (default batch 4 x "
+                "512 tokens)");
+  sub->add_flag("--gemm-record", a->opt.gemm_from_record,
+                "step-time estimate from the saved `mixp bench gemm` record instead of "
+                "measuring the GEMM now");
   sub->add_option("--data", c.data, "as for mixp train (the vocabulary comes from it)");
   sub->add_option("--precision", c.precision, "precision recipe, as for mixp train (default fp32)");
   sub->add_option("--batch", c.batch, "samples per micro-batch (default: the model's)");
@@ -98,8 +303,9 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--width", c.model.width, "model width");
   sub->add_option("--layers", c.model.layers, "layers (gpt/gpt2 blocks)");
   sub->add_option("--heads", c.model.heads, "attention heads");
-  sub->add_option("--context", c.model.context, "context length");
-  sub->add_option("--mlp-width", c.model.mlp_width, "MLP width");
+  sub->add_option("--context", c.model.context,
+                  "context length (--model-shape: the sequence length planned)");
+  sub->add_option("--mlp-width,--ffn", c.model.mlp_width, "MLP / FFN hidden width");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
   sub->add_option("--seed", c.seed, "seed (default 0)");
   sub->add_option("--zero-stage", a->opt.zero_stage,
@@ -110,12 +316,20 @@ RegisterCommand reg(35, [](CLI::App& app) {
       "The persistent tensors are counted from the parameters and the recipe's formats; the\n"
       "rest (activations, logits, workspaces) is measured by training two probes with 1 and 2\n"
       "blocks for two steps, extrapolated per block (docs/plan.md). --ranks > 1 is a projection:\n"
-      "mixp trains on one process.\n\n"
+      "mixp trains on one process. The step-time estimate is the step's GEMM FLOPs over this\n"
+      "machine's GEMM throughput (measured now, or --gemm-record) times a calibrated allowance\n"
+      "for the non-GEMM work. --model-shape plans from the shape alone (the analytic model,\n"
+      "checked against the probes on gpt2 and gpt2-medium), for models too large to run here.\n\n"
       "Examples:\n"
       "  mixp plan --model gpt2 --data tokens_train.bin --batch 8 --context 256 --precision bf16\n"
       "  mixp plan --model gpt2-medium --data synthetic --batch 4 --context 64 --checkpointing\n"
       "  mixp plan --model gpt2 --data synthetic --precision bf16 --zero-stage 2 --ranks 8 "
-      "--json\n");
+      "--json\n"
+      "  mixp plan --model-shape llama-7b --batch 4 --context 512 --precision bf16 "
+      "--checkpointing\n"
+      "  mixp plan --model-shape llama-7b --seed-table\n"
+      "  mixp plan --model-shape custom --family llama --layers 32 --width 4096 --heads 32 "
+      "--ffn 11008 --vocab 32000 --context 2048\n");
   sub->callback([a] { run(*a); });
 });
 

@@ -30,6 +30,7 @@ void CompareProgress::operator()(const study::StudyEvent& e) {
   using Kind = study::StudyEvent::Kind;
   switch (e.kind) {
     case Kind::run_begin:
+      if (!live_) last_draw_ms_ = -1;  // the 30 s of the plain lines count from the run's start
       if (live_) {
         clear_line();
         std::fputs((prefix(e) + e.precision + ": loading data and building the model...").c_str(),
@@ -39,9 +40,23 @@ void CompareProgress::operator()(const study::StudyEvent& e) {
       }
       break;
     case Kind::step: {
-      if (!live_ || !e.step) break;
+      if (!e.step) break;
       const train::StepInfo& s = *e.step;
       const double now = train::now_ms();
+      if (!live_) {
+        // A log or pipe gets a plain line every 30 s of a long run (a gpt2 run takes minutes),
+        // so that it shows the study is alive and how far it is.
+        if (last_draw_ms_ < 0) last_draw_ms_ = now;
+        if (now - last_draw_ms_ < 30000 || s.step >= s.total_steps) break;
+        last_draw_ms_ = now;
+        const double eta =
+            s.step > 0 ? s.elapsed_s / double(s.step) * double(s.total_steps - s.step) : NAN;
+        std::fputs(fmt::format("{}{} step {}/{} loss {:.4f} ETA {}\n", prefix(e), e.precision,
+                               s.step, s.total_steps, s.loss, clock(eta))
+                       .c_str(),
+                   stderr);
+        break;
+      }
       if (now - last_draw_ms_ < 100 && s.step < s.total_steps) break;
       last_draw_ms_ = now;
       const double frac = s.total_steps > 0 ? double(s.step) / double(s.total_steps) : 1;

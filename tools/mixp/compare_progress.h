@@ -1,6 +1,7 @@
 // The progress display of `mixp compare` on stderr: a live line per run (precision, step, bar,
 // loss, ETA) redrawn in place when stderr is a terminal, replaced by the run's result when it
-// ends; when stderr is not a terminal (a log, a pipe, CI), only the result line of each run.
+// ends; when stderr is not a terminal (a log, a pipe, CI), a plain progress line every 30 s of a
+// run and the result line of each run.
 #pragma once
 #include "mixp/study/study_runner.h"
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "mixp/study/model_shape.h"
 #include "mixp/train/train_config.h"
 
 namespace mixp::study {
@@ -27,6 +28,10 @@ namespace mixp::study {
 struct PlanOptions {
   int zero_stage = 0;  // 0..3
   int ranks = 1;       // data-parallel processes (>= 1)
+  // The GEMM throughput behind the step-time estimate (study/step_time.h): measured now (false)
+  // or taken from the saved `mixp bench gemm` record when it has the row (true).
+  bool gemm_from_record = false;
+  bool estimate_time = true;  // false: no GEMM measurement, estimated_step_ms stays 0
 };
 
 struct MemoryPlan {
@@ -44,8 +49,19 @@ struct MemoryPlan {
   int64_t comm_bytes = 0;        // all-reduce buffer (ranks > 1)
   int64_t activation_bytes = 0;  // the measured rest: activations, logits, workspaces
   int64_t peak_bytes = 0;        // the sum: the planned peak tensor memory
-  double step_ms = 0;            // planned median step time on this machine
+  double step_ms = 0;            // the probes' measured step, extrapolated (0 for plan_shape)
   double step_flops = 0;         // 6 x parameters x tokens + attention, per optimizer step
+  // The step-time estimate from measured GEMM throughput (study/step_time.h).
+  double gemm_flops = 0;         // the matrix products' FLOPs per optimizer step
+  double estimated_step_ms = 0;  // gemm_flops / gemm_gflops x the non-GEMM factor
+  double gemm_gflops = 0;        // this machine's GEMM throughput in the compute format
+  double non_gemm_factor = 0;    // the allowance (study/step_time.h)
+  std::string gemm_dtype, gemm_source;
+  // The analytic memory model (study/model_shape.h) for transformer models: the whole plan for
+  // plan_shape; next to the probes' numbers for plan_memory (0 for mlp and cnn).
+  bool analytic = false;  // true: the breakdown above is the analytic model's
+  int64_t analytic_activation_bytes = 0;
+  int64_t analytic_peak_bytes = 0;
   int zero_stage = 0, ranks = 1;
   // The probes measured: {layers, peak tensor bytes, ms per step}.
   struct Probe {
@@ -58,5 +74,27 @@ struct MemoryPlan {
 // Plans `config` (as `mixp train` would run it: model, data, batch, precision, checkpointing,
 // optimizer, grad-accum, threads). Throws train::ConfigError for a bad configuration or options.
 MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& options = {});
+
+// What to plan for a shape mixp does not run (plan_shape): `batch` sequences of `seq` tokens,
+// `micro_batches` per optimizer step, with a recipe (`mixp train --precision` names) and
+// optimizer.
+struct ShapeRun {
+  int64_t batch = 1, seq = 1024;
+  int64_t micro_batches = 1;
+  std::string precision = "fp32";
+  std::string optimizer = "adamw";
+  bool checkpointing = false;
+  int threads = 0;  // for the GEMM measurement
+};
+
+// The analytic plan of a shape (LLaMA-7B, GPT-3 175B, or explicit): every row from
+// study::analytic_memory, the step time from measured GEMM throughput; no probe runs, so it works
+// for models far larger than this machine's memory. Throws train::ConfigError for a bad shape,
+// recipe or options.
+MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run,
+                      const PlanOptions& options = {});
+
+// The memory model's formats for a recipe and optimizer (what analytic_memory prices).
+MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer);
 
 }  // namespace mixp::study

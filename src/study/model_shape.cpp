@@ -1,0 +1,188 @@
+// Decoder-only transformer shapes and their analytic cost (study/model_shape.h).
+#include "mixp/study/model_shape.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mixp::study {
+
+namespace {
+
+struct Preset {
+  const char* name;
+  ModelShape shape;
+};
+
+ModelShape gpt(const char* name, int64_t layers, int64_t width, int64_t heads, int64_t context) {
+  return {.name = name,
+          .family = ShapeFamily::gpt2,
+          .layers = layers,
+          .width = width,
+          .heads = heads,
+          .ffn = 4 * width,
+          .vocab = 50257,
+          .padded_vocab = 50304,
+          .context = context};
+}
+
+ModelShape llama(const char* name, int64_t layers, int64_t width, int64_t heads, int64_t ffn) {
+  return {.name = name,
+          .family = ShapeFamily::llama,
+          .layers = layers,
+          .width = width,
+          .heads = heads,
+          .ffn = ffn,
+          .vocab = 32000,
+          .padded_vocab = 32000,
+          .context = 2048};
+}
+
+// GPT-2 (Radford et al. 2019, table 2, as nn/models.h builds gpt2 and gpt2-medium), GPT-3 175B
+// (Brown et al. 2020, table 2.1: 96 layers, d_model 12288, 96 heads, context 2048, GPT-2's
+// tokenizer), LLaMA (Touvron et al. 2023, table 2; FFN hidden 11008 / 13824 from the released
+// configurations).
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> p = {
+      {"gpt2", gpt("gpt2", 12, 768, 12, 1024)},
+      {"gpt2-medium", gpt("gpt2-medium", 24, 1024, 16, 1024)},
+      {"gpt2-large", gpt("gpt2-large", 36, 1280, 20, 1024)},
+      {"gpt2-xl", gpt("gpt2-xl", 48, 1600, 25, 1024)},
+      {"gpt3-175b", gpt("gpt3-175b", 96, 12288, 96, 2048)},
+      {"llama-7b", llama("llama-7b", 32, 4096, 32, 11008)},
+      {"llama-13b", llama("llama-13b", 40, 5120, 40, 13824)},
+  };
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> model_shape_presets() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.emplace_back(p.name);
+  return names;
+}
+
+ModelShape model_shape_preset(std::string_view name) {
+  for (const auto& p : presets()) {
+    if (name == p.name) return p.shape;
+  }
+  throw std::invalid_argument(fmt::format("unknown model shape '{}': the presets are {}", name,
+                                          fmt::join(model_shape_presets(), ", ")));
+}
+
+void validate(const ModelShape& s) {
+  auto positive = [](int64_t v, const char* what) {
+    if (v <= 0) throw std::invalid_argument(fmt::format("{} must be positive, got {}", what, v));
+  };
+  positive(s.layers, "layers");
+  positive(s.width, "width");
+  positive(s.heads, "heads");
+  positive(s.ffn, "ffn (the FFN hidden width)");
+  positive(s.vocab, "vocab");
+  positive(s.context, "context");
+  if (s.width % s.heads != 0) {
+    throw std::invalid_argument(
+        fmt::format("width ({}) must be a multiple of heads ({})", s.width, s.heads));
+  }
+  if (s.padded_vocab < s.vocab) {
+    throw std::invalid_argument(
+        fmt::format("the padded vocabulary ({}) must be >= vocab ({})", s.padded_vocab, s.vocab));
+  }
+}
+
+namespace {
+
+// GEMM weight values of one block: attention's qkv (3 C^2) and output projection (C^2), and the
+// FFN's two (GELU MLP) or three (SwiGLU) matrices.
+int64_t block_gemm_values(const ModelShape& s) {
+  const int64_t ffn_mats = s.family == ShapeFamily::llama ? 3 : 2;
+  return 4 * s.width * s.width + ffn_mats * s.width * s.ffn;
+}
+
+// Embedding rows times width: the token embedding, and for the untied head its own matrix.
+int64_t embedding_values(const ModelShape& s) {
+  return s.padded_vocab * s.width;
+}
+
+// Trainable values of one block: LLaMA adds two RMSNorm weights; GPT-2 the biases (qkv 3C, proj
+// C, fc F, proj C) and two LayerNorms (weight and bias).
+int64_t block_parameters(const ModelShape& s) {
+  const int64_t C = s.width;
+  if (s.family == ShapeFamily::llama) return block_gemm_values(s) + 2 * C;
+  return block_gemm_values(s) + 3 * C + C + s.ffn + C + 4 * C;
+}
+
+}  // namespace
+
+int64_t parameters(const ModelShape& s) {
+  const int64_t C = s.width;
+  if (s.family == ShapeFamily::llama) {
+    // The final RMSNorm, the embedding and the untied head.
+    return s.layers * block_parameters(s) + C + 2 * embedding_values(s);
+  }
+  // ln_f, the learned positions; the tied head adds nothing.
+  return s.layers * block_parameters(s) + 2 * C + s.context * C + embedding_values(s);
+}
+
+int64_t gemm_weight_values(const ModelShape& s) {
+  // The head's GEMM reads the (tied or own) vocab x C matrix.
+  return s.layers * block_gemm_values(s) + embedding_values(s);
+}
+
+double step_gemm_flops(const ModelShape& s, int64_t tokens, int64_t seq, bool checkpointing) {
+  const double N = double(tokens);
+  const double block_fwd = 2.0 * double(block_gemm_values(s)) * N +
+                           2.0 * 2.0 * double(seq) * double(s.width) * N;  // QK^T and PV
+  const double head_fwd = 2.0 * double(embedding_values(s)) * N;
+  const double passes = checkpointing ? 4.0 : 3.0;  // forward + 2 x backward (+ recompute)
+  return double(s.layers) * block_fwd * passes + head_fwd * 3.0;
+}
+
+AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
+                               const MemoryFormats& f, bool checkpointing) {
+  const int64_t P = parameters(s);
+  const int64_t C = s.width, F = s.ffn, N = batch * seq;
+  AnalyticMemory m;
+  m.param_bytes = P * f.param_bytes;
+  m.master_bytes = P * f.master_bytes;
+  m.grad_bytes = P * f.grad_bytes;
+  m.state_bytes = P * f.state_bytes;
+  m.cast_bytes = gemm_weight_values(s) * f.cast_bytes;
+  // One block's saves per token (see the header): norm inputs 2C, attention side 3C (norm
+  // output, attention output, its merged-heads copy) + q, k, v 3C, FFN input C and its
+  // activations (2F GELU, 3F SwiGLU); the statistics (norm mean/rstd, log-sum-exp per head) are
+  // fp32 scalars per token.
+  const int64_t ffn_saves = s.family == ShapeFamily::llama ? 3 * F : 2 * F;
+  const int64_t per_token = (9 * C + ffn_saves) * f.save_bytes + (4 + s.heads) * 4;
+  m.block_activation_bytes = N * per_token;
+  // The head's moment: the final norm's input and output, the logits (computed over the padded
+  // vocabulary) and their gradient, fp32.
+  const int64_t head = 2 * N * C * f.save_bytes + N * (s.padded_vocab + s.vocab) * 4;
+  const int64_t blocks =
+      checkpointing ? s.layers * N * C * f.residual_bytes : s.layers * m.block_activation_bytes;
+  m.activation_bytes = blocks + head;
+  const int64_t fixed = m.param_bytes + m.master_bytes + m.state_bytes + m.cast_bytes;
+  m.head_peak_bytes = fixed + m.activation_bytes;
+  // The last block's backward: its saves (recomputed under checkpointing), the head's weight
+  // gradient, and the FFN's two [tokens, F] activation gradients (one fp32, one in the saves'
+  // format). With a small vocabulary this moment is the peak.
+  const int64_t head_grad = embedding_values(s) * f.grad_bytes;
+  const int64_t ffn_grads = N * F * (4 + f.save_bytes);
+  const int64_t in_block =
+      checkpointing ? blocks + m.block_activation_bytes : s.layers * m.block_activation_bytes;
+  m.head_peak_bytes = std::max(m.head_peak_bytes, fixed + in_block + head_grad + ffn_grads);
+  // The first block's backward: every other gradient exists, its saves (recomputed under
+  // checkpointing) and the same transients, and the residual stream's fp32 gradient.
+  const int64_t first_block = fixed + m.grad_bytes - block_parameters(s) * f.grad_bytes +
+                              m.block_activation_bytes + ffn_grads + N * C * 4;
+  m.head_peak_bytes = std::max(m.head_peak_bytes, first_block);
+  // The end of backward: every gradient, the token embedding's dense gradient being added to
+  // it, and the fp32 gradient of the embedding's output.
+  m.end_peak_bytes = fixed + m.grad_bytes + embedding_values(s) * 4 + N * C * 4;
+  m.peak_bytes = std::max(m.head_peak_bytes, m.end_peak_bytes);
+  return m;
+}
+
+}  // namespace mixp::study
