@@ -16,8 +16,9 @@
 // Which values must cross processes depends on what each process holds: with replicated,
 // already all-reduced gradients (DDP, train/data_parallel.h) found_inf and grad_sum_squares are
 // the same on every rank and need no reducer; amaxes of activations differ per rank and do
-// (amp::set_fp8_amax_reducer installs the fp8_amax reducer); with sharded gradients (ZeRO-2 and
-// up) all of them do.
+// (amp::set_fp8_amax_reducer installs the fp8_amax reducer); with sharded gradients (ZeRO,
+// train/data_parallel.h) found_inf does too, and the norm is summed from per-parameter terms
+// (DataParallel::sharded_grad_norm) so that it stays bit-identical to the unsharded one.
 #pragma once
 #include <cstdint>
 #include <functional>
