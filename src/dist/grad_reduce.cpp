@@ -227,16 +227,22 @@ void PendingReduce::scatter_sum() {
   const int n = g_->size();
   const size_t es = traits(wire_).bits / 8;
   // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
-  ws.acc.assign(piece_, 0.0f);
+  // (The first pass writes 0 + x: the same sums as from a zeroed accumulator, signed zeros
+  // included, without a pass of its own to zero it.)
+  ws.acc.resize(piece_);
   ws.tmp.resize(piece_);
   for (int r = 0; r < n; ++r) {
     const std::byte* in = ws.recv.data() + size_t(r) * piece_ * es;
-    if (wire_ == DType::fp32) {
-      const float* x = reinterpret_cast<const float*>(in);
-      for (size_t k = 0; k < piece_; ++k) ws.acc[k] += x[k];
-    } else {
+    const float* x = reinterpret_cast<const float*>(in);
+    if (wire_ != DType::fp32) {
       convert_to_f32(wire_, in, std::span<float>(ws.tmp.data(), piece_));
-      for (size_t k = 0; k < piece_; ++k) ws.acc[k] += ws.tmp[k];
+      x = ws.tmp.data();
+    }
+    float* acc = ws.acc.data();
+    if (r == 0) {
+      for (size_t k = 0; k < piece_; ++k) acc[k] = 0.0f + x[k];
+    } else {
+      for (size_t k = 0; k < piece_; ++k) acc[k] += x[k];
     }
   }
   // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
