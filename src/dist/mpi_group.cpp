@@ -112,7 +112,7 @@ class MpiGroup final : public ProcessGroup {
       throw std::invalid_argument("alltoall sizes");
     }
     const size_t piece = send.size() / size_t(size_);
-    count("all-to-all", piece * size_t(size_ - 1));
+    count(piece * size_t(size_ - 1));
     auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
     check(MPI_Ialltoall(send.data(), checked_count(piece, "all-to-all"), MPI_BYTE, recv.data(),
                         checked_count(piece, "all-to-all"), MPI_BYTE, MPI_COMM_WORLD, req.get()),
@@ -122,7 +122,7 @@ class MpiGroup final : public ProcessGroup {
 
   Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
     if (recv.size() != send.size() * size_t(size_)) throw std::invalid_argument("allgather sizes");
-    count("all-gather", send.size() * size_t(size_ - 1));
+    count(send.size() * size_t(size_ - 1));
     auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
     check(MPI_Iallgather(send.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
                          recv.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
@@ -153,7 +153,7 @@ class MpiGroup final : public ProcessGroup {
       if (r != rank_) sent += send_counts[size_t(r)];
     }
     if (so > send.size() || ro > recv.size()) throw std::invalid_argument("alltoallv sizes");
-    count("all-to-all-v", sent);
+    count(sent);
     check(MPI_Ialltoallv(send.data(), v->sc.data(), v->sd.data(), MPI_BYTE, recv.data(),
                          v->rc.data(), v->rd.data(), MPI_BYTE, MPI_COMM_WORLD, &v->req),
           "MPI_Ialltoallv");
@@ -217,7 +217,7 @@ class MpiGroup final : public ProcessGroup {
         : g(group), t0(wall_ms()) {
       g.what_.store(what);
       g.since_ms_.store(t0);
-      if (counted) g.count(what, bytes);
+      if (counted) g.count(bytes);
     }
     ~Guard() {
       g.since_ms_.store(0);
@@ -226,7 +226,7 @@ class MpiGroup final : public ProcessGroup {
   };
 
   // Counts a collective started (the bytes it will send).
-  void count(const char*, size_t bytes) {
+  void count(size_t bytes) {
     stats_.bytes_sent += bytes;
     stats_.calls += 1;
   }

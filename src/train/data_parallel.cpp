@@ -62,7 +62,9 @@ void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
 }  // namespace
 
 DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o)
-    : group_(group), opts_(o), overlap_state_(o.reentrant_backward ? Overlap::learning : Overlap::on) {
+    : group_(group),
+      opts_(o),
+      overlap_state_(o.reentrant_backward ? Overlap::learning : Overlap::on) {
   if (!(o.bucket_mb > 0)) {
     throw ConfigError(fmt::format("--bucket-mb must be positive, got {:g}", o.bucket_mb));
   }
@@ -156,12 +158,10 @@ void DataParallel::layout(std::span<const Tensor> params) {
   while (i > 0) {
     const size_t limit = buckets_.empty() ? first_cap : cap;
     Bucket b;
-    b.hi = i;
     size_t j = i;
     while (j > 0 && (b.elems == 0 || b.elems + size_t(params[j - 1].numel()) <= limit)) {
       b.elems += size_t(params[--j].numel());
     }
-    b.lo = j;
     for (size_t k = j; k < i; ++k) bucket_of_[k] = buckets_.size();
     if (grad_owner_.empty()) {
       for (size_t k = i; k-- > j;) b.order.push_back(k);
@@ -194,7 +194,7 @@ void DataParallel::begin_gradients(std::span<const Tensor> params, double weight
   next_ = 0;
   late_ = false;
   completed_.assign(params.size(), 0);
-  for (Bucket& b : buckets_) b.waiting = int(b.hi - b.lo);
+  for (Bucket& b : buckets_) b.waiting = int(b.order.size());
   if (opts_.overlap && overlap_state_ != Overlap::off) {
     hook_ = std::make_unique<GradReadyHookScope>([this](const Tensor& t) { on_grad_ready(t); });
   }
@@ -304,7 +304,6 @@ void DataParallel::write_back(Bucket& b) {
 
 void DataParallel::finish_gradients() {
   hook_.reset();
-  const bool started_early = next_ > 0;
   started_in_backward_ = int(next_);
   if (overlap_state_ == Overlap::learning) {
     // Overlap is safe when backward finishes every parameter at most once (the same on every
@@ -313,7 +312,7 @@ void DataParallel::finish_gradients() {
     for (uint8_t c : completed_) once = once && c <= 1;
     overlap_state_ = once ? Overlap::on : Overlap::off;
   }
-  if (late_ && started_early) {
+  if (late_) {  // only set for a bucket already started
     throw std::logic_error(
         "data parallelism: backward finished a parameter's gradient again after its bucket had "
         "been sent (the model's graph changed after the first step); run with --no-comm-overlap");
@@ -323,14 +322,6 @@ void DataParallel::finish_gradients() {
     if (b.work) write_back(b);
   }
   last_bytes_ = group_.stats().bytes_sent - bytes0_;
-}
-
-void DataParallel::reduce_gradients(std::span<const Tensor> params, double weight) {
-  const Overlap saved = overlap_state_;
-  overlap_state_ = Overlap::off;
-  begin_gradients(params, weight);
-  finish_gradients();
-  overlap_state_ = saved;
 }
 
 std::vector<int> DataParallel::partition(std::span<const Tensor> params) const {

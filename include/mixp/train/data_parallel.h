@@ -70,11 +70,10 @@ class DataParallel {
   void broadcast_parameters(nn::Module& model);
   void broadcast_buffers(nn::Module& model);
   // grad <- sum over ranks of weight * grad, for every parameter (a parameter without a gradient
-  // contributes zeros and receives the sum). Gradients in fp32, bf16 or fp16; 16-bit gradients are
-  // widened for the reduction and rounded back (nearest even). The same `params` every step.
-  void reduce_gradients(std::span<const Tensor> params, double weight);
-  // reduce_gradients in two halves around the backward of a step's last micro-batch, so that the
-  // buckets are reduced while backward computes (options().overlap): begin_gradients installs a
+  // contributes zeros and receives the sum), in two halves around the backward of a step's last
+  // micro-batch. Gradients in fp32, bf16 or fp16; 16-bit gradients are widened for the reduction
+  // and rounded back (nearest even). The same `params` every step. With options().overlap the
+  // buckets are reduced while backward computes: begin_gradients installs a
   // grad-ready hook on this thread that starts each bucket, in bucket order, once backward has
   // finished all its parameters' gradients; finish_gradients starts the rest, waits for all and
   // writes the sums into the gradients. The results are the same, bit for bit. With
@@ -86,8 +85,6 @@ class DataParallel {
   // Buckets per step, and how many of the last step's were started during backward.
   int buckets() const { return int(buckets_.size()); }
   int buckets_started_in_backward() const { return started_in_backward_; }
-  // Whether begin_gradients starts buckets during backward (known after the first step).
-  bool overlapping() const { return overlap_state_ == Overlap::on; }
   // ZeRO stage 1: which rank owns (keeps the optimizer state of, and updates) each of `params`.
   // Whole parameters, balanced by size (largest first, to the least-loaded rank), the same on
   // every rank.
@@ -103,15 +100,14 @@ class DataParallel {
   // Throws TrainError naming the first parameter whose bytes differ between ranks.
   void check_replicas(const nn::NamedTensors& params, int64_t step);
 
-  // Gradient bytes this rank sent in the last reduce_gradients call.
+  // Gradient bytes this rank sent in the last step (begin_gradients to finish_gradients).
   uint64_t last_gradient_bytes() const { return last_bytes_; }
 
  private:
   dist::ProcessGroup& group_;
   DataParallelOptions opts_;
   struct Bucket {
-    size_t lo = 0, hi = 0;       // parameters [lo, hi)
-    std::vector<size_t> order;   // packing order: hi - 1 down to lo (ZeRO 2: grouped by owner)
+    std::vector<size_t> order;   // its parameters, last first (ZeRO 2: grouped by owner)
     std::vector<size_t> counts;  // ZeRO 2: elements per owner rank
     std::vector<int64_t> staged;  // per order entry: offset in work->flat, or -1 (in place)
     size_t elems = 0;
