@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 
-#include "mixp/amp/fp8_linear.h"
 #include "mixp/amp/grad_scaler.h"
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
