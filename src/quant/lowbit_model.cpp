@@ -22,7 +22,6 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
-#include "quant/lowbit_round.h"
 #include "quant/lowbit_runtime.h"
 #include "quant/quant_util.h"
 
@@ -71,6 +70,9 @@ void PackedModel::add_step(PackedStep s) {
           }
         }
       }
+    }
+    if (s.conv && s.scheme == LowBitScheme::binary_act) {
+      rt->xconv = pack_xnor_conv_weights(rt->w8.data(), s.out, s.in, s.kernel);
     }
     if (s.conv && s.scheme != LowBitScheme::binary_act) {
       rt->w8_oihw = empty(Shape{s.out, s.in, s.kernel, s.kernel}, {.dtype = DType::int8});
@@ -294,11 +296,8 @@ struct LayerRun {
         for (int64_t h = 0; h < H; ++h) {
           const float* src = xp + (nc * H + h) * W;
           uint8_t* row = plane + (h + P) * WPS + P;
-          if (codes) {
-            for (int64_t w = 0; w < W; ++w) {
-              const float q = std::clamp(round_even(src[w] * inv), qmin, qmax);
-              row[w] = static_cast<uint8_t>(sgn ? static_cast<int>(q) + 128 : static_cast<int>(q));
-            }
+          if (codes) {  // as lowbit_act_codes: nearbyint is round_even
+            act_codes_u8(row, src, W, inv, qmin, qmax, sgn ? 128 : 0);
             continue;
           }
           for (int64_t w = 0; w < W; ++w) {
@@ -468,8 +467,6 @@ struct LayerRun {
         const int32_t* c = corr[static_cast<size_t>(p)];
         pos_thr[static_cast<size_t>(p)] = c ? fused::corrected_thresholds(rt, c) : rt.thr.data();
       }
-      std::vector<const int32_t*> rows(static_cast<size_t>(M));
-      for (int64_t m = 0; m < M; ++m) rows[static_cast<size_t>(m)] = pos_thr[static_cast<size_t>(m % (OH * OW))];
       *sign_out = fused::BitMap{};
       sign_out->N = N;
       sign_out->H = OH;
@@ -477,7 +474,16 @@ struct LayerRun {
       sign_out->C = s.out;
       sign_out->CW = (s.out + 63) / 64;
       sign_out->words = empty(Shape{M * sign_out->CW}, {.dtype = DType::int64});
-      gemm(M, K, fill, reinterpret_cast<uint64_t*>(sign_out->words.data_ptr()), rows.data());
+      auto* sw = reinterpret_cast<uint64_t*>(sign_out->words.data_ptr());
+      // From the sign map straight to sign bits where the direct kernel runs (no bit rows).
+      if (b && rt.xconv && xnor_conv_sign_bits(sw, b->data(), *rt.xconv, N, H, W, s.stride,
+                                                 s.padding, OH, OW, pos_thr.data(),
+                                                 rt.flip.data())) {
+        return Tensor();
+      }
+      std::vector<const int32_t*> rows(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) rows[static_cast<size_t>(m)] = pos_thr[static_cast<size_t>(m % (OH * OW))];
+      gemm(M, K, fill, sw, rows.data());
       return Tensor();
     }
     Tensor acc = gemm(M, K, fill);

@@ -1,5 +1,5 @@
-// The rounding of the low-bit quantizers (lowbit_codes.cpp), shared with the packed model's fused
-// input codes (lowbit_model.cpp), so that both round alike bit for bit.
+// The rounding of the low-bit quantizers (lowbit_codes.cpp): nearbyint, bit for bit, as the
+// packed model's fused input codes round them (backend/lowbit_gemm.h, act_codes_u8).
 #pragma once
 #include <cmath>
 

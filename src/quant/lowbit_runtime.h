@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "mixp/backend/lowbit_gemm.h"
 #include "mixp/quant/lowbit_model.h"
 
 namespace mixp::quant {
@@ -21,6 +22,7 @@ struct PackedModel::Runtime {
   int64_t words = 0;
   std::vector<float> mult;  // input_scale * weight_scale[o]
   std::optional<LowBitB> lowb;  // int4/int2: the codes kept packed for lowbit_gemm_s32
+  std::optional<XnorConvWeights> xconv;  // binary-act convs: for xnor_conv_sign_bits
   std::map<std::array<int64_t, 4>, std::vector<int32_t>> corr;  // conv border pattern -> [O]
   Tensor w8_oihw;                // int-path convs: the codes as an int8 [O, C, KS, KS] tensor
   std::vector<int32_t> wsum;     // their sums per output channel (the s8 input's offset)

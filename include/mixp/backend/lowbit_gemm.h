@@ -27,6 +27,16 @@
 // int32. Runs where the CPU has AVX-512 VNNI and O is a multiple of 16, and returns false
 // (writing nothing) elsewhere: the caller then takes int8_conv2d_s32 and sign_bits_s32.
 //
+// xnor_conv_sign_bits: a binary-act convolution of sign bits straight to sign bits, without bit
+// rows: `in` is the input's sign map [N, H, W, CW] (CW = ceil(C / 64) words per position, bit
+// c % 64 of word c / 64 = 1 for -1, the bits past C zero), padded with +1 (zero bits) by `pad`
+// on each side; weights from pack_xnor_conv_weights. Output position p = oh * OW + ow of sample n
+// is row n * OH * OW + p of out ([.., ceil(O / 64)] words, the bits past O zero), bit o =
+// (sum < thr[p][o]) XOR (bit o of flip), sum the +-1 dot product over the window with the
+// padding read as +1 (so thr[p] carries the padding's correction, as for xnor_sign_bits). Runs
+// where the CPU has AVX-512 VPOPCNTDQ (and KS * KS * ceil(C / 32) <= 64), and returns false
+// (writing nothing) elsewhere: the caller then builds bit rows for xnor_sign_bits.
+//
 // int8_gemm_s32: [M, K] u8 (or s8) x [O, K] s8 -> [M, O] s32 on oneDNN's VNNI GEMM, both
 // row-major; exact. Where oneDNN would run without VNNI (its pairs of products saturate int16)
 // a plain int32 loop runs instead, slower but exact.
@@ -67,6 +77,23 @@ bool int8_conv_sign_bits(uint64_t* out, const uint8_t* img, const int8_t* w, int
                          int64_t C, int64_t HP, int64_t WPS, int64_t KS, int64_t stride,
                          int64_t OH, int64_t OW, int64_t O, const int32_t* thr,
                          const uint64_t* flip);
+// act_codes_u8: activation codes as bytes, dst[i] = uint8(int(clamp(nearbyint(src[i] * inv),
+// qmin, qmax)) + offset) (the conversions of C++ on x86, a NaN included), for the padded image
+// of int8_conv_sign_bits; AVX-512 or a portable loop, equal bit for bit.
+void act_codes_u8(uint8_t* dst, const float* src, int64_t n, float inv, float qmin, float qmax,
+                  int32_t offset);
+// Binary conv weights [O, C, KS, KS] (codes +-1) for xnor_conv_sign_bits: the sign bits of
+// channels 32 j .. 32 j + 31 of window position (kh, kw) as one 32-bit word per output channel,
+// data[((kh * KS + kw) * CW32 + j) * OB * 16 + o] (OB = ceil(O / 16); the bits of channels past C
+// and the words of outputs past O zero).
+struct XnorConvWeights {
+  int64_t O = 0, C = 0, KS = 0, K = 0, CW32 = 0;
+  std::vector<uint32_t> data;
+};
+XnorConvWeights pack_xnor_conv_weights(const int8_t* w, int64_t O, int64_t C, int64_t KS);
+bool xnor_conv_sign_bits(uint64_t* out, const uint64_t* in, const XnorConvWeights& w, int64_t N,
+                         int64_t H, int64_t W, int64_t stride, int64_t pad, int64_t OH,
+                         int64_t OW, const int32_t* const* thr, const uint64_t* flip);
 void sign_bits_s32(uint64_t* out, const int32_t* acc, int64_t M, int64_t O, const int32_t* t,
                    const uint64_t* flip);
 void int8_gemm_s32(int32_t* dst, const void* a, bool a_signed, const int8_t* b, int64_t M,

@@ -1,0 +1,28 @@
+// act_codes_u8: the tier dispatch and the portable loop; see include/mixp/backend/lowbit_gemm.h.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/act_codes.h"
+#include "mixp/backend/cpu_features.h"
+#include "mixp/backend/lowbit_gemm.h"
+
+namespace mixp {
+
+namespace {
+void act_codes_u8_generic(uint8_t* dst, const float* src, int64_t n, float inv, float qmin,
+                          float qmax, int32_t offset) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::clamp(std::nearbyint(src[i] * inv), qmin, qmax);
+    dst[i] = static_cast<uint8_t>(static_cast<int>(q) + offset);
+  }
+}
+}  // namespace
+
+void act_codes_u8(uint8_t* dst, const float* src, int64_t n, float inv, float qmin, float qmax,
+                  int32_t offset) {
+  static const auto f = by_tier(&cpu::codes::act_codes_u8_avx512, &act_codes_u8_generic,
+                                &act_codes_u8_generic);
+  f(dst, src, n, inv, qmin, qmax, offset);
+}
+
+}  // namespace mixp
