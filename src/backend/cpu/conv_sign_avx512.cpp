@@ -106,6 +106,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void conv_sign_b
       const uint8_t* at = im + oh * stride * WPS;
       uint16_t* dst = bits + (n * OH + oh) * OW * ldb;
       int64_t ow = 0;
+      for (; ow + 7 <= OW; ow += 7) positions<7>(r, at, ow, dst);
       for (; ow + 4 <= OW; ow += 4) positions<4>(r, at, ow, dst);
       for (; ow < OW; ++ow) positions<1>(r, at, ow, dst);
     }
