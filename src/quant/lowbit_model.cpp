@@ -527,6 +527,20 @@ Tensor acc_to_fp32(const Tensor& acc, int64_t N, int64_t O, int64_t OH, int64_t 
   return out;
 }
 
+// lowbit_act_codes without the autograd bookkeeping, on the backend's act_codes_f32 (the same
+// codes bit for bit); sign codes and parameters it would refuse go to lowbit_act_codes itself.
+Tensor act_codes(const Tensor& y, const ActCodeParams& p) {
+  const bool plain = p.kind != ActCodeKind::sign && p.scale > 0.0f && std::isfinite(p.scale) &&
+                     (p.kind != ActCodeKind::unsigned_bits || (p.bits >= 1 && p.bits <= 8)) &&
+                     y.dtype() == DType::fp32;
+  if (!plain) return lowbit_act_codes(y, p);
+  const Tensor x = y.contiguous();
+  Tensor out = empty(x.shape(), {.dtype = DType::fp32});
+  act_codes_f32(out.data<float>(), x.data<float>(), x.numel(), 1.0f / p.scale,
+                static_cast<float>(p.qmin()), static_cast<float>(p.qmax()));
+  return out;
+}
+
 }  // namespace
 
 Tensor PackedModel::forward(const Tensor& x0) {
@@ -567,7 +581,7 @@ Tensor PackedModel::forward(const Tensor& x0) {
           continue;
         }
       }
-      y = lowbit_act_codes(y, s.act);
+      y = act_codes(y, s.act);
     } else if (s.kind == "layer") {
       const LayerRun run{s, rt};
       const Tensor x = bits ? Tensor() : y.contiguous();
@@ -621,7 +635,7 @@ Tensor PackedModel::forward(const Tensor& x0) {
     } else if (s.kind == "batch_norm") {
       y = batch_norm(y, s.running_mean, s.running_var, s.gamma, s.beta, false, s.momentum, s.eps);
     } else if (s.kind == "act") {
-      y = lowbit_act_codes(s.relu ? relu(y) : y, s.act);
+      y = act_codes(s.relu ? relu(y) : y, s.act);
     } else if (s.kind == "max_pool2d") {
       y = max_pool2d(y, s.pool_kernel, s.pool_stride, s.pool_padding);
     } else if (s.kind == "flatten") {

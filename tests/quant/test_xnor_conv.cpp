@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -92,7 +93,7 @@ float scalar_code(float v, float inv, float qmin, float qmax) {
   return std::clamp(std::nearbyint(v * inv), qmin, qmax);
 }
 
-TEST(ActCodesU8, EqualsTheScalarFormula) {
+TEST(ActCodes, EqualsTheScalarFormula) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-300.0f, 300.0f);
   std::vector<float> src = {0.5f,  1.5f,  2.5f,  -0.5f, -1.5f, -0.3f, -0.0f, 0.0f,  127.5f,
@@ -109,6 +110,23 @@ TEST(ActCodesU8, EqualsTheScalarFormula) {
       const float q = scalar_code(src[i], inv, qmin, qmax);
       want[i] = std::isnan(q) ? static_cast<uint8_t>(offset)  // x86: the cast gives INT_MIN
                               : static_cast<uint8_t>(static_cast<int>(q) + offset);
+    }
+    std::vector<float> fwant(src.size()), fgot(src.size(), 7.0f);
+    for (size_t i = 0; i < src.size(); ++i) fwant[i] = scalar_code(src[i], inv, qmin, qmax);
+    auto bits = [](const std::vector<float>& v) {  // NaN == NaN, -0 != +0
+      std::vector<uint32_t> b(v.size());
+      std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+      return b;
+    };
+    act_codes_f32(fgot.data(), src.data(), static_cast<int64_t>(src.size()), inv, qmin, qmax);
+    EXPECT_EQ(bits(fgot), bits(fwant));
+    if (cpu_features().use_avx512()) {
+      std::fill(fgot.begin(), fgot.end(), 7.0f);
+      cpu::codes::act_codes_f32_avx512(fgot.data(), src.data(), 17, inv, qmin, qmax);
+      const std::vector<uint32_t> g = bits(fgot), w = bits(fwant);
+      EXPECT_EQ(std::vector<uint32_t>(g.begin(), g.begin() + 17),
+                std::vector<uint32_t>(w.begin(), w.begin() + 17));
+      EXPECT_EQ(g[17], bits({7.0f})[0]);  // past n: untouched
     }
     for (const size_t n : {src.size(), size_t{15}, size_t{17}}) {
       std::vector<uint8_t> got(n, 0xAA);

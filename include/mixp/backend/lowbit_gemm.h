@@ -82,6 +82,10 @@ bool int8_conv_sign_bits(uint64_t* out, const uint8_t* img, const int8_t* w, int
 // of int8_conv_sign_bits; AVX-512 or a portable loop, equal bit for bit.
 void act_codes_u8(uint8_t* dst, const float* src, int64_t n, float inv, float qmin, float qmax,
                   int32_t offset);
+// act_codes_f32: the same codes as floats, dst[i] = clamp(nearbyint(src[i] * inv), qmin, qmax)
+// (a NaN stays NaN, -0 stays -0, as std::clamp leaves them): the packed models' activation codes
+// between unfused layers, equal bit for bit to quant::lowbit_act_codes. Parallel.
+void act_codes_f32(float* dst, const float* src, int64_t n, float inv, float qmin, float qmax);
 // Binary conv weights [O, C, KS, KS] (codes +-1) for xnor_conv_sign_bits: the sign bits of
 // channels 32 j .. 32 j + 31 of window position (kh, kw) as one 32-bit word per output channel,
 // data[((kh * KS + kw) * CW32 + j) * OB * 16 + o] (OB = ceil(O / 16); the bits of channels past C
