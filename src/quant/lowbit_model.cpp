@@ -507,23 +507,15 @@ struct LayerRun {
   }
 };
 
-// acc [N, P, O] s32 (P = OH * OW positions) -> fp32 NCHW [N, O, OH, OW] (conv) or [N, O], less
-// the per-channel offset `off` (may be null).
-Tensor acc_to_fp32(const Tensor& acc, int64_t N, int64_t O, int64_t OH, int64_t OW, bool conv,
-                   const int32_t* off) {
-  const int64_t P = OH * OW;
+// acc [N, P, O] s32 (P = OH * OW positions) -> the layer's fp32 output, NCHW [N, O, OH, OW]
+// (conv) or [N, O]: lowbit_rescale of the sums less the per-channel offset `off` (may be null),
+// in one pass (rescale_s32: the same fp32 multiply and add, so the same bits).
+Tensor rescaled(const Tensor& acc, int64_t N, int64_t O, int64_t OH, int64_t OW, bool conv,
+                const int32_t* off, const std::vector<float>& mult, const Tensor& bias) {
   Tensor out = empty(conv ? Shape{N, O, OH, OW} : Shape{N, O}, {.dtype = DType::fp32});
-  float* d = out.data<float>();
-  const int32_t* ap = acc.data<int32_t>();
-  cpu::parallel_for(N * O, N * O * P, [&](int64_t lo, int64_t hi) {
-    for (int64_t no = lo; no < hi; ++no) {
-      const int64_t n = no / O, o = no % O;
-      const int32_t sub = off ? off[o] : 0;
-      const int32_t* src = ap + n * P * O + o;
-      float* dst = d + no * P;
-      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<float>(src[p * O] - sub);
-    }
-  });
+  const Tensor b = bias.defined() ? detail::as_fp32_contiguous(bias) : Tensor();
+  rescale_s32(out.data<float>(), acc.data<int32_t>(), N, OH * OW, O, off, mult.data(),
+              b.defined() ? b.data<float>() : nullptr);
   return out;
 }
 
@@ -621,8 +613,7 @@ Tensor PackedModel::forward(const Tensor& x0) {
         off.resize(rt.wsum.size());
         for (size_t o = 0; o < off.size(); ++o) off[o] = 128 * rt.wsum[o];
       }
-      const Tensor f = acc_to_fp32(acc, N, s.out, OH, OW, s.conv, shifted ? off.data() : nullptr);
-      y = lowbit_rescale(f, rt.mult, s.bias);
+      y = rescaled(acc, N, s.out, OH, OW, s.conv, shifted ? off.data() : nullptr, rt.mult, s.bias);
     } else if (bits) {
       if (s.kind == "max_pool2d") {
         bits = fused::max_pool(*bits, s);

@@ -86,6 +86,12 @@ void act_codes_u8(uint8_t* dst, const float* src, int64_t n, float inv, float qm
 // (a NaN stays NaN, -0 stays -0, as std::clamp leaves them): the packed models' activation codes
 // between unfused layers, equal bit for bit to quant::lowbit_act_codes. Parallel.
 void act_codes_f32(float* dst, const float* src, int64_t n, float inv, float qmin, float qmax);
+// rescale_s32: a packed layer's s32 sums acc [N, P, O] (P output positions, channels last) to
+// its fp32 output, channels first [N, O, P]: dst[(n * O + o) * P + p] =
+// float(acc[(n * P + p) * O + o] - off[o]) * mult[o] + bias[o], the multiply and the add each
+// rounded to fp32 (as quant::lowbit_rescale's mul and add); off and bias may be null. Parallel.
+void rescale_s32(float* dst, const int32_t* acc, int64_t N, int64_t P, int64_t O,
+                 const int32_t* off, const float* mult, const float* bias);
 // Binary conv weights [O, C, KS, KS] (codes +-1) for xnor_conv_sign_bits: the sign bits of
 // channels 32 j .. 32 j + 31 of window position (kh, kw) as one 32-bit word per output channel,
 // data[((kh * KS + kw) * CW32 + j) * OB * 16 + o] (OB = ceil(O / 16); the bits of channels past C
