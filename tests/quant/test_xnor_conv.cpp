@@ -1,10 +1,12 @@
 // The packed binary-act models' direct kernels (backend/lowbit_gemm.h): xnor_conv_sign_bits
 // against the window sum written out, over channel counts that fill 32-bit words or not, output
 // channels in and outside its blocks of 16, strides and padding; act_codes_u8 against the scalar
-// formula on ties, signed zeros, the clamp and NaN.
+// formula on ties, signed zeros, the clamp and NaN; rescale_s32 against its formula with and
+// without offsets and biases, on and off its tiles of 16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/act_codes.h"
+#include "backend/cpu/lowbit_rescale.h"
 #include "mixp/backend/cpu_features.h"
 #include "mixp/backend/lowbit_gemm.h"
 
@@ -137,6 +140,53 @@ TEST(ActCodes, EqualsTheScalarFormula) {
         cpu::codes::act_codes_u8_avx512(got.data(), src.data(), static_cast<int64_t>(n), inv, qmin,
                                         qmax, offset);
         EXPECT_EQ(got, std::vector<uint8_t>(want.begin(), want.begin() + static_cast<int64_t>(n)));
+      }
+    }
+  }
+}
+
+TEST(RescaleS32, EqualsTheFormulaBitForBit) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> d(-300000, 300000);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (const int64_t P : {1, 15, 16, 17, 196}) {
+    for (const int64_t O : {10, 16, 64, 70}) {
+      for (const bool with_off : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "P " << P << " O " << O << " off " << with_off);
+        const int64_t N = 2;
+        std::vector<int32_t> acc(static_cast<size_t>(N * P * O)), off(static_cast<size_t>(O));
+        std::vector<float> mult(static_cast<size_t>(O)), bias(static_cast<size_t>(O));
+        for (auto& v : acc) v = d(rng);
+        for (auto& v : off) v = d(rng) / 8;
+        for (auto& v : mult) v = u(rng) * 1e-3f;
+        for (auto& v : bias) v = u(rng);
+        for (const float* b : std::array<const float*, 2>{nullptr, bias.data()}) {
+          std::vector<float> want(acc.size());
+          for (int64_t n = 0; n < N; ++n) {
+            for (int64_t o = 0; o < O; ++o) {
+              for (int64_t p = 0; p < P; ++p) {
+                const int32_t a = acc[size_t((n * P + p) * O + o)] - (with_off ? off[size_t(o)] : 0);
+                const float y = static_cast<float>(a) * mult[size_t(o)];
+                want[size_t((n * O + o) * P + p)] = b ? y + b[o] : y;
+              }
+            }
+          }
+          std::vector<float> got(want.size(), 7.0f);
+          rescale_s32(got.data(), acc.data(), N, P, O, with_off ? off.data() : nullptr,
+                      mult.data(), b);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+          for (const auto tile : {&cpu::rescale::tile_generic, &cpu::rescale::tile_avx512}) {
+            if (tile == &cpu::rescale::tile_avx512 && !cpu_features().use_avx512()) continue;
+            std::fill(got.begin(), got.end(), 7.0f);
+            for (int64_t n = 0; n < N; ++n) {
+              for (int64_t p0 = 0; p0 < P; p0 += 16) {
+                tile(got.data(), acc.data(), n, p0, std::min<int64_t>(16, P - p0), P, O,
+                     with_off ? off.data() : nullptr, mult.data(), b);
+              }
+            }
+            EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+          }
+        }
       }
     }
   }
