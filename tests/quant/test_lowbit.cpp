@@ -256,6 +256,10 @@ TEST_P(PackedEqualsFakeQuant, BitForBitAfterTrainingSteps) {
   auto packed = convert_to_packed(*model);
   const Tensor got = packed->forward(x);
   EXPECT_EQ(values(got), values(want));
+  // A batch that runs in slices where conv outputs are fp32 (PackedModel::kSlice), the last
+  // one short.
+  const Tensor x2 = randn(Shape{2 * PackedModel::kSlice + 5, 1, 28, 28}, g);
+  EXPECT_EQ(values(packed->forward(x2)), values(model->forward(x2)));
   test::TempDir tmp;
   save_packed_model(*packed, tmp / "p.safetensors");
   EXPECT_EQ(values(load_packed_model(tmp / "p.safetensors")->forward(x)), values(want));

@@ -85,8 +85,12 @@ class PackedModel : public nn::Module {
  public:
   PackedModel();
   ~PackedModel() override;
-  // x: fp32 [N, C, H, W] or [N, K]; returns fp32 logits. No gradients.
+  // x: fp32 [N, C, H, W] or [N, K]; returns fp32 logits. No gradients. Where a convolution's
+  // output goes through fp32 steps, a large batch runs in slices of kSlice samples, each through
+  // every step, so that the activations between steps stay in the cache (every step is per
+  // sample: the same logits bit for bit).
   Tensor forward(const Tensor& x) override;
+  static constexpr int64_t kSlice = 16;
   void add_step(PackedStep s);
   const std::vector<PackedStep>& steps() const { return steps_; }
   // Bytes of packed weights, scales, biases and batch-norm tensors.
@@ -106,6 +110,7 @@ class PackedModel : public nn::Module {
   std::vector<PackedStep> steps_;
   std::vector<std::unique_ptr<Runtime>> rt_;
   std::vector<double>* step_times_ = nullptr;
+  Tensor forward_slice(Tensor y);  // every step on fp32 contiguous input
 };
 
 // A model prepared with prepare_lowbit_qat (trained or calibrated) -> its packed model. Throws
