@@ -77,7 +77,8 @@ TEST(XnorConvSignBits, EqualsTheWindowSum) {
               }
             }
           }
-          const bool neg = (sum < thr[size_t(p)][o]) != (((flip[size_t(o / 64)] >> (o % 64)) & 1) != 0);
+          const bool neg =
+              (sum < thr[size_t(p)][o]) != (((flip[size_t(o / 64)] >> (o % 64)) & 1) != 0);
           if (neg) want[size_t((n * P + p) * OCW + o / 64)] |= uint64_t{1} << (o % 64);
         }
       }
@@ -99,8 +100,21 @@ float scalar_code(float v, float inv, float qmin, float qmax) {
 TEST(ActCodes, EqualsTheScalarFormula) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-300.0f, 300.0f);
-  std::vector<float> src = {0.5f,  1.5f,  2.5f,  -0.5f, -1.5f, -0.3f, -0.0f, 0.0f,  127.5f,
-                            -128.5f, 254.5f, 255.5f, 1e30f, -1e30f, 8388609.0f,
+  std::vector<float> src = {0.5f,
+                            1.5f,
+                            2.5f,
+                            -0.5f,
+                            -1.5f,
+                            -0.3f,
+                            -0.0f,
+                            0.0f,
+                            127.5f,
+                            -128.5f,
+                            254.5f,
+                            255.5f,
+                            1e30f,
+                            -1e30f,
+                            8388609.0f,
                             std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN()};
@@ -165,15 +179,16 @@ TEST(RescaleS32, EqualsTheFormulaBitForBit) {
           for (int64_t n = 0; n < N; ++n) {
             for (int64_t o = 0; o < O; ++o) {
               for (int64_t p = 0; p < P; ++p) {
-                const int32_t a = acc[size_t((n * P + p) * O + o)] - (with_off ? off[size_t(o)] : 0);
+                const int32_t a =
+                    acc[size_t((n * P + p) * O + o)] - (with_off ? off[size_t(o)] : 0);
                 const float y = static_cast<float>(a) * mult[size_t(o)];
                 want[size_t((n * O + o) * P + p)] = b ? y + b[o] : y;
               }
             }
           }
           std::vector<float> got(want.size(), 7.0f);
-          rescale_s32(got.data(), acc.data(), N, P, O, with_off ? off.data() : nullptr,
-                      mult.data(), b);
+          rescale_s32(got.data(), acc.data(), N, P, O, with_off ? off.data() : nullptr, mult.data(),
+                      b);
           EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
           for (const auto tile : {&cpu::rescale::tile_generic, &cpu::rescale::tile_avx512}) {
             if (tile == &cpu::rescale::tile_avx512 && !cpu_features().use_avx512()) continue;

@@ -2,10 +2,11 @@
 // operation (the build does not contract a * b + c into an FMA: -std=c++20, not gnu++20), so the
 // results equal lowbit_rescale's mul and add on either backend bit for bit. The work is a
 // transpose (channels last in, channels first out), in tiles of 16 positions.
+#include "backend/cpu/lowbit_rescale.h"
+
 #include <algorithm>
 
 #include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/lowbit_rescale.h"
 #include "mixp/backend/cpu_features.h"
 #include "mixp/backend/lowbit_gemm.h"
 
@@ -29,8 +30,8 @@ void tile_generic(float* dst, const int32_t* acc, int64_t n, int64_t p0, int64_t
 
 void rescale_s32(float* dst, const int32_t* acc, int64_t N, int64_t P, int64_t O,
                  const int32_t* off, const float* mult, const float* bias) {
-  static const cpu::rescale::TileFn tile = by_tier(
-      &cpu::rescale::tile_avx512, &cpu::rescale::tile_generic, &cpu::rescale::tile_generic);
+  static const cpu::rescale::TileFn tile =
+      by_tier(&cpu::rescale::tile_avx512, &cpu::rescale::tile_generic, &cpu::rescale::tile_generic);
   const int64_t tiles = (P + 15) / 16;
   cpu::parallel_for(N * tiles, N * O * P, [&](int64_t lo, int64_t hi) {
     for (int64_t nt = lo; nt < hi; ++nt) {

@@ -1,7 +1,7 @@
 // rescale_s32's tile with AVX-512; see lowbit_rescale.h. 16 positions x 16 channels at a time:
 // the sums of one position are a row of 16 channels (one load), converted, multiplied and added
-// per lane (VCVTDQ2PS, VMULPS, VADDPS: the scalar roundings, never an FMA), then the 16 x 16 block is
-// transposed in registers so that each channel's 16 positions are one store.
+// per lane (VCVTDQ2PS, VMULPS, VADDPS: the scalar roundings, never an FMA), then the 16 x 16 block
+// is transposed in registers so that each channel's 16 positions are one store.
 #include <immintrin.h>
 
 // GCC 12 reports the undefined pass-through operand of its own AVX-512 intrinsics

@@ -1,10 +1,11 @@
 // The direct XNOR convolution's weights and its dispatch (xnor_conv.h); see
 // include/mixp/backend/lowbit_gemm.h, xnor_conv_sign_bits.
+#include "backend/cpu/xnor_conv.h"
+
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/xnor_conv.h"
 #include "mixp/backend/cpu_features.h"
 #include "mixp/backend/lowbit_gemm.h"
 
@@ -34,8 +35,8 @@ XnorConvWeights pack_xnor_conv_weights(const int8_t* w, int64_t O, int64_t C, in
 }
 
 bool xnor_conv_sign_bits(uint64_t* out, const uint64_t* in, const XnorConvWeights& w, int64_t N,
-                         int64_t H, int64_t W, int64_t stride, int64_t pad, int64_t OH,
-                         int64_t OW, const int32_t* const* thr, const uint64_t* flip) {
+                         int64_t H, int64_t W, int64_t stride, int64_t pad, int64_t OH, int64_t OW,
+                         const int32_t* const* thr, const uint64_t* flip) {
   static const bool vpopcnt = simd_tier() == SimdTier::avx512 && cpu_features().avx512_vpopcntdq;
   if (!vpopcnt || w.KS * w.KS * w.CW32 > 64 || w.O <= 0 || N <= 0) return false;
   const int64_t CW = (w.C + 63) / 64, CW32 = w.CW32, OCW = (w.O + 63) / 64;
@@ -54,9 +55,8 @@ bool xnor_conv_sign_bits(uint64_t* out, const uint64_t* in, const XnorConvWeight
           }
         }
       }
-      cpu::xnor::conv_sign_bits_image_avx512(
-          reinterpret_cast<uint16_t*>(out + n * OH * OW * OCW), img.data(), WP, w, stride, OH, OW,
-          thr, flip);
+      cpu::xnor::conv_sign_bits_image_avx512(reinterpret_cast<uint16_t*>(out + n * OH * OW * OCW),
+                                             img.data(), WP, w, stride, OH, OW, thr, flip);
     }
   });
   return true;

@@ -52,8 +52,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vpopcntdq"))) void block(
   const __m512i kk = _mm512_set1_epi32(im.K);
   for (int j = 0; j < J; ++j) {
     const int64_t c0 = (jb + j) * 16;
-    const __mmask16 live =
-        im.O - c0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (im.O - c0)) - 1);
+    const __mmask16 live = im.O - c0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (im.O - c0)) - 1);
     const auto f = static_cast<uint16_t>(im.flip[c0 / 64] >> (c0 % 64));
     for (int r = 0; r < R; ++r) {
       // The +-1 dot product is K - 2 * (differing bits); -1 (bit 1) iff it is below thr, XOR flip.
@@ -92,8 +91,8 @@ conv_sign_bits_image_avx512(uint16_t* out, const uint32_t* img, int64_t WP,
     }
   }
   const int64_t OB = (w.O + 15) / 16, ldb = (w.O + 63) / 64 * 4;
-  const Image im{img, off, T, w.data.data(), OB, static_cast<int32_t>(w.K), w.O, thr, flip, out,
-                 ldb};
+  const Image im{img, off, T,    w.data.data(), OB, static_cast<int32_t>(w.K),
+                 w.O, thr, flip, out,           ldb};
   constexpr void (*kR[5])(const Image&, const int64_t*, const int64_t*) = {
       nullptr, positions<1>, positions<2>, positions<3>, positions<4>};
   const int64_t P = OH * OW;
