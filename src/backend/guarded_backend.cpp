@@ -145,6 +145,16 @@ class GuardedBackend final : public Backend {
                               const Tensor& targets, const Tensor& lse) override {
     run([&](Backend& be) { be.cross_entropy_backward(dlogits, dloss, logits, targets, lse); });
   }
+  void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                              const Tensor& targets, int64_t classes) override {
+    run([&](Backend& be) { be.cross_entropy_in_place(loss, lse, logits, targets, classes); });
+  }
+  void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets,
+                                       const Tensor& lse, int64_t classes) override {
+    run([&](Backend& be) {
+      be.cross_entropy_in_place_backward(dlogits, dloss, targets, lse, classes);
+    });
+  }
   void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
                        const Tensor& rstd) override {
     run([&](Backend& be) { be.layer_norm_xhat(dst, src, mean, rstd); });

@@ -269,6 +269,17 @@ class ObservedBackend final : public Backend {
             3 * numel_of(dlogits),
             [&] { b_.cross_entropy_backward(dlogits, dloss, logits, targets, lse); });
   }
+  void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                              const Tensor& targets, int64_t classes) override {
+    observe("cross_entropy_in_place", "", {&loss, &lse}, {&logits, &targets}, 4 * numel_of(logits),
+            [&] { b_.cross_entropy_in_place(loss, lse, logits, targets, classes); });
+  }
+  void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets,
+                                       const Tensor& lse, int64_t classes) override {
+    observe("cross_entropy_in_place_backward", "", {&dlogits}, {&dloss, &targets, &lse},
+            3 * numel_of(dlogits),
+            [&] { b_.cross_entropy_in_place_backward(dlogits, dloss, targets, lse, classes); });
+  }
   // The kernels that moved behind the backend with issue 12 (the training-step kernels, the
   // LayerNorm 16-bit save) pass through unobserved: they ran outside the backend before and were
   // never reported, so the profiler and the NaN/Inf detector (docs/inspect.md) see the same

@@ -89,6 +89,17 @@ Tensor Gpt::forward(const Tensor& idx) {
     }
   }
   Tensor logits = (*head_)((*ln_f_)(x));
+  if (loss_targets_.defined()) {
+    if (loss_targets_.numel() != idx.numel()) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::nn::Gpt: loss targets {} must hold one token per input token {}",
+          loss_targets_.shape().str(), idx.shape().str()));
+    }
+    // [B, T, rows] -> [B*T, rows]: a view; the classifier's loss covers the first vocab columns.
+    Tensor flat = logits.reshape({-1, logits.size(-1)});
+    logits = Tensor();  // the flat view is then the only tensor on the buffer (its gradient's)
+    return cross_entropy_in_place(flat, loss_targets_.reshape({-1}), cfg_.vocab);
+  }
   if (embedding_rows() > cfg_.vocab) logits = logits.slice(2, 0, cfg_.vocab);
   return logits;
 }

@@ -157,14 +157,16 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   const int64_t ffn_saves = s.family == ShapeFamily::llama ? 3 * F : 2 * F;
   const int64_t per_token = (9 * C + ffn_saves) * f.save_bytes + (4 + s.heads) * 4;
   m.block_activation_bytes = N * per_token;
-  // The head's moment: the final norm's input and output, the logits (computed over the padded
-  // vocabulary) and their gradient, fp32.
-  const int64_t head = 2 * N * C * f.save_bytes + N * (s.padded_vocab + s.vocab) * 4;
+  // The head's moment: the final norm's input and output and the logits over the padded
+  // vocabulary in the head GEMM's output format (fp32, or 16-bit where the GEMMs are), whose
+  // buffer then holds their gradient (the fused classifier, nn/gpt.h); at their backward the tied
+  // head's weight gradient (vocab x C) joins them.
+  const int64_t head = 2 * N * C * f.save_bytes + N * s.padded_vocab * f.save_bytes;
   const int64_t blocks =
       checkpointing ? s.layers * N * C * f.residual_bytes : s.layers * m.block_activation_bytes;
   m.activation_bytes = blocks + head;
   const int64_t fixed = m.param_bytes + m.master_bytes + m.state_bytes + m.cast_bytes;
-  m.head_peak_bytes = fixed + m.activation_bytes;
+  m.head_peak_bytes = fixed + m.activation_bytes + embedding_values(s) * f.grad_bytes;
   // The last block's backward: its saves (recomputed under checkpointing), the head's weight
   // gradient, and the FFN's two [tokens, F] activation gradients (one fp32, one in the saves'
   // format). With a small vocabulary this moment is the peak.

@@ -8,6 +8,7 @@
 
 #include "mixp/amp/grad_scaler.h"
 #include "mixp/backend/backend.h"
+#include "mixp/nn/gpt.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/clip_grad.h"
 #include "mixp/tensor/allocator.h"
@@ -114,12 +115,26 @@ StepInfo Trainer::Impl::run_step() {
   int64_t samples = 0;
   double global_loss = 0;
   int64_t global_samples = 0;
+  // The default loss of a language model: computed by a GPT itself (nn/gpt.h, the fused
+  // classifier), whatever recipe wrapped its layers.
+  nn::Gpt* gpt = lm && default_loss ? dynamic_cast<nn::Gpt*>(model.get()) : nullptr;
   for (int64_t m = 0; m < window; ++m) {
     Batch b = source->next();
     Tensor batch_loss;
     {
       auto scope = recipe->forward_scope();
-      batch_loss = loss((*model)(b.input), b.target);  // through the recipe's forward wrappers
+      if (gpt) {
+        // The GPT's forward returns the loss (nn/gpt.h): the same numbers as cross_entropy_loss,
+        // without the copies of the [tokens, vocabulary] logits at the step's memory peak.
+        gpt->set_loss_targets(b.target);
+        struct Clear {
+          nn::Gpt* g;
+          ~Clear() { g->set_loss_targets(Tensor()); }
+        } clear{gpt};
+        batch_loss = (*model)(b.input);  // through the recipe's forward wrappers
+      } else {
+        batch_loss = loss((*model)(b.input), b.target);  // through the recipe's forward wrappers
+      }
     }
     const double l = batch_loss.item();
     if (!std::isfinite(l) && !recipe->skips_nonfinite()) nonfinite_error("loss", l, m, window);
@@ -282,7 +297,10 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRec
   p.model = std::move(model);
   impl_->custom_model = true;
   impl_->init(std::move(p), o.make_optimizer);
-  if (o.loss) impl_->loss = o.loss;
+  if (o.loss) {
+    impl_->loss = o.loss;
+    impl_->default_loss = false;
+  }
   if (!impl_->cfg.resume_dir.empty()) impl_->resume(impl_->cfg.resume_dir);
 }
 

@@ -83,6 +83,7 @@ struct Trainer::Impl {
   std::vector<Tensor> params;  // cached: the step loop never rebuilds the list
   std::unique_ptr<optim::Optimizer> opt;
   LossFunction loss = cross_entropy_loss;
+  bool default_loss = true;  // `loss` is cross_entropy_loss: a GPT computes it in its forward
   std::vector<std::shared_ptr<TrainCallback>> callbacks;
 
   int64_t step = 0;  // optimizer steps done

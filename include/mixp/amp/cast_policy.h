@@ -108,6 +108,11 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
     case OpId::cross_entropy:  // CUDA/CPU fp32 list: cross_entropy_loss (nll_loss, log_softmax)
     case OpId::mse_loss:
       return P::fp32;
+    // mixp's fused classifier computes in fp32 from 16-bit logits itself (exact widening, the
+    // same numbers as cross_entropy's fp32 cast): a cast here would copy the [tokens, vocabulary]
+    // logits it exists to keep single.
+    case OpId::cross_entropy_in_place:
+      return P::none;
     case OpId::sum:  // CUDA fp32 list (fp32_set_opt_dtype)
     case OpId::mean:
       return P::fp32;  // not listed by PyTorch; mixp: a loss-like reduction (docs/amp.md)

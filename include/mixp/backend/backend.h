@@ -204,6 +204,26 @@ class Backend {
   virtual void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                       const Tensor& targets, const Tensor& lse) = 0;
 
+  // --- the fused classifier (llm.c's fused_classifier; ops.h, cross_entropy_in_place): logits
+  // [N, Cp] contiguous, fp32, bf16 or fp16 (a ref kernel also takes fp64), of which only the first
+  // `classes` <= Cp columns are classes (GPT-2's vocabulary 50257 padded to 50304 columns); the
+  // columns beyond never enter the softmax. Forward: loss [] fp32 = mean_n (lse_n - x_n[t_n]) and
+  // lse [N] fp32 over the first `classes` columns, computed in fp32 from the exactly widened
+  // logits (fp64 in, fp64 out), targets int64/int32 in [0, classes) (std::out_of_range otherwise).
+  // The numbers are those of cross_entropy() on the logits' first `classes` columns: the same
+  // row kernels over the same values, bit for bit on the cpu backend.
+  virtual void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                                      const Tensor& targets, int64_t classes) = 0;
+  // Backward, in place: `dlogits` holds the logits on entry (as the forward saw them) and their
+  // gradient on return, dloss[0] / N * (softmax_n - onehot(t_n)) over the first `classes` columns
+  // and exactly 0 beyond, computed in fp32 (fp64 for fp64) as cross_entropy_backward computes it
+  // and rounded once to dlogits' dtype (nearest-even). dloss: fp32 (or fp64) scalar; lse from the
+  // forward. No other buffer of the size of dlogits is allocated (that is the point: the
+  // classifier's logits and their gradient share one buffer at the step's memory peak).
+  virtual void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss,
+                                               const Tensor& targets, const Tensor& lse,
+                                               int64_t classes) = 0;
+
   // --- training-step kernels (optim, amp)
   // grad (contiguous) *= inv_scale in place (untouched when inv_scale is 1): fp32/fp64 directly,
   // other element-wise floats widened to fp32 and rounded back to nearest-even. found_inf (fp32,

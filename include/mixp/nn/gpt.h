@@ -20,6 +20,15 @@
 // only the first `vocab` logits, so the padding never enters the loss (llm.c's softmax also stops
 // at vocab).
 //
+// The loss in forward (nanoGPT's forward(idx, targets)): while next-token targets are set
+// (set_loss_targets), forward() returns the mean cross-entropy of its logits against them instead
+// of the logits, computed by the fused classifier (ops.h, cross_entropy_in_place) on the head's
+// padded output: no [B*T, vocab] slice, fp32 copy or padded gradient next to the logits, whose
+// buffer receives their gradient (docs/benchmarks.md, "GPT-2 124M memory at B8 T256"). The loss
+// and gradients are bit for bit those of cross_entropy on forward()'s logits. The Trainer sets the
+// targets around its training forward (src/train/trainer.cpp), which still runs through the
+// model's forward wrapper (a recipe's input and output casts).
+//
 // Gradient checkpointing: with `checkpointing`, each block runs under autograd checkpoint(), so
 // backward recomputes its activations instead of keeping them (only block inputs are stored).
 #pragma once
@@ -50,6 +59,9 @@ class Gpt : public Module {
   const GptConfig& config() const { return cfg_; }
   void set_checkpointing(bool on) { cfg_.checkpointing = on; }
   TransformerBlock& block(size_t i) { return *blocks_.at(i); }
+  // Next-token ids [B, T] or [B * T] (int64/int32) for forward() to return the loss against;
+  // an undefined tensor restores the logits.
+  void set_loss_targets(Tensor targets) { loss_targets_ = std::move(targets); }
   // Rows of the token embedding (padded_vocab, or vocab when there is no padding).
   int64_t embedding_rows() const { return cfg_.padded_vocab > 0 ? cfg_.padded_vocab : cfg_.vocab; }
 
@@ -63,6 +75,7 @@ class Gpt : public Module {
   std::shared_ptr<LayerNorm> ln_f_;
   std::shared_ptr<Linear> head_;
   Tensor positions_;  // int64 0..context-1; not a buffer (never saved), like nanoGPT's
+  Tensor loss_targets_;  // set_loss_targets
 };
 
 }  // namespace mixp::nn

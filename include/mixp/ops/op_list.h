@@ -51,6 +51,7 @@ namespace mixp {
   X(layer_norm, "layer_norm", reduce)                                             \
   X(batch_norm, "batch_norm", reduce)                                             \
   X(cross_entropy, "cross_entropy", reduce)                                       \
+  X(cross_entropy_in_place, "cross_entropy_in_place", reduce)                     \
   X(mse_loss, "mse_loss", reduce)                                                 \
   X(binary_cross_entropy, "binary_cross_entropy", reduce)                         \
   X(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", reduce) \

@@ -152,6 +152,17 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // ---- losses (mean over the batch)
 // logits [N, C], targets [N] int64/int32 class indices in [0, C).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// The fused classifier (llm.c's): cross_entropy over the first `classes` columns of logits
+// [N, Cp] (the rest, e.g. GPT-2's vocabulary padding 50257..50303, never enters the softmax and
+// gets a zero gradient), with the gradient written over the logits' buffer in backward, so the
+// logits and their gradient are one tensor. The loss is fp32 (fp64 for fp64 logits), computed
+// from the exactly widened logits by the same kernels as cross_entropy: the loss and gradient are
+// bit for bit those of cross_entropy(logits.slice(1, 0, classes)) followed by the cast back to the
+// logits' dtype (bf16, fp16) and the slice's zero padding. Logits: contiguous fp32, bf16, fp16 or
+// fp64, an intermediate result nothing else reads after backward (a head's output): the buffer
+// is reused only when no other tensor shares it at that point, else the gradient is a new
+// tensor. Under autocast it reads 16-bit logits as they are (no fp32 copy; amp/cast_policy.h).
+Tensor cross_entropy_in_place(const Tensor& logits, const Tensor& targets, int64_t classes);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 // Binary cross entropy of probabilities p in [0, 1] against targets t of the same shape (mean):
 // -(t log p + (1 - t) log(1 - p)), each log clamped at -100 (PyTorch). Banned under fp16 autocast

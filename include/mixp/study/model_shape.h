@@ -21,7 +21,9 @@
 //   - checkpointing keeps one block input per block (the residual stream's format: fp32 under
 //     autocast) and recomputes one block at a time in backward.
 //   - the head keeps the final norm's input and output and, at the peak (the head's backward),
-//     the logits and their gradient, both fp32 [tokens, vocab].
+//     the logits [tokens, padded vocab] in the head GEMM's output format (fp32, or 16-bit where
+//     the GEMMs are), whose buffer then holds their gradient (the fused classifier, nn/gpt.h),
+//     and the tied head's weight gradient.
 //   - the peak is the largest of three moments: (a) the head's backward, with every saved
 //     activation, the parameters, master weights, optimizer states and cast copies, and no
 //     gradient yet (they were dropped by zero_grad); (a') the last block's backward, with the

@@ -51,6 +51,10 @@ class CpuBackend : public RefBackend {
                      const Tensor& targets) override;
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse) override;
+  void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                              const Tensor& targets, int64_t classes) override;
+  void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets,
+                                       const Tensor& lse, int64_t classes) override;
   void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                  bool causal, double scale) override;
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,

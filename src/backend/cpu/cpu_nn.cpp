@@ -149,4 +149,86 @@ void CpuBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
   });
 }
 
+// ---- the fused classifier (backend.h, cross_entropy_in_place): the row kernels of cross_entropy
+// above on the first `classes` columns of each padded row, read in place (fp32) or through one
+// fp32 row per thread (bf16, fp16: widened exactly, so the same values as cross_entropy on an fp32
+// copy); backward writes the gradient over the row. Same arithmetic as cross_entropy and its
+// backward, so the same bits (tests/ops/test_cross_entropy_in_place.cpp).
+namespace {
+bool in_place_layout(const Tensor& logits) {
+  const DType d = logits.dtype();
+  return logits.is_contiguous() && (d == DType::fp32 || d == DType::bf16 || d == DType::fp16);
+}
+const uint8_t* row_bits(const Tensor& t, int64_t n, int64_t cols) {
+  return static_cast<const uint8_t*>(t.data_ptr()) +
+         n * cols * static_cast<int64_t>(t.element_size());
+}
+}  // namespace
+
+void CpuBackend::cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                                        const Tensor& targets, int64_t classes) {
+  if (!(f32c(loss) && f32c(lse) && in_place_layout(logits)) || !targets.is_contiguous()) {
+    return RefBackend::cross_entropy_in_place(loss, lse, logits, targets, classes);
+  }
+  const int64_t N = logits.shape()[0], Cp = logits.shape()[1];
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = class_at(targets, n);
+    if (t < 0 || t >= classes)
+      throw std::out_of_range("mixp::cross_entropy_in_place: target " + std::to_string(t) +
+                              " out of [0, " + std::to_string(classes) + ")");
+  }
+  const auto& k = vec::kernels();
+  const bool wide = logits.dtype() == DType::fp32;
+  std::vector<double> row_loss(static_cast<size_t>(N));
+  parallel_for(N, N * classes * 8, [&](int64_t lo, int64_t hi) {
+    std::vector<float> row(wide ? 0 : static_cast<size_t>(classes));
+    for (int64_t n = lo; n < hi; ++n) {
+      const float* x = fp(logits) + n * Cp;
+      if (!wide) {
+        convert_to_f32(logits.dtype(), row_bits(logits, n, Cp), row);
+        x = row.data();
+      }
+      const float l = k.logsumexp(x, classes);
+      fp(lse)[n] = l;
+      row_loss[static_cast<size_t>(n)] =
+          static_cast<double>(l) - static_cast<double>(x[class_at(targets, n)]);
+    }
+  });
+  double total = 0;
+  for (double v : row_loss) total += v;
+  fp(loss)[0] = N ? static_cast<float>(total / static_cast<double>(N)) : 0.0f;
+}
+
+void CpuBackend::cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss,
+                                                 const Tensor& targets, const Tensor& lse,
+                                                 int64_t classes) {
+  if (!(f32c(dloss) && f32c(lse) && in_place_layout(dlogits)) || !targets.is_contiguous()) {
+    return RefBackend::cross_entropy_in_place_backward(dlogits, dloss, targets, lse, classes);
+  }
+  const int64_t N = dlogits.shape()[0], Cp = dlogits.shape()[1];
+  const float g = fp(dloss)[0] / static_cast<float>(N);
+  const auto& k = vec::kernels();
+  const DType dt = dlogits.dtype();
+  const bool wide = dt == DType::fp32;
+  const size_t esize = dlogits.element_size();
+  parallel_for(N, N * Cp * 8, [&](int64_t lo, int64_t hi) {
+    std::vector<float> row(wide ? 0 : static_cast<size_t>(classes));
+    for (int64_t n = lo; n < hi; ++n) {
+      uint8_t* bits = const_cast<uint8_t*>(row_bits(dlogits, n, Cp));
+      float* d = wide ? fp(dlogits) + n * Cp : row.data();
+      if (!wide) convert_to_f32(dt, bits, row);
+      k.exp_shift(d, d, fp(lse)[n], classes);
+#pragma omp simd
+      for (int64_t c = 0; c < classes; ++c) d[c] *= g;
+      d[class_at(targets, n)] -= g;
+      if (!wide) {
+        convert_f32_to(dt, row, bits,
+                       ConvertOptions{.round = Round::nearest_even, .overflow = Overflow::ieee});
+      }
+      // The padded columns: no class, no gradient.
+      std::memset(bits + classes * esize, 0, static_cast<size_t>(Cp - classes) * esize);
+    }
+  });
+}
+
 }  // namespace mixp

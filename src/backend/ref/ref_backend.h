@@ -78,6 +78,10 @@ class RefBackend : public Backend {
                      const Tensor& targets) override;
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse) override;
+  void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                              const Tensor& targets, int64_t classes) override;
+  void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets,
+                                       const Tensor& lse, int64_t classes) override;
   // The training-step kernels: the host loops of backend/cpu/step_kernels.h, shared with the
   // cpu backend (ref_step.cpp says why).
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;

@@ -403,4 +403,58 @@ void RefBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
   });
 }
 
+// The fused classifier: cross_entropy over the first `classes` columns of [N, Cp] logits, its
+// backward written over the logits (backend.h). 16-bit logits are widened to fp32 first (exact).
+void RefBackend::cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits0,
+                                        const Tensor& targets, int64_t classes) {
+  count_ref_kernel(__func__);
+  const Tensor logits = widen(*this, logits0, DType::fp32);
+  dispatch_float(loss.dtype(), "cross_entropy_in_place", [&](auto t) {
+    using T = decltype(t);
+    const int64_t N = logits.shape()[0];
+    auto at = [&](int64_t n, int64_t c) {
+      return static_cast<double>(
+          ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]);
+    };
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, at(n, c));
+      double s = 0;
+      for (int64_t c = 0; c < classes; ++c) s += std::exp(at(n, c) - mx);
+      const double l = mx + std::log(s);
+      ptr<T>(lse)[n] = static_cast<T>(l);
+      const int64_t tgt = target_at(targets, n);
+      if (tgt < 0 || tgt >= classes)
+        throw std::out_of_range("mixp::cross_entropy_in_place: target " + std::to_string(tgt) +
+                                " out of [0, " + std::to_string(classes) + ")");
+      total += l - at(n, tgt);
+    }
+    ptr<T>(loss)[0] = static_cast<T>(N ? total / static_cast<double>(N) : 0.0);
+  });
+}
+
+void RefBackend::cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss,
+                                                 const Tensor& targets, const Tensor& lse,
+                                                 int64_t classes) {
+  count_ref_kernel(__func__);
+  const DType c = is_narrow(dlogits.dtype()) ? DType::fp32 : dlogits.dtype();
+  with_dst_as(*this, dlogits, c, /*read_dst=*/true, [&](Tensor& d) {
+    dispatch_float(c, "cross_entropy_in_place backward", [&](auto t) {
+      using T = decltype(t);
+      const int64_t N = d.shape()[0], Cp = d.shape()[1];
+      const double g = static_cast<double>(ptr<T>(dloss)[0]) / static_cast<double>(N);
+      for (int64_t n = 0; n < N; ++n) {
+        const double l = static_cast<double>(ptr<T>(lse)[n]);
+        const int64_t tgt = target_at(targets, n);
+        T* row = ptr<T>(d) + n * Cp;
+        for (int64_t j = 0; j < Cp; ++j) {
+          const double p = j < classes ? std::exp(static_cast<double>(row[j]) - l) : 0.0;
+          row[j] = j < classes ? static_cast<T>(g * (p - (j == tgt ? 1.0 : 0.0))) : T(0);
+        }
+      }
+    });
+  });
+}
+
 }  // namespace mixp
