@@ -1,0 +1,39 @@
+// The CUDA backend: whether this libmixp has it, and whether this machine can run it
+// (docs/cuda.md). Tensors on Device::cuda(i) allocate through its caching device allocator and
+// compute on its backend (backend_for, backend/backend.h); Tensor::to(Device) copies between the
+// host and the device. Built when CMake finds the CUDA toolkit (MIXP_CUDA=AUTO|ON|OFF).
+//
+// Untested on hardware: the kernels' arithmetic is checked on the CPU in every build
+// (tests/cuda), but no GPU has run them yet; scripts/gpu-check.sh is the check to run on one.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "mixp/tensor/allocator.h"
+
+namespace mixp {
+
+struct CudaStatus {
+  bool built = false;              // this libmixp contains the CUDA backend
+  std::string toolkit_version;     // the toolkit it was built with ("13.0.88"), "" when not built
+  std::string architectures;       // the GPU architectures compiled for ("80;89;90")
+  int runtime_version = 0;         // cudaRuntimeGetVersion, 0 when unknown
+  int device_count = 0;            // CUDA devices this process sees (0: none, or not built)
+  std::string message;             // one line: "1 CUDA device" or "no CUDA device: <why>"
+  bool tested_on_hardware = false; // whether gpu-check.sh has passed on a GPU for this version
+};
+// Never throws; asks the CUDA runtime once per process.
+const CudaStatus& cuda_status();
+// Built and at least one device present.
+bool cuda_available();
+
+// The caching allocator of cuda:index (same policy and statistics as the cpu one, allocator.h).
+// Throws "no CUDA device: ..." (saying what to do) when there is no such device.
+CachingAllocator& cuda_allocator(int index = 0);
+
+// fp32 GEMMs run cuBLASLt with CUBLAS_COMPUTE_32F. At float32_matmul_precision "high"
+// (ops/matmul_precision.h) the front end rounds the operands to tf32 first, so the results are
+// TF32's; running them on the TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32) needs the backend
+// to be told, which MatmulConfig does not carry yet (docs/cuda.md, "Not done yet").
+
+}  // namespace mixp
