@@ -22,10 +22,15 @@ const CudaStatus& cuda_status() {
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky error so later calls report their own
+      // No driver at all reads as "insufficient driver" from the runtime: say both.
+      const bool driver = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice;
       st.message = fmt::format(
-          "no CUDA device: cudaGetDeviceCount failed with {} ({}); run on a machine with an "
+          "no CUDA device: cudaGetDeviceCount failed with {} ({}){}; run on a machine with an "
           "NVIDIA GPU and its driver, or use the cpu device",
-          cudaGetErrorName(e), cudaGetErrorString(e));
+          cudaGetErrorName(e), cudaGetErrorString(e),
+          driver ? fmt::format(": no NVIDIA driver, or one older than this CUDA {} runtime",
+                               MIXP_CUDA_VERSION)
+                 : std::string());
       return st;
     }
     st.device_count = n;

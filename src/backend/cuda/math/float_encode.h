@@ -143,11 +143,12 @@ MIXP_HD float decode_f32(const MiniFormat& f, uint32_t bits) {
   if (f.specials == 0 && ex == exp_all) return bits_f32((sign << 31) | 0x7F800000U);
   if (ex == 0) {
     if (mant == 0) return bits_f32(sign << 31);
-    // Subnormal: mant * 2^(1 - bias - M), exact in fp32 for these formats.
-    const int lz = clz32(mant) - (32 - M);  // leading zeros within the M-bit field
-    const uint32_t m = (mant << (lz + 1)) & ((1U << M) - 1);
-    const int e = 1 - f.bias - lz - 1;
-    return bits_f32((sign << 31) | (static_cast<uint32_t>(e + 127) << 23) | (m << (23 - M)));
+    // Subnormal: mant * 2^(1 - bias - M), an exact fp32 product (bf16's are fp32 subnormals).
+    const int e = 1 - f.bias - f.man_bits;  // >= -149 for every format here
+    const float scale = e >= -126 ? bits_f32(static_cast<uint32_t>(e + 127) << 23)
+                                  : bits_f32(1U << (e + 149));
+    const float v = static_cast<float>(mant) * scale;
+    return sign ? -v : v;
   }
   const int e = static_cast<int>(ex) - f.bias;
   return bits_f32((sign << 31) | (static_cast<uint32_t>(e + 127) << 23) | (mant << (23 - M)));
