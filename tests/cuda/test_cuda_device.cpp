@@ -6,8 +6,10 @@
 // gtest's "[  SKIPPED ]" is CTest's skip pattern); only the no-device error itself is tested then.
 // scripts/gpu-check.sh runs these on a GPU machine.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -227,6 +229,26 @@ TEST(CudaDevice, OpsNotBuiltOnCudaSaySo) {
     FAIL() << "conv2d should say it is not implemented on cuda";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("not implemented on cuda"), std::string::npos) << e.what();
+  }
+}
+
+// `mixp doctor --json` says what this build has and what it sees, and that the backend is
+// untested on hardware (runs everywhere: the CLI is the user's way to find out).
+TEST(CudaDevice, DoctorReportsTheCudaBackend) {
+  std::string out;
+  FILE* p = popen(MIXP_CLI " doctor --json", "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  const nlohmann::json& c = j.at("cuda_backend");
+  EXPECT_EQ(c.at("built").get<bool>(), cuda_status().built);
+  EXPECT_EQ(c.at("device_count").get<int>(), cuda_status().device_count);
+  EXPECT_EQ(c.at("status").get<std::string>(), cuda_status().message);
+  EXPECT_FALSE(c.at("tested_on_hardware").get<bool>());
+  if (cuda_status().built) {
+    EXPECT_NE(c.at("note").get<std::string>().find("untested"), std::string::npos);
   }
 }
 

@@ -31,6 +31,11 @@ bool cuda_available();
 // Throws "no CUDA device: ..." (saying what to do) when there is no such device.
 CachingAllocator& cuda_allocator(int index = 0);
 
+// Waits until every kernel and copy queued on cuda:index has finished (the backend queues all its
+// work on one stream per device). For timing; results read through Tensor::to(Device::cpu())
+// or item() are waited for already. Throws as cuda_allocator.
+void cuda_synchronize(int index = 0);
+
 // fp32 GEMMs run cuBLASLt with CUBLAS_COMPUTE_32F. At float32_matmul_precision "high"
 // (ops/matmul_precision.h) the front end rounds the operands to tf32 first, so the results are
 // TF32's; running them on the TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32) needs the backend

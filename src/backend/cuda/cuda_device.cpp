@@ -47,6 +47,15 @@ bool cuda_available() {
 }
 
 namespace cuda {
+DeviceContext& context(int index);
+}  // namespace cuda
+
+void cuda_synchronize(int index) {
+  cuda::DeviceContext& c = cuda::context(index);
+  MIXP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+}
+
+namespace cuda {
 
 void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   throw std::runtime_error(fmt::format("mixp: CUDA error {} ({}) in {} at {}:{}",

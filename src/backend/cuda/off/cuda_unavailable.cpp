@@ -24,6 +24,10 @@ CachingAllocator& cuda_allocator(int index) {
   throw std::runtime_error(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
+void cuda_synchronize(int index) {
+  throw std::runtime_error(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+
 Backend& detail::cuda_backend(int index) {
   throw std::runtime_error(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
