@@ -14,7 +14,11 @@ constexpr const char* kNotBuilt =
 }  // namespace
 
 const CudaStatus& cuda_status() {
-  static const CudaStatus s{.message = std::string("CUDA backend not built: ") + kNotBuilt};
+  static const CudaStatus s = [] {
+    CudaStatus st;
+    st.message = std::string("CUDA backend not built: ") + kNotBuilt;
+    return st;
+  }();
   return s;
 }
 bool cuda_available() {
