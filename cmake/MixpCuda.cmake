@@ -92,3 +92,6 @@ if(MIXP_WERROR)
 endif()
 target_sources(mixp PRIVATE $<TARGET_OBJECTS:mixp_cuda>)
 target_link_libraries(mixp PRIVATE ${CUDA_cudart_LIBRARY} ${CUDA_cublasLt_LIBRARY})
+# An installed libmixp finds CUDA's libraries where this build found them (ld.so.conf may not
+# name the toolkit's folder).
+set_property(TARGET mixp APPEND PROPERTY INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
