@@ -107,7 +107,15 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr(std::source_location caller) const {
   if (!impl_) throw std::logic_error("mixp: data_ptr() of an undefined tensor");
-  if (impl_->device.kind == DeviceKind::guarded && !device_access_open()) [[unlikely]] {
+  if (impl_->device.kind != DeviceKind::cpu && !device_access_open()) [[unlikely]] {
+    if (impl_->device.kind == DeviceKind::cuda) {
+      // Device memory: the host would crash reading it. What reaches here is host code that has
+      // no cuda kernel yet (docs/architecture.md 9, KnownBlockers; docs/cuda.md).
+      throw std::runtime_error(fmt::format(
+          "mixp: {}:{} ({}) reads a tensor on {} directly; this step is not implemented on cuda "
+          "yet (docs/cuda.md); run it on the cpu device",
+          caller.file_name(), caller.line(), caller.function_name(), impl_->device.str()));
+    }
     throw std::logic_error(fmt::format(
         "mixp: {}:{} ({}) reads the data pointer of a tensor on the guarded device outside a "
         "backend call; compute through a backend op, or copy to the host with to(Device::cpu())",

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -54,6 +56,9 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const char* what) {
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16 = 1e-2;
 constexpr double kTolF16 = 2e-3;
+
+// `mixp ARGS` with stdout and stderr captured; returns the exit status (defined below).
+int run_cli(const std::string& args, std::string& out, std::string& err);
 
 Tensor host_randn(const Shape& s, uint64_t seed) {
   Generator gen(seed);
@@ -181,6 +186,26 @@ TEST(CudaDevice, MatmulMatchesTheCpuPerDtype) {
   }
 }
 
+TEST(CudaDevice, AttentionAndItsGradientMatchTheCpu) {
+  REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    Tensor q = host_randn(Shape{2, 3, 16, 32}, 20), k = host_randn(Shape{2, 3, 16, 32}, 21),
+           v = host_randn(Shape{2, 3, 16, 32}, 22);
+    Tensor cq = q.clone().requires_grad_(), ck = k.clone().requires_grad_(),
+           cv = v.clone().requires_grad_();
+    Tensor gq = q.to(kGpu).requires_grad_(), gk = k.to(kGpu).requires_grad_(),
+           gv = v.to(kGpu).requires_grad_();
+    Tensor oc = scaled_dot_product_attention(cq, ck, cv, causal);
+    Tensor og = scaled_dot_product_attention(gq, gk, gv, causal);
+    EXPECT_LT(rel_error(og, oc), kTolF32) << causal;
+    sum(mul(oc, oc)).backward();
+    sum(mul(og, og)).backward();
+    EXPECT_LT(rel_error(gq.grad(), cq.grad()), 1e-4) << causal;
+    EXPECT_LT(rel_error(gk.grad(), ck.grad()), 1e-4) << causal;
+    EXPECT_LT(rel_error(gv.grad(), cv.grad()), 1e-4) << causal;
+  }
+}
+
 TEST(CudaDevice, StepKernelsMatchTheCpu) {
   REQUIRE_GPU();
   Tensor g = host_randn(Shape{1000}, 12);
@@ -228,6 +253,20 @@ TEST(CudaDevice, MlpTrainingStepsMatchTheCpu) {
   for (size_t k = 0; k < init.size(); ++k) EXPECT_LT(rel_error(finals[1][k], finals[0][k]), 1e-4);
 }
 
+// A few steps of the gpt (embedding, LayerNorm, attention, GELU, cross-entropy, AdamW) on
+// cuda:0 through the CLI, against the cpu.
+TEST(CudaDevice, GptTrainsOnCudaLikeOnTheCpu) {
+  REQUIRE_GPU();
+  const std::string run =
+      "train --model gpt --data synthetic --steps 3 --batch 4 --context 32 --seed 1 --json";
+  std::string out, err;
+  ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << err;
+  const double cpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
+  ASSERT_EQ(run_cli(run + " --device cuda", out, err), 0) << err;
+  const double gpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-3 * std::fabs(cpu_loss));
+}
+
 TEST(CudaDevice, OpsNotBuiltOnCudaSaySo) {
   REQUIRE_GPU();
   Tensor x = zeros(Shape{1, 1, 4, 4}, {.device = kGpu});
@@ -237,6 +276,45 @@ TEST(CudaDevice, OpsNotBuiltOnCudaSaySo) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("not implemented on cuda"), std::string::npos) << e.what();
   }
+}
+
+// Runs `mixp ARGS` with stderr captured apart; returns the exit status.
+int run_cli(const std::string& args, std::string& out, std::string& err) {
+  const std::string err_file = ::testing::TempDir() + "mixp_cuda_cli_err.txt";
+  FILE* p = popen((std::string(MIXP_CLI) + " " + args + " 2>" + err_file).c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  out.clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  err.clear();
+  if (FILE* e = fopen(err_file.c_str(), "r")) {
+    while (size_t n = fread(buf, 1, sizeof buf, e)) err.append(buf, n);
+    fclose(e);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// `mixp train --device`: a bad name is a usage error; a missing device a clear failure; on a GPU
+// the mlp trains and its losses agree with the cpu's.
+TEST(CudaDevice, TrainDeviceFlag) {
+  const std::string run = "train --model mlp --data synthetic --steps 3 --batch 16 --seed 3 --json";
+  std::string out, err;
+  EXPECT_EQ(run_cli(run + " --device tpu", out, err), 2) << err;
+  EXPECT_NE(err.find("use cpu, cuda or cuda:N"), std::string::npos) << err;
+  EXPECT_TRUE(out.empty()) << out;
+  if (!cuda_available()) {
+    EXPECT_EQ(run_cli(run + " --device cuda", out, err), 1) << err;
+    EXPECT_NE(err.find(cuda_status().built ? "no CUDA device" : "not built"), std::string::npos)
+        << err;
+    EXPECT_TRUE(out.empty()) << out;
+    GTEST_SKIP() << "the training half needs a GPU: " << cuda_status().message;
+  }
+  ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << err;
+  const double cpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
+  ASSERT_EQ(run_cli(run + " --device cuda", out, err), 0) << err;
+  const double gpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-3 * std::fabs(cpu_loss));
 }
 
 // `mixp doctor --json` says what this build has and what it sees, and that the backend is

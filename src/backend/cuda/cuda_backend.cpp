@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "backend/cuda/math/attention_math.h"
 #include "backend/cuda/math/pointwise_math.h"
 #include "backend/cuda_entry.h"
 #include "mixp/backend/cuda.h"
@@ -63,7 +64,7 @@ View view_of(const Tensor& t, const char* op) {
   View v;
   if (!t.defined()) return v;
   if (t.dim() > kMaxRank) unsupported(op, fmt::format("a tensor of rank {} (max 8)", t.dim()));
-  v.data = t.data_ptr();
+  v.data = dev_ptr(t);
   v.type = elem_of(t.dtype(), op);
   for (int d = 0; d < t.dim(); ++d) v.stride[d] = t.strides()[d];
   return v;
@@ -85,10 +86,10 @@ void require_f32(const char* op, std::initializer_list<const Tensor*> ts) {
   }
 }
 const float* fptr(const Tensor& t) {
-  return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr;
+  return t.defined() ? static_cast<const float*>(dev_ptr(t)) : nullptr;
 }
 float* fptr_mut(Tensor& t) {
-  return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
+  return t.defined() ? static_cast<float*>(dev_ptr(t)) : nullptr;
 }
 bool idx64_of(const Tensor& idx, const char* op) {
   if (idx.dtype() != DType::int64 && idx.dtype() != DType::int32)
@@ -140,7 +141,7 @@ void CudaBackend::fill(Tensor& dst, double value) {
   if (is_raw(a.dst.type)) {
     if (value != 0.0 || !dst.is_contiguous()) unsupported("fill", "a non-zero integer fill");
     DeviceContext& c = ctx();
-    MIXP_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, dst.nbytes(), c.stream));
+    MIXP_CUDA_CHECK(cudaMemsetAsync(dev_ptr(dst), 0, dst.nbytes(), c.stream));
     return;
   }
   a.s = static_cast<float>(value);
@@ -216,7 +217,7 @@ void CudaBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
   a.op = static_cast<int>(op);
   a.src_shape = shape_of(src.shape(), "reduce");
   a.src = view_of(src, "reduce");
-  a.dst = dst.data_ptr();
+  a.dst = dev_ptr(dst);
   a.dst_type = elem_of(dst.dtype(), "reduce");
   a.dst_shape = shape_of(dst.shape(), "reduce");
   if (is_raw(a.src.type) || is_raw(a.dst_type)) unsupported("reduce", "integer tensors");
@@ -231,7 +232,7 @@ void CudaBackend::argmax(Tensor& dst, const Tensor& src, int dim) {
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= src.shape()[d];
   for (int d = dim + 1; d < src.dim(); ++d) inner *= src.shape()[d];
-  launch_argmax(static_cast<int64_t*>(dst.data_ptr()), src.data_ptr(), t, outer,
+  launch_argmax(static_cast<int64_t*>(dev_ptr(dst)), dev_ptr(src), t, outer,
                 src.shape()[dim], inner, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -278,7 +279,7 @@ void CudaBackend::layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& 
   require_f32("layer_norm_xhat", {&src, &mean, &rstd});
   const int64_t rows = mean.numel();
   const int64_t n = rows ? src.numel() / rows : 0;
-  launch_layer_norm_xhat(dst.data_ptr(), elem_of(dst.dtype(), "layer_norm_xhat"), fptr(src),
+  launch_layer_norm_xhat(dev_ptr(dst), elem_of(dst.dtype(), "layer_norm_xhat"), fptr(src),
                          fptr(mean), fptr(rstd), rows, n, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -298,7 +299,7 @@ void CudaBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbi
 void CudaBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) {
   require_f32("embedding", {&dst, &weight});
   const bool i64 = idx64_of(indices, "embedding");
-  launch_embedding(fptr_mut(dst), fptr(weight), indices.data_ptr(), i64, indices.numel(),
+  launch_embedding(fptr_mut(dst), fptr(weight), dev_ptr(indices), i64, indices.numel(),
                    weight.shape()[1], weight.shape()[0], ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -306,7 +307,7 @@ void CudaBackend::embedding(Tensor& dst, const Tensor& weight, const Tensor& ind
 void CudaBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) {
   require_f32("embedding_backward", {&dweight, &ddst});
   const bool i64 = idx64_of(indices, "embedding_backward");
-  launch_embedding_backward(fptr_mut(dweight), fptr(ddst), indices.data_ptr(), i64,
+  launch_embedding_backward(fptr_mut(dweight), fptr(ddst), dev_ptr(indices), i64,
                             indices.numel(), dweight.shape()[1], dweight.shape()[0], ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -316,12 +317,80 @@ void CudaBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Te
   gemm_lt(ctx(), dst, a, b, bias, cfg);
 }
 
+namespace {
+// The shared geometry of attention's operands: [B, H, T, D], contiguous, one float dtype.
+AttnArgs attn_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& o, bool causal, double scale) {
+  for (const Tensor* t : {&q, &k, &v, &o}) {
+    if (!t->is_contiguous()) unsupported(op, "strided q, k, v or output");
+    if (t->dtype() != q.dtype()) unsupported(op, "q, k, v and output of different dtypes");
+  }
+  if (q.dtype() != DType::fp32 && q.dtype() != DType::bf16 && q.dtype() != DType::fp16)
+    unsupported(op, "dtype " + std::string(mixp::name(q.dtype())));
+  AttnArgs a;
+  a.BH = q.shape()[0] * q.shape()[1];
+  a.Tq = q.shape()[2];
+  a.Tk = k.shape()[2];
+  a.D = q.shape()[3];
+  if (a.D > cuda_math::kAttnMaxHeadDim) unsupported(op, "a head dimension above 256");
+  a.causal = causal;
+  a.scale = static_cast<float>(scale);
+  a.type = elem_of(q.dtype(), op);
+  a.elem_bytes = q.element_size();
+  a.q = dev_ptr(q);
+  a.k = dev_ptr(k);
+  a.v = dev_ptr(v);
+  a.out = dev_ptr(o);
+  return a;
+}
+}  // namespace
+
+void CudaBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
+                            const Tensor& v, bool causal, double scale) {
+  require_f32("attention", {&lse});
+  AttnArgs a = attn_args("attention", q, k, v, dst, causal, scale);
+  a.lse = fptr_mut(lse);
+  launch_attention_forward(a, ctx().stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
+                                     const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& dst, const Tensor& lse, bool causal,
+                                     double scale) {
+  constexpr const char* op = "attention_backward";
+  require_f32(op, {&lse});
+  AttnArgs a = attn_args(op, q, k, v, dst, causal, scale);
+  if (!ddst.is_contiguous() || ddst.dtype() != q.dtype()) unsupported(op, "this ddst layout");
+  a.dout = dev_ptr(ddst);
+  a.lse = fptr_mut(const_cast<Tensor&>(lse));
+  // fp32 accumulators: dk/dv are sums over query rows (atomics); dq is one row per thread.
+  const Device dev = q.device();
+  auto f32 = [&](Tensor& t) {
+    return t.dtype() == DType::fp32 && t.is_contiguous()
+               ? t
+               : Tensor::empty(t.shape(), {.dtype = DType::fp32, .device = dev});
+  };
+  Tensor dq32 = f32(dq), dk32 = f32(dk), dv32 = f32(dv);
+  fill(dk32, 0.0);
+  fill(dv32, 0.0);
+  a.dq32 = fptr_mut(dq32);
+  a.dk32 = fptr_mut(dk32);
+  a.dv32 = fptr_mut(dv32);
+  launch_attention_backward(a, ctx().stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+  for (auto [dst_t, acc] : {std::pair<Tensor*, Tensor*>{&dq, &dq32}, {&dk, &dk32}, {&dv, &dv32}}) {
+    if (dst_t->is_same(*acc)) continue;  // accumulated in place (fp32, contiguous)
+    copy(*dst_t, *acc);
+  }
+}
+
 void CudaBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                                 const Tensor& targets) {
   require_f32("cross_entropy", {&loss, &lse, &logits});
   const bool i64 = idx64_of(targets, "cross_entropy");
   const int64_t rows = logits.shape()[0], n = logits.shape()[1];
-  launch_cross_entropy(fptr_mut(loss), fptr_mut(lse), fptr(logits), targets.data_ptr(), i64, rows,
+  launch_cross_entropy(fptr_mut(loss), fptr_mut(lse), fptr(logits), dev_ptr(targets), i64, rows,
                        n, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -332,7 +401,7 @@ void CudaBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss,
   require_f32("cross_entropy_backward", {&dlogits, &dloss, &logits, &lse});
   const bool i64 = idx64_of(targets, "cross_entropy_backward");
   const int64_t rows = logits.shape()[0], n = logits.shape()[1];
-  launch_cross_entropy_backward(fptr_mut(dlogits), fptr(dloss), fptr(logits), targets.data_ptr(),
+  launch_cross_entropy_backward(fptr_mut(dlogits), fptr(dloss), fptr(logits), dev_ptr(targets),
                                 i64, fptr(lse), rows, n, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -342,7 +411,7 @@ void CudaBackend::unscale_check(Tensor& grad, Tensor& found_inf, double inv_scal
   require_f32("unscale_check", {&found_inf});
   const Elem t = elem_of(grad.dtype(), "unscale_check");
   if (is_raw(t)) unsupported("unscale_check", "integer gradients");
-  launch_unscale_check(grad.data_ptr(), t, grad.numel(), static_cast<float>(inv_scale),
+  launch_unscale_check(dev_ptr(grad), t, grad.numel(), static_cast<float>(inv_scale),
                        fptr_mut(found_inf), ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
@@ -350,7 +419,7 @@ void CudaBackend::unscale_check(Tensor& grad, Tensor& found_inf, double inv_scal
 void CudaBackend::sum_squares(Tensor& dst, const Tensor& src) {
   require_f32("sum_squares", {&src});
   if (dst.dtype() != DType::fp64) unsupported("sum_squares", "a destination other than fp64");
-  launch_sum_squares(static_cast<double*>(dst.data_ptr()), fptr(src), src.numel(), ctx().stream);
+  launch_sum_squares(static_cast<double*>(dev_ptr(dst)), fptr(src), src.numel(), ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
 
@@ -370,25 +439,25 @@ void CudaBackend::optimizer_update(const ParamUpdate& u, const UpdateRule& rule)
   if (u.slots.size() > 1) a.slot1 = fptr_mut(const_cast<Tensor&>(u.slots[1]));
   if (!u.grad.is_contiguous() || !u.values.is_contiguous())
     unsupported(op, "strided parameters or gradients");
-  a.g = u.grad.data_ptr();
+  a.g = dev_ptr(u.grad);
   a.g_type = elem_of(u.grad.dtype(), op);
   if (u.values.dtype() == DType::fp32) {
     a.w = fptr_mut(const_cast<Tensor&>(u.values));
   } else {
     if (!u.chunked) unsupported(op, "fp64 parameters");
-    a.param = u.values.data_ptr();
+    a.param = dev_ptr(u.values);
     a.param_type = elem_of(u.values.dtype(), op);
     if (u.master.defined()) {
       require_f32(op, {&u.master});
       a.w = fptr_mut(const_cast<Tensor&>(u.master));
     }
-    if (u.comp.defined()) a.comp = u.comp.data_ptr();
+    if (u.comp.defined()) a.comp = dev_ptr(u.comp);
   }
   a.write_back = u.write_back;
   a.overflow = u.overflow;
   a.seed = u.seed;
   if (u.shadow.defined()) {
-    a.shadow = u.shadow.data_ptr();
+    a.shadow = dev_ptr(u.shadow);
     a.shadow_type = elem_of(u.shadow.dtype(), op);
   }
   launch_optimizer_update(a, ctx().stream);

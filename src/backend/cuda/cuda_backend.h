@@ -10,6 +10,14 @@
 
 namespace mixp::cuda {
 
+// A tensor's device pointer, read inside a DeviceAccessScope (tensor/device.h): outside one,
+// data_ptr() of a cuda tensor throws, so that host code without a cuda kernel fails clearly
+// instead of crashing on device memory.
+inline void* dev_ptr(const Tensor& t) {
+  const DeviceAccessScope in_kernel;
+  return t.data_ptr();
+}
+
 // The Elem of a dtype; fp64 and block formats throw not_implemented (only fp32/16-bit/fp8
 // compute is built on cuda).
 Elem elem_of(DType t, const char* op);
@@ -48,6 +56,11 @@ class CudaBackend final : public CudaBackendBase {
   void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
   void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
               const MatmulConfig& cfg) override;
+  void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                 bool causal, double scale) override;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
+                          bool causal, double scale) override;
   void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                      const Tensor& targets) override;
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,

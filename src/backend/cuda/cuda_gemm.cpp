@@ -129,7 +129,7 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
   Tensor bias_c;
   if (has_bias) {
     bias_c = bias.contiguous();
-    const void* bp = bias_c.data_ptr();
+    const void* bp = dev_ptr(bias_c);
     const cudaDataType_t bt = data_type(bias_c.dtype());
     MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
                                                      sizeof(bp)));
@@ -157,8 +157,8 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
     unsupported(fmt::format("this GEMM ({} x {} x {}, {} -> {}): cuBLASLt has no algorithm", M, N,
                             K, name(cfg.compute), name(dst.dtype())));
   const float alpha = 1.0f, beta = cfg.accumulate ? 1.0f : 0.0f;
-  MIXP_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, d.op, &alpha, ob.t.data_ptr(), d.a, oa.t.data_ptr(),
-                                   d.b, &beta, dst.data_ptr(), d.c, dst.data_ptr(), d.c,
+  MIXP_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, d.op, &alpha, dev_ptr(ob.t), d.a, dev_ptr(oa.t),
+                                   d.b, &beta, dev_ptr(dst), d.c, dev_ptr(dst), d.c,
                                    &heur.algo, ctx.workspace, ctx.workspace_bytes, ctx.stream));
 }
 

@@ -100,6 +100,23 @@ void launch_embedding_backward(float* dweight, const float* ddst, const void* id
 void launch_argmax(int64_t* dst, const void* src, Elem type, int64_t outer, int64_t n,
                    int64_t inner, cudaStream_t stream);
 
+// Attention on contiguous [BH, T, D] q/k/v/out of one Elem type (fp32, bf16 or fp16), lse fp32
+// [BH, Tq]. Backward: dq32/dk32/dv32 fp32 [.., D], dk32/dv32 zeroed by the caller (accumulated).
+struct AttnArgs {
+  int64_t BH = 0, Tq = 0, Tk = 0, D = 0;
+  bool causal = false;
+  float scale = 1.0f;
+  Elem type = Elem::f32;
+  size_t elem_bytes = 4;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void* out = nullptr;  // forward: written; backward: read (the forward's output)
+  float* lse = nullptr;
+  const void* dout = nullptr;
+  float *dq32 = nullptr, *dk32 = nullptr, *dv32 = nullptr;
+};
+void launch_attention_forward(const AttnArgs& a, cudaStream_t stream);
+void launch_attention_backward(const AttnArgs& a, cudaStream_t stream);
+
 // Step kernels.
 // g (fp32 or 16-bit Elem) *= inv (unless inv == 1); *found_inf = 1 if an element was not finite.
 void launch_unscale_check(void* g, Elem type, int64_t n, float inv, float* found_inf,
