@@ -4,7 +4,7 @@
 # kernel on cuda:0 against the cpu backend, the MLP training steps against the cpu, the device
 # allocator and copies) and the GEMM benchmark (bench/cuda_gemm.cpp), and writes a summary.
 #
-#   scripts/gpu-check.sh [SUMMARY.md]        (default: build/gpu/gpu-check-summary.md)
+#   scripts/gpu-check.sh [SUMMARY_FILE]        (default: build/gpu/gpu-check-summary.txt)
 #
 # Exit status: 0 when every GPU test ran and passed; 1 when a test failed or was skipped (a skip
 # here means no device was usable, which is itself the failure this script exists to catch);
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build="$root/${MIXP_GPU_CHECK_BUILD:-build/gpu}"
-summary="${1:-$build/gpu-check-summary.md}"
+summary="${1:-$build/gpu-check-summary.txt}"
 n="${MIXP_GPU_CHECK_N:-8192}"
 jobs=$(nproc)
 

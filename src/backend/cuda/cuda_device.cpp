@@ -70,9 +70,9 @@ void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, in
 
 void require_device(int index) {
   const CudaStatus& st = cuda_status();
-  if (st.device_count == 0) throw std::runtime_error("mixp: " + st.message);
+  if (st.device_count == 0) throw std::invalid_argument("mixp: " + st.message);
   if (index < 0 || index >= st.device_count) {
-    throw std::runtime_error(fmt::format(
+    throw std::invalid_argument(fmt::format(
         "mixp: no CUDA device: cuda:{} does not exist ({} device{} visible: cuda:0 to cuda:{})",
         index, st.device_count, st.device_count == 1 ? "" : "s", st.device_count - 1));
   }

@@ -29,8 +29,9 @@ namespace mixp::cuda {
 // After a kernel launch: a launch error (bad configuration, no kernel image for this GPU).
 #define MIXP_CUDA_CHECK_LAUNCH() MIXP_CUDA_CHECK(cudaGetLastError())
 
-// Throws "mixp: no CUDA device: ..." (what the runtime said, and what to do) unless device
-// `index` exists.
+// Throws std::invalid_argument "mixp: no CUDA device: ..." (what the runtime said, and what to
+// do) unless device `index` exists: the same kind of error as a device whose backend is not built
+// (src/tensor/tensor.cpp).
 void require_device(int index);
 
 struct DeviceContext {

@@ -25,15 +25,15 @@ bool cuda_available() {
   return false;
 }
 CachingAllocator& cuda_allocator(int index) {
-  throw std::runtime_error(std::string("mixp: no CUDA device: ") + kNotBuilt);
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
 void cuda_synchronize(int index) {
-  throw std::runtime_error(std::string("mixp: no CUDA device: ") + kNotBuilt);
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
 Backend& detail::cuda_backend(int index) {
-  throw std::runtime_error(std::string("mixp: no CUDA device: ") + kNotBuilt);
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
 }  // namespace mixp
