@@ -1,12 +1,13 @@
 // GEMM throughput on cuda:0 (docs/cuda.md, "Benchmarks"): n x n x n products through the CUDA
 // backend's cuBLASLt matmul per dtype, best of --repeat timed runs after a warm-up, each run
 // --iters GEMMs between two stream synchronizations. Printed against fp32 measured in the same
-// run (the ratios: bf16 / fp32) and against the GPU's datasheet dense peak where the GPU
+// run (the ratios: tf32 / fp32 >= 2.5 on an H100) and against the GPU's datasheet dense peak where the GPU
 // is in the table below. Without a CUDA device it prints why and exits with 77 (skipped).
 //
 //   build/release/mixp_cuda_gemm [--n=8192] [--repeat=5] [--iters=10] [--json=FILE]
 //
-// Not here yet: TF32 (needs MatmulConfig to carry the precision, docs/cuda.md) and FP8 GEMMs.
+// tf32: fp32 operands rounded to tf32 first (as the front end does at float32_matmul_precision
+// "high") and MatmulConfig::tf32, i.e. CUBLAS_COMPUTE_32F_FAST_TF32. Not here yet: FP8 GEMMs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,14 +45,22 @@ const Peak* peak_of(const std::string& gpu) {
   return nullptr;
 }
 
-double time_gemm(int64_t n, DType in, DType out, int repeat, int iters) {
+// An n x n operand in `in`, on the tf32 grid (stored as fp32) when tf32.
+Tensor operand(int64_t n, DType in, bool tf32, Generator& gen) {
+  Tensor x = randn(Shape{n, n}, gen);
+  if (tf32) return x.to(DType::tf32, Round::nearest_even, Overflow::ieee, 0).to(DType::fp32);
+  return x.to(in, Round::nearest_even, Overflow::ieee, 0);
+}
+
+double time_gemm(int64_t n, DType in, DType out, bool tf32, int repeat, int iters) {
   Generator gen(1);
   const Device gpu = Device::cuda(0);
-  Tensor a = randn(Shape{n, n}, gen).to(in, Round::nearest_even, Overflow::ieee, 0).to(gpu);
-  Tensor b = randn(Shape{n, n}, gen).to(in, Round::nearest_even, Overflow::ieee, 0).to(gpu);
+  Tensor a = operand(n, in, tf32, gen).to(gpu);
+  Tensor b = operand(n, in, tf32, gen).to(gpu);
   Tensor c = Tensor::empty(Shape{n, n}, {.dtype = out, .device = gpu});
   MatmulConfig cfg;
   cfg.compute = in;
+  cfg.tf32 = tf32;
   Backend& be = backend_for(gpu);
   be.matmul(c, a, b, Tensor(), cfg);  // warm-up: cuBLASLt's heuristic and kernel load
   cuda_synchronize(0);
@@ -104,13 +113,15 @@ int main(int argc, char** argv) {
   struct Row {
     const char* name;
     DType in, out;
+    bool tf32;
     double peak;
   };
   const std::vector<Row> rows = {
-      {"fp32", DType::fp32, DType::fp32, peak ? peak->fp32 : 0},
-      {"bf16 -> fp32", DType::bf16, DType::fp32, peak ? peak->bf16 : 0},
-      {"bf16", DType::bf16, DType::bf16, peak ? peak->bf16 : 0},
-      {"fp16", DType::fp16, DType::fp16, peak ? peak->bf16 : 0},
+      {"fp32", DType::fp32, DType::fp32, false, peak ? peak->fp32 : 0},
+      {"tf32", DType::fp32, DType::fp32, true, peak ? peak->tf32 : 0},
+      {"bf16 -> fp32", DType::bf16, DType::fp32, false, peak ? peak->bf16 : 0},
+      {"bf16", DType::bf16, DType::bf16, false, peak ? peak->bf16 : 0},
+      {"fp16", DType::fp16, DType::fp16, false, peak ? peak->bf16 : 0},
   };
   std::printf("GEMM n=%lld on cuda:0 (%s), best of %d x %d, mixp %s\n", static_cast<long long>(n),
               gpu.c_str(), repeat, iters, cuda_status().toolkit_version.c_str());
@@ -120,7 +131,7 @@ int main(int argc, char** argv) {
   std::string json = "{\"gpu\": \"" + gpu + "\", \"n\": " + std::to_string(n) + ", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    const double tflops = flops / time_gemm(n, r.in, r.out, repeat, iters) / 1e12;
+    const double tflops = flops / time_gemm(n, r.in, r.out, r.tf32, repeat, iters) / 1e12;
     if (i == 0) fp32_tflops = tflops;
     const double frac = r.peak > 0 ? tflops / r.peak : 0;
     std::printf("%-14s %10.1f %11.2fx %9.0f%%\n", r.name, tflops, tflops / fp32_tflops,

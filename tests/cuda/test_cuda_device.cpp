@@ -18,6 +18,7 @@
 
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
 #include "mixp/tensor/factories.h"
@@ -176,6 +177,13 @@ TEST(CudaDevice, MatmulMatchesTheCpuPerDtype) {
   for (Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
     EXPECT_LT(rel_error(linear(da, w.to(kGpu), dbias, act), linear(a, w, bias, act)), kTolF32)
         << static_cast<int>(act);
+  }
+  {
+    // float32_matmul_precision "high": operands rounded to tf32 by the front end (on the device),
+    // products on the TF32 Tensor Cores; the cpu rounds the same operands, so only the
+    // accumulation order differs.
+    const Tf32Guard tf32(MatmulPrecision::high);
+    EXPECT_LT(rel_error(matmul(da, db), matmul(a, b)), kTolF32) << "tf32";
   }
   for (DType t : {DType::bf16, DType::fp16}) {
     Tensor a16 = a.to(t, Round::nearest_even, Overflow::ieee, 0);

@@ -36,9 +36,7 @@ CachingAllocator& cuda_allocator(int index = 0);
 // or item() are waited for already. Throws as cuda_allocator.
 void cuda_synchronize(int index = 0);
 
-// fp32 GEMMs run cuBLASLt with CUBLAS_COMPUTE_32F. At float32_matmul_precision "high"
-// (ops/matmul_precision.h) the front end rounds the operands to tf32 first, so the results are
-// TF32's; running them on the TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32) needs the backend
-// to be told, which MatmulConfig does not carry yet (docs/cuda.md, "Not done yet").
+// TF32: with float32_matmul_precision("high") (ops/matmul_precision.h, the one switch) fp32 GEMMs
+// on cuda run on the TF32 Tensor Cores (MatmulConfig::tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32).
 
 }  // namespace mixp

@@ -1,4 +1,5 @@
-// matmul on cuda through cuBLASLt: fp32 (CUBLAS_COMPUTE_32F), bf16 and fp16 operands with fp32
+// matmul on cuda through cuBLASLt: fp32 (CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when
+// MatmulConfig::tf32 says the operands are tf32), bf16 and fp16 operands with fp32
 // accumulation (CUBLAS_COMPUTE_32F; dst bf16/fp16 or fp32), bias and ReLU/GELU (tanh) epilogues,
 // batches with a batch stride of 0 for broadcast operands, and dst += a @ b (beta = 1).
 //
@@ -112,7 +113,11 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
   const cudaDataType_t out_t = data_type(dst.dtype());
 
   LtDescs d;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // TF32 Tensor Cores when the front end asked for tf32 (its operands are on the tf32 grid).
+  const cublasComputeType_t compute = cfg.tf32 && cfg.compute == DType::fp32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  MIXP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
   MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op,
                                                    sizeof(ob.op)));
   MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op,

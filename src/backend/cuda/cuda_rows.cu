@@ -299,8 +299,10 @@ void launch_cross_entropy(float* loss, float* lse, const float* logits, const vo
   if (!rows) return;
   // The per-row losses, summed in a second pass in row order (a deterministic mean).
   float* row_loss = nullptr;
-  cudaMallocAsync(reinterpret_cast<void**>(&row_loss), static_cast<size_t>(rows) * sizeof(float),
-                  stream);
+  // On failure the caller's launch check reports the error (cudaGetLastError).
+  if (cudaMallocAsync(reinterpret_cast<void**>(&row_loss),
+                      static_cast<size_t>(rows) * sizeof(float), stream) != cudaSuccess)
+    return;
   cross_entropy_rows<<<blocks_for(rows, 1), kThreads, 0, stream>>>(row_loss, lse, logits, targets,
                                                                    idx64, rows, n);
   mean_kernel<<<1, kThreads, 0, stream>>>(loss, row_loss, rows);

@@ -88,7 +88,10 @@ void launch_unscale_check(void* g, Elem type, int64_t n, float inv, float* found
 void launch_sum_squares(double* dst, const float* src, int64_t n, cudaStream_t stream) {
   constexpr int kBlocks = 256;  // fixed: the result does not depend on the grid (deterministic)
   double* partial = nullptr;
-  cudaMallocAsync(reinterpret_cast<void**>(&partial), kBlocks * sizeof(double), stream);
+  // On failure the caller's launch check reports the error (cudaGetLastError).
+  if (cudaMallocAsync(reinterpret_cast<void**>(&partial), kBlocks * sizeof(double), stream) !=
+      cudaSuccess)
+    return;
   sum_squares_partial<<<kBlocks, kThreads, 0, stream>>>(partial, src, n);
   sum_doubles<<<1, 1, 0, stream>>>(dst, partial, kBlocks);
   cudaFreeAsync(partial, stream);
