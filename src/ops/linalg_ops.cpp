@@ -80,6 +80,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const GemmPlan
   Tensor dst = new_tensor(out_shape, out_dtype ? *out_dtype : gemm_out_dtype(plan));
   MatmulConfig cfg;
   cfg.compute = backend_compute(plan);
+  cfg.tf32 = plan.c == DType::fp32 && plan.mode.precision == MatmulPrecision::high;
   cfg.activation = act;
   backend_for(dst, bias).matmul(dst, plan_operand(a, plan), plan_operand(b, plan), bias, cfg);
   return dst;

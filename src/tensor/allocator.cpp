@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 
 #include "tensor/asan_poison.h"
 #include "tensor/block_sizes.h"
@@ -16,7 +17,18 @@
 
 namespace mixp {
 
+namespace {
+void* host_alloc(size_t sz, void*) {
+  return std::aligned_alloc(kTensorAlignment, sz);
+}
+void host_free(void* p, size_t, void*) {
+  std::free(p);
+}
+}  // namespace
+
 struct CachingAllocator::Impl {
+  explicit Impl(const MemorySource& s) : source(s) {}
+  MemorySource source;
   mutable std::mutex mu;
   detail::SizeClassPool small;
   detail::SegmentPool large;
@@ -24,10 +36,10 @@ struct CachingAllocator::Impl {
   bool caching = true;
 
   void* system_alloc(size_t sz) {
-    void* p = std::aligned_alloc(kTensorAlignment, sz);
+    void* p = source.alloc(sz, source.ctx);
     if (!p) {
       release_cached();
-      p = std::aligned_alloc(kTensorAlignment, sz);
+      p = source.alloc(sz, source.ctx);
       if (!p) throw std::bad_alloc();
     }
     ++st.system_allocs;
@@ -36,8 +48,8 @@ struct CachingAllocator::Impl {
     return p;
   }
   void system_free(void* p, size_t sz) {
-    detail::unpoison_cached(p, sz);
-    std::free(p);
+    unpoison(p, sz);
+    source.free(p, sz, source.ctx);
     ++st.system_frees;
     st.reserved_bytes -= static_cast<int64_t>(sz);
   }
@@ -56,7 +68,7 @@ struct CachingAllocator::Impl {
       const auto t = large.take(sz);
       b = {t.ptr, t.size};
     }
-    if (b.ptr) detail::unpoison_cached(b.ptr, b.size);
+    if (b.ptr) unpoison(b.ptr, b.size);
     return b;
   }
   Block take_system(size_t sz) {
@@ -71,16 +83,23 @@ struct CachingAllocator::Impl {
     }
     return {p, sz};
   }
+  // ASan knows only host memory.
+  void poison(void* p, size_t n) const {
+    if (source.host) detail::poison_cached(p, n);
+  }
+  void unpoison(void* p, size_t n) const {
+    if (source.host) detail::unpoison_cached(p, n);
+  }
   void give_back(Block b) {
     if (b.size <= detail::kSmallMax) {
       if (caching && small.put(b.ptr, b.size)) {
-        detail::poison_cached(b.ptr, b.size);
+        poison(b.ptr, b.size);
       } else {
         system_free(b.ptr, b.size);
       }
       return;
     }
-    detail::poison_cached(b.ptr, b.size);
+    poison(b.ptr, b.size);
     if (large.free_block(b.ptr, b.size) && !caching) {
       const auto s = large.remove_segment(b.ptr);
       system_free(s.ptr, s.size);
@@ -88,7 +107,10 @@ struct CachingAllocator::Impl {
   }
 };
 
-CachingAllocator::CachingAllocator() : impl_(new Impl) {
+CachingAllocator::CachingAllocator()
+    : CachingAllocator(MemorySource{.alloc = host_alloc, .free = host_free}) {}
+
+CachingAllocator::CachingAllocator(const MemorySource& source) : impl_(new Impl(source)) {
   if (const char* e = std::getenv("MIXP_ALLOCATOR"); e && std::strcmp(e, "system") == 0)
     impl_->caching = false;
 }
@@ -162,6 +184,20 @@ void CachingAllocator::set_caching(bool on) {
 bool CachingAllocator::caching() const {
   std::lock_guard lock(impl_->mu);
   return impl_->caching;
+}
+
+namespace {
+DeviceMemoryHooks g_cuda_memory;  // written while libmixp loads, read afterwards
+}  // namespace
+
+void register_device_memory(DeviceKind kind, const DeviceMemoryHooks& hooks) {
+  if (kind != DeviceKind::cuda)
+    throw std::invalid_argument("mixp: only the cuda device registers its own memory");
+  g_cuda_memory = hooks;
+}
+const DeviceMemoryHooks* device_memory(DeviceKind kind) {
+  if (kind != DeviceKind::cuda || g_cuda_memory.allocator == nullptr) return nullptr;
+  return &g_cuda_memory;
 }
 
 AllocatorStats allocator_stats() {

@@ -13,12 +13,20 @@
 namespace mixp {
 
 namespace {
-// The allocator of a device's memory: the guarded device is host memory, from the host's pool.
-CachingAllocator& allocator_for(Device dev) {
-  if (!dev.is_host_memory()) {
-    throw std::invalid_argument("mixp: no backend for device " + dev.str() +
-                                " is built; allocate tensors on the cpu");
+// The allocator of a device's memory: the guarded device is host memory, from the host's pool;
+// cuda memory comes from the allocator its backend registered (allocator.h, DeviceMemoryHooks).
+const DeviceMemoryHooks& device_hooks(Device dev) {
+  const DeviceMemoryHooks* h = device_memory(dev.kind);
+  if (!h) {
+    throw std::invalid_argument(
+        "mixp: no backend for device " + dev.str() +
+        " is built into this mixp (configure with -DMIXP_CUDA=ON on a machine with the CUDA "
+        "toolkit, docs/cuda.md); allocate tensors on the cpu");
   }
+  return *h;
+}
+CachingAllocator& allocator_for(Device dev) {
+  if (!dev.is_host_memory()) return device_hooks(dev).allocator(dev.index);
   return CachingAllocator::cpu();
 }
 }  // namespace
@@ -99,7 +107,15 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr(std::source_location caller) const {
   if (!impl_) throw std::logic_error("mixp: data_ptr() of an undefined tensor");
-  if (impl_->device.kind == DeviceKind::guarded && !device_access_open()) [[unlikely]] {
+  if (impl_->device.kind != DeviceKind::cpu && !device_access_open()) [[unlikely]] {
+    if (impl_->device.kind == DeviceKind::cuda) {
+      // Device memory: the host would crash reading it. What reaches here is host code that has
+      // no cuda kernel yet (docs/architecture.md 9, KnownBlockers; docs/cuda.md).
+      throw std::runtime_error(fmt::format(
+          "mixp: {}:{} ({}) reads a tensor on {} directly; this step is not implemented on cuda "
+          "yet (docs/cuda.md); run it on the cpu device",
+          caller.file_name(), caller.line(), caller.function_name(), impl_->device.str()));
+    }
     throw std::logic_error(fmt::format(
         "mixp: {}:{} ({}) reads the data pointer of a tensor on the guarded device outside a "
         "backend call; compute through a backend op, or copy to the host with to(Device::cpu())",
@@ -164,16 +180,23 @@ double Tensor::item() const {
     throw std::invalid_argument("mixp: item() needs a tensor with one element, got shape " +
                                 shape().str());
   }
+  if (!device().is_host_memory()) return to(Device::cpu()).item();
   const DeviceAccessScope host_read;  // an explicit host read (device.h)
   return load_element(data_ptr(), dtype(), 0);
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
+  if (!device().is_host_memory()) return to(Device::cpu()).at(index);
   const DeviceAccessScope host_read;
   return load_element(data_ptr(), dtype(), element_offset(*this, index));
 }
 
 void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
+  if (!device().is_host_memory()) {
+    throw std::invalid_argument("mixp: set_at on a tensor on " + device().str() +
+                                " (device memory); build the values on the cpu and copy them with "
+                                "to(Device), or use fill_/copy_");
+  }
   const DeviceAccessScope host_write;
   store_element(data_ptr(), dtype(), element_offset(*this, index), v, Round::nearest_even,
                 Overflow::saturate, 0);
@@ -181,6 +204,7 @@ void Tensor::set_at(std::initializer_list<int64_t> index, double v) {
 }
 
 std::vector<double> Tensor::to_double_vector() const {
+  if (!device().is_host_memory()) return to(Device::cpu()).to_double_vector();
   std::vector<double> out;
   out.reserve(static_cast<size_t>(numel()));
   const DeviceAccessScope host_read;
@@ -194,8 +218,20 @@ Tensor Tensor::to(Device device) const {
   if (!impl_) throw std::logic_error("mixp: to(Device) of an undefined tensor");
   if (this->device() == device) return *this;
   if (!this->device().is_host_memory() || !device.is_host_memory()) {
-    throw std::invalid_argument("mixp: no backend copies between " + this->device().str() +
-                                " and " + device.str());
+    // Device memory: one contiguous copy through the device's hooks. A strided view is made
+    // contiguous on its own device first (a backend copy); host memory of any kind goes through
+    // a contiguous host buffer.
+    const Device far = this->device().is_host_memory() ? device : this->device();
+    const DeviceMemoryHooks& hooks = device_hooks(far);
+    const Tensor src = this->device().kind == DeviceKind::cuda
+                           ? contiguous()
+                           : (is_contiguous() ? *this : to(Device::cpu()).contiguous());
+    Tensor out = Tensor::empty(shape(), {.dtype = dtype(), .device = device});
+    const DeviceAccessScope transfer;
+    hooks.copy(out.data_ptr(), out.device().is_host_memory() ? Device::cpu() : out.device(),
+               src.data_ptr(), src.device().is_host_memory() ? Device::cpu() : src.device(),
+               nbytes());
+    return out;
   }
   // Both devices are host memory: a row-major copy under an open access scope.
   Tensor out = Tensor::empty(shape(), {.dtype = dtype(), .device = device});

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.h"
+#include "mixp/backend/cuda.h"
 #include "mixp/backend/platform.h"
 #include "mixp/bench/bench_record.h"
 #include "output.h"
@@ -33,7 +34,18 @@ std::string gib(uint64_t bytes) {
   return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1ULL << 30));
 }
 
+// What the CUDA backend of this build is and whether it can run here (backend/cuda.h).
+std::string cuda_summary(const CudaStatus& c) {
+  if (!c.built) return c.message;
+  return fmt::format("backend built (CUDA {}, sm {}); {}", c.toolkit_version, c.architectures,
+                     c.message);
+}
+constexpr const char* kCudaUntested =
+    "the CUDA backend is untested on GPU hardware: run scripts/gpu-check.sh on a GPU machine "
+    "(docs/cuda.md)";
+
 void run(bool json) {
+  const CudaStatus& cuda = cuda_status();
   const CpuFeatures& cpu = cpu_features();
   const HostInfo host = host_info();
   const GpuProbe& probe = probe_gpus();
@@ -77,6 +89,16 @@ void run(bool json) {
          {"gpu_status", probe.status},
          {"cuda_driver_version", probe.driver_found ? Json(probe.driver_version) : Json(nullptr)},
          {"gpus", gpus},
+         {"cuda_backend",
+          {{"built", cuda.built},
+           {"toolkit_version", cuda.built ? Json(cuda.toolkit_version) : Json(nullptr)},
+           {"architectures", cuda.architectures},
+           {"runtime_version", cuda.runtime_version ? Json(cuda.runtime_version) : Json(nullptr)},
+           {"device_count", cuda.device_count},
+           {"status", cuda.message},
+           {"tested_on_hardware", cuda.tested_on_hardware},
+           {"note", cuda.built && !cuda.tested_on_hardware ? Json(kCudaUntested)
+                                                           : Json(nullptr)}}},
          {"device", advice.device},
          {"formats", formats_json(device_formats)},
          {"recommended_precision", advice.precision},
@@ -95,6 +117,8 @@ void run(bool json) {
   std::cout << "\nMemory   " << gib(host.memory_bytes) << " total";
   if (host.available_bytes) std::cout << ", " << gib(host.available_bytes) << " available";
   std::cout << "\nGPU      " << probe.status << "\n";
+  std::cout << "CUDA     " << cuda_summary(cuda) << "\n";
+  if (cuda.built && !cuda.tested_on_hardware) std::cout << "         " << kCudaUntested << "\n";
   for (const GpuInfo& g : probe.gpus) {
     std::cout << fmt::format("  cuda:{}  {}  compute capability {}.{} ({}), {}, {} SMs\n", g.index,
                              g.name, g.cc_major, g.cc_minor,
@@ -119,7 +143,9 @@ RegisterCommand reg(90, [](CLI::App& app) {
   sub->add_flag("--json", *json, "print one JSON object on stdout");
   sub->footer(
       "Reads the CPU with cpuid and looks for NVIDIA GPUs through the CUDA driver (libcuda.so.1,\n"
-      "loaded at run time; MIXP_LIBCUDA names another path). \"native\" formats run on the\n"
+      "loaded at run time; MIXP_LIBCUDA names another path), and says whether this mixp has the\n"
+      "CUDA backend (built when CMake finds the CUDA toolkit, MIXP_CUDA=AUTO|ON|OFF) and whether\n"
+      "it sees a CUDA device (docs/cuda.md). \"native\" formats run on the\n"
       "hardware's own instructions; \"emulated\" ones are rounded to their grid exactly and "
       "computed\n"
       "in a wider format. The advice follows the decision tree: Ampere or newer -> bf16,\n"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.h"
+#include "device_flag.h"
 #include "mixp/dist/process_group.h"
 #include "mixp/amp/policy.h"
 #include "mixp/nn/models.h"
@@ -34,6 +35,7 @@ struct Flags {
   int64_t growth_interval = 0;
   int64_t qat_freeze_bn_epoch = 0, qat_disable_observer_epoch = 0;
   bool json = false;
+  std::string device = "cpu";  // --device (not saved: a run may resume on another device)
   // Looking inside the run (docs/inspect.md); not part of the TrainConfig (not saved, not resumed).
   std::string inspect;
   bool detect_anomaly = false, profile = false;
@@ -192,6 +194,8 @@ void run(Flags& f) {
   look.profile = f.profile;
   look.profile_trace = f.profile_trace;
 
+  // Every tensor of the run (model, optimizer state, batches) is made on this device.
+  const DefaultDeviceGuard on_device(parse_device_flag(f.device));
   std::unique_ptr<train::Trainer> trainer;
   try {
     trainer = std::make_unique<train::Trainer>(c);
@@ -288,6 +292,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "(default 1)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
+  sub->add_option("--device", f->device, kDeviceHelp);
   sub->add_option("--width", c.model.width,
                   "model width (mlp: hidden size, cnn: conv1 channels, gpt: embedding)");
   sub->add_option("--layers", c.model.layers, "number of layers (mlp hidden layers, gpt blocks)");
@@ -363,6 +368,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "  mixp train --model gpt --precision 'bf16:params=fp32,compute=bf16,output=fp32'\n"
       "  mixp train --model cnn --epochs 2 --precision int8-qat --save qat --json\n"
       "  mixp train --resume ckpt --steps 1000\n"
+      "  mixp train --model mlp --steps 200 --device cuda   (untested on GPUs: docs/cuda.md)\n"
       "  mpirun -np 2 mixp train --model gpt --steps 300 --batch 8 --precision bf16 "
       "--grad-comm bf16\n"
       "  mixp train --model gpt2 --data tokens_train.bin --context 256 --batch 8 --precision bf16\n"

@@ -46,6 +46,11 @@ struct MatmulConfig {
   DType compute = DType::fp32;
   Activation activation = Activation::none;
   bool accumulate = false;  // dst += a @ b (+ bias) instead of dst = ...
+  // fp32 GEMM at float32_matmul_precision "high" (ops/matmul_precision.h): the front end has
+  // rounded the fp32 operands to tf32 already, so the products are exact either way and a
+  // backend with TF32 units may use them (cuda: CUBLAS_COMPUTE_32F_FAST_TF32, docs/cuda.md).
+  // The cpu backends compute in fp32 regardless (CPUs have no TF32 units).
+  bool tf32 = false;
 };
 
 struct Conv2dParams {

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mixp/tensor/device.h"
+
 namespace mixp {
 
 struct AllocatorStats {
@@ -35,6 +37,18 @@ struct AllocatorStats {
 
 inline constexpr size_t kTensorAlignment = 64;
 
+// Where an allocator's segments come from. The cpu allocator uses aligned_alloc; a device
+// allocator (the CUDA one, src/backend/cuda/cuda_memory.cpp) passes cudaMalloc/cudaFree, so that
+// both devices cache, split and count alike (same policy, same AllocatorStats). `alloc` returns
+// null when the memory is exhausted (the allocator then empties its cache and retries once) and
+// may throw for other failures; `host` says whether the CPU may touch the bytes (ASan poisoning).
+struct MemorySource {
+  void* (*alloc)(size_t nbytes, void* ctx) = nullptr;
+  void (*free)(void* ptr, size_t nbytes, void* ctx) = nullptr;
+  void* ctx = nullptr;
+  bool host = true;
+};
+
 class CachingAllocator {
  public:
   // The process-wide allocator for CPU tensors (thread-safe).
@@ -43,6 +57,7 @@ class CachingAllocator {
   // A separate allocator (tests); caching unless MIXP_ALLOCATOR=system. Destroy it only after
   // every block it handed out was deallocated: the destructor returns the cached memory.
   CachingAllocator();
+  explicit CachingAllocator(const MemorySource& source);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -73,6 +88,22 @@ class CachingAllocator {
   struct Impl;
   Impl* impl_;
 };
+
+// The allocators of devices whose memory is not the host's (cuda): a backend built for such a
+// device registers a function giving the allocator of device `index` (it throws, saying what to
+// do, when that device is not there). Storage::Storage asks here (src/tensor/tensor.cpp), and
+// Tensor::to(Device) copies through the registered copy function. Registration happens while
+// libmixp loads (a static registrar in the backend's sources); nothing else calls it.
+struct DeviceMemoryHooks {
+  CachingAllocator& (*allocator)(int index) = nullptr;
+  // Copies nbytes between contiguous buffers; either side may be the host (Device::cpu()).
+  // Synchronous: the bytes are in place when it returns.
+  void (*copy)(void* dst, Device dst_device, const void* src, Device src_device,
+               size_t nbytes) = nullptr;
+};
+void register_device_memory(DeviceKind kind, const DeviceMemoryHooks& hooks);
+// The hooks of `kind`, or null when no backend for it is built into this library.
+const DeviceMemoryHooks* device_memory(DeviceKind kind);
 
 // Shorthands for the CPU allocator.
 AllocatorStats allocator_stats();

@@ -3,8 +3,8 @@
 //
 // cpu: host memory, the ref/cpu backends. guarded: host memory that only a backend call may touch
 // (Tensor::data_ptr throws outside one, naming the caller): the test device that proves every
-// computation goes through the backend (tests/engine/test_guarded_device.cpp). cuda: not built;
-// the kind exists so that APIs carry a device from the start.
+// computation goes through the backend (tests/engine/test_guarded_device.cpp). cuda: NVIDIA GPU
+// memory and the CUDA backend, when built (backend/cuda.h, docs/cuda.md).
 #pragma once
 #include <cstdint>
 #include <string>

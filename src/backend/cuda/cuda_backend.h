@@ -1,0 +1,82 @@
+// Internal: CudaBackend, the Backend of the cuda devices (one instance per device). It overrides
+// the kernels it implements; the rest throw from CudaBackendBase (cuda_backend_base.h).
+// The kernels themselves are in cuda_pointwise.cu, cuda_rows.cu, cuda_step.cu (launchers in
+// cuda_kernels.h) and cuda_gemm.cpp (cuBLASLt); this class checks dtypes and layouts, turns
+// Tensors into the launchers' descriptors, and checks each launch.
+#pragma once
+#include "backend/cuda/cuda_backend_base.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace mixp::cuda {
+
+// A tensor's device pointer, read inside a DeviceAccessScope (tensor/device.h): outside one,
+// data_ptr() of a cuda tensor throws, so that host code without a cuda kernel fails clearly
+// instead of crashing on device memory.
+inline void* dev_ptr(const Tensor& t) {
+  const DeviceAccessScope in_kernel;
+  return t.data_ptr();
+}
+
+// The Elem of a dtype; fp64 and block formats throw not_implemented (only fp32/16-bit/fp8
+// compute is built on cuda).
+Elem elem_of(DType t, const char* op);
+View view_of(const Tensor& t, const char* op);
+Shape8 shape_of(const Shape& s, const char* op);
+
+class CudaBackend final : public CudaBackendBase {
+ public:
+  explicit CudaBackend(int index) : index_(index) {}
+  const char* name() const override { return "cuda"; }
+
+  void copy(Tensor& dst, const Tensor& src) override;
+  void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow,
+               uint64_t seed) override;
+  void fill(Tensor& dst, double value) override;
+  void add_inplace(Tensor& dst, const Tensor& src, double alpha) override;
+  void unary(UnaryOp op, Tensor& dst, const Tensor& src) override;
+  void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                      const Tensor& dst) override;
+  void binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) override;
+  void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) override;
+  void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override;
+  void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override;
+  void argmax(Tensor& dst, const Tensor& src, int dim) override;
+  void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override;
+  void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim,
+                        bool log) override;
+  void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                  const Tensor& bias, double eps) override;
+  void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
+                       const Tensor& rstd) override;
+  void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                           const Tensor& src, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd) override;
+  void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) override;
+  void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
+  void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+              const MatmulConfig& cfg) override;
+  void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                 bool causal, double scale) override;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
+                          bool causal, double scale) override;
+  void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
+                     const Tensor& targets) override;
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                              const Tensor& targets, const Tensor& lse) override;
+  void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
+  void sum_squares(Tensor& dst, const Tensor& src) override;
+  void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
+
+ private:
+  DeviceContext& ctx() { return context(index_); }
+  void pointwise(PointwiseArgs& a, const Tensor& dst);
+  int index_;
+};
+
+// cuda_gemm.cpp: dst = act(a @ b + bias) (or += without act) through cuBLASLt.
+void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+             const MatmulConfig& cfg);
+
+}  // namespace mixp::cuda

@@ -1,0 +1,125 @@
+// Internal: the base of the CUDA backend. Every kernel of the Backend interface
+// (backend/backend.h) throws "not implemented on cuda: <op>" here, in one place; CudaBackend
+// (cuda_backend.h) overrides the kernels it has. A kernel added to the interface later starts
+// out as one more line here (docs/cuda.md lists what is not implemented).
+#pragma once
+#include "mixp/backend/backend.h"
+
+namespace mixp::cuda {
+
+// Throws std::runtime_error("mixp: <op> is not implemented on cuda yet; ...").
+[[noreturn]] void not_implemented(const char* op);
+
+class CudaBackendBase : public Backend {
+ public:
+  void copy(Tensor& dst, const Tensor& src) override {
+    not_implemented("copy");
+  }
+  void convert(Tensor& dst, const Tensor& src, Round round, Overflow overflow, uint64_t seed) override {
+    not_implemented("convert");
+  }
+  void fill(Tensor& dst, double value) override {
+    not_implemented("fill");
+  }
+  void add_inplace(Tensor& dst, const Tensor& src, double alpha) override {
+    not_implemented("add_inplace");
+  }
+  void unary(UnaryOp op, Tensor& dst, const Tensor& src) override {
+    not_implemented("unary");
+  }
+  void unary_backward(UnaryOp op, Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) override {
+    not_implemented("unary_backward");
+  }
+  void binary(BinaryOp op, Tensor& dst, const Tensor& a, const Tensor& b) override {
+    not_implemented("binary");
+  }
+  void scalar(ScalarOp op, Tensor& dst, const Tensor& src, double s) override {
+    not_implemented("scalar");
+  }
+  void dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) override {
+    not_implemented("dropout");
+  }
+  void reduce(ReduceOp op, Tensor& dst, const Tensor& src) override {
+    not_implemented("reduce");
+  }
+  void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Tensor& dst) override {
+    not_implemented("reduce_max_backward");
+  }
+  void argmax(Tensor& dst, const Tensor& src, int dim) override {
+    not_implemented("argmax");
+  }
+  void softmax(Tensor& dst, const Tensor& src, int dim, bool log) override {
+    not_implemented("softmax");
+  }
+  void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) override {
+    not_implemented("softmax_backward");
+  }
+  void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight, const Tensor& bias, double eps) override {
+    not_implemented("layer_norm");
+  }
+  void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean, const Tensor& rstd) override {
+    not_implemented("layer_norm_xhat");
+  }
+  void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src, const Tensor& weight, const Tensor& mean, const Tensor& rstd) override {
+    not_implemented("layer_norm_backward");
+  }
+  void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean, Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps) override {
+    not_implemented("batch_norm");
+  }
+  void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src, const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd) override {
+    not_implemented("batch_norm_backward");
+  }
+  void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) override {
+    not_implemented("embedding");
+  }
+  void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override {
+    not_implemented("embedding_backward");
+  }
+  void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override {
+    not_implemented("max_pool2d");
+  }
+  void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src, const Pool2dParams& p) override {
+    not_implemented("max_pool2d_backward");
+  }
+  void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override {
+    not_implemented("avg_pool2d");
+  }
+  void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) override {
+    not_implemented("avg_pool2d_backward");
+  }
+  void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulConfig& cfg) override {
+    not_implemented("matmul");
+  }
+  void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) override {
+    not_implemented("conv2d");
+  }
+  void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight, const Conv2dParams& p) override {
+    not_implemented("conv2d_backward_data");
+  }
+  void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst, const Tensor& src, const Conv2dParams& p) override {
+    not_implemented("conv2d_backward_weights");
+  }
+  void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) override {
+    not_implemented("attention");
+  }
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse, bool causal, double scale) override {
+    not_implemented("attention_backward");
+  }
+  void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets) override {
+    not_implemented("cross_entropy");
+  }
+  void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse) override {
+    not_implemented("cross_entropy_backward");
+  }
+  void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override {
+    not_implemented("unscale_check");
+  }
+  void sum_squares(Tensor& dst, const Tensor& src) override {
+    not_implemented("sum_squares");
+  }
+  void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override {
+    not_implemented("optimizer_update");
+  }
+};
+
+}  // namespace mixp::cuda

@@ -1,0 +1,90 @@
+// The device allocator is the cpu's CachingAllocator over another MemorySource (cudaMalloc /
+// cudaFree, src/backend/cuda/cuda_memory.cpp). What can be checked without a GPU: an allocator
+// over a foreign source caches, splits and counts exactly as the cpu one (same AllocatorStats),
+// gets every segment from that source and gives every one back, retries once after emptying its
+// cache when the source runs out; and the cuda hooks are registered exactly when the backend is
+// built.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <new>
+#include <set>
+
+#include "mixp/backend/cuda.h"
+#include "mixp/tensor/allocator.h"
+
+namespace mixp {
+namespace {
+
+// A "device" whose memory the allocator must not touch (host = false), with a budget.
+struct FakeDevice {
+  std::set<void*> live;
+  size_t budget = size_t{64} << 20, used = 0;
+  int64_t allocs = 0, frees = 0;
+  static void* alloc(size_t n, void* ctx) {
+    auto* d = static_cast<FakeDevice*>(ctx);
+    if (d->used + n > d->budget) return nullptr;  // "out of memory": the allocator retries once
+    void* p = std::aligned_alloc(64, n);
+    d->live.insert(p);
+    d->used += n;
+    ++d->allocs;
+    return p;
+  }
+  static void free(void* p, size_t n, void* ctx) {
+    auto* d = static_cast<FakeDevice*>(ctx);
+    EXPECT_EQ(d->live.erase(p), 1u) << "freed a pointer this source did not hand out";
+    d->used -= n;
+    ++d->frees;
+    std::free(p);
+  }
+};
+
+TEST(CudaMemory, AnAllocatorOverAnotherSourceCachesAndCountsLikeTheCpuOne) {
+  FakeDevice dev;
+  {
+    CachingAllocator a(MemorySource{.alloc = FakeDevice::alloc, .free = FakeDevice::free,
+                                    .ctx = &dev, .host = false});
+    CachingAllocator cpu;
+    for (CachingAllocator* al : {&a, &cpu}) {
+      auto b1 = al->allocate(1000);
+      auto b2 = al->allocate(3 << 20);
+      al->deallocate(b1, 1000);
+      al->deallocate(b2, 3 << 20);
+      auto b3 = al->allocate(900);  // a cache hit (same size class)
+      al->deallocate(b3, 900);
+    }
+    const AllocatorStats s = a.stats(), c = cpu.stats();
+    EXPECT_EQ(s.peak_requested_bytes, c.peak_requested_bytes);
+    EXPECT_EQ(s.peak_reserved_bytes, c.peak_reserved_bytes);
+    EXPECT_EQ(s.cache_hits, c.cache_hits);
+    EXPECT_EQ(s.system_allocs, c.system_allocs);
+    EXPECT_EQ(s.system_allocs, dev.allocs);
+    EXPECT_EQ(s.requested_bytes, 0);
+    a.empty_cache();
+    EXPECT_EQ(a.stats().reserved_bytes, 0);
+    EXPECT_EQ(dev.frees, dev.allocs);
+  }
+  EXPECT_TRUE(dev.live.empty());
+}
+
+TEST(CudaMemory, ASourceThatRunsOutIsRetriedAfterEmptyingTheCache) {
+  FakeDevice dev;
+  dev.budget = size_t{4} << 20;
+  CachingAllocator a(MemorySource{.alloc = FakeDevice::alloc, .free = FakeDevice::free,
+                                  .ctx = &dev, .host = false});
+  auto b = a.allocate(3 << 20);
+  a.deallocate(b, 3 << 20);  // cached: the source's budget is still used
+  auto c = a.allocate(static_cast<size_t>(3.5 * (1 << 20)));  // needs the cached segment back
+  EXPECT_NE(c.ptr, nullptr);
+  a.deallocate(c, static_cast<size_t>(3.5 * (1 << 20)));
+  EXPECT_THROW(a.allocate(size_t{8} << 20), std::bad_alloc);
+  a.empty_cache();
+}
+
+TEST(CudaMemory, CudaMemoryIsRegisteredExactlyWhenTheBackendIsBuilt) {
+  EXPECT_EQ(device_memory(DeviceKind::cuda) != nullptr, cuda_status().built);
+  EXPECT_EQ(device_memory(DeviceKind::cpu), nullptr);
+}
+
+}  // namespace
+}  // namespace mixp

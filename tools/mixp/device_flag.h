@@ -1,0 +1,19 @@
+// `--device cpu|cuda|cuda:N` of the commands that compute (train): the device the run's tensors
+// go on (a DefaultDeviceGuard around the run, docs/cuda.md). Parsing only; the library decides.
+#pragma once
+#include <string>
+
+#include "mixp/tensor/device.h"
+
+namespace mixp::cli {
+
+inline constexpr const char* kDeviceHelp =
+    "where to compute: cpu (default), cuda or cuda:N (an NVIDIA GPU; needs a mixp built with the "
+    "CUDA backend, see mixp doctor and docs/cuda.md)";
+
+// "cpu" -> cpu; "cuda" -> cuda:0; "cuda:N" -> cuda:N. Anything else is a UsageError (exit 2).
+// A cuda device that this build or this machine cannot use throws std::runtime_error (exit 1)
+// with cuda_status()'s reason and what to do.
+Device parse_device_flag(const std::string& s);
+
+}  // namespace mixp::cli
