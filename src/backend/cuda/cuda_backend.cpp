@@ -391,7 +391,7 @@ void CudaBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
   const bool i64 = idx64_of(targets, "cross_entropy");
   const int64_t rows = logits.shape()[0], n = logits.shape()[1];
   launch_cross_entropy(fptr_mut(loss), fptr_mut(lse), fptr(logits), dev_ptr(targets), i64, rows,
-                       n, ctx().stream);
+                       n, n, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
 
@@ -402,7 +402,30 @@ void CudaBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss,
   const bool i64 = idx64_of(targets, "cross_entropy_backward");
   const int64_t rows = logits.shape()[0], n = logits.shape()[1];
   launch_cross_entropy_backward(fptr_mut(dlogits), fptr(dloss), fptr(logits), dev_ptr(targets),
-                                i64, fptr(lse), rows, n, ctx().stream);
+                                i64, fptr(lse), rows, n, n, ctx().stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+}
+
+// The fused classifier (backend.h): the same row kernels with the padded row stride; fp32 only
+// so far (bf16/fp16 logits are refused by require_f32, docs/cuda.md).
+void CudaBackend::cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                                         const Tensor& targets, int64_t classes) {
+  require_f32("cross_entropy_in_place", {&loss, &lse, &logits});
+  const bool i64 = idx64_of(targets, "cross_entropy_in_place");
+  const int64_t rows = logits.shape()[0], ld = logits.shape()[1];
+  launch_cross_entropy(fptr_mut(loss), fptr_mut(lse), fptr(logits), dev_ptr(targets), i64, rows,
+                       classes, ld, ctx().stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss,
+                                                  const Tensor& targets, const Tensor& lse,
+                                                  int64_t classes) {
+  require_f32("cross_entropy_in_place_backward", {&dlogits, &dloss, &lse});
+  const bool i64 = idx64_of(targets, "cross_entropy_in_place_backward");
+  const int64_t rows = dlogits.shape()[0], ld = dlogits.shape()[1];
+  launch_cross_entropy_backward(fptr_mut(dlogits), fptr(dloss), fptr(dlogits), dev_ptr(targets),
+                                i64, fptr(lse), rows, classes, ld, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
 }
 

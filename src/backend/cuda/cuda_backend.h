@@ -65,6 +65,10 @@ class CudaBackend final : public CudaBackendBase {
                      const Tensor& targets) override;
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse) override;
+  void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
+                              const Tensor& targets, int64_t classes) override;
+  void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets,
+                                       const Tensor& lse, int64_t classes) override;
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
   void sum_squares(Tensor& dst, const Tensor& src) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;

@@ -111,6 +111,12 @@ class CudaBackendBase : public Backend {
   void cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse) override {
     not_implemented("cross_entropy_backward");
   }
+  void cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets, int64_t classes) override {
+    not_implemented("cross_entropy_in_place");
+  }
+  void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets, const Tensor& lse, int64_t classes) override {
+    not_implemented("cross_entropy_in_place_backward");
+  }
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override {
     not_implemented("unscale_check");
   }

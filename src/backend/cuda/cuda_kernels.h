@@ -86,12 +86,14 @@ void launch_layer_norm_backward(float* dsrc, float* dweight, float* dbias, const
 // dst (bf16 or fp16 bits, Elem::bf16/f16) = (src - mean) * rstd rounded to nearest even.
 void launch_layer_norm_xhat(void* dst, Elem dst_type, const float* src, const float* mean,
                             const float* rstd, int64_t rows, int64_t n, cudaStream_t stream);
-// loss[0] = mean over rows of (lse - x[t]); lse[rows]. targets int64 (idx64) or int32.
+// loss[0] = mean over rows of (lse - x[t]); lse[rows]. targets int64 (idx64) or int32. Rows are
+// `ld` >= n floats apart; only the first n columns are classes (ld > n: the fused classifier's
+// padded logits, whose backward writes 0 to the padding and may run in place, dlogits == logits).
 void launch_cross_entropy(float* loss, float* lse, const float* logits, const void* targets,
-                          bool idx64, int64_t rows, int64_t n, cudaStream_t stream);
+                          bool idx64, int64_t rows, int64_t n, int64_t ld, cudaStream_t stream);
 void launch_cross_entropy_backward(float* dlogits, const float* dloss, const float* logits,
                                    const void* targets, bool idx64, const float* lse, int64_t rows,
-                                   int64_t n, cudaStream_t stream);
+                                   int64_t n, int64_t ld, cudaStream_t stream);
 void launch_embedding(float* dst, const float* weight, const void* idx, bool idx64, int64_t count,
                       int64_t dim, int64_t vocab, cudaStream_t stream);
 void launch_embedding_backward(float* dweight, const float* ddst, const void* idx, bool idx64,

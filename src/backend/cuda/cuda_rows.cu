@@ -170,10 +170,12 @@ __device__ inline int64_t index_at(const void* idx, bool idx64, int64_t i) {
 }
 
 // Per row: lse and lse - x[t] into row_loss; the mean is a second, one-block pass (fixed order).
+// Rows are `ld` apart, of which the first n are classes (the fused classifier's padded logits).
 __global__ void cross_entropy_rows(float* row_loss, float* lse, const float* logits,
-                                   const void* targets, bool idx64, int64_t rows, int64_t n) {
+                                   const void* targets, bool idx64, int64_t rows, int64_t n,
+                                   int64_t ld) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = logits + r * n;
+    const float* x = logits + r * ld;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, x[j]);
     m = block_reduce<true>(m);
@@ -195,14 +197,21 @@ __global__ void mean_kernel(float* out, const float* v, int64_t n) {
   if (threadIdx.x == 0) out[0] = s / static_cast<float>(n);
 }
 
+// Rows `ld` apart; columns n..ld-1 (padding) get exactly 0. dlogits may be logits (in place: each
+// element is read and written by the same thread).
 __global__ void cross_entropy_backward_kernel(float* dlogits, const float* dloss,
                                               const float* logits, const void* targets, bool idx64,
-                                              const float* lse, int64_t rows, int64_t n) {
-  const int64_t total = rows * n;
+                                              const float* lse, int64_t rows, int64_t n,
+                                              int64_t ld) {
+  const int64_t total = rows * ld;
   const float scale = dloss[0] / static_cast<float>(rows);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / n, j = i - r * n;
+    const int64_t r = i / ld, j = i - r * ld;
+    if (j >= n) {
+      dlogits[i] = 0.0f;
+      continue;
+    }
     const float p = expf(logits[i] - lse[r]);
     dlogits[i] = scale * (p - (index_at(targets, idx64, r) == j ? 1.0f : 0.0f));
   }
@@ -295,7 +304,7 @@ void launch_layer_norm_xhat(void* dst, Elem dst_type, const float* src, const fl
         dst, dst_type, src, mean, rstd, rows, n);
 }
 void launch_cross_entropy(float* loss, float* lse, const float* logits, const void* targets,
-                          bool idx64, int64_t rows, int64_t n, cudaStream_t stream) {
+                          bool idx64, int64_t rows, int64_t n, int64_t ld, cudaStream_t stream) {
   if (!rows) return;
   // The per-row losses, summed in a second pass in row order (a deterministic mean).
   float* row_loss = nullptr;
@@ -304,16 +313,16 @@ void launch_cross_entropy(float* loss, float* lse, const float* logits, const vo
                       static_cast<size_t>(rows) * sizeof(float), stream) != cudaSuccess)
     return;
   cross_entropy_rows<<<blocks_for(rows, 1), kThreads, 0, stream>>>(row_loss, lse, logits, targets,
-                                                                   idx64, rows, n);
+                                                                   idx64, rows, n, ld);
   mean_kernel<<<1, kThreads, 0, stream>>>(loss, row_loss, rows);
   cudaFreeAsync(row_loss, stream);
 }
 void launch_cross_entropy_backward(float* dlogits, const float* dloss, const float* logits,
                                    const void* targets, bool idx64, const float* lse, int64_t rows,
-                                   int64_t n, cudaStream_t stream) {
-  if (rows * n != 0)
-    cross_entropy_backward_kernel<<<blocks_for(rows * n, kThreads), kThreads, 0, stream>>>(
-        dlogits, dloss, logits, targets, idx64, lse, rows, n);
+                                   int64_t n, int64_t ld, cudaStream_t stream) {
+  if (rows * ld != 0)
+    cross_entropy_backward_kernel<<<blocks_for(rows * ld, kThreads), kThreads, 0, stream>>>(
+        dlogits, dloss, logits, targets, idx64, lse, rows, n, ld);
 }
 void launch_embedding(float* dst, const float* weight, const void* idx, bool idx64, int64_t count,
                       int64_t dim, int64_t vocab, cudaStream_t stream) {
