@@ -39,6 +39,11 @@ size_t total_size(const Segments& segs) {
 // that the product never makes a pass of its own over memory.
 void scale_into(DType wire, std::span<const float> src, float weight, std::byte* dst_bits,
                 std::vector<float>& tmp) {
+  if (wire == DType::fp32) {  // nothing to narrow: the products go straight to the wire buffer
+    float* dst = reinterpret_cast<float*>(dst_bits);
+    for (size_t i = 0; i < src.size(); ++i) dst[i] = src[i] * weight;
+    return;
+  }
   constexpr size_t kChunk = 4096;
   const size_t es = traits(wire).bits / 8;
   tmp.resize(kChunk);
