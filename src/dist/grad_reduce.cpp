@@ -39,6 +39,11 @@ size_t total_size(const Segments& segs) {
 // that the product never makes a pass of its own over memory.
 void scale_into(DType wire, std::span<const float> src, float weight, std::byte* dst_bits,
                 std::vector<float>& tmp) {
+  if (wire == DType::fp32) {  // nothing to narrow: the products go straight to the wire buffer
+    float* dst = reinterpret_cast<float*>(dst_bits);
+    for (size_t i = 0; i < src.size(); ++i) dst[i] = src[i] * weight;
+    return;
+  }
   constexpr size_t kChunk = 4096;
   const size_t es = traits(wire).bits / 8;
   tmp.resize(kChunk);
@@ -224,35 +229,46 @@ void PendingReduce::scatter_sum() {
   if (!active() || phase_ == Phase::gather) return;
   ReduceWorkspace& ws = *ws_;
   g_->wait(req_);
-  const int n = g_->size();
+  const int n = g_->size(), me = g_->rank();
   const size_t es = traits(wire_).bits / 8;
-  // recv holds piece rank() of every rank, in rank order: sum them in fp32, rank 0 first.
-  // (The first pass writes 0 + x: the same sums as from a zeroed accumulator, signed zeros
-  // included, without a pass of its own to zero it.)
-  ws.acc.resize(piece_);
-  ws.tmp.resize(piece_);
-  for (int r = 0; r < n; ++r) {
-    const std::byte* in = ws.recv.data() + size_t(r) * piece_ * es;
-    const float* x = reinterpret_cast<const float*>(in);
-    if (wire_ != DType::fp32) {
-      convert_to_f32(wire_, in, std::span<float>(ws.tmp.data(), piece_));
-      x = ws.tmp.data();
+  // Piece rank() of every rank, in rank order. After the all-to-all of start() this rank's own
+  // piece is still in send, where the reduced piece is also written and all-gathered in place
+  // (process_group.h): no copy of it is made. The reduction to owners has every piece in recv.
+  std::byte* own = counts_.empty() ? ws.send.data() + size_t(me) * piece_ * es : nullptr;
+  auto piece_of = [&](int r) -> const std::byte* {
+    return own && r == me ? own : ws.recv.data() + size_t(r) * piece_ * es;
+  };
+  std::byte* out = own ? own : ws.recv.data();
+  // Summed in fp32, rank 0 first, in L1-sized chunks; a chunk's inputs are all read before its
+  // sum is written over one of them. (The first pass writes 0 + x: the same sums as from a zeroed
+  // accumulator, signed zeros included.)
+  constexpr size_t kChunk = 2048;
+  ws.acc.resize(kChunk);
+  ws.tmp.resize(kChunk);
+  float* acc = ws.acc.data();
+  for (size_t i = 0; i < piece_; i += kChunk) {
+    const size_t m = std::min(kChunk, piece_ - i);
+    for (int r = 0; r < n; ++r) {
+      const std::byte* in = piece_of(r) + i * es;
+      const float* x = reinterpret_cast<const float*>(in);
+      if (wire_ != DType::fp32) {
+        convert_to_f32(wire_, in, std::span<float>(ws.tmp.data(), m));
+        x = ws.tmp.data();
+      }
+      if (r == 0) {
+        for (size_t k = 0; k < m; ++k) acc[k] = 0.0f + x[k];
+      } else {
+        for (size_t k = 0; k < m; ++k) acc[k] += x[k];
+      }
     }
-    float* acc = ws.acc.data();
-    if (r == 0) {
-      for (size_t k = 0; k < piece_; ++k) acc[k] = 0.0f + x[k];
-    } else {
-      for (size_t k = 0; k < piece_; ++k) acc[k] += x[k];
-    }
+    convert_f32_to(wire_, std::span<const float>(acc, m), out + i * es, kNearest);
   }
-  // The rounded sum of this rank's piece goes to every rank (recv's first piece is free now).
-  std::span<std::byte> mine(ws.recv.data(), piece_ * es);
-  convert_f32_to(wire_, ws.acc, mine.data(), kNearest);
+  std::span<std::byte> mine(out, piece_ * es);
   phase_ = Phase::gather;
   if (!counts_.empty()) {
     // To owners: the rounded sum is this rank's piece of buf; nothing more goes on the wire.
     size_t off = 0;
-    for (int r = 0; r < g_->rank(); ++r) off += counts_[size_t(r)];
+    for (int r = 0; r < me; ++r) off += counts_[size_t(r)];
     unpack(wire_, mine.data(), buf_, off, piece_);
     return;
   }

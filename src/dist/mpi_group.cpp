@@ -113,20 +113,33 @@ class MpiGroup final : public ProcessGroup {
     }
     const size_t piece = send.size() / size_t(size_);
     count(piece * size_t(size_ - 1));
-    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
-    check(MPI_Ialltoall(send.data(), checked_count(piece, "all-to-all"), MPI_BYTE, recv.data(),
-                        checked_count(piece, "all-to-all"), MPI_BYTE, MPI_COMM_WORLD, req.get()),
+    // An all-to-all-v that sends nothing to this rank itself (process_group.h): the caller reads
+    // its own piece from `send`, so copying it into `recv` would be a pass over memory for nothing.
+    struct V {
+      MPI_Request req = MPI_REQUEST_NULL;
+      std::vector<int> counts, displs;
+    };
+    auto v = std::make_shared<V>();
+    const int c = checked_count(piece, "all-to-all");
+    for (int r = 0; r < size_; ++r) {
+      v->counts.push_back(r == rank_ ? 0 : c);
+      v->displs.push_back(checked_count(size_t(r) * piece, "all-to-all"));
+    }
+    check(MPI_Ialltoallv(send.data(), v->counts.data(), v->displs.data(), MPI_BYTE, recv.data(),
+                         v->counts.data(), v->displs.data(), MPI_BYTE, MPI_COMM_WORLD, &v->req),
           "MPI_Ialltoall");
-    return Request{req};
+    return Request{std::shared_ptr<void>(v, &v->req)};
   }
 
   Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
     if (recv.size() != send.size() * size_t(size_)) throw std::invalid_argument("allgather sizes");
     count(send.size() * size_t(size_ - 1));
+    const bool in_place = send.data() == recv.data() + size_t(rank_) * send.size();
     auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
-    check(MPI_Iallgather(send.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
-                         recv.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
-                         MPI_COMM_WORLD, req.get()),
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : send.data(),
+                         checked_count(send.size(), "all-gather"), MPI_BYTE, recv.data(),
+                         checked_count(send.size(), "all-gather"), MPI_BYTE, MPI_COMM_WORLD,
+                         req.get()),
           "MPI_Iallgather");
     return Request{req};
   }

@@ -60,6 +60,10 @@ class ProcessGroup {
   // other and to the blocking collectives. Neither buffer may be touched until the request is
   // complete. The transport makes progress inside test() and wait() (and other collectives), so
   // a caller that overlaps them with computation calls test() now and then.
+  // Two differences from the blocking ones, each saving a copy of this rank's own piece (the
+  // gradient reductions of grad_reduce.cpp read it where it already is): ialltoall leaves piece
+  // rank() of `recv` unwritten (that piece is in `send`), and iallgather accepts `send` lying
+  // in `recv` at piece rank() (in place, as MPI_IN_PLACE).
   virtual Request ialltoall(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
   virtual Request iallgather(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
   // Nonblocking all-to-all with a byte count per rank (MPI_Ialltoallv): send_counts[j] bytes of
