@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/format/convert.h"
 
 namespace {

@@ -25,7 +25,7 @@
 
 // Backends and ops.
 #include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/backend/kernel_observer.h"
 #include "mixp/backend/platform.h"

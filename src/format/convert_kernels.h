@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <span>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/format/convert.h"
 
 namespace mixp::detail {

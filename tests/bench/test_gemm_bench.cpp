@@ -7,7 +7,7 @@
 #include <string>
 
 #include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/bench/gemm_bench.h"
 #include "mixp/bench/peak.h"
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/mixp.h"
 

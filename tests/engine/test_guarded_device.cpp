@@ -170,9 +170,41 @@ TEST_P(GuardedGpt, TrainsBitIdenticalToTheCpu) {
   expect_identical(gpt(GetParam()));
 }
 
-// fp16: dynamic loss scaling (GradScaler's unscale and inf check run in the backend).
-INSTANTIATE_TEST_SUITE_P(Recipes, GuardedGpt, ::testing::Values("fp32", "bf16", "fp16"),
-                         [](const auto& info) { return std::string(info.param); });
+std::string test_name(std::string n) {
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
+// fp16: dynamic loss scaling (GradScaler's unscale and inf check run in the backend). fp8,
+// fp8-current, mxfp8: the FP8 linear layers' quantize, amax, scale-update and epilogue kernels.
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedGpt,
+                         ::testing::Values("fp32", "bf16", "fp16", "fp8", "fp8-current", "mxfp8",
+                                           "fp16-pure", "bf16-pure", "tf32"),
+                         [](const auto& info) { return test_name(info.param); });
+
+// The mlp at width 64, batch 16, 3 steps.
+train::TrainConfig mlp(const std::string& precision) {
+  train::TrainConfig c = gpt(precision);
+  c.model.name = "mlp";
+  c.model.context = 0;
+  c.batch = 16;
+  c.model.width = 64;
+  c.test_limit = 32;
+  return c;
+}
+
+class GuardedMlp : public ::testing::TestWithParam<const char*> {};
+
+// int8-qat: the observers' min/max reductions and fake quantization run in the backend; the
+// converted int8 model (a cpu inference model, oneDNN u8s8) is built from the host copy of the
+// trained weights and evaluated on the cpu, so its accuracy is compared too.
+TEST_P(GuardedMlp, TrainsBitIdenticalToTheCpu) {
+  expect_identical(mlp(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedMlp, ::testing::Values("int8-qat", "fp8"),
+                         [](const auto& info) { return test_name(info.param); });
 
 // The image models: batch norm, pooling, convolutions (cnn) and the fused AdamW with bf16
 // autocast's weight shadows (mlp).
@@ -202,17 +234,13 @@ struct Blocker {
   const char* precision;
   const char* file;  // where data_ptr() is taken outside a backend call
 };
+
 class KnownBlockers : public ::testing::TestWithParam<Blocker> {};
 
 TEST_P(KnownBlockers, StillComputeOutsideTheBackend) {
   const Blocker b = GetParam();
-  train::TrainConfig c = gpt(b.precision);
+  train::TrainConfig c = mlp(b.precision);
   c.model.name = b.model;
-  if (std::string(b.model) == "mlp") {
-    c.model.context = 0;
-    c.batch = 16;
-    c.model.width = 64;
-  }
   TempDir tmp;
   try {
     (void)train_on(c, true, tmp.path() / "guarded");
@@ -225,14 +253,8 @@ TEST_P(KnownBlockers, StillComputeOutsideTheBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, KnownBlockers,
-                         ::testing::Values(Blocker{"gpt", "fp8", "src/amp/fp8_scaling.cpp"},
-                                           Blocker{"mlp", "int8-qat", "src/quant/fake_quantize.cpp"}),
-                         [](const auto& info) {
-                           std::string n = info.param.precision;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         ::testing::Values(Blocker{"mlp", "int4-qat", "src/quant/lowbit_qat.cpp"}),
+                         [](const auto& info) { return test_name(info.param.precision); });
 
 }  // namespace
 }  // namespace mixp

@@ -1,4 +1,4 @@
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 #include <cpuid.h>
 
