@@ -203,7 +203,23 @@ TEST_P(GuardedMlp, TrainsBitIdenticalToTheCpu) {
   expect_identical(mlp(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, GuardedMlp, ::testing::Values("int8-qat", "fp8"),
+// The cnn: int8-qat's per-channel weight observers and batch norm, the FP8 convolutions.
+class GuardedCnn : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GuardedCnn, TrainsBitIdenticalToTheCpu) {
+  train::TrainConfig c = mlp(GetParam());
+  c.model.name = "cnn";
+  c.model.width = 0;
+  expect_identical(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedMlp,
+                         ::testing::Values("int8-qat", "fp8", "fp8-current", "mxfp8", "fp16",
+                                           "fp16-o2", "bf16-pure", "fp64", "auto"),
+                         [](const auto& info) { return test_name(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedCnn,
+                         ::testing::Values("int8-qat", "fp8", "mxfp8", "fp16-o2", "bf16-pure"),
                          [](const auto& info) { return test_name(info.param); });
 
 // The image models: batch norm, pooling, convolutions (cnn) and the fused AdamW with bf16
@@ -253,7 +269,13 @@ TEST_P(KnownBlockers, StillComputeOutsideTheBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, KnownBlockers,
-                         ::testing::Values(Blocker{"mlp", "int4-qat", "src/quant/lowbit_qat.cpp"}),
+                         // The low-bit QAT recipes: LowBitActivation's observer buffers and the
+                         // code kernels (lowbit_qat.cpp, lowbit_codes.cpp) still run on the host.
+                         ::testing::Values(Blocker{"mlp", "int4-qat", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "int2-qat", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "binary", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "ternary", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "binary-act", "src/quant/lowbit_qat.cpp"}),
                          [](const auto& info) { return test_name(info.param.precision); });
 
 }  // namespace

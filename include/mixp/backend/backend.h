@@ -274,12 +274,15 @@ class Backend {
                       int64_t inner) = 0;
   // The quantize family (QuantizeSpec above); src fp32.
   virtual void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) = 0;
-  // dsrc = mask > 0 ? ddst : 0 (a NaN ddst is kept where the mask passes), elementwise, all
-  // contiguous of one shape; ddst and dsrc fp32; mask uint8 (quantize's straight-through mask)
-  // or fp32 (a ReLU's output: its backward from the saved output).
+  // The gradient through a mask, elementwise, all contiguous of one shape, ddst and dsrc fp32.
+  // mask uint8 (quantize's straight-through mask): dsrc = ddst * mask (PyTorch's STE, so an inf
+  // or NaN ddst gives NaN and a negative one -0 where the mask is 0). mask fp32 (a ReLU's saved
+  // output): dsrc = mask > 0 ? ddst : 0.
   virtual void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) = 0;
   // dst = act(src * alpha + bias) on [rows, n] fp32 (bias fp32 [n] or undefined; act none or
-  // relu); dst may be src. The fp8 GEMMs' epilogue (the scales of both operands in alpha).
+  // relu, relu(NaN) = 0); dst may be src. With a bias the cpu backend's AVX2/AVX-512 tiers compute
+  // fma(src, alpha, bias) (one rounding), its baseline tier two roundings; the ref backend the fma.
+  // The fp8 GEMMs' epilogue (the scales of both operands in alpha).
   virtual void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
                               Activation act) = 0;
   // The FP8 delayed-scaling state update (Fp8ScaleUpdate above).

@@ -67,6 +67,8 @@ class CpuBackend : public RefBackend {
   // The training-step kernels (step_*.cpp: the tiered loops of step_kernels.h).
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
   void sum_squares(Tensor& dst, const Tensor& src) override;
+  void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
+                       const Tensor& rstd) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
   // Scaling and quantization (cpu_quantize.cpp: the tiered kernels of fp8_kernels.h and
   // qkernels.h, split over the OpenMP threads).

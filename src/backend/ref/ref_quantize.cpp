@@ -123,8 +123,9 @@ void RefBackend::mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask)
   const bool bytes = mask.dtype() == DType::uint8;
   const float* mf = bytes ? nullptr : f32_in(mask, "mask_grad");
   for (int64_t i = 0; i < ddst.numel(); ++i) {
-    const bool pass = bytes ? ptr<const uint8_t>(mask)[i] != 0 : mf[i] > 0.0f;
-    out[i] = pass ? g[i] : 0.0f;
+    // The straight-through mask multiplies (PyTorch); the ReLU's output selects.
+    out[i] = bytes ? g[i] * static_cast<float>(ptr<const uint8_t>(mask)[i])
+                   : (mf[i] > 0.0f ? g[i] : 0.0f);
   }
 }
 
@@ -138,8 +139,7 @@ void RefBackend::scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bi
   const int64_t n = src.dim() == 0 ? 1 : src.size(-1);
   float* y = ptr<float>(dst);
   for (int64_t i = 0; i < src.numel(); ++i) {
-    float v = x[i] * alpha;
-    if (b) v += b[i % n];
+    const float v = b ? std::fma(x[i], alpha, b[i % n]) : x[i] * alpha;
     y[i] = act == Activation::relu && !(v > 0.0f) ? 0.0f : v;
   }
 }
