@@ -65,6 +65,36 @@ TEST(GuardedDevice, OpsDispatchByDeviceAndMatchTheCpu) {
   EXPECT_EQ(gy.to_vector<float>(), y.to_vector<float>());
 }
 
+// Outputs follow their inputs' device, with the default device left at the cpu: forward results,
+// saved tensors, gradients (including the implied one of backward() and the zero gradient of an
+// unused output) all stay on the guarded device, and match the cpu's bit for bit.
+TEST(GuardedDevice, OutputsFollowTheirInputsDevice) {
+  Generator gen(4);
+  const Tensor x = randn({6, 16}, gen), w = randn({16, 8}, gen), b = randn({8}, gen);
+  const Tensor lw = randn({8}, gen);
+  const Tensor t = from_vector(std::vector<int64_t>{0, 3, 1, 7, 2, 5}, {6}, {.dtype = DType::int64});
+  auto run = [&](Device d) {
+    Tensor xd = x.to(d), wd = w.to(d).requires_grad_(), bd = b.to(d).requires_grad_();
+    Tensor lwd = lw.to(d).requires_grad_();
+    const Tensor h = layer_norm(relu(add(matmul(xd, wd), bd)), {8}, lwd, Tensor());
+    const std::vector<Tensor> parts = chunk(h, 2, 1);  // the second chunk's gradient is implied 0
+    const Tensor loss = add(cross_entropy(h, t.to(d)), mean(mul(parts[0], parts[0])));
+    EXPECT_EQ(h.device(), d);
+    EXPECT_EQ(loss.device(), d);
+    loss.backward();
+    EXPECT_EQ(wd.grad().device(), d);
+    EXPECT_EQ(bd.grad().device(), d);
+    EXPECT_EQ(lwd.grad().device(), d);
+    return std::vector<std::vector<float>>{loss.to_vector<float>(), wd.grad().to_vector<float>(),
+                                           bd.grad().to_vector<float>(),
+                                           lwd.grad().to_vector<float>()};
+  };
+  ASSERT_TRUE(default_device().is_cpu());
+  const auto cpu = run(Device::cpu());
+  const auto guarded = run(Device::guarded());
+  EXPECT_EQ(guarded, cpu);
+}
+
 TEST(GuardedDevice, MixedDevicesAreRefused) {
   const Tensor a = ones({3});
   const Tensor b = ones({3}, {.device = Device::guarded()});
