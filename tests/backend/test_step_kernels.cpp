@@ -20,6 +20,11 @@ namespace {
 Backend& ref() { return get_backend(BackendKind::ref); }
 Backend& cpu() { return get_backend(BackendKind::cpu); }
 
+// |x|, elementwise (the Adam second moment must not be negative).
+Tensor abs_like(const Tensor& x) {
+  return sqrt(mul(x, x));
+}
+
 std::string bytes(const Tensor& t) {
   return {static_cast<const char*>(t.data_ptr()), t.nbytes()};
 }
@@ -84,6 +89,84 @@ TEST(StepKernels, LayerNormXhatMatchesRefBitForBit) {
     cpu().layer_norm_xhat(a, x, mean, rstd);
     ref().layer_norm_xhat(b, x, mean, rstd);
     EXPECT_EQ(bytes(a), bytes(b)) << name(low);
+  }
+}
+
+// One optimizer step on copies of the same tensors, cpu and ref; every tensor byte for byte.
+struct UpdateCase {
+  const char* what;
+  bool chunked;
+  DType param, state;
+  bool master, kahan, shadow;
+  Round write_back;
+  UpdateRule::Kind kind;
+};
+
+TEST(StepKernels, OptimizerUpdateMatchesRefBitForBit) {
+  const int64_t n = 70001;  // above the cpu loops' parallel grain and chunk sizes
+  using K = UpdateRule::Kind;
+  const UpdateCase cases[] = {
+      {"fp32 AdamW with a bf16 shadow", false, DType::fp32, DType::fp32, false, false, true,
+       Round::nearest_even, K::adam},
+      {"fp32 SGD nesterov", false, DType::fp32, DType::fp32, false, false, false,
+       Round::nearest_even, K::sgd},
+      {"fp64 Adam", false, DType::fp64, DType::fp64, false, false, false, Round::nearest_even,
+       K::adam},
+      {"bf16 with an fp32 master", true, DType::bf16, DType::fp32, true, false, false,
+       Round::nearest_even, K::adam},
+      {"bf16-pure, bf16 states, stochastic", true, DType::bf16, DType::bf16, false, false, false,
+       Round::stochastic, K::adam},
+      {"bf16-pure with Kahan", true, DType::bf16, DType::fp32, false, true, false,
+       Round::nearest_even, K::adam},
+      {"fp16 SGD, stochastic", true, DType::fp16, DType::fp32, false, false, false,
+       Round::stochastic, K::sgd},
+      {"fp32 parameter, bf16 states", true, DType::fp32, DType::bf16, false, false, true,
+       Round::nearest_even, K::adam},
+  };
+  for (const UpdateCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    Generator gen(9);
+    const Tensor w0 = mul(randn({n}, gen), 0.05);
+    UpdateRule rule;
+    rule.kind = c.kind;
+    if (c.kind == K::adam) {
+      const double lr = 1e-3, b1 = 0.9, b2 = 0.999;
+      rule.s[0] = b1, rule.s[1] = b2, rule.s[2] = 1 - b1, rule.s[3] = 1 - b2, rule.s[4] = 1e-8;
+      rule.s[5] = 0.0, rule.s[6] = 1 - lr * 0.01, rule.s[7] = -lr / (1 - b1 * b1);
+      rule.s[8] = std::sqrt(1 - b2 * b2);
+    } else {
+      rule.s[0] = 0.01, rule.s[1] = 1e-4, rule.s[2] = 0.9, rule.s[3] = 1.0;
+      rule.sgd_momentum = rule.sgd_nesterov = rule.sgd_weight_decay = true;
+    }
+    const int nslots = c.kind == K::adam ? 2 : 1;
+    auto make = [&](Backend& be) {
+      Generator g2(10);
+      Tensor values = w0.to(c.param, Round::nearest_even);
+      Tensor master = c.master ? w0.clone() : Tensor();
+      Tensor grad = mul(randn({n}, g2), 0.1).to(c.chunked ? DType::bf16 : c.param, Round::nearest_even);
+      Tensor comp = c.kahan ? Tensor::empty({n}, {.dtype = c.param}) : Tensor();
+      if (comp.defined()) comp.fill_(0.0);
+      std::vector<Tensor> slots;
+      for (int k = 0; k < nslots; ++k) {
+        slots.push_back(mul(abs_like(randn({n}, g2)), 1e-3).to(c.state, Round::nearest_even));
+      }
+      Tensor shadow = c.shadow ? Tensor::empty({n}, {.dtype = DType::bf16}) : Tensor();
+      ParamUpdate u;
+      u.chunked = c.chunked;
+      u.values = values, u.grad = grad, u.master = master, u.comp = comp, u.shadow = shadow;
+      u.slots = slots;
+      u.write_back = c.write_back;
+      u.seed = 1234;
+      u.step = 2;
+      be.optimizer_update(u, rule);
+      std::vector<std::string> out{bytes(values)};
+      for (const Tensor& t : {master, comp, shadow}) out.push_back(t.defined() ? bytes(t) : "");
+      for (const Tensor& t : slots) out.push_back(bytes(t));
+      return out;
+    };
+    const auto a = make(cpu()), b = make(ref());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "tensor " << i << " differs";
   }
 }
 
