@@ -4,13 +4,12 @@
 #include <fmt/format.h>
 
 #include "amp/fp8_detail.h"
-#include "mixp/backend/backend.h"
 #include "mixp/amp/fp8_quantize.h"
+#include "mixp/backend/backend.h"
 #include "mixp/backend/gemm.h"
 #include "ops/dispatch.h"
 
 namespace mixp::amp {
-
 
 Fp8LinearMeta::Fp8LinearMeta(const Fp8Recipe& recipe) : recipe_(recipe) {
   recipe_.validate();

@@ -90,8 +90,8 @@ void mxfp8_quantize_to_bf16(std::span<const float> x, int64_t row_len, DType fp8
         "mxfp8_quantize_to_bf16: {} values do not split into rows of {}", n, row_len));
   }
   Tensor dst = host_bf16(out).view({n / row_len, row_len}), aux;
-  backend().quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block}, dst,
-                     aux, host_f32(x).view({n / row_len, row_len}));
+  backend().quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block}, dst, aux,
+                     host_f32(x).view({n / row_len, row_len}));
 }
 
 Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block) {
@@ -99,8 +99,8 @@ Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block) {
   if (block < 1) throw std::invalid_argument("mxfp8_quantize: block must be >= 1");
   Tensor out = Tensor::empty(xf.shape(), {.dtype = DType::bf16, .device = xf.device()}), aux;
   if (xf.numel() == 0) return out;
-  backend_for(xf).quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block},
-                           out, aux, xf);
+  backend_for(xf).quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block}, out,
+                           aux, xf);
   return out;
 }
 

@@ -114,8 +114,12 @@ Fp8ScalingState::Fp8ScalingState(DType fp8, int64_t history_len, AmaxComputeAlgo
 
 // Reads go through the element accessors (host access, 3.5 of docs/architecture.md); the
 // updates are the backend's fp8_scale_update.
-float Fp8ScalingState::scale() const { return f32(scale_).item<float>(); }
-float Fp8ScalingState::scale_inv() const { return f32(scale_inv_).item<float>(); }
+float Fp8ScalingState::scale() const {
+  return f32(scale_).item<float>();
+}
+float Fp8ScalingState::scale_inv() const {
+  return f32(scale_inv_).item<float>();
+}
 
 float Fp8ScalingState::history(int64_t i) const {
   if (i < 0 || i >= history_len()) {
@@ -140,10 +144,10 @@ void Fp8ScalingState::update() {
   prev_scale_inv_ = scale_inv();
   Tensor h = history_, s = scale_, si = scale_inv_;
   backend_for(h, s, si).fp8_scale_update(h, s, si,
-                                          {.roll = true,
-                                           .most_recent = algo_ == AmaxComputeAlgo::most_recent,
-                                           .fp8_max = fp8_max(dtype_),
-                                           .margin = margin_});
+                                         {.roll = true,
+                                          .most_recent = algo_ == AmaxComputeAlgo::most_recent,
+                                          .fp8_max = fp8_max(dtype_),
+                                          .margin = margin_});
   bump_versions();
 }
 

@@ -251,8 +251,9 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     buffers.erase(n);
     gout.resize(n->outputs.size());
     for (size_t i = 0; i < gout.size(); ++i) {
-      if (!gout[i].defined()) gout[i] = zeros(n->outputs[i].shape,
-                                              {.dtype = n->outputs[i].dtype, .device = n->outputs[i].device});
+      if (!gout[i].defined())
+        gout[i] = zeros(n->outputs[i].shape,
+                        {.dtype = n->outputs[i].dtype, .device = n->outputs[i].device});
     }
     std::vector<Tensor> gin(n->next_edges.size());
     n->release_after_apply = !retain_graph;

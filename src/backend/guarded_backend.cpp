@@ -188,7 +188,9 @@ class GuardedBackend final : public Backend {
   }
   void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
                                      const Tensor& x, const Tensor& target, bool logits) override {
-    run([&](Backend& be) { be.binary_cross_entropy_backward(dx, dtarget, dloss, x, target, logits); });
+    run([&](Backend& be) {
+      be.binary_cross_entropy_backward(dx, dtarget, dloss, x, target, logits);
+    });
   }
 };
 

@@ -288,9 +288,7 @@ class ObservedBackend final : public Backend {
 
   // Scaling, quantization, statistics and BCE (issue 12's second part) pass through unobserved
   // for the same reason.
-  void amax(Tensor& dst, const Tensor& src) override {
-    b_.amax(dst, src);
-  }
+  void amax(Tensor& dst, const Tensor& src) override { b_.amax(dst, src); }
   void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
               int64_t inner) override {
     b_.minmax(min, max, src, channels, inner);
@@ -309,9 +307,7 @@ class ObservedBackend final : public Backend {
                         const Fp8ScaleUpdate& u) override {
     b_.fp8_scale_update(history, scale, scale_inv, u);
   }
-  void count_nonfinite(Tensor& dst, const Tensor& src) override {
-    b_.count_nonfinite(dst, src);
-  }
+  void count_nonfinite(Tensor& dst, const Tensor& src) override { b_.count_nonfinite(dst, src); }
   void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target,
                             bool logits) override {
     b_.binary_cross_entropy(loss, x, target, logits);

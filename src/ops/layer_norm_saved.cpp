@@ -26,7 +26,8 @@ void layer_norm_backward_from_xhat(Tensor& dx, Tensor& dw, Tensor& db, const Ten
   const int64_t block =
       std::max<int64_t>(1, std::min<int64_t>(rows, kBlockElements / std::max<int64_t>(n, 1)));
   Tensor xh = new_tensor(Shape{block, n}, DType::fp32, xhat.device());
-  Tensor zero = new_tensor(Shape{block}, DType::fp32, xhat.device()), one = new_tensor(Shape{block}, DType::fp32, xhat.device());
+  Tensor zero = new_tensor(Shape{block}, DType::fp32, xhat.device()),
+         one = new_tensor(Shape{block}, DType::fp32, xhat.device());
   zero.fill_(0.0);
   one.fill_(1.0);
   Tensor dw_part = dw.defined() ? new_tensor(Shape{n}, DType::fp32, xhat.device()) : Tensor();

@@ -77,7 +77,8 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const GemmPlan
           ? Shape{std::max(a.dim() == 3 ? a.shape()[0] : 1, b.dim() == 3 ? b.shape()[0] : 1),
                   a.shape()[a.dim() - 2], b.shape()[b.dim() - 1]}
           : Shape{a.shape()[0], b.shape()[1]};
-  Tensor dst = new_tensor(out_shape, out_dtype ? *out_dtype : gemm_out_dtype(plan), common_device({&a, &b, &bias}));
+  Tensor dst = new_tensor(out_shape, out_dtype ? *out_dtype : gemm_out_dtype(plan),
+                          common_device({&a, &b, &bias}));
   MatmulConfig cfg;
   cfg.compute = backend_compute(plan);
   cfg.activation = act;
@@ -288,7 +289,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
              if (ctx.needs(1) || ctx.needs(2)) {
                if (ctx.needs(1)) {
                  Tensor gw = new_tensor(w_shape, g.dtype(), g.device());
-                 Tensor gb = ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype(), g.device()) : Tensor();
+                 Tensor gb =
+                     ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype(), g.device()) : Tensor();
                  backend_for(gw, gb, gp)
                      .conv2d_backward_weights(gw, gb, gp, plan_operand(keep_x, plan), p);
                  ctx.grad_inputs[1] = gw;
@@ -384,7 +386,8 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
     record(OpId::attention, c, {&q, &k, &v}, {&out},
            [sq, sk, sv, sy, sl, causal, scale](BackwardContext& ctx) {
              const Tensor g = raw_contiguous(ctx.grad());
-             Tensor dq = new_tensor(sq.shape(), g.dtype(), g.device()), dk = new_tensor(sk.shape(), g.dtype(), g.device()),
+             Tensor dq = new_tensor(sq.shape(), g.dtype(), g.device()),
+                    dk = new_tensor(sk.shape(), g.dtype(), g.device()),
                     dv = new_tensor(sv.shape(), g.dtype(), g.device());
              backend_for(dq, dk, dv, g, sq, sk, sv, sy, sl)
                  .attention_backward(dq, dk, dv, g, sq, sk, sv, sy, sl, causal, scale);

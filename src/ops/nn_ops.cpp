@@ -73,7 +73,8 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   const Tensor wc = w.defined() ? raw_reshape(as_compute(w, c), Shape{n}) : Tensor();
   const Tensor bc = b.defined() ? raw_reshape(as_compute(b, c), Shape{n}) : Tensor();
   Tensor y = new_tensor(x.shape(), c, x.device());
-  Tensor mean_t = new_tensor(Shape{rows}, c, x.device()), rstd_t = new_tensor(Shape{rows}, c, x.device());
+  Tensor mean_t = new_tensor(Shape{rows}, c, x.device()),
+         rstd_t = new_tensor(Shape{rows}, c, x.device());
   backend_for(y, mean_t, rstd_t, xc, wc, bc).layer_norm(y, mean_t, rstd_t, xc, wc, bc, eps);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {

@@ -59,7 +59,8 @@ Tensor fake_quantize_impl(const Tensor& x0, std::span<const QParams> params, boo
   const Device dev = xc.device();
   Tensor y = Tensor::empty(x.shape(), {.dtype = DType::fp32, .device = dev});
   const bool record = mixp::detail::should_record({&x});
-  Tensor mask = record ? Tensor::empty(x.shape(), {.dtype = DType::uint8, .device = dev}) : Tensor();
+  Tensor mask =
+      record ? Tensor::empty(x.shape(), {.dtype = DType::uint8, .device = dev}) : Tensor();
   std::vector<QuantizeSpec::IntParams> qp;
   for (const QParams& p : params) qp.push_back(to_qp(p));
   backend_for(xc).quantize({.kind = QuantizeSpec::Kind::int_fake,
@@ -152,10 +153,10 @@ Tensor FakeQuantize::forward(const Tensor& x) {
     const std::vector<float> mn = min_val_->to_vector<float>(), mx = max_val_->to_vector<float>();
     observer_.set_state(mn, mx);
     observer_.observe(x);
-    write_buffer(*min_val_, std::vector<float>(observer_.min_vals().begin(),
-                                               observer_.min_vals().end()));
-    write_buffer(*max_val_, std::vector<float>(observer_.max_vals().begin(),
-                                               observer_.max_vals().end()));
+    write_buffer(*min_val_,
+                 std::vector<float>(observer_.min_vals().begin(), observer_.min_vals().end()));
+    write_buffer(*max_val_,
+                 std::vector<float>(observer_.max_vals().begin(), observer_.max_vals().end()));
     refresh_qparams();
   }
   if (!fake_quant_enabled_ || !has_data()) return x;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/qkernels.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/flatten.h"
@@ -17,7 +18,6 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
-#include "backend/cpu/qkernels.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {

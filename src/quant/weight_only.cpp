@@ -9,13 +9,13 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/qkernels.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/format/block_int8.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/nn/sequential.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
-#include "backend/cpu/qkernels.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {

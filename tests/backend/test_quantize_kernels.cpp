@@ -16,8 +16,12 @@
 namespace mixp {
 namespace {
 
-Backend& ref() { return get_backend(BackendKind::ref); }
-Backend& cpu() { return get_backend(BackendKind::cpu); }
+Backend& ref() {
+  return get_backend(BackendKind::ref);
+}
+Backend& cpu() {
+  return get_backend(BackendKind::cpu);
+}
 
 // Values over many binades (subnormal fp8 up to beyond the fp8 maxima), signed zeros, ties of the
 // fp8 grids, and inf/NaN; above the cpu backend's parallel grain.
@@ -46,7 +50,8 @@ void expect_same(const Tensor& a, const Tensor& b) {
   for (size_t i = 0; i < x.size(); ++i) {
     const bool same = (std::isnan(x[i]) && std::isnan(y[i])) ||
                       (x[i] == y[i] && std::signbit(x[i]) == std::signbit(y[i]));
-    if (!same && bad++ < 5) ADD_FAILURE() << "element " << i << ": cpu " << x[i] << ", ref " << y[i];
+    if (!same && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": cpu " << x[i] << ", ref " << y[i];
   }
   EXPECT_EQ(bad, 0);
 }
@@ -93,12 +98,15 @@ TEST(QuantizeKernels, MxBlocksMatchRef) {
 
 TEST(QuantizeKernels, IntFakeQuantizeAndMaskMatchRef) {
   const Tensor x = values({40, 3, 600}, 4);
-  const std::vector<QuantizeSpec::IntParams> per_tensor{{0.02f, 1.0f / 0.02f, 0.0f, -128.0f, 127.0f}};
-  const std::vector<QuantizeSpec::IntParams> per_channel{{0.5f, 2.0f, 3.0f, 0.0f, 255.0f},
-                                                         {1e-3f, 1.0f / 1e-3f, 0.0f, -127.0f, 127.0f},
-                                                         {0.1f, 10.0f, -7.0f, -8.0f, 7.0f}};
+  const std::vector<QuantizeSpec::IntParams> per_tensor{
+      {0.02f, 1.0f / 0.02f, 0.0f, -128.0f, 127.0f}};
+  const std::vector<QuantizeSpec::IntParams> per_channel{
+      {0.5f, 2.0f, 3.0f, 0.0f, 255.0f},
+      {1e-3f, 1.0f / 1e-3f, 0.0f, -127.0f, 127.0f},
+      {0.1f, 10.0f, -7.0f, -8.0f, 7.0f}};
   for (const auto& [params, channels, inner] :
-       {std::tuple{&per_tensor, int64_t{1}, x.numel()}, std::tuple{&per_channel, int64_t{3}, int64_t{600}}}) {
+       {std::tuple{&per_tensor, int64_t{1}, x.numel()},
+        std::tuple{&per_channel, int64_t{3}, int64_t{600}}}) {
     SCOPED_TRACE(channels == 1 ? "per tensor" : "per channel");
     const QuantizeSpec s{.kind = QuantizeSpec::Kind::int_fake,
                          .params = *params,

@@ -17,8 +17,12 @@
 namespace mixp {
 namespace {
 
-Backend& ref() { return get_backend(BackendKind::ref); }
-Backend& cpu() { return get_backend(BackendKind::cpu); }
+Backend& ref() {
+  return get_backend(BackendKind::ref);
+}
+Backend& cpu() {
+  return get_backend(BackendKind::cpu);
+}
 
 // |x|, elementwise (the Adam second moment must not be negative).
 Tensor abs_like(const Tensor& x) {
@@ -48,8 +52,8 @@ TEST(StepKernels, UnscaleCheckMatchesRefBitForBit) {
   for (DType d : {DType::fp32, DType::fp64, DType::bf16, DType::fp16, DType::fp8_e4m3}) {
     for (bool nonfinite : {false, true}) {
       for (double inv : {1.0, 1.0 / 65536.0, 0.37}) {
-        SCOPED_TRACE(std::string(name(d)) + (nonfinite ? " with inf/NaN" : "") +
-                     " inv " + std::to_string(inv));
+        SCOPED_TRACE(std::string(name(d)) + (nonfinite ? " with inf/NaN" : "") + " inv " +
+                     std::to_string(inv));
         // Above the cpu backend's parallel grain, so the threaded loop runs too.
         const Tensor src = values(70001, 1, nonfinite).to(d, Round::nearest_even);
         Tensor a = src.clone(), b = src.clone();
@@ -85,7 +89,8 @@ TEST(StepKernels, LayerNormXhatMatchesRefBitForBit) {
   const Tensor x = randn({rows, n}, gen), mean = randn({rows}, gen);
   const Tensor rstd = add(rand({rows}, gen), 0.5);
   for (DType low : {DType::bf16, DType::fp16}) {
-    Tensor a = Tensor::empty({rows, n}, {.dtype = low}), b = Tensor::empty({rows, n}, {.dtype = low});
+    Tensor a = Tensor::empty({rows, n}, {.dtype = low}),
+           b = Tensor::empty({rows, n}, {.dtype = low});
     cpu().layer_norm_xhat(a, x, mean, rstd);
     ref().layer_norm_xhat(b, x, mean, rstd);
     EXPECT_EQ(bytes(a), bytes(b)) << name(low);
@@ -141,9 +146,11 @@ TEST(StepKernels, OptimizerUpdateMatchesRefBitForBit) {
     const int nslots = c.kind == K::adam ? 2 : 1;
     auto make = [&](Backend& be) {
       Generator g2(10);
-      Tensor values = w0.to(c.param, Round::nearest_even);
+      Tensor values = w0.to(c.param, Round::nearest_even).clone();  // never w0 itself
       Tensor master = c.master ? w0.clone() : Tensor();
-      Tensor grad = mul(randn({n}, g2), 0.1).to(c.chunked ? DType::bf16 : c.param, Round::nearest_even);
+      // Full-precision fp32 gradients where the update is in place, bf16 ones for the chunked path.
+      Tensor grad =
+          mul(randn({n}, g2), 0.1).to(c.chunked ? DType::bf16 : c.param, Round::nearest_even);
       Tensor comp = c.kahan ? Tensor::empty({n}, {.dtype = c.param}) : Tensor();
       if (comp.defined()) comp.fill_(0.0);
       std::vector<Tensor> slots;

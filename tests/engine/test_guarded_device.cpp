@@ -72,7 +72,8 @@ TEST(GuardedDevice, OutputsFollowTheirInputsDevice) {
   Generator gen(4);
   const Tensor x = randn({6, 16}, gen), w = randn({16, 8}, gen), b = randn({8}, gen);
   const Tensor lw = randn({8}, gen);
-  const Tensor t = from_vector(std::vector<int64_t>{0, 3, 1, 7, 2, 5}, {6}, {.dtype = DType::int64});
+  const Tensor t =
+      from_vector(std::vector<int64_t>{0, 3, 1, 7, 2, 5}, {6}, {.dtype = DType::int64});
   auto run = [&](Device d) {
     Tensor xd = x.to(d), wd = w.to(d).requires_grad_(), bd = b.to(d).requires_grad_();
     Tensor lwd = lw.to(d).requires_grad_();
@@ -305,7 +306,8 @@ INSTANTIATE_TEST_SUITE_P(Recipes, KnownBlockers,
                                            Blocker{"mlp", "int2-qat", "src/quant/lowbit_qat.cpp"},
                                            Blocker{"mlp", "binary", "src/quant/lowbit_qat.cpp"},
                                            Blocker{"mlp", "ternary", "src/quant/lowbit_qat.cpp"},
-                                           Blocker{"mlp", "binary-act", "src/quant/lowbit_qat.cpp"}),
+                                           Blocker{"mlp", "binary-act",
+                                                   "src/quant/lowbit_qat.cpp"}),
                          [](const auto& info) { return test_name(info.param.precision); });
 
 }  // namespace

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/qkernels.h"
 #include "mixp/mixp.h"
 #include "mixp/quant/fake_quantize.h"
-#include "backend/cpu/qkernels.h"
 #include "quant_test_util.h"
 
 namespace mixp::quant {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/qkernels.h"
 #include "mixp/mixp.h"
 #include "mixp/quant/observer.h"
-#include "backend/cpu/qkernels.h"
 #include "quant_test_util.h"
 
 namespace mixp::quant {

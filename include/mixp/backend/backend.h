@@ -119,11 +119,12 @@ struct QuantizeSpec {
     float scale, inv_scale, zero_point, qmin, qmax;
   };
   Kind kind = Kind::fp8_tensor;
-  DType format = DType::fp8_e4m3;  // fp8_tensor, fp8_mx
-  float scale = 1.0f;              // fp8_tensor (finite, > 0)
-  int block = 32;                  // fp8_mx
+  DType format = DType::fp8_e4m3;          // fp8_tensor, fp8_mx
+  float scale = 1.0f;                      // fp8_tensor (finite, > 0)
+  int block = 32;                          // fp8_mx
   std::span<const IntParams> params = {};  // int_fake
-  int64_t channels = 1, inner = 0;     // int_fake: src is [numel / (channels * inner), channels, inner]
+  int64_t channels = 1,
+          inner = 0;  // int_fake: src is [numel / (channels * inner), channels, inner]
 };
 
 // One update of an FP8 delayed-scaling state (amp/fp8_scaling.h, Transformer Engine's rules):

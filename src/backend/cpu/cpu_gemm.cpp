@@ -103,7 +103,8 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
   if (at == DType::fp32 || at == DType::bf16) {
     // The cpu backend on the host; another device's backend (the guarded test device's forwards
     // to the cpu one inside its access scope) on its own tensors.
-    Backend& be = dst.device().is_cpu() ? get_backend(BackendKind::cpu) : backend_for(dst, a_in, b_in);
+    Backend& be =
+        dst.device().is_cpu() ? get_backend(BackendKind::cpu) : backend_for(dst, a_in, b_in);
     MatmulConfig cfg;
     cfg.compute = at;
     if (at == DType::bf16 && !onednn_bf16()) {

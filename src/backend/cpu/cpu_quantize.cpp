@@ -195,9 +195,8 @@ void CpuBackend::mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask)
   if (mask.dtype() == DType::uint8) {
     const cpu::qk::Kernels& k = cpu::qk::kernels();
     const uint8_t* mp = mask.data<uint8_t>();
-    cpu::parallel_for(n, n, [&](int64_t lo, int64_t hi) {
-      k.ste_backward(out + lo, g + lo, mp + lo, hi - lo);
-    });
+    cpu::parallel_for(
+        n, n, [&](int64_t lo, int64_t hi) { k.ste_backward(out + lo, g + lo, mp + lo, hi - lo); });
     return;
   }
   need_f32(mask, "mask_grad", "mask (uint8 or fp32)");

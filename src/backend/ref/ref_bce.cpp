@@ -39,20 +39,18 @@ void RefBackend::binary_cross_entropy(Tensor& loss, const Tensor& x, const Tenso
 }
 
 void RefBackend::binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
-                                               const Tensor& x, const Tensor& target,
-                                               bool logits) {
+                                               const Tensor& x, const Tensor& target, bool logits) {
   const int64_t n = x.numel();
   kern::dispatch_float(x.dtype(), "binary_cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    const double scale =
-        static_cast<double>(kern::ptr<const T>(dloss)[0]) / static_cast<double>(n);
+    const double scale = static_cast<double>(kern::ptr<const T>(dloss)[0]) / static_cast<double>(n);
     const T* px = kern::ptr<const T>(x);
     const T* pt = kern::ptr<const T>(target);
     for (int64_t i = 0; i < n; ++i) {
       const double v = px[i], y = pt[i];
       if (dx.defined()) {
-        const double d = logits ? 1.0 / (1.0 + std::exp(-v)) - y
-                                : (v - y) / std::max((1.0 - v) * v, kBceEps);
+        const double d =
+            logits ? 1.0 / (1.0 + std::exp(-v)) - y : (v - y) / std::max((1.0 - v) * v, kBceEps);
         kern::ptr<T>(dx)[i] = static_cast<T>(scale * d);
       }
       if (dtarget.defined()) {

@@ -63,12 +63,18 @@ void RefBackend::count_nonfinite(Tensor& dst, const Tensor& src) {
   int64_t* out = kern::ptr<int64_t>(dst);
   out[0] = out[1] = 0;
   switch (src.dtype()) {
-    case DType::fp32: count_bits<uint32_t>(out, src, 0x7F800000u, 0x007FFFFFu); break;
+    case DType::fp32:
+      count_bits<uint32_t>(out, src, 0x7F800000u, 0x007FFFFFu);
+      break;
     case DType::fp64:
       count_bits<uint64_t>(out, src, 0x7FF0000000000000ull, 0x000FFFFFFFFFFFFFull);
       break;
-    case DType::bf16: count_bits<uint16_t>(out, src, uint16_t(0x7F80), uint16_t(0x007F)); break;
-    case DType::fp16: count_bits<uint16_t>(out, src, uint16_t(0x7C00), uint16_t(0x03FF)); break;
+    case DType::bf16:
+      count_bits<uint16_t>(out, src, uint16_t(0x7F80), uint16_t(0x007F));
+      break;
+    case DType::fp16:
+      count_bits<uint16_t>(out, src, uint16_t(0x7C00), uint16_t(0x03FF));
+      break;
     default:
       throw std::logic_error(std::string("mixp ref backend: count_nonfinite takes fp32, fp64, "
                                          "bf16 or fp16, got ") +

@@ -1,15 +1,13 @@
-// The training-step kernels of the ref backend. unscale_check, sum_squares and layer_norm_xhat
-// are plain element loops through load_element / store_element (tensor/element.h), written from
-// the contracts in backend.h and independent of the cpu backend's tiered loops
-// (backend/cpu/step_kernels.h, cpu_layer_norm_xhat.cpp), which
+// The training-step kernels of the ref backend: plain element loops through load_element /
+// store_element (tensor/element.h), written from the contracts in backend.h and independent of
+// the cpu backend's tiered loops (backend/cpu/step_kernels.h, cpu_layer_norm_xhat.cpp), which
 // tests/backend/test_step_kernels.cpp compares with them: bit for bit where the arithmetic is
-// defined element by element (the unscale, found_inf, the 16-bit xhat), within a relative 1e-12
-// for the sum of squares (the cpu sums in several fp64 partial sums, this loop in one).
-// optimizer_update: one element at a time, every value widened through load_element, the rule in
-// the values' precision (fp32, or fp64 for fp64 parameters) written out as optim/adam.h and
-// optim/sgd.h state it, each result rounded once with store_element (stochastic bits
-// sr_bits(seed, i), each narrow state slot k on its own stream), bit for bit the cpu backend's
-// chunked and tiered loops (backend/cpu/step_optimizer.cpp).
+// defined element by element (the unscale, found_inf, the 16-bit xhat, the optimizer update),
+// within a relative 1e-12 for the sum of squares (the cpu sums in 16 fp64 partial sums, this loop
+// in one). optimizer_update: every value widened through load_element, the rule in the values'
+// precision (fp32, or fp64 for fp64 parameters) written out as optim/adam.h and optim/sgd.h state
+// it, each result rounded once with store_element (stochastic bits sr_bits(seed, i), each narrow
+// state slot k on its own stream, as the cpu backend's chunks do).
 #include <cmath>
 #include <stdexcept>
 
@@ -104,7 +102,9 @@ void store(const Tensor& t, int64_t i, double v, Round round, Overflow overflow,
                 round == Round::stochastic ? sr_bits(seed, static_cast<uint64_t>(i)) : 0);
 }
 
-double load(const Tensor& t, int64_t i) { return load_element(t.data_ptr(), t.dtype(), i); }
+double load(const Tensor& t, int64_t i) {
+  return load_element(t.data_ptr(), t.dtype(), i);
+}
 
 }  // namespace
 
@@ -118,7 +118,8 @@ void RefBackend::optimizer_update(const ParamUpdate& u, const UpdateRule& rule) 
       for (size_t k = 0; k < nslots; ++k) st[k] = load(u.slots[k], i);
       step_rule<double>(rule, w, load(u.grad, i), st);
       store(u.values, i, w, Round::nearest_even, Overflow::ieee, 0);
-      for (size_t k = 0; k < nslots; ++k) store(u.slots[k], i, st[k], Round::nearest_even, Overflow::ieee, 0);
+      for (size_t k = 0; k < nslots; ++k)
+        store(u.slots[k], i, st[k], Round::nearest_even, Overflow::ieee, 0);
     }
     return;
   }
