@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernel_compare.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/tensor/factories.h"
@@ -16,12 +17,8 @@
 namespace mixp {
 namespace {
 
-Backend& ref() {
-  return get_backend(BackendKind::ref);
-}
-Backend& cpu() {
-  return get_backend(BackendKind::cpu);
-}
+Backend& ref() { return test::ref_backend(); }
+Backend& cpu() { return test::cpu_backend(); }
 
 // Values over many binades (subnormal fp8 up to beyond the fp8 maxima), signed zeros, ties of the
 // fp8 grids, and inf/NaN; above the cpu backend's parallel grain.

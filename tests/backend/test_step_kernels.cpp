@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernel_compare.h"
 #include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
@@ -17,12 +18,8 @@
 namespace mixp {
 namespace {
 
-Backend& ref() {
-  return get_backend(BackendKind::ref);
-}
-Backend& cpu() {
-  return get_backend(BackendKind::cpu);
-}
+Backend& ref() { return test::ref_backend(); }
+Backend& cpu() { return test::cpu_backend(); }
 
 // |x|, elementwise (the Adam second moment must not be negative).
 Tensor abs_like(const Tensor& x) {

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <random>
 
-#include "backend/cpu/xnor_kernels.h"
 #include "common/temp_dir.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/io/safetensors.h"
@@ -18,6 +17,7 @@
 #include "mixp/quant/lowbit_qat.h"
 #include "mixp/quant/qat.h"
 #include "mixp/tensor/factories.h"
+#include "backend/cpu/xnor_kernels.h"
 
 namespace mixp::quant {
 namespace {

@@ -8,9 +8,9 @@
 #include <random>
 
 #include "backend/cpu/sign_bits.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/lowbit_gemm.h"
-#include "mixp/format/cpu_features.h"
 #include "mixp/nn/models.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"

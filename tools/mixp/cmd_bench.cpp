@@ -13,9 +13,9 @@
 
 #include "command.h"
 #include "mixp/backend/backend.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/bench/bench_record.h"
 #include "mixp/bench/gemm_bench.h"
-#include "mixp/format/cpu_features.h"
 
 namespace mixp::cli {
 namespace {

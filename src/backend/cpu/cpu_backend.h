@@ -70,15 +70,16 @@ class CpuBackend : public RefBackend {
   void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
                        const Tensor& rstd) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
-  // Scaling and quantization (cpu_quantize.cpp: the tiered kernels of fp8_kernels.h and
-  // qkernels.h, split over the OpenMP threads).
-  void amax(Tensor& dst, const Tensor& src) override;
-  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
-              int64_t inner) override;
+  // Scaling and quantization (cpu_quantize.cpp), split over the OpenMP threads. The FP8/MX
+  // kernels of fp8_kernels.h:
   void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override;
-  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void amax(Tensor& dst, const Tensor& src) override;
   void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
                       Activation act) override;
+  // The QAT kernels of qkernels.h (quantize's int_fake above, its mask's gradient, observers):
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+              int64_t inner) override;
 };
 
 }  // namespace mixp

@@ -4,7 +4,5 @@
 #include "backend/cpu/fp8_kernels.inc"
 
 namespace mixp::cpu::fp8k {
-const Kernels& kernels_avx2() {
-  return avx2::table();
-}
+const Kernels& kernels_avx2() { return avx2::table(); }
 }  // namespace mixp::cpu::fp8k

@@ -4,7 +4,5 @@
 #include "backend/cpu/fp8_kernels.inc"
 
 namespace mixp::cpu::fp8k {
-const Kernels& kernels_generic() {
-  return generic::table();
-}
+const Kernels& kernels_generic() { return generic::table(); }
 }  // namespace mixp::cpu::fp8k

@@ -1,20 +1,19 @@
 // XNOR-popcount (tiered, xnor_kernels.h) and u8/s8 x s8 -> s32 on oneDNN; see
 // include/mixp/backend/lowbit_gemm.h.
-#include "mixp/backend/lowbit_gemm.h"
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cpu/conv_sign.h"
 #include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/lowbit_codes_gemm.h"
 #include "backend/cpu/onednn_util.h"
+#include "mixp/format/cpu_features.h"
+#include "backend/cpu/conv_sign.h"
+#include "backend/cpu/lowbit_codes_gemm.h"
 #include "backend/cpu/sign_bits.h"
 #include "backend/cpu/xnor_kernels.h"
-#include "mixp/format/cpu_features.h"
+#include "mixp/backend/lowbit_gemm.h"
 
 namespace mixp {
 

@@ -1,8 +1,8 @@
 // The baseline tier of the quant kernels (see qkernels.h).
 #define MIXP_QK_NS generic
 #define MIXP_QK_TIER_NAME "generic"
-#include "backend/cpu/qkernels.inc"
 #include "mixp/format/cpu_features.h"
+#include "backend/cpu/qkernels.inc"
 
 namespace mixp::cpu::qk {
 const Kernels& kernels_generic() {
