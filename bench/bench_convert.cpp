@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "mixp/backend/cpu_features.h"
 #include "mixp/format/convert.h"
+#include "mixp/format/cpu_features.h"
 
 namespace {
 

@@ -25,11 +25,11 @@
 
 // Backends and ops.
 #include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
 #include "mixp/backend/cuda.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/backend/kernel_observer.h"
 #include "mixp/backend/platform.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/op_list.h"
 #include "mixp/ops/ops.h"

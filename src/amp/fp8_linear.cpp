@@ -4,14 +4,12 @@
 #include <fmt/format.h>
 
 #include "amp/fp8_detail.h"
-#include "amp/fp8_kernels.h"
 #include "mixp/amp/fp8_quantize.h"
+#include "mixp/backend/backend.h"
 #include "mixp/backend/gemm.h"
 #include "ops/dispatch.h"
 
 namespace mixp::amp {
-
-using mixp::detail::new_tensor;
 
 Fp8LinearMeta::Fp8LinearMeta(const Fp8Recipe& recipe) : recipe_(recipe) {
   recipe_.validate();
@@ -33,10 +31,6 @@ std::vector<std::pair<std::string, Tensor>> Fp8LinearMeta::buffers() const {
 }
 
 namespace {
-
-float* fdata(const Tensor& t) {
-  return static_cast<float*>(t.data_ptr());
-}
 
 // Per-tensor quantization of `t` (fp32, contiguous) for `role` with the meta's scaling.
 Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& meta) {
@@ -64,19 +58,12 @@ Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& m
 // MX quantization of a [R, C] fp32 tensor along its rows (dim 1), or along its columns (dim 0:
 // the result is the quantized transpose [C, R], contiguous).
 Tensor mx_rows(const Tensor& t, DType dt, int block, bool along_columns) {
-  Tensor src = along_columns ? t.t().contiguous() : t;
-  Tensor out = new_tensor(src.shape(), DType::bf16);
-  if (src.numel() == 0) return out;
-  mxfp8_quantize_to_bf16(std::span<const float>(fdata(src), static_cast<size_t>(src.numel())),
-                         src.size(1), dt, block,
-                         std::span<uint16_t>(static_cast<uint16_t*>(out.data_ptr()),
-                                             static_cast<size_t>(out.numel())));
-  return out;
+  return mxfp8_rows(along_columns ? t.t().contiguous() : t, dt, block);
 }
 
 // dst (fp32 [M, N]) = a [M, K] @ b [K, N] on the bf16 path; empty K gives zeros.
 Tensor gemm_f32(const Tensor& a, const Tensor& b) {
-  Tensor dst = new_tensor(Shape{a.size(0), b.size(1)}, DType::fp32);
+  Tensor dst = Tensor::empty(Shape{a.size(0), b.size(1)}, {.device = a.device()});
   gemm(dst, a, b);
   return dst;
 }
@@ -110,7 +97,6 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
   const bool relu = act == Activation::relu;
   const int64_t K = w.size(1), N = w.size(0);
   const Fp8Recipe& recipe = meta.recipe();
-  const auto& k = fp8k::kernels();
 
   Tensor x2 = rows_f32(x, K), wf = rows_f32(w, K);
   Tensor bf = b.defined() ? rows_f32(b, N) : Tensor();
@@ -139,7 +125,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
       if (need_dw) keep_x = qx.data;  // [M, K]
       if (need_dx) keep_w = qw.data;  // [N, K]
     }
-    k.epilogue(fdata(y), fdata(y), M, N, sinv_x * sinv_w, bf.defined() ? fdata(bf) : nullptr, relu);
+    backend_for(y, bf).scale_bias_act(y, y, bf, sinv_x * sinv_w,
+                                      relu ? Activation::relu : Activation::none);
   }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = N;
@@ -153,11 +140,10 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
       [keep_x, keep_w, keep_y, sinv_x, sinv_w, recipe, grad_state, x_shape, M, N,
        K](BackwardContext& ctx) {
-        const auto& kk = fp8k::kernels();
         Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(ctx.grad()), Shape{M, N});
         if (keep_y.defined()) {
-          Tensor gz = new_tensor(g.shape(), DType::fp32);
-          kk.relu_mask(fdata(gz), fdata(g), fdata(keep_y), M * N);
+          Tensor gz = Tensor::empty(g.shape(), {.device = g.device()});
+          backend_for(gz, g, keep_y).mask_grad(gz, g, keep_y);
           g = gz;
         }
         // TE: the bias gradient comes from the high-precision gradient.
@@ -186,12 +172,12 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
         }
         if (ctx.needs(0)) {
           Tensor dx = gemm_f32(qg.data, keep_w);
-          kk.scale_inplace(fdata(dx), dx.numel(), qg.scale_inv * sinv_w);
+          backend_for(dx).scale_bias_act(dx, dx, Tensor(), qg.scale_inv * sinv_w, Activation::none);
           ctx.grad_inputs[0] = mixp::detail::raw_reshape(dx, x_shape);
         }
         if (ctx.needs(1)) {
           Tensor dw = gemm_f32(qg.data.t(), keep_x);
-          kk.scale_inplace(fdata(dw), dw.numel(), qg.scale_inv * sinv_x);
+          backend_for(dw).scale_bias_act(dw, dw, Tensor(), qg.scale_inv * sinv_x, Activation::none);
           ctx.grad_inputs[1] = dw;
         }
       });

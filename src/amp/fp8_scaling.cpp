@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/backend.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::amp {
@@ -85,24 +86,16 @@ float fp8_max(DType fp8) {
   }
 }
 
-float fp8_scale_from_amax(float amax, float max, int margin, float previous) {
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return previous;
-  // TE: scaled_max = fp8_max * std::pow(2.f, -margin), then scaled_max / amax, all in fp32.
-  const float scaled_max = max * std::ldexp(1.0f, -margin);
-  const float s = scaled_max / amax;
-  return std::isinf(s) ? FLT_MAX : s;
-}
-
 namespace {
 // The state's tensors are read on every call (they may be module buffers that a checkpoint
 // loader fills in place); they must stay fp32.
-float* f32(const Tensor& t) {
+const Tensor& f32(const Tensor& t) {
   if (t.dtype() != DType::fp32 || !t.is_contiguous()) {
     throw std::logic_error(
         "mixp::amp::Fp8ScalingState: the state tensors must stay contiguous fp32 (got " +
         std::string(name(t.dtype())) + "); do not convert FP8 scaling buffers");
   }
-  return static_cast<float*>(t.data_ptr());
+  return t;
 }
 }  // namespace
 
@@ -119,53 +112,50 @@ Fp8ScalingState::Fp8ScalingState(DType fp8, int64_t history_len, AmaxComputeAlgo
   scale_inv_ = ones({1});
 }
 
-float Fp8ScalingState::scale() const { return f32(scale_)[0]; }
-float Fp8ScalingState::scale_inv() const { return f32(scale_inv_)[0]; }
+// Reads go through the element accessors (host access, 3.5 of docs/architecture.md); the
+// updates are the backend's fp8_scale_update.
+float Fp8ScalingState::scale() const {
+  return f32(scale_).item<float>();
+}
+float Fp8ScalingState::scale_inv() const {
+  return f32(scale_inv_).item<float>();
+}
 
 float Fp8ScalingState::history(int64_t i) const {
   if (i < 0 || i >= history_len()) {
     throw std::out_of_range(fmt::format("Fp8ScalingState::history: slot {} of {}", i,
                                         history_len()));
   }
-  return f32(history_)[i];
+  return static_cast<float>(f32(history_).at({i}));
 }
 
 std::vector<float> Fp8ScalingState::history() const {
-  const float* h = f32(history_);
-  return std::vector<float>(h, h + history_len());
+  return f32(history_).to_vector<float>();
 }
 
 void Fp8ScalingState::record_amax(float amax) {
-  float& slot = f32(history_)[0];
-  slot = std::fmax(slot, amax);  // fmaxf: a NaN amax leaves the slot as it was
-  history_.bump_version();        // raw writes here and below (Storage::version)
+  Tensor h = history_, s = scale_, si = scale_inv_;
+  backend_for(h, s, si).fp8_scale_update(h, s, si, {.roll = false, .amax = amax});
+  history_.bump_version();  // written by a kernel (Storage::version)
 }
 
 void Fp8ScalingState::update() {
-  float* h = f32(history_);
-  const int64_t n = history_len();
-  const float last = h[0];
-  float amax = 0.0f;
-  // TE's kernel: a_i = history[i+1] for i < L-1, a_{L-1} = history[0]; amax = max a_i;
-  // history[i] = a_i for i > 0 and history[0] = 0.
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = i < n - 1 ? h[i + 1] : last;
-    amax = std::fmax(amax, a);
-    h[i] = i > 0 ? a : 0.0f;
-  }
-  if (algo_ == AmaxComputeAlgo::most_recent) amax = last;
   prev_scale_ = scale();
   prev_scale_inv_ = scale_inv();
-  const float s = fp8_scale_from_amax(amax, fp8_max(dtype_), margin_, scale());
-  f32(scale_)[0] = s;
-  f32(scale_inv_)[0] = 1.0f / s;
+  Tensor h = history_, s = scale_, si = scale_inv_;
+  backend_for(h, s, si).fp8_scale_update(h, s, si,
+                                         {.roll = true,
+                                          .most_recent = algo_ == AmaxComputeAlgo::most_recent,
+                                          .fp8_max = fp8_max(dtype_),
+                                          .margin = margin_});
   bump_versions();
 }
 
 void Fp8ScalingState::reset() {
-  std::fill_n(f32(history_), history_len(), 0.0f);
-  f32(scale_)[0] = 1.0f;
-  f32(scale_inv_)[0] = 1.0f;
+  NoGradGuard ng;
+  history_.fill_(0.0);
+  scale_.fill_(1.0);
+  scale_inv_.fill_(1.0);
   prev_scale_ = prev_scale_inv_ = 1.0f;
   bump_versions();
 }

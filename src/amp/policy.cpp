@@ -9,7 +9,7 @@
 #include <map>
 #include <span>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "util/key_value.h"
 #include "util/text.h"
 

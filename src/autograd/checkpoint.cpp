@@ -149,7 +149,7 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
   for (size_t k = 0; k < outs.size(); ++k) {
     Tensor& o = outs[k];
     if (!o.defined()) continue;
-    node->outputs[k] = OutputMeta{o.shape(), detail::grad_dtype_of(o.dtype())};
+    node->outputs[k] = OutputMeta{o.shape(), detail::grad_dtype_of(o.dtype()), o.device()};
     if (!o.is_floating_point()) continue;
     // Outputs may alias inputs (fn returned an input): give each its own impl.
     o = o.detach();

@@ -48,7 +48,7 @@ void accumulate(Tensor& slot, const Tensor& g) {
   if (g.dtype() != sd) {
     sd = (sd == DType::fp64 || g.dtype() == DType::fp64) ? DType::fp64 : DType::fp32;
   }
-  Tensor sum = Tensor::empty(slot.shape(), {.dtype = sd});
+  Tensor sum = Tensor::empty(slot.shape(), {.dtype = sd, .device = slot.device()});
   backend_for(sum, slot).copy(sum, slot);
   backend_for(sum, g).add_inplace(sum, g, 1.0);
   slot = sum;
@@ -83,7 +83,7 @@ DType grad_dtype_for(DType leaf) {
 }
 
 AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& l) : leaf(l) {
-  outputs.push_back(OutputMeta{l->shape, l->dtype});
+  outputs.push_back(OutputMeta{l->shape, l->dtype, l->device});
 }
 
 void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
@@ -103,7 +103,7 @@ void AccumulateGrad::apply(std::span<Tensor> grad_outputs, std::span<Tensor>) {
     if (stealable) {
       impl->grad = g.impl_ptr();
     } else {
-      Tensor copy = Tensor::empty(impl->shape, {.dtype = gd});
+      Tensor copy = Tensor::empty(impl->shape, {.dtype = gd, .device = impl->device});
       backend_for(copy, g).copy(copy, g);
       impl->grad = copy.impl_ptr();
     }
@@ -202,7 +202,7 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
             "has shape " +
             r.shape().str() + ", pass grad explicitly");
       }
-      g = ones(r.shape(), {.dtype = r.dtype()});
+      g = ones(r.shape(), {.dtype = r.dtype(), .device = r.device()});
     } else if (g.shape() != r.shape()) {
       throw std::invalid_argument("mixp backward: gradient shape " + g.shape().str() +
                                   " differs from output shape " + r.shape().str());
@@ -251,7 +251,9 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     buffers.erase(n);
     gout.resize(n->outputs.size());
     for (size_t i = 0; i < gout.size(); ++i) {
-      if (!gout[i].defined()) gout[i] = zeros(n->outputs[i].shape, {.dtype = n->outputs[i].dtype});
+      if (!gout[i].defined())
+        gout[i] = zeros(n->outputs[i].shape,
+                        {.dtype = n->outputs[i].dtype, .device = n->outputs[i].device});
     }
     std::vector<Tensor> gin(n->next_edges.size());
     n->release_after_apply = !retain_graph;

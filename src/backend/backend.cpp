@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -16,6 +18,15 @@
 #include "mixp/backend/kernel_observer.h"
 
 namespace mixp {
+
+float fp8_scale_from_amax(float amax, float fp8_max, int margin, float previous) {
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return previous;
+  // TE: scaled_max = fp8_max * std::pow(2.f, -margin), then scaled_max / amax, all in fp32.
+  const float scaled_max = fp8_max * std::ldexp(1.0f, -margin);
+  const float s = scaled_max / amax;
+  return std::isinf(s) ? FLT_MAX : s;
+}
+
 namespace {
 BackendKind initial_default() {
   const char* e = std::getenv("MIXP_BACKEND");

@@ -168,6 +168,40 @@ class GuardedBackend final : public Backend {
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override {
     run([&](Backend& be) { be.optimizer_update(u, rule); });
   }
+  void amax(Tensor& dst, const Tensor& src) override {
+    run([&](Backend& be) { be.amax(dst, src); });
+  }
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+              int64_t inner) override {
+    run([&](Backend& be) { be.minmax(min, max, src, channels, inner); });
+  }
+  void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override {
+    run([&](Backend& be) { be.quantize(spec, dst, aux, src); });
+  }
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override {
+    run([&](Backend& be) { be.mask_grad(dsrc, ddst, mask); });
+  }
+  void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
+                      Activation act) override {
+    run([&](Backend& be) { be.scale_bias_act(dst, src, bias, alpha, act); });
+  }
+  void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv,
+                        const Fp8ScaleUpdate& u) override {
+    run([&](Backend& be) { be.fp8_scale_update(history, scale, scale_inv, u); });
+  }
+  void count_nonfinite(Tensor& dst, const Tensor& src) override {
+    run([&](Backend& be) { be.count_nonfinite(dst, src); });
+  }
+  void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target,
+                            bool logits) override {
+    run([&](Backend& be) { be.binary_cross_entropy(loss, x, target, logits); });
+  }
+  void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
+                                     const Tensor& x, const Tensor& target, bool logits) override {
+    run([&](Backend& be) {
+      be.binary_cross_entropy_backward(dx, dtarget, dloss, x, target, logits);
+    });
+  }
 };
 
 }  // namespace

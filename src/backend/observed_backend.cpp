@@ -297,6 +297,37 @@ class ObservedBackend final : public Backend {
     b_.layer_norm_xhat(dst, src, mean, rstd);
   }
 
+  // Scaling, quantization, statistics and BCE (issue 12's second part) pass through unobserved
+  // for the same reason.
+  void amax(Tensor& dst, const Tensor& src) override { b_.amax(dst, src); }
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+              int64_t inner) override {
+    b_.minmax(min, max, src, channels, inner);
+  }
+  void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override {
+    b_.quantize(spec, dst, aux, src);
+  }
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override {
+    b_.mask_grad(dsrc, ddst, mask);
+  }
+  void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
+                      Activation act) override {
+    b_.scale_bias_act(dst, src, bias, alpha, act);
+  }
+  void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv,
+                        const Fp8ScaleUpdate& u) override {
+    b_.fp8_scale_update(history, scale, scale_inv, u);
+  }
+  void count_nonfinite(Tensor& dst, const Tensor& src) override { b_.count_nonfinite(dst, src); }
+  void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target,
+                            bool logits) override {
+    b_.binary_cross_entropy(loss, x, target, logits);
+  }
+  void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
+                                     const Tensor& x, const Tensor& target, bool logits) override {
+    b_.binary_cross_entropy_backward(dx, dtarget, dloss, x, target, logits);
+  }
+
  private:
   Backend& b_;
 };

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/io/atomic_file.h"
 
 namespace mixp::bench {

@@ -13,7 +13,7 @@
 
 #include "bench/peak_kernels.h"
 #include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::bench {
 namespace detail {

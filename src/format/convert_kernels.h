@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <span>
 
-#include "mixp/backend/cpu_features.h"
 #include "mixp/format/convert.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::detail {
 

@@ -7,21 +7,11 @@
 #include <cstring>
 
 #include "mixp/autograd/node.h"
+#include "mixp/backend/backend.h"
 #include "mixp/ops/op_list.h"
 
 namespace mixp::inspect {
 namespace {
-
-// Counts over the tensor's elements (contiguous outputs; strided ones are read through a copy).
-template <class Bits>
-std::pair<int64_t, int64_t> count_bits(const Bits* p, int64_t n, Bits exp_mask, Bits man_mask) {
-  int64_t nan = 0, inf = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const Bits b = p[i];
-    if ((b & exp_mask) == exp_mask) ((b & man_mask) ? nan : inf) += 1;
-  }
-  return {nan, inf};
-}
 
 std::string describe_shape(const Shape& s) {
   return s.str();
@@ -33,24 +23,11 @@ std::pair<int64_t, int64_t> count_nonfinite(const Tensor& t) {
   if (!t.defined() || t.numel() == 0) return {0, 0};
   const DType d = t.dtype();
   if (d != DType::fp32 && d != DType::bf16 && d != DType::fp16 && d != DType::fp64) return {0, 0};
-  if (!t.is_contiguous()) {
-    const TensorStats s = tensor_stats(t, {});
-    return {s.nan, s.inf};
-  }
-  const int64_t n = t.numel();
-  switch (d) {
-    case DType::fp32:
-      return count_bits<uint32_t>(static_cast<const uint32_t*>(t.data_ptr()), n, 0x7F800000u, 0x007FFFFFu);
-    case DType::fp64:
-      return count_bits<uint64_t>(static_cast<const uint64_t*>(t.data_ptr()), n, 0x7FF0000000000000ull,
-                                  0x000FFFFFFFFFFFFFull);
-    case DType::bf16:
-      return count_bits<uint16_t>(static_cast<const uint16_t*>(t.data_ptr()), n, uint16_t(0x7F80), uint16_t(0x007F));
-    case DType::fp16:
-      return count_bits<uint16_t>(static_cast<const uint16_t*>(t.data_ptr()), n, uint16_t(0x7C00), uint16_t(0x03FF));
-    default:
-      return {0, 0};
-  }
+  // The backend's count (any layout), read back to the host.
+  Tensor counts = Tensor::empty({2}, {.dtype = DType::int64, .device = t.device()});
+  backend_for(t).count_nonfinite(counts, t);
+  const std::vector<int64_t> c = counts.to_vector<int64_t>();
+  return {c[0], c[1]};
 }
 
 std::string AnomalyReport::message() const {

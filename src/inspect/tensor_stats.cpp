@@ -241,7 +241,8 @@ std::vector<float> values_as_fp32(const Tensor& t, double scale) {
   NoGradGuard ng;
   Tensor f = t.detach();
   if (f.dtype() != DType::fp32) f = f.to(DType::fp32, Round::nearest_even);
-  f = f.contiguous();
+  // Host access (docs/architecture.md 3.5): the statistics below are computed on a host copy.
+  f = f.contiguous().to(Device::cpu());
   const float* p = f.data<float>();
   std::vector<float> v(p, p + f.numel());
   if (scale != 1.0)

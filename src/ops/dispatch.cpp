@@ -109,14 +109,14 @@ DType result_dtype(std::initializer_list<const Tensor*> inputs) {
 
 Tensor as_compute(const Tensor& t, DType c) {
   if (!t.defined() || t.dtype() == c) return t;
-  Tensor out = new_tensor(t.shape(), c);
+  Tensor out = new_tensor(t.shape(), c, t.device());
   backend_for(out, t).copy(out, t);
   return out;
 }
 
 Tensor finish(const Tensor& t, DType result) {
   if (t.dtype() == result) return t;
-  Tensor out = new_tensor(t.shape(), result);
+  Tensor out = new_tensor(t.shape(), result, t.device());
   backend_for(out, t).convert(out, t, Round::nearest_even, Overflow::ieee, 0);
   return out;
 }
@@ -151,7 +151,7 @@ Tensor raw_expand(const Tensor& t, const Shape& shape) {
 
 Tensor raw_contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
-  Tensor out = new_tensor(t.shape(), t.dtype());
+  Tensor out = new_tensor(t.shape(), t.dtype(), t.device());
   backend_for(out, t).copy(out, t);
   return out;
 }
@@ -181,7 +181,7 @@ namespace {
 void finish_record(std::shared_ptr<FunctionNode> node, std::initializer_list<Tensor*> outputs) {
   uint32_t k = 0;
   for (Tensor* out : outputs) {
-    node->outputs.push_back(OutputMeta{out->shape(), grad_dtype_of(out->dtype())});
+    node->outputs.push_back(OutputMeta{out->shape(), grad_dtype_of(out->dtype()), out->device()});
     TensorImpl* impl = out->impl();
     impl->grad_fn = node;
     impl->output_nr = k++;

@@ -49,8 +49,10 @@ Tensor raw_contiguous(const Tensor& t);
 // t with a new shape of the same numel: a view when t is contiguous, else a copy; not recorded.
 Tensor raw_reshape(const Tensor& t, const Shape& shape);
 
-inline Tensor new_tensor(const Shape& shape, DType dt) {
-  return Tensor::empty(shape, {.dtype = dt});
+// An op's output or temporary: on the device of the op's inputs (docs/architecture.md 3.5), never
+// on the default device.
+inline Tensor new_tensor(const Shape& shape, DType dt, Device device) {
+  return Tensor::empty(shape, {.dtype = dt, .device = device});
 }
 
 // Records `fn` as the backward of `outputs` with edges to `inputs` (undefined inputs get no edge).

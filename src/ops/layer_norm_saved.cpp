@@ -13,7 +13,7 @@ constexpr int64_t kBlockElements = 1 << 16;  // widened xhat per block: 256 KiB,
 }  // namespace
 
 Tensor layer_norm_xhat(const Tensor& x, const Tensor& mean, const Tensor& rstd, DType low) {
-  Tensor out = new_tensor(x.shape(), low);
+  Tensor out = new_tensor(x.shape(), low, x.device());
   backend_for(out, x, mean, rstd).layer_norm_xhat(out, x, mean, rstd);
   return out;
 }
@@ -25,12 +25,13 @@ void layer_norm_backward_from_xhat(Tensor& dx, Tensor& dw, Tensor& db, const Ten
   // saving 16 bits is lost if the backward materializes all of it in fp32 at once.
   const int64_t block =
       std::max<int64_t>(1, std::min<int64_t>(rows, kBlockElements / std::max<int64_t>(n, 1)));
-  Tensor xh = new_tensor(Shape{block, n}, DType::fp32);
-  Tensor zero = new_tensor(Shape{block}, DType::fp32), one = new_tensor(Shape{block}, DType::fp32);
+  Tensor xh = new_tensor(Shape{block, n}, DType::fp32, xhat.device());
+  Tensor zero = new_tensor(Shape{block}, DType::fp32, xhat.device()),
+         one = new_tensor(Shape{block}, DType::fp32, xhat.device());
   zero.fill_(0.0);
   one.fill_(1.0);
-  Tensor dw_part = dw.defined() ? new_tensor(Shape{n}, DType::fp32) : Tensor();
-  Tensor db_part = db.defined() ? new_tensor(Shape{n}, DType::fp32) : Tensor();
+  Tensor dw_part = dw.defined() ? new_tensor(Shape{n}, DType::fp32, xhat.device()) : Tensor();
+  Tensor db_part = db.defined() ? new_tensor(Shape{n}, DType::fp32, xhat.device()) : Tensor();
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t nr = std::min(block, rows - r0);
     const Shape rs{nr, n}, st{n, 1};

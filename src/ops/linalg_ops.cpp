@@ -77,7 +77,8 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const GemmPlan
           ? Shape{std::max(a.dim() == 3 ? a.shape()[0] : 1, b.dim() == 3 ? b.shape()[0] : 1),
                   a.shape()[a.dim() - 2], b.shape()[b.dim() - 1]}
           : Shape{a.shape()[0], b.shape()[1]};
-  Tensor dst = new_tensor(out_shape, out_dtype ? *out_dtype : gemm_out_dtype(plan));
+  Tensor dst = new_tensor(out_shape, out_dtype ? *out_dtype : gemm_out_dtype(plan),
+                          common_device({&a, &b, &bias}));
   MatmulConfig cfg;
   cfg.compute = backend_compute(plan);
   cfg.tf32 = plan.c == DType::fp32 && plan.mode.precision == MatmulPrecision::high;
@@ -212,7 +213,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
            [keep_x, keep_w, keep_y, x_shape, plan, dw32](BackwardContext& ctx) mutable {
              Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
              if (keep_y.defined()) {
-               Tensor gz = new_tensor(g2.shape(), g2.dtype());
+               Tensor gz = new_tensor(g2.shape(), g2.dtype(), g2.device());
                backend_for(gz, g2, keep_y).unary_backward(UnaryOp::relu, gz, g2, Tensor(), keep_y);
                g2 = gz;
                if (ctx.last_use()) keep_y = Tensor();
@@ -267,7 +268,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   p.compute = backend_compute(plan);
   const Tensor xc = raw_contiguous(as_compute(x, c)), wc = raw_contiguous(as_compute(w, c)),
                bc = as_compute(b, c);
-  Tensor y = new_tensor(Shape{x.shape()[0], w.shape()[0], OH, OW}, c);
+  Tensor y = new_tensor(Shape{x.shape()[0], w.shape()[0], OH, OW}, c, x.device());
   backend_for(y).conv2d(y, plan_operand(xc, plan), plan_operand(wc, plan),
                         bc.defined() ? raw_contiguous(bc) : bc, p);
   Tensor out = finish(y, rd);
@@ -282,14 +283,15 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
              // Gradients in g's dtype (fp32 at precision medium, where the operands are
              // bf16-rounded).
              if (ctx.needs(0)) {
-               Tensor gx = new_tensor(x_shape, g.dtype());
+               Tensor gx = new_tensor(x_shape, g.dtype(), g.device());
                backend_for(gx, gp).conv2d_backward_data(gx, gp, plan_operand(keep_w, plan), p);
                ctx.grad_inputs[0] = gx;
              }
              if (ctx.needs(1) || ctx.needs(2)) {
                if (ctx.needs(1)) {
-                 Tensor gw = new_tensor(w_shape, g.dtype());
-                 Tensor gb = ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype()) : Tensor();
+                 Tensor gw = new_tensor(w_shape, g.dtype(), g.device());
+                 Tensor gb =
+                     ctx.needs(2) ? new_tensor(Shape{w_shape[0]}, g.dtype(), g.device()) : Tensor();
                  backend_for(gw, gb, gp)
                      .conv2d_backward_weights(gw, gb, gp, plan_operand(keep_x, plan), p);
                  ctx.grad_inputs[1] = gw;
@@ -375,9 +377,9 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
     return raw_contiguous(plan_operand(raw_contiguous(as_compute(t, c)), plan));
   };
   const Tensor qc = operand(q), kc = operand(k), vc = operand(v);
-  Tensor y = new_tensor(q.shape(), c);
+  Tensor y = new_tensor(q.shape(), c, q.device());
   Tensor lse = new_tensor(Shape{q.shape()[0], q.shape()[1], q.shape()[2]},
-                          kern::is_narrow(c) ? DType::fp32 : c);
+                          kern::is_narrow(c) ? DType::fp32 : c, q.device());
   backend_for(y, lse, qc, kc, vc).attention(y, lse, qc, kc, vc, causal, scale);
   Tensor out = finish(y, rd);
   if (should_record({&q, &k, &v})) {
@@ -385,8 +387,9 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
     record(OpId::attention, c, {&q, &k, &v}, {&out},
            [sq, sk, sv, sy, sl, causal, scale](BackwardContext& ctx) {
              const Tensor g = raw_contiguous(ctx.grad());
-             Tensor dq = new_tensor(sq.shape(), g.dtype()), dk = new_tensor(sk.shape(), g.dtype()),
-                    dv = new_tensor(sv.shape(), g.dtype());
+             Tensor dq = new_tensor(sq.shape(), g.dtype(), g.device()),
+                    dk = new_tensor(sk.shape(), g.dtype(), g.device()),
+                    dv = new_tensor(sv.shape(), g.dtype(), g.device());
              backend_for(dq, dk, dv, g, sq, sk, sv, sy, sl)
                  .attention_backward(dq, dk, dv, g, sq, sk, sv, sy, sl, causal, scale);
              ctx.grad_inputs[0] = dq;

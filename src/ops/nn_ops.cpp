@@ -16,7 +16,7 @@ Tensor softmax_impl(OpId id, const Tensor& x0, int64_t dim0, bool log) {
   const DType rd = result_dtype({&x});
   const DType c = compute_of(rd);
   const Tensor xc = as_compute(x, c);
-  Tensor y = new_tensor(x.shape(), c);
+  Tensor y = new_tensor(x.shape(), c, x.device());
   if (x.dim() == 0) {
     backend_for(y).fill(y, log ? 0.0 : 1.0);
   } else {
@@ -27,7 +27,7 @@ Tensor softmax_impl(OpId id, const Tensor& x0, int64_t dim0, bool log) {
     Tensor keep_y = y.detach();
     record(id, c, {&x}, {&out}, [keep_y, dim, log](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
-      Tensor gi = new_tensor(g.shape(), g.dtype());
+      Tensor gi = new_tensor(g.shape(), g.dtype(), g.device());
       if (keep_y.dim() == 0)
         backend_for(gi).fill(gi, 0.0);
       else
@@ -72,8 +72,9 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   const Tensor xc = raw_contiguous(as_compute(x, c));
   const Tensor wc = w.defined() ? raw_reshape(as_compute(w, c), Shape{n}) : Tensor();
   const Tensor bc = b.defined() ? raw_reshape(as_compute(b, c), Shape{n}) : Tensor();
-  Tensor y = new_tensor(x.shape(), c);
-  Tensor mean_t = new_tensor(Shape{rows}, c), rstd_t = new_tensor(Shape{rows}, c);
+  Tensor y = new_tensor(x.shape(), c, x.device());
+  Tensor mean_t = new_tensor(Shape{rows}, c, x.device()),
+         rstd_t = new_tensor(Shape{rows}, c, x.device());
   backend_for(y, mean_t, rstd_t, xc, wc, bc).layer_norm(y, mean_t, rstd_t, xc, wc, bc, eps);
   Tensor out = finish(y, rd);
   if (should_record({&x, &w, &b})) {
@@ -89,9 +90,9 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
     record(OpId::layer_norm, c, {&x, &w, &b}, {&out},
            [sx, sw, sm, sr, ns, n, low](BackwardContext& ctx) {
              const Tensor g = raw_contiguous(ctx.grad());
-             Tensor gx = new_tensor(sx.shape(), g.dtype());
-             Tensor gw = ctx.needs(1) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
-             Tensor gb = ctx.needs(2) ? new_tensor(Shape{n}, g.dtype()) : Tensor();
+             Tensor gx = new_tensor(sx.shape(), g.dtype(), g.device());
+             Tensor gw = ctx.needs(1) ? new_tensor(Shape{n}, g.dtype(), g.device()) : Tensor();
+             Tensor gb = ctx.needs(2) ? new_tensor(Shape{n}, g.dtype(), g.device()) : Tensor();
              if (low) {
                layer_norm_backward_from_xhat(gx, gw, gb, g, sx, sw, sr);
              } else {
@@ -135,8 +136,8 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
   const Tensor wc = as_compute(w, c), bc = as_compute(b, c);
   // Running stats are updated in place; work on compute-dtype copies when they are stored narrower.
   Tensor rm = as_compute(running_mean, c), rv = as_compute(running_var, c);
-  Tensor y = new_tensor(x.shape(), c);
-  Tensor save_mean = new_tensor(cs, c), save_invstd = new_tensor(cs, c);
+  Tensor y = new_tensor(x.shape(), c, x.device());
+  Tensor save_mean = new_tensor(cs, c, x.device()), save_invstd = new_tensor(cs, c, x.device());
   {
     NoGradGuard ng;
     backend_for(y, save_mean, save_invstd, rm, rv, xc, wc, bc)
@@ -155,7 +156,7 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
   if (should_record({&x, &w, &b})) {
     if (!training) {
       // Eval: y = (x - m) * invstd * w + b with constants m, invstd: a per-channel affine map.
-      Tensor inv = new_tensor(cs, c);
+      Tensor inv = new_tensor(cs, c, x.device());
       {
         Tensor tmp = add(as_compute(running_var, c).detach(), eps);
         backend_for(inv, tmp).unary(UnaryOp::sqrt, inv, tmp);
@@ -186,9 +187,9 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
              si = save_invstd.detach();
       record(OpId::batch_norm, c, {&x, &w, &b}, {&out}, [sx, sw, sm, si, cs](BackwardContext& ctx) {
         const Tensor g = raw_contiguous(ctx.grad());
-        Tensor gx = new_tensor(sx.shape(), g.dtype());
-        Tensor gw = ctx.needs(1) ? new_tensor(cs, g.dtype()) : Tensor();
-        Tensor gb = ctx.needs(2) ? new_tensor(cs, g.dtype()) : Tensor();
+        Tensor gx = new_tensor(sx.shape(), g.dtype(), g.device());
+        Tensor gw = ctx.needs(1) ? new_tensor(cs, g.dtype(), g.device()) : Tensor();
+        Tensor gb = ctx.needs(2) ? new_tensor(cs, g.dtype(), g.device()) : Tensor();
         backend_for(gx, gw, gb, g, sx, sw, sm, si)
             .batch_norm_backward(gx, gw, gb, g, sx, sw, sm, si);
         ctx.grad_inputs[0] = gx;
@@ -220,15 +221,15 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& targets) {
   const DType rd = result_dtype({&logits});
   const DType c = compute_of(rd);
   const Tensor lc = as_compute(logits, c);
-  Tensor loss = new_tensor(Shape{}, c);
-  Tensor lse = new_tensor(Shape{logits.shape()[0]}, c);
+  Tensor loss = new_tensor(Shape{}, c, logits.device());
+  Tensor lse = new_tensor(Shape{logits.shape()[0]}, c, logits.device());
   backend_for(loss, lse, lc, targets).cross_entropy(loss, lse, lc, targets);
   Tensor out = finish(loss, rd);
   if (should_record({&logits})) {
     Tensor sl = lc.detach(), st = targets.detach(), slse = lse.detach();
     record(OpId::cross_entropy, c, {&logits}, {&out}, [sl, st, slse](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
-      Tensor gl = new_tensor(sl.shape(), g.dtype());
+      Tensor gl = new_tensor(sl.shape(), g.dtype(), g.device());
       backend_for(gl, g, sl, st, slse).cross_entropy_backward(gl, g, sl, st, slse);
       ctx.grad_inputs[0] = gl;
     });
@@ -280,7 +281,7 @@ Tensor pool_impl(OpId id, const Tensor& x0, const Pool2dParams& p) {
   const DType rd = result_dtype({&x});
   const DType c = compute_of(rd);
   const Tensor xc = as_compute(x, c);
-  Tensor y = new_tensor(Shape{x.shape()[0], x.shape()[1], OH, OW}, c);
+  Tensor y = new_tensor(Shape{x.shape()[0], x.shape()[1], OH, OW}, c, x.device());
   const bool is_max = id == OpId::max_pool2d;
   if (is_max)
     backend_for(y, xc).max_pool2d(y, xc, p);
@@ -292,7 +293,7 @@ Tensor pool_impl(OpId id, const Tensor& x0, const Pool2dParams& p) {
     const Shape xs = x.shape();
     record(id, c, {&x}, {&out}, [sx, xs, p, is_max](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
-      Tensor gi = new_tensor(xs, g.dtype());
+      Tensor gi = new_tensor(xs, g.dtype(), g.device());
       if (is_max)
         backend_for(gi, g, sx).max_pool2d_backward(gi, g, sx, p);
       else
@@ -333,7 +334,7 @@ Tensor embedding(const Tensor& indices, const Tensor& w0) {
   const Tensor wc = as_compute(w, c);
   Shape out_shape = indices.shape();
   out_shape.push_back(w.shape()[1]);
-  Tensor y = new_tensor(out_shape, c);
+  Tensor y = new_tensor(out_shape, c, common_device({&w, &indices}));
   backend_for(y, wc, indices).embedding(y, wc, indices);
   Tensor out = finish(y, rd);
   if (should_record({&w})) {
@@ -341,7 +342,7 @@ Tensor embedding(const Tensor& indices, const Tensor& w0) {
     const Shape ws = w.shape();
     record(OpId::embedding, c, {&w}, {&out}, [si, ws](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
-      Tensor gw = zeros(ws, {.dtype = g.dtype()});
+      Tensor gw = zeros(ws, {.dtype = g.dtype(), .device = g.device()});
       backend_for(gw, g, si).embedding_backward(gw, g, si);
       ctx.grad_inputs[0] = gw;
     });

@@ -34,7 +34,7 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
     return c == DType::fp32 && kern::is_narrow(t.dtype()) ? t : as_compute(t, c);
   };
   const Tensor ac = operand(a), bc = operand(b);
-  Tensor out = new_tensor(shape, c);
+  Tensor out = new_tensor(shape, c, common_device({&a, &b}));
   backend_for(out).binary(bop, out, raw_expand(ac, shape), raw_expand(bc, shape));
   out = finish(out, rd);
   if (should_record({&a, &b})) {
@@ -83,7 +83,7 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
   const DType rd = result_dtype({&x});
   const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
-  Tensor out = new_tensor(x.shape(), c);
+  Tensor out = new_tensor(x.shape(), c, x.device());
   backend_for(out, xc).scalar(sop, out, xc, s);
   out = finish(out, rd);
   if (should_record({&x})) {
@@ -121,7 +121,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
   const DType rd = result_dtype({&x});
   const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
-  Tensor yc = new_tensor(x.shape(), c);
+  Tensor yc = new_tensor(x.shape(), c, x.device());
   backend_for(yc, xc).unary(uop, yc, xc);
   Tensor out = finish(yc, rd);
   if (should_record({&x})) {
@@ -129,7 +129,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
     Tensor keep_y = kern::unary_bwd_needs_dst(uop) ? yc.detach() : Tensor();
     record(id, c, {&x}, {&out}, [uop, keep_x, keep_y](BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
-      Tensor gi = new_tensor(g.shape(), g.dtype());
+      Tensor gi = new_tensor(g.shape(), g.dtype(), g.device());
       backend_for(gi, g, keep_x, keep_y).unary_backward(uop, gi, g, keep_x, keep_y);
       ctx.grad_inputs[0] = gi;
     });
@@ -218,13 +218,13 @@ Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
   const DType rd = result_dtype({&x});
   const DType c = pointwise_compute(rd);
   const Tensor xc = as_compute(x, c);
-  Tensor out = new_tensor(x.shape(), c);
+  Tensor out = new_tensor(x.shape(), c, x.device());
   backend_for(out, xc).dropout(out, xc, p, seed);
   out = finish(out, rd);
   if (should_record({&x})) {
     record(OpId::dropout, c, {&x}, {&out}, [p, seed](BackwardContext& ctx) {
       const Tensor g = raw_contiguous(ctx.grad());
-      Tensor gi = new_tensor(g.shape(), g.dtype());
+      Tensor gi = new_tensor(g.shape(), g.dtype(), g.device());
       backend_for(gi, g).dropout(gi, g, p, seed);
       ctx.grad_inputs[0] = gi;
     });

@@ -41,7 +41,7 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
   // sum/mean of a 16-bit tensor: the backend widens it on the fly (no fp32 copy).
   const bool direct = rop != ReduceOp::max && c == DType::fp32 && kern::is_narrow(x.dtype());
   const Tensor xc = direct ? x : as_compute(x, c);
-  Tensor kc = new_tensor(kept, c);
+  Tensor kc = new_tensor(kept, c, x.device());
   backend_for(kc, xc).reduce(rop, kc, xc);
   Tensor out =
       finish(raw_view(kc, final_shape, contiguous_strides(final_shape), kc.storage_offset()), rd);
@@ -61,7 +61,7 @@ Tensor reduce_op(OpId id, ReduceOp rop, const Tensor& x0, const Shape& dims, boo
           ctx.grad_inputs[0] = mul(raw_expand(g, in_shape), 1.0 / count);
           break;
         case ReduceOp::max: {
-          Tensor gi = new_tensor(in_shape, g.dtype());
+          Tensor gi = new_tensor(in_shape, g.dtype(), g.device());
           backend_for(gi, g, keep_x, keep_y).reduce_max_backward(gi, g, keep_x, keep_y);
           ctx.grad_inputs[0] = gi;
           break;
@@ -104,7 +104,7 @@ Tensor argmax(const Tensor& x0, int64_t dim, bool keepdim) {
   }
   if (x.dim() == 0) {  // dim 0 or -1, as PyTorch: the index 0
     wrap_dim(dim, 1, "argmax");
-    return zeros(Shape{}, {.dtype = DType::int64});
+    return zeros(Shape{}, {.dtype = DType::int64, .device = x.device()});
   }
   const int d = wrap_dim(dim, x.dim(), "argmax");
   if (x.shape()[d] == 0) {
@@ -114,7 +114,7 @@ Tensor argmax(const Tensor& x0, int64_t dim, bool keepdim) {
   }
   Shape kept = x.shape();
   kept[d] = 1;
-  Tensor out = new_tensor(kept, DType::int64);
+  Tensor out = new_tensor(kept, DType::int64, x.device());
   if (out.numel() > 0) backend_for(out, x).argmax(out, x, d);
   if (keepdim) return out;
   Shape final_shape;

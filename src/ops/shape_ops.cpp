@@ -157,7 +157,7 @@ Tensor Tensor::slice(int64_t dim0, int64_t start, int64_t end, int64_t step) con
                      raw_view(*this, sh, st, storage_offset() + start * strides()[d]),
                      [in_shape, d, start, step](BackwardContext& ctx) {
                        const Tensor& g = ctx.grad();
-                       Tensor gi = zeros(in_shape, {.dtype = g.dtype()});
+                       Tensor gi = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
                        Shape st2 = gi.strides();
                        st2[d] *= step;
                        Tensor window = raw_view(gi, g.shape(), st2, start * gi.strides()[d]);
@@ -242,7 +242,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   check_defined(*this, "clone", "x");
-  Tensor out = new_tensor(shape(), dtype());
+  Tensor out = new_tensor(shape(), dtype(), device());
   backend_for(out, *this).copy(out, *this);
   if (should_record({this})) {
     record(OpId::contiguous, grad_dtype_of(dtype()), {this}, {&out},
@@ -277,7 +277,7 @@ void record_to(const Tensor& src, Tensor& out) {
 Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const {
   check_defined(*this, "to", "x");
   if (dt == dtype()) return *this;
-  Tensor out = new_tensor(shape(), dt);
+  Tensor out = new_tensor(shape(), dt, device());
   backend_for(out, *this).convert(out, *this, round, overflow, seed);
   record_to(*this, out);
   return out;
@@ -337,7 +337,7 @@ Tensor cat(std::span<const Tensor> xs0, int64_t dim0) {
       rd = (t.dtype() == DType::fp64 || rd == DType::fp64) ? DType::fp64 : DType::fp32;
   }
   out_shape[d] = total;
-  Tensor out = new_tensor(out_shape, rd);
+  Tensor out = new_tensor(out_shape, rd, first.device());
   std::vector<int64_t> sizes;
   int64_t off = 0;
   for (const Tensor& t : xs) {
@@ -411,7 +411,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim0) {
     const Shape in_shape = x.shape();
     auto node = std::make_shared<FunctionNode>(
         OpId::slice, grad_dtype_of(x.dtype()), [in_shape, d, n, chunks](BackwardContext& ctx) {
-          Tensor gi = new_tensor(in_shape, ctx.grad(0).dtype());
+          Tensor gi = new_tensor(in_shape, ctx.grad(0).dtype(), ctx.grad(0).device());
           for (int64_t i = 0; i < chunks; ++i) {
             Shape s = in_shape;
             s[d] = n;
@@ -423,7 +423,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim0) {
     node->next_edges.push_back(gradient_edge(x));
     node->input_dtypes.push_back(grad_dtype_of(x.dtype()));
     for (int64_t i = 0; i < chunks; ++i) {
-      node->outputs.push_back(OutputMeta{sh, grad_dtype_of(x.dtype())});
+      node->outputs.push_back(OutputMeta{sh, grad_dtype_of(x.dtype()), x.device()});
       TensorImpl* impl = out[static_cast<size_t>(i)].impl();
       impl->grad_fn = node;
       impl->output_nr = static_cast<uint32_t>(i);

@@ -7,11 +7,11 @@
 #include <limits>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/backend.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
 #include "ops/dispatch.h"
-#include "quant/qkernels.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
@@ -28,7 +28,7 @@ void check_params(const QParams& p, const char* who) {
   }
 }
 
-kern::QP to_qp(const QParams& p) {
+QuantizeSpec::IntParams to_qp(const QParams& p) {
   return {p.scale, 1.0f / p.scale, static_cast<float>(p.zero_point), static_cast<float>(p.qmin),
           static_cast<float>(p.qmax)};
 }
@@ -56,44 +56,26 @@ Tensor fake_quantize_impl(const Tensor& x0, std::span<const QParams> params, boo
     g.inner = x.numel();
   }
   const Tensor xc = mixp::detail::raw_contiguous(mixp::detail::as_compute(x, DType::fp32));
-  Tensor y = Tensor::empty(x.shape(), {.dtype = DType::fp32});
+  const Device dev = xc.device();
+  Tensor y = Tensor::empty(x.shape(), {.dtype = DType::fp32, .device = dev});
   const bool record = mixp::detail::should_record({&x});
-  Tensor mask = record ? Tensor::empty(x.shape(), {.dtype = DType::uint8}) : Tensor();
-  const kern::Kernels& k = kern::kernels();
-  const float* src = xc.data<float>();
-  float* dst = y.data<float>();
-  uint8_t* m = record ? mask.data<uint8_t>() : nullptr;
-  std::vector<kern::QP> qp;
+  Tensor mask =
+      record ? Tensor::empty(x.shape(), {.dtype = DType::uint8, .device = dev}) : Tensor();
+  std::vector<QuantizeSpec::IntParams> qp;
   for (const QParams& p : params) qp.push_back(to_qp(p));
-  const int64_t rows = g.outer * g.channels;
-  if (rows == 1) {
-    // One long run: split it across threads.
-    cpu::parallel_for(g.inner, g.inner, [&](int64_t lo, int64_t hi) {
-      k.fake_quant(dst + lo, m ? m + lo : nullptr, src + lo, hi - lo, qp[0]);
-    });
-  } else {
-    cpu::parallel_for(rows, x.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        const int64_t off = r * g.inner;
-        k.fake_quant(dst + off, m ? m + off : nullptr, src + off, g.inner,
-                     qp[static_cast<size_t>(r % g.channels)]);
-      }
-    });
-  }
+  backend_for(xc).quantize({.kind = QuantizeSpec::Kind::int_fake,
+                            .params = qp,
+                            .channels = g.channels,
+                            .inner = g.inner},
+                           y, mask, xc);
   Tensor out = mixp::detail::finish(y, x.dtype());
   if (record) {
     mixp::detail::record(OpId::fake_quantize, DType::fp32, {&x}, {&out},
                          [mask](BackwardContext& ctx) {
                            const Tensor gr = mixp::detail::raw_contiguous(ctx.grad());
-                           Tensor gx = Tensor::empty(gr.shape(), {.dtype = DType::fp32});
-                           const int64_t n = gr.numel();
-                           const kern::Kernels& kk = kern::kernels();
-                           const float* gp = gr.data<float>();
-                           const uint8_t* mp = mask.data<uint8_t>();
-                           float* gxp = gx.data<float>();
-                           cpu::parallel_for(n, n, [&](int64_t lo, int64_t hi) {
-                             kk.ste_backward(gxp + lo, gp + lo, mp + lo, hi - lo);
-                           });
+                           Tensor gx = Tensor::empty(gr.shape(),
+                                                     {.dtype = DType::fp32, .device = gr.device()});
+                           backend_for(gx, gr, mask).mask_grad(gx, gr, mask);
                            ctx.grad_inputs[0] = gx;
                          });
   }
@@ -121,10 +103,11 @@ FakeQuantize::FakeQuantize(const ObserverSpec& spec, int64_t channels)
   zero_point_ = &register_buffer("zero_point", zeros({channels}, {.dtype = DType::int32}));
 }
 
+// The buffers are read and written through the host-access paths (to_vector, copy_ from a host
+// tensor): a few values per channel, once per forward.
 bool FakeQuantize::has_data() const {
-  const float* mn = min_val_->data<float>();
-  const float* mx = max_val_->data<float>();
-  for (int64_t c = 0; c < channels_; ++c) {
+  const std::vector<float> mn = min_val_->to_vector<float>(), mx = max_val_->to_vector<float>();
+  for (size_t c = 0; c < mn.size(); ++c) {
     if (!(mn[c] <= mx[c]) || !std::isfinite(mn[c]) || !std::isfinite(mx[c])) return false;
   }
   return true;
@@ -133,36 +116,47 @@ bool FakeQuantize::has_data() const {
 std::vector<QParams> FakeQuantize::qparams() const {
   const QuantRange r = quant_range(spec_.config.dtype, spec_.config.reduce_range);
   std::vector<QParams> out;
-  const float* s = scale_->data<float>();
-  const int32_t* z = zero_point_->data<int32_t>();
-  for (int64_t c = 0; c < channels_; ++c) out.push_back(QParams{s[c], z[c], r.qmin, r.qmax});
+  const std::vector<float> s = scale_->to_vector<float>();
+  const std::vector<int32_t> z = zero_point_->to_vector<int32_t>();
+  for (size_t c = 0; c < s.size(); ++c) out.push_back(QParams{s[c], z[c], r.qmin, r.qmax});
   return out;
 }
 
+namespace {
+// dst (a buffer on any device) = values, written by the backend's copy (which bumps the version).
+template <class T>
+void write_buffer(Tensor& dst, const std::vector<T>& values) {
+  NoGradGuard ng;
+  Tensor host = Tensor::empty(dst.shape(), {.dtype = dst.dtype()});
+  for (size_t i = 0; i < values.size(); ++i) host.set_at({static_cast<int64_t>(i)}, values[i]);
+  dst.copy_(host.to(dst.device()));
+}
+}  // namespace
+
 void FakeQuantize::refresh_qparams() {
-  observer_.set_state({min_val_->data<float>(), static_cast<size_t>(channels_)},
-                      {max_val_->data<float>(), static_cast<size_t>(channels_)});
+  const std::vector<float> mn = min_val_->to_vector<float>(), mx = max_val_->to_vector<float>();
+  observer_.set_state(mn, mx);
   if (!observer_.has_data()) return;
   const std::vector<QParams> p = observer_.qparams();
-  float* s = scale_->data<float>();
-  int32_t* z = zero_point_->data<int32_t>();
-  for (int64_t c = 0; c < channels_; ++c) {
-    s[c] = p[static_cast<size_t>(c)].scale;
-    z[c] = p[static_cast<size_t>(c)].zero_point;
+  std::vector<float> s;
+  std::vector<double> z;
+  for (const QParams& q : p) {
+    s.push_back(q.scale);
+    z.push_back(q.zero_point);
   }
-  scale_->bump_version();  // raw writes (Storage::version)
-  zero_point_->bump_version();
+  write_buffer(*scale_, s);
+  write_buffer(*zero_point_, z);
 }
 
 Tensor FakeQuantize::forward(const Tensor& x) {
   if (observer_enabled_) {
-    observer_.set_state({min_val_->data<float>(), static_cast<size_t>(channels_)},
-                        {max_val_->data<float>(), static_cast<size_t>(channels_)});
+    const std::vector<float> mn = min_val_->to_vector<float>(), mx = max_val_->to_vector<float>();
+    observer_.set_state(mn, mx);
     observer_.observe(x);
-    std::copy(observer_.min_vals().begin(), observer_.min_vals().end(), min_val_->data<float>());
-    std::copy(observer_.max_vals().begin(), observer_.max_vals().end(), max_val_->data<float>());
-    min_val_->bump_version();  // raw writes (Storage::version)
-    max_val_->bump_version();
+    write_buffer(*min_val_,
+                 std::vector<float>(observer_.min_vals().begin(), observer_.min_vals().end()));
+    write_buffer(*max_val_,
+                 std::vector<float>(observer_.max_vals().begin(), observer_.max_vals().end()));
     refresh_qparams();
   }
   if (!fake_quant_enabled_ || !has_data()) return x;

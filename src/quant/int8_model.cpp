@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/qkernels.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/flatten.h"
@@ -17,14 +18,13 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
-#include "quant/qkernels.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
 
 namespace {
 
-kern::QP to_qp(const QParams& p) {
+cpu::qk::QP to_qp(const QParams& p) {
   return {p.scale, 1.0f / p.scale, static_cast<float>(p.zero_point), static_cast<float>(p.qmin),
           static_cast<float>(p.qmax)};
 }
@@ -34,7 +34,7 @@ Tensor dequantize_act(const QAct& a) {
   const Tensor& d = a.data;
   Tensor out = empty(d.shape(), {.dtype = DType::fp32});
   const int64_t n = d.numel();
-  const kern::Kernels& k = kern::kernels();
+  const cpu::qk::Kernels& k = cpu::qk::kernels();
   k.dequantize_u8(out.data<float>(), d.data<uint8_t>(), n, a.q.scale,
                   static_cast<float>(a.q.zero_point));
   if (d.dim() == 4) return out.permute({0, 3, 1, 2}).contiguous();
@@ -61,11 +61,14 @@ Tensor Int8Model::forward(const Tensor& x) {
         x.defined() ? std::string(name(x.dtype())) + " " + x.shape().str() : "nothing"));
   }
   NoGradGuard ng;
+  // An int8 model is a cpu inference model (oneDNN u8s8 and the cpu quant kernels): it computes
+  // on the host and hands its result back on the input's device.
+  const DefaultDeviceGuard host(Device::cpu());
   QAct a;
-  a.data = detail::as_fp32_contiguous(x);
+  a.data = detail::as_fp32_contiguous(x.to(Device::cpu()));
   for (const auto& l : layers_) a = l->forward(a);
-  if (a.quantized()) return dequantize_act(a);
-  return a.data;
+  if (a.quantized()) return dequantize_act(a).to(x.device());
+  return a.data.to(x.device());
 }
 
 int64_t Int8Model::weight_bytes() const {
@@ -97,8 +100,8 @@ QAct Int8Quantize::forward(const QAct& in) {
   out.q = q_;
   out.data = empty(x.dim() == 4 ? Shape{x.size(0), x.size(2), x.size(3), x.size(1)} : x.shape(),
                    {.dtype = DType::uint8});
-  const kern::Kernels& k = kern::kernels();
-  const kern::QP qp = to_qp(q_);
+  const cpu::qk::Kernels& k = cpu::qk::kernels();
+  const cpu::qk::QP qp = to_qp(q_);
   const float* src = xc.data<float>();
   uint8_t* dst = out.data.data<uint8_t>();
   const int64_t n = xc.numel();
@@ -130,7 +133,7 @@ QAct Int8MaxPool2d::forward(const QAct& in) {
   const uint8_t* src = x.data<uint8_t>();
   uint8_t* dst = out.data.data<uint8_t>();
   const bool fast = k_ == 2 && s_ == 2 && p_ == 0;
-  const kern::Kernels& kk = kern::kernels();
+  const cpu::qk::Kernels& kk = cpu::qk::kernels();
   cpu::parallel_for(N, x.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const uint8_t* xs = src + n * H * W * C;
@@ -238,7 +241,8 @@ Int8WeightLayerParams weight_params(const std::string& name, const Tensor& weigh
           name, c.zero_point));
     }
   }
-  const Tensor w = detail::as_fp32_contiguous(weight);
+  // The int8 model lives on the cpu: its codes are made from a host copy of the trained weights.
+  const Tensor w = detail::as_fp32_contiguous(weight.to(Device::cpu()));
   p.weight = empty(weight.shape(), {.dtype = DType::int8});
   const std::vector<int64_t> shape(weight.shape().begin(), weight.shape().end());
   quantize_int8_per_channel(std::span<uint8_t>(reinterpret_cast<uint8_t*>(p.weight.data<int8_t>()),
@@ -247,7 +251,7 @@ Int8WeightLayerParams weight_params(const std::string& name, const Tensor& weigh
                             shape, 0, q, Round::nearest_even, 0);
   for (const QParams& c : q) p.weight_scale.push_back(c.scale);
   if (bias.defined()) {
-    const Tensor b = detail::as_fp32_contiguous(bias);
+    const Tensor b = detail::as_fp32_contiguous(bias.to(Device::cpu()));
     p.bias.assign(b.data<float>(), b.data<float>() + O);
   } else {
     p.bias.assign(static_cast<size_t>(O), 0.0f);
@@ -271,6 +275,7 @@ std::shared_ptr<Int8Model> convert_to_int8(const nn::Module& prepared) {
         "(the observer '{}' has seen no data)",
         missing));
   }
+  const DefaultDeviceGuard host(Device::cpu());  // the int8 model's tensors live on the cpu
   auto model = std::make_shared<Int8Model>();
   const auto children = seq->named_children();
   bool quantized = false;  // whether the running activation is u8 codes

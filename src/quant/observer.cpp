@@ -2,7 +2,6 @@
 #include "mixp/quant/observer.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +9,8 @@
 #include <stdexcept>
 
 #include "mixp/autograd/grad_mode.h"
-#include "quant/qkernels.h"
+#include "mixp/backend/backend.h"
+#include "mixp/tensor/factories.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
@@ -18,47 +18,32 @@ namespace mixp::quant {
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Min/max of n contiguous values (the vectorized kernel); NaN in both when a value is not finite.
-MinMax span_minmax(const float* x, int64_t n) {
-  MinMax m;
-  bool bad = false;
-  kern::kernels().minmax(x, n, &m.min, &m.max, &bad);
-  if (bad)
-    return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
-  return m;
-}
-
-MinMax merge(MinMax a, MinMax b) {
-  if (std::isnan(a.min) || std::isnan(b.min)) return {std::nanf(""), std::nanf("")};
-  return {std::min(a.min, b.min), std::max(a.max, b.max)};
+// The backend's per-channel min/max of f (fp32, contiguous), read back to the host.
+std::vector<MinMax> minmax_of(const Tensor& f, bool per_channel, int axis) {
+  detail::ChannelLayout g;
+  if (per_channel) {
+    g = detail::channel_layout(std::span<const int64_t>(f.shape().data(), f.shape().size()), axis,
+                               static_cast<size_t>(f.numel()), "observer");
+  } else {
+    g.inner = f.numel();
+  }
+  const TensorOptions o{.dtype = DType::fp32, .device = f.device()};
+  Tensor mn = Tensor::empty({g.channels}, o), mx = Tensor::empty({g.channels}, o);
+  backend_for(f).minmax(mn, mx, f, g.channels, g.inner);
+  const std::vector<float> lo = mn.to_vector<float>(), hi = mx.to_vector<float>();
+  std::vector<MinMax> out;
+  for (size_t c = 0; c < lo.size(); ++c) out.push_back({lo[c], hi[c]});
+  return out;
 }
 
 }  // namespace
 
 std::vector<MinMax> observe_minmax(std::span<const float> x, std::span<const int64_t> shape,
                                    bool per_channel, int axis) {
-  const int64_t n = static_cast<int64_t>(x.size());
-  if (!per_channel) {
-    MinMax total{kInf, -kInf};
-    const int nt = n >= (1 << 16) ? omp_get_max_threads() : 1;
-    std::vector<MinMax> part(static_cast<size_t>(nt), MinMax{kInf, -kInf});
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; ++t) {
-      const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
-      part[static_cast<size_t>(t)] = span_minmax(x.data() + lo, hi - lo);
-    }
-    for (const MinMax& m : part) total = merge(total, m);
-    return {total};
-  }
-  const detail::ChannelLayout g = detail::channel_layout(shape, axis, x.size(), "observer");
-  std::vector<MinMax> out(static_cast<size_t>(g.channels), MinMax{kInf, -kInf});
-  for (int64_t o = 0; o < g.outer; ++o) {
-    for (int64_t c = 0; c < g.channels; ++c) {
-      const float* p = x.data() + (o * g.channels + c) * g.inner;
-      out[static_cast<size_t>(c)] = merge(out[static_cast<size_t>(c)], span_minmax(p, g.inner));
-    }
-  }
-  return out;
+  NoGradGuard ng;
+  if (per_channel) (void)detail::channel_layout(shape, axis, x.size(), "observer");
+  const Shape s = per_channel ? Shape(shape) : Shape{static_cast<int64_t>(x.size())};
+  return minmax_of(from_blob(const_cast<float*>(x.data()), s, DType::fp32), per_channel, axis);
 }
 
 std::string describe(const ObserverSpec& s) {
@@ -95,19 +80,25 @@ void Observer::observe(const Tensor& x) {
   }
   NoGradGuard ng;
   const Tensor f = detail::as_fp32_contiguous(x);
-  observe(std::span<const float>(f.data<float>(), static_cast<size_t>(f.numel())),
-          std::span<const int64_t>(f.shape().data(), f.shape().size()));
+  const std::span<const int64_t> shape(f.shape().data(), f.shape().size());
+  check_channels(shape, static_cast<size_t>(f.numel()));
+  if (f.numel() == 0) return;
+  update(minmax_of(f, spec_.per_channel, spec_.axis));
 }
 
-void Observer::observe(std::span<const float> x, std::span<const int64_t> shape) {
+void Observer::check_channels(std::span<const int64_t> shape, size_t numel) const {
   if (spec_.per_channel) {
-    const detail::ChannelLayout g = detail::channel_layout(shape, spec_.axis, x.size(), "observer");
+    const detail::ChannelLayout g = detail::channel_layout(shape, spec_.axis, numel, "observer");
     if (g.channels != channels()) {
       throw std::invalid_argument(fmt::format(
           "mixp::quant::Observer: the tensor has {} channels along axis {}, the observer {}",
           g.channels, spec_.axis, channels()));
     }
   }
+}
+
+void Observer::observe(std::span<const float> x, std::span<const int64_t> shape) {
+  check_channels(shape, x.size());
   if (x.empty()) return;
   update(observe_minmax(x, shape, spec_.per_channel, spec_.axis));
 }

@@ -9,13 +9,13 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/qkernels.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/format/block_int8.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/nn/sequential.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
-#include "quant/qkernels.h"
 #include "quant/quant_util.h"
 
 namespace mixp::quant {
@@ -115,7 +115,7 @@ Tensor WeightOnlyLinear::dequantized_weight() const {
   Tensor w = empty(Shape{out_, in_}, {.dtype = DType::fp32});
   float lut[16];
   for (uint32_t c = 0; c < 16; ++c) lut[c] = block4_code_value(opt_.kind, c);
-  const kern::Kernels& k = kern::kernels();
+  const cpu::qk::Kernels& k = cpu::qk::kernels();
   const int64_t n = w.numel(), block = opt_.block_size;
   float* y = w.data<float>();
   const bool high = opt_.kind == Block4::nf4;

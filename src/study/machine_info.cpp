@@ -3,7 +3,7 @@
 
 #include <thread>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/study/study_results.h"
 
 namespace mixp::study {

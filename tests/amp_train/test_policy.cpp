@@ -7,7 +7,7 @@
 #include "mixp/amp/autocast.h"
 #include "mixp/amp/layer_precision.h"
 #include "mixp/amp/policy.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/nn/models.h"
 #include "mixp/tensor/factories.h"
 

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "mixp/backend/cpu_features.h"
 #include "mixp/bench/bench_record.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::bench {
 namespace {

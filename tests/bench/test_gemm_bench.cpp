@@ -7,9 +7,9 @@
 #include <string>
 
 #include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
 #include "mixp/bench/gemm_bench.h"
 #include "mixp/bench/peak.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::bench {
 namespace {

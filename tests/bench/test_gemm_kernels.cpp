@@ -3,15 +3,14 @@
 // transposed views, and the errors.
 #include <gtest/gtest.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
-#include "mixp/backend/cpu_features.h"
 #include "mixp/backend/gemm.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/mixp.h"
 
 namespace mixp {

@@ -66,6 +66,37 @@ TEST(GuardedDevice, OpsDispatchByDeviceAndMatchTheCpu) {
   EXPECT_EQ(gy.to_vector<float>(), y.to_vector<float>());
 }
 
+// Outputs follow their inputs' device, with the default device left at the cpu: forward results,
+// saved tensors, gradients (including the implied one of backward() and the zero gradient of an
+// unused output) all stay on the guarded device, and match the cpu's bit for bit.
+TEST(GuardedDevice, OutputsFollowTheirInputsDevice) {
+  Generator gen(4);
+  const Tensor x = randn({6, 16}, gen), w = randn({16, 8}, gen), b = randn({8}, gen);
+  const Tensor lw = randn({8}, gen);
+  const Tensor t =
+      from_vector(std::vector<int64_t>{0, 3, 1, 7, 2, 5}, {6}, {.dtype = DType::int64});
+  auto run = [&](Device d) {
+    Tensor xd = x.to(d), wd = w.to(d).requires_grad_(), bd = b.to(d).requires_grad_();
+    Tensor lwd = lw.to(d).requires_grad_();
+    const Tensor h = layer_norm(relu(add(matmul(xd, wd), bd)), {8}, lwd, Tensor());
+    const std::vector<Tensor> parts = chunk(h, 2, 1);  // the second chunk's gradient is implied 0
+    const Tensor loss = add(cross_entropy(h, t.to(d)), mean(mul(parts[0], parts[0])));
+    EXPECT_EQ(h.device(), d);
+    EXPECT_EQ(loss.device(), d);
+    loss.backward();
+    EXPECT_EQ(wd.grad().device(), d);
+    EXPECT_EQ(bd.grad().device(), d);
+    EXPECT_EQ(lwd.grad().device(), d);
+    return std::vector<std::vector<float>>{loss.to_vector<float>(), wd.grad().to_vector<float>(),
+                                           bd.grad().to_vector<float>(),
+                                           lwd.grad().to_vector<float>()};
+  };
+  ASSERT_TRUE(default_device().is_cpu());
+  const auto cpu = run(Device::cpu());
+  const auto guarded = run(Device::guarded());
+  EXPECT_EQ(guarded, cpu);
+}
+
 TEST(GuardedDevice, MixedDevicesAreRefused) {
   const Tensor a = ones({3});
   const Tensor b = ones({3}, {.device = Device::guarded()});
@@ -174,9 +205,57 @@ TEST_P(GuardedGpt, TrainsBitIdenticalToTheCpu) {
   expect_identical(gpt(GetParam()));
 }
 
-// fp16: dynamic loss scaling (GradScaler's unscale and inf check run in the backend).
-INSTANTIATE_TEST_SUITE_P(Recipes, GuardedGpt, ::testing::Values("fp32", "bf16", "fp16"),
-                         [](const auto& info) { return std::string(info.param); });
+std::string test_name(std::string n) {
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
+// fp16: dynamic loss scaling (GradScaler's unscale and inf check run in the backend). fp8,
+// fp8-current, mxfp8: the FP8 linear layers' quantize, amax, scale-update and epilogue kernels.
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedGpt,
+                         ::testing::Values("fp32", "bf16", "fp16", "fp8", "fp8-current", "mxfp8",
+                                           "fp16-pure", "bf16-pure", "tf32"),
+                         [](const auto& info) { return test_name(info.param); });
+
+// The mlp at width 64, batch 16, 3 steps.
+train::TrainConfig mlp(const std::string& precision) {
+  train::TrainConfig c = gpt(precision);
+  c.model.name = "mlp";
+  c.model.context = 0;
+  c.batch = 16;
+  c.model.width = 64;
+  c.test_limit = 32;
+  return c;
+}
+
+class GuardedMlp : public ::testing::TestWithParam<const char*> {};
+
+// int8-qat: the observers' min/max reductions and fake quantization run in the backend; the
+// converted int8 model (a cpu inference model, oneDNN u8s8) is built from the host copy of the
+// trained weights and evaluated on the cpu, so its accuracy is compared too.
+TEST_P(GuardedMlp, TrainsBitIdenticalToTheCpu) {
+  expect_identical(mlp(GetParam()));
+}
+
+// The cnn: int8-qat's per-channel weight observers and batch norm, the FP8 convolutions.
+class GuardedCnn : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GuardedCnn, TrainsBitIdenticalToTheCpu) {
+  train::TrainConfig c = mlp(GetParam());
+  c.model.name = "cnn";
+  c.model.width = 0;
+  expect_identical(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedMlp,
+                         ::testing::Values("int8-qat", "fp8", "fp8-current", "mxfp8", "fp16",
+                                           "fp16-o2", "bf16-pure", "fp64", "auto"),
+                         [](const auto& info) { return test_name(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GuardedCnn,
+                         ::testing::Values("int8-qat", "fp8", "mxfp8", "fp16-o2", "bf16-pure"),
+                         [](const auto& info) { return test_name(info.param); });
 
 // The image models: batch norm, pooling, convolutions (cnn) and the fused AdamW with bf16
 // autocast's weight shadows (mlp).
@@ -206,17 +285,13 @@ struct Blocker {
   const char* precision;
   const char* file;  // where data_ptr() is taken outside a backend call
 };
+
 class KnownBlockers : public ::testing::TestWithParam<Blocker> {};
 
 TEST_P(KnownBlockers, StillComputeOutsideTheBackend) {
   const Blocker b = GetParam();
-  train::TrainConfig c = gpt(b.precision);
+  train::TrainConfig c = mlp(b.precision);
   c.model.name = b.model;
-  if (std::string(b.model) == "mlp") {
-    c.model.context = 0;
-    c.batch = 16;
-    c.model.width = 64;
-  }
   TempDir tmp;
   try {
     (void)train_on(c, true, tmp.path() / "guarded");
@@ -229,14 +304,15 @@ TEST_P(KnownBlockers, StillComputeOutsideTheBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, KnownBlockers,
-                         ::testing::Values(Blocker{"gpt", "fp8", "src/amp/fp8_scaling.cpp"},
-                                           Blocker{"mlp", "int8-qat", "src/quant/fake_quantize.cpp"}),
-                         [](const auto& info) {
-                           std::string n = info.param.precision;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         // The low-bit QAT recipes: LowBitActivation's observer buffers and the
+                         // code kernels (lowbit_qat.cpp, lowbit_codes.cpp) still run on the host.
+                         ::testing::Values(Blocker{"mlp", "int4-qat", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "int2-qat", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "binary", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "ternary", "src/quant/lowbit_qat.cpp"},
+                                           Blocker{"mlp", "binary-act",
+                                                   "src/quant/lowbit_qat.cpp"}),
+                         [](const auto& info) { return test_name(info.param.precision); });
 
 }  // namespace
 }  // namespace mixp

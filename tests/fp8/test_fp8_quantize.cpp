@@ -12,12 +12,12 @@
 #include <random>
 #include <vector>
 
-#include "amp/fp8_kernels.h"
+#include "backend/cpu/fp8_kernels.h"
 #include "mixp/amp/fp8_quantize.h"
 #include "mixp/amp/fp8_scaling.h"
-#include "mixp/backend/cpu_features.h"
 #include "mixp/format/block_mx.h"
 #include "mixp/format/convert.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/format/float_codec.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
@@ -43,10 +43,10 @@ uint16_t ref_bits(float x, float scale, DType d) {
 
 float bf16_value(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
-std::vector<const fp8k::Kernels*> tiers() {
-  std::vector<const fp8k::Kernels*> v{&fp8k::kernels_generic()};
-  if (cpu_features().use_avx2()) v.push_back(&fp8k::kernels_avx2());
-  if (cpu_features().use_avx512()) v.push_back(&fp8k::kernels_avx512());
+std::vector<const cpu::fp8k::Kernels*> tiers() {
+  std::vector<const cpu::fp8k::Kernels*> v{&cpu::fp8k::kernels_generic()};
+  if (cpu_features().use_avx2()) v.push_back(&cpu::fp8k::kernels_avx2());
+  if (cpu_features().use_avx512()) v.push_back(&cpu::fp8k::kernels_avx512());
   return v;
 }
 

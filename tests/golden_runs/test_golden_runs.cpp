@@ -17,7 +17,7 @@
 #include "common/cli_runner.h"
 #include "common/temp_dir.h"
 #include "golden_run.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/train/recipe.h"
 
 namespace mixp::test::golden {

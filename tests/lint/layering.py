@@ -58,6 +58,7 @@ SHARED_INTERNAL = {
     "backend/kernel_util.h": {"ops"},
     "backend/cpu/cpu_parallel.h": {"quant"},
     "backend/cpu/onednn_util.h": {"quant"},
+    "backend/cpu/qkernels.h": {"quant"},
 }
 
 # Back-imports that exist today, each to be removed (issue 12, "Layering holds"). file -> the
@@ -65,8 +66,6 @@ SHARED_INTERNAL = {
 KNOWN = {
     ("src/ops/pointwise_ops.cpp", "mixp/autograd/checkpoint.h"):
         "dropout asks checkpoint for its seed, so a recomputed segment replays its masks",
-    ("src/format/convert_kernels.h", "mixp/backend/cpu_features.h"):
-        "the bulk converters pick their SIMD tier",
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

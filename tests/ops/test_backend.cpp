@@ -2,7 +2,7 @@
 // reach yet, such as the bf16 GEMM case the mixed-precision issue wires in).
 #include <gtest/gtest.h>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/mixp.h"
 #include "ops/op_test_util.h"
 

@@ -9,8 +9,8 @@
 
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
-#include "mixp/backend/cpu_features.h"
 #include "mixp/format/convert.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/tensor/generator.h"
 
 namespace mixp {

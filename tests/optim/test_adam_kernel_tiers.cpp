@@ -9,7 +9,7 @@
 
 #include "backend/cpu/adam_kernel.h"
 #include "backend/cpu/sum_squares_kernel.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/tensor/generator.h"
 
 namespace mixp::step_kernels {

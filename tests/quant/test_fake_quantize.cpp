@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/qkernels.h"
 #include "mixp/mixp.h"
 #include "mixp/quant/fake_quantize.h"
-#include "quant/qkernels.h"
 #include "quant_test_util.h"
 
 namespace mixp::quant {
@@ -80,10 +80,10 @@ TEST(FakeQuantize, KernelsMatchScalarReference) {
       x.push_back(static_cast<float>(k) * p.scale);
       x.push_back(std::nextafter((static_cast<float>(k) + 0.5f) * p.scale, 1e30f));
     }
-    for (const kern::Kernels* k :
-         {&kern::kernels_generic(), &kern::kernels_avx2(), &kern::kernels_avx512()}) {
-      if (k == &kern::kernels_avx512() && simd_tier() != SimdTier::avx512) continue;
-      if (k == &kern::kernels_avx2() && simd_tier() == SimdTier::scalar) continue;
+    for (const cpu::qk::Kernels* k :
+         {&cpu::qk::kernels_generic(), &cpu::qk::kernels_avx2(), &cpu::qk::kernels_avx512()}) {
+      if (k == &cpu::qk::kernels_avx512() && simd_tier() != SimdTier::avx512) continue;
+      if (k == &cpu::qk::kernels_avx2() && simd_tier() == SimdTier::scalar) continue;
       std::vector<float> y(x.size());
       std::vector<uint8_t> mask(x.size());
       k->fake_quant(y.data(), mask.data(), x.data(), static_cast<int64_t>(x.size()),

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/temp_dir.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/models.h"
 #include "mixp/ops/ops.h"

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "backend/cpu/sign_bits.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/lowbit_gemm.h"
 #include "mixp/nn/models.h"

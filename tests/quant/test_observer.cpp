@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/qkernels.h"
 #include "mixp/mixp.h"
 #include "mixp/quant/observer.h"
-#include "quant/qkernels.h"
 #include "quant_test_util.h"
 
 namespace mixp::quant {
@@ -99,10 +99,10 @@ TEST(Observer, MinMaxKernelTiersMatchScalar) {
         bad = bad || !std::isfinite(v);
         if (std::isfinite(v)) mn = std::min(mn, v), mx = std::max(mx, v);
       }
-      for (const kern::Kernels* k :
-           {&kern::kernels_generic(), &kern::kernels_avx2(), &kern::kernels_avx512()}) {
-        if (k == &kern::kernels_avx512() && simd_tier() != SimdTier::avx512) continue;
-        if (k == &kern::kernels_avx2() && simd_tier() == SimdTier::scalar) continue;
+      for (const cpu::qk::Kernels* k :
+           {&cpu::qk::kernels_generic(), &cpu::qk::kernels_avx2(), &cpu::qk::kernels_avx512()}) {
+        if (k == &cpu::qk::kernels_avx512() && simd_tier() != SimdTier::avx512) continue;
+        if (k == &cpu::qk::kernels_avx2() && simd_tier() == SimdTier::scalar) continue;
         float a, b;
         bool nf;
         k->minmax(x.data(), n, &a, &b, &nf);

@@ -16,7 +16,7 @@
 
 #include "backend/cpu/act_codes.h"
 #include "backend/cpu/lowbit_rescale.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/backend/lowbit_gemm.h"
 
 namespace mixp {

@@ -13,7 +13,7 @@
 
 #include "command.h"
 #include "mixp/backend/backend.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/bench/bench_record.h"
 #include "mixp/bench/gemm_bench.h"
 

@@ -42,9 +42,6 @@ float fp8_quantize_to_bf16(std::span<const float> x, DType fp8, float scale,
 void mxfp8_quantize_to_bf16(std::span<const float> x, int64_t row_len, DType fp8, int block,
                             std::span<uint16_t> out);
 
-// The name of the kernel tier in use ("avx512", "avx2" or "generic").
-const char* fp8_kernel_tier();
-
 // A quantized tensor as the emulated GEMMs consume it: `data` holds the fp8 codes as bf16
 // values (same shape as the source), `scale_inv` is what they mean (1 for MX, whose block scales
 // are already applied), `amax` the source's max |x|.
@@ -54,6 +51,10 @@ struct Fp8Quantized {
   float scale_inv = 1.0f;
   float amax = 0.0f;
 };
+
+// MXFP8 rows of xf (fp32, contiguous, blocks along its last dimension) as a new bf16 tensor on
+// its device (not recorded).
+Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block);
 
 // Per-tensor quantization of any floating tensor (converted to fp32 first when it is not);
 // not recorded by autograd. scale must be finite and > 0.

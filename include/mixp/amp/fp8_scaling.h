@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixp/backend/backend.h"
 #include "mixp/format/dtype.h"
 #include "mixp/tensor/tensor.h"
 
@@ -73,8 +74,8 @@ float fp8_max(DType fp8);
 
 // TE's scale update: (fp8_max / amax) / 2^margin in fp32 (as scaled_max / amax with
 // scaled_max = fp8_max * 2^-margin); `previous` when amax is 0 or not finite; FLT_MAX when the
-// quotient overflows.
-float fp8_scale_from_amax(float amax, float fp8_max, int margin, float previous);
+// quotient overflows. Defined with the backend that applies it (backend.h, fp8_scale_update).
+using mixp::fp8_scale_from_amax;
 // Current scaling: the same with previous = 1 (TE compute_scale_from_amax, epsilon 0).
 inline float fp8_current_scale(float amax, float fp8_max, int margin) {
   return fp8_scale_from_amax(amax, fp8_max, margin, 1.0f);

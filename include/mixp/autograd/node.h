@@ -25,6 +25,7 @@ struct Edge {
 struct OutputMeta {
   Shape shape;
   DType dtype = DType::fp32;
+  Device device = Device::cpu();  // where that zero gradient goes: the output's device
 };
 
 class Node {

@@ -101,6 +101,55 @@ struct ParamUpdate {
   int64_t step = 0;
 };
 
+// What quantize() produces (the "quantize" family: one kernel, the format in the spec).
+struct QuantizeSpec {
+  enum class Kind : uint8_t {
+    // dst (bf16, src's shape) = the values of round_fp8(src * scale) in `format` (fp8_e4m3 or
+    // fp8_e5m2: nearest even, saturating, NaN stays NaN; exact in bf16, docs/fp8.md); aux (fp32,
+    // one element, or undefined) = max |src| as amax().
+    fp8_tensor,
+    // MX block scaling (mixp/format/block_mx.h): src is rows of src.size(-1) values, cut into
+    // blocks of `block` along each row (the last one partial), each with an e8m0 shared scale;
+    // dst (bf16, src's shape) = the block-dequantized fp8 values, as mx_fake_quantize followed by
+    // an fp32 -> bf16 conversion (nearest even). aux unused.
+    fp8_mx,
+    // Integer fake quantization (quant/fake_quantize.h; PyTorch's rules): src is [outer,
+    // channels, inner] with `params` one entry per channel (one entry: per tensor). v = src *
+    // inv_scale (fp32), q = nearest-even(v) + zero_point, dst (fp32) = (clamp(q, qmin, qmax) -
+    // zero_point) * scale, NaN stays NaN; aux (uint8, src's shape, or undefined) = 1 where
+    // qmin <= q <= qmax (the straight-through mask), else 0.
+    int_fake,
+  };
+  struct IntParams {
+    float scale, inv_scale, zero_point, qmin, qmax;
+  };
+  Kind kind = Kind::fp8_tensor;
+  DType format = DType::fp8_e4m3;          // fp8_tensor, fp8_mx
+  float scale = 1.0f;                      // fp8_tensor (finite, > 0)
+  int block = 32;                          // fp8_mx
+  std::span<const IntParams> params = {};  // int_fake
+  int64_t channels = 1,
+          inner = 0;  // int_fake: src is [numel / (channels * inner), channels, inner]
+};
+
+// One update of an FP8 delayed-scaling state (amp/fp8_scaling.h, Transformer Engine's rules):
+// history fp32 [L], scale and scale_inv fp32 [1], all contiguous.
+struct Fp8ScaleUpdate {
+  // false: record, history[0] = fmax(history[0], amax) (a NaN amax changes nothing).
+  // true: roll, a_i = history[i + 1] for i < L - 1 and a_{L-1} = history[0]; m = max_i a_i
+  // (most_recent: m = the old history[0]); history[0] = 0, history[i] = a_i for i > 0; scale =
+  // fp8_scale_from_amax(m, fp8_max, margin, scale), scale_inv = 1 / scale (fp32).
+  bool roll = false;
+  float amax = 0.0f;
+  bool most_recent = false;
+  float fp8_max = 448.0f;
+  int margin = 0;
+};
+
+// Transformer Engine's scale for an amax, in fp32: (fp8_max * 2^-margin) / amax, FLT_MAX when
+// that overflows, and `previous` when amax is not finite and > 0 (amp::fp8_scale_from_amax).
+float fp8_scale_from_amax(float amax, float fp8_max, int margin, float previous);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -239,6 +288,47 @@ class Backend {
   virtual void sum_squares(Tensor& dst, const Tensor& src) = 0;
   // One parameter's optimizer step (ParamUpdate above).
   virtual void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) = 0;
+
+  // --- scaling, quantization and statistics (amp's FP8/MX recipes, quant's QAT, inspect, the
+  // binary cross entropy). Inputs are contiguous unless said otherwise.
+  // dst (fp32, one element) = max |src| over src (fp32); NaN is ignored, inf counts (TE's amax);
+  // 0 for an empty src.
+  virtual void amax(Tensor& dst, const Tensor& src) = 0;
+  // Per-channel min and max of src (fp32) seen as [outer, channels, inner]: min and max fp32
+  // [channels]; both NaN for a channel holding a NaN or +-inf; +inf and -inf for an empty one.
+  virtual void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+                      int64_t inner) = 0;
+  // The quantize family (QuantizeSpec above); src fp32.
+  virtual void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) = 0;
+  // The gradient through a mask, elementwise, all contiguous of one shape, ddst and dsrc fp32.
+  // mask uint8 (quantize's straight-through mask): dsrc = ddst * mask (PyTorch's STE, so an inf
+  // or NaN ddst gives NaN and a negative one -0 where the mask is 0). mask fp32 (a ReLU's saved
+  // output): dsrc = mask > 0 ? ddst : 0.
+  virtual void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) = 0;
+  // dst = act(src * alpha + bias) on [rows, n] fp32 (bias fp32 [n] or undefined; act none or
+  // relu, relu(NaN) = 0); dst may be src. With a bias the cpu backend's AVX2/AVX-512 tiers compute
+  // fma(src, alpha, bias) (one rounding), its baseline tier two roundings; the ref backend the fma.
+  // The fp8 GEMMs' epilogue (the scales of both operands in alpha).
+  virtual void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
+                              Activation act) = 0;
+  // The FP8 delayed-scaling state update (Fp8ScaleUpdate above).
+  virtual void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv,
+                                const Fp8ScaleUpdate& u) = 0;
+  // dst (int64 [2]) = {number of NaN, number of +-inf} in src (fp32, fp64, bf16 or fp16; any
+  // layout).
+  virtual void count_nonfinite(Tensor& dst, const Tensor& src) = 0;
+  // Binary cross entropy, mean over all n elements (ops.h): x, target, dx and dtarget in the
+  // compute dtype (fp32 or fp64), contiguous, same shape; loss [] (that dtype) summed in double in
+  // element order, NaN when n is 0. On probabilities: -(t log p + (1 - t) log(1 - p)) with each log
+  // clamped at -100 (PyTorch); on logits (`logits`): max(x, 0) - x t + log1p(exp(-|x|)).
+  // Backward, with s = dloss[0] / n in double: dx = s (p - t) / max(p (1 - p), 1e-12) or
+  // s (sigmoid(x) - t); dtarget = s (log(1 - p) - log p) (clamped logs) or -s x. dx or dtarget may
+  // be undefined (not needed).
+  virtual void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target,
+                                    bool logits) = 0;
+  virtual void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
+                                             const Tensor& x, const Tensor& target,
+                                             bool logits) = 0;
 };
 
 enum class BackendKind : uint8_t { ref, cpu };

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/format/dtype.h"
 
 namespace mixp {

@@ -75,6 +75,7 @@ class Observer {
   void reset();
 
  private:
+  void check_channels(std::span<const int64_t> shape, size_t numel) const;
   void update(std::span<const MinMax> cur);
   ObserverSpec spec_;
   std::vector<float> min_, max_;

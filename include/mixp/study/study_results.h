@@ -16,7 +16,7 @@ struct MachineInfo {
   std::string os;                         // e.g. "Linux 6.1.0-18-amd64 x86_64"
 };
 
-// This machine: the CPU's brand string and features (backend/cpu_features.h), `threads` (0 = the
+// This machine: the CPU's brand string and features (format/cpu_features.h), `threads` (0 = the
 // hardware concurrency) and uname(2). gpu is left empty for the caller to fill.
 MachineInfo describe_this_machine(int threads = 0);
 

@@ -40,7 +40,7 @@ struct Device {
 
 // The device new tensors get when their TensorOptions name none: cpu, or the device of the
 // innermost DefaultDeviceGuard on this thread (torch.set_default_device). Ops put their results
-// on their inputs' device, which equals this one inside a guard that created the inputs.
+// (and autograd its gradients) on their inputs' device, whatever the default.
 Device default_device();
 class DefaultDeviceGuard {
  public:

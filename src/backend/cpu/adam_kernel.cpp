@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::step_kernels {
 

@@ -13,8 +13,8 @@
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
-#include "mixp/backend/cpu_features.h"
 #include "mixp/format/convert.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp {

@@ -68,6 +68,22 @@ class CpuBackend : public RefBackend {
                             const Conv2dParams& p) override;
   void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                const Tensor& src, const Conv2dParams& p) override;
+  // The training-step kernels (step_*.cpp: the tiered loops of step_kernels.h).
+  void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
+  void sum_squares(Tensor& dst, const Tensor& src) override;
+  void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
+                       const Tensor& rstd) override;
+  void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
+  // Scaling and quantization (cpu_quantize.cpp), split over the OpenMP threads. The FP8/MX
+  // kernels of fp8_kernels.h:
+  void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override;
+  void amax(Tensor& dst, const Tensor& src) override;
+  void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
+                      Activation act) override;
+  // The QAT kernels of qkernels.h (quantize's int_fake above, its mask's gradient, observers):
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+              int64_t inner) override;
 };
 
 }  // namespace mixp

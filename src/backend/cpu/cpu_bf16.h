@@ -5,7 +5,7 @@
 // fp32 primitive gives the same products with fp32 accumulation.
 #pragma once
 #include "backend/cpu/onednn_util.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::cpu {
 

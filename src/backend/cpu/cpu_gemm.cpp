@@ -101,17 +101,20 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
   }
   const DType at = a_in.dtype();
   if (at == DType::fp32 || at == DType::bf16) {
+    // The cpu backend on the host; another device's backend (the guarded test device's forwards
+    // to the cpu one inside its access scope) on its own tensors.
+    Backend& be =
+        dst.device().is_cpu() ? get_backend(BackendKind::cpu) : backend_for(dst, a_in, b_in);
     MatmulConfig cfg;
     cfg.compute = at;
     if (at == DType::bf16 && !onednn_bf16()) {
       // No oneDNN bf16 kernel below AVX-512: widening is exact, and the fp32 GEMM accumulates in
       // fp32 just as the bf16 one does.
       cfg.compute = DType::fp32;
-      get_backend(BackendKind::cpu)
-          .matmul(dst, a_in.to(DType::fp32), b_in.to(DType::fp32), Tensor(), cfg);
+      be.matmul(dst, a_in.to(DType::fp32), b_in.to(DType::fp32), Tensor(), cfg);
       return;
     }
-    get_backend(BackendKind::cpu).matmul(dst, a_in, b_in, Tensor(), cfg);
+    be.matmul(dst, a_in, b_in, Tensor(), cfg);
     return;
   }
   const Tensor a = operand(a_in), b = operand(b_in);

@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp {
 using cpu::f32c;

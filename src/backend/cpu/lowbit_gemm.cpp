@@ -8,7 +8,7 @@
 
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/onednn_util.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "backend/cpu/conv_sign.h"
 #include "backend/cpu/lowbit_codes_gemm.h"
 #include "backend/cpu/sign_bits.h"

@@ -2,7 +2,7 @@
 
 #include <omp.h>
 
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::onednn {

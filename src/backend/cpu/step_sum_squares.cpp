@@ -6,7 +6,7 @@
 
 #include "backend/cpu/step_kernels.h"
 #include "backend/cpu/sum_squares_kernel.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::step_kernels {
 

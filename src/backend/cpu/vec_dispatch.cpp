@@ -1,5 +1,5 @@
 #include "backend/cpu/vec_kernels.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 namespace mixp::vec {
 const Kernels& kernels() {

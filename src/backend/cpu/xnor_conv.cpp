@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_parallel.h"
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/backend/lowbit_gemm.h"
 
 namespace mixp {

@@ -117,6 +117,33 @@ class CudaBackendBase : public Backend {
   void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets, const Tensor& lse, int64_t classes) override {
     not_implemented("cross_entropy_in_place_backward");
   }
+  void amax(Tensor& dst, const Tensor& src) override {
+    not_implemented("amax");
+  }
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels, int64_t inner) override {
+    not_implemented("minmax");
+  }
+  void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override {
+    not_implemented("quantize");
+  }
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override {
+    not_implemented("mask_grad");
+  }
+  void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha, Activation act) override {
+    not_implemented("scale_bias_act");
+  }
+  void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv, const Fp8ScaleUpdate& u) override {
+    not_implemented("fp8_scale_update");
+  }
+  void count_nonfinite(Tensor& dst, const Tensor& src) override {
+    not_implemented("count_nonfinite");
+  }
+  void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target, bool logits) override {
+    not_implemented("binary_cross_entropy");
+  }
+  void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss, const Tensor& x, const Tensor& target, bool logits) override {
+    not_implemented("binary_cross_entropy_backward");
+  }
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override {
     not_implemented("unscale_check");
   }

@@ -82,13 +82,29 @@ class RefBackend : public Backend {
                               const Tensor& targets, int64_t classes) override;
   void cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& targets,
                                        const Tensor& lse, int64_t classes) override;
-  // The training-step kernels: the host loops of backend/cpu/step_kernels.h, shared with the
-  // cpu backend (ref_step.cpp says why).
+  // The training-step kernels (ref_step.cpp).
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
   void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
                        const Tensor& rstd) override;
   void sum_squares(Tensor& dst, const Tensor& src) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
+  // Scaling, quantization and statistics: scalar loops over the format's reference codecs
+  // (ref_quantize.cpp); the binary cross entropy, FP8 scale update and non-finite count are the
+  // only implementation (the cpu backend inherits them: ref_bce.cpp, ref_stats.cpp).
+  void amax(Tensor& dst, const Tensor& src) override;
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+              int64_t inner) override;
+  void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override;
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
+                      Activation act) override;
+  void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv,
+                        const Fp8ScaleUpdate& u) override;
+  void count_nonfinite(Tensor& dst, const Tensor& src) override;
+  void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target,
+                            bool logits) override;
+  void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
+                                     const Tensor& x, const Tensor& target, bool logits) override;
 };
 
 }  // namespace mixp

@@ -12,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-namespace mixp::amp::fp8k {
+namespace mixp::cpu::fp8k {
 
 struct Kernels {
   const char* tier;
@@ -40,4 +40,4 @@ const Kernels& kernels_generic();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 
-}  // namespace mixp::amp::fp8k
+}  // namespace mixp::cpu::fp8k

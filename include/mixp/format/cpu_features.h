@@ -35,7 +35,8 @@ struct CpuFeatures {
   std::vector<std::string> names() const;
 };
 
-// Detected once; thread-safe. MIXP_CPU_TIER=scalar|avx2|avx512 caps the tier (for tests/benchmarks).
+// Detected once; thread-safe. MIXP_CPU_TIER=scalar|avx2|avx512 caps the tier (for
+// tests/benchmarks).
 const CpuFeatures& cpu_features();
 
 enum class SimdTier { scalar, avx2, avx512 };

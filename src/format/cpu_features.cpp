@@ -1,4 +1,4 @@
-#include "mixp/backend/cpu_features.h"
+#include "mixp/format/cpu_features.h"
 
 #include <cpuid.h>
 
@@ -25,7 +25,9 @@ unsigned long long xgetbv0() {
   return (static_cast<unsigned long long>(edx) << 32) | eax;
 }
 
-bool bit(unsigned v, int b) { return (v >> b) & 1U; }
+bool bit(unsigned v, int b) {
+  return (v >> b) & 1U;
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -79,14 +81,20 @@ CpuFeatures detect() {
 
 std::vector<std::string> CpuFeatures::names() const {
   std::vector<std::string> out;
-  const std::pair<const char*, bool> all[] = {
-      {"avx2", avx2},           {"fma", fma},
-      {"f16c", f16c},           {"avx512f", avx512f},
-      {"avx512bw", avx512bw},   {"avx512vl", avx512vl},
-      {"avx512dq", avx512dq},   {"avx512_bf16", avx512_bf16},
-      {"avx512_fp16", avx512_fp16}, {"avx512_vnni", avx512_vnni},
-      {"avx_vnni", avx_vnni},   {"amx_tile", amx_tile},
-      {"amx_bf16", amx_bf16},   {"amx_int8", amx_int8}};
+  const std::pair<const char*, bool> all[] = {{"avx2", avx2},
+                                              {"fma", fma},
+                                              {"f16c", f16c},
+                                              {"avx512f", avx512f},
+                                              {"avx512bw", avx512bw},
+                                              {"avx512vl", avx512vl},
+                                              {"avx512dq", avx512dq},
+                                              {"avx512_bf16", avx512_bf16},
+                                              {"avx512_fp16", avx512_fp16},
+                                              {"avx512_vnni", avx512_vnni},
+                                              {"avx_vnni", avx_vnni},
+                                              {"amx_tile", amx_tile},
+                                              {"amx_bf16", amx_bf16},
+                                              {"amx_int8", amx_int8}};
   for (const auto& [n, on] : all) {
     if (on) out.emplace_back(n);
   }
@@ -101,7 +109,8 @@ const CpuFeatures& cpu_features() {
 SimdTier simd_tier() {
   static const SimdTier t = [] {
     const CpuFeatures& f = cpu_features();
-    SimdTier best = f.use_avx512() ? SimdTier::avx512 : (f.use_avx2() ? SimdTier::avx2 : SimdTier::scalar);
+    SimdTier best =
+        f.use_avx512() ? SimdTier::avx512 : (f.use_avx2() ? SimdTier::avx2 : SimdTier::scalar);
     if (const char* cap = std::getenv("MIXP_CPU_TIER")) {
       const std::string_view c(cap);
       if (c == "scalar") best = SimdTier::scalar;
@@ -114,9 +123,12 @@ SimdTier simd_tier() {
 
 const char* to_string(SimdTier t) {
   switch (t) {
-    case SimdTier::scalar: return "scalar";
-    case SimdTier::avx2: return "avx2";
-    case SimdTier::avx512: return "avx512";
+    case SimdTier::scalar:
+      return "scalar";
+    case SimdTier::avx2:
+      return "avx2";
+    case SimdTier::avx512:
+      return "avx512";
   }
   return "?";
 }

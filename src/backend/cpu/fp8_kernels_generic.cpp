@@ -1,8 +1,8 @@
 // The generic tier of the FP8/MX quantize kernels (see fp8_kernels.h).
 #define MIXP_FP8K_NS generic
 #define MIXP_FP8K_TIER_NAME "generic"
-#include "amp/fp8_kernels.inc"
+#include "backend/cpu/fp8_kernels.inc"
 
-namespace mixp::amp::fp8k {
+namespace mixp::cpu::fp8k {
 const Kernels& kernels_generic() { return generic::table(); }
-}  // namespace mixp::amp::fp8k
+}  // namespace mixp::cpu::fp8k

@@ -1,10 +1,10 @@
 // The baseline tier of the quant kernels (see qkernels.h).
 #define MIXP_QK_NS generic
 #define MIXP_QK_TIER_NAME "generic"
-#include "mixp/backend/cpu_features.h"
-#include "quant/qkernels.inc"
+#include "mixp/format/cpu_features.h"
+#include "backend/cpu/qkernels.inc"
 
-namespace mixp::quant::kern {
+namespace mixp::cpu::qk {
 const Kernels& kernels_generic() {
   return generic::table();
 }
@@ -14,4 +14,4 @@ const Kernels& kernels() {
   static const Kernels* k = &by_tier(&kernels_avx512, &kernels_avx2, &kernels_generic)();
   return *k;
 }
-}  // namespace mixp::quant::kern
+}  // namespace mixp::cpu::qk

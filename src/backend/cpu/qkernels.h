@@ -15,7 +15,7 @@
 #pragma once
 #include <cstdint>
 
-namespace mixp::quant::kern {
+namespace mixp::cpu::qk {
 
 struct QP {
   float scale, inv_scale, zero_point, qmin, qmax;
@@ -47,4 +47,4 @@ const Kernels& kernels_generic();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 
-}  // namespace mixp::quant::kern
+}  // namespace mixp::cpu::qk

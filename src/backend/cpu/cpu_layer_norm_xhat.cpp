@@ -1,12 +1,12 @@
 // LayerNorm's 16-bit saved xhat (backend.h, layer_norm_xhat; ops/layer_norm_saved.h), moved
-// from ops/layer_norm_saved.cpp unchanged. The cpu backend uses it as it is: a row loop whose
-// rounding is the bulk converter's.
+// from ops/layer_norm_saved.cpp unchanged: a row loop whose rounding is the bulk converter's. The
+// ref backend's element loop (src/backend/ref/ref_step.cpp) is its oracle in tests/backend.
 #include <omp.h>
 
 #include <stdexcept>
 #include <vector>
 
-#include "backend/ref/ref_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "mixp/format/convert.h"
 
 namespace mixp {
@@ -15,7 +15,7 @@ namespace {
 constexpr int64_t kParallelRows = 64;  // below this a row loop is cheaper than waking threads
 }  // namespace
 
-void RefBackend::layer_norm_xhat(Tensor& out, const Tensor& x, const Tensor& mean,
+void CpuBackend::layer_norm_xhat(Tensor& out, const Tensor& x, const Tensor& mean,
                                  const Tensor& rstd) {
   if (!x.is_contiguous() || !out.is_contiguous())
     throw std::logic_error("mixp: layer_norm_xhat needs contiguous src and dst");
