@@ -44,8 +44,8 @@ Tensor cross_entropy_in_place(const Tensor& logits0, const Tensor& targets, int6
         cols, classes));
   }
   const DType c = compute_of(dt);
-  Tensor loss = new_tensor(Shape{}, c);
-  Tensor lse = new_tensor(Shape{logits.shape()[0]}, c);
+  Tensor loss = new_tensor(Shape{}, c, logits.device());
+  Tensor lse = new_tensor(Shape{logits.shape()[0]}, c, logits.device());
   backend_for(loss, lse, logits, targets).cross_entropy_in_place(loss, lse, logits, targets, classes);
   if (should_record({&logits})) {
     Tensor sl = logits.detach(), st = targets.detach(), slse = lse.detach();
@@ -60,7 +60,7 @@ Tensor cross_entropy_in_place(const Tensor& logits0, const Tensor& targets, int6
                d = std::move(sl);
                d.bump_version();
              } else {
-               d = new_tensor(sl.shape(), sl.dtype());
+               d = new_tensor(sl.shape(), sl.dtype(), sl.device());
                backend_for(d, sl).copy(d, sl);
              }
              const Tensor& g = ctx.grad();
