@@ -59,16 +59,25 @@ __global__ void reduce_kernel(const ReduceArgs a, int64_t outputs) {
   }
 }
 
+// A row's max m and sum of exp(x - m) over its first n elements, reduced over the block (every
+// thread gets both): softmax and cross-entropy share it.
+struct RowMaxSumExp {
+  float m, s;
+};
+__device__ RowMaxSumExp row_max_sum_exp(const float* x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, x[j]);
+  m = block_reduce<true>(m);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(x[j] - m);
+  return {m, block_reduce<false>(s)};
+}
+
 __global__ void softmax_kernel(float* dst, const float* src, int64_t rows, int64_t n, bool log) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = src + r * n;
     float* y = dst + r * n;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, x[j]);
-    m = block_reduce<true>(m);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(x[j] - m);
-    s = block_reduce<false>(s);
+    const auto [m, s] = row_max_sum_exp(x, n);
     const float ls = logf(s);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
       y[j] = log ? x[j] - m - ls : expf(x[j] - m) / s;
@@ -176,12 +185,7 @@ __global__ void cross_entropy_rows(float* row_loss, float* lse, const float* log
                                    int64_t ld) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = logits + r * ld;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, x[j]);
-    m = block_reduce<true>(m);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(x[j] - m);
-    s = block_reduce<false>(s);
+    const auto [m, s] = row_max_sum_exp(x, n);
     if (threadIdx.x == 0) {
       const float l = m + logf(s);
       lse[r] = l;

@@ -354,33 +354,40 @@ int64_t target_at(const Tensor& targets, int64_t i) {
   throw std::invalid_argument("mixp backend: class indices must be int64 or int32, got " +
                               std::string(mixp::name(targets.dtype())));
 }
-}  // namespace
-
-void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
-                               const Tensor& targets) {
-  count_ref_kernel(__func__);
-  dispatch_float(loss.dtype(), "cross_entropy", [&](auto t) {
+// loss [] = mean_n (lse_n - x_n[t_n]) and lse [N] over the first `classes` columns of each row of
+// logits [N, C >= classes] (any strides, loss's dtype), in double: cross_entropy (classes = C) and
+// the fused classifier's forward share it.
+void cross_entropy_rows(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& targets,
+                        int64_t classes, const char* op) {
+  dispatch_float(loss.dtype(), op, [&](auto t) {
     using T = decltype(t);
-    const int64_t N = logits.shape()[0], C = logits.shape()[1];
+    const int64_t N = logits.shape()[0];
     auto at = [&](int64_t n, int64_t c) {
       return static_cast<double>(ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]);
     };
     double total = 0;
     for (int64_t n = 0; n < N; ++n) {
       double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t c = 0; c < C; ++c) mx = std::max(mx, at(n, c));
+      for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, at(n, c));
       double s = 0;
-      for (int64_t c = 0; c < C; ++c) s += std::exp(at(n, c) - mx);
+      for (int64_t c = 0; c < classes; ++c) s += std::exp(at(n, c) - mx);
       const double l = mx + std::log(s);
       ptr<T>(lse)[n] = static_cast<T>(l);
       const int64_t tgt = target_at(targets, n);
-      if (tgt < 0 || tgt >= C)
-        throw std::out_of_range("mixp::cross_entropy: target " + std::to_string(tgt) +
-                                " out of [0, " + std::to_string(C) + ")");
+      if (tgt < 0 || tgt >= classes)
+        throw std::out_of_range("mixp::" + std::string(op) + ": target " + std::to_string(tgt) +
+                                " out of [0, " + std::to_string(classes) + ")");
       total += l - at(n, tgt);
     }
     ptr<T>(loss)[0] = static_cast<T>(N ? total / static_cast<double>(N) : 0.0);
   });
+}
+}  // namespace
+
+void RefBackend::cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
+                               const Tensor& targets) {
+  count_ref_kernel(__func__);
+  cross_entropy_rows(loss, lse, logits, targets, logits.shape()[1], "cross_entropy");
 }
 
 void RefBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
@@ -405,33 +412,11 @@ void RefBackend::cross_entropy_backward(Tensor& dlogits, const Tensor& dloss, co
 
 // The fused classifier: cross_entropy over the first `classes` columns of [N, Cp] logits, its
 // backward written over the logits (backend.h). 16-bit logits are widened to fp32 first (exact).
-void RefBackend::cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits0,
+void RefBackend::cross_entropy_in_place(Tensor& loss, Tensor& lse, const Tensor& logits,
                                         const Tensor& targets, int64_t classes) {
   count_ref_kernel(__func__);
-  const Tensor logits = widen(*this, logits0, DType::fp32);
-  dispatch_float(loss.dtype(), "cross_entropy_in_place", [&](auto t) {
-    using T = decltype(t);
-    const int64_t N = logits.shape()[0];
-    auto at = [&](int64_t n, int64_t c) {
-      return static_cast<double>(
-          ptr<T>(logits)[n * logits.strides()[0] + c * logits.strides()[1]]);
-    };
-    double total = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, at(n, c));
-      double s = 0;
-      for (int64_t c = 0; c < classes; ++c) s += std::exp(at(n, c) - mx);
-      const double l = mx + std::log(s);
-      ptr<T>(lse)[n] = static_cast<T>(l);
-      const int64_t tgt = target_at(targets, n);
-      if (tgt < 0 || tgt >= classes)
-        throw std::out_of_range("mixp::cross_entropy_in_place: target " + std::to_string(tgt) +
-                                " out of [0, " + std::to_string(classes) + ")");
-      total += l - at(n, tgt);
-    }
-    ptr<T>(loss)[0] = static_cast<T>(N ? total / static_cast<double>(N) : 0.0);
-  });
+  cross_entropy_rows(loss, lse, widen(*this, logits, DType::fp32), targets, classes,
+                     "cross_entropy_in_place");
 }
 
 void RefBackend::cross_entropy_in_place_backward(Tensor& dlogits, const Tensor& dloss,
