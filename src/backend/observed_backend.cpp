@@ -307,6 +307,14 @@ class ObservedBackend final : public Backend {
   void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override {
     b_.quantize(spec, dst, aux, src);
   }
+  void lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales, Tensor& mask,
+                    const Tensor& src) override {
+    b_.lowbit_codes(spec, codes, scales, mask, src);
+  }
+  void lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                             const Tensor& inv_scales, int64_t inner) override {
+    b_.lowbit_codes_backward(dsrc, ddst, mask, inv_scales, inner);
+  }
   void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override {
     b_.mask_grad(dsrc, ddst, mask);
   }

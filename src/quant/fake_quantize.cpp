@@ -122,17 +122,6 @@ std::vector<QParams> FakeQuantize::qparams() const {
   return out;
 }
 
-namespace {
-// dst (a buffer on any device) = values, written by the backend's copy (which bumps the version).
-template <class T>
-void write_buffer(Tensor& dst, const std::vector<T>& values) {
-  NoGradGuard ng;
-  Tensor host = Tensor::empty(dst.shape(), {.dtype = dst.dtype()});
-  for (size_t i = 0; i < values.size(); ++i) host.set_at({static_cast<int64_t>(i)}, values[i]);
-  dst.copy_(host.to(dst.device()));
-}
-}  // namespace
-
 void FakeQuantize::refresh_qparams() {
   const std::vector<float> mn = min_val_->to_vector<float>(), mx = max_val_->to_vector<float>();
   observer_.set_state(mn, mx);
@@ -144,8 +133,8 @@ void FakeQuantize::refresh_qparams() {
     s.push_back(q.scale);
     z.push_back(q.zero_point);
   }
-  write_buffer(*scale_, s);
-  write_buffer(*zero_point_, z);
+  detail::write_buffer(*scale_, s);
+  detail::write_buffer(*zero_point_, z);
 }
 
 Tensor FakeQuantize::forward(const Tensor& x) {
@@ -153,9 +142,9 @@ Tensor FakeQuantize::forward(const Tensor& x) {
     const std::vector<float> mn = min_val_->to_vector<float>(), mx = max_val_->to_vector<float>();
     observer_.set_state(mn, mx);
     observer_.observe(x);
-    write_buffer(*min_val_,
+    detail::write_buffer(*min_val_,
                  std::vector<float>(observer_.min_vals().begin(), observer_.min_vals().end()));
-    write_buffer(*max_val_,
+    detail::write_buffer(*max_val_,
                  std::vector<float>(observer_.max_vals().begin(), observer_.max_vals().end()));
     refresh_qparams();
   }

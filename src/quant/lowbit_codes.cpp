@@ -5,9 +5,10 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
+#include "backend/cpu/lowbit_codes_kernel.h"
 #include "mixp/quant/lowbit.h"
-#include "quant/lowbit_round.h"
+#include "mixp/backend/backend.h"
+#include "mixp/tensor/factories.h"
 #include "ops/dispatch.h"
 #include "quant/quant_util.h"
 
@@ -15,7 +16,6 @@ namespace mixp::quant {
 
 namespace {
 constexpr float kMinScale = 0x1p-23f;  // block_int8.h's floor (torch.finfo(float32).eps)
-
 }  // namespace
 
 std::string_view name(LowBitScheme s) {
@@ -86,100 +86,45 @@ int32_t weight_qmax(LowBitScheme s) {
   }
 }
 
-void lowbit_weight_codes_raw(const float* w, int64_t O, int64_t K, LowBitScheme scheme,
-                             float* codes, float* scales, uint8_t* mask) {
-  const size_t n = static_cast<size_t>(O * K);
+namespace {
+LowBitCodesSpec weight_codes_spec(LowBitScheme scheme) {
   switch (scheme) {
     case LowBitScheme::int8:
     case LowBitScheme::int4:
-    case LowBitScheme::int2: {
-      const float qmin = static_cast<float>(weight_qmin(scheme));
-      const float qmax = static_cast<float>(weight_qmax(scheme));
-      cpu::parallel_for(O, O * K, [&](int64_t lo, int64_t hi) {
-        for (int64_t o = lo; o < hi; ++o) {
-          const float* r = w + o * K;
-          float mn = 0.0f, mx = 0.0f;  // min(min, 0), max(max, 0)
-          for (int64_t k = 0; k < K; ++k) {
-            mn = std::min(mn, r[k]);
-            mx = std::max(mx, r[k]);
-          }
-          const float amax = std::max(-mn, mx);
-          const float s = std::max(amax / ((qmax - qmin) / 2.0f), kMinScale);
-          const float inv = 1.0f / s;
-          scales[o] = s;
-          for (int64_t k = 0; k < K; ++k) {
-            const float q = round_even(r[k] * inv);
-            const bool in = q >= qmin && q <= qmax;
-            codes[o * K + k] = std::clamp(q, qmin, qmax);
-            if (mask) mask[o * K + k] = in ? 1 : 0;
-          }
-        }
-      });
-      return;
-    }
-    case LowBitScheme::ternary: {
-      double sum = 0;
-      for (size_t i = 0; i < n; ++i) sum += std::fabs(static_cast<double>(w[i]));
-      const float delta = static_cast<float>(0.7 * sum / static_cast<double>(std::max<size_t>(n, 1)));
-      double above = 0;
-      int64_t count = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const float c = w[i] > delta ? 1.0f : w[i] < -delta ? -1.0f : 0.0f;
-        codes[i] = c;
-        if (mask) mask[i] = 1;
-        if (c != 0.0f) {
-          above += std::fabs(static_cast<double>(w[i]));
-          ++count;
-        }
-      }
-      const float alpha =
-          count ? std::max(static_cast<float>(above / static_cast<double>(count)), kMinScale)
-                : kMinScale;
-      std::fill(scales, scales + O, alpha);
-      return;
-    }
+    case LowBitScheme::int2:
+      return {.kind = LowBitCodesSpec::Kind::weight_int,
+              .qmin = static_cast<float>(weight_qmin(scheme)),
+              .qmax = static_cast<float>(weight_qmax(scheme))};
+    case LowBitScheme::ternary:
+      return {.kind = LowBitCodesSpec::Kind::weight_ternary};
     case LowBitScheme::binary:
-    case LowBitScheme::binary_act: {
-      for (int64_t o = 0; o < O; ++o) {
-        double sum = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const float v = w[o * K + k];
-          sum += std::fabs(static_cast<double>(v));
-          codes[o * K + k] = v >= 0.0f ? 1.0f : -1.0f;
-          if (mask) mask[o * K + k] = std::fabs(v) <= 1.0f ? 1 : 0;
-        }
-        scales[o] =
-            std::max(static_cast<float>(sum / static_cast<double>(std::max<int64_t>(K, 1))),
-                     kMinScale);
-      }
-      return;
-    }
+    case LowBitScheme::binary_act:
+      return {.kind = LowBitCodesSpec::Kind::weight_binary};
   }
+  return {};
+}
+}  // namespace
+
+void lowbit_weight_codes_raw(const float* w, int64_t O, int64_t K, LowBitScheme scheme,
+                             float* codes, float* scales, uint8_t* mask) {
+  cpu::lowbit_codes_loop(weight_codes_spec(scheme), w, O, K, codes, scales, mask);
 }
 
 namespace {
 
-// Records dx = dcodes * inv[row % channels] * mask for rows of `inner` values.
-void record_ste(const Tensor& x, Tensor& out, Tensor mask, std::vector<float> inv,
-                int64_t channels, int64_t inner) {
-  mixp::detail::record(
-      OpId::fake_quantize, DType::fp32, {&x}, {&out},
-      [mask, inv = std::move(inv), channels, inner](BackwardContext& ctx) {
-        const Tensor gr = mixp::detail::raw_contiguous(
-            mixp::detail::as_compute(ctx.grad(), DType::fp32));
-        Tensor gx = Tensor::empty(gr.shape(), {.dtype = DType::fp32});
-        const int64_t n = gr.numel();
-        const float* g = gr.data<float>();
-        const uint8_t* m = mask.data<uint8_t>();
-        float* d = gx.data<float>();
-        cpu::parallel_for(n, n, [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) {
-            const float s = inv[static_cast<size_t>((i / inner) % channels)];
-            d[i] = m[i] ? g[i] * s : 0.0f;
-          }
-        });
-        ctx.grad_inputs[0] = gx;
-      });
+// Records dx = dcodes * inv_scales[row % channels] * mask for rows of `inner` values (the
+// backend's lowbit_codes_backward).
+void record_ste(const Tensor& x, Tensor& out, Tensor mask, Tensor inv_scales, int64_t inner) {
+  mixp::detail::record(OpId::fake_quantize, DType::fp32, {&x}, {&out},
+                       [mask, inv_scales, inner](BackwardContext& ctx) {
+                         const Tensor gr = mixp::detail::raw_contiguous(
+                             mixp::detail::as_compute(ctx.grad(), DType::fp32));
+                         Tensor gx = Tensor::empty(gr.shape(),
+                                                   {.dtype = DType::fp32, .device = gr.device()});
+                         backend_for(gx, gr, mask, inv_scales)
+                             .lowbit_codes_backward(gx, gr, mask, inv_scales, inner);
+                         ctx.grad_inputs[0] = gx;
+                       });
 }
 
 }  // namespace
@@ -191,17 +136,20 @@ Tensor lowbit_weight_codes(const Tensor& w0, LowBitScheme scheme, std::vector<fl
     throw std::invalid_argument("mixp::quant::lowbit_weight_codes: expected a non-empty weight");
   }
   const Tensor wc = mixp::detail::raw_contiguous(mixp::detail::as_compute(w0, DType::fp32));
-  const int64_t O = w0.size(0), K = w0.numel() / O;
+  const Device dev = wc.device();
+  const int64_t O = w0.size(0);
   const bool rec = mixp::detail::should_record({&w0});
-  Tensor codes = Tensor::empty(w0.shape(), {.dtype = DType::fp32});
-  Tensor mask = Tensor::empty(w0.shape(), {.dtype = DType::uint8});
-  std::vector<float> s(static_cast<size_t>(O));
-  lowbit_weight_codes_raw(wc.data<float>(), O, K, scheme, codes.data<float>(), s.data(),
-                          mask.data<uint8_t>());
+  Tensor codes = Tensor::empty(w0.shape(), {.dtype = DType::fp32, .device = dev});
+  Tensor mask = Tensor::empty(w0.shape(), {.dtype = DType::uint8, .device = dev});
+  Tensor st = Tensor::empty({O}, {.dtype = DType::fp32, .device = dev});
+  backend_for(wc).lowbit_codes(weight_codes_spec(scheme), codes, st, mask, wc);
+  // The scales go back to the host (explicit host access, docs/architecture.md 3.5): the layer
+  // folds them into its output multipliers (lowbit_qat.cpp).
+  std::vector<float> s = st.to_vector<float>();
   if (rec) {
     std::vector<float> inv(s.size());
     for (size_t o = 0; o < s.size(); ++o) inv[o] = 1.0f / s[o];
-    record_ste(w0, codes, mask, std::move(inv), O, K);
+    record_ste(w0, codes, mask, from_vector(inv, {O}).to(dev), w0.numel() / O);
   }
   if (scales) *scales = std::move(s);
   return codes;
@@ -257,30 +205,23 @@ Tensor lowbit_act_codes(const Tensor& x0, const ActCodeParams& p) {
         "mixp::quant::lowbit_act_codes: the scale must be positive and finite, got {}", p.scale));
   }
   const Tensor xc = mixp::detail::raw_contiguous(mixp::detail::as_compute(x0, DType::fp32));
+  const Device dev = xc.device();
   const bool rec = mixp::detail::should_record({&x0});
-  Tensor y = Tensor::empty(x0.shape(), {.dtype = DType::fp32});
-  Tensor mask = rec ? Tensor::empty(x0.shape(), {.dtype = DType::uint8}) : Tensor();
-  const int64_t n = x0.numel();
-  const float* src = xc.data<float>();
-  float* dst = y.data<float>();
-  uint8_t* m = rec ? mask.data<uint8_t>() : nullptr;
-  const float inv = 1.0f / p.scale;
-  const float qmin = static_cast<float>(p.qmin()), qmax = static_cast<float>(p.qmax());
+  Tensor y = Tensor::empty(x0.shape(), {.dtype = DType::fp32, .device = dev});
+  Tensor mask =
+      rec ? Tensor::empty(x0.shape(), {.dtype = DType::uint8, .device = dev}) : Tensor();
   const bool sign = p.kind == ActCodeKind::sign;
-  cpu::parallel_for(n, n, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = src[i];
-      if (sign) {
-        dst[i] = v >= 0.0f ? 1.0f : -1.0f;
-        if (m) m[i] = std::fabs(v) <= 1.0f ? 1 : 0;
-      } else {
-        const float q = round_even(v * inv);
-        dst[i] = std::clamp(q, qmin, qmax);  // NaN stays NaN (the NaN guard reports it)
-        if (m) m[i] = q >= qmin && q <= qmax ? 1 : 0;
-      }
-    }
-  });
-  if (rec) record_ste(x0, y, mask, {sign ? 1.0f : inv}, 1, n);
+  Tensor no_scales;
+  backend_for(xc).lowbit_codes({.kind = sign ? LowBitCodesSpec::Kind::act_sign
+                                             : LowBitCodesSpec::Kind::act_int,
+                                .qmin = static_cast<float>(p.qmin()),
+                                .qmax = static_cast<float>(p.qmax()),
+                                .scale = p.scale},
+                               y, no_scales, mask, xc);
+  if (rec) {
+    const float inv = sign ? 1.0f : 1.0f / p.scale;
+    record_ste(x0, y, mask, from_vector(std::vector<float>{inv}, {1}).to(dev), x0.numel());
+  }
   return y;
 }
 

@@ -542,7 +542,11 @@ Tensor PackedModel::forward(const Tensor& x0) {
         x0.defined() ? std::string(name(x0.dtype())) + " " + x0.shape().str() : "nothing"));
   }
   NoGradGuard ng;
-  const Tensor x = detail::as_fp32_contiguous(x0);
+  // A cpu inference model, as int8_model.cpp's: it computes on the host (inputs on another
+  // device come over as a host copy, docs/architecture.md 3.5) and hands its result back on the
+  // input's device.
+  const DefaultDeviceGuard host(Device::cpu());
+  const Tensor x = detail::as_fp32_contiguous(x0.to(Device::cpu()));
   const int64_t N = x.size(0);
   // Slices of the batch where a convolution's output goes through fp32 passes (the unfused
   // epilogues): for 128 cnn images conv1's is 12.8 MB and went to memory and back between every
@@ -554,7 +558,7 @@ Tensor PackedModel::forward(const Tensor& x0) {
     fp32_maps = fp32_maps || (steps_[i].kind == "layer" && steps_[i].conv && !rt_[i]->fuse_sign);
   }
   const int64_t slice = kSlice;
-  if (N <= slice || !fp32_maps) return forward_slice(x);
+  if (N <= slice || !fp32_maps) return forward_slice(x).to(x0.device());
   Tensor out;
   int64_t row = 0;
   for (int64_t b0 = 0; b0 < N; b0 += slice) {
@@ -568,7 +572,7 @@ Tensor PackedModel::forward(const Tensor& x0) {
     }
     std::memcpy(static_cast<char*>(out.data_ptr()) + b0 * row, part.data_ptr(), part.nbytes());
   }
-  return out;
+  return out.to(x0.device());
 }
 
 Tensor PackedModel::forward_slice(Tensor y) {
@@ -704,6 +708,7 @@ std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
         missing));
   }
   NoGradGuard ng;
+  const DefaultDeviceGuard host(Device::cpu());  // the packed model's tensors live on the cpu
   auto model = std::make_shared<PackedModel>();
   for (const auto& [name, m] : seq->named_children()) {
     if (const auto* l = as<LowBitLayer>(m)) {
@@ -715,7 +720,9 @@ std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
       s.name = name;
       s.scheme = l->scheme();
       s.conv = l->is_conv();
-      const Tensor w = detail::as_fp32_contiguous(l->weight());
+      // The packed model is a cpu inference model (as int8_model.cpp's): built from host copies
+      // of the trained parameters (explicit host access, docs/architecture.md 3.5).
+      const Tensor w = detail::as_fp32_contiguous(l->weight().to(Device::cpu()));
       s.out = w.size(0);
       s.in = w.size(1);
       s.kernel = s.conv ? w.size(2) : 1;
@@ -740,18 +747,20 @@ std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
       const ActCodeParams in = l->input_quant()->params();
       s.input_scale = in.scale;
       s.input_kind = in.kind;
-      if (l->bias().defined()) s.bias = detail::as_fp32_contiguous(l->bias()).clone();
+      if (l->bias().defined()) {
+        s.bias = detail::as_fp32_contiguous(l->bias().to(Device::cpu())).clone();
+      }
       model->add_step(std::move(s));
       if (l->output_quant()) model->add_step(act_step(name + ".output_quant", *l->output_quant(), false));
     } else if (const auto* bn = as<QatBatchNorm2d>(m)) {
       PackedStep s;
       s.kind = "batch_norm";
       s.name = name;
-      s.running_mean = bn->running_mean().clone();
-      s.running_var = bn->running_var().clone();
+      s.running_mean = bn->running_mean().to(Device::cpu()).clone();
+      s.running_var = bn->running_var().to(Device::cpu()).clone();
       if (bn->weight().defined()) {
-        s.gamma = bn->weight().detach().clone();
-        s.beta = bn->bias().detach().clone();
+        s.gamma = bn->weight().detach().to(Device::cpu()).clone();
+        s.beta = bn->bias().detach().to(Device::cpu()).clone();
       }
       s.eps = bn->options().eps;
       s.momentum = bn->options().momentum;

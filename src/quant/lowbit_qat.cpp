@@ -15,6 +15,7 @@
 #include "mixp/ops/ops.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
+#include "quant/quant_util.h"
 
 namespace mixp::quant {
 
@@ -44,7 +45,7 @@ LowBitActivation::LowBitActivation(ActCodeKind kind, int bits, bool relu)
 
 bool LowBitActivation::has_data() const {
   if (kind_ == ActCodeKind::sign) return true;
-  const float mn = min_val_->data<float>()[0], mx = max_val_->data<float>()[0];
+  const float mn = min_val_->item<float>(), mx = max_val_->item<float>();
   return mn <= mx && std::isfinite(mn) && std::isfinite(mx);
 }
 
@@ -52,19 +53,19 @@ ActCodeParams LowBitActivation::params() const {
   ActCodeParams p;
   p.kind = kind_;
   p.bits = bits_;
-  p.scale = lowbit_act_scale(kind_, bits_, min_val_->data<float>()[0], max_val_->data<float>()[0]);
+  p.scale = lowbit_act_scale(kind_, bits_, min_val_->item<float>(), max_val_->item<float>());
   return p;
 }
 
 Tensor LowBitActivation::forward(const Tensor& x) {
   const Tensor y = relu_ ? mixp::relu(x) : x;
   if (observer_enabled_ && kind_ != ActCodeKind::sign) {
-    observer_.set_state({min_val_->data<float>(), 1}, {max_val_->data<float>(), 1});
+    // The buffers through the host-access paths (item, detail::write_buffer): one value each.
+    const float mn = min_val_->item<float>(), mx = max_val_->item<float>();
+    observer_.set_state({&mn, 1}, {&mx, 1});
     observer_.observe(y);
-    min_val_->data<float>()[0] = observer_.min_vals()[0];
-    max_val_->data<float>()[0] = observer_.max_vals()[0];
-    min_val_->bump_version();  // raw writes (Storage::version)
-    max_val_->bump_version();
+    detail::write_buffer(*min_val_, std::vector<float>{observer_.min_vals()[0]});
+    detail::write_buffer(*max_val_, std::vector<float>{observer_.max_vals()[0]});
   }
   return lowbit_act_codes(y, params());
 }

@@ -6,10 +6,23 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "mixp/autograd/grad_mode.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::quant::detail {
+
+// dst (a module's buffer on any device) = values, written by the backend's copy from a host
+// tensor (explicit host access, docs/architecture.md 3.5; the copy bumps the version). The
+// observers' min/max buffers (fake_quantize.cpp, lowbit_qat.cpp): a few values per forward.
+template <class T>
+void write_buffer(Tensor& dst, const std::vector<T>& values) {
+  NoGradGuard ng;
+  Tensor host = Tensor::empty(dst.shape(), {.dtype = dst.dtype()});
+  for (size_t i = 0; i < values.size(); ++i) host.set_at({static_cast<int64_t>(i)}, values[i]);
+  dst.copy_(host.to(dst.device()));
+}
 
 // Row-major geometry around a channel axis: index = (o * channels + c) * inner + i.
 struct ChannelLayout {

@@ -110,7 +110,7 @@ void* Tensor::data_ptr(std::source_location caller) const {
   if (impl_->device.kind != DeviceKind::cpu && !device_access_open()) [[unlikely]] {
     if (impl_->device.kind == DeviceKind::cuda) {
       // Device memory: the host would crash reading it. What reaches here is host code that has
-      // no cuda kernel yet (docs/architecture.md 9, KnownBlockers; docs/cuda.md).
+      // no cuda kernel yet (docs/architecture.md 9 "The proof"; docs/cuda.md).
       throw std::runtime_error(fmt::format(
           "mixp: {}:{} ({}) reads a tensor on {} directly; this step is not implemented on cuda "
           "yet (docs/cuda.md); run it on the cpu device",

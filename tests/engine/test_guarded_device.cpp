@@ -231,6 +231,8 @@ train::TrainConfig mlp(const std::string& precision) {
 
 class GuardedMlp : public ::testing::TestWithParam<const char*> {};
 
+// The low-bit QAT recipes (int4-qat ... binary-act): the backend's lowbit_codes and its
+// straight-through gradient, LowBitActivation's observer buffers through the host-access paths.
 // int8-qat: the observers' min/max reductions and fake quantization run in the backend; the
 // converted int8 model (a cpu inference model, oneDNN u8s8) is built from the host copy of the
 // trained weights and evaluated on the cpu, so its accuracy is compared too.
@@ -238,7 +240,8 @@ TEST_P(GuardedMlp, TrainsBitIdenticalToTheCpu) {
   expect_identical(mlp(GetParam()));
 }
 
-// The cnn: int8-qat's per-channel weight observers and batch norm, the FP8 convolutions.
+// The cnn: int8-qat's per-channel weight observers and batch norm, the FP8 convolutions; the
+// low-bit codes of its convolutions (int4-qat, binary-act).
 class GuardedCnn : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GuardedCnn, TrainsBitIdenticalToTheCpu) {
@@ -250,11 +253,13 @@ TEST_P(GuardedCnn, TrainsBitIdenticalToTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GuardedMlp,
                          ::testing::Values("int8-qat", "fp8", "fp8-current", "mxfp8", "fp16",
-                                           "fp16-o2", "bf16-pure", "fp64", "auto"),
+                                           "fp16-o2", "bf16-pure", "fp64", "auto", "int4-qat",
+                                           "int2-qat", "ternary", "binary", "binary-act"),
                          [](const auto& info) { return test_name(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GuardedCnn,
-                         ::testing::Values("int8-qat", "fp8", "mxfp8", "fp16-o2", "bf16-pure"),
+                         ::testing::Values("int8-qat", "fp8", "mxfp8", "fp16-o2", "bf16-pure",
+                                           "int4-qat", "binary-act"),
                          [](const auto& info) { return test_name(info.param); });
 
 // The image models: batch norm, pooling, convolutions (cnn) and the fused AdamW with bf16
@@ -277,42 +282,6 @@ TEST(GuardedTraining, ClippingAndSgdMatchTheCpu) {
   c.optimizer = "sgd";
   expect_identical(c);
 }
-
-// What still computes outside the backend, pinned: each recipe fails on the guarded device at the
-// named file. When one moves behind the backend this test fails: move its run to the tests above.
-struct Blocker {
-  const char* model;
-  const char* precision;
-  const char* file;  // where data_ptr() is taken outside a backend call
-};
-
-class KnownBlockers : public ::testing::TestWithParam<Blocker> {};
-
-TEST_P(KnownBlockers, StillComputeOutsideTheBackend) {
-  const Blocker b = GetParam();
-  train::TrainConfig c = mlp(b.precision);
-  c.model.name = b.model;
-  TempDir tmp;
-  try {
-    (void)train_on(c, true, tmp.path() / "guarded");
-    FAIL() << b.precision << " now trains on the guarded device: test it bit for bit above";
-  } catch (const std::exception& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("guarded device outside a backend call"), std::string::npos) << m;
-    EXPECT_NE(m.find(b.file), std::string::npos) << m;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Recipes, KnownBlockers,
-                         // The low-bit QAT recipes: LowBitActivation's observer buffers and the
-                         // code kernels (lowbit_qat.cpp, lowbit_codes.cpp) still run on the host.
-                         ::testing::Values(Blocker{"mlp", "int4-qat", "src/quant/lowbit_qat.cpp"},
-                                           Blocker{"mlp", "int2-qat", "src/quant/lowbit_qat.cpp"},
-                                           Blocker{"mlp", "binary", "src/quant/lowbit_qat.cpp"},
-                                           Blocker{"mlp", "ternary", "src/quant/lowbit_qat.cpp"},
-                                           Blocker{"mlp", "binary-act",
-                                                   "src/quant/lowbit_qat.cpp"}),
-                         [](const auto& info) { return test_name(info.param.precision); });
 
 }  // namespace
 }  // namespace mixp

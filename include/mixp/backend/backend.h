@@ -101,6 +101,32 @@ struct ParamUpdate {
   int64_t step = 0;
 };
 
+// What lowbit_codes() computes: the low-bit QAT quantizers of quant/lowbit.h (LowBitLayer's
+// weights, LowBitActivation's inputs and outputs), values kept as fp32 codes.
+struct LowBitCodesSpec {
+  enum class Kind : uint8_t {
+    // Weights, src [O, K] (O = scales.numel()). Per row o: s = max(max(|min(r, 0)|, max(r, 0)) /
+    // ((qmax - qmin) / 2), 2^-23); q = nearest-even(r * (1 / s)); codes = clamp(q, qmin, qmax);
+    // mask = qmin <= q <= qmax; scales[o] = s.
+    weight_int,
+    // Weights: delta = 0.7 * mean |w| (double sum in element order); codes = w > delta ? 1 :
+    // w < -delta ? -1 : 0; alpha = max(mean |w| over the nonzero codes (double), 2^-23) (2^-23 if
+    // none) in every scales[o]; mask all 1.
+    weight_ternary,
+    // Weights: codes = w >= 0 ? 1 : -1; mask = |w| <= 1; scales[o] = max(mean |row| (double),
+    // 2^-23).
+    weight_binary,
+    // Activations, any shape: q = nearest-even(src * (1 / scale)); codes = clamp(q, qmin, qmax)
+    // (NaN stays NaN); mask = qmin <= q <= qmax. scales unused.
+    act_int,
+    // Activations: codes = src >= 0 ? 1 : -1; mask = |src| <= 1. scales unused.
+    act_sign,
+  };
+  Kind kind = Kind::act_int;
+  float qmin = 0.0f, qmax = 0.0f;  // weight_int, act_int
+  float scale = 1.0f;              // act_int (finite, > 0)
+};
+
 // What quantize() produces (the "quantize" family: one kernel, the format in the spec).
 struct QuantizeSpec {
   enum class Kind : uint8_t {
@@ -305,6 +331,16 @@ class Backend {
   // or NaN ddst gives NaN and a negative one -0 where the mask is 0). mask fp32 (a ReLU's saved
   // output): dsrc = mask > 0 ? ddst : 0.
   virtual void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) = 0;
+  // The low-bit QAT codes (LowBitCodesSpec above): src, codes fp32 of one shape; scales fp32
+  // [O] for the weight kinds; mask uint8 of src's shape, or undefined (not needed). Bit for bit
+  // the loops of lowbit_weight_codes_raw (quant/lowbit.h) and lowbit_act_codes.
+  virtual void lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales,
+                            Tensor& mask, const Tensor& src) = 0;
+  // Their straight-through gradient, elementwise on [outer, channels, inner] (all fp32 but mask,
+  // uint8; contiguous, one shape): dsrc = mask ? ddst * inv_scales[c] : +0, inv_scales fp32
+  // [channels] (1 / the weight row's scale, or one 1 / scale for activations).
+  virtual void lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                                     const Tensor& inv_scales, int64_t inner) = 0;
   // dst = act(src * alpha + bias) on [rows, n] fp32 (bias fp32 [n] or undefined; act none or
   // relu, relu(NaN) = 0); dst may be src. With a bias the cpu backend's AVX2/AVX-512 tiers compute
   // fma(src, alpha, bias) (one rounding), its baseline tier two roundings; the ref backend the fma.

@@ -82,6 +82,10 @@ class CpuBackend : public RefBackend {
                       Activation act) override;
   // The QAT kernels of qkernels.h (quantize's int_fake above, its mask's gradient, observers):
   void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales, Tensor& mask,
+                    const Tensor& src) override;
+  void lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                             const Tensor& inv_scales, int64_t inner) override;
   void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
               int64_t inner) override;
 };

@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/fp8_kernels.h"
+#include "backend/cpu/lowbit_codes_kernel.h"
 #include "backend/cpu/qkernels.h"
 #include "mixp/format/cpu_features.h"
 
@@ -201,6 +202,25 @@ void CpuBackend::mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask)
   }
   need_f32(mask, "mask_grad", "mask (uint8 or fp32)");
   cpu::fp8k::kernels().relu_mask(out, g, mask.data<float>(), n);
+}
+
+void CpuBackend::lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales,
+                              Tensor& mask, const Tensor& src) {
+  need_f32(src, "lowbit_codes", "src");
+  const bool weight = spec.kind != LowBitCodesSpec::Kind::act_int &&
+                      spec.kind != LowBitCodesSpec::Kind::act_sign;
+  const int64_t O = weight ? scales.numel() : 1, K = src.numel() / std::max<int64_t>(O, 1);
+  cpu::lowbit_codes_loop(spec, src.data<float>(), O, K, codes.data<float>(),
+                         weight ? scales.data<float>() : nullptr,
+                         mask.defined() ? mask.data<uint8_t>() : nullptr);
+}
+
+void CpuBackend::lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                                       const Tensor& inv_scales, int64_t inner) {
+  need_f32(ddst, "lowbit_codes_backward", "ddst");
+  cpu::lowbit_codes_backward_loop(dsrc.data<float>(), ddst.data<float>(), mask.data<uint8_t>(),
+                                  inv_scales.data<float>(), inv_scales.numel(), inner,
+                                  ddst.numel());
 }
 
 void CpuBackend::scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,

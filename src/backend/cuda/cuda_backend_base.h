@@ -126,6 +126,14 @@ class CudaBackendBase : public Backend {
   void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override {
     not_implemented("quantize");
   }
+  void lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales, Tensor& mask,
+                    const Tensor& src) override {
+    not_implemented("lowbit_codes");
+  }
+  void lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                             const Tensor& inv_scales, int64_t inner) override {
+    not_implemented("lowbit_codes_backward");
+  }
   void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override {
     not_implemented("mask_grad");
   }

@@ -96,6 +96,10 @@ class RefBackend : public Backend {
               int64_t inner) override;
   void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override;
   void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales, Tensor& mask,
+                    const Tensor& src) override;
+  void lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                             const Tensor& inv_scales, int64_t inner) override;
   void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
                       Activation act) override;
   void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv,

@@ -2,11 +2,13 @@
 // mask_grad, scale_bias_act): one element at a time through the format module's reference codecs
 // (encode_float / decode_float, mx_fake_quantize, fake_quantize_int8_value), the oracle that
 // tests/backend/test_quantize_kernels.cpp holds the cpu backend's tiered loops to, bit for bit.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
+#include "backend/cpu/lowbit_codes_kernel.h"
 #include "backend/kernel_util.h"
 #include "backend/ref/ref_backend.h"
 #include "mixp/format/block_int8.h"
@@ -115,6 +117,29 @@ void RefBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, co
       return;
     }
   }
+}
+
+// The low-bit codes: the shared loops of lowbit_codes_kernel.h are already the plain scalar
+// reference (one element at a time, no vector tier), so the ref backend calls them rather than
+// keep a second copy that could drift (tests/quant/test_lowbit.cpp checks their values).
+void RefBackend::lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales,
+                              Tensor& mask, const Tensor& src) {
+  const float* x = f32_in(src, "lowbit_codes");
+  const bool weight = spec.kind != LowBitCodesSpec::Kind::act_int &&
+                      spec.kind != LowBitCodesSpec::Kind::act_sign;
+  const int64_t O = weight ? scales.numel() : 1, K = src.numel() / std::max<int64_t>(O, 1);
+  cpu::lowbit_codes_loop(spec, x, O, K, ptr<float>(codes), weight ? ptr<float>(scales) : nullptr,
+                         mask.defined() ? ptr<uint8_t>(mask) : nullptr);
+}
+
+void RefBackend::lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                                       const Tensor& inv_scales, int64_t inner) {
+  const float* g = f32_in(ddst, "lowbit_codes_backward");
+  const float* inv = f32_in(inv_scales, "lowbit_codes_backward");
+  float* d = ptr<float>(dsrc);
+  const uint8_t* m = ptr<const uint8_t>(mask);
+  const int64_t channels = inv_scales.numel(), n = ddst.numel();
+  for (int64_t i = 0; i < n; ++i) d[i] = m[i] ? g[i] * inv[(i / inner) % channels] : 0.0f;
 }
 
 void RefBackend::mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) {
