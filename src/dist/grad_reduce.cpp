@@ -172,14 +172,15 @@ void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, Gr
   r.finish();
 }
 
-// fp32/bf16/fp16: reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then
-// all-gather of the rounded sums. Each rank owns `piece` elements; the tail past the values is
-// zero padding.
 size_t PendingReduce::shared_bytes(size_t elems, int ranks, GradComm mode, bool to_owners) {
   const size_t es = size_t(wire_bytes(mode));
   if (to_owners) return elems * es;
   return (elems + size_t(ranks) - 1) / size_t(ranks) * size_t(ranks) * es;
 }
+
+// fp32/bf16/fp16: reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then
+// all-gather of the rounded sums. Each rank owns `piece` elements; the tail past the values is
+// zero padding.
 
 void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm mode,
                           ReduceWorkspace& ws, SharedMemory* shared) {
