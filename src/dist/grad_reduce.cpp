@@ -64,6 +64,29 @@ void pack(DType wire, const Segments& segs, float weight, std::byte* dst_bits,
   }
 }
 
+// fn(part, at) for the parts of elements [begin, begin + count) of the segments laid end to end;
+// `at` is the part's offset from `begin`.
+template <class F>
+void for_range(const Segments& segs, size_t begin, size_t count, F&& fn) {
+  size_t at = 0;  // offset of the current segment
+  for (const auto& seg : segs) {
+    const size_t lo = std::max(at, begin), hi = std::min(at + seg.size(), begin + count);
+    if (lo < hi) fn(seg.subspan(lo - at, hi - lo), lo - begin);
+    at += seg.size();
+    if (at >= begin + count) return;
+  }
+}
+
+// Elements [begin, begin + count) of the segments, weighted and narrowed, into dst_bits (the same
+// values as pack() writes there).
+void pack_range(DType wire, const Segments& segs, size_t begin, size_t count, float weight,
+                std::byte* dst_bits, std::vector<float>& tmp) {
+  const size_t es = traits(wire).bits / 8;
+  for_range(segs, begin, count, [&](std::span<float> part, size_t at) {
+    scale_into(wire, part, weight, dst_bits + at * es, tmp);
+  });
+}
+
 // Elements [begin, begin + count) of the segments laid end to end <- widened src_bits.
 void unpack(DType wire, const std::byte* src_bits, const Segments& segs, size_t begin,
             size_t count) {
@@ -149,11 +172,18 @@ void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, Gr
   r.finish();
 }
 
+size_t PendingReduce::shared_bytes(size_t elems, int ranks, GradComm mode, bool to_owners) {
+  const size_t es = size_t(wire_bytes(mode));
+  if (to_owners) return elems * es;
+  return (elems + size_t(ranks) - 1) / size_t(ranks) * size_t(ranks) * es;
+}
+
 // fp32/bf16/fp16: reduce-scatter by all-to-all with the owner summing in fp32 in rank order, then
 // all-gather of the rounded sums. Each rank owns `piece` elements; the tail past the values is
 // zero padding.
+
 void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm mode,
-                          ReduceWorkspace& ws) {
+                          ReduceWorkspace& ws, SharedMemory* shared) {
   if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
   const size_t total = total_size(buf);
   if (g.size() == 1) {
@@ -181,6 +211,13 @@ void PendingReduce::start(ProcessGroup& g, Segments buf, float weight, GradComm 
   begin(g, std::move(buf), total, mode, ws);
   const int n = g.size();
   piece_ = (total + size_t(n) - 1) / size_t(n);
+  if (shared) {
+    shared_ = shared;
+    offset_.clear();
+    for (int r = 0; r <= n; ++r) offset_.push_back(std::min(total, size_t(r) * piece_));
+    start_shared(weight);
+    return;
+  }
   const size_t es = traits(wire_).bits / 8;
   ws.send.resize(piece_ * size_t(n) * es);
   ws.recv.resize(ws.send.size());
@@ -197,11 +234,12 @@ void PendingReduce::begin(ProcessGroup& g, Segments buf, size_t total, GradComm 
   ws_ = &ws;
   wire_ = wire_dtype(mode);
   phase_ = Phase::scatter;
+  shared_ = nullptr;
 }
 
 void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
                                     std::span<const size_t> counts, float weight, GradComm mode,
-                                    ReduceWorkspace& ws) {
+                                    ReduceWorkspace& ws, SharedMemory* shared) {
   if (active()) throw std::logic_error("PendingReduce::start: a reduction is still in flight");
   if (mode == GradComm::bf16_ring) {
     throw std::invalid_argument("the reduction to owners (ZeRO 2) has no bf16-ring variant");
@@ -216,6 +254,13 @@ void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
   const int n = g.size();
   const size_t es = traits(wire_).bits / 8;
   piece_ = counts_[size_t(g.rank())];
+  if (shared) {
+    shared_ = shared;
+    offset_.assign(1, 0);
+    for (int r = 0; r < n; ++r) offset_.push_back(offset_.back() + counts_[size_t(r)]);
+    start_shared(weight);
+    return;
+  }
   ws.send.resize(total * es);
   ws.recv.resize(piece_ * size_t(n) * es);
   pack(wire_, buf_, weight, ws.send.data(), ws.tmp);
@@ -225,8 +270,91 @@ void PendingReduce::start_to_owners(ProcessGroup& g, Segments buf,
   req_ = g.ialltoallv(ws.send, send_bytes, ws.recv, recv_bytes);
 }
 
+// This rank's contribution to every other rank's piece, weighted and narrowed as start() packs it
+// for the wire, into this rank's region at the piece's place (its own piece is read from buf
+// when it is summed); then the flag says so.
+void PendingReduce::start_shared(float weight) {
+  const int n = g_->size(), me = g_->rank();
+  const size_t es = traits(wire_).bits / 8;
+  const size_t need = counts_.empty() ? piece_ * size_t(n) * es : total_ * es;
+  if (shared_->size() < need) {
+    throw std::logic_error("PendingReduce: the shared memory is smaller than the reduction");
+  }
+  weight_ = weight;
+  use_ = ++shared_->uses;
+  std::byte* mine = shared_->region(me);
+  size_t sent = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    const size_t lo = offset_[size_t(r)], count = offset_[size_t(r) + 1] - lo;
+    pack_range(wire_, buf_, lo, count, weight, mine + lo * es, ws_->tmp);
+    // Counted as the transport counts it (the all-to-all's pieces include the padding).
+    sent += (counts_.empty() ? piece_ : count) * es;
+  }
+  shared_->post(2 * use_ - 1, sent);
+}
+
+// The owner's sum of its piece, from buf (its own contribution, weighted and rounded as start()
+// would have put it on the wire) and the other ranks' regions, in rank order, in fp32; the
+// rounded sum goes into buf and, for the all-gather's readers, into this rank's region.
+void PendingReduce::scatter_sum_shared() {
+  const int n = g_->size(), me = g_->rank();
+  const size_t es = traits(wire_).bits / 8;
+  for (int r = 0; r < n; ++r) {
+    if (r != me) shared_->wait(r, 2 * use_ - 1);
+  }
+  ReduceWorkspace& ws = *ws_;
+  constexpr size_t kChunk = 2048;
+  ws.acc.resize(kChunk);
+  ws.tmp.resize(2 * kChunk);
+  ws.recv.resize(kChunk * es);
+  float* acc = ws.acc.data();
+  float* own = ws.tmp.data();
+  float* wide = ws.tmp.data() + kChunk;
+  std::byte* scratch = ws.recv.data();
+  std::byte* mine = shared_->region(me);
+  const size_t lo = offset_[size_t(me)], count = offset_[size_t(me) + 1] - lo;
+  for (size_t i = 0; i < count; i += kChunk) {
+    const size_t m = std::min(kChunk, count - i);
+    for_range(buf_, lo + i, m, [&](std::span<float> part, size_t at) {
+      for (size_t k = 0; k < part.size(); ++k) own[at + k] = part[k] * weight_;
+    });
+    if (wire_ != DType::fp32) {
+      convert_f32_to(wire_, std::span<const float>(own, m), scratch, kNearest);
+      convert_to_f32(wire_, scratch, std::span<float>(own, m));
+    }
+    for (int r = 0; r < n; ++r) {
+      const float* x = own;
+      if (r != me) {
+        const std::byte* in = shared_->region(r) + (lo + i) * es;
+        x = reinterpret_cast<const float*>(in);
+        if (wire_ != DType::fp32) {
+          convert_to_f32(wire_, in, std::span<float>(wide, m));
+          x = wide;
+        }
+      }
+      if (r == 0) {
+        for (size_t k = 0; k < m; ++k) acc[k] = 0.0f + x[k];
+      } else {
+        for (size_t k = 0; k < m; ++k) acc[k] += x[k];
+      }
+    }
+    std::byte* out = counts_.empty() ? mine + (lo + i) * es : scratch;
+    convert_f32_to(wire_, std::span<const float>(acc, m), out, kNearest);
+    unpack(wire_, out, buf_, lo + i, m);
+  }
+  phase_ = Phase::gather;
+  // The all-gather's bytes, as the transport counts them; to owners, nothing more is sent (the
+  // flag then only says that this rank has read the others' regions).
+  shared_->post(2 * use_, counts_.empty() ? piece_ * size_t(n - 1) * es : 0);
+}
+
 void PendingReduce::scatter_sum() {
   if (!active() || phase_ == Phase::gather) return;
+  if (shared_) {
+    scatter_sum_shared();
+    return;
+  }
   ReduceWorkspace& ws = *ws_;
   g_->wait(req_);
   const int n = g_->size(), me = g_->rank();
@@ -277,15 +405,36 @@ void PendingReduce::scatter_sum() {
 
 bool PendingReduce::test() {
   if (!active()) return true;
-  return phase_ == Phase::gather && g_->test(req_);
+  if (phase_ != Phase::gather) return false;
+  if (shared_) {
+    for (int r = 0; r < g_->size(); ++r) {
+      if (r != g_->rank() && !shared_->ready(r, 2 * use_)) return false;
+    }
+    return true;
+  }
+  return g_->test(req_);
 }
 
 void PendingReduce::finish() {
   if (!active()) return;
   scatter_sum();
-  g_->wait(req_);
-  if (counts_.empty()) {
-    unpack(wire_, ws_->send.data(), buf_, 0, total_);  // the padding is not read
+  if (shared_) {
+    // The other ranks' sums, read from their regions (to owners: only that they have read this
+    // rank's region, which the next reduction overwrites).
+    const size_t es = traits(wire_).bits / 8;
+    for (int r = 0; r < g_->size(); ++r) {
+      if (r == g_->rank()) continue;
+      shared_->wait(r, 2 * use_);
+      if (!counts_.empty()) continue;
+      const size_t lo = offset_[size_t(r)];
+      unpack(wire_, shared_->region(r) + lo * es, buf_, lo, offset_[size_t(r) + 1] - lo);
+    }
+    shared_ = nullptr;
+  } else {
+    g_->wait(req_);
+    if (counts_.empty()) {
+      unpack(wire_, ws_->send.data(), buf_, 0, total_);  // the padding is not read
+    }
   }
   counts_.clear();
   buf_.clear();

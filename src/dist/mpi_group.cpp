@@ -1,7 +1,11 @@
 // The MPI process group (process_group.h): OpenMPI from Debian (libopenmpi-dev), started by
 // `mpirun`. Only the thread that created the group calls MPI (MPI_THREAD_FUNNELED); a watchdog
 // thread only reads two atomics and ends the process when a collective has waited too long.
+#include <fcntl.h>
 #include <mpi.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -11,10 +15,15 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "dist_detail.h"
 #include "mixp/dist/process_group.h"
@@ -59,6 +68,7 @@ class MpiGroup final : public ProcessGroup {
     // MPI without a word about what mixp was doing.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     local_size_ = detail::env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    init_shared_memory();
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -221,7 +231,39 @@ class MpiGroup final : public ProcessGroup {
 
   void abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
+  std::unique_ptr<SharedMemory> map_shared(size_t bytes) override;
+
  private:
+  friend class MpiShared;
+
+  // Whether the ranks may map each other's memory: all on this machine (MPI's shared-memory
+  // communicator spans the world) and not turned off with MIXP_SHARED_MEMORY=0, agreed by every
+  // rank. Rank 0's process id names the memory (with a counter), so that two jobs never meet.
+  void init_shared_memory() {
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_size = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) ==
+            MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      MPI_Comm_size(node, &node_size);
+      MPI_Comm_free(&node);
+    }
+    const char* env = std::getenv("MIXP_SHARED_MEMORY");
+    shared_required_ = env && std::strcmp(env, "1") == 0;
+    int ok = node_size == size_ && !(env && std::strcmp(env, "0") == 0) ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+    shared_ok_ = ok != 0;
+    long long id = static_cast<long long>(::getpid());
+    check(MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    shared_id_ = id;
+  }
+  // True on every rank when `mine` is true on every rank.
+  bool all(bool mine) {
+    int v = mine ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+    return v != 0;
+  }
+
   // Marks a collective in flight for the watchdog and counts it.
   struct Guard {
     MpiGroup& g;
@@ -273,7 +315,138 @@ class MpiGroup final : public ProcessGroup {
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread watchdog_;
+  bool shared_ok_ = false;
+  bool shared_required_ = false;  // MIXP_SHARED_MEMORY=1: not having it is an error
+  long long shared_id_ = 0;
+  uint64_t shared_count_ = 0;  // map_shared calls, the same on every rank
 };
+
+// One mapping per rank: a 64-byte line holding the rank's flag, then its region. Each rank
+// creates its own (POSIX shared memory, reserved up front with posix_fallocate so that a full
+// /dev/shm is an error now rather than a SIGBUS later) and maps the others' read-only; the names
+// are unlinked once every rank has mapped every one, so nothing is left behind.
+class MpiShared final : public SharedMemory {
+ public:
+  static constexpr size_t kHeader = 64;
+
+  MpiShared(MpiGroup& g, size_t bytes)
+      : g_(g), size_(bytes), mapped_((kHeader + bytes + 4095) / 4096 * 4096),
+        maps_(size_t(g.size_), nullptr) {}
+
+  ~MpiShared() override {
+    for (void* m : maps_) {
+      if (m) ::munmap(m, mapped_);
+    }
+  }
+
+  std::string name(int rank) const {
+    return fmt::format("/mixp-{}-{}-{}", g_.shared_id_, g_.shared_count_, rank);
+  }
+
+  // This rank's mapping; false (with nothing left behind) when it cannot be had.
+  bool create() {
+    const std::string n = name(g_.rank_);
+    const int fd = ::shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return false;
+    void* m = MAP_FAILED;
+    if (::posix_fallocate(fd, 0, off_t(mapped_)) == 0) {
+      m = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    ::close(fd);
+    if (m == MAP_FAILED) {
+      ::shm_unlink(n.c_str());
+      return false;
+    }
+    maps_[size_t(g_.rank_)] = m;
+    return true;
+  }
+  // The other ranks' mappings, read-only.
+  bool open_others() {
+    bool ok = true;
+    for (int r = 0; r < g_.size_; ++r) {
+      if (r == g_.rank_) continue;
+      const int fd = ::shm_open(name(r).c_str(), O_RDONLY, 0);
+      if (fd < 0) {
+        ok = false;
+        continue;
+      }
+      void* m = ::mmap(nullptr, mapped_, PROT_READ, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (m == MAP_FAILED) {
+        ok = false;
+        continue;
+      }
+      maps_[size_t(r)] = m;
+    }
+    return ok;
+  }
+  void unlink_mine() {
+    if (maps_[size_t(g_.rank_)]) ::shm_unlink(name(g_.rank_).c_str());
+  }
+
+  std::byte* region(int rank) const override {
+    return static_cast<std::byte*>(maps_[size_t(rank)]) + kHeader;
+  }
+  size_t size() const override { return size_; }
+
+  void post(uint64_t value, size_t bytes) override {
+    flag(g_.rank_).store(value, std::memory_order_release);
+    g_.count(bytes);
+  }
+  bool ready(int rank, uint64_t value) const override {
+    return flag(rank).load(std::memory_order_acquire) >= value;
+  }
+  void wait(int rank, uint64_t value) override {
+    if (ready(rank, value)) return;
+    MpiGroup::Guard guard(g_, "gradient reduction (shared memory)", 0,
+                          /*counted=*/false);
+    // Spin a little (the other rank is usually a few microseconds away), then give up the core
+    // at each try, so that ranks sharing a core (--oversubscribe) do not starve each other.
+    for (int spins = 0; !ready(rank, value); ++spins) {
+      if (spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+        _mm_pause();
+#endif
+      } else {
+        ::sched_yield();
+      }
+    }
+  }
+
+ private:
+  std::atomic_ref<uint64_t> flag(int rank) const {
+    return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(maps_[size_t(rank)]));
+  }
+
+  MpiGroup& g_;
+  size_t size_;
+  size_t mapped_;
+  std::vector<void*> maps_;
+};
+
+std::unique_ptr<SharedMemory> MpiGroup::map_shared(size_t bytes) {
+  auto none = [&](const char* why) -> std::unique_ptr<SharedMemory> {
+    if (shared_required_) {
+      throw std::runtime_error(fmt::format(
+          "MIXP_SHARED_MEMORY=1, but the ranks cannot share memory: {}", why));
+    }
+    return nullptr;
+  };
+  if (!shared_ok_) {
+    return none("they do not all run on one machine, or a rank has MIXP_SHARED_MEMORY=0");
+  }
+  ++shared_count_;
+  auto m = std::make_unique<MpiShared>(*this, bytes);
+  const bool created = all(m->create());
+  if (!created) {
+    m->unlink_mine();
+    return none("a rank could not create its region in /dev/shm");
+  }
+  const bool opened = all(m->open_others());
+  m->unlink_mine();  // every rank has mapped every region (or given up): the names can go
+  if (!opened) return none("a rank could not map another rank's region");
+  return m;
+}
 
 }  // namespace
 

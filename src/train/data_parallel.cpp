@@ -179,6 +179,14 @@ void DataParallel::layout(std::span<const Tensor> params) {
     i = j;
   }
   for (size_t k = 0; k < params.size(); ++k) index_[params[k].impl()] = k;
+  // Ranks on one machine reduce through memory they all map (grad_reduce.h): mapped here, once,
+  // in bucket order on every rank (map_shared is a collective).
+  if (size() > 1 && opts_.grad_comm != dist::GradComm::bf16_ring) {
+    for (Bucket& b : buckets_) {
+      b.shared = group_.map_shared(dist::PendingReduce::shared_bytes(
+          b.elems, size(), opts_.grad_comm, /*to_owners=*/!b.counts.empty()));
+    }
+  }
 }
 
 void DataParallel::shard_gradients(std::vector<int> owner) {
@@ -256,10 +264,10 @@ void DataParallel::start_next_bucket() {
     segs.push_back(dst);
   }
   if (b.counts.empty()) {
-    b.reduce.start(group_, std::move(segs), weight_, opts_.grad_comm, *b.work);
+    b.reduce.start(group_, std::move(segs), weight_, opts_.grad_comm, *b.work, b.shared.get());
   } else {
     b.reduce.start_to_owners(group_, std::move(segs), b.counts, weight_, opts_.grad_comm,
-                             *b.work);
+                             *b.work, b.shared.get());
     // ZeRO 2: the gradients other ranks own are on their way to them; drop this rank's copies.
     for (size_t k : b.order) {
       if (grad_owner_[k] != rank()) const_cast<Tensor&>(params_[k]).set_grad(Tensor());

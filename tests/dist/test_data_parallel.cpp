@@ -385,18 +385,67 @@ namespace {
 
 // Between machines OpenMPI talks TCP instead of shared memory. This machine's loopback stands in
 // for the network: the transport that a multi-host `mpirun -H a,b` uses, and the same training
-// bit for bit (the reductions do not depend on how the bytes travel).
+// bit for bit (the reductions do not depend on how the bytes travel). MIXP_SHARED_MEMORY=0 sends
+// the gradients through that transport too (ranks on one machine otherwise read them from each
+// other's memory, grad_reduce.h), as between machines; the other run reads them from memory.
 TEST(DataParallel, TheNetworkTransportTrainsTheSameAsSharedMemory) {
   TempDir dir;
   const std::string args = kGpt + "--steps 3 --batch 4 --bucket-mb 0.05 --grad-comm bf16 --json --save '";
-  const CliResult shm = run_mpi(2, args + (dir / "shm").string() + "'");
+  const CliResult shm = run_mpi(2, args + (dir / "shm").string() + "'", "", "-x MIXP_SHARED_MEMORY=1");
   const CliResult tcp =
       run_mpi(2, args + (dir / "tcp").string() + "'", "",
-              "--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo");
+              "-x MIXP_SHARED_MEMORY=0 --mca btl tcp,self --mca btl_tcp_if_include lo "
+              "--mca oob_tcp_if_include lo");
   ASSERT_EQ(shm.exit_code, 0) << shm.err;
   ASSERT_EQ(tcp.exit_code, 0) << tcp.err;
   EXPECT_EQ(tcp.json()["final_loss"], shm.json()["final_loss"]);
   EXPECT_TRUE(same_weights(dir / "shm", dir / "tcp"));
+}
+
+}  // namespace
+}  // namespace mixp::test
+
+namespace mixp::test {
+namespace {
+
+// Ranks on one machine reduce the gradients through memory they all map (grad_reduce.h;
+// MIXP_SHARED_MEMORY=1 makes not having it an error, so the run below is known to take that
+// path); MIXP_SHARED_MEMORY=0 sends the same pieces through MPI. The same training bit for bit,
+// and the same bytes counted, for each wire format, ZeRO 2's reduction to owners, accumulation,
+// loss scaling and stochastic rounding, on 2 and 3 ranks (3: pieces of unequal length).
+TEST(DataParallel, SharedMemoryReducesLikeTheTransport) {
+  TempDir dir;
+  int k = 0;
+  for (const std::string variant :
+       {"--grad-comm fp32 --grad-accum 2", "--grad-comm bf16 --no-comm-overlap",
+        "--precision fp16 --loss-scale-init 1048576 --clip 0.5 --grad-comm fp16",
+        "--zero 2 --precision bf16-pure --grad-comm bf16", "--zero 2 --grad-comm fp32"}) {
+    for (int n : {2, 3}) {
+      const std::string tag = std::to_string(k++);
+      const std::string args = kGpt + "--steps 3 --batch 3 --bucket-mb 0.05 --json " + variant +
+                               " --check-replicas 1 --save '" + (dir / tag).string();
+      const CliResult shm = run_mpi(n, args + "shm'", "", "-x MIXP_SHARED_MEMORY=1");
+      const CliResult mpi = run_mpi(n, args + "mpi'", "", "-x MIXP_SHARED_MEMORY=0");
+      ASSERT_EQ(shm.exit_code, 0) << shm.err;
+      ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+      const nlohmann::json a = shm.json(), b = mpi.json();
+      EXPECT_EQ(a["final_loss"], b["final_loss"]) << variant << ", " << n << " ranks";
+      EXPECT_EQ(a["comm_bytes_per_step"], b["comm_bytes_per_step"]) << variant << ", " << n;
+      EXPECT_GE(a["comm_buckets"].get<int>(), 4) << variant;
+      EXPECT_TRUE(same_weights(dir / (tag + "shm"), dir / (tag + "mpi")))
+          << variant << ", " << n << " ranks";
+    }
+  }
+  // Across machines there is no shared memory: asking for it is an error there, not a silent
+  // fallback (the same check refuses it when a rank turned it off).
+  const CliResult refused = run_mpi(2, kGpt + "--steps 1 --batch 2",
+                                    " : -np 1 -x MIXP_SHARED_MEMORY=0 '" + std::string(MIXP_CLI) +
+                                        "' " + kGpt + "--steps 1 --batch 2",
+                                    "-x MIXP_SHARED_MEMORY=1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("MIXP_SHARED_MEMORY=1, but the ranks cannot share memory"),
+            std::string::npos)
+      << refused.err;
 }
 
 }  // namespace

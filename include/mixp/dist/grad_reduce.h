@@ -68,16 +68,30 @@ void reduce_weighted_sum(ProcessGroup& g, std::span<float> buf, float weight, Gr
 // Each phase is a collective *started*: every rank must call start() and scatter_sum() of its
 // reductions in the same order. buf and the workspace must stay alive and untouched until
 // finish(). bf16-ring (a demonstration mode) runs entirely inside start().
+//
+// With `shared` memory (ProcessGroup::map_shared, the same object for the same reduction on every
+// rank, at least shared_bytes() large) the ranks skip the transport: start() writes this rank's
+// weighted contribution to every other rank's piece into its own region, the owner of a piece
+// sums it reading the other ranks' regions directly and writes the rounded sum both into buf and
+// into its region, where finish() reads the other pieces from. The same sums in the same order,
+// bit for bit, with two passes over memory fewer, no copy by the kernel and no MPI call (the
+// other ranks' progress needs none from this one). A `shared` memory serves one reduction at a
+// time; its flags order the reuses.
 class PendingReduce {
  public:
-  void start(ProcessGroup& g, Segments buf, float weight, GradComm mode, ReduceWorkspace& ws);
+  // Bytes of shared memory a reduction of `elems` elements needs on a group of `ranks`
+  // (to_owners: the reduction to owners).
+  static size_t shared_bytes(size_t elems, int ranks, GradComm mode, bool to_owners);
+  void start(ProcessGroup& g, Segments buf, float weight, GradComm mode, ReduceWorkspace& ws,
+             SharedMemory* shared = nullptr);
   // The reduction to owners (ZeRO stage 2): buf holds the pieces of rank 0, 1, ... one after the
   // other (counts[r] elements each); each rank receives only its own piece from every rank and
   // sums it in fp32 in rank order, then rounds it once to the wire format -- the same values, bit
   // for bit, as that piece after start(), at about half the bytes (no all-gather). After
   // finish() only this rank's piece of buf holds the sum. Not for bf16-ring.
   void start_to_owners(ProcessGroup& g, Segments buf, std::span<const size_t> counts,
-                       float weight, GradComm mode, ReduceWorkspace& ws);
+                       float weight, GradComm mode, ReduceWorkspace& ws,
+                       SharedMemory* shared = nullptr);
   void scatter_sum();
   bool test();
   void finish();
@@ -90,6 +104,9 @@ class PendingReduce {
   enum class Phase { scatter, gather };
   // The state both starts set up.
   void begin(ProcessGroup& g, Segments buf, size_t total, GradComm mode, ReduceWorkspace& ws);
+  // The shared-memory variant of both starts: ranges_ set, this rank's contributions posted.
+  void start_shared(float weight);
+  void scatter_sum_shared();
   ProcessGroup* g_ = nullptr;
   Segments buf_;
   size_t total_ = 0;  // elements in buf_
@@ -99,6 +116,10 @@ class PendingReduce {
   Phase phase_ = Phase::scatter;
   Request req_;
   std::vector<size_t> counts_;  // start_to_owners: elements per rank (else empty)
+  SharedMemory* shared_ = nullptr;  // the shared-memory variant (else the transport)
+  uint64_t use_ = 0;                // shared_->uses of this reduction
+  float weight_ = 1;                // shared: for this rank's own piece, weighted when summed
+  std::vector<size_t> offset_;      // shared: first element of each rank's piece, then total
 };
 
 }  // namespace mixp::dist

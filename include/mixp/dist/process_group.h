@@ -35,6 +35,30 @@ struct Request {
   bool pending() const { return handle != nullptr; }
 };
 
+// Memory that every rank of a group maps (ranks on one machine; ProcessGroup::map_shared): each
+// rank writes only its own region and reads the others' directly, with no copy by the transport.
+// Each rank also has a flag, a number it raises with post() and the others watch: the only
+// synchronisation, so neither side makes an MPI call. The memory stays mapped until the object is
+// destroyed (no collective then: a rank that stops early hangs no one).
+class SharedMemory {
+ public:
+  virtual ~SharedMemory() = default;
+  // Rank `rank`'s region: size() bytes, 64-byte aligned, zero when mapped.
+  virtual std::byte* region(int rank) const = 0;
+  virtual size_t size() const = 0;
+  // This rank's writes to its region so far become visible to the others, then its flag becomes
+  // `value` (never lowered). `bytes`: what the other ranks will read because of it, counted as
+  // sent in the group's CommStats.
+  virtual void post(uint64_t value, size_t bytes) = 0;
+  // Whether rank `rank`'s flag has reached `value` (its writes before that post are then
+  // visible here); never blocks.
+  virtual bool ready(int rank, uint64_t value) const = 0;
+  // Blocks until ready(rank, value); the group's timeout applies, as to a collective.
+  virtual void wait(int rank, uint64_t value) = 0;
+  // A counter for the user of the memory (grad_reduce.cpp counts its reductions with it).
+  uint64_t uses = 0;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -81,6 +105,15 @@ class ProcessGroup {
   // Rank `root`'s bytes to every rank.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
   virtual void barrier() = 0;
+
+  // A collective: `bytes` of memory per rank that every rank maps (SharedMemory), when all ranks
+  // run on one machine; null, on every rank, where they do not, in a single process, where the
+  // memory cannot be had, or with MIXP_SHARED_MEMORY=0 in the environment. With
+  // MIXP_SHARED_MEMORY=1, not having it throws instead (the tests use it to know which path ran).
+  virtual std::unique_ptr<SharedMemory> map_shared(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 
   // Seconds a collective may wait for the other ranks before the process ends with an error
   // (default 60; 0 = forever).

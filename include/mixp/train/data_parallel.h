@@ -114,6 +114,9 @@ class DataParallel {
     int waiting = 0;  // parameters whose gradient backward has not finished yet
     dist::PendingReduce reduce;
     dist::ReduceWorkspace* work = nullptr;  // from pool_, while in flight
+    // Ranks on one machine: the bucket's memory that every rank maps (PendingReduce reads the
+    // other ranks' contributions there instead of sending them); null elsewhere.
+    std::unique_ptr<dist::SharedMemory> shared;
   };
   enum class Overlap { learning, on, off };
 
