@@ -19,6 +19,7 @@
 #include "mixp/format/convert.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
+#include "util/text.h"
 
 namespace mixp::bench {
 namespace {
@@ -223,21 +224,14 @@ PeakPath gemm_peak_path(DType d) {
 
 std::vector<DType> parse_gemm_bench_list(std::string_view list, std::vector<std::string>* lowbit) {
   std::string rest;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string_view::npos) end = list.size();
-    std::string_view item = list.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    start = end + 1;
+  for (const std::string& item : mixp::detail::split_list(list)) {
     std::vector<std::string> names;
     if (item == "lowbit") names = {"int4", "int2", "binary"};
-    if (item == "int4" || item == "int2" || item == "binary") names = {std::string(item)};
+    if (item == "int4" || item == "int2" || item == "binary") names = {item};
     for (const std::string& nm : names) {
       if (std::find(lowbit->begin(), lowbit->end(), nm) == lowbit->end()) lowbit->push_back(nm);
     }
-    if (names.empty() && !item.empty()) rest += std::string(item) + ",";
+    if (names.empty()) rest += item + ",";
   }
   if (rest.empty() && !lowbit->empty()) return {};
   return parse_gemm_bench_dtypes(rest);
@@ -245,15 +239,7 @@ std::vector<DType> parse_gemm_bench_list(std::string_view list, std::vector<std:
 
 std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
   std::vector<DType> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string_view::npos) end = list.size();
-    std::string_view item = list.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    start = end + 1;
-    if (item.empty()) continue;
+  for (const std::string& item : mixp::detail::split_list(list)) {
     if (item == "all") {
       for (DType d : gemm_bench_dtypes()) {
         if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
@@ -262,8 +248,7 @@ std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
     }
     const std::optional<DType> d = find_dtype(item);
     if (!d) {
-      throw std::invalid_argument("unknown dtype '" + std::string(item) +
-                                  "'; supported: " + kSupported);
+      throw std::invalid_argument("unknown dtype '" + item + "'; supported: " + kSupported);
     }
     const std::vector<DType> ok = gemm_bench_dtypes();
     if (std::find(ok.begin(), ok.end(), *d) == ok.end()) {
