@@ -12,6 +12,7 @@
 #include "ops/dispatch.h"
 #include "quant/quant_util.h"
 #include "util/enum_names.h"
+#include "util/text.h"
 
 namespace mixp::quant {
 
@@ -29,9 +30,9 @@ std::string_view name(LowBitScheme s) {
 
 LowBitScheme parse_lowbit_scheme(std::string_view s) {
   if (const auto x = mixp::detail::value_of(kSchemeNames, s)) return *x;
-  throw std::invalid_argument(fmt::format(
-      "unknown low-bit layer format '{}'; choose int8, int4, int2, ternary, binary or binary-act",
-      s));
+  throw std::invalid_argument(
+      fmt::format("unknown low-bit layer format '{}'; choose {}", s,
+                  mixp::detail::join_or(mixp::detail::names_of(kSchemeNames))));
 }
 
 int weight_bits(LowBitScheme s) {

@@ -17,13 +17,13 @@ struct EnumName {
   const char* name;
 };
 
-// The name of v; "?" for a value the table lacks (what the switches it replaced returned).
+// The name of v; `missing` for a value the table lacks.
 template <class E, size_t N>
-constexpr const char* name_of(const EnumName<E> (&table)[N], E v) {
+constexpr const char* name_of(const EnumName<E> (&table)[N], E v, const char* missing = "?") {
   for (const EnumName<E>& e : table) {
     if (e.value == v) return e.name;
   }
-  return "?";
+  return missing;
 }
 
 // The value named name exactly, or nullopt.
