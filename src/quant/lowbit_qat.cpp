@@ -168,10 +168,7 @@ std::shared_ptr<LowBitActivation> input_act_for(LowBitScheme s, bool relu) {
 }  // namespace
 
 bool is_lowbit_prepared(const nn::Module& model) {
-  for (const auto& [n, m] : model.named_modules()) {
-    if (dynamic_cast<const LowBitLayer*>(m) != nullptr) return true;
-  }
-  return false;
+  return detail::has_module<LowBitLayer>(model);
 }
 
 void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
@@ -280,20 +277,12 @@ void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
 }
 
 void set_lowbit_observers_enabled(nn::Module& model, bool on) {
-  for (auto& [n, m] : model.named_modules()) {
-    if (auto* a = dynamic_cast<LowBitActivation*>(m)) a->enable_observer(on);
-  }
+  detail::for_each_module<LowBitActivation>(model,
+                                            [on](LowBitActivation& a) { a.enable_observer(on); });
 }
 
 bool lowbit_observers_calibrated(const nn::Module& model, std::string* missing) {
-  for (const auto& [n, m] : model.named_modules()) {
-    const auto* a = dynamic_cast<const LowBitActivation*>(m);
-    if (a != nullptr && !a->has_data()) {
-      if (missing) *missing = n;
-      return false;
-    }
-  }
-  return true;
+  return detail::all_have_data<LowBitActivation>(model, missing);
 }
 
 }  // namespace mixp::quant
