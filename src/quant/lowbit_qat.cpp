@@ -146,10 +146,7 @@ const char* kSupported =
     "supported: a Sequential of Linear, Conv2d, BatchNorm2d (after a Conv2d), ReLU, MaxPool2d "
     "and Flatten (the built-in mlp and cnn)";
 
-template <class T>
-T* as(const std::shared_ptr<nn::Module>& m) {
-  return dynamic_cast<T*>(m.get());
-}
+using detail::as;
 
 // The activation codes a layer of `scheme` takes.
 std::shared_ptr<LowBitActivation> input_act_for(LowBitScheme s, bool relu) {

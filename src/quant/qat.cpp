@@ -58,10 +58,7 @@ const char* kSupported =
     "supported: a Sequential of Linear, Conv2d, BatchNorm2d (after a Conv2d), ReLU, MaxPool2d, "
     "Flatten and Dropout (the built-in mlp and cnn)";
 
-template <class T>
-T* as(const std::shared_ptr<nn::Module>& m) {
-  return dynamic_cast<T*>(m.get());
-}
+using detail::as;
 
 }  // namespace
 

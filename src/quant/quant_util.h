@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,13 @@ void write_buffer(Tensor& dst, const std::vector<T>& values) {
   Tensor host = Tensor::empty(dst.shape(), {.dtype = dst.dtype()});
   for (size_t i = 0; i < values.size(); ++i) host.set_at({static_cast<int64_t>(i)}, values[i]);
   dst.copy_(host.to(dst.device()));
+}
+
+// The child m as a T, or null: how the converters and the QAT preparation look at a Sequential's
+// layers.
+template <class T>
+T* as(const std::shared_ptr<nn::Module>& m) {
+  return dynamic_cast<T*>(m.get());
 }
 
 // f(m) for every module of `model` (itself included) that is an M, in named_modules() order: how
