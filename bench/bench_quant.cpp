@@ -105,18 +105,25 @@ struct OnednnMatmul {
   }
 };
 
+// The int8 layer both cases time: u8 input at scale 0.02, weight scales 1e-3, zero bias, ReLU
+// and a u8 output at scale 50.
+quant::Int8WeightLayerParams layer_params(const char* name, const Tensor& w, int64_t outputs) {
+  quant::Int8WeightLayerParams p;
+  p.name = name;
+  p.weight = w;
+  p.weight_scale = scales(outputs, 1e-3f);
+  p.bias.assign(size_t(outputs), 0.0f);
+  p.input = {0.02f, 0, 0, 255};
+  p.output = QParams{50.0f, 0, 0, 255};
+  p.relu = true;
+  return p;
+}
+
 void gemm_case(int64_t M, int64_t K, int64_t N) {
   Generator g(1);
   const Tensor x = randint(0, 256, {M, K}, g, {.dtype = DType::uint8});
   const Tensor w = randint(-128, 128, {N, K}, g, {.dtype = DType::int8});
-  quant::Int8WeightLayerParams p;
-  p.name = "fc";
-  p.weight = w;
-  p.weight_scale = scales(N, 1e-3f);
-  p.bias.assign(size_t(N), 0.0f);
-  p.input = {0.02f, 0, 0, 255};
-  p.output = QParams{50.0f, 0, 0, 255};
-  p.relu = true;
+  quant::Int8WeightLayerParams p = layer_params("fc", w, N);
   quant::Int8Linear layer(p);
   const quant::QAct in{x, p.input};
   std::vector<float> osc(static_cast<size_t>(N));
@@ -138,14 +145,7 @@ void conv_case(int64_t N, int64_t C, int64_t H, int64_t O) {
   Generator g(2);
   const Tensor x = randint(0, 256, {N, H, H, C}, g, {.dtype = DType::uint8});
   const Tensor w = randint(-128, 128, {O, C, 3, 3}, g, {.dtype = DType::int8});
-  quant::Int8WeightLayerParams p;
-  p.name = "conv";
-  p.weight = w;
-  p.weight_scale = scales(O, 1e-3f);
-  p.bias.assign(size_t(O), 0.0f);
-  p.input = {0.02f, 0, 0, 255};
-  p.output = QParams{50.0f, 0, 0, 255};
-  p.relu = true;
+  quant::Int8WeightLayerParams p = layer_params("conv", w, O);
   p.conv.pad_h = p.conv.pad_w = 1;
   quant::Int8Conv2d layer(p);
   const quant::QAct in{x, p.input};

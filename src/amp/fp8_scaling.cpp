@@ -10,25 +10,24 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
 #include "mixp/tensor/factories.h"
+#include "util/enum_names.h"
 
 namespace mixp::amp {
 
+namespace {
+constexpr mixp::detail::EnumName<Fp8Role> kRoleNames[] = {
+    {Fp8Role::input, "input"}, {Fp8Role::weight, "weight"}, {Fp8Role::grad_output, "grad_output"}};
+constexpr mixp::detail::EnumName<Fp8Scaling> kScalingNames[] = {{Fp8Scaling::delayed, "delayed"},
+                                                                {Fp8Scaling::current, "current"},
+                                                                {Fp8Scaling::mxfp8, "mxfp8"}};
+}  // namespace
+
 std::string_view to_string(Fp8Role r) {
-  switch (r) {
-    case Fp8Role::input: return "input";
-    case Fp8Role::weight: return "weight";
-    case Fp8Role::grad_output: return "grad_output";
-  }
-  return "?";
+  return mixp::detail::name_of(kRoleNames, r);
 }
 
 std::string_view to_string(Fp8Scaling s) {
-  switch (s) {
-    case Fp8Scaling::delayed: return "delayed";
-    case Fp8Scaling::current: return "current";
-    case Fp8Scaling::mxfp8: return "mxfp8";
-  }
-  return "?";
+  return mixp::detail::name_of(kScalingNames, s);
 }
 
 std::string_view to_string(Fp8Format f) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,19 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
+// A view of t's storage with its own shape, strides and offset (not recorded by autograd): what
+// the backends and the ops' raw helpers (ops/dispatch.h raw_view) build their views with.
+inline Tensor view_of(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = t.dtype();
+  impl->device = t.device();
+  return Tensor(std::move(impl));
+}
+
 // Offset of a row-major linear index in a strided tensor.
 inline int64_t offset_of(const Tensor& t, int64_t linear) {
   int64_t off = 0;
@@ -39,6 +53,32 @@ inline int64_t offset_of(const Tensor& t, int64_t linear) {
     linear /= n;
   }
   return off;
+}
+
+// Element i (row-major) of an int64 or int32 index tensor (embedding indices, class targets);
+// `what` names it in the error for another dtype ("mixp::embedding: indices").
+inline int64_t index_at(const Tensor& idx, int64_t i, const char* what) {
+  const int64_t off = idx.is_contiguous() ? i : offset_of(idx, i);
+  if (idx.dtype() == DType::int64) return static_cast<const int64_t*>(idx.data_ptr())[off];
+  if (idx.dtype() == DType::int32) return static_cast<const int32_t*>(idx.data_ptr())[off];
+  throw std::invalid_argument(std::string(what) + " must be int64 or int32, got " +
+                              std::string(mixp::name(idx.dtype())));
+}
+
+// Calls f(h, w) for each position of output (oh, ow)'s pooling window that lies inside the H x W
+// input, row by row (padding skipped): the window walk of every pooling kernel, ref and cpu.
+template <class F>
+void for_each_in_window(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W,
+                        F&& f) {
+  for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
+    const int64_t h = oh * p.stride_h - p.pad_h + kh;
+    if (h < 0 || h >= H) continue;
+    for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+      const int64_t w = ow * p.stride_w - p.pad_w + kw;
+      if (w < 0 || w >= W) continue;
+      f(h, w);
+    }
+  }
 }
 
 // Visits every element of `shape` in row-major order with the running offsets of N strided

@@ -19,6 +19,7 @@
 #include "mixp/format/convert.h"
 #include "mixp/ops/ops.h"
 #include "mixp/tensor/factories.h"
+#include "util/text.h"
 
 namespace mixp::bench {
 namespace {
@@ -223,21 +224,14 @@ PeakPath gemm_peak_path(DType d) {
 
 std::vector<DType> parse_gemm_bench_list(std::string_view list, std::vector<std::string>* lowbit) {
   std::string rest;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string_view::npos) end = list.size();
-    std::string_view item = list.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    start = end + 1;
+  for (const std::string& item : mixp::detail::split_list(list)) {
     std::vector<std::string> names;
     if (item == "lowbit") names = {"int4", "int2", "binary"};
-    if (item == "int4" || item == "int2" || item == "binary") names = {std::string(item)};
+    if (item == "int4" || item == "int2" || item == "binary") names = {item};
     for (const std::string& nm : names) {
       if (std::find(lowbit->begin(), lowbit->end(), nm) == lowbit->end()) lowbit->push_back(nm);
     }
-    if (names.empty() && !item.empty()) rest += std::string(item) + ",";
+    if (names.empty()) rest += item + ",";
   }
   if (rest.empty() && !lowbit->empty()) return {};
   return parse_gemm_bench_dtypes(rest);
@@ -245,15 +239,7 @@ std::vector<DType> parse_gemm_bench_list(std::string_view list, std::vector<std:
 
 std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
   std::vector<DType> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string_view::npos) end = list.size();
-    std::string_view item = list.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    start = end + 1;
-    if (item.empty()) continue;
+  for (const std::string& item : mixp::detail::split_list(list)) {
     if (item == "all") {
       for (DType d : gemm_bench_dtypes()) {
         if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
@@ -262,8 +248,7 @@ std::vector<DType> parse_gemm_bench_dtypes(std::string_view list) {
     }
     const std::optional<DType> d = find_dtype(item);
     if (!d) {
-      throw std::invalid_argument("unknown dtype '" + std::string(item) +
-                                  "'; supported: " + kSupported);
+      throw std::invalid_argument("unknown dtype '" + item + "'; supported: " + kSupported);
     }
     const std::vector<DType> ok = gemm_bench_dtypes();
     if (std::find(ok.begin(), ok.end(), *d) == ok.end()) {
@@ -297,24 +282,16 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
   const double ops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   std::map<PeakPath, PeakResult> peaks;
 
-  std::vector<GemmBenchResult> out;
-  for (size_t i = 0; i < cfg.dtypes.size(); ++i) {
-    const DType d = cfg.dtypes[i];
-    const Path& p = paths[i];
-    const Operands o = make_operands(d, n, cfg.seed);
-    for (int w = 0; w < std::max(1, cfg.warmup); ++w) p.run(o);
+  // The best of cfg.repeat timed runs, after the warm-up runs.
+  const auto best_seconds = [&](const std::function<void()>& run) {
+    for (int w = 0; w < std::max(1, cfg.warmup); ++w) run();
     double best = 1e300;
-    for (int r = 0; r < cfg.repeat; ++r) best = std::min(best, seconds_of([&] { p.run(o); }));
-
-    const PeakPath pp = gemm_peak_path(d);
+    for (int r = 0; r < cfg.repeat; ++r) best = std::min(best, seconds_of(run));
+    return best;
+  };
+  // The measured fields of r, against the peak of `pp` (measured once per peak path).
+  const auto measured = [&](GemmBenchResult& r, double best, PeakPath pp) {
     if (!peaks.count(pp)) peaks[pp] = measure_peak(pp, threads, cfg.peak_seconds);
-
-    GemmBenchResult r;
-    r.dtype = d;
-    r.format = std::string(name(d));
-    r.path = p.label;
-    r.implementation = gemm_implementation(p.kernel_a, p.kernel_b, n, n, n);
-    r.emulated = p.emulated;
     r.n = n;
     r.threads = threads;
     r.repeat = cfg.repeat;
@@ -323,30 +300,33 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
     r.peak = peaks[pp];
     r.peak_gflops = r.peak.gflops;
     r.fraction_of_peak = r.gflops / r.peak_gflops;
+  };
+
+  std::vector<GemmBenchResult> out;
+  for (size_t i = 0; i < cfg.dtypes.size(); ++i) {
+    const DType d = cfg.dtypes[i];
+    const Path& p = paths[i];
+    const Operands o = make_operands(d, n, cfg.seed);
+    const double best = best_seconds([&] { p.run(o); });
+    GemmBenchResult r;
+    r.dtype = d;
+    r.format = std::string(name(d));
+    r.path = p.label;
+    r.implementation = gemm_implementation(p.kernel_a, p.kernel_b, n, n, n);
+    r.emulated = p.emulated;
+    measured(r, best, gemm_peak_path(d));
     out.push_back(std::move(r));
   }
   for (const std::string& f : cfg.lowbit) {
     const LowBitPath p = lowbit_path(f, n, cfg.seed);
-    for (int w = 0; w < std::max(1, cfg.warmup); ++w) p.run();
-    double best = 1e300;
-    for (int r = 0; r < cfg.repeat; ++r) best = std::min(best, seconds_of(p.run));
-    if (!peaks.count(PeakPath::int8)) {
-      peaks[PeakPath::int8] = measure_peak(PeakPath::int8, threads, cfg.peak_seconds);
-    }
+    const double best = best_seconds(p.run);
     GemmBenchResult r;
     r.dtype = DType::int8;
     r.format = f;
     r.lowbit = true;
     r.path = p.label;
     r.implementation = p.implementation;
-    r.n = n;
-    r.threads = threads;
-    r.repeat = cfg.repeat;
-    r.seconds = best;
-    r.gflops = ops / best * 1e-9;
-    r.peak = peaks[PeakPath::int8];
-    r.peak_gflops = r.peak.gflops;
-    r.fraction_of_peak = r.gflops / r.peak_gflops;
+    measured(r, best, PeakPath::int8);
     out.push_back(std::move(r));
   }
   const auto int8 = std::find_if(out.begin(), out.end(), [](const GemmBenchResult& r) {

@@ -14,6 +14,7 @@
 #include "bench/peak_kernels.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/cpu_features.h"
+#include "util/enum_names.h"
 
 namespace mixp::bench {
 namespace detail {
@@ -68,16 +69,13 @@ PeakKernel int8_generic() {
 
 }  // namespace detail
 
+namespace {
+constexpr mixp::detail::EnumName<PeakPath> kPathNames[] = {
+    {PeakPath::fp32, "fp32"}, {PeakPath::bf16, "bf16"}, {PeakPath::int8, "int8"}};
+}  // namespace
+
 const char* to_string(PeakPath p) {
-  switch (p) {
-    case PeakPath::fp32:
-      return "fp32";
-    case PeakPath::bf16:
-      return "bf16";
-    case PeakPath::int8:
-      return "int8";
-  }
-  return "?";
+  return mixp::detail::name_of(kPathNames, p);
 }
 
 namespace {

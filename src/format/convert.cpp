@@ -8,28 +8,20 @@
 #include <string>
 
 #include "format/convert_kernels.h"
+#include "util/enum_names.h"
 
 namespace mixp {
 namespace {
 
-// The block scheme (block_tensor.h) that stores `t`, or "" if none does.
+// The block schemes (block_tensor.h) that store a format, for the formats that have one.
+constexpr detail::EnumName<DType> kBlockSchemes[] = {
+    {DType::fp6_e2m3, "mxfp6_e2m3"}, {DType::fp6_e3m2, "mxfp6_e3m2"},
+    {DType::fp4_e2m1, "mxfp4"},      {DType::int8, "int8, int8_affine, int8_channel or mxint8"},
+    {DType::int4, "int4"},           {DType::nf4, "nf4"}};
+
+// The block scheme that stores `t`, or "" if none does.
 const char* block_scheme_for(DType t) {
-  switch (t) {
-    case DType::fp6_e2m3:
-      return "mxfp6_e2m3";
-    case DType::fp6_e3m2:
-      return "mxfp6_e3m2";
-    case DType::fp4_e2m1:
-      return "mxfp4";
-    case DType::int8:
-      return "int8, int8_affine, int8_channel or mxint8";
-    case DType::int4:
-      return "int4";
-    case DType::nf4:
-      return "nf4";
-    default:
-      return "";
-  }
+  return detail::name_of(kBlockSchemes, t, "");
 }
 
 [[noreturn]] void reject(DType t, const char* what) {

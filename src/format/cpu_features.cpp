@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "util/enum_names.h"
+
 namespace mixp {
 namespace {
 
@@ -121,16 +123,13 @@ SimdTier simd_tier() {
   return t;
 }
 
+namespace {
+constexpr detail::EnumName<SimdTier> kTierNames[] = {
+    {SimdTier::scalar, "scalar"}, {SimdTier::avx2, "avx2"}, {SimdTier::avx512, "avx512"}};
+}  // namespace
+
 const char* to_string(SimdTier t) {
-  switch (t) {
-    case SimdTier::scalar:
-      return "scalar";
-    case SimdTier::avx2:
-      return "avx2";
-    case SimdTier::avx512:
-      return "avx512";
-  }
-  return "?";
+  return detail::name_of(kTierNames, t);
 }
 
 }  // namespace mixp

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "mixp/format/float_codec.h"
+#include "util/enum_names.h"
 
 namespace mixp {
 namespace {
@@ -149,20 +150,14 @@ std::string binary(uint64_t v, int width) {
   return s;
 }
 
+constexpr detail::EnumName<DKind> kKindNames[] = {{DKind::floating, "floating"},
+                                                  {DKind::integer, "integer"},
+                                                  {DKind::codebook, "codebook"},
+                                                  {DKind::scale, "scale"},
+                                                  {DKind::boolean, "boolean"}};
+
 std::string_view kind_name(DKind k) {
-  switch (k) {
-    case DKind::floating:
-      return "floating";
-    case DKind::integer:
-      return "integer";
-    case DKind::codebook:
-      return "codebook";
-    case DKind::scale:
-      return "scale";
-    case DKind::boolean:
-      return "boolean";
-  }
-  return "?";
+  return detail::name_of(kKindNames, k);
 }
 
 }  // namespace

@@ -34,17 +34,6 @@ namespace {
 
 constexpr int kCreateAttempts = 64;
 
-void fsync_file(const fs::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(os_error("open", file, errno));
-  if (::fsync(fd) != 0 && errno != EINVAL) {
-    const int err = errno;
-    ::close(fd);
-    throw IoError(os_error("fsync", file, err));
-  }
-  ::close(fd);
-}
-
 // Makes every file and directory entry under `root` durable before it becomes visible under the
 // target name, whatever wrote them (plain ofstream writes included).
 void fsync_tree(const fs::path& root) {
@@ -53,7 +42,7 @@ void fsync_tree(const fs::path& root) {
     const auto status = it->symlink_status(ec);
     if (ec) break;
     if (fs::is_regular_file(status)) {
-      fsync_file(it->path());
+      io_detail::fsync_path(it->path(), /*directory=*/false);
     } else if (fs::is_directory(status)) {
       io_detail::fsync_directory(it->path());
     }

@@ -73,15 +73,16 @@ std::string random_suffix() {
   return s;
 }
 
-void fsync_directory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(os_error("open directory", dir, errno));
-  // EINVAL: the filesystem does not support syncing directories (some FUSE/network mounts);
-  // there is nothing more we can do there, so it is not an error.
+void fsync_path(const std::filesystem::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  const std::string kind = directory ? " directory" : "";
+  if (fd < 0) throw IoError(os_error("open" + kind, path, errno));
+  // EINVAL: the filesystem does not support syncing this kind of file (directories on some
+  // FUSE/network mounts); there is nothing more we can do there, so it is not an error.
   if (::fsync(fd) != 0 && errno != EINVAL) {
     const int err = errno;
     ::close(fd);
-    throw IoError(os_error("fsync directory", dir, err));
+    throw IoError(os_error("fsync" + kind, path, err));
   }
   ::close(fd);
 }

@@ -11,8 +11,12 @@ namespace mixp::io_detail {
 std::string os_error(std::string_view op, const std::filesystem::path& path, int err);
 // Six random characters [a-z0-9] for temporary names; thread-safe.
 std::string random_suffix();
-// fsync(2) of a directory so that renames and creations inside it are durable. Throws IoError.
-void fsync_directory(const std::filesystem::path& dir);
+// fsync(2) of a file, or of a directory so that renames and creations inside it are durable.
+// Throws IoError naming the step ("open", "fsync"; "... directory" for a directory).
+void fsync_path(const std::filesystem::path& path, bool directory);
+inline void fsync_directory(const std::filesystem::path& dir) {
+  fsync_path(dir, /*directory=*/true);
+}
 // Throws IoError unless `path` can become a file (want_directory=false) or a directory: its
 // parent must be an existing directory and `path` must not exist as the other kind.
 void check_output_path(const std::filesystem::path& path, bool want_directory);

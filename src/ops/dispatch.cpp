@@ -5,6 +5,8 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "backend/kernel_util.h"
+
 namespace mixp {
 
 namespace {
@@ -122,14 +124,7 @@ Tensor finish(const Tensor& t, DType result) {
 }
 
 Tensor raw_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage();
-  impl->offset = offset;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->dtype = t.dtype();
-  impl->device = t.device();
-  return Tensor(std::move(impl));
+  return kern::view_of(t, shape, strides, offset);
 }
 
 Tensor raw_expand(const Tensor& t, const Shape& shape) {

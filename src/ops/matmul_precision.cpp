@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/enum_names.h"
+
 namespace mixp {
 
 namespace {
@@ -20,24 +22,21 @@ void check_round(Round r) {
         "same way each time it is read); use nearest_even, nearest_away or toward_zero");
   }
 }
+
+constexpr detail::EnumName<MatmulPrecision> kPrecisionNames[] = {
+    {MatmulPrecision::highest, "highest"},
+    {MatmulPrecision::high, "high"},
+    {MatmulPrecision::medium, "medium"}};
 }  // namespace
 
 std::string_view to_string(MatmulPrecision p) {
-  switch (p) {
-    case MatmulPrecision::highest:
-      return "highest";
-    case MatmulPrecision::high:
-      return "high";
-    case MatmulPrecision::medium:
-      return "medium";
-  }
-  return "?";
+  return detail::name_of(kPrecisionNames, p);
 }
 
 void set_float32_matmul_precision(std::string_view precision) {
-  if (precision == "highest") return set_float32_matmul_precision(MatmulPrecision::highest);
-  if (precision == "high") return set_float32_matmul_precision(MatmulPrecision::high);
-  if (precision == "medium") return set_float32_matmul_precision(MatmulPrecision::medium);
+  if (const auto p = detail::value_of(kPrecisionNames, precision)) {
+    return set_float32_matmul_precision(*p);
+  }
   throw std::invalid_argument(
       fmt::format("mixp::set_float32_matmul_precision: unknown precision '{}'; expected "
                   "'highest' (fp32), 'high' (tf32) or 'medium' (bf16)",

@@ -7,35 +7,33 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "util/enum_names.h"
+#include "util/text.h"
+
 namespace mixp::optim {
 
+namespace {
+constexpr mixp::detail::EnumName<ScheduleKind> kScheduleNames[] = {
+    {ScheduleKind::constant, "constant"},
+    {ScheduleKind::cosine, "cosine"},
+    {ScheduleKind::warmup_cosine, "warmup_cosine"},
+    {ScheduleKind::linear, "linear"}};
+}  // namespace
+
 std::string_view to_string(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::constant:
-      return "constant";
-    case ScheduleKind::cosine:
-      return "cosine";
-    case ScheduleKind::warmup_cosine:
-      return "warmup_cosine";
-    case ScheduleKind::linear:
-      return "linear";
-  }
-  return "?";
+  return mixp::detail::name_of(kScheduleNames, k);
 }
 
 std::vector<std::string> schedule_kind_names() {
-  return {"constant", "cosine", "warmup_cosine", "linear"};
+  return mixp::detail::names_of(kScheduleNames);
 }
 
 ScheduleKind parse_schedule_kind(std::string_view s) {
-  if (s == "constant") return ScheduleKind::constant;
-  if (s == "cosine") return ScheduleKind::cosine;
-  if (s == "warmup_cosine" || s == "warmup-cosine") return ScheduleKind::warmup_cosine;
-  if (s == "linear") return ScheduleKind::linear;
+  if (s == "warmup-cosine") return ScheduleKind::warmup_cosine;
+  if (const auto k = mixp::detail::value_of(kScheduleNames, s)) return *k;
   throw std::invalid_argument(
-      fmt::format("mixp::optim: unknown learning-rate schedule '{}'; known: constant, cosine, "
-                  "warmup_cosine, linear",
-                  s));
+      fmt::format("mixp::optim: unknown learning-rate schedule '{}'; known: {}", s,
+                  mixp::detail::join(schedule_kind_names())));
 }
 
 double LrSchedule::lr_at(int64_t step) const {

@@ -4,6 +4,8 @@
 #include <array>
 #include <mutex>
 
+#include "util/enum_names.h"
+
 namespace mixp::optim {
 
 namespace {
@@ -15,6 +17,11 @@ Reducers& reducers() {
   static Reducers r;
   return r;
 }
+constexpr mixp::detail::EnumName<StepValue> kStepValueNames[] = {
+    {StepValue::found_inf, "found_inf"},
+    {StepValue::grad_sum_squares, "grad_sum_squares"},
+    {StepValue::fp8_amax, "fp8_amax"},
+    {StepValue::loss, "loss"}};
 }  // namespace
 
 StepCombine combine_of(StepValue what) {
@@ -30,17 +37,7 @@ StepCombine combine_of(StepValue what) {
 }
 
 const char* to_string(StepValue what) {
-  switch (what) {
-    case StepValue::found_inf:
-      return "found_inf";
-    case StepValue::grad_sum_squares:
-      return "grad_sum_squares";
-    case StepValue::fp8_amax:
-      return "fp8_amax";
-    case StepValue::loss:
-      break;
-  }
-  return "loss";
+  return mixp::detail::name_of(kStepValueNames, what);
 }
 
 void set_step_reducer(StepValue what, StepReducer reducer) {

@@ -204,10 +204,7 @@ QAct Int8Flatten::forward(const QAct& in) {
 
 namespace {
 
-template <class T>
-const T* as(const std::shared_ptr<nn::Module>& m) {
-  return dynamic_cast<const T*>(m.get());
-}
+using detail::as;
 
 [[noreturn]] void unsupported(const std::string& name, const std::string& kind, const char* why) {
   throw std::invalid_argument(

@@ -6,44 +6,33 @@
 #include <stdexcept>
 
 #include "backend/cpu/lowbit_codes_kernel.h"
-#include "mixp/quant/lowbit.h"
 #include "mixp/backend/backend.h"
+#include "mixp/quant/lowbit.h"
 #include "mixp/tensor/factories.h"
 #include "ops/dispatch.h"
 #include "quant/quant_util.h"
+#include "util/enum_names.h"
+#include "util/text.h"
 
 namespace mixp::quant {
 
 namespace {
 constexpr float kMinScale = 0x1p-23f;  // block_int8.h's floor (torch.finfo(float32).eps)
+constexpr mixp::detail::EnumName<LowBitScheme> kSchemeNames[] = {
+    {LowBitScheme::int8, "int8"},     {LowBitScheme::int4, "int4"},
+    {LowBitScheme::int2, "int2"},     {LowBitScheme::ternary, "ternary"},
+    {LowBitScheme::binary, "binary"}, {LowBitScheme::binary_act, "binary-act"}};
 }  // namespace
 
 std::string_view name(LowBitScheme s) {
-  switch (s) {
-    case LowBitScheme::int8:
-      return "int8";
-    case LowBitScheme::int4:
-      return "int4";
-    case LowBitScheme::int2:
-      return "int2";
-    case LowBitScheme::ternary:
-      return "ternary";
-    case LowBitScheme::binary:
-      return "binary";
-    case LowBitScheme::binary_act:
-      return "binary-act";
-  }
-  return "?";
+  return mixp::detail::name_of(kSchemeNames, s);
 }
 
 LowBitScheme parse_lowbit_scheme(std::string_view s) {
-  for (LowBitScheme x : {LowBitScheme::int8, LowBitScheme::int4, LowBitScheme::int2,
-                         LowBitScheme::ternary, LowBitScheme::binary, LowBitScheme::binary_act}) {
-    if (name(x) == s) return x;
-  }
-  throw std::invalid_argument(fmt::format(
-      "unknown low-bit layer format '{}'; choose int8, int4, int2, ternary, binary or binary-act",
-      s));
+  if (const auto x = mixp::detail::value_of(kSchemeNames, s)) return *x;
+  throw std::invalid_argument(
+      fmt::format("unknown low-bit layer format '{}'; choose {}", s,
+                  mixp::detail::join_or(mixp::detail::names_of(kSchemeNames))));
 }
 
 int weight_bits(LowBitScheme s) {

@@ -678,10 +678,7 @@ Tensor PackedModel::forward_slice(Tensor y) {
 // ---- convert
 
 namespace {
-template <class T>
-const T* as(const std::shared_ptr<nn::Module>& m) {
-  return dynamic_cast<const T*>(m.get());
-}
+using detail::as;
 
 PackedStep act_step(const std::string& name, const LowBitActivation& a, bool input) {
   PackedStep s;

@@ -146,10 +146,7 @@ const char* kSupported =
     "supported: a Sequential of Linear, Conv2d, BatchNorm2d (after a Conv2d), ReLU, MaxPool2d "
     "and Flatten (the built-in mlp and cnn)";
 
-template <class T>
-T* as(const std::shared_ptr<nn::Module>& m) {
-  return dynamic_cast<T*>(m.get());
-}
+using detail::as;
 
 // The activation codes a layer of `scheme` takes.
 std::shared_ptr<LowBitActivation> input_act_for(LowBitScheme s, bool relu) {
@@ -168,10 +165,7 @@ std::shared_ptr<LowBitActivation> input_act_for(LowBitScheme s, bool relu) {
 }  // namespace
 
 bool is_lowbit_prepared(const nn::Module& model) {
-  for (const auto& [n, m] : model.named_modules()) {
-    if (dynamic_cast<const LowBitLayer*>(m) != nullptr) return true;
-  }
-  return false;
+  return detail::has_module<LowBitLayer>(model);
 }
 
 void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
@@ -280,20 +274,12 @@ void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
 }
 
 void set_lowbit_observers_enabled(nn::Module& model, bool on) {
-  for (auto& [n, m] : model.named_modules()) {
-    if (auto* a = dynamic_cast<LowBitActivation*>(m)) a->enable_observer(on);
-  }
+  detail::for_each_module<LowBitActivation>(model,
+                                            [on](LowBitActivation& a) { a.enable_observer(on); });
 }
 
 bool lowbit_observers_calibrated(const nn::Module& model, std::string* missing) {
-  for (const auto& [n, m] : model.named_modules()) {
-    const auto* a = dynamic_cast<const LowBitActivation*>(m);
-    if (a != nullptr && !a->has_data()) {
-      if (missing) *missing = n;
-      return false;
-    }
-  }
-  return true;
+  return detail::all_have_data<LowBitActivation>(model, missing);
 }
 
 }  // namespace mixp::quant

@@ -14,6 +14,7 @@
 #include "mixp/nn/sequential.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
+#include "quant/quant_util.h"
 
 namespace mixp::quant {
 
@@ -57,18 +58,12 @@ const char* kSupported =
     "supported: a Sequential of Linear, Conv2d, BatchNorm2d (after a Conv2d), ReLU, MaxPool2d, "
     "Flatten and Dropout (the built-in mlp and cnn)";
 
-template <class T>
-T* as(const std::shared_ptr<nn::Module>& m) {
-  return dynamic_cast<T*>(m.get());
-}
+using detail::as;
 
 }  // namespace
 
 bool is_prepared(const nn::Module& model) {
-  for (const auto& [name, m] : model.named_modules()) {
-    if (dynamic_cast<const FakeQuantize*>(m) != nullptr) return true;
-  }
-  return false;
+  return detail::has_module<FakeQuantize>(model);
 }
 
 void prepare_qat(nn::Module& model, const QConfig& qc) {
@@ -148,32 +143,20 @@ void prepare_ptq(nn::Module& model, const QConfig& qc) {
 }
 
 void set_observers_enabled(nn::Module& model, bool on) {
-  for (auto& [name, m] : model.named_modules()) {
-    if (auto* fq = dynamic_cast<FakeQuantize*>(m)) fq->enable_observer(on);
-  }
+  detail::for_each_module<FakeQuantize>(model, [on](FakeQuantize& fq) { fq.enable_observer(on); });
 }
 
 void set_fake_quant_enabled(nn::Module& model, bool on) {
-  for (auto& [name, m] : model.named_modules()) {
-    if (auto* fq = dynamic_cast<FakeQuantize*>(m)) fq->enable_fake_quant(on);
-  }
+  detail::for_each_module<FakeQuantize>(model,
+                                        [on](FakeQuantize& fq) { fq.enable_fake_quant(on); });
 }
 
 void freeze_batch_norm(nn::Module& model, bool on) {
-  for (auto& [name, m] : model.named_modules()) {
-    if (auto* bn = dynamic_cast<QatBatchNorm2d*>(m)) bn->freeze(on);
-  }
+  detail::for_each_module<QatBatchNorm2d>(model, [on](QatBatchNorm2d& bn) { bn.freeze(on); });
 }
 
 bool observers_calibrated(const nn::Module& model, std::string* missing) {
-  for (const auto& [name, m] : model.named_modules()) {
-    const auto* fq = dynamic_cast<const FakeQuantize*>(m);
-    if (fq != nullptr && !fq->has_data()) {
-      if (missing) *missing = name;
-      return false;
-    }
-  }
-  return true;
+  return detail::all_have_data<FakeQuantize>(model, missing);
 }
 
 FoldedConv fold_conv_bn(const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv,

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/nn/module.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::quant::detail {
@@ -22,6 +24,46 @@ void write_buffer(Tensor& dst, const std::vector<T>& values) {
   Tensor host = Tensor::empty(dst.shape(), {.dtype = dst.dtype()});
   for (size_t i = 0; i < values.size(); ++i) host.set_at({static_cast<int64_t>(i)}, values[i]);
   dst.copy_(host.to(dst.device()));
+}
+
+// The child m as a T, or null: how the converters and the QAT preparation look at a Sequential's
+// layers.
+template <class T>
+T* as(const std::shared_ptr<nn::Module>& m) {
+  return dynamic_cast<T*>(m.get());
+}
+
+// f(m) for every module of `model` (itself included) that is an M, in named_modules() order: how
+// the QAT switches reach their observers, fake quantizers and batch norms (qat.cpp,
+// lowbit_qat.cpp).
+template <class M, class F>
+void for_each_module(nn::Module& model, F&& f) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* x = dynamic_cast<M*>(m)) f(*x);
+  }
+}
+
+// Whether some module of `model` is an M (a prepared model has fake quantizers or low-bit layers).
+template <class M>
+bool has_module(const nn::Module& model) {
+  for (const auto& [name, m] : model.named_modules()) {
+    if (dynamic_cast<const M*>(m) != nullptr) return true;
+  }
+  return false;
+}
+
+// Whether every module of `model` that is an M has seen data (has_data()); if not, the first one's
+// name goes to *missing (when given).
+template <class M>
+bool all_have_data(const nn::Module& model, std::string* missing) {
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto* x = dynamic_cast<const M*>(m);
+    if (x != nullptr && !x->has_data()) {
+      if (missing) *missing = name;
+      return false;
+    }
+  }
+  return true;
 }
 
 // Row-major geometry around a channel axis: index = (o * channels + c) * inner + i.

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/enum_names.h"
+
 namespace mixp::study {
 namespace {
 
@@ -32,28 +34,14 @@ void check_positive(int64_t v, const char* what) {
   }
 }
 
+constexpr mixp::detail::EnumName<MacKind> kMacNames[] = {
+    {MacKind::fp64, "fp64"}, {MacKind::fp32, "fp32"}, {MacKind::tf32, "tf32"},
+    {MacKind::bf16, "bf16"}, {MacKind::fp16, "fp16"}, {MacKind::fp8, "fp8"},
+    {MacKind::int8, "int8"}, {MacKind::int4, "int4"}};
 }  // namespace
 
 std::string_view to_string(MacKind k) {
-  switch (k) {
-    case MacKind::fp64:
-      return "fp64";
-    case MacKind::fp32:
-      return "fp32";
-    case MacKind::tf32:
-      return "tf32";
-    case MacKind::bf16:
-      return "bf16";
-    case MacKind::fp16:
-      return "fp16";
-    case MacKind::fp8:
-      return "fp8";
-    case MacKind::int8:
-      return "int8";
-    case MacKind::int4:
-      return "int4";
-  }
-  return "?";
+  return mixp::detail::name_of(kMacNames, k);
 }
 
 MacKind mac_kind_for(DType d) {

@@ -7,20 +7,17 @@
 
 #include "study/report_detail.h"
 #include "study/text_format.h"
+#include "util/enum_names.h"
 
 namespace mixp::study::detail {
 namespace {
 
+constexpr mixp::detail::EnumName<CheckResult> kMarks[] = {{CheckResult::pass, "✅ pass"},
+                                                          {CheckResult::fail, "❌ fail"},
+                                                          {CheckResult::not_applicable, "–"}};
+
 std::string mark(CheckResult c) {
-  switch (c) {
-    case CheckResult::pass:
-      return "✅ pass";
-    case CheckResult::fail:
-      return "❌ fail";
-    case CheckResult::not_applicable:
-      return "–";
-  }
-  return "";
+  return mixp::detail::name_of(kMarks, c, "");
 }
 
 std::string ms(double v) {

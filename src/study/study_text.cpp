@@ -34,20 +34,10 @@ std::string ms3(double v) {
   return format_sig(v, 3);
 }
 
+// The report's status (report_detail.h), with "failed" and "ok" for the table's narrow column.
 std::string status(const RunRecord& r) {
-  if (r.diverged) {
-    std::string t = r.diverged_at_step ? fmt::format("diverged at step {}", *r.diverged_at_step)
-                                       : std::string("diverged");
-    if (r.num_seeds > 1) t += fmt::format(" ({} of {} seeds)", r.diverged_seeds, r.num_seeds);
-    return t;
-  }
-  if (r.error) return "failed";
-  return "ok";
-}
-
-std::string energy(const RunRecord& r) {
-  if (!r.energy_joules || !std::isfinite(*r.energy_joules)) return "n/a";
-  return format_joules(*r.energy_joules) + (r.energy_is_estimate() ? " (estimate)" : "");
+  if (r.diverged) return status_text(r);
+  return r.error ? "failed" : "ok";
 }
 
 // Pads to `w` display columns (counting UTF-8 code points, so "±" is one column).
@@ -112,7 +102,7 @@ std::string format_study_table(const StudyResults& in) {
         r.ms_per_step > 0 ? with_sd(r, "ms_per_step", r.ms_per_step, ms3) : "–",
         v.is_baseline ? "baseline" : (v.speedup ? format_ratio(*v.speedup) : "–"),
         r.peak_memory_bytes > 0 ? format_bytes(double(r.peak_memory_bytes)) : "–",
-        energy(r),
+        energy_text(r),
         status(r),
     });
   }

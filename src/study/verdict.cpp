@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "study/text_format.h"
+#include "util/enum_names.h"
 
 namespace mixp::study {
 namespace {
@@ -85,32 +86,22 @@ std::string quality_phrase(const Verdict& v, const StudyResults& s) {
   return "its accuracy";
 }
 
+constexpr mixp::detail::EnumName<CheckResult> kCheckNames[] = {
+    {CheckResult::pass, "pass"}, {CheckResult::fail, "fail"}, {CheckResult::not_applicable, "n/a"}};
+constexpr mixp::detail::EnumName<QualityMetric> kMetricNames[] = {
+    {QualityMetric::test_accuracy, "test_accuracy"},
+    {QualityMetric::val_loss, "val_loss"},
+    {QualityMetric::final_loss, "final_loss"},
+    {QualityMetric::none, "none"}};
+
 }  // namespace
 
 const char* to_string(CheckResult c) {
-  switch (c) {
-    case CheckResult::pass:
-      return "pass";
-    case CheckResult::fail:
-      return "fail";
-    case CheckResult::not_applicable:
-      return "n/a";
-  }
-  return "?";
+  return mixp::detail::name_of(kCheckNames, c);
 }
 
 const char* to_string(QualityMetric m) {
-  switch (m) {
-    case QualityMetric::test_accuracy:
-      return "test_accuracy";
-    case QualityMetric::val_loss:
-      return "val_loss";
-    case QualityMetric::final_loss:
-      return "final_loss";
-    case QualityMetric::none:
-      return "none";
-  }
-  return "?";
+  return mixp::detail::name_of(kMetricNames, m);
 }
 
 bool Verdict::passes_all() const {

@@ -12,20 +12,6 @@
 
 namespace mixp::detail {
 
-namespace {
-
-// "a", "a or b", "a, b or c".
-std::string or_list(const std::vector<std::string>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) s += i + 1 == v.size() ? " or " : ", ";
-    s += v[i];
-  }
-  return s;
-}
-
-}  // namespace
-
 std::vector<KeyValue> split_key_values(std::string_view text, const KeyValueSyntax& syntax) {
   std::vector<KeyValue> out;
   const std::string all = trim(text);
@@ -96,7 +82,7 @@ size_t parse_choice(std::string_view noun, std::string_view key, std::string_vie
     }
     ++index;
   }
-  throw_value_error(noun, key, value, or_list(names), note);
+  throw_value_error(noun, key, value, join_or(names), note);
 }
 
 bool parse_on_off(std::string_view noun, std::string_view key, std::string_view value) {

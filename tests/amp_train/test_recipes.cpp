@@ -35,21 +35,9 @@ using testing::small_mlp;
 using testing::TempDir;
 
 TrainConfig tiny_gpt(const std::string& precision) {
-  TrainConfig c;
-  c.model.name = "gpt";
-  c.model.width = 32;
-  c.model.layers = 2;
-  c.model.heads = 2;
-  c.model.context = 16;
+  TrainConfig c = testing::small_gpt(precision);
   c.model.mlp_width = 64;
-  c.data = kSyntheticData;
-  c.train_limit = 20000;
   c.test_limit = 16;
-  c.batch = 8;
-  c.lr = 3e-3;
-  c.seed = 1;
-  c.threads = 1;
-  c.precision = precision;
   return c;
 }
 

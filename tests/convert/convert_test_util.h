@@ -96,6 +96,26 @@ inline std::vector<Impl> impls() {
   return v;
 }
 
+// Every bit pattern of a 16- or 8-bit format (in `bits`, element i holding pattern i) and its
+// reference widening to fp32 (decode_float): what each widening kernel must reproduce.
+struct EveryPattern {
+  DType src;
+  size_t count;
+  std::vector<uint8_t> bits;
+  std::vector<float> want;
+};
+inline EveryPattern every_pattern(DType src) {
+  const size_t ib = out_bytes(src);
+  EveryPattern p{src, size_t{1} << (8 * ib), {}, {}};
+  p.bits.resize(p.count * ib);
+  for (size_t i = 0; i < p.count; ++i) std::memcpy(p.bits.data() + i * ib, &i, ib);
+  p.want.resize(p.count);
+  convert_to_f32_reference(src, p.bits.data(), p.want);
+  return p;
+}
+inline constexpr DType kWidenSources[] = {DType::bf16, DType::fp16, DType::fp8_e4m3,
+                                          DType::fp8_e5m2};
+
 // fp32 bit patterns around every boundary of every element-wise target: for each positive value
 // of the format and the midpoint to the next one (the overflow threshold after max finite), the
 // fp32 patterns within +-2 ulps, both signs; plus fp32's own special values. tf32 has 2^18

@@ -179,19 +179,14 @@ TEST(ConvertApi, IndependentOfMxcsr) {
       }
     }
   }
-  for (DType src : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2}) {
-    const size_t ib = out_bytes(src);
-    const size_t count = size_t{1} << (8 * ib);
-    std::vector<uint8_t> bits(count * ib);
-    for (size_t i = 0; i < count; ++i) std::memcpy(bits.data() + i * ib, &i, ib);
-    std::vector<float> want(count);
-    convert_to_f32_reference(src, bits.data(), want);
+  for (DType src : kWidenSources) {
+    const EveryPattern p = every_pattern(src);
     for (const Impl& im : impls()) {
-      std::vector<float> got(count);
+      std::vector<float> got(p.count);
       _mm_setcsr((saved & ~0x6000U) | 0x8040U | 0x4000U);
-      detail::convert_to_f32_tier(im.tier, im.hw, src, bits.data(), got);
+      detail::convert_to_f32_tier(im.tier, im.hw, src, p.bits.data(), got);
       _mm_setcsr(saved);
-      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), count * 4))
+      EXPECT_EQ(0, std::memcmp(p.want.data(), got.data(), p.count * 4))
           << name(src) << " " << im.name();
     }
   }

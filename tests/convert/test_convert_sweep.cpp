@@ -45,18 +45,13 @@ TEST(Sweep, OtherModesEvery4099th) {
 
 // Every 16-bit and 8-bit pattern widened by every impl equals decode_float bit for bit.
 TEST(Widen, EveryPatternOfEveryFormat) {
-  for (DType src : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2}) {
-    const size_t ib = out_bytes(src);
-    const size_t count = size_t{1} << (8 * ib);
-    std::vector<uint8_t> bits(count * ib);
-    for (size_t i = 0; i < count; ++i) std::memcpy(bits.data() + i * ib, &i, ib);
-    std::vector<float> want(count);
-    convert_to_f32_reference(src, bits.data(), want);
+  for (DType src : kWidenSources) {
+    const EveryPattern p = every_pattern(src);
     for (const Impl& im : impls()) {
-      std::vector<float> got(count);
-      detail::convert_to_f32_tier(im.tier, im.hw, src, bits.data(), got);
-      for (size_t i = 0; i < count; ++i) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
+      std::vector<float> got(p.count);
+      detail::convert_to_f32_tier(im.tier, im.hw, src, p.bits.data(), got);
+      for (size_t i = 0; i < p.count; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(p.want[i]), std::bit_cast<uint32_t>(got[i]))
             << name(src) << " pattern 0x" << std::hex << i << " on " << im.name();
       }
     }

@@ -9,14 +9,13 @@
 #include <cstdio>
 #include <string>
 
+#include "format/mode_names.h"
 #include "mixp/format/minifloat.h"
 
 namespace mixp {
 namespace {
 
-constexpr auto RNE = Round::nearest_even;
-constexpr auto IEEE = Overflow::ieee;
-constexpr auto SAT = Overflow::saturate;
+using namespace test::modes;
 
 struct Case {
   const char* name;

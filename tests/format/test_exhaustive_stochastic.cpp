@@ -9,14 +9,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "format/mode_names.h"
 #include "mixp/format/minifloat.h"
 
 namespace mixp {
 namespace {
 
-constexpr auto SR = Round::stochastic;
-constexpr auto IEEE = Overflow::ieee;
-constexpr auto SAT = Overflow::saturate;
+using namespace test::modes;
 
 uint32_t sr(const FloatFormat& f, double x, uint32_t r, Overflow o = IEEE) {
   return encode_float(f, x, SR, o, r, nullptr);

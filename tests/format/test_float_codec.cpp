@@ -6,14 +6,13 @@
 #include <cmath>
 #include <limits>
 
+#include "format/mode_names.h"
 #include "mixp/format/minifloat.h"
 
 namespace mixp {
 namespace {
 
-constexpr auto RNE = Round::nearest_even;
-constexpr auto IEEE = Overflow::ieee;
-constexpr auto SAT = Overflow::saturate;
+using namespace test::modes;
 
 uint32_t enc(const FloatFormat& f, double x, Round r = RNE, Overflow o = IEEE, uint32_t rb = 0) {
   return encode_float(f, x, r, o, rb, nullptr);

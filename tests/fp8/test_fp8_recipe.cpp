@@ -172,22 +172,11 @@ TEST(Fp8Recipe, ResumeIsBitIdentical) {
 TEST(Fp8Recipe, GptWithActivationCheckpointingMatchesWithout) {
   // The recomputed blocks quantize with the scales their forward used: same losses, same weights.
   auto run = [](bool ckpt) {
-    TrainConfig c;
-    c.model.name = "gpt";
-    c.model.width = 32;
-    c.model.layers = 2;
-    c.model.heads = 2;
-    c.model.context = 16;
+    TrainConfig c = testing::small_gpt("fp8:amax_history=4");
     c.model.checkpointing = ckpt;
-    c.data = kSyntheticData;
-    c.train_limit = 20000;
     c.batch = 4;
-    c.lr = 3e-3;
-    c.seed = 1;
-    c.threads = 1;
     c.steps = 6;
     c.evaluate = false;
-    c.precision = "fp8:amax_history=4";
     Trainer t(c);
     const TrainResult r = t.fit();
     return std::make_pair(r.losses, module_state(t.model()));

@@ -89,17 +89,7 @@ TEST(InspectReportInChromium, DomHasTheHeatmaps) {
   const fs::path page = dir / "inspect.html";
   ASSERT_EQ(run_cli("inspect report '" + jsonl + "' -o '" + page.string() + "'").exit_code, 0);
 
-  const TempDir profile;
-  const fs::path dom = dir / "dom.html";
-  const std::string cmd =
-      "timeout 180 '" + chromium +
-      "' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
-      "--disable-background-networking --disable-component-update --disable-sync "
-      "--user-data-dir='" + profile.path().string() + "' --dump-dom 'file://" +
-      fs::absolute(page).string() + "' > '" + dom.string() + "' 2>/dev/null";
-  const int rc = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd;
-  const std::string d = read_text(dom);
+  const std::string d = dom_of(chromium, page, dir / "dom.html");
   // mlp (ReLU fused into the linears): flatten, fc1, fc2, head = 4 activations; fc1, fc2, head x
   // weight and bias = 6 weight gradients: 10 rows x 2 steps x 3 formats.
   EXPECT_EQ(count(d, "<td class=\"cell\""), 10u * 2 * 3) << d.substr(0, 2000);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <vector>
 
 #include "mixp/inspect/inspect_spec.h"
@@ -19,6 +20,20 @@ const FormatStats& of(const TensorStats& s, StatFormat f) {
   for (const FormatStats& x : s.formats)
     if (x.format == f) return x;
   throw std::out_of_range("format not computed");
+}
+
+// A format's overflow, underflow and subnormal counts, compared in one EXPECT_EQ.
+struct Counts {
+  int64_t overflow, underflow, subnormal;
+  bool operator==(const Counts&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const Counts& c) {
+  return os << "{overflow " << c.overflow << ", underflow " << c.underflow << ", subnormal "
+            << c.subnormal << "}";
+}
+Counts counts(const TensorStats& s, StatFormat f) {
+  const FormatStats& x = of(s, f);
+  return {x.overflow, x.underflow, x.subnormal};
 }
 
 TEST(TensorStats, EdgeValuesOfEachFormat) {
@@ -37,24 +52,16 @@ TEST(TensorStats, EdgeValuesOfEachFormat) {
   EXPECT_DOUBLE_EQ(s.dynamic_range, std::log2(double(3.4e38f)) + 140);
 
   // fp16: 70000 and 3.4e38 overflow; 1e-8, 1e-40, 2^-140 flush; 1e-5 is subnormal.
-  EXPECT_EQ(of(s, StatFormat::fp16).overflow, 2);
-  EXPECT_EQ(of(s, StatFormat::fp16).underflow, 3);
-  EXPECT_EQ(of(s, StatFormat::fp16).subnormal, 1);
+  EXPECT_EQ(counts(s, StatFormat::fp16), (Counts{2, 3, 1}));
   // bf16: only 3.4e38 overflows (max 3.3895e38); 2^-140 flushes (min subnormal 2^-133); 1e-40
   // is a bf16 subnormal.
-  EXPECT_EQ(of(s, StatFormat::bf16).overflow, 1);
-  EXPECT_EQ(of(s, StatFormat::bf16).underflow, 1);
-  EXPECT_EQ(of(s, StatFormat::bf16).subnormal, 1);
+  EXPECT_EQ(counts(s, StatFormat::bf16), (Counts{1, 1, 1}));
   // E4M3 (max 448): 464 is the tie between 448 and the NaN code and goes to 448; 465, 61439,
   // 61440, 70000, 3.4e38 overflow. Everything below 2^-10 flushes.
-  EXPECT_EQ(of(s, StatFormat::fp8_e4m3).overflow, 5);
-  EXPECT_EQ(of(s, StatFormat::fp8_e4m3).underflow, 4);
-  EXPECT_EQ(of(s, StatFormat::fp8_e4m3).subnormal, 0);
+  EXPECT_EQ(counts(s, StatFormat::fp8_e4m3), (Counts{5, 4, 0}));
   // E5M2 (max 57344): 61440 is the tie with inf and goes to inf (the even code); 61439 does not.
   // 1e-5 rounds to the subnormal 2^-16.
-  EXPECT_EQ(of(s, StatFormat::fp8_e5m2).overflow, 3);
-  EXPECT_EQ(of(s, StatFormat::fp8_e5m2).underflow, 3);
-  EXPECT_EQ(of(s, StatFormat::fp8_e5m2).subnormal, 1);
+  EXPECT_EQ(counts(s, StatFormat::fp8_e5m2), (Counts{3, 3, 1}));
   // The MSE of a saturating cast is finite even with overflows.
   for (const FormatStats& f : s.formats) EXPECT_TRUE(std::isfinite(f.mse)) << to_string(f.format);
 }
@@ -65,14 +72,10 @@ TEST(TensorStats, Int8AtItsOwnScaleAndMxBlocks) {
   const std::vector<float> x = {127.5f, -127.5f, 1.0f, 0.4f};
   const StatFormat fmts[] = {StatFormat::int8, StatFormat::mxfp8};
   const TensorStats s = tensor_stats(x, 4, fmts);
-  EXPECT_EQ(of(s, StatFormat::int8).overflow, 1);
-  EXPECT_EQ(of(s, StatFormat::int8).underflow, 1);
-  EXPECT_EQ(of(s, StatFormat::int8).subnormal, 0);
+  EXPECT_EQ(counts(s, StatFormat::int8), (Counts{1, 1, 0}));
   // MXFP8: shared exponent floor(log2 127.5) - 8 = -2, so +-127.5 -> +-510, beyond E4M3's 464
   // rounding limit: both saturate to 448 (overflow); 0.4 -> 1.6 and 1 -> 4 are normal.
-  EXPECT_EQ(of(s, StatFormat::mxfp8).overflow, 2);
-  EXPECT_EQ(of(s, StatFormat::mxfp8).underflow, 0);
-  EXPECT_EQ(of(s, StatFormat::mxfp8).subnormal, 0);
+  EXPECT_EQ(counts(s, StatFormat::mxfp8), (Counts{2, 0, 0}));
   // Their error: (112 - 127.5)^2 twice, over 4 values (1.6 -> 1.625 is 0.025 * 0.25 off).
   EXPECT_NEAR(of(s, StatFormat::mxfp8).mse, (2 * 15.5 * 15.5 + 0.00625 * 0.00625) / 4, 1e-9);
 }

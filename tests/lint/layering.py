@@ -53,6 +53,7 @@ GRAPH_CORE = {
 SHARED_INTERNAL = {
     "util/text.h": "*",
     "util/key_value.h": "*",
+    "util/enum_names.h": "*",
     "ops/dispatch.h": {"autograd", "amp", "quant", "inspect"},
     "backend/narrow.h": {"ops"},
     "backend/kernel_util.h": {"ops"},

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backend/cpu/xnor_kernels.h"
 #include "common/temp_dir.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/io/safetensors.h"
@@ -17,15 +18,10 @@
 #include "mixp/quant/lowbit_qat.h"
 #include "mixp/quant/qat.h"
 #include "mixp/tensor/factories.h"
-#include "backend/cpu/xnor_kernels.h"
+#include "quant_test_util.h"
 
 namespace mixp::quant {
 namespace {
-
-std::vector<float> values(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
-}
 
 // ---- weight codes, by hand
 
@@ -35,12 +31,12 @@ TEST(LowBitCodes, Int4AndInt2PerChannelSymmetric) {
   const Tensor w = from_vector(
       std::vector<float>{1.5f, -0.35f, 0.05f, 0.0f, -0.5f, 0.75f, 0.2f, 0.0f}, Shape{2, 4});
   std::vector<float> s;
-  const std::vector<float> c4 = values(lowbit_weight_codes(w, LowBitScheme::int4, &s));
+  const std::vector<float> c4 = lowbit_weight_codes(w, LowBitScheme::int4, &s).to_vector<float>();
   EXPECT_FLOAT_EQ(s[0], 1.5f / 7.5f);
   EXPECT_FLOAT_EQ(s[1], 0.75f / 7.5f);
   // 1.5 / 0.2 = 7.5 -> 8 (ties to even) -> clamped to 7; -0.3 / 0.2 = -1.5 -> -2; 0.1/0.2 -> 0.
   EXPECT_EQ(c4, (std::vector<float>{7, -2, 0, 0, -5, 7, 2, 0}));
-  const std::vector<float> c2 = values(lowbit_weight_codes(w, LowBitScheme::int2, &s));
+  const std::vector<float> c2 = lowbit_weight_codes(w, LowBitScheme::int2, &s).to_vector<float>();
   EXPECT_FLOAT_EQ(s[0], 1.0f);
   EXPECT_FLOAT_EQ(s[1], 0.5f);
   EXPECT_EQ(c2, (std::vector<float>{1, 0, 0, 0, -1, 1, 0, 0}));
@@ -50,7 +46,7 @@ TEST(LowBitCodes, TernaryThresholdAndScalePerLayer) {
   // mean|w| = (1 + 0.2 + 0.6 + 0.2) / 4 = 0.5; delta = 0.35; above: 1.0 and 0.6 -> alpha 0.8.
   const Tensor w = from_vector(std::vector<float>{1.0f, -0.2f, -0.6f, 0.2f}, Shape{2, 2});
   std::vector<float> s;
-  const std::vector<float> c = values(lowbit_weight_codes(w, LowBitScheme::ternary, &s));
+  const std::vector<float> c = lowbit_weight_codes(w, LowBitScheme::ternary, &s).to_vector<float>();
   EXPECT_EQ(c, (std::vector<float>{1, 0, -1, 0}));
   EXPECT_FLOAT_EQ(s[0], 0.8f);
   EXPECT_FLOAT_EQ(s[1], 0.8f);
@@ -59,7 +55,7 @@ TEST(LowBitCodes, TernaryThresholdAndScalePerLayer) {
 TEST(LowBitCodes, BinarySignAndMeanAbsPerChannel) {
   const Tensor w = from_vector(std::vector<float>{0.5f, -0.25f, 0.0f, -1.0f}, Shape{2, 2});
   std::vector<float> s;
-  const std::vector<float> c = values(lowbit_weight_codes(w, LowBitScheme::binary, &s));
+  const std::vector<float> c = lowbit_weight_codes(w, LowBitScheme::binary, &s).to_vector<float>();
   EXPECT_EQ(c, (std::vector<float>{1, -1, 1, -1}));
   EXPECT_FLOAT_EQ(s[0], 0.375f);
   EXPECT_FLOAT_EQ(s[1], 0.5f);
@@ -74,10 +70,10 @@ TEST(LowBitCodes, WeightGradientIsStraightThroughOverTheScale) {
     const Tensor g = from_vector(std::vector<float>{1, 2, 3, 4}, Shape{2, 2});
     w.set_grad(Tensor());
     sum(mul(c, g)).backward();
-    const std::vector<float> gw = values(w.grad());
+    const std::vector<float> gw = w.grad().to_vector<float>();
     std::vector<float> codes(4), sc2(2);
     std::vector<uint8_t> mask(4);
-    const std::vector<float> wv = values(w);
+    const std::vector<float> wv = w.to_vector<float>();
     lowbit_weight_codes_raw(wv.data(), 2, 2, sc, codes.data(), sc2.data(), mask.data());
     for (int i = 0; i < 4; ++i) {
       EXPECT_FLOAT_EQ(gw[i], mask[i] ? (i + 1) * (1.0f / s[i / 2]) : 0.0f) << name(sc) << " " << i;
@@ -86,7 +82,7 @@ TEST(LowBitCodes, WeightGradientIsStraightThroughOverTheScale) {
   // binary: |2.0| > 1 is clipped (BinaryConnect).
   std::vector<float> codes(4), sc(2);
   std::vector<uint8_t> mask(4);
-  const std::vector<float> wv = values(w);
+  const std::vector<float> wv = w.to_vector<float>();
   lowbit_weight_codes_raw(wv.data(), 2, 2, LowBitScheme::binary, codes.data(), sc.data(),
                           mask.data());
   EXPECT_EQ(mask[3], 0);
@@ -102,22 +98,22 @@ TEST(LowBitCodes, ActivationCodesAndClippedSignGradient) {
   p.bits = 2;
   p.scale = lowbit_act_scale(p.kind, 2, -0.5f, 1.5f);  // 1.5 / 3
   EXPECT_FLOAT_EQ(p.scale, 0.5f);
-  EXPECT_EQ(values(lowbit_act_codes(x, p)), (std::vector<float>{-0.0f, 0, 1, 3, 3}));
+  EXPECT_EQ(lowbit_act_codes(x, p).to_vector<float>(), (std::vector<float>{-0.0f, 0, 1, 3, 3}));
   Tensor y = lowbit_act_codes(x, p);
   sum(y).backward();
   // In range: 0, 0.26, (4 is out: 3.0 / 0.5 = 6 > 3), 2.0 / 0.5 = 4 > 3 out; -0.5 -> -1 < 0 out.
-  EXPECT_EQ(values(x.grad()), (std::vector<float>{0, 2, 2, 0, 0}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{0, 2, 2, 0, 0}));
   x.set_grad(Tensor());
   p.kind = ActCodeKind::sign;
   p.scale = 1.0f;
   Tensor z = lowbit_act_codes(x, p);
-  EXPECT_EQ(values(z), (std::vector<float>{-1, 1, 1, 1, 1}));
+  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{-1, 1, 1, 1, 1}));
   sum(z).backward();
-  EXPECT_EQ(values(x.grad()), (std::vector<float>{1, 1, 1, 0, 0}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 1, 1, 0, 0}));
   p.kind = ActCodeKind::signed8;
   p.scale = lowbit_act_scale(p.kind, 8, -2.55f, 1.0f);
   EXPECT_FLOAT_EQ(p.scale, 2.55f / 127.5f);
-  EXPECT_EQ(values(lowbit_act_codes(x, p))[0], std::nearbyint(-0.5f * (1.0f / p.scale)));
+  EXPECT_EQ(lowbit_act_codes(x, p).to_vector<float>()[0], std::nearbyint(-0.5f * (1.0f / p.scale)));
 }
 
 // ---- packing
@@ -156,17 +152,17 @@ TEST(LowBitGemm, XnorKernelsMatchTheSignedDotProduct) {
   // 300 bits in 8 words (the padding zero); shapes with and without whole 6-row x 16-column
   // register blocks of the AVX-512 kernel, and their remainders.
   for (const auto& [M, O] : {std::pair<int64_t, int64_t>{7, 6}, {13, 37}, {6, 16}, {1, 33}}) {
-  SCOPED_TRACE(testing::Message() << M << " x " << O);
-  const int64_t K = 300, words = 8;
-  std::vector<uint64_t> a(M * words, 0), b(O * words, 0);
-  for (auto* v : {&a, &b}) {
-    for (size_t r = 0; r < v->size() / words; ++r) {
-      for (int64_t w = 0; w < (K + 63) / 64; ++w) {
-        uint64_t x = rng();
-        if (w == K / 64) x &= (uint64_t{1} << (K % 64)) - 1;
-        (*v)[r * words + w] = x;
+    SCOPED_TRACE(::testing::Message() << M << " x " << O);
+    const int64_t K = 300, words = 8;
+    std::vector<uint64_t> a(M * words, 0), b(O * words, 0);
+    for (auto* v : {&a, &b}) {
+      for (size_t r = 0; r < v->size() / words; ++r) {
+        for (int64_t w = 0; w < (K + 63) / 64; ++w) {
+          uint64_t x = rng();
+          if (w == K / 64) x &= (uint64_t{1} << (K % 64)) - 1;
+          (*v)[r * words + w] = x;
+        }
       }
-    }
   }
   auto bit = [&](const std::vector<uint64_t>& v, int64_t r, int64_t k) {
     return ((v[r * words + k / 64] >> (k % 64)) & 1) ? -1 : 1;
@@ -241,28 +237,19 @@ TEST_P(PackedEqualsFakeQuant, BitForBitAfterTrainingSteps) {
   auto model = small_model(model_name);
   prepare_lowbit_qat(*model, LowBitConfig{scheme, {}});
   Generator g(3);
-  const Tensor x = randn(Shape{16, 1, 28, 28}, g);
-  const Tensor target = randint(0, 10, Shape{16}, g, {.dtype = DType::int64});
-  optim::Adam opt(model->parameters(), {.lr = 1e-2});
-  for (int step = 0; step < 3; ++step) {
-    opt.zero_grad();
-    cross_entropy(model->forward(x), target).backward();
-    opt.step();
-  }
-  set_lowbit_observers_enabled(*model, false);
-  freeze_batch_norm(*model);
-  model->eval();
+  const Tensor x = testing::train_lowbit_then_freeze(*model, g, 16, 3);
   const Tensor want = model->forward(x);
   auto packed = convert_to_packed(*model);
   const Tensor got = packed->forward(x);
-  EXPECT_EQ(values(got), values(want));
+  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
   // A batch that runs in slices where conv outputs are fp32 (PackedModel::kSlice), the last
   // one short.
   const Tensor x2 = randn(Shape{2 * PackedModel::kSlice + 5, 1, 28, 28}, g);
-  EXPECT_EQ(values(packed->forward(x2)), values(model->forward(x2)));
+  EXPECT_EQ(packed->forward(x2).to_vector<float>(), model->forward(x2).to_vector<float>());
   test::TempDir tmp;
   save_packed_model(*packed, tmp / "p.safetensors");
-  EXPECT_EQ(values(load_packed_model(tmp / "p.safetensors")->forward(x)), values(want));
+  EXPECT_EQ(load_packed_model(tmp / "p.safetensors")->forward(x).to_vector<float>(),
+            want.to_vector<float>());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -292,7 +279,8 @@ TEST(PackedEqualsFakeQuantWide, BinaryActConvWithMoreThan64Channels) {
   model->forward(x);  // observe
   set_lowbit_observers_enabled(*model, false);
   model->eval();
-  EXPECT_EQ(values(convert_to_packed(*model)->forward(x)), values(model->forward(x)));
+  EXPECT_EQ(convert_to_packed(*model)->forward(x).to_vector<float>(),
+            model->forward(x).to_vector<float>());
 }
 
 TEST(LowBitPrepare, KeepsFirstAndLastLayersInt8AndAppliesOverrides) {

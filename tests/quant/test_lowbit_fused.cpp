@@ -8,9 +8,9 @@
 #include <random>
 
 #include "backend/cpu/sign_bits.h"
-#include "mixp/format/cpu_features.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/lowbit_gemm.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/nn/models.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
@@ -19,14 +19,10 @@
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
 #include "mixp/tensor/factories.h"
+#include "quant_test_util.h"
 
 namespace mixp::quant {
 namespace {
-
-std::vector<float> values(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
-}
 
 TEST(SignBits, KernelsMatchTheFormula) {
   std::mt19937 rng(7);
@@ -71,17 +67,7 @@ void check_cnn(int64_t width, uint64_t seed, bool wild_batch_norm) {
   auto model = nn::make_model(c);
   prepare_lowbit_qat(*model, LowBitConfig{LowBitScheme::binary_act, {}});
   Generator g(seed + 1);
-  const Tensor x = randn(Shape{12, 1, 28, 28}, g);
-  const Tensor target = randint(0, 10, Shape{12}, g, {.dtype = DType::int64});
-  optim::Adam opt(model->parameters(), {.lr = 1e-2});
-  for (int step = 0; step < 2; ++step) {
-    opt.zero_grad();
-    cross_entropy(model->forward(x), target).backward();
-    opt.step();
-  }
-  set_lowbit_observers_enabled(*model, false);
-  freeze_batch_norm(*model);
-  model->eval();
+  const Tensor x = testing::train_lowbit_then_freeze(*model, g, 12, 2);
   if (wild_batch_norm) {
     NoGradGuard ng;
     for (auto& [n, m] : model->named_modules()) {
@@ -107,7 +93,7 @@ void check_cnn(int64_t width, uint64_t seed, bool wild_batch_norm) {
   int fused = 0;
   for (size_t i = 0; i < packed->steps().size(); ++i) fused += packed->sign_fused(i) ? 1 : 0;
   EXPECT_EQ(fused, 2);  // conv1 (int8) and conv2 (XNOR) end in sign bits
-  EXPECT_EQ(values(packed->forward(x)), values(want));
+  EXPECT_EQ(packed->forward(x).to_vector<float>(), want.to_vector<float>());
 }
 
 TEST(PackedFusedSign, EqualsFakeQuantAfterTraining) { check_cnn(8, 21, false); }

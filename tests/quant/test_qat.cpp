@@ -15,6 +15,7 @@
 #include "mixp/quant/int8_model.h"
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
+#include "quant_test_util.h"
 
 namespace mixp::quant {
 namespace {
@@ -108,13 +109,7 @@ TEST(Qat, ConvertNeedsCalibratedObservers) {
 }
 
 TEST(Qat, RefusesModelsItCannotQuantize) {
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 16,
-                             .layers = 1,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 11,
-                             .mlp_width = 32});
+  auto gpt = testing::tiny_gpt();
   try {
     prepare_qat(*gpt);
     FAIL();

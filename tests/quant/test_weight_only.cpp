@@ -8,6 +8,7 @@
 #include "mixp/mixp.h"
 #include "mixp/nn/models.h"
 #include "mixp/quant/weight_only.h"
+#include "quant_test_util.h"
 
 namespace mixp::quant {
 namespace {
@@ -116,13 +117,7 @@ TEST(WeightOnly, SmallModelLogitsCloseToFp32) {
   // NF4 is made for normally distributed weights; these are PyTorch's uniform initialization, and
   // through three layers the logits keep a relative RMS error of 0.16 (measured); bound 0.25.
   EXPECT_LT(std::sqrt(num / den), 0.25);
-  auto gpt = nn::make_model({.name = "gpt",
-                             .width = 16,
-                             .layers = 1,
-                             .heads = 2,
-                             .context = 8,
-                             .vocab = 11,
-                             .mlp_width = 32});
+  auto gpt = testing::tiny_gpt();
   EXPECT_THROW(quantize_weights_4bit(*gpt), std::invalid_argument);
 }
 

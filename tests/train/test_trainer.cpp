@@ -35,19 +35,8 @@ TrainConfig small_mlp(const std::string& data = kSyntheticData) {
 }
 
 TrainConfig tiny_gpt() {
-  TrainConfig c;
-  c.model.name = "gpt";
-  c.model.width = 32;
-  c.model.layers = 1;
-  c.model.heads = 2;
-  c.model.context = 16;
-  c.data = kSyntheticData;
-  c.train_limit = 20000;  // bytes of generated text
-  c.test_limit = 32;      // validation windows
-  c.batch = 8;
-  c.lr = 3e-3;
-  c.seed = 1;
-  c.threads = 1;
+  TrainConfig c = testing::small_gpt("fp32", /*layers=*/1);
+  c.test_limit = 32;  // validation windows
   return c;
 }
 

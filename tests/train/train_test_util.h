@@ -36,4 +36,23 @@ inline TrainConfig small_mlp(const std::string& precision) {
   return c;
 }
 
+// A gpt 32 wide with 2 heads and context 16 on 20000 bytes of synthetic text, batch 8, lr 3e-3,
+// one thread: the small transformer the recipe tests train (they set what they vary on top).
+inline TrainConfig small_gpt(const std::string& precision, int64_t layers = 2) {
+  TrainConfig c;
+  c.model.name = "gpt";
+  c.model.width = 32;
+  c.model.layers = layers;
+  c.model.heads = 2;
+  c.model.context = 16;
+  c.data = kSyntheticData;
+  c.train_limit = 20000;  // bytes of generated text
+  c.batch = 8;
+  c.lr = 3e-3;
+  c.seed = 1;
+  c.threads = 1;
+  c.precision = precision;
+  return c;
+}
+
 }  // namespace mixp::train::testing

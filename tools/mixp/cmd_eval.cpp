@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "checkpoint_warning.h"
 #include "command.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/trainer.h"
@@ -20,15 +21,6 @@ struct Flags {
   train::EvalOptions opt;
   bool json = false;
 };
-
-// A checkpoint written before mixp had manifests is read unverified (docs/train.md).
-void warn_if_unverified(const char* command, const std::string& dir) {
-  if (train::checkpoint_is_unverified(dir)) {
-    std::cerr << "mixp " << command << ": warning: checkpoint " << dir
-              << " has no manifest.json (written by an older mixp), so its files cannot be "
-                 "verified; save it again with this mixp to add one\n";
-  }
-}
 
 void run(const Flags& f) {
   warn_if_unverified("eval", f.checkpoint);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "checkpoint_warning.h"
 #include "command.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/quantize_checkpoint.h"
@@ -22,15 +23,6 @@ struct Flags {
 
 nlohmann::ordered_json num(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? nlohmann::ordered_json(*v) : nlohmann::ordered_json();
-}
-
-// A checkpoint written before mixp had manifests is read unverified (docs/train.md).
-void warn_if_unverified(const char* command, const std::string& dir) {
-  if (train::checkpoint_is_unverified(dir)) {
-    std::cerr << "mixp " << command << ": warning: checkpoint " << dir
-              << " has no manifest.json (written by an older mixp), so its files cannot be "
-                 "verified; save it again with this mixp to add one\n";
-  }
 }
 
 void run(const Flags& f) {

@@ -22,7 +22,6 @@ namespace mixp {
 using cpu::f32c;
 using cpu::fp;
 using cpu::parallel_for;
-using cpu::view_of;
 
 // ---- embedding: row gathers (memcpy) and a row scatter-add, for contiguous weights/gradients
 // (the ref loops index every element through the tensor accessors: ~40x slower on the gpt).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/kernel_util.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::cpu {
@@ -41,16 +42,6 @@ inline float* fp(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
 }
 
-// A view of t's storage (internal to backends: not recorded by autograd).
-inline Tensor view_of(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage();
-  impl->offset = offset;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->dtype = t.dtype();
-  impl->device = t.device();
-  return Tensor(std::move(impl));
-}
+using kern::view_of;
 
 }  // namespace mixp::cpu

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_layout.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
@@ -17,26 +18,12 @@ namespace mixp {
 using namespace kern;
 
 namespace {
-// Below this many elements a parallel region costs more than it saves.
-constexpr int64_t kParallelGrain = 1 << 15;
+using cpu::parallel_worth;
 
-inline bool parallel_worth(int64_t n) {
-  return n >= kParallelGrain && omp_get_max_threads() > 1;
-}
-
+// The n elements of a pointwise op in one chunk per thread, when that pays (cpu_parallel.h).
 template <class F>
 void parallel_chunks(int64_t n, F&& f) {
-  if (!parallel_worth(n)) {
-    f(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t chunk = (n + nt - 1) / nt;
-    const int64_t lo = std::min<int64_t>(n, t * chunk), hi = std::min<int64_t>(n, lo + chunk);
-    if (lo < hi) f(lo, hi);
-  }
+  cpu::parallel_for(n, n, std::forward<F>(f));
 }
 
 bool f32(const Tensor& t) {

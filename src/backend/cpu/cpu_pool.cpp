@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/pool_kernels.h"
 #include "backend/cpu/vec_kernels.h"
+#include "backend/kernel_util.h"
 #include "mixp/format/cpu_features.h"
 
 namespace mixp {
@@ -44,16 +45,10 @@ void CpuBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
           float best = -std::numeric_limits<float>::infinity();
-          for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-            const int64_t h = oh * p.stride_h - p.pad_h + kh;
-            if (h < 0 || h >= H) continue;
-            for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-              const int64_t w = ow * p.stride_w - p.pad_w + kw;
-              if (w < 0 || w >= W) continue;
-              const float v = x[h * W + w];
-              if (v > best || std::isnan(v)) best = v;
-            }
-          }
+          kern::for_each_in_window(p, oh, ow, H, W, [&](int64_t h, int64_t w) {
+            const float v = x[h * W + w];
+            if (v > best || std::isnan(v)) best = v;
+          });
           y[oh * OW + ow] = best;
         }
     }
@@ -89,19 +84,13 @@ void CpuBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
         for (int64_t ow = 0; ow < OW; ++ow) {
           float best = -std::numeric_limits<float>::infinity();
           int64_t arg = -1;
-          for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-            const int64_t h = oh * p.stride_h - p.pad_h + kh;
-            if (h < 0 || h >= H) continue;
-            for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-              const int64_t w = ow * p.stride_w - p.pad_w + kw;
-              if (w < 0 || w >= W) continue;
-              const float v = x[h * W + w];
-              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-                best = v;
-                arg = h * W + w;
-              }
+          kern::for_each_in_window(p, oh, ow, H, W, [&](int64_t h, int64_t w) {
+            const float v = x[h * W + w];
+            if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+              best = v;
+              arg = h * W + w;
             }
-          }
+          });
           if (arg >= 0) gi[arg] += g[oh * OW + ow];
         }
     }

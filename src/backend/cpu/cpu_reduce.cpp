@@ -24,6 +24,24 @@ using cpu::fp;
 using cpu::parallel_for;
 using cpu::view_of;
 
+namespace {
+// Runs run(o, lo, hi) over the outputs [outer, inner] of a reduction touching `work` elements:
+// whole rows per thread when there are enough of them (or too little work to split), else each
+// row split across the threads.
+template <class F>
+void parallel_rows(int64_t outer, int64_t inner, int64_t work, F&& run) {
+  if (outer >= omp_get_max_threads() || !cpu::parallel_worth(work)) {
+    parallel_for(outer, work, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) run(o, 0, inner);
+    });
+  } else {
+    for (int64_t o = 0; o < outer; ++o) {
+      parallel_for(inner, work / outer, [&](int64_t lo, int64_t hi) { run(o, lo, hi); });
+    }
+  }
+}
+}  // namespace
+
 // Sum / mean of a contiguous bf16/fp16 src into an fp32 dst (a bias gradient of a 16-bit GEMM):
 // rows are widened to fp32 in L1-sized pieces and accumulated in fp32, without a widened copy.
 void CpuBackend::reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src) {
@@ -90,15 +108,7 @@ void CpuBackend::reduce_narrow_sum(ReduceOp op, Tensor& dst, const Tensor& src) 
         for (int64_t i = 0; i < n; ++i) yo[i0 + i] *= scale;
     }
   };
-  if (outer >= omp_get_max_threads() || !cpu::parallel_worth(src.numel())) {
-    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) run(o, 0, inner);
-    });
-  } else {
-    for (int64_t o = 0; o < outer; ++o) {
-      parallel_for(inner, src.numel() / outer, [&](int64_t lo, int64_t hi) { run(o, lo, hi); });
-    }
-  }
+  parallel_rows(outer, inner, src.numel(), run);
 }
 
 // ---- reductions: src contiguous, the reduced dims one contiguous block -> [outer, mid, inner].
@@ -184,15 +194,7 @@ void CpuBackend::reduce(ReduceOp op, Tensor& dst, const Tensor& src) {
     if (scale != 1.0f)
       for (int64_t i = ilo; i < ihi; ++i) yo[i] *= scale;
   };
-  if (outer >= omp_get_max_threads() || !cpu::parallel_worth(src.numel())) {
-    parallel_for(outer, src.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) run(o, 0, inner);
-    });
-  } else {
-    for (int64_t o = 0; o < outer; ++o) {
-      parallel_for(inner, src.numel() / outer, [&](int64_t lo, int64_t hi) { run(o, lo, hi); });
-    }
-  }
+  parallel_rows(outer, inner, src.numel(), run);
 }
 
 // ---- max backward: the gradient of each maximum, split evenly between the elements that tie for

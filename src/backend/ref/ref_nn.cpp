@@ -10,11 +10,7 @@ using namespace kern;
 
 namespace {
 int64_t index_at(const Tensor& idx, int64_t i) {
-  const int64_t off = idx.is_contiguous() ? i : offset_of(idx, i);
-  if (idx.dtype() == DType::int64) return static_cast<const int64_t*>(idx.data_ptr())[off];
-  if (idx.dtype() == DType::int32) return static_cast<const int32_t*>(idx.data_ptr())[off];
-  throw std::invalid_argument("mixp::embedding: indices must be int64 or int32, got " +
-                              std::string(mixp::name(idx.dtype())));
+  return kern::index_at(idx, i, "mixp::embedding: indices");
 }
 }  // namespace
 
@@ -72,14 +68,10 @@ void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             T best = -std::numeric_limits<T>::infinity();
-            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
-              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh,
-                              w = ow * p.stride_w - p.pad_w + kw;
-                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
-                if (v > best || std::isnan(v)) best = v;
-              }
+            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+              const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
+              if (v > best || std::isnan(v)) best = v;
+            });
             ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = best;
           }
   });
@@ -100,17 +92,13 @@ void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             T best = -std::numeric_limits<T>::infinity();
             int64_t arg = -1;
-            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
-              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh,
-                              w = ow * p.stride_w - p.pad_w + kw;
-                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
-                if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-                  best = v;
-                  arg = h * g.W + w;
-                }
+            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+              const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
+              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                arg = h * g.W + w;
               }
+            });
             const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
             if (arg >= 0)
               gi[(n * g.C + c) * g.H * g.W + arg] +=
@@ -131,14 +119,9 @@ void RefBackend::avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             double s = 0;
-            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
-              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh,
-                              w = ow * p.stride_w - p.pad_w + kw;
-                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                s +=
-                    static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
-              }
+            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+              s += static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
+            });
             ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = static_cast<T>(s / area);
           }
   });
@@ -160,13 +143,9 @@ void RefBackend::avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Poo
             const double gv = static_cast<double>(
                                   ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]) /
                               area;
-            for (int64_t kh = 0; kh < p.kernel_h; ++kh)
-              for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-                const int64_t h = oh * p.stride_h - p.pad_h + kh,
-                              w = ow * p.stride_w - p.pad_w + kw;
-                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                gi[(n * g.C + c) * g.H * g.W + h * g.W + w] += static_cast<T>(gv);
-              }
+            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+              gi[(n * g.C + c) * g.H * g.W + h * g.W + w] += static_cast<T>(gv);
+            });
           }
   });
 }

@@ -348,11 +348,7 @@ void RefBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
 
 namespace {
 int64_t target_at(const Tensor& targets, int64_t i) {
-  const int64_t off = targets.is_contiguous() ? i : offset_of(targets, i);
-  if (targets.dtype() == DType::int64) return static_cast<const int64_t*>(targets.data_ptr())[off];
-  if (targets.dtype() == DType::int32) return static_cast<const int32_t*>(targets.data_ptr())[off];
-  throw std::invalid_argument("mixp backend: class indices must be int64 or int32, got " +
-                              std::string(mixp::name(targets.dtype())));
+  return index_at(targets, i, "mixp backend: class indices");
 }
 // loss [] = mean_n (lse_n - x_n[t_n]) and lse [N] over the first `classes` columns of each row of
 // logits [N, C >= classes] (any strides, loss's dtype), in double: cross_entropy (classes = C) and
