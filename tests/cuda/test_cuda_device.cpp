@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -23,48 +24,18 @@
 #include "mixp/optim/adam.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
+#include "cuda/cuda_test_util.h"
 
 namespace mixp {
 namespace {
 
-#define REQUIRE_GPU()                                                                  \
-  do {                                                                                 \
-    if (!cuda_available()) GTEST_SKIP() << "needs a GPU: " << cuda_status().message;   \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
-
-// ||got - want|| / ||want|| over all elements (tests/ops/op_test_util.h's measure).
-double rel_error(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = got.to(Device::cpu()).to_double_vector();
-  const std::vector<double> w = want.to(Device::cpu()).to_double_vector();
-  EXPECT_EQ(g.size(), w.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < g.size() && i < w.size(); ++i) {
-    num += (g[i] - w[i]) * (g[i] - w[i]);
-    den += w[i] * w[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-void expect_same_bits(const Tensor& got, const Tensor& want, const char* what) {
-  const Tensor g = got.to(Device::cpu()).contiguous(), w = want.contiguous();
-  ASSERT_EQ(g.nbytes(), w.nbytes()) << what;
-  EXPECT_EQ(std::memcmp(g.data_ptr(), w.data_ptr(), g.nbytes()), 0) << what;
-}
+using namespace cuda_test;
 
 // Tolerances of the normalized error: fp32 kernels differ from the CPU by summation order and
 // by the GPU's libm (a few ulps); 16-bit results by one rounding of the result (2^-8 for bf16).
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16 = 1e-2;
 constexpr double kTolF16 = 2e-3;
-
-// `mixp ARGS` with stdout and stderr captured; returns the exit status (defined below).
-int run_cli(const std::string& args, std::string& out, std::string& err);
-
-Tensor host_randn(const Shape& s, uint64_t seed) {
-  Generator gen(seed);
-  return randn(s, gen);
-}
 
 // Runs on every machine: without a device, cuda:0 is missing; with one, the index past the last.
 TEST(CudaDevice, AMissingDeviceSaysWhatToDo) {
@@ -286,23 +257,6 @@ TEST(CudaDevice, OpsNotBuiltOnCudaSaySo) {
   }
 }
 
-// Runs `mixp ARGS` with stderr captured apart; returns the exit status.
-int run_cli(const std::string& args, std::string& out, std::string& err) {
-  const std::string err_file = ::testing::TempDir() + "mixp_cuda_cli_err.txt";
-  FILE* p = popen((std::string(MIXP_CLI) + " " + args + " 2>" + err_file).c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  out.clear();
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int st = pclose(p);
-  err.clear();
-  if (FILE* e = fopen(err_file.c_str(), "r")) {
-    while (size_t n = fread(buf, 1, sizeof buf, e)) err.append(buf, n);
-    fclose(e);
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 // `mixp train --device`: a bad name is a usage error; a missing device a clear failure; on a GPU
 // the mlp trains and its losses agree with the cpu's.
 TEST(CudaDevice, TrainDeviceFlag) {
@@ -347,3 +301,25 @@ TEST(CudaDevice, DoctorReportsTheCudaBackend) {
 
 }  // namespace
 }  // namespace mixp
+
+namespace mixp::cuda_test {
+// Runs `mixp ARGS` with stderr captured apart; returns the exit status.
+int run_cli(const std::string& args, std::string& out, std::string& err) {
+  // One file per process: CTest runs the tests of this binary in parallel processes.
+  const std::string err_file =
+      ::testing::TempDir() + "mixp_cuda_cli_err_" + std::to_string(getpid()) + ".txt";
+  FILE* p = popen((std::string(MIXP_CLI) + " " + args + " 2>" + err_file).c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  out.clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  err.clear();
+  if (FILE* e = fopen(err_file.c_str(), "r")) {
+    while (size_t n = fread(buf, 1, sizeof buf, e)) err.append(buf, n);
+    fclose(e);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace mixp::cuda_test
