@@ -256,7 +256,18 @@ __global__ void bce_backward_kernel(T* dx, T* dt, const T* dloss, const T* x, co
   }
 }
 
+__global__ void scale_by_two_kernel(void* dst, Elem t, const float* src, int64_t n,
+                                    const float* sa, const float* sb) {
+  const float s = *sa * *sb;
+  MIXP_GRID_STRIDE(i, n) store_rne(dst, t, i, src[i] * s);
+}
+
 }  // namespace
+
+void launch_scale_by_two(void* dst, Elem dst_type, const float* src, int64_t n, const float* sa,
+                         const float* sb, cudaStream_t stream) {
+  if (n) scale_by_two_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, dst_type, src, n, sa, sb);
+}
 
 void launch_amax(float* dst, const float* src, int64_t n, cudaStream_t stream) {
   if (cudaMemsetAsync(dst, 0, sizeof(float), stream) != cudaSuccess) return;

@@ -63,4 +63,8 @@ void launch_bce(void* loss, const void* x, const void* t, int64_t n, bool logits
 void launch_bce_backward(void* dx, void* dtarget, const void* dloss, const void* x, const void* t,
                          int64_t n, bool logits, bool f64, cudaStream_t stream);
 
+// dst (Elem::f32 or bf16, nearest even) = src * (*sa * *sb): the emulated fp8 GEMM's scales.
+void launch_scale_by_two(void* dst, Elem dst_type, const float* src, int64_t n, const float* sa,
+                         const float* sb, cudaStream_t stream);
+
 }  // namespace mixp::cuda

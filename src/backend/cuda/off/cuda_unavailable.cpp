@@ -36,4 +36,15 @@ Backend& detail::cuda_backend(int index) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
+bool detail::cuda_fp8_matmul(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             bool) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+void detail::cuda_int8_matmul(Tensor&, const Tensor&, const Tensor&) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+bool detail::cuda_fp8_gemm_native(int) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+
 }  // namespace mixp
