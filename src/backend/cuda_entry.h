@@ -2,6 +2,8 @@
 // src/backend/cuda/cuda_backend.cpp when the backend is built (cmake/MixpCuda.cmake), else by
 // src/backend/cuda/off/cuda_unavailable.cpp, which throws saying how to build it.
 #pragma once
+#include <string>
+
 #include "mixp/backend/backend.h"
 
 namespace mixp::detail {
@@ -23,4 +25,7 @@ bool cuda_fp8_matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor
 void cuda_int8_matmul(Tensor& dst, const Tensor& a, const Tensor& b);
 // Whether cuda:index runs FP8 GEMMs natively (compute capability >= 8.9).
 bool cuda_fp8_gemm_native(int index);
+// cuda:index's PCI bus id ("0000:65:00.0", cudaDeviceGetPCIBusId), for NVML
+// (backend/nvml_energy.h); "" when the backend is not built. Throws as cuda_backend.
+std::string cuda_pci_bus_id(int index);
 }  // namespace mixp::detail

@@ -19,6 +19,7 @@
 
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/nvml_energy.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
@@ -296,6 +297,45 @@ TEST(CudaDevice, DoctorReportsTheCudaBackend) {
   EXPECT_FALSE(c.at("tested_on_hardware").get<bool>());
   if (cuda_status().built) {
     EXPECT_NE(c.at("note").get<std::string>().find("untested"), std::string::npos);
+  }
+}
+
+// NVML's energy counter (dlopen, no link dependency): without a driver the meter says why; on a
+// GPU it counts the board's energy over a few large GEMMs.
+TEST(CudaDevice, NvmlEnergyMeterMeasuresOrSaysWhy) {
+  NvmlEnergyMeter meter(0);
+  if (!cuda_available()) {
+    EXPECT_FALSE(meter.available());
+    EXPECT_FALSE(meter.unavailable_reason().empty());
+    EXPECT_FALSE(meter.joules().has_value());
+    return;
+  }
+  ASSERT_TRUE(meter.available()) << meter.unavailable_reason();
+  meter.start();
+  Tensor a = host_randn(Shape{4096, 4096}, 30).to(kGpu);
+  for (int i = 0; i < 20; ++i) a = matmul(a, a).mul_(1.0 / 64.0);
+  cuda_synchronize(0);
+  const std::optional<double> j = meter.joules();
+  ASSERT_TRUE(j.has_value());
+  EXPECT_GT(*j, 0.0);
+  std::printf("NVML: %.2f J over 20 GEMMs of 4096\n", *j);
+}
+
+// `mixp compare --device cuda`: each precision trains on the GPU; energy is NVML's, labelled.
+TEST(CudaDevice, CompareOnCudaMeasuresEnergyWithNvml) {
+  REQUIRE_GPU();
+  const std::string dir = ::testing::TempDir() + "mixp_cuda_compare_" + std::to_string(getpid());
+  std::string out, err;
+  ASSERT_EQ(run_cli("compare --device cuda --data synthetic --precisions fp32,bf16,fp8 --steps 5 "
+                    "--batch 32 --json --force --out " + dir,
+                    out, err),
+            0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.at("runs").size(), 3u);
+  for (const auto& r : j.at("runs")) {
+    EXPECT_EQ(r.at("energy_source").get<std::string>(), "nvml") << r.dump();
+    EXPECT_TRUE(std::isfinite(r.at("final_loss").get<double>())) << r.dump();
   }
 }
 

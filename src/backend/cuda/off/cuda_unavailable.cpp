@@ -43,6 +43,9 @@ bool detail::cuda_fp8_matmul(Tensor&, const Tensor&, const Tensor&, const Tensor
 void detail::cuda_int8_matmul(Tensor&, const Tensor&, const Tensor&) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
+std::string detail::cuda_pci_bus_id(int) {
+  return "";
+}
 bool detail::cuda_fp8_gemm_native(int) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
