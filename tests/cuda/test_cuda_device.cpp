@@ -20,6 +20,8 @@
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
 #include "mixp/backend/nvml_energy.h"
+#include "mixp/backend/platform.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
@@ -337,6 +339,26 @@ TEST(CudaDevice, CompareOnCudaMeasuresEnergyWithNvml) {
     EXPECT_EQ(r.at("energy_source").get<std::string>(), "nvml") << r.dump();
     EXPECT_TRUE(std::isfinite(r.at("final_loss").get<double>())) << r.dump();
   }
+}
+
+// The seeds' precision matrix by GPU architecture, as `mixp doctor` prints it (runs everywhere).
+TEST(CudaDevice, DoctorRecommendsPrecisionByArchitecture) {
+  auto advice = [](const char* name, int major, int minor) {
+    GpuInfo g;
+    g.name = name;
+    g.cc_major = major;
+    g.cc_minor = minor;
+    return recommend_precision(cpu_features(), std::vector<GpuInfo>{g});
+  };
+  const PrecisionAdvice hopper = advice("H100", 9, 0), ampere = advice("A100", 8, 0),
+                        volta = advice("V100", 7, 0);
+  EXPECT_EQ(hopper.precision, "bf16");
+  EXPECT_NE(hopper.reason.find("FP8"), std::string::npos) << hopper.reason;
+  EXPECT_EQ(ampere.precision, "bf16");
+  EXPECT_NE(ampere.reason.find("TF32"), std::string::npos) << ampere.reason;
+  EXPECT_EQ(ampere.reason.find("and FP8"), std::string::npos) << ampere.reason;
+  EXPECT_EQ(volta.precision, "fp16");
+  EXPECT_NE(volta.reason.find("loss scaling"), std::string::npos) << volta.reason;
 }
 
 }  // namespace
