@@ -46,7 +46,10 @@ inline Tensor host_randn(const Shape& s, uint64_t seed) {
   return randn(s, gen);
 }
 
-// `mixp ARGS` (MIXP_CLI) with stdout in `out` and stderr in `err`; returns the exit status.
+// The CLI the tests run: $MIXP_CLI when set (scripts/gpu-check.sh --prebuilt, where the build
+// folder compiled into MIXP_CLI does not exist), else the build's own.
+std::string cli_path();
+// `mixp ARGS` with stdout in `out` and stderr in `err`; returns the exit status.
 int run_cli(const std::string& args, std::string& out, std::string& err);
 
 }  // namespace mixp::cuda_test

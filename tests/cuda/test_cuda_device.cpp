@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -285,12 +286,8 @@ TEST(CudaDevice, TrainDeviceFlag) {
 // `mixp doctor --json` says what this build has and what it sees, and that the backend is
 // untested on hardware (runs everywhere: the CLI is the user's way to find out).
 TEST(CudaDevice, DoctorReportsTheCudaBackend) {
-  std::string out;
-  FILE* p = popen(MIXP_CLI " doctor --json", "r");
-  ASSERT_NE(p, nullptr);
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
+  std::string out, err;
+  ASSERT_EQ(run_cli("doctor --json", out, err), 0) << out << err;
   const nlohmann::json j = nlohmann::json::parse(out);
   const nlohmann::json& c = j.at("cuda_backend");
   EXPECT_EQ(c.at("built").get<bool>(), cuda_status().built);
@@ -365,12 +362,17 @@ TEST(CudaDevice, DoctorRecommendsPrecisionByArchitecture) {
 }  // namespace mixp
 
 namespace mixp::cuda_test {
+std::string cli_path() {
+  const char* env = std::getenv("MIXP_CLI");
+  return env && *env ? std::string(env) : std::string(MIXP_CLI);
+}
+
 // Runs `mixp ARGS` with stderr captured apart; returns the exit status.
 int run_cli(const std::string& args, std::string& out, std::string& err) {
   // One file per process: CTest runs the tests of this binary in parallel processes.
   const std::string err_file =
       ::testing::TempDir() + "mixp_cuda_cli_err_" + std::to_string(getpid()) + ".txt";
-  FILE* p = popen((std::string(MIXP_CLI) + " " + args + " 2>" + err_file).c_str(), "r");
+  FILE* p = popen((cli_path() + " " + args + " 2>" + err_file).c_str(), "r");
   if (!p) return -1;
   char buf[4096];
   out.clear();
