@@ -72,6 +72,26 @@ class CudaBackend final : public CudaBackendBase {
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
   void sum_squares(Tensor& dst, const Tensor& src) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
+  // cuda_backend_nn.cpp (kernels: cuda_nn.cu, rules: math/nn_math.h; GEMMs: cuBLASLt).
+  void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                           const Tensor& dst) override;
+  void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                  Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) override;
+  void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                           const Tensor& src, const Tensor& weight, const Tensor& save_mean,
+                           const Tensor& save_invstd) override;
+  void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
+  void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                           const Pool2dParams& p) override;
+  void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
+  void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) override;
+  void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
+              const Conv2dParams& p) override;
+  void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
+                            const Conv2dParams& p) override;
+  void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                               const Tensor& src, const Conv2dParams& p) override;
   // cuda_backend_quant.cpp (kernels: cuda_quant.cu, rules: math/quant_math.h).
   void amax(Tensor& dst, const Tensor& src) override;
   void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
