@@ -41,13 +41,16 @@ const Nvml& nvml() {
     auto sym = [&](const char* name) { return dlsym(lib, name); };
     r.init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
     r.error_string = reinterpret_cast<const char* (*)(int)>(sym("nvmlErrorString"));
-    r.by_index = reinterpret_cast<int (*)(unsigned, NvmlDevice*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
-    r.by_pci = reinterpret_cast<int (*)(const char*, NvmlDevice*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+    r.by_index =
+        reinterpret_cast<int (*)(unsigned, NvmlDevice*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+    r.by_pci = reinterpret_cast<int (*)(const char*, NvmlDevice*)>(
+        sym("nvmlDeviceGetHandleByPciBusId_v2"));
     r.energy = reinterpret_cast<int (*)(NvmlDevice, unsigned long long*)>(
         sym("nvmlDeviceGetTotalEnergyConsumption"));
     if (!r.init || !r.by_index || !r.energy) {
-      r.reason = "libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2 or "
-                 "nvmlDeviceGetTotalEnergyConsumption (driver too old)";
+      r.reason =
+          "libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2 or "
+          "nvmlDeviceGetTotalEnergyConsumption (driver too old)";
       return r;
     }
     const int rc = r.init();
@@ -79,7 +82,8 @@ NvmlEnergyMeter::NvmlEnergyMeter(int device_index) {
   int rc = !bus.empty() && n.by_pci ? n.by_pci(bus.c_str(), &dev)
                                     : n.by_index(static_cast<unsigned>(device_index), &dev);
   if (rc != 0) {
-    reason_ = "NVML has no device for cuda:" + std::to_string(device_index) + ": " + error_of(n, rc);
+    reason_ =
+        "NVML has no device for cuda:" + std::to_string(device_index) + ": " + error_of(n, rc);
     return;
   }
   unsigned long long mj = 0;

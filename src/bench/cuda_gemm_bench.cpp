@@ -81,7 +81,8 @@ CudaGemmReport run_cuda_gemm_bench(int64_t n, int repeat, int iters, int device)
   r.peak_known = peak != nullptr;
   const Device gpu = Device::cuda(device);
   Backend& be = backend_for(gpu);
-  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  const double flops =
+      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
 
   auto add = [&](const std::string& name, const std::string& path, double peak_tflops,
                  double seconds) {
@@ -118,31 +119,43 @@ CudaGemmReport run_cuda_gemm_bench(int64_t n, int repeat, int iters, int device)
     MatmulConfig cfg;
     cfg.compute = d.in;
     cfg.tf32 = d.tf32;
-    const double s = best_seconds(repeat, iters, device, [&] { be.matmul(c, a, b, Tensor(), cfg); });
+    const double s =
+        best_seconds(repeat, iters, device, [&] { be.matmul(c, a, b, Tensor(), cfg); });
     add(d.name, d.tf32 ? "cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32" : "cuBLASLt", d.peak, s);
   }
   // FP8: b as a linear weight [N, K] seen transposed (cuBLASLt's TN layout, no copy per call).
   {
     Tensor scale = from_vector(std::vector<float>{1.0f}, Shape{1}).to(gpu);
-    for (auto [name, tb] : {std::pair{"fp8 e4m3", DType::fp8_e4m3},
-                            std::pair{"fp8 e4m3 x e5m2", DType::fp8_e5m2}}) {
-      Tensor a = host_operand(n, n, 3).to(DType::fp8_e4m3, Round::nearest_even, Overflow::saturate, 0).to(gpu);
-      Tensor b = host_operand(n, n, 4).to(tb, Round::nearest_even, Overflow::saturate, 0).to(gpu).transpose(0, 1);
+    for (auto [name, tb] :
+         {std::pair{"fp8 e4m3", DType::fp8_e4m3}, std::pair{"fp8 e4m3 x e5m2", DType::fp8_e5m2}}) {
+      Tensor a = host_operand(n, n, 3)
+                     .to(DType::fp8_e4m3, Round::nearest_even, Overflow::saturate, 0)
+                     .to(gpu);
+      Tensor b = host_operand(n, n, 4)
+                     .to(tb, Round::nearest_even, Overflow::saturate, 0)
+                     .to(gpu)
+                     .transpose(0, 1);
       Tensor c = Tensor::empty(Shape{n, n}, {.dtype = DType::bf16, .device = gpu});
       bool native = false;
       const double s = best_seconds(repeat, iters, device, [&] {
         native = detail::cuda_fp8_matmul(c, a, b, scale, scale, /*fast_accum=*/true);
       });
-      add(name, native ? "cuBLASLt FP8, per-tensor scale pointers, fast accumulation -> bf16"
-                       : "emulated: fp8 values in bf16, bf16 GEMM, scales",
+      add(name,
+          native ? "cuBLASLt FP8, per-tensor scale pointers, fast accumulation -> bf16"
+                 : "emulated: fp8 values in bf16, bf16 GEMM, scales",
           peak ? peak->fp8 : 0, s);
     }
   }
   {
-    Tensor a = host_operand(n, n, 5).to(DType::int8, Round::nearest_even, Overflow::saturate, 0).to(gpu);
-    Tensor b = host_operand(n, n, 6).to(DType::int8, Round::nearest_even, Overflow::saturate, 0).to(gpu).transpose(0, 1);
+    Tensor a =
+        host_operand(n, n, 5).to(DType::int8, Round::nearest_even, Overflow::saturate, 0).to(gpu);
+    Tensor b = host_operand(n, n, 6)
+                   .to(DType::int8, Round::nearest_even, Overflow::saturate, 0)
+                   .to(gpu)
+                   .transpose(0, 1);
     Tensor c = Tensor::empty(Shape{n, n}, {.dtype = DType::int32, .device = gpu});
-    const double s = best_seconds(repeat, iters, device, [&] { detail::cuda_int8_matmul(c, a, b); });
+    const double s =
+        best_seconds(repeat, iters, device, [&] { detail::cuda_int8_matmul(c, a, b); });
     add("int8", "cuBLASLt CUBLAS_COMPUTE_32I -> int32", peak ? peak->int8 : 0, s);
   }
   double fp32 = 0, bf16 = 0, tf32 = 0, bf16_frac = 0, fp8 = 0;
@@ -167,9 +180,10 @@ CudaGemmReport run_cuda_gemm_bench(int64_t n, int repeat, int iters, int device)
 }
 
 std::string cuda_gemm_report_text(const CudaGemmReport& r) {
-  std::string s = fmt::format("GEMM n={} on {} (sm_{}{}), best of {} x {} (CUDA backend: untested "
-                              "on hardware until gpu-check.sh passes)\n",
-                              r.n, r.gpu, r.cc_major, r.cc_minor, r.repeat, r.iters);
+  std::string s = fmt::format(
+      "GEMM n={} on {} (sm_{}{}), best of {} x {} (CUDA backend: untested "
+      "on hardware until gpu-check.sh passes)\n",
+      r.n, r.gpu, r.cc_major, r.cc_minor, r.repeat, r.iters);
   s += fmt::format("{:<16} {:>9} {:>8} {:>8} {:>8}  {}\n", "format", "TFLOP/s", "vs fp32",
                    "vs bf16", "of peak", "path");
   for (const CudaGemmRow& row : r.rows) {
@@ -178,7 +192,8 @@ std::string cuda_gemm_report_text(const CudaGemmReport& r) {
                      row.peak_tflops > 0 ? fmt::format("{:.0f}%", 100 * row.fraction_of_peak) : "-",
                      row.path);
   }
-  if (!r.peak_known) s += fmt::format("(no datasheet peak for {} in src/bench/cuda_gemm_bench.cpp)\n", r.gpu);
+  if (!r.peak_known)
+    s += fmt::format("(no datasheet peak for {} in src/bench/cuda_gemm_bench.cpp)\n", r.gpu);
   for (const std::string& t : r.targets) s += "target " + t + "\n";
   return s;
 }

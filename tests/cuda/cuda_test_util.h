@@ -15,10 +15,10 @@
 namespace mixp::cuda_test {
 
 // Skips (gtest's "[  SKIPPED ]", which CTest counts as skipped) with the runtime's reason.
-#define REQUIRE_GPU()                                                                  \
-  do {                                                                                 \
-    if (!::mixp::cuda_available())                                                     \
-      GTEST_SKIP() << "needs a GPU: " << ::mixp::cuda_status().message;                \
+#define REQUIRE_GPU()                                                   \
+  do {                                                                  \
+    if (!::mixp::cuda_available())                                      \
+      GTEST_SKIP() << "needs a GPU: " << ::mixp::cuda_status().message; \
   } while (0)
 
 inline const Device kGpu = Device::cuda(0);

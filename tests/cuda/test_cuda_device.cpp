@@ -300,7 +300,7 @@ TEST(CudaDevice, DoctorReportsTheCudaBackend) {
 }
 
 // NVML's energy counter (dlopen, no link dependency): without a driver the meter says why; on a
-// GPU it counts the board's energy over a few large GEMMs.
+// GPU it counts the board's energy over 200 large GEMMs.
 TEST(CudaDevice, NvmlEnergyMeterMeasuresOrSaysWhy) {
   NvmlEnergyMeter meter(0);
   if (!cuda_available()) {
@@ -312,12 +312,13 @@ TEST(CudaDevice, NvmlEnergyMeterMeasuresOrSaysWhy) {
   ASSERT_TRUE(meter.available()) << meter.unavailable_reason();
   meter.start();
   Tensor a = host_randn(Shape{4096, 4096}, 30).to(kGpu);
-  for (int i = 0; i < 20; ++i) a = matmul(a, a).mul_(1.0 / 64.0);
+  // About half a second of work: the counter advances in steps of the driver's sampling.
+  for (int i = 0; i < 200; ++i) a = matmul(a, a).mul_(1.0 / 64.0);
   cuda_synchronize(0);
   const std::optional<double> j = meter.joules();
   ASSERT_TRUE(j.has_value());
   EXPECT_GT(*j, 0.0);
-  std::printf("NVML: %.2f J over 20 GEMMs of 4096\n", *j);
+  std::printf("NVML: %.2f J over 200 GEMMs of 4096\n", *j);
 }
 
 // `mixp compare --device cuda`: each precision trains on the GPU; energy is NVML's, labelled.

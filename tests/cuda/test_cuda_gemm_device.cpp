@@ -24,31 +24,36 @@ TEST(CudaGemmDevice, Fp8GemmsMatchTheCpuProductOfTheSameValues) {
   Tensor scale_a = from_vector(std::vector<float>{sa}, Shape{1}).to(kGpu);
   Tensor scale_b = from_vector(std::vector<float>{sb}, Shape{1}).to(kGpu);
   bool native = false;
-  for (auto [ta, tb] : {std::pair{DType::fp8_e4m3, DType::fp8_e4m3}, {DType::fp8_e4m3, DType::fp8_e5m2},
+  for (auto [ta, tb] : {std::pair{DType::fp8_e4m3, DType::fp8_e4m3},
+                        {DType::fp8_e4m3, DType::fp8_e5m2},
                         {DType::fp8_e5m2, DType::fp8_e4m3}}) {
     Tensor a8 = a32.to(ta, Round::nearest_even, Overflow::saturate, 0);
     Tensor b8 = b32.to(tb, Round::nearest_even, Overflow::saturate, 0);
     // The reference: the fp8 values exactly (fp32), an fp32 GEMM, then the scales.
     Tensor want = mul(matmul(a8.to(DType::fp32), b8.to(DType::fp32)), static_cast<double>(sa * sb));
     // b as a linear weight [N, K] seen transposed (the TN layout, no copy) and as contiguous.
-    const Tensor b_views[] = {b8.to(kGpu), b8.transpose(0, 1).contiguous().to(kGpu).transpose(0, 1)};
+    const Tensor b_views[] = {b8.to(kGpu),
+                              b8.transpose(0, 1).contiguous().to(kGpu).transpose(0, 1)};
     for (const Tensor& db : b_views) {
       for (DType out : {DType::fp32, DType::bf16}) {
         for (bool fast : {false, true}) {
           Tensor dst = Tensor::empty(Shape{M, N}, {.dtype = out, .device = kGpu});
           native = detail::cuda_fp8_matmul(dst, a8.to(kGpu), db, scale_a, scale_b, fast);
           const double tol = out == DType::bf16 ? 1e-2 : (fast ? 1e-3 : 1e-5);
-          EXPECT_LT(rel_error(dst, want), tol) << name(ta) << " x " << name(tb) << " -> " << name(out)
-                                               << (fast ? " fast accum" : "") << (native ? " native" : " emulated");
+          EXPECT_LT(rel_error(dst, want), tol)
+              << name(ta) << " x " << name(tb) << " -> " << name(out) << (fast ? " fast accum" : "")
+              << (native ? " native" : " emulated");
         }
       }
     }
   }
   EXPECT_EQ(native, detail::cuda_fp8_gemm_native(0));
-  std::printf("fp8 GEMM path on this GPU: %s\n", native ? "cuBLASLt FP8 (native)" : "emulated (bf16)");
+  std::printf("fp8 GEMM path on this GPU: %s\n",
+              native ? "cuBLASLt FP8 (native)" : "emulated (bf16)");
   Tensor e5 = a32.to(DType::fp8_e5m2, Round::nearest_even, Overflow::saturate, 0).to(kGpu);
   Tensor dst = Tensor::empty(Shape{M, M}, {.dtype = DType::fp32, .device = kGpu});
-  EXPECT_THROW(detail::cuda_fp8_matmul(dst, e5, e5.transpose(0, 1), scale_a, scale_b), std::exception)
+  EXPECT_THROW(detail::cuda_fp8_matmul(dst, e5, e5.transpose(0, 1), scale_a, scale_b),
+               std::exception)
       << "E5M2 x E5M2 is not an FP8 GEMM cuBLASLt has";
 }
 
@@ -63,7 +68,9 @@ TEST(CudaGemmDevice, Int8GemmIsExact) {
   std::vector<int64_t> want(static_cast<size_t>(M * N), 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) want[static_cast<size_t>(m * N + n)] += av[static_cast<size_t>(m * K + k)] * bv[static_cast<size_t>(k * N + n)];
+      for (int64_t k = 0; k < K; ++k)
+        want[static_cast<size_t>(m * N + n)] +=
+            av[static_cast<size_t>(m * K + k)] * bv[static_cast<size_t>(k * N + n)];
   Tensor dst = Tensor::empty(Shape{M, N}, {.dtype = DType::int32, .device = kGpu});
   detail::cuda_int8_matmul(dst, a.to(kGpu), b.to(kGpu));
   const Tensor got = dst.to(Device::cpu());

@@ -3,9 +3,9 @@
 // cnn's recipes training a few steps on cuda against the cpu. Skipped with the reason without a
 // GPU; the arithmetic is checked on the CPU against the ref backend in test_cuda_nn_math.cpp.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -21,8 +21,10 @@ TEST(CudaNnDevice, ConvolutionAndItsGradientsMatchTheCpu) {
   for (auto [stride, pad] : {std::pair<int64_t, int64_t>{1, 1}, {2, 0}}) {
     Tensor x = host_randn(Shape{4, 3, 12, 10}, 1), w = mul(host_randn(Shape{8, 3, 3, 3}, 2), 0.3),
            b = host_randn(Shape{8}, 3);
-    Tensor cx = x.clone().requires_grad_(), cw = w.clone().requires_grad_(), cb = b.clone().requires_grad_();
-    Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_(), gb = b.to(kGpu).requires_grad_();
+    Tensor cx = x.clone().requires_grad_(), cw = w.clone().requires_grad_(),
+           cb = b.clone().requires_grad_();
+    Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_(),
+           gb = b.to(kGpu).requires_grad_();
     Tensor yc = conv2d(cx, cw, cb, stride, pad), yg = conv2d(gx, gw, gb, stride, pad);
     EXPECT_LT(rel_error(yg, yc), 1e-5) << "stride " << stride;
     sum(mul(yc, yc)).backward();
@@ -37,7 +39,8 @@ TEST(CudaNnDevice, ConvolutionAndItsGradientsMatchTheCpu) {
   Conv2dParams p;
   p.pad_h = p.pad_w = 1;
   p.compute = DType::bf16;
-  EXPECT_LT(rel_error(conv2d(x.to(kGpu), w.to(kGpu), Tensor(), p), conv2d(x, w, Tensor(), p)), 1e-2);
+  EXPECT_LT(rel_error(conv2d(x.to(kGpu), w.to(kGpu), Tensor(), p), conv2d(x, w, Tensor(), p)),
+            1e-2);
 }
 
 TEST(CudaNnDevice, PoolingBatchNormAndMaxMatchTheCpu) {
@@ -57,7 +60,8 @@ TEST(CudaNnDevice, PoolingBatchNormAndMaxMatchTheCpu) {
   Tensor grm = rm.to(kGpu), grv = rv.to(kGpu);
   Tensor cx = x.clone().requires_grad_(), gx = x.to(kGpu).requires_grad_();
   Tensor cw = w.clone().requires_grad_(), gw = w.to(kGpu).requires_grad_();
-  Tensor yc = batch_norm(cx, rm, rv, cw, b, true), yg = batch_norm(gx, grm, grv, gw, b.to(kGpu), true);
+  Tensor yc = batch_norm(cx, rm, rv, cw, b, true),
+         yg = batch_norm(gx, grm, grv, gw, b.to(kGpu), true);
   EXPECT_LT(rel_error(yg, yc), 1e-6);
   EXPECT_LT(rel_error(grm, rm), 1e-6);
   EXPECT_LT(rel_error(grv, rv), 1e-6);
@@ -80,8 +84,9 @@ TEST(CudaNnDevice, CnnRecipesTrainOnCudaLikeOnTheCpu) {
   REQUIRE_GPU();
   for (const char* p : {"fp32", "bf16", "int8-qat", "fp8", "mxfp8", "fp16-o2", "bf16-pure",
                         "int4-qat", "binary-act"}) {
-    const std::string run = std::string("train --model cnn --data synthetic --steps 3 --batch 16 ") +
-                            "--seed 2 --json --precision " + p;
+    const std::string run =
+        std::string("train --model cnn --data synthetic --steps 3 --batch 16 ") +
+        "--seed 2 --json --precision " + p;
     std::string out, err;
     ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << p << ": " << err;
     const double cpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();

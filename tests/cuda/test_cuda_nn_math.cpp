@@ -48,9 +48,11 @@ TEST(CudaNnMath, PoolingAndItsGradientsEqualTheRefBackend) {
   for (const Pool2dParams& p : params) {
     const int64_t OH = (9 + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1;
     const int64_t OW = (11 + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1;
-    const cm::PoolShape s{2, 3, 9, 11, OH, OW, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
-    const std::string what = "pool k" + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) +
-                             " s" + std::to_string(p.stride_h) + " p" + std::to_string(p.pad_h);
+    const cm::PoolShape s{2,          3,          9,          11,         OH,      OW,
+                          p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+    const std::string what = "pool k" + std::to_string(p.kernel_h) + "x" +
+                             std::to_string(p.kernel_w) + " s" + std::to_string(p.stride_h) + " p" +
+                             std::to_string(p.pad_h);
     const float* xv = x.data<float>();
     Tensor ymax = Tensor::empty(Shape{2, 3, OH, OW}), yavg = Tensor::empty(Shape{2, 3, OH, OW});
     ref().max_pool2d(ymax, x, p);
@@ -94,8 +96,9 @@ TEST(CudaNnMath, ConvolutionAsIm2colGemmEqualsTheRefBackend) {
     Tensor x = randn_t(Shape{N, C, H, W}, 3), w = randn_t(Shape{O, C, KH, KW}, 4);
     Tensor b = randn_t(Shape{O}, 5), y = Tensor::empty(Shape{N, O, OH, OW});
     ref().conv2d(y, x, w, b, p);
-    const cm::ConvShape g{N, C, H, W, O, KH, KW, OH, OW, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                          p.dilation_h, p.dilation_w};
+    const cm::ConvShape g{N,           C,  H,          W,          O,       KH,      KW,
+                          OH,          OW, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                          p.dilation_w};
     const int64_t R = C * KH * KW, S = OH * OW;
     // im2col, then the GEMM in double in the col's row order (the ref's tap order).
     std::vector<double> col(static_cast<size_t>(N * R * S));
@@ -121,7 +124,8 @@ TEST(CudaNnMath, ConvolutionAsIm2colGemmEqualsTheRefBackend) {
     // A padded tap adds 0 * w here and nothing in the ref: the same sums up to the order of
     // those zeros, so within one fp32 rounding.
     const float* yv = y.data<float>();
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], yv[i], 1e-6 * (1 + std::fabs(yv[i]))) << i;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], yv[i], 1e-6 * (1 + std::fabs(yv[i]))) << i;
 
     // col2im of dcol = W^T dy (double, then fp32 as the GEMM's output) against the ref's data
     // gradient (double sums, one rounding): within fp32 rounding.
@@ -133,7 +137,8 @@ TEST(CudaNnMath, ConvolutionAsIm2colGemmEqualsTheRefBackend) {
       for (int64_t r = 0; r < R; ++r)
         for (int64_t s = 0; s < S; ++s) {
           double acc = 0;
-          for (int64_t o = 0; o < O; ++o) acc += static_cast<double>(wv[o * R + r]) * dyv[(n * O + o) * S + s];
+          for (int64_t o = 0; o < O; ++o)
+            acc += static_cast<double>(wv[o * R + r]) * dyv[(n * O + o) * S + s];
           dcol[static_cast<size_t>((n * R + r) * S + s)] = static_cast<float>(acc);
         }
     const float* dxv = dx.data<float>();
@@ -145,7 +150,8 @@ TEST(CudaNnMath, ConvolutionAsIm2colGemmEqualsTheRefBackend) {
               return dcol[static_cast<size_t>((n * R + r) * S + s)];
             });
             const float want = dxv[((n * C + c) * H + h) * W + ww];
-            EXPECT_NEAR(v, want, 1e-5 * (1 + std::fabs(want))) << n << " " << c << " " << h << " " << ww;
+            EXPECT_NEAR(v, want, 1e-5 * (1 + std::fabs(want)))
+                << n << " " << c << " " << h << " " << ww;
           }
   }
 }
@@ -158,7 +164,9 @@ TEST(CudaNnMath, BatchNormFormulasEqualTheRefBackend) {
   Tensor y = Tensor::empty(x.shape()), sm = Tensor::empty(Shape{C}), si = Tensor::empty(Shape{C});
   ref().batch_norm(y, sm, si, rm, rv, x, w, b, true, 0.1, 1e-5);
   const float* xv = x.data<float>();
-  auto at = [&](int64_t n, int64_t c, int64_t s) { return static_cast<double>(xv[(n * C + c) * S + s]); };
+  auto at = [&](int64_t n, int64_t c, int64_t s) {
+    return static_cast<double>(xv[(n * C + c) * S + s]);
+  };
   std::vector<float> gy(static_cast<size_t>(N * C * S)), gm, gi, grm, grv;
   for (int64_t c = 0; c < C; ++c) {
     double sum = 0, sq = 0;
@@ -174,8 +182,8 @@ TEST(CudaNnMath, BatchNormFormulasEqualTheRefBackend) {
     grv.push_back(static_cast<float>(cm::bn_running(rv0.data<float>()[c], 0.1, st.unbiased)));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t s = 0; s < S; ++s)
-        gy[static_cast<size_t>((n * C + c) * S + s)] = static_cast<float>(
-            cm::bn_forward(at(n, c, s), st.mean, st.invstd, w.data<float>()[c], b.data<float>()[c]));
+        gy[static_cast<size_t>((n * C + c) * S + s)] = static_cast<float>(cm::bn_forward(
+            at(n, c, s), st.mean, st.invstd, w.data<float>()[c], b.data<float>()[c]));
   }
   expect_bits(y, gy, "batch_norm");
   expect_bits(sm, gm, "save_mean");
@@ -219,9 +227,11 @@ TEST(CudaNnMath, ReduceMaxBackwardSplitsLikeTheRefBackend) {
   std::vector<float> got;
   for (int r = 0; r < 3; ++r) {
     float count = 0;
-    for (int c = 0; c < 4; ++c) count += xs[static_cast<size_t>(r * 4 + c)] == m.data<float>()[r] ? 1.0f : 0.0f;
     for (int c = 0; c < 4; ++c)
-      got.push_back(cm::max_split(xs[static_cast<size_t>(r * 4 + c)], m.data<float>()[r], g.data<float>()[r], count));
+      count += xs[static_cast<size_t>(r * 4 + c)] == m.data<float>()[r] ? 1.0f : 0.0f;
+    for (int c = 0; c < 4; ++c)
+      got.push_back(cm::max_split(xs[static_cast<size_t>(r * 4 + c)], m.data<float>()[r],
+                                  g.data<float>()[r], count));
   }
   expect_bits(d, got, "reduce_max_backward");
 }

@@ -31,8 +31,9 @@ std::vector<float> inputs(size_t n, uint32_t seed, bool specials) {
   std::uniform_int_distribution<int> ex(-20, 12);
   std::vector<float> v;
   for (size_t i = 0; i < n; ++i) v.push_back(std::ldexp(nd(rng), ex(rng)));
-  const float fixed[] = {0.0f, -0.0f, 0.5f, -1.5f, 448.0f, 464.0f, 500.0f, -57344.0f, 1e-40f,
-                         -3e-39f, 0.0078125f, 0.01171875f, 2.5f, 3.5f, -2.5f, 1.0f, -1.0f, 1e30f};
+  const float fixed[] = {0.0f,   -0.0f,     0.5f,   -1.5f,   448.0f,     464.0f,
+                         500.0f, -57344.0f, 1e-40f, -3e-39f, 0.0078125f, 0.01171875f,
+                         2.5f,   3.5f,      -2.5f,  1.0f,    -1.0f,      1e30f};
   for (size_t i = 0; i < std::size(fixed) && i < v.size(); ++i) v[i * 7 % v.size()] = fixed[i];
   if (specials && v.size() > 100) {
     v[11] = NAN;
@@ -135,18 +136,24 @@ TEST(CudaQuantMath, QuantizeKindsEqualTheRefBackend) {
       const int64_t row_len = 70, per_row = (row_len + block - 1) / block;
       for (int64_t b = 0; b < 45 * per_row; ++b) {
         const int64_t r = b / per_row, j = b % per_row;
-        const int64_t begin = r * row_len + j * block, len = std::min<int64_t>(block, row_len - j * block);
+        const int64_t begin = r * row_len + j * block,
+                      len = std::min<int64_t>(block, row_len - j * block);
         uint32_t amax = 0;
-        for (int64_t k = 0; k < len; ++k) amax = std::max(amax, cm::mx_abs_bits(x[static_cast<size_t>(begin + k)]));
+        for (int64_t k = 0; k < len; ++k)
+          amax = std::max(amax, cm::mx_abs_bits(x[static_cast<size_t>(begin + k)]));
         const int s = cm::mx_block_exponent(amax, e5m2);
         for (int64_t k = 0; k < len; ++k)
-          got[static_cast<size_t>(begin + k)] = cm::mx_element(x[static_cast<size_t>(begin + k)], s, e5m2);
+          got[static_cast<size_t>(begin + k)] =
+              cm::mx_element(x[static_cast<size_t>(begin + k)], s, e5m2);
       }
-      expect_same(dst, got, std::string("fp8_mx ") + std::string(name(f)) + " block " + std::to_string(block));
+      expect_same(
+          dst, got,
+          std::string("fp8_mx ") + std::string(name(f)) + " block " + std::to_string(block));
     }
   }
   // Integer fake quantization per tensor and per channel (channels on dim 0, inner 70).
-  const std::vector<QuantizeSpec::IntParams> per_tensor = {{0.05f, 1.0f / 0.05f, 3.0f, -128.0f, 127.0f}};
+  const std::vector<QuantizeSpec::IntParams> per_tensor = {
+      {0.05f, 1.0f / 0.05f, 3.0f, -128.0f, 127.0f}};
   std::vector<QuantizeSpec::IntParams> per_channel;
   for (int c = 0; c < 45; ++c) {
     const float s = 0.001f * static_cast<float>(c + 1);
@@ -160,7 +167,8 @@ TEST(CudaQuantMath, QuantizeKindsEqualTheRefBackend) {
     spec.params = *params;
     spec.channels = static_cast<int64_t>(params->size());
     spec.inner = params->size() == 1 ? x.size() : 70;
-    Tensor dst = Tensor::empty(src.shape()), mask = Tensor::empty(src.shape(), {.dtype = DType::uint8});
+    Tensor dst = Tensor::empty(src.shape()),
+           mask = Tensor::empty(src.shape(), {.dtype = DType::uint8});
     ref().quantize(spec, dst, mask, src);
     std::vector<float> got;
     std::vector<uint8_t> gm;
@@ -233,7 +241,8 @@ TEST(CudaQuantMath, LowBitCodesAndGradientsEqualTheRefBackend) {
       case Kind::weight_binary:
         for (int64_t o = 0; o < O; ++o) {
           double sum = 0;
-          for (int64_t k = 0; k < K; ++k) sum += std::fabs(static_cast<double>(w[static_cast<size_t>(o * K + k)]));
+          for (int64_t k = 0; k < K; ++k)
+            sum += std::fabs(static_cast<double>(w[static_cast<size_t>(o * K + k)]));
           gs[static_cast<size_t>(o)] = cm::mean_abs_scale(sum, K);
         }
         [[fallthrough]];
@@ -251,12 +260,15 @@ TEST(CudaQuantMath, LowBitCodesAndGradientsEqualTheRefBackend) {
 
     // The straight-through gradient, per row.
     std::vector<float> inv(static_cast<size_t>(O)), g = inputs(w.size(), 10, true);
-    for (int64_t o = 0; o < O; ++o) inv[static_cast<size_t>(o)] = 1.0f / (0.01f + static_cast<float>(o));
+    for (int64_t o = 0; o < O; ++o)
+      inv[static_cast<size_t>(o)] = 1.0f / (0.01f + static_cast<float>(o));
     Tensor dsrc = Tensor::empty(src.shape());
-    ref().lowbit_codes_backward(dsrc, from_vector(g, src.shape()), mask, from_vector(inv, Shape{O}), K);
+    ref().lowbit_codes_backward(dsrc, from_vector(g, src.shape()), mask, from_vector(inv, Shape{O}),
+                                K);
     std::vector<float> gd;
     for (size_t i = 0; i < w.size(); ++i)
-      gd.push_back(cm::lowbit_ste(g[i], gm[i], inv[(i / static_cast<size_t>(K)) % static_cast<size_t>(O)]));
+      gd.push_back(
+          cm::lowbit_ste(g[i], gm[i], inv[(i / static_cast<size_t>(K)) % static_cast<size_t>(O)]));
     expect_same(dsrc, gd, what + " backward");
   }
 }
@@ -287,8 +299,9 @@ TEST(CudaQuantMath, MaskGradAndScaleBiasActEqualTheRefBackend) {
       for (size_t i = 0; i < g.size(); ++i)
         got.push_back(cm::scale_bias_act_element(g[i], 0.37f, with_bias ? &bias[i % 80] : nullptr,
                                                  act == Activation::relu));
-      expect_same(dst, got, "scale_bias_act bias " + std::to_string(with_bias) + " act " +
-                                std::to_string(static_cast<int>(act)));
+      expect_same(dst, got,
+                  "scale_bias_act bias " + std::to_string(with_bias) + " act " +
+                      std::to_string(static_cast<int>(act)));
     }
   }
 }
@@ -301,23 +314,30 @@ TEST(CudaQuantMath, Fp8ScaleUpdateEqualsTheRefBackend) {
     int margin;
     float scale0;
   };
-  for (const Case& c : {Case{false, false, 9.0f, 448.0f, 0, 1.0f}, Case{false, false, NAN, 448.0f, 0, 1.0f},
-                        Case{true, false, 0, 448.0f, 0, 2.0f}, Case{true, true, 0, 57344.0f, 2, 2.0f},
-                        Case{true, false, 0, 448.0f, -3, 5.0f}}) {
-    for (const std::vector<float>& h0 : {hist, std::vector<float>{0, 0, 0}, std::vector<float>{1e-40f, 0}}) {
+  for (const Case& c :
+       {Case{false, false, 9.0f, 448.0f, 0, 1.0f}, Case{false, false, NAN, 448.0f, 0, 1.0f},
+        Case{true, false, 0, 448.0f, 0, 2.0f}, Case{true, true, 0, 57344.0f, 2, 2.0f},
+        Case{true, false, 0, 448.0f, -3, 5.0f}}) {
+    for (const std::vector<float>& h0 :
+         {hist, std::vector<float>{0, 0, 0}, std::vector<float>{1e-40f, 0}}) {
       Tensor h = from_vector(h0, Shape{static_cast<int64_t>(h0.size())});
       Tensor s = from_vector(std::vector<float>{c.scale0}, Shape{1}), si = Tensor::empty(Shape{1});
       si.data<float>()[0] = 0.0f;
-      ref().fp8_scale_update(h, s, si, {.roll = c.roll, .amax = c.amax, .most_recent = c.most_recent,
-                                        .fp8_max = c.fp8_max, .margin = c.margin});
+      ref().fp8_scale_update(h, s, si,
+                             {.roll = c.roll,
+                              .amax = c.amax,
+                              .most_recent = c.most_recent,
+                              .fp8_max = c.fp8_max,
+                              .margin = c.margin});
       std::vector<float> gh = h0, gs = {c.scale0}, gsi = {0.0f};
       cm::fp8_scale_update_state(gh.data(), static_cast<int64_t>(gh.size()), gs.data(), gsi.data(),
                                  c.roll, c.amax, c.most_recent, c.fp8_max, c.margin);
       expect_same(h, gh, "history");
       expect_same(s, gs, "scale");
       expect_same(si, gsi, "scale_inv");
-      EXPECT_EQ(std::bit_cast<uint32_t>(cm::fp8_scale_from_amax_f(c.amax, c.fp8_max, c.margin, c.scale0)),
-                std::bit_cast<uint32_t>(fp8_scale_from_amax(c.amax, c.fp8_max, c.margin, c.scale0)));
+      EXPECT_EQ(
+          std::bit_cast<uint32_t>(cm::fp8_scale_from_amax_f(c.amax, c.fp8_max, c.margin, c.scale0)),
+          std::bit_cast<uint32_t>(fp8_scale_from_amax(c.amax, c.fp8_max, c.margin, c.scale0)));
     }
   }
 }
@@ -334,17 +354,27 @@ TEST(CudaQuantMath, CountNonfiniteEqualsTheRefBackend) {
     for (int64_t i = 0; i < c.numel(); ++i) {
       uint64_t bits = 0, em = 0, mm = 0;
       switch (t) {
-        case DType::fp32: bits = static_cast<const uint32_t*>(c.data_ptr())[i], em = 0x7F800000u, mm = 0x7FFFFFu; break;
-        case DType::fp64: bits = static_cast<const uint64_t*>(c.data_ptr())[i], em = 0x7FF0000000000000ull, mm = 0xFFFFFFFFFFFFFull; break;
-        case DType::bf16: bits = static_cast<const uint16_t*>(c.data_ptr())[i], em = 0x7F80, mm = 0x7F; break;
-        default: bits = static_cast<const uint16_t*>(c.data_ptr())[i], em = 0x7C00, mm = 0x3FF; break;
+        case DType::fp32:
+          bits = static_cast<const uint32_t*>(c.data_ptr())[i], em = 0x7F800000u, mm = 0x7FFFFFu;
+          break;
+        case DType::fp64:
+          bits = static_cast<const uint64_t*>(c.data_ptr())[i], em = 0x7FF0000000000000ull,
+          mm = 0xFFFFFFFFFFFFFull;
+          break;
+        case DType::bf16:
+          bits = static_cast<const uint16_t*>(c.data_ptr())[i], em = 0x7F80, mm = 0x7F;
+          break;
+        default:
+          bits = static_cast<const uint16_t*>(c.data_ptr())[i], em = 0x7C00, mm = 0x3FF;
+          break;
       }
       const int k = cm::nonfinite_class(bits, em, mm);
       nan += k == 0;
       inf += k == 1;
     }
     EXPECT_GE(nan + inf, 3) << name(t);  // fp16 overflows some of the large values to inf too
-    expect_same(dst, std::vector<int64_t>{nan, inf}, std::string("count_nonfinite ") + std::string(name(t)));
+    expect_same(dst, std::vector<int64_t>{nan, inf},
+                std::string("count_nonfinite ") + std::string(name(t)));
   }
 }
 
@@ -365,7 +395,8 @@ TEST(CudaQuantMath, BinaryCrossEntropyEqualsTheRefBackend) {
       Tensor loss = Tensor::empty(Shape{}, {.dtype = dt});
       ref().binary_cross_entropy(loss, x, t, logits);
       Tensor dloss = from_vector(std::vector<double>{0.75}, Shape{1}).to(dt);
-      Tensor dx = Tensor::empty(x.shape(), {.dtype = dt}), dtg = Tensor::empty(x.shape(), {.dtype = dt});
+      Tensor dx = Tensor::empty(x.shape(), {.dtype = dt}),
+             dtg = Tensor::empty(x.shape(), {.dtype = dt});
       ref().binary_cross_entropy_backward(dx, dtg, dloss, x, t, logits);
       const std::vector<double> xv = x.to_double_vector(), tv = t.to_double_vector();
       double acc = 0;
@@ -383,7 +414,10 @@ TEST(CudaQuantMath, BinaryCrossEntropyEqualsTheRefBackend) {
         expect_same(dx, gdx, what + " dx");
         expect_same(dtg, gdt, what + " dtarget");
       };
-      if (dt == DType::fp32) check(0.0f); else check(0.0);
+      if (dt == DType::fp32)
+        check(0.0f);
+      else
+        check(0.0);
     }
   }
 }

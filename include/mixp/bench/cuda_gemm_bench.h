@@ -28,8 +28,8 @@ struct CudaPeak {
 const CudaPeak* cuda_gemm_peak(const std::string& device_name);
 
 struct CudaGemmRow {
-  std::string name;       // "fp32", "tf32", "fp8 e4m3", ...
-  std::string path;       // what ran, e.g. "cuBLASLt FP8 (native)" or "emulated (bf16 GEMM)"
+  std::string name;  // "fp32", "tf32", "fp8 e4m3", ...
+  std::string path;  // what ran, e.g. "cuBLASLt FP8 (native)" or "emulated (bf16 GEMM)"
   double tflops = 0;
   double vs_fp32 = 0, vs_bf16 = 0;  // against the fp32 and the bf16 -> fp32 rows of this run
   double peak_tflops = 0;           // the datasheet's, 0 when unknown

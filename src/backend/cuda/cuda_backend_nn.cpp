@@ -30,14 +30,15 @@ Tensor as_dtype(const Tensor& t, DType d) {
   return t.dtype() == d ? t : t.to(d, Round::nearest_even, Overflow::ieee, 0);
 }
 cuda_math::PoolShape pool_shape(const Tensor& src, const Tensor& out, const Pool2dParams& p) {
-  return {src.shape()[0], src.shape()[1], src.shape()[2], src.shape()[3], out.shape()[2],
-          out.shape()[3], p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+  return {src.shape()[0], src.shape()[1], src.shape()[2], src.shape()[3],
+          out.shape()[2], out.shape()[3], p.kernel_h,     p.kernel_w,
+          p.stride_h,     p.stride_w,     p.pad_h,        p.pad_w};
 }
 cuda_math::ConvShape conv_shape(const Tensor& src, const Tensor& weight, const Tensor& out,
                                 const Conv2dParams& p) {
-  return {src.shape()[0], src.shape()[1], src.shape()[2], src.shape()[3], weight.shape()[0],
+  return {src.shape()[0],    src.shape()[1],    src.shape()[2], src.shape()[3], weight.shape()[0],
           weight.shape()[2], weight.shape()[3], out.shape()[2], out.shape()[3], p.stride_h,
-          p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
+          p.stride_w,        p.pad_h,           p.pad_w,        p.dilation_h,   p.dilation_w};
 }
 DType conv_compute(const Conv2dParams& p, const char* op) {
   if (p.compute != DType::fp32 && p.compute != DType::bf16 && p.compute != DType::fp16)
@@ -137,7 +138,8 @@ void CudaBackend::conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const 
   launch_im2col(dev_ptr(col), elem_of(ct, op), dev_ptr(x), float_elem(x, op), g, ctx().stream);
   MIXP_CUDA_CHECK_LAUNCH();
   // dW [O, CKK] = dy [O, N*S] x col [CKK, N*S]^T: one GEMM over every image's columns.
-  const Tensor dyp = dy.view(Shape{g.N, g.O, S}).permute(Shape{1, 0, 2}).contiguous().view(Shape{g.O, g.N * S});
+  const Tensor dyp =
+      dy.view(Shape{g.N, g.O, S}).permute(Shape{1, 0, 2}).contiguous().view(Shape{g.O, g.N * S});
   const Tensor colp = col.permute(Shape{1, 0, 2}).contiguous().view(Shape{ckk, g.N * S});
   Tensor dw32 = Tensor::empty(Shape{g.O, ckk}, {.dtype = DType::fp32, .device = dev});
   MatmulConfig cfg;
@@ -160,9 +162,11 @@ void CudaBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd
                              double momentum, double eps) {
   constexpr const char* op = "batch_norm";
   const Tensor x = src.contiguous();
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &dst, &save_mean, &save_invstd, &running_mean, &running_var, &weight, &bias}) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{
+           &x, &dst, &save_mean, &save_invstd, &running_mean, &running_var, &weight, &bias}) {
     if (!t->defined()) continue;
-    if (t->dtype() != DType::fp32) unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
+    if (t->dtype() != DType::fp32)
+      unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
     need_contiguous(*t, op, "operand");
   }
   auto f = [](const Tensor& t) { return t.defined() ? static_cast<float*>(dev_ptr(t)) : nullptr; };
@@ -192,9 +196,11 @@ void CudaBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbi
                                       const Tensor& save_mean, const Tensor& save_invstd) {
   constexpr const char* op = "batch_norm_backward";
   const Tensor x = src.contiguous(), g = ddst.contiguous();
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &g, &dsrc, &dweight, &dbias, &weight, &save_mean, &save_invstd}) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &g, &dsrc, &dweight, &dbias,
+                                                              &weight, &save_mean, &save_invstd}) {
     if (!t->defined()) continue;
-    if (t->dtype() != DType::fp32) unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
+    if (t->dtype() != DType::fp32)
+      unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
     need_contiguous(*t, op, "operand");
   }
   auto f = [](const Tensor& t) { return t.defined() ? static_cast<float*>(dev_ptr(t)) : nullptr; };

@@ -34,8 +34,8 @@ float* mf(Tensor& t) {
 bool e5m2_of(DType t, const char* op) {
   if (t == DType::fp8_e5m2) return true;
   if (t == DType::fp8_e4m3) return false;
-  throw std::invalid_argument(fmt::format(
-      "FP8 quantization: the format must be fp8_e4m3 or fp8_e5m2, got {}", name(t)));
+  throw std::invalid_argument(
+      fmt::format("FP8 quantization: the format must be fp8_e4m3 or fp8_e5m2, got {}", name(t)));
 }
 }  // namespace
 
@@ -113,8 +113,8 @@ void CudaBackend::lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tenso
   constexpr const char* op = "lowbit_codes";
   need(op, src, DType::fp32, "src");
   need(op, codes, DType::fp32, "codes");
-  const bool weight = spec.kind != LowBitCodesSpec::Kind::act_int &&
-                      spec.kind != LowBitCodesSpec::Kind::act_sign;
+  const bool weight =
+      spec.kind != LowBitCodesSpec::Kind::act_int && spec.kind != LowBitCodesSpec::Kind::act_sign;
   if (weight) need(op, scales, DType::fp32, "scales");
   if (mask.defined()) need(op, mask, DType::uint8, "mask");
   LowBitArgs a;
@@ -132,10 +132,10 @@ void CudaBackend::lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tenso
   MIXP_CUDA_CHECK_LAUNCH();
 }
 static_assert(static_cast<int>(LowBitCodesSpec::Kind::weight_int) == 0 &&
-              static_cast<int>(LowBitCodesSpec::Kind::weight_ternary) == 1 &&
-              static_cast<int>(LowBitCodesSpec::Kind::weight_binary) == 2 &&
-              static_cast<int>(LowBitCodesSpec::Kind::act_int) == 3 &&
-              static_cast<int>(LowBitCodesSpec::Kind::act_sign) == 4,
+                  static_cast<int>(LowBitCodesSpec::Kind::weight_ternary) == 1 &&
+                  static_cast<int>(LowBitCodesSpec::Kind::weight_binary) == 2 &&
+                  static_cast<int>(LowBitCodesSpec::Kind::act_int) == 3 &&
+                  static_cast<int>(LowBitCodesSpec::Kind::act_sign) == 4,
               "LowBitArgs::kind takes LowBitCodesSpec::Kind's values");
 
 void CudaBackend::lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
@@ -157,7 +157,8 @@ void CudaBackend::scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& b
   need(op, src, DType::fp32, "src");
   need(op, dst, DType::fp32, "dst");
   if (bias.defined()) need(op, bias, DType::fp32, "bias");
-  if (act == Activation::gelu) throw std::logic_error("mixp: scale_bias_act takes act none or relu");
+  if (act == Activation::gelu)
+    throw std::logic_error("mixp: scale_bias_act takes act none or relu");
   const int64_t n = src.dim() == 0 ? 1 : src.size(-1);
   const int64_t rows = n ? src.numel() / n : 0;
   launch_scale_bias_act(mf(dst), cf(src), cf(bias), rows, n, alpha, act == Activation::relu,
@@ -182,10 +183,18 @@ void CudaBackend::count_nonfinite(Tensor& dst, const Tensor& src) {
   int bytes = 0;
   uint64_t em = 0, mm = 0;
   switch (src.dtype()) {
-    case DType::fp32: bytes = 4, em = 0x7F800000u, mm = 0x007FFFFFu; break;
-    case DType::fp64: bytes = 8, em = 0x7FF0000000000000ull, mm = 0x000FFFFFFFFFFFFFull; break;
-    case DType::bf16: bytes = 2, em = 0x7F80, mm = 0x007F; break;
-    case DType::fp16: bytes = 2, em = 0x7C00, mm = 0x03FF; break;
+    case DType::fp32:
+      bytes = 4, em = 0x7F800000u, mm = 0x007FFFFFu;
+      break;
+    case DType::fp64:
+      bytes = 8, em = 0x7FF0000000000000ull, mm = 0x000FFFFFFFFFFFFFull;
+      break;
+    case DType::bf16:
+      bytes = 2, em = 0x7F80, mm = 0x007F;
+      break;
+    case DType::fp16:
+      bytes = 2, em = 0x7C00, mm = 0x03FF;
+      break;
     default:
       throw std::logic_error(fmt::format(
           "mixp: count_nonfinite takes fp32, fp64, bf16 or fp16, got {}", mixp::name(src.dtype())));

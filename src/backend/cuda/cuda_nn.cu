@@ -11,8 +11,8 @@ namespace {
 using namespace cuda_math;
 constexpr int kThreads = 256;
 
-#define MIXP_GRID_STRIDE(i, n)                                                   \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n);     \
+#define MIXP_GRID_STRIDE(i, n)                                              \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
 __global__ void max_pool_kernel(void* dst, const void* src, Elem t, PoolShape p) {
@@ -39,9 +39,8 @@ __global__ void avg_pool_kernel(void* dst, const void* src, Elem t, PoolShape p)
   MIXP_GRID_STRIDE(i, p.N * p.C * p.OH * p.OW) {
     const int64_t ow = i % p.OW, oh = (i / p.OW) % p.OH, plane = i / (p.OW * p.OH);
     const int64_t base = plane * p.H * p.W;
-    const double v = avg_pool_at(p, oh, ow, [&](int64_t h, int64_t w) {
-      return load_f(src, t, base + h * p.W + w);
-    });
+    const double v = avg_pool_at(
+        p, oh, ow, [&](int64_t h, int64_t w) { return load_f(src, t, base + h * p.W + w); });
     store_rne(dst, t, i, static_cast<float>(v));
   }
 }
@@ -72,7 +71,8 @@ __global__ void col2im_kernel(void* dsrc, Elem t, const float* dcol, ConvShape g
     const int64_t w = i % g.W, h = (i / g.W) % g.H, c = (i / (g.W * g.H)) % g.C,
                   n = i / (g.W * g.H * g.C);
     const float* d = dcol + n * rows * cols;
-    store_rne(dsrc, t, i, col2im_at(g, c, h, w, [&](int64_t r, int64_t s) { return d[r * cols + s]; }));
+    store_rne(dsrc, t, i,
+              col2im_at(g, c, h, w, [&](int64_t r, int64_t s) { return d[r * cols + s]; }));
   }
 }
 __global__ void conv_bias_kernel(void* dst, Elem t, const float* y32, const void* bias, Elem bt,
@@ -118,8 +118,11 @@ __global__ void batch_norm_kernel(BatchNormArgs a) {
     if (threadIdx.x == 0) {
       a.save_mean[c] = static_cast<float>(st.mean);
       a.save_invstd[c] = static_cast<float>(st.invstd);
-      if (a.running_mean) a.running_mean[c] = static_cast<float>(bn_running(a.running_mean[c], a.momentum, st.mean));
-      if (a.running_var) a.running_var[c] = static_cast<float>(bn_running(a.running_var[c], a.momentum, st.unbiased));
+      if (a.running_mean)
+        a.running_mean[c] = static_cast<float>(bn_running(a.running_mean[c], a.momentum, st.mean));
+      if (a.running_var)
+        a.running_var[c] =
+            static_cast<float>(bn_running(a.running_var[c], a.momentum, st.unbiased));
     }
   } else {
     mean = a.running_mean[c];
@@ -179,7 +182,8 @@ void launch_max_pool_backward(void* dsrc, const void* ddst, const void* src, Ele
                               const PoolShape& p, cudaStream_t stream) {
   const int64_t n = p.N * p.C * p.H * p.W;
   if (n)
-    max_pool_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dsrc, ddst, src, t, p);
+    max_pool_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dsrc, ddst, src, t,
+                                                                               p);
 }
 void launch_avg_pool(void* dst, const void* src, Elem t, const PoolShape& p, cudaStream_t stream) {
   const int64_t n = p.N * p.C * p.OH * p.OW;
@@ -188,7 +192,8 @@ void launch_avg_pool(void* dst, const void* src, Elem t, const PoolShape& p, cud
 void launch_avg_pool_backward(void* dsrc, const void* ddst, Elem t, const PoolShape& p,
                               cudaStream_t stream) {
   const int64_t n = p.N * p.C * p.H * p.W;
-  if (n) avg_pool_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dsrc, ddst, t, p);
+  if (n)
+    avg_pool_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dsrc, ddst, t, p);
 }
 void launch_im2col(void* col, Elem ct, const void* src, Elem st, const ConvShape& g,
                    cudaStream_t stream) {
@@ -202,7 +207,9 @@ void launch_col2im(void* dsrc, Elem t, const float* dcol, const ConvShape& g, cu
 void launch_conv_bias(void* dst, Elem t, const float* y32, const void* bias, Elem bt, int64_t N,
                       int64_t O, int64_t S, cudaStream_t stream) {
   const int64_t n = N * O * S;
-  if (n) conv_bias_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, t, y32, bias, bt, N, O, S);
+  if (n)
+    conv_bias_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, t, y32, bias, bt, N, O,
+                                                                       S);
 }
 void launch_batch_norm(const BatchNormArgs& a, cudaStream_t stream) {
   if (a.C) batch_norm_kernel<<<static_cast<unsigned>(a.C), kThreads, 0, stream>>>(a);

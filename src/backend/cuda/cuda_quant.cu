@@ -13,8 +13,8 @@ namespace {
 using namespace cuda_math;
 constexpr int kThreads = 256;
 
-#define MIXP_GRID_STRIDE(i, n)                                                   \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n);     \
+#define MIXP_GRID_STRIDE(i, n)                                              \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
 __device__ void amax_into(unsigned* dst, unsigned key) {
@@ -35,11 +35,11 @@ __global__ void amax_kernel(unsigned* dst, const float* src, int64_t n) {
   amax_into(dst, key);
 }
 
-// Block (p, c) reduces the p-th run of channel c's elements (j = o * inner + k in element order).
+// Block (c, p) reduces the p-th run of channel c's elements (j = o * inner + k in element order).
 __global__ void minmax_partial(MinMaxAcc* part, const float* src, int64_t outer, int64_t channels,
                                int64_t inner, int64_t per_block) {
   __shared__ MinMaxAcc buf[kThreads];
-  const int64_t c = blockIdx.y, p = blockIdx.x;
+  const int64_t c = blockIdx.x, p = blockIdx.y;
   const int64_t count = outer * inner;
   const int64_t lo = p * per_block, hi = lo + per_block < count ? lo + per_block : count;
   const int64_t per_thread = (per_block + kThreads - 1) / kThreads;
@@ -53,10 +53,11 @@ __global__ void minmax_partial(MinMaxAcc* part, const float* src, int64_t outer,
   buf[threadIdx.x] = acc;
   __syncthreads();
   for (int s = 1; s < kThreads; s <<= 1) {  // adjacent runs: element order is kept
-    if (threadIdx.x % (2 * s) == 0) buf[threadIdx.x] = minmax_merge(buf[threadIdx.x], buf[threadIdx.x + s]);
+    if (threadIdx.x % (2 * s) == 0)
+      buf[threadIdx.x] = minmax_merge(buf[threadIdx.x], buf[threadIdx.x + s]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) part[c * gridDim.x + p] = buf[0];
+  if (threadIdx.x == 0) part[c * gridDim.y + p] = buf[0];
 }
 __global__ void minmax_final(float* mn, float* mx, const MinMaxAcc* part, int64_t channels,
                              int64_t parts) {
@@ -81,8 +82,8 @@ __global__ void fp8_tensor_kernel(uint16_t* dst, unsigned* amax, const float* sr
 }
 
 // One thread per MX block.
-__global__ void mx_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t row_len,
-                          int block, bool e5m2) {
+__global__ void mx_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t row_len, int block,
+                          bool e5m2) {
   const int64_t per_row = (row_len + block - 1) / block;
   MIXP_GRID_STRIDE(b, rows * per_row) {
     const int64_t r = b / per_row, j = b - r * per_row;
@@ -203,14 +204,13 @@ __global__ void act_int_codes(LowBitArgs a, float inv) {
   }
 }
 
-__global__ void lowbit_backward_kernel(float* d, const float* g, const uint8_t* m,
-                                       const float* inv, int64_t channels, int64_t inner,
-                                       int64_t n) {
+__global__ void lowbit_backward_kernel(float* d, const float* g, const uint8_t* m, const float* inv,
+                                       int64_t channels, int64_t inner, int64_t n) {
   MIXP_GRID_STRIDE(i, n) d[i] = lowbit_ste(g[i], m[i], inv[(i / inner) % channels]);
 }
 
-__global__ void scale_bias_act_kernel(float* dst, const float* src, const float* bias,
-                                      int64_t rows, int64_t n, float alpha, bool relu) {
+__global__ void scale_bias_act_kernel(float* dst, const float* src, const float* bias, int64_t rows,
+                                      int64_t n, float alpha, bool relu) {
   MIXP_GRID_STRIDE(i, rows * n) {
     dst[i] = scale_bias_act_element(src[i], alpha, bias ? bias + i % n : nullptr, relu);
   }
@@ -228,9 +228,12 @@ __global__ void count_nonfinite_kernel(unsigned long long* dst, const void* src,
   MIXP_GRID_STRIDE(i, shape.numel()) {
     const int64_t off = offset_of(i, shape, v.stride);
     uint64_t bits = 0;
-    if (bytes == 2) bits = static_cast<const uint16_t*>(src)[off];
-    else if (bytes == 4) bits = static_cast<const uint32_t*>(src)[off];
-    else bits = static_cast<const uint64_t*>(src)[off];
+    if (bytes == 2)
+      bits = static_cast<const uint16_t*>(src)[off];
+    else if (bytes == 4)
+      bits = static_cast<const uint32_t*>(src)[off];
+    else
+      bits = static_cast<const uint64_t*>(src)[off];
     const int c = nonfinite_class(bits, exp_mask, man_mask);
     nan += c == 0;
     inf += c == 1;
@@ -246,8 +249,8 @@ __global__ void bce_kernel(T* loss, const T* x, const T* t, int64_t n, bool logi
   loss[0] = static_cast<T>(n ? acc / static_cast<double>(n) : NAN);
 }
 template <class T>
-__global__ void bce_backward_kernel(T* dx, T* dt, const T* dloss, const T* x, const T* t,
-                                    int64_t n, bool logits) {
+__global__ void bce_backward_kernel(T* dx, T* dt, const T* dloss, const T* x, const T* t, int64_t n,
+                                    bool logits) {
   const double scale = static_cast<double>(dloss[0]) / static_cast<double>(n);
   MIXP_GRID_STRIDE(i, n) {
     const double v = x[i], y = t[i];
@@ -256,8 +259,8 @@ __global__ void bce_backward_kernel(T* dx, T* dt, const T* dloss, const T* x, co
   }
 }
 
-__global__ void scale_by_two_kernel(void* dst, Elem t, const float* src, int64_t n,
-                                    const float* sa, const float* sb) {
+__global__ void scale_by_two_kernel(void* dst, Elem t, const float* src, int64_t n, const float* sa,
+                                    const float* sb) {
   const float s = *sa * *sb;
   MIXP_GRID_STRIDE(i, n) store_rne(dst, t, i, src[i] * s);
 }
@@ -266,12 +269,16 @@ __global__ void scale_by_two_kernel(void* dst, Elem t, const float* src, int64_t
 
 void launch_scale_by_two(void* dst, Elem dst_type, const float* src, int64_t n, const float* sa,
                          const float* sb, cudaStream_t stream) {
-  if (n) scale_by_two_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, dst_type, src, n, sa, sb);
+  if (n)
+    scale_by_two_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, dst_type, src, n, sa,
+                                                                          sb);
 }
 
 void launch_amax(float* dst, const float* src, int64_t n, cudaStream_t stream) {
   if (cudaMemsetAsync(dst, 0, sizeof(float), stream) != cudaSuccess) return;
-  if (n) amax_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(reinterpret_cast<unsigned*>(dst), src, n);
+  if (n)
+    amax_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(reinterpret_cast<unsigned*>(dst),
+                                                                  src, n);
 }
 
 void launch_minmax(float* mn, float* mx, const float* src, int64_t outer, int64_t channels,
@@ -287,8 +294,8 @@ void launch_minmax(float* mn, float* mx, const float* src, int64_t outer, int64_
                       static_cast<size_t>(parts * channels) * sizeof(MinMaxAcc),
                       stream) != cudaSuccess)
     return;
-  minmax_partial<<<dim3(static_cast<unsigned>(parts), static_cast<unsigned>(channels)), kThreads,
-                   0, stream>>>(part, src, outer, channels, inner, per_block > 0 ? per_block : 1);
+  minmax_partial<<<dim3(static_cast<unsigned>(channels), static_cast<unsigned>(parts)), kThreads, 0,
+                   stream>>>(part, src, outer, channels, inner, per_block > 0 ? per_block : 1);
   minmax_final<<<blocks_for(channels, kThreads), kThreads, 0, stream>>>(mn, mx, part, channels,
                                                                         parts);
   cudaFreeAsync(part, stream);
@@ -306,8 +313,8 @@ void launch_quantize_mx(uint16_t* dst, const float* src, int64_t rows, int64_t r
                         bool e5m2, cudaStream_t stream) {
   const int64_t blocks = rows * ((row_len + block - 1) / block);
   if (blocks)
-    mx_kernel<<<blocks_for(blocks, kThreads), kThreads, 0, stream>>>(dst, src, rows, row_len,
-                                                                     block, e5m2);
+    mx_kernel<<<blocks_for(blocks, kThreads), kThreads, 0, stream>>>(dst, src, rows, row_len, block,
+                                                                     e5m2);
 }
 
 void launch_quantize_int(float* dst, uint8_t* mask, const float* src, int64_t n,
@@ -326,7 +333,8 @@ void launch_quantize_int(float* dst, uint8_t* mask, const float* src, int64_t n,
 
 void launch_mask_grad(float* dsrc, const float* ddst, const void* mask, bool u8, int64_t n,
                       cudaStream_t stream) {
-  if (n) mask_grad_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dsrc, ddst, mask, u8, n);
+  if (n)
+    mask_grad_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dsrc, ddst, mask, u8, n);
 }
 
 void launch_lowbit_codes(const LowBitArgs& a, cudaStream_t stream) {
@@ -364,8 +372,8 @@ void launch_lowbit_backward(float* dsrc, const float* ddst, const uint8_t* mask,
                                                                              channels, inner, n);
 }
 
-void launch_scale_bias_act(float* dst, const float* src, const float* bias, int64_t rows,
-                           int64_t n, float alpha, bool relu, cudaStream_t stream) {
+void launch_scale_bias_act(float* dst, const float* src, const float* bias, int64_t rows, int64_t n,
+                           float alpha, bool relu, cudaStream_t stream) {
   if (rows * n > 0)
     scale_bias_act_kernel<<<blocks_for(rows * n, kThreads), kThreads, 0, stream>>>(
         dst, src, bias, rows, n, alpha, relu);
@@ -379,8 +387,8 @@ void launch_fp8_scale_update(float* history, int64_t n, float* scale, float* sca
 }
 
 void launch_count_nonfinite(int64_t* dst, const void* src, const Shape8& shape,
-                            const int64_t* stride, int bytes, uint64_t exp_mask,
-                            uint64_t man_mask, cudaStream_t stream) {
+                            const int64_t* stride, int bytes, uint64_t exp_mask, uint64_t man_mask,
+                            cudaStream_t stream) {
   if (cudaMemsetAsync(dst, 0, 2 * sizeof(int64_t), stream) != cudaSuccess) return;
   View v;
   for (int d = 0; d < shape.rank; ++d) v.stride[d] = stride[d];

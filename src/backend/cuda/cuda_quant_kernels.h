@@ -46,16 +46,16 @@ void launch_lowbit_codes(const LowBitArgs& a, cudaStream_t stream);
 void launch_lowbit_backward(float* dsrc, const float* ddst, const uint8_t* mask, const float* inv,
                             int64_t channels, int64_t inner, int64_t n, cudaStream_t stream);
 // dst = act(src * alpha + bias[col]) over [rows, n]; bias may be null.
-void launch_scale_bias_act(float* dst, const float* src, const float* bias, int64_t rows,
-                           int64_t n, float alpha, bool relu, cudaStream_t stream);
+void launch_scale_bias_act(float* dst, const float* src, const float* bias, int64_t rows, int64_t n,
+                           float alpha, bool relu, cudaStream_t stream);
 void launch_fp8_scale_update(float* history, int64_t n, float* scale, float* scale_inv, bool roll,
                              float amax, bool most_recent, float fp8_max, int margin,
                              cudaStream_t stream);
 // dst int64 [2] = {NaN count, inf count} of a strided view with elements of `bytes` (2, 4 or 8)
 // whose exponent/mantissa masks are given.
 void launch_count_nonfinite(int64_t* dst, const void* src, const Shape8& shape,
-                            const int64_t* stride, int bytes, uint64_t exp_mask,
-                            uint64_t man_mask, cudaStream_t stream);
+                            const int64_t* stride, int bytes, uint64_t exp_mask, uint64_t man_mask,
+                            cudaStream_t stream);
 // Binary cross entropy in fp32 (f64 false) or fp64: loss[0] = mean (one thread, element order);
 // backward writes dx / dtarget where not null.
 void launch_bce(void* loss, const void* x, const void* t, int64_t n, bool logits, bool f64,

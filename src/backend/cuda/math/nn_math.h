@@ -50,8 +50,8 @@ MIXP_HD int64_t max_pool_arg(const PoolShape& p, int64_t oh, int64_t ow, X x) {
   return arg;
 }
 // The outputs whose window holds input row h: oh in [lo, hi] (possibly empty), for any stride.
-MIXP_HD void pool_outputs_of(int64_t h, int64_t k, int64_t s, int64_t pad, int64_t out,
-                             int64_t& lo, int64_t& hi) {
+MIXP_HD void pool_outputs_of(int64_t h, int64_t k, int64_t s, int64_t pad, int64_t out, int64_t& lo,
+                             int64_t& hi) {
   // oh * s - pad <= h <= oh * s - pad + k - 1
   const int64_t num = h + pad - (k - 1);
   lo = num <= 0 ? 0 : (num + s - 1) / s;
@@ -92,7 +92,8 @@ MIXP_HD float avg_pool_grad_at(const PoolShape& p, int64_t h, int64_t w, G g) {
   const double area = static_cast<double>(p.kh * p.kw);
   float acc = 0.0f;
   for (int64_t oh = oh0; oh <= oh1; ++oh)
-    for (int64_t ow = ow0; ow <= ow1; ++ow) acc += static_cast<float>(static_cast<double>(g(oh, ow)) / area);
+    for (int64_t ow = ow0; ow <= ow1; ++ow)
+      acc += static_cast<float>(static_cast<double>(g(oh, ow)) / area);
   return acc;
 }
 

@@ -198,9 +198,8 @@ MIXP_HD float fp8_scale_from_amax_f(float amax, float fp8_max, int margin, float
   const float s = scaled_max / amax;
   return std::isinf(s) ? kFltMax : s;
 }
-MIXP_HD void fp8_scale_update_state(float* h, int64_t n, float* scale, float* scale_inv,
-                                    bool roll, float amax_in, bool most_recent, float fp8_max,
-                                    int margin) {
+MIXP_HD void fp8_scale_update_state(float* h, int64_t n, float* scale, float* scale_inv, bool roll,
+                                    float amax_in, bool most_recent, float fp8_max, int margin) {
   if (!roll) {
     h[0] = std::fmax(h[0], amax_in);
     return;
