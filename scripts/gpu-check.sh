@@ -11,12 +11,12 @@
 #      int8 against the datasheet peak, with the targets);
 #   5. a few training steps of every recipe of the mlp and the gpt, and of the cnn's guarded set,
 #      on cuda against the cpu (final loss of 3 steps, relative difference);
-# and writes SUMMARY (markdown) atomically. About 4-6 minutes on an H100 with --prebuilt (no
+# and writes SUMMARY (markdown, .txt) atomically. About 4-6 minutes on an H100 with --prebuilt (no
 # build), plus the build otherwise (~3-5 minutes at -j 16 for one architecture).
 #
 #   scripts/gpu-check.sh [--prebuilt PACK.tar.xz] [--out DIR]
 #
-# DIR (default build/gpu) gets gpu-check-summary.md and the logs behind it (test_cuda.json,
+# DIR (default build/gpu) gets gpu-check-summary.txt and the logs behind it (test_cuda.json,
 # test_cuda.log, gemm.json, recipes.tsv, doctor.json: 6 files). Exit status: 0 when everything ran
 # and passed; 1 when a test failed or was SKIPPED (on a GPU machine a skip means the device was not
 # usable, which this script exists to catch), the benchmark failed, or a recipe failed or differed
@@ -41,7 +41,7 @@ done
 n="${MIXP_GPU_CHECK_N:-8192}"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-summary="$out/gpu-check-summary.md"
+summary="$out/gpu-check-summary.txt"
 t_start=$(date +%s)
 phase() { echo; echo "== $1 ($(( $(date +%s) - t_start )) s)"; }
 

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "backend/cuda_entry.h"
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/cuda_gemm.h"
 #include "mixp/backend/platform.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
@@ -138,7 +138,7 @@ CudaGemmReport run_cuda_gemm_bench(int64_t n, int repeat, int iters, int device)
       Tensor c = Tensor::empty(Shape{n, n}, {.dtype = DType::bf16, .device = gpu});
       bool native = false;
       const double s = best_seconds(repeat, iters, device, [&] {
-        native = detail::cuda_fp8_matmul(c, a, b, scale, scale, /*fast_accum=*/true);
+        native = cuda_fp8_matmul(c, a, b, scale, scale, /*fast_accum=*/true);
       });
       add(name,
           native ? "cuBLASLt FP8, per-tensor scale pointers, fast accumulation -> bf16"
@@ -155,7 +155,7 @@ CudaGemmReport run_cuda_gemm_bench(int64_t n, int repeat, int iters, int device)
                    .transpose(0, 1);
     Tensor c = Tensor::empty(Shape{n, n}, {.dtype = DType::int32, .device = gpu});
     const double s =
-        best_seconds(repeat, iters, device, [&] { detail::cuda_int8_matmul(c, a, b); });
+        best_seconds(repeat, iters, device, [&] { cuda_int8_matmul(c, a, b); });
     add("int8", "cuBLASLt CUBLAS_COMPUTE_32I -> int32", peak ? peak->int8 : 0, s);
   }
   double fp32 = 0, bf16 = 0, tf32 = 0, bf16_frac = 0, fp8 = 0;

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cuda_entry.h"
 #include "cuda/cuda_test_util.h"
+#include "mixp/backend/cuda_gemm.h"
 #include "mixp/ops/ops.h"
 
 namespace mixp {
@@ -38,7 +38,7 @@ TEST(CudaGemmDevice, Fp8GemmsMatchTheCpuProductOfTheSameValues) {
       for (DType out : {DType::fp32, DType::bf16}) {
         for (bool fast : {false, true}) {
           Tensor dst = Tensor::empty(Shape{M, N}, {.dtype = out, .device = kGpu});
-          native = detail::cuda_fp8_matmul(dst, a8.to(kGpu), db, scale_a, scale_b, fast);
+          native = cuda_fp8_matmul(dst, a8.to(kGpu), db, scale_a, scale_b, fast);
           const double tol = out == DType::bf16 ? 1e-2 : (fast ? 1e-3 : 1e-5);
           EXPECT_LT(rel_error(dst, want), tol)
               << name(ta) << " x " << name(tb) << " -> " << name(out) << (fast ? " fast accum" : "")
@@ -47,12 +47,12 @@ TEST(CudaGemmDevice, Fp8GemmsMatchTheCpuProductOfTheSameValues) {
       }
     }
   }
-  EXPECT_EQ(native, detail::cuda_fp8_gemm_native(0));
+  EXPECT_EQ(native, cuda_fp8_gemm_native(0));
   std::printf("fp8 GEMM path on this GPU: %s\n",
               native ? "cuBLASLt FP8 (native)" : "emulated (bf16)");
   Tensor e5 = a32.to(DType::fp8_e5m2, Round::nearest_even, Overflow::saturate, 0).to(kGpu);
   Tensor dst = Tensor::empty(Shape{M, M}, {.dtype = DType::fp32, .device = kGpu});
-  EXPECT_THROW(detail::cuda_fp8_matmul(dst, e5, e5.transpose(0, 1), scale_a, scale_b),
+  EXPECT_THROW(cuda_fp8_matmul(dst, e5, e5.transpose(0, 1), scale_a, scale_b),
                std::exception)
       << "E5M2 x E5M2 is not an FP8 GEMM cuBLASLt has";
 }
@@ -72,7 +72,7 @@ TEST(CudaGemmDevice, Int8GemmIsExact) {
         want[static_cast<size_t>(m * N + n)] +=
             av[static_cast<size_t>(m * K + k)] * bv[static_cast<size_t>(k * N + n)];
   Tensor dst = Tensor::empty(Shape{M, N}, {.dtype = DType::int32, .device = kGpu});
-  detail::cuda_int8_matmul(dst, a.to(kGpu), b.to(kGpu));
+  cuda_int8_matmul(dst, a.to(kGpu), b.to(kGpu));
   const Tensor got = dst.to(Device::cpu());
   const auto* g = static_cast<const int32_t*>(got.data_ptr());
   int bad = 0;

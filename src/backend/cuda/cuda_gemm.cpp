@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_quant_kernels.h"
 #include "backend/cuda_entry.h"
+#include "mixp/backend/cuda_gemm.h"
 
 namespace mixp::cuda {
 namespace {
@@ -169,7 +170,7 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
                                    &heur.algo, ctx.workspace, ctx.workspace_bytes, ctx.stream));
 }
 
-// --- FP8 and int8 GEMMs (cuda_entry.h). cuBLASLt's FP8 and IMMA kernels take the "TN" layout
+// --- FP8 and int8 GEMMs (mixp/backend/cuda_gemm.h). cuBLASLt's FP8 and IMMA kernels take the "TN" layout
 // only: its A (our b) transposed, its B (our a) not, i.e. a [M, K] with unit column stride and b
 // [K, N] with unit row stride (a linear layer's weight [N, K] seen transposed). Other layouts
 // are copied into that one first.
@@ -249,7 +250,7 @@ bool fp8_gemm_native(const DeviceContext& ctx) {
 
 }  // namespace mixp::cuda
 
-namespace mixp::detail {
+namespace mixp {
 
 bool cuda_fp8_matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& scale_a,
                      const Tensor& scale_b, bool fast_accum) {
@@ -280,7 +281,7 @@ bool cuda_fp8_matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor
   const Device dev = a.device();
   Tensor a16 = Tensor::empty(a.shape(), {.dtype = DType::bf16, .device = dev});
   Tensor b16 = Tensor::empty(b.shape(), {.dtype = DType::bf16, .device = dev});
-  Backend& be = cuda_backend(dev.index);
+  Backend& be = detail::cuda_backend(dev.index);
   be.convert(a16, a, Round::nearest_even, Overflow::ieee, 0);
   be.convert(b16, b, Round::nearest_even, Overflow::ieee, 0);
   Tensor acc = Tensor::empty(dst.shape(), {.dtype = DType::fp32, .device = dev});
@@ -313,4 +314,4 @@ bool cuda_fp8_gemm_native(int index) {
   return mixp::cuda::fp8_gemm_native(mixp::cuda::context(index));
 }
 
-}  // namespace mixp::detail
+}  // namespace mixp

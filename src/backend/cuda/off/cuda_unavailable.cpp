@@ -5,6 +5,7 @@
 
 #include "backend/cuda_entry.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/cuda_gemm.h"
 
 namespace mixp {
 namespace {
@@ -36,17 +37,17 @@ Backend& detail::cuda_backend(int index) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
-bool detail::cuda_fp8_matmul(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+bool cuda_fp8_matmul(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                              bool) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
-void detail::cuda_int8_matmul(Tensor&, const Tensor&, const Tensor&) {
+void cuda_int8_matmul(Tensor&, const Tensor&, const Tensor&) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 std::string detail::cuda_pci_bus_id(int) {
   return "";
 }
-bool detail::cuda_fp8_gemm_native(int) {
+bool cuda_fp8_gemm_native(int) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
