@@ -18,8 +18,9 @@
 #
 # DIR (default build/gpu) gets gpu-check-summary.txt and the logs behind it (test_cuda.json,
 # test_cuda.log, gemm.json, gemm.err, recipes.tsv, doctor.json: 7 files, within the 8 a device
-# call returns). Exit status: 0 when everything ran and passed; 1 when a test failed or was SKIPPED (on a GPU machine a skip means the device was not
-# usable, which this script exists to catch), the benchmark failed, or a recipe failed or differed
+# call returns). Exit status: 0 when everything ran and passed; 1 when a test failed or was
+# SKIPPED (on a GPU machine a skip means the device was not usable, which this script exists to
+# catch), the benchmark failed, or a recipe failed or differed
 # from the cpu; 2 when the build or the pack failed. MIXP_GPU_CHECK_N sets the benchmark's n
 # (default 8192); MIXP_GPU_CHECK_BUILD the build folder (default build/gpu);
 # MIXP_GPU_CHECK_BUDGET_S (default 480) the time after which no further recipe run starts (the
