@@ -26,8 +26,10 @@
 // Backends and ops.
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/cuda_gemm.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/backend/kernel_observer.h"
+#include "mixp/backend/nvml_energy.h"
 #include "mixp/backend/platform.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/ops/matmul_precision.h"
@@ -106,6 +108,7 @@
 
 // Measurement: GEMM benchmarks, instruction peaks, precision studies.
 #include "mixp/bench/bench_record.h"
+#include "mixp/bench/cuda_gemm_bench.h"
 #include "mixp/bench/gemm_bench.h"
 #include "mixp/bench/peak.h"
 #include "mixp/study/advise.h"

@@ -222,12 +222,18 @@ PrecisionAdvice recommend_precision(const CpuFeatures& cpu, std::span<const GpuI
                             ", " + gpu_architecture(g.cc_major, g.cc_minor) + ")";
     const std::string device = "cuda:" + std::to_string(g.index);
     const int cc = g.cc_major * 10 + g.cc_minor;
+    if (cc >= 89) {  // Ada, Hopper and later: FP8 Tensor Cores as well (the seeds' matrix)
+      return {"bf16", device,
+              who +
+                  " has bf16 and FP8 tensor cores: train in bf16 (fp32's exponent range, no loss "
+                  "scaling), and try fp8 (--precision fp8: E4M3/E5M2 with delayed scaling) where "
+                  "the large GEMMs dominate; TF32 speeds up what stays in fp32"};
+    }
     if (cc >= 80) {
       return {"bf16", device,
               who +
-                  " has bf16 tensor cores; bf16 keeps fp32's exponent range, so no loss scaling is "
-                  "needed "
-                  "(TF32 speeds up what stays in fp32)"};
+                  " has bf16 and TF32 tensor cores (no FP8): train in bf16 (fp32's exponent range, "
+                  "no loss scaling), with TF32 (--precision tf32) for what stays in fp32"};
     }
     if (cc >= 70) {
       return {"fp16", device,

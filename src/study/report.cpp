@@ -95,7 +95,8 @@ std::string energy_note(const PreparedStudy& p) {
   }
   if (nvml) {
     note += std::string(note.empty() ? "" : " ") +
-            "Energy from nvml is the GPU board's energy counter (NVML) over the training loop.";
+            "Energy from nvml is measured (NVML): the GPU board's energy counter over the training "
+            "loop, GPU and its memory only (the host's share is not in it).";
   }
   if (!p.any_energy) note = "No energy was measured or estimated for these runs.";
   return note;

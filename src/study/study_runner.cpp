@@ -13,6 +13,7 @@
 #include <set>
 
 #include "mixp/backend/backend.h"
+#include "mixp/backend/nvml_energy.h"
 #include "mixp/data/error.h"
 #include "mixp/dist/process_group.h"
 #include "mixp/io/atomic_file.h"
@@ -48,6 +49,12 @@ class RunCollector final : public train::TrainCallback {
   void on_train_begin(int64_t, int64_t) override {
     meter_.start();
     metering_ = meter_.available();
+    // A run on a GPU: its board's energy from NVML (backend/nvml_energy.h), the number the
+    // report shows for it (energy_source "nvml"); RAPL still measures the host.
+    if (default_device().kind == DeviceKind::cuda) {
+      gpu_meter_.emplace(default_device().index);
+      gpu_meter_->start();
+    }
   }
   void on_step_end(const train::StepInfo& info) override {
     steps = info.step;
@@ -76,10 +83,16 @@ class RunCollector final : public train::TrainCallback {
   void on_train_end() override { stop_meter(); }
   // After a run that threw: the meter still runs.
   void stop_meter() {
+    stop_gpu_meter();
     if (!metering_) return;
     measured_joules = meter_.joules();
     metering_ = false;
   }
+  void stop_gpu_meter() {
+    if (gpu_meter_ && gpu_meter_->available() && !gpu_joules) gpu_joules = gpu_meter_->joules();
+  }
+  std::string gpu_reason() const { return gpu_meter_ ? gpu_meter_->unavailable_reason() : ""; }
+  bool on_gpu() const { return gpu_meter_.has_value(); }
   bool rapl_available() const { return meter_.available(); }
   std::string rapl_reason() const { return meter_.unavailable_reason(); }
 
@@ -89,12 +102,14 @@ class RunCollector final : public train::TrainCallback {
   std::vector<std::pair<int64_t, double>> loss_curve, loss_scales;
   std::optional<int64_t> first_nonfinite;
   std::optional<double> measured_joules;
+  std::optional<double> gpu_joules;  // NVML, runs on a cuda device
 
  private:
   const StudyProgress& progress_;
   StudyEvent event_;
   RaplEnergyMeter meter_;
   bool metering_ = false;
+  std::optional<NvmlEnergyMeter> gpu_meter_;
 };
 
 bool all_ones(const std::vector<std::pair<int64_t, double>>& trace) {
@@ -289,7 +304,16 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   const double estimate = estimate_joules(per_step * steps_done);
   extra["energy_estimate_joules"] = estimate;
   extra["estimate_per_step"] = counts_json(per_step, sp);
-  if (col->measured_joules) {
+  if (col->on_gpu()) {
+    if (col->gpu_joules) {
+      rec.energy_joules = col->gpu_joules;
+      rec.energy_source = std::string(kEnergyNvml);
+    } else {
+      extra["nvml_unavailable"] = col->gpu_reason();
+    }
+    // The estimate models CPU arithmetic; a GPU run without NVML reports no energy.
+    if (col->measured_joules) extra["host_rapl_joules"] = *col->measured_joules;
+  } else if (col->measured_joules) {
     rec.energy_joules = col->measured_joules;
     rec.energy_source = std::string(kEnergyRapl);
   } else {

@@ -10,61 +10,36 @@
 
 #include <cmath>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/nvml_energy.h"
+#include "mixp/backend/platform.h"
+#include "mixp/format/cpu_features.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
+#include "cuda/cuda_test_util.h"
 
 namespace mixp {
 namespace {
 
-#define REQUIRE_GPU()                                                                  \
-  do {                                                                                 \
-    if (!cuda_available()) GTEST_SKIP() << "needs a GPU: " << cuda_status().message;   \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
-
-// ||got - want|| / ||want|| over all elements (tests/ops/op_test_util.h's measure).
-double rel_error(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = got.to(Device::cpu()).to_double_vector();
-  const std::vector<double> w = want.to(Device::cpu()).to_double_vector();
-  EXPECT_EQ(g.size(), w.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < g.size() && i < w.size(); ++i) {
-    num += (g[i] - w[i]) * (g[i] - w[i]);
-    den += w[i] * w[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-void expect_same_bits(const Tensor& got, const Tensor& want, const char* what) {
-  const Tensor g = got.to(Device::cpu()).contiguous(), w = want.contiguous();
-  ASSERT_EQ(g.nbytes(), w.nbytes()) << what;
-  EXPECT_EQ(std::memcmp(g.data_ptr(), w.data_ptr(), g.nbytes()), 0) << what;
-}
+using namespace cuda_test;
 
 // Tolerances of the normalized error: fp32 kernels differ from the CPU by summation order and
 // by the GPU's libm (a few ulps); 16-bit results by one rounding of the result (2^-8 for bf16).
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16 = 1e-2;
 constexpr double kTolF16 = 2e-3;
-
-// `mixp ARGS` with stdout and stderr captured; returns the exit status (defined below).
-int run_cli(const std::string& args, std::string& out, std::string& err);
-
-Tensor host_randn(const Shape& s, uint64_t seed) {
-  Generator gen(seed);
-  return randn(s, gen);
-}
 
 // Runs on every machine: without a device, cuda:0 is missing; with one, the index past the last.
 TEST(CudaDevice, AMissingDeviceSaysWhatToDo) {
@@ -277,30 +252,13 @@ TEST(CudaDevice, GptTrainsOnCudaLikeOnTheCpu) {
 
 TEST(CudaDevice, OpsNotBuiltOnCudaSaySo) {
   REQUIRE_GPU();
-  Tensor x = zeros(Shape{1, 1, 4, 4}, {.device = kGpu});
   try {
-    (void)conv2d(x, zeros(Shape{1, 1, 3, 3}, {.device = kGpu}));
-    FAIL() << "conv2d should say it is not implemented on cuda";
+    // fp64 has no kernels on cuda (docs/cuda.md): its fill says so.
+    (void)zeros(Shape{4}, {.dtype = DType::fp64, .device = kGpu});
+    FAIL() << "an fp64 tensor on cuda should say it is not implemented on cuda";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("not implemented on cuda"), std::string::npos) << e.what();
   }
-}
-
-// Runs `mixp ARGS` with stderr captured apart; returns the exit status.
-int run_cli(const std::string& args, std::string& out, std::string& err) {
-  const std::string err_file = ::testing::TempDir() + "mixp_cuda_cli_err.txt";
-  FILE* p = popen((std::string(MIXP_CLI) + " " + args + " 2>" + err_file).c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  out.clear();
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int st = pclose(p);
-  err.clear();
-  if (FILE* e = fopen(err_file.c_str(), "r")) {
-    while (size_t n = fread(buf, 1, sizeof buf, e)) err.append(buf, n);
-    fclose(e);
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 // `mixp train --device`: a bad name is a usage error; a missing device a clear failure; on a GPU
@@ -328,12 +286,8 @@ TEST(CudaDevice, TrainDeviceFlag) {
 // `mixp doctor --json` says what this build has and what it sees, and that the backend is
 // untested on hardware (runs everywhere: the CLI is the user's way to find out).
 TEST(CudaDevice, DoctorReportsTheCudaBackend) {
-  std::string out;
-  FILE* p = popen(MIXP_CLI " doctor --json", "r");
-  ASSERT_NE(p, nullptr);
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
+  std::string out, err;
+  ASSERT_EQ(run_cli("doctor --json", out, err), 0) << out << err;
   const nlohmann::json j = nlohmann::json::parse(out);
   const nlohmann::json& c = j.at("cuda_backend");
   EXPECT_EQ(c.at("built").get<bool>(), cuda_status().built);
@@ -345,5 +299,92 @@ TEST(CudaDevice, DoctorReportsTheCudaBackend) {
   }
 }
 
+// NVML's energy counter (dlopen, no link dependency): without a driver the meter says why; on a
+// GPU it counts the board's energy over 200 large GEMMs.
+TEST(CudaDevice, NvmlEnergyMeterMeasuresOrSaysWhy) {
+  NvmlEnergyMeter meter(0);
+  if (!cuda_available()) {
+    EXPECT_FALSE(meter.available());
+    EXPECT_FALSE(meter.unavailable_reason().empty());
+    EXPECT_FALSE(meter.joules().has_value());
+    return;
+  }
+  ASSERT_TRUE(meter.available()) << meter.unavailable_reason();
+  meter.start();
+  Tensor a = host_randn(Shape{4096, 4096}, 30).to(kGpu);
+  // About half a second of work: the counter advances in steps of the driver's sampling.
+  for (int i = 0; i < 200; ++i) a = matmul(a, a).mul_(1.0 / 64.0);
+  cuda_synchronize(0);
+  const std::optional<double> j = meter.joules();
+  ASSERT_TRUE(j.has_value());
+  EXPECT_GT(*j, 0.0);
+  std::printf("NVML: %.2f J over 200 GEMMs of 4096\n", *j);
+}
+
+// `mixp compare --device cuda`: each precision trains on the GPU; energy is NVML's, labelled.
+TEST(CudaDevice, CompareOnCudaMeasuresEnergyWithNvml) {
+  REQUIRE_GPU();
+  const std::string dir = ::testing::TempDir() + "mixp_cuda_compare_" + std::to_string(getpid());
+  std::string out, err;
+  ASSERT_EQ(run_cli("compare --device cuda --data synthetic --precisions fp32,bf16,fp8 --steps 5 "
+                    "--batch 32 --json --force --out " + dir,
+                    out, err),
+            0)
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.at("runs").size(), 3u);
+  for (const auto& r : j.at("runs")) {
+    EXPECT_EQ(r.at("energy_source").get<std::string>(), "nvml") << r.dump();
+    EXPECT_TRUE(std::isfinite(r.at("final_loss").get<double>())) << r.dump();
+  }
+}
+
+// The seeds' precision matrix by GPU architecture, as `mixp doctor` prints it (runs everywhere).
+TEST(CudaDevice, DoctorRecommendsPrecisionByArchitecture) {
+  auto advice = [](const char* name, int major, int minor) {
+    GpuInfo g;
+    g.name = name;
+    g.cc_major = major;
+    g.cc_minor = minor;
+    return recommend_precision(cpu_features(), std::vector<GpuInfo>{g});
+  };
+  const PrecisionAdvice hopper = advice("H100", 9, 0), ampere = advice("A100", 8, 0),
+                        volta = advice("V100", 7, 0);
+  EXPECT_EQ(hopper.precision, "bf16");
+  EXPECT_NE(hopper.reason.find("FP8"), std::string::npos) << hopper.reason;
+  EXPECT_EQ(ampere.precision, "bf16");
+  EXPECT_NE(ampere.reason.find("TF32"), std::string::npos) << ampere.reason;
+  EXPECT_EQ(ampere.reason.find("and FP8"), std::string::npos) << ampere.reason;
+  EXPECT_EQ(volta.precision, "fp16");
+  EXPECT_NE(volta.reason.find("loss scaling"), std::string::npos) << volta.reason;
+}
+
 }  // namespace
 }  // namespace mixp
+
+namespace mixp::cuda_test {
+std::string cli_path() {
+  const char* env = std::getenv("MIXP_CLI");
+  return env && *env ? std::string(env) : std::string(MIXP_CLI);
+}
+
+// Runs `mixp ARGS` with stderr captured apart; returns the exit status.
+int run_cli(const std::string& args, std::string& out, std::string& err) {
+  // One file per process: CTest runs the tests of this binary in parallel processes.
+  const std::string err_file =
+      ::testing::TempDir() + "mixp_cuda_cli_err_" + std::to_string(getpid()) + ".txt";
+  FILE* p = popen((cli_path() + " " + args + " 2>" + err_file).c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  out.clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  err.clear();
+  if (FILE* e = fopen(err_file.c_str(), "r")) {
+    while (size_t n = fread(buf, 1, sizeof buf, e)) err.append(buf, n);
+    fclose(e);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace mixp::cuda_test

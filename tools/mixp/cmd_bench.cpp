@@ -1,6 +1,8 @@
 // `mixp bench gemm`: GEMM throughput per dtype against the measured instruction peak
 // (docs/architecture.md 4.2). The measuring is mixp::bench::run_gemm_bench
-// (include/mixp/bench/gemm_bench.h); this file parses and prints only.
+// (include/mixp/bench/gemm_bench.h); with --device cuda, mixp::bench::run_cuda_gemm_bench
+// (include/mixp/bench/cuda_gemm_bench.h: against the GPU's datasheet peak, docs/cuda.md); this
+// file parses and prints only.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -12,9 +14,11 @@
 #include <vector>
 
 #include "command.h"
+#include "device_flag.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/bench/bench_record.h"
+#include "mixp/bench/cuda_gemm_bench.h"
 #include "mixp/bench/gemm_bench.h"
 
 namespace mixp::cli {
@@ -28,6 +32,8 @@ struct GemmOptions {
   int threads = 0;
   int repeat = 5;
   bool json = false;
+  std::string device = "cpu";
+  int iters = 10;
 };
 
 // GFLOP/s for floats, GOP/s for int8.
@@ -119,7 +125,26 @@ void save_record(std::vector<bench::GemmBenchResult> rs, const bench::GemmBenchC
   }
 }
 
+// --device cuda[:N]: the CUDA backend's GEMMs (cuBLASLt) against the GPU's datasheet peak.
+void run_gemm_cuda(const GemmOptions& o, const Device& dev) {
+  if (o.n < 16) throw UsageError("--n must be at least 16 on cuda, got " + std::to_string(o.n));
+  if (o.dtypes != "all")
+    throw UsageError("--dtypes: on cuda every row is measured (fp32, tf32, bf16, fp16, fp8, int8); "
+                     "leave --dtypes out");
+  const bench::CudaGemmReport r = bench::run_cuda_gemm_bench(o.n, o.repeat, o.iters, dev.index);
+  if (o.json) {
+    std::cout << bench::cuda_gemm_report_json(r) << "\n";
+  } else {
+    std::cout << bench::cuda_gemm_report_text(r);
+  }
+}
+
 void run_gemm(const GemmOptions& o) {
+  const Device dev = parse_device_flag(o.device);
+  if (o.repeat < 1)
+    throw UsageError("--repeat must be at least 1, got " + std::to_string(o.repeat));
+  if (o.iters < 1) throw UsageError("--iters must be at least 1, got " + std::to_string(o.iters));
+  if (dev.kind == DeviceKind::cuda) return run_gemm_cuda(o, dev);
   if (o.n < 1) throw UsageError("--n must be at least 1, got " + std::to_string(o.n));
   if (o.repeat < 1)
     throw UsageError("--repeat must be at least 1, got " + std::to_string(o.repeat));
@@ -174,13 +199,21 @@ void setup(CLI::App& app) {
   gemm->add_option("--repeat", o->repeat,
                    "Timed runs per dtype after one warm-up; the best is reported")
       ->capture_default_str();
+  gemm->add_option("--device", o->device,
+                   std::string(kDeviceHelp) +
+                       "; on cuda: cuBLASLt fp32, tf32, bf16, fp16, fp8 and int8 GEMMs against "
+                       "the GPU's datasheet dense peak")
+      ->capture_default_str();
+  gemm->add_option("--iters", o->iters, "cuda: GEMMs per timed run (between two synchronizations)")
+      ->capture_default_str();
   gemm->add_flag("--json", o->json,
                  "Print one JSON object: {\"results\": [{\"dtype\", \"n\", \"gflops\", "
                  "\"peak_gflops\", \"fraction_of_peak\", ...}]}");
   gemm->footer(
       "Examples:\n"
       "  mixp bench gemm --n 2048\n"
-      "  mixp bench gemm --n 2048 --dtypes int8,int4,int2,binary   # the rows below 8 bits\n");
+      "  mixp bench gemm --n 2048 --dtypes int8,int4,int2,binary   # the rows below 8 bits\n"
+      "  mixp bench gemm --device cuda --n 8192                    # a GPU (docs/cuda.md)\n");
   gemm->callback([o] { run_gemm(*o); });
 }
 

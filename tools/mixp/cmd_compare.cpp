@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "command.h"
+#include "device_flag.h"
 #include "compare_progress.h"
 #include "mixp/dist/process_group.h"
 #include "mixp/nn/models.h"
@@ -69,12 +70,16 @@ struct Flags {
   std::string out = "mixp-study";
   int64_t epochs = 0, steps = 0;
   bool json = false;
+  std::string device = "cpu";
   CLI::App* sub = nullptr;
   bool given(const char* name) const { return sub->count(name) > 0; }
 };
 
 void run(Flags& f) {
   ensure_passive_omp_wait();
+  // Every run of the study (model, optimizer state, batches) is made on this device; on a GPU
+  // the energy is its board's (NVML), docs/cuda.md.
+  const DefaultDeviceGuard on_device(parse_device_flag(f.device));
   study::StudyConfig& sc = f.sc;
   train::TrainConfig& c = sc.base;
   if (f.given("--epochs") && f.given("--steps")) {
@@ -200,13 +205,16 @@ RegisterCommand reg(40, [](CLI::App& app) {
                   "out= and dump= are ignored): the report adds per precision a heatmap (module x "
                   "step) of the overflow and underflow fractions in the run's own format, and the "
                   "profiler's top ops (docs/inspect.md)");
+  sub->add_option("--device", f->device,
+                  std::string(kDeviceHelp) + "; every precision trains on it, energy from NVML");
   sub->add_flag("--json", f->json, "print results.json's object on stdout");
   sub->footer(
       "Every run of one seed starts from the same weights and sees the same batches; only the "
       "precision differs.\n"
       "A run that diverges (NaN) is reported as diverged; the study goes on.\n"
       "Energy is measured with Linux RAPL where readable, else estimated from counted operations "
-      "(labelled \"estimate\").\n"
+      "(labelled \"estimate\"); with --device cuda, the GPU board's counter from NVML (labelled "
+      "\"nvml\", measured).\n"
       "OMP_WAIT_POLICY defaults to passive for this command (spinning OpenMP threads distort "
       "timings on a busy machine); set it to override.\n\n"
       "Examples:\n"
@@ -215,7 +223,8 @@ RegisterCommand reg(40, [](CLI::App& app) {
       "  mixp compare --model cnn --steps 200 --out cnn-study --json\n"
       "  mixp compare --precisions fp32,bf16,fp16,fp8 --steps 200 --inspect every=50\n"
       "  mixp compare --model gpt2 --steps 20 --batch 4 --context 64 --precisions fp32,bf16,"
-      "bf16-pure,fp8\n");
+      "bf16-pure,fp8\n"
+      "  mixp compare --device cuda --precisions fp32,tf32,bf16,fp8 --steps 200   # on a GPU\n");
   sub->callback([f] { run(*f); });
 });
 

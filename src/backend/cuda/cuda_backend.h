@@ -72,6 +72,45 @@ class CudaBackend final : public CudaBackendBase {
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
   void sum_squares(Tensor& dst, const Tensor& src) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;
+  // cuda_backend_nn.cpp (kernels: cuda_nn.cu, rules: math/nn_math.h; GEMMs: cuBLASLt).
+  void reduce_max_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                           const Tensor& dst) override;
+  void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                  Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) override;
+  void batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                           const Tensor& src, const Tensor& weight, const Tensor& save_mean,
+                           const Tensor& save_invstd) override;
+  void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
+  void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
+                           const Pool2dParams& p) override;
+  void avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
+  void avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Pool2dParams& p) override;
+  void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
+              const Conv2dParams& p) override;
+  void conv2d_backward_data(Tensor& dsrc, const Tensor& ddst, const Tensor& weight,
+                            const Conv2dParams& p) override;
+  void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                               const Tensor& src, const Conv2dParams& p) override;
+  // cuda_backend_quant.cpp (kernels: cuda_quant.cu, rules: math/quant_math.h).
+  void amax(Tensor& dst, const Tensor& src) override;
+  void minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t channels,
+              int64_t inner) override;
+  void quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) override;
+  void mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask) override;
+  void lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales, Tensor& mask,
+                    const Tensor& src) override;
+  void lowbit_codes_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& mask,
+                             const Tensor& inv_scales, int64_t inner) override;
+  void scale_bias_act(Tensor& dst, const Tensor& src, const Tensor& bias, float alpha,
+                      Activation act) override;
+  void fp8_scale_update(Tensor& history, Tensor& scale, Tensor& scale_inv,
+                        const Fp8ScaleUpdate& u) override;
+  void count_nonfinite(Tensor& dst, const Tensor& src) override;
+  void binary_cross_entropy(Tensor& loss, const Tensor& x, const Tensor& target,
+                            bool logits) override;
+  void binary_cross_entropy_backward(Tensor& dx, Tensor& dtarget, const Tensor& dloss,
+                                     const Tensor& x, const Tensor& target, bool logits) override;
 
  private:
   DeviceContext& ctx() { return context(index_); }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "backend/cuda_entry.h"
 #include "mixp/backend/cuda.h"
 
 namespace mixp {
@@ -110,3 +111,14 @@ DeviceContext& context(int index) {
 
 }  // namespace cuda
 }  // namespace mixp
+
+namespace mixp::detail {
+
+std::string cuda_pci_bus_id(int index) {
+  cuda::require_device(index);
+  char bus[32] = {};
+  MIXP_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, index));
+  return bus;
+}
+
+}  // namespace mixp::detail

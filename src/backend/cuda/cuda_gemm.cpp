@@ -13,6 +13,9 @@
 #include <stdexcept>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_quant_kernels.h"
+#include "backend/cuda_entry.h"
+#include "mixp/backend/cuda_gemm.h"
 
 namespace mixp::cuda {
 namespace {
@@ -167,4 +170,148 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
                                    &heur.algo, ctx.workspace, ctx.workspace_bytes, ctx.stream));
 }
 
+// --- FP8 and int8 GEMMs (mixp/backend/cuda_gemm.h). cuBLASLt's FP8 and IMMA kernels take the "TN" layout
+// only: its A (our b) transposed, its B (our a) not, i.e. a [M, K] with unit column stride and b
+// [K, N] with unit row stride (a linear layer's weight [N, K] seen transposed). Other layouts
+// are copied into that one first.
+namespace {
+
+cudaDataType_t narrow_type(DType t) {
+  switch (t) {
+    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;
+    case DType::fp8_e5m2: return CUDA_R_8F_E5M2;
+    case DType::int8: return CUDA_R_8I;
+    default: unsupported(std::string("an 8-bit GEMM operand of dtype ") + std::string(name(t)));
+  }
+}
+
+// a as [M, K] with unit column stride, b as [K, N] with unit row stride (copies when needed).
+void tn_operands(const Tensor& a, const Tensor& b, Tensor& a_tn, Tensor& b_tn) {
+  if (a.dim() != 2 || b.dim() != 2) unsupported("an 8-bit GEMM of other than 2-d operands");
+  a_tn = a.strides()[1] == 1 && a.strides()[0] >= a.shape()[1] ? a : a.contiguous();
+  b_tn = b.strides()[0] == 1 && b.strides()[1] >= b.shape()[0]
+             ? b
+             : b.transpose(0, 1).contiguous().transpose(0, 1);
+}
+
+// One TN GEMM through cuBLASLt: dst^T [N, M] = b^T a (column-major), as gemm_lt but with the
+// given types and, for FP8, the per-tensor scale pointers.
+void gemm_tn(DeviceContext& ctx, Tensor& dst, const Tensor& a_tn, const Tensor& b_tn,
+             cublasComputeType_t compute, cudaDataType_t scale_t, const void* alpha,
+             const void* beta, const float* scale_a, const float* scale_b, bool fast_accum) {
+  const auto M = static_cast<uint64_t>(a_tn.shape()[0]), K = static_cast<uint64_t>(a_tn.shape()[1]);
+  const auto N = static_cast<uint64_t>(b_tn.shape()[1]);
+  LtDescs d;
+  MIXP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, scale_t));
+  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+  MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+  MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+  if (scale_a) {
+    // cuBLASLt's A is our b, its B our a.
+    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                     &scale_b, sizeof(scale_b)));
+    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                     &scale_a, sizeof(scale_a)));
+    const int8_t fast = fast_accum ? 1 : 0;
+    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                     sizeof(fast)));
+  }
+  const cudaDataType_t out_t = dst.dtype() == DType::int32 ? CUDA_R_32I : data_type(dst.dtype());
+  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, narrow_type(b_tn.dtype()), K, N, b_tn.strides()[1]));
+  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, narrow_type(a_tn.dtype()), K, M, a_tn.strides()[0]));
+  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, out_t, N, M, static_cast<int64_t>(N)));
+  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
+      sizeof(ctx.workspace_bytes)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  MIXP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
+                                                   &heur, &found));
+  if (found == 0)
+    unsupported(fmt::format("this 8-bit GEMM ({} x {} x {}, {} x {} -> {}): cuBLASLt has no "
+                            "algorithm on sm_{}{}",
+                            M, N, K, name(a_tn.dtype()), name(b_tn.dtype()), name(dst.dtype()),
+                            ctx.cc_major, ctx.cc_minor));
+  MIXP_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, d.op, alpha, dev_ptr(b_tn), d.a, dev_ptr(a_tn), d.b,
+                                   beta, dev_ptr(dst), d.c, dev_ptr(dst), d.c, &heur.algo,
+                                   ctx.workspace, ctx.workspace_bytes, ctx.stream));
+}
+
+bool is_fp8(DType t) {
+  return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
+}
+
+}  // namespace
+
+bool fp8_gemm_native(const DeviceContext& ctx) {
+  return ctx.cc_major * 10 + ctx.cc_minor >= 89;
+}
+
 }  // namespace mixp::cuda
+
+namespace mixp {
+
+bool cuda_fp8_matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                     const Tensor& scale_b, bool fast_accum) {
+  using namespace mixp::cuda;
+  if (!is_fp8(a.dtype()) || !is_fp8(b.dtype()))
+    unsupported(fmt::format("fp8 GEMM operands of dtype {} x {}", name(a.dtype()), name(b.dtype())));
+  if (a.dtype() == DType::fp8_e5m2 && b.dtype() == DType::fp8_e5m2)
+    unsupported("an E5M2 x E5M2 GEMM (FP8 GEMMs take E4M3 x E4M3, E4M3 x E5M2 or E5M2 x E4M3)");
+  if (dst.dtype() != DType::bf16 && dst.dtype() != DType::fp32)
+    unsupported("an fp8 GEMM into " + std::string(name(dst.dtype())) + " (bf16 or fp32)");
+  for (const Tensor* s : {&scale_a, &scale_b})
+    if (s->dtype() != DType::fp32 || s->numel() != 1) unsupported("scales other than fp32 [1]");
+  if (!dst.is_contiguous() || dst.dim() != 2) unsupported("a strided or non-2-d fp8 GEMM output");
+  DeviceContext& ctx = context(a.device().index);
+  const int64_t K = a.shape()[1];
+  Tensor a_tn, b_tn;
+  tn_operands(a, b, a_tn, b_tn);
+  if (fp8_gemm_native(ctx) && K % 16 == 0 && a_tn.strides()[0] % 16 == 0 &&
+      b_tn.strides()[1] % 16 == 0) {
+    const float alpha = 1.0f, beta = 0.0f;
+    gemm_tn(ctx, dst, a_tn, b_tn, CUBLAS_COMPUTE_32F, CUDA_R_32F, &alpha, &beta,
+            static_cast<const float*>(dev_ptr(scale_a)), static_cast<const float*>(dev_ptr(scale_b)),
+            fast_accum);
+    return true;
+  }
+  // Emulated, as on the CPU: the fp8 values are exact in bf16; bf16 GEMM with fp32 accumulation,
+  // then the two scales.
+  const Device dev = a.device();
+  Tensor a16 = Tensor::empty(a.shape(), {.dtype = DType::bf16, .device = dev});
+  Tensor b16 = Tensor::empty(b.shape(), {.dtype = DType::bf16, .device = dev});
+  Backend& be = detail::cuda_backend(dev.index);
+  be.convert(a16, a, Round::nearest_even, Overflow::ieee, 0);
+  be.convert(b16, b, Round::nearest_even, Overflow::ieee, 0);
+  Tensor acc = Tensor::empty(dst.shape(), {.dtype = DType::fp32, .device = dev});
+  MatmulConfig cfg;
+  cfg.compute = DType::bf16;
+  gemm_lt(ctx, acc, a16, b16, Tensor(), cfg);
+  launch_scale_by_two(dev_ptr(dst), dst.dtype() == DType::bf16 ? Elem::bf16 : Elem::f32,
+                      static_cast<const float*>(dev_ptr(acc)), acc.numel(),
+                      static_cast<const float*>(dev_ptr(scale_a)),
+                      static_cast<const float*>(dev_ptr(scale_b)), ctx.stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+  return false;
+}
+
+void cuda_int8_matmul(Tensor& dst, const Tensor& a, const Tensor& b) {
+  using namespace mixp::cuda;
+  if (a.dtype() != DType::int8 || b.dtype() != DType::int8 || dst.dtype() != DType::int32)
+    unsupported("an int8 GEMM other than int8 x int8 -> int32");
+  if (!dst.is_contiguous() || dst.dim() != 2) unsupported("a strided or non-2-d int8 GEMM output");
+  DeviceContext& ctx = context(a.device().index);
+  Tensor a_tn, b_tn;
+  tn_operands(a, b, a_tn, b_tn);
+  if (a.shape()[1] % 4 != 0) unsupported("an int8 GEMM whose inner dimension is not a multiple of 4");
+  const int32_t alpha = 1, beta = 0;
+  gemm_tn(ctx, dst, a_tn, b_tn, CUBLAS_COMPUTE_32I, CUDA_R_32I, &alpha, &beta, nullptr, nullptr,
+          false);
+}
+
+bool cuda_fp8_gemm_native(int index) {
+  return mixp::cuda::fp8_gemm_native(mixp::cuda::context(index));
+}
+
+}  // namespace mixp

@@ -5,6 +5,7 @@
 
 #include "backend/cuda_entry.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/cuda_gemm.h"
 
 namespace mixp {
 namespace {
@@ -33,6 +34,20 @@ void cuda_synchronize(int index) {
 }
 
 Backend& detail::cuda_backend(int index) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+
+bool cuda_fp8_matmul(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             bool) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+void cuda_int8_matmul(Tensor&, const Tensor&, const Tensor&) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+std::string detail::cuda_pci_bus_id(int) {
+  return "";
+}
+bool cuda_fp8_gemm_native(int) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
