@@ -481,6 +481,35 @@ TEST(CpuVsRef, AttentionInBatchHeadChunks) {
   }
 }
 
+TEST(CpuVsRef, TransposedCopiesAreExact) {
+  // Contiguous copies of transposed views (the cpu backend copies them in 32 x 32 tiles): every
+  // element where the ref backend puts it, for 2-D and batched views, tile-aligned or not, in
+  // fp32 and bf16, with one and two threads.
+  const int prev_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType dt : {DType::fp32, DType::bf16}) {
+      for (const Shape& sh : {Shape{37, 45}, Shape{64, 96}, Shape{300, 129}, Shape{3, 40, 33}}) {
+        const Tensor x = rnd(sh, 61, dt);
+        const Tensor v = x.transpose(-1, -2);
+        Tensor c, r;
+        {
+          BackendGuard g(BackendKind::cpu);
+          c = v.contiguous();
+        }
+        {
+          BackendGuard g(BackendKind::ref);
+          r = v.contiguous();
+        }
+        ASSERT_TRUE(c.is_contiguous());
+        EXPECT_EQ(c.shape(), r.shape());
+        EXPECT_EQ(c.to_double_vector(), r.to_double_vector()) << sh.str() << " " << name(dt);
+      }
+    }
+  }
+  set_num_threads(prev_threads);
+}
+
 TEST(CpuVsRef, AttentionPackedQkv) {
   // attention_packed_qkv reads the heads out of [B, T, 3C] and writes [B, T, C] in place on the
   // cpu backend (strided GEMM operands and outputs); the ref backend gets contiguous copies. At

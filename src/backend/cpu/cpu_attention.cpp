@@ -73,14 +73,15 @@ Tensor head_block(const Tensor& t, int64_t g0, int64_t nb, const Tensor& buf, bo
     return view_of(t, Shape{nb, T, D}, Shape{T * D, D, 1}, t.storage_offset() + g0 * T * D);
   const Tensor b = view_of(buf, Shape{nb, T, D}, Shape{T * D, D, 1}, buf.storage_offset());
   if (gather) {
+    // One thread: a chunk is about 128 KiB per operand, copied in microseconds, where a parallel
+    // region would cost a synchronization (and, on a loaded machine, a wait for a descheduled
+    // thread) per operand and chunk.
     const size_t es = t.element_size(), row = static_cast<size_t>(D) * es;
     const auto* src = static_cast<const unsigned char*>(t.data_ptr());
     auto* dst = static_cast<unsigned char*>(b.data_ptr());
-    parallel_for(nb * T, nb * T * D, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r)
-        std::memcpy(dst + static_cast<size_t>(r) * row,
-                    src + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es, row);
-    });
+    for (int64_t r = 0; r < nb * T; ++r)
+      std::memcpy(dst + static_cast<size_t>(r) * row,
+                  src + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es, row);
   }
   return b;
 }
@@ -92,11 +93,9 @@ void scatter_heads(const Tensor& t, int64_t g0, const Tensor& b) {
   const size_t es = t.element_size(), row = static_cast<size_t>(D) * es;
   const auto* src = static_cast<const unsigned char*>(b.data_ptr());
   auto* dst = static_cast<unsigned char*>(t.data_ptr());
-  parallel_for(nb * T, nb * T * D, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r)
-      std::memcpy(dst + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es,
-                  src + static_cast<size_t>(r) * row, row);
-  });
+  for (int64_t r = 0; r < nb * T; ++r)  // one thread, as head_block's gather
+    std::memcpy(dst + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es,
+                src + static_cast<size_t>(r) * row, row);
 }
 // A [chunk, T, D] buffer of t's dtype for head_block when t is strided, else none.
 Tensor chunk_buffer(const Tensor& t, int64_t chunk) {
