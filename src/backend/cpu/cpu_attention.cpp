@@ -97,9 +97,14 @@ void scatter_heads(const Tensor& t, int64_t g0, const Tensor& b) {
     std::memcpy(dst + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es,
                 src + static_cast<size_t>(r) * row, row);
 }
-// A [chunk, T, D] buffer of t's dtype for head_block when t is strided, else none.
-Tensor chunk_buffer(const Tensor& t, int64_t chunk) {
+// A [chunk, T, D] buffer of t's dtype for head_block when t is strided, else none: `reuse` (a
+// buffer whose contents are dead by the time t's block is written) when it is of t's dtype and
+// large enough. Short sequences put every head in one chunk, where each buffer is a whole
+// operand's size.
+Tensor chunk_buffer(const Tensor& t, int64_t chunk, const Tensor& reuse = Tensor()) {
   if (t.is_contiguous()) return Tensor();
+  const int64_t n = chunk * t.shape()[2] * t.shape()[3];
+  if (reuse.defined() && reuse.dtype() == t.dtype() && reuse.numel() >= n) return reuse;
   return Tensor::empty(Shape{chunk, t.shape()[2], t.shape()[3]}, {.dtype = t.dtype()});
 }
 // The ref kernels index contiguous tensors: strided operands are copied to contiguous ones (and
@@ -181,8 +186,9 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   Tensor s = empty(Shape{std::min(chunk, BH), Tq, Tk});
   Tensor p16 = bf16 ? Tensor::empty(s.shape(), {.dtype = DType::bf16}) : Tensor();
   const int64_t cb = std::min(chunk, BH);
+  // The output's block reuses q's buffer: q is dead once S = q k^T is formed.
   const Tensor qbuf = chunk_buffer(q, cb), kbuf = chunk_buffer(k, cb), vbuf = chunk_buffer(v, cb),
-               obuf = chunk_buffer(dst, cb);
+               obuf = chunk_buffer(dst, cb, qbuf);
   for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
     const int64_t nb = std::min(chunk, BH - h0);
     const Tensor sb = nb == s.shape()[0] ? s : view_of(s, Shape{nb, Tq, Tk}, s.strides(), 0);
@@ -258,9 +264,13 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   Tensor p16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
   Tensor ds16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
   const int64_t cb = std::min(chunk, BH);
+  // The three gradient blocks are formed and scattered one after another into v's buffer (v is
+  // dead once dP = dO v^T is formed).
   const Tensor qbuf = chunk_buffer(q, cb), kbuf = chunk_buffer(k, cb), vbuf = chunk_buffer(v, cb),
-               gbuf = chunk_buffer(ddst, cb), dqbuf = chunk_buffer(dq, cb),
-               dkbuf = chunk_buffer(dk, cb), dvbuf = chunk_buffer(dv, cb);
+               gbuf = chunk_buffer(ddst, cb);
+  const Tensor dvbuf = chunk_buffer(dv, cb, vbuf);
+  const Tensor dqbuf = chunk_buffer(dq, cb, dvbuf.defined() ? dvbuf : vbuf);
+  const Tensor dkbuf = chunk_buffer(dk, cb, dqbuf.defined() ? dqbuf : vbuf);
   for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
     const int64_t nb = std::min(chunk, BH - h0);
     auto part = [&](const Tensor& t) {
@@ -311,13 +321,14 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
     const Tensor pg = bf16 ? p16b : pb, dsg = bf16 ? ds16b : dpb;
     const Tensor pT = view_of(pg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
     const Tensor dsT = view_of(dsg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
-    Tensor dv3 = head_block(dv, h0, nb, dvbuf, false), dq3 = head_block(dq, h0, nb, dqbuf, false),
-           dk3 = head_block(dk, h0, nb, dkbuf, false);
-    matmul(dv3, pT, g3, Tensor(), cfg);   // dV = P^T dO
-    matmul(dq3, dsg, k3, Tensor(), cfg);  // dQ = dS K
-    matmul(dk3, dsT, q3, Tensor(), cfg);  // dK = dS^T Q
+    Tensor dv3 = head_block(dv, h0, nb, dvbuf, false);
+    matmul(dv3, pT, g3, Tensor(), cfg);  // dV = P^T dO
     scatter_heads(dv, h0, dv3);
+    Tensor dq3 = head_block(dq, h0, nb, dqbuf, false);
+    matmul(dq3, dsg, k3, Tensor(), cfg);  // dQ = dS K
     scatter_heads(dq, h0, dq3);
+    Tensor dk3 = head_block(dk, h0, nb, dkbuf, false);
+    matmul(dk3, dsT, q3, Tensor(), cfg);  // dK = dS^T Q
     scatter_heads(dk, h0, dk3);
   }
 }
