@@ -58,7 +58,7 @@ Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& m
 // MX quantization of a [R, C] fp32 tensor along its rows (dim 1), or along its columns (dim 0:
 // the result is the quantized transpose [C, R], contiguous).
 Tensor mx_rows(const Tensor& t, DType dt, int block, bool along_columns) {
-  return mxfp8_rows(along_columns ? t.t().contiguous() : t, dt, block);
+  return along_columns ? mxfp8_columns(t, dt, block) : mxfp8_rows(t, dt, block);
 }
 
 // dst (fp32 [M, N]) = a [M, K] @ b [K, N] on the bf16 path; empty K gives zeros.

@@ -104,6 +104,24 @@ Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block) {
   return out;
 }
 
+Tensor mxfp8_columns(const Tensor& xf, DType fp8, int block) {
+  (void)is_e5m2(fp8);
+  if (block < 1) throw std::invalid_argument("mxfp8_quantize: block must be >= 1");
+  if (xf.dim() != 2 || xf.dtype() != DType::fp32 || !xf.is_contiguous())
+    return mxfp8_rows(xf.t().contiguous(), fp8, block);
+  // The host backends (cpu, ref, and the guarded device's, which forwards to them) take the
+  // transposed view as fp8_mx's src: rows of a [C, R] view with unit stride along dim 0, the
+  // columns of xf (cpu_quantize.cpp quantizes its tiles into dst, ref copies it first). Other
+  // devices get the contiguous transpose, as before.
+  if (xf.device().kind == DeviceKind::cuda) return mxfp8_rows(xf.t().contiguous(), fp8, block);
+  Tensor out = Tensor::empty(Shape{xf.size(1), xf.size(0)},
+                             {.dtype = DType::bf16, .device = xf.device()}), aux;
+  if (xf.numel() == 0) return out;
+  backend_for(xf).quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block},
+                           out, aux, xf.t());
+  return out;
+}
+
 Fp8Quantized fp8_quantize(const Tensor& x, DType fp8, float scale) {
   detail::check_float(x, "fp8_quantize", "x");
   if (!(scale > 0.0f) || !std::isfinite(scale)) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -25,6 +26,65 @@ float fp8_scale_from_amax(float amax, float fp8_max, int margin, float previous)
   const float scaled_max = fp8_max * std::ldexp(1.0f, -margin);
   const float s = scaled_max / amax;
   return std::isinf(s) ? FLT_MAX : s;
+}
+
+namespace {
+// A view of t's storage (not recorded).
+Tensor storage_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = t.dtype();
+  impl->device = t.device();
+  return Tensor(std::move(impl));
+}
+}  // namespace
+
+int64_t Backend::layer_norm_xhat_block(int64_t rows, int64_t n) {
+  constexpr int64_t kBlockElements = 1 << 16;
+  return std::max<int64_t>(1, std::min<int64_t>(rows, kBlockElements / std::max<int64_t>(n, 1)));
+}
+
+void Backend::layer_norm_backward_xhat(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                       const Tensor& xhat, const Tensor& w, const Tensor& rstd) {
+  const int64_t rows = rstd.numel(), n = rows ? xhat.numel() / rows : 0;
+  // Blocks of rows, so that the widened xhat (fp32) exists for one block at a time: the point of
+  // saving 16 bits is lost if the backward materializes all of it in fp32 at once.
+  const int64_t block = layer_norm_xhat_block(rows, n);
+  const Device dev = xhat.device();
+  Tensor xh = Tensor::empty(Shape{block, n}, {.dtype = DType::fp32, .device = dev});
+  Tensor zero = Tensor::empty(Shape{block}, {.dtype = DType::fp32, .device = dev}),
+         one = Tensor::empty(Shape{block}, {.dtype = DType::fp32, .device = dev});
+  fill(zero, 0.0);
+  fill(one, 1.0);
+  Tensor dw_part =
+      dw.defined() ? Tensor::empty(Shape{n}, {.dtype = DType::fp32, .device = dev}) : Tensor();
+  Tensor db_part =
+      db.defined() ? Tensor::empty(Shape{n}, {.dtype = DType::fp32, .device = dev}) : Tensor();
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t nr = std::min(block, rows - r0);
+    const Shape rs{nr, n}, st{n, 1};
+    Tensor xh_b = storage_view(xh, rs, st, 0);
+    // Row blocks of contiguous tensors (the offset is absolute in the storage).
+    auto block_rows = [&](const Tensor& t) {
+      return storage_view(t, rs, st, t.storage_offset() + r0 * n);
+    };
+    copy(xh_b, block_rows(xhat));  // widening: exact
+    Tensor dx_b = block_rows(dx);
+    Tensor z = storage_view(zero, Shape{nr}, Shape{1}, 0),
+           o = storage_view(one, Shape{nr}, Shape{1}, 0);
+    Tensor& dw_b = r0 == 0 ? dw : dw_part;
+    Tensor& db_b = r0 == 0 ? db : db_part;
+    layer_norm_backward(dx_b, dw_b, db_b, block_rows(dy), xh_b, w, z, o);
+    if (r0 > 0 && dw.defined()) add_inplace(dw, dw_part, 1.0);
+    if (r0 > 0 && db.defined()) add_inplace(db, db_part, 1.0);
+    // dx of these rows times their rstd, while the block is still in cache (fp32 products,
+    // rs_r * dx as before: the same bits).
+    const Tensor rs_b = storage_view(rstd, rs, Shape{1, 0}, rstd.storage_offset() + r0);
+    binary(BinaryOp::mul, dx_b, rs_b, dx_b);
+  }
 }
 
 namespace {

@@ -75,7 +75,14 @@ class GuardedBackend final : public Backend {
     run([&](Backend& be) {
       be.layer_norm_backward(dsrc, dweight, dbias, ddst, src, weight, mean, rstd);
     });
+  }  void layer_norm_backward_xhat(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                const Tensor& xhat, const Tensor& weight,
+                                const Tensor& rstd) override {
+    run([&](Backend& be) {
+      be.layer_norm_backward_xhat(dsrc, dweight, dbias, ddst, xhat, weight, rstd);
+    });
   }
+
   void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                   Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps) override {
@@ -137,6 +144,8 @@ class GuardedBackend final : public Backend {
       be.attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
     });
   }
+  bool attention_strided() const override { return backend().attention_strided(); }
+
   void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                      const Tensor& targets) override {
     run([&](Backend& be) { be.cross_entropy(loss, lse, logits, targets); });

@@ -174,7 +174,14 @@ class ObservedBackend final : public Backend {
     observe("layer_norm_backward", "", {&dsrc, &dweight, &dbias},
             {&ddst, &src, &weight, &mean, &rstd}, 12 * numel_of(dsrc),
             [&] { b_.layer_norm_backward(dsrc, dweight, dbias, ddst, src, weight, mean, rstd); });
+  }  void layer_norm_backward_xhat(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                const Tensor& xhat, const Tensor& weight,
+                                const Tensor& rstd) override {
+    observe("layer_norm_backward", "xhat", {&dsrc, &dweight, &dbias}, {&ddst, &xhat, &weight, &rstd},
+            12 * numel_of(dsrc),
+            [&] { b_.layer_norm_backward_xhat(dsrc, dweight, dbias, ddst, xhat, weight, rstd); });
   }
+
   void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                   Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps) override {
@@ -258,6 +265,8 @@ class ObservedBackend final : public Backend {
             {&ddst, &q, &k, &v, &dst, &lse}, f,
             [&] { b_.attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale); });
   }
+  bool attention_strided() const override { return b_.attention_strided(); }
+
   void cross_entropy(Tensor& loss, Tensor& lse, const Tensor& logits,
                      const Tensor& targets) override {
     observe("cross_entropy", "", {&loss, &lse}, {&logits, &targets}, 4 * numel_of(logits),

@@ -31,14 +31,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
         fmt::format("mixp::nn::CausalSelfAttention(width {}): input must be [B, T, {}], got {}",
                     width_, width_, x.defined() ? x.shape().str() : "(undefined)"));
   }
-  const int64_t B = x.size(0), T = x.size(1), D = width_ / heads_;
-  const std::vector<Tensor> qkv = chunk((*qkv_)(x), 3, 2);  // three [B, T, C] views
-  auto heads = [&](const Tensor& t) {
-    return t.reshape({B, T, heads_, D}).transpose(1, 2);
-  };  // [B, H, T, D]
-  const Tensor y =
-      scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true);
-  return (*proj_)(y.transpose(1, 2).reshape({B, T, width_}));
+  // The heads are read straight out of the qkv GEMM's [B, T, 3C] output and written side by side
+  // into the [B, T, C] tensor the projection reads (no split or merge copies).
+  return (*proj_)(attention_packed_qkv((*qkv_)(x), heads_, /*causal=*/true));
 }
 
 std::string CausalSelfAttention::describe() const {

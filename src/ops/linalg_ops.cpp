@@ -400,6 +400,76 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   return out;
 }
 
+Tensor attention_packed_qkv(const Tensor& qkv0, int64_t heads, bool causal, double scale) {
+  check_float(qkv0, "attention", "qkv");
+  Tensor in[1] = {qkv0};
+  apply_cast_policy(OpId::attention, in);
+  const Tensor& qkv = in[0];
+  if (qkv.dim() != 3 || heads <= 0 || qkv.shape()[2] % (3 * heads) != 0) {
+    shape_error("attention", "qkv must be [B, T, 3C] with C a multiple of the heads", qkv.shape(),
+                Shape{heads});
+  }
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3, H = heads,
+                D = C / H;
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const DType rd = result_dtype({&qkv});
+  const GemmPlan plan = plan_gemm({&qkv});
+  const DType c = plan.c;
+  // The GEMM operand, rounded as the plan says (TF32 / bf16 precision of fp32 attention): what
+  // is saved, as the three rounded copies of the split would be.
+  const Tensor qc = raw_contiguous(plan_operand(raw_contiguous(as_compute(qkv, c)), plan));
+  // Columns [col, col + C) of a contiguous [B, T, W] tensor as [B, H, T, D] heads (a view).
+  auto heads_of = [B, T, H, D](const Tensor& t, int64_t col) {
+    const int64_t W = t.shape()[2];
+    return raw_view(t, Shape{B, H, T, D}, Shape{T * W, D, W, 1}, t.storage_offset() + col);
+  };
+  Tensor y = new_tensor(Shape{B, T, C}, c, qkv.device());
+  Tensor lse = new_tensor(Shape{B, H, T}, kern::is_narrow(c) ? DType::fp32 : c, qkv.device());
+  Backend& be = backend_for(y, lse, qc);
+  // A backend that takes strided heads reads q, k, v in qc and writes y in place; another gets
+  // the contiguous copies the split and the merge make.
+  const bool strided = be.attention_strided();
+  auto operand = [&](const Tensor& t) { return strided ? t : raw_contiguous(t); };
+  const Tensor sq = operand(heads_of(qc, 0)), sk = operand(heads_of(qc, C)),
+               sv = operand(heads_of(qc, 2 * C));
+  Tensor y4 = heads_of(y, 0);
+  if (strided) {
+    be.attention(y4, lse, sq, sk, sv, causal, scale);
+  } else {
+    Tensor yc = new_tensor(y4.shape(), c, qkv.device());
+    be.attention(yc, lse, sq, sk, sv, causal, scale);
+    be.copy(y4, yc);
+    y4 = yc;  // saved for backward in the layout the kernel takes
+  }
+  Tensor out = finish(y, rd);
+  if (should_record({&qkv})) {
+    Tensor sy = y4.detach(), sl = lse.detach();
+    record(OpId::attention, c, {&qkv}, {&out},
+           [sq, sk, sv, sy, sl, causal, scale, heads_of, C, strided](BackwardContext& ctx) {
+             const Tensor g = raw_contiguous(ctx.grad());
+             Tensor dqkv = new_tensor(Shape{g.shape()[0], g.shape()[1], 3 * C}, g.dtype(),
+                                      g.device());
+             Tensor dq = heads_of(dqkv, 0), dk = heads_of(dqkv, C), dv = heads_of(dqkv, 2 * C);
+             Backend& bb = backend_for(dqkv, g, sq, sy, sl);
+             if (strided) {
+               bb.attention_backward(dq, dk, dv, heads_of(g, 0), sq, sk, sv, sy, sl, causal,
+                                     scale);
+             } else {
+               Tensor a = new_tensor(dq.shape(), g.dtype(), g.device()),
+                      b = new_tensor(dk.shape(), g.dtype(), g.device()),
+                      d = new_tensor(dv.shape(), g.dtype(), g.device());
+               bb.attention_backward(a, b, d, raw_contiguous(heads_of(g, 0)), sq, sk, sv, sy, sl,
+                                     causal, scale);
+               bb.copy(dq, a);
+               bb.copy(dk, b);
+               bb.copy(dv, d);
+             }
+             ctx.grad_inputs[0] = dqkv;
+           });
+  }
+  return out;
+}
+
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& x0, const Tensor& h0, const Tensor& c0,
                                     const Tensor& w_ih0, const Tensor& w_hh0, const Tensor& b_ih0,
                                     const Tensor& b_hh0) {

@@ -150,12 +150,11 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   m.grad_bytes = P * f.grad_bytes;
   m.state_bytes = P * f.state_bytes;
   m.cast_bytes = gemm_weight_values(s) * f.cast_bytes;
-  // One block's saves per token (see the header): norm inputs 2C, attention side 3C (norm
-  // output, attention output, its merged-heads copy) + q, k, v 3C, FFN input C and its
-  // activations (2F GELU, 3F SwiGLU); the statistics (norm mean/rstd, log-sum-exp per head) are
-  // fp32 scalars per token.
+  // One block's saves per token (see the header): norm inputs 2C, attention side 2C (norm
+  // output, attention output) + the packed q, k, v 3C, FFN input C and its activations (2F GELU,
+  // 3F SwiGLU); the statistics (norm mean/rstd, log-sum-exp per head) are fp32 scalars per token.
   const int64_t ffn_saves = s.family == ShapeFamily::llama ? 3 * F : 2 * F;
-  const int64_t per_token = (9 * C + ffn_saves) * f.save_bytes + (4 + s.heads) * 4;
+  const int64_t per_token = (8 * C + ffn_saves) * f.save_bytes + (4 + s.heads) * 4;
   m.block_activation_bytes = N * per_token;
   // The head's moment: the final norm's input and output and the logits over the padded
   // vocabulary in the head GEMM's output format (fp32, or 16-bit where the GEMMs are), whose

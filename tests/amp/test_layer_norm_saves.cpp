@@ -80,6 +80,42 @@ TEST(LayerNormSaves, BackwardFromExactXhatMatchesTheFp32Backward) {
   }
 }
 
+TEST(LayerNormSaves, FusedBackwardFromXhatIsTheBlockedBackwardBitForBit) {
+  // The cpu backend's one-pass layer_norm_backward_xhat against the Backend default it replaces
+  // (blocks of rows through layer_norm_backward, partial dw/db added block by block, dx scaled
+  // by rstd): the same bits for one and two threads, bf16 and fp16 xhat, with and without the
+  // weight and the dw/db outputs, for rows that fill several blocks, end in a short one (of
+  // fewer rows than are worth two threads) or fit in one.
+  Backend& be = backend();
+  const int prev_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType low : {DType::bf16, DType::fp16}) {
+      for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{37, 96}, {1500, 96},
+                                    {2048, 768}, {170 + 3, 768}, {1, 64}}) {
+        for (const bool affine : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << name(low) << " rows " << rows << " n " << n
+                                            << " threads " << threads << " affine " << affine);
+          const Tensor xhat = rnd({rows, n}, 11).to(low, Round::nearest_even);
+          const Tensor dy = rnd({rows, n}, 12), rstd = add(mul(rnd({rows}, 13), 0.1), 2.0);
+          const Tensor w = affine ? rnd({n}, 14) : Tensor();
+          Tensor dx0 = empty({rows, n}), dw0 = empty({n}), db0 = empty({n});
+          be.Backend::layer_norm_backward_xhat(dx0, dw0, db0, dy, xhat, w, rstd);
+          Tensor dx1 = empty({rows, n}), dw1 = empty({n}), db1 = empty({n});
+          be.layer_norm_backward_xhat(dx1, dw1, db1, dy, xhat, w, rstd);
+          EXPECT_EQ(dx1.to_double_vector(), dx0.to_double_vector());
+          EXPECT_EQ(dw1.to_double_vector(), dw0.to_double_vector());
+          EXPECT_EQ(db1.to_double_vector(), db0.to_double_vector());
+          Tensor dx2 = empty({rows, n}), none;
+          be.layer_norm_backward_xhat(dx2, none, none, dy, xhat, w, rstd);
+          EXPECT_EQ(dx2.to_double_vector(), dx0.to_double_vector());
+        }
+      }
+    }
+  }
+  set_num_threads(prev_threads);
+}
+
 TEST(LayerNormSaves, SavedXhatIsTheFp32XhatRoundedToNearest) {
   const int64_t rows = 5, n = 64;
   const Tensor x = rnd({rows, n}, 4, 2.0, -1.0);

@@ -107,6 +107,10 @@ TEST(Gradcheck, Linalg) {
   check("attention full",
         [](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], false); },
         {r64({2, 1, 3, 2}, 51), r64({2, 1, 5, 2}, 52), r64({2, 1, 5, 2}, 53)});
+  check("attention packed qkv causal",
+        [](const V& v) { return attention_packed_qkv(v[0], 2, true); }, {r64({2, 4, 3 * 4}, 126)});
+  check("attention packed qkv full",
+        [](const V& v) { return attention_packed_qkv(v[0], 3, false); }, {r64({1, 3, 3 * 6}, 127)});
   check("lstm_cell",
         [](const V& v) {
           auto [h, c] = lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]);

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/fp8_kernels.h"
 #include "mixp/amp/fp8_quantize.h"
+#include "mixp/backend/backend.h"
 #include "mixp/amp/fp8_scaling.h"
 #include "mixp/format/block_mx.h"
 #include "mixp/format/convert.h"
@@ -282,6 +283,48 @@ TEST(Fp8Mx, TensorFrontEnd) {
   std::vector<float> bad(10);
   std::vector<uint16_t> o(10);
   EXPECT_THROW(mxfp8_quantize_to_bf16(bad, 3, DType::fp8_e4m3, 32, o), std::invalid_argument);
+}
+
+TEST(Fp8Mx, ColumnsAreTheRowsOfTheTransposeBitForBit) {
+  // mxfp8_columns (the cpu backend's tiled kernel, and the Backend default of the ref backend)
+  // against mxfp8_rows of the contiguous transpose: every bit, for column lengths that end in a
+  // partial block, widths that end in a partial tile of 64 columns, blocks with very different
+  // ranges, a NaN and an inf (which make their blocks NaN), e4m3 and e5m2, one and two threads.
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> ex(-40, 40);
+  const int prev_threads = get_num_threads();
+  for (BackendKind kind : {BackendKind::cpu, BackendKind::ref}) {
+    BackendGuard bg(kind);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const auto& [R, C] : {std::pair<int64_t, int64_t>{64, 128}, {70, 37}, {5, 200},
+                                 {300, 130}, {1, 1}}) {
+        std::vector<float> v(static_cast<size_t>(R * C));
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = std::ldexp(nd(rng), (i / 7) % 3 == 0 ? ex(rng) : 0);
+        if (v.size() > 40) {
+          v[17] = std::numeric_limits<float>::quiet_NaN();
+          v[v.size() - 3] = std::numeric_limits<float>::infinity();
+        }
+        const Tensor x = from_vector(v, {R, C});
+        for (DType d : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+          for (int block : {32, 16}) {
+            SCOPED_TRACE(::testing::Message() << R << "x" << C << " " << name(d) << " block "
+                                              << block << " threads " << threads);
+            const Tensor got = mxfp8_columns(x, d, block);
+            const Tensor want = mxfp8_rows(x.t().contiguous(), d, block);
+            ASSERT_EQ(got.shape(), want.shape());
+            ASSERT_TRUE(got.is_contiguous());
+            const auto* gp = static_cast<const uint16_t*>(got.data_ptr());
+            const auto* wp = static_cast<const uint16_t*>(want.data_ptr());
+            EXPECT_EQ(std::memcmp(gp, wp, static_cast<size_t>(R * C) * 2), 0);
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(prev_threads);
 }
 
 TEST(Fp8Gemm, AppliesBothScaleInvsToTheFp32Result) {

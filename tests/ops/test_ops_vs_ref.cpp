@@ -1,5 +1,7 @@
 // Every op on the cpu backend against the ref oracle: shapes, broadcasting, non-contiguous views,
 // forward and backward (docs/architecture.md 6.3).
+#include <fmt/format.h>
+
 #include "ops/op_test_util.h"
 
 namespace mixp {
@@ -477,6 +479,100 @@ TEST(CpuVsRef, AttentionInBatchHeadChunks) {
           {q, k, v}, dt == DType::bf16 ? kTolBf16 : kTolFp32);
     }
   }
+}
+
+TEST(CpuVsRef, TransposedCopiesAreExact) {
+  // Contiguous copies of transposed views (the cpu backend copies them in 32 x 32 tiles): every
+  // element where the ref backend puts it, for 2-D and batched views, tile-aligned or not, in
+  // fp32 and bf16, with one and two threads.
+  const int prev_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType dt : {DType::fp32, DType::bf16}) {
+      for (const Shape& sh : {Shape{37, 45}, Shape{64, 96}, Shape{300, 129}, Shape{3, 40, 33}}) {
+        const Tensor x = rnd(sh, 61, dt);
+        const Tensor v = x.transpose(-1, -2);
+        Tensor c, r;
+        {
+          BackendGuard g(BackendKind::cpu);
+          c = v.contiguous();
+        }
+        {
+          BackendGuard g(BackendKind::ref);
+          r = v.contiguous();
+        }
+        ASSERT_TRUE(c.is_contiguous());
+        EXPECT_EQ(c.shape(), r.shape());
+        EXPECT_EQ(c.to_double_vector(), r.to_double_vector()) << sh.str() << " " << name(dt);
+      }
+    }
+  }
+  set_num_threads(prev_threads);
+}
+
+TEST(CpuVsRef, AttentionPackedQkv) {
+  // attention_packed_qkv reads the heads out of [B, T, 3C] and writes [B, T, C] in place on the
+  // cpu backend (strided GEMM operands and outputs); the ref backend gets contiguous copies. At
+  // T = 256 a chunk is 4 heads, so 5 heads per batch element run chunks of 4 and 1.
+  struct Case {
+    int64_t B, T, H, D;
+  };
+  for (const Case& c : {Case{2, 9, 3, 8}, Case{1, 16, 4, 8}, Case{2, 256, 5, 8}}) {
+    for (DType dt : {DType::fp32, DType::bf16}) {
+      const Tensor qkv = rnd({c.B, c.T, 3 * c.H * c.D}, 91, dt);
+      for (bool causal : {true, false}) {
+        expect_cpu_matches_ref(
+            fmt::format("{} packed attention B{} T{} H{}{}", name(dt), c.B, c.T, c.H,
+                        causal ? " causal" : ""),
+            [c, causal](const V& a) { return attention_packed_qkv(a[0], c.H, causal); }, {qkv},
+            dt == DType::bf16 ? kTolBf16 : kTolFp32);
+      }
+    }
+  }
+}
+
+TEST(CpuVsRef, AttentionPackedQkvIsTheSplitAttentionBitForBit) {
+  // Against splitting qkv into heads, scaled_dot_product_attention and merging the heads (the
+  // copies attention_packed_qkv saves): the same output and qkv gradient bit for bit on the cpu
+  // backend, in fp32, bf16 and fp16, chunked (T = 256) or not, one thread and two.
+  struct Case {
+    int64_t B, T, H, D;
+  };
+  const int prev_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Case& c : {Case{2, 9, 3, 8}, Case{3, 32, 4, 16}, Case{2, 256, 5, 8}}) {
+      for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
+        SCOPED_TRACE(fmt::format("{} B{} T{} H{} threads {}", name(dt), c.B, c.T, c.H, threads));
+        const int64_t C = c.H * c.D;
+        const Tensor qkv0 = rnd({c.B, c.T, 3 * C}, 92, dt), g = rnd({c.B, c.T, C}, 93, dt);
+        auto run = [&](bool packed) {
+          Tensor qkv = qkv0.detach().clone();
+          qkv.requires_grad_(true);
+          Tensor y;
+          if (packed) {
+            y = attention_packed_qkv(qkv, c.H, true);
+          } else {
+            const std::vector<Tensor> p = chunk(qkv, 3, 2);
+            auto heads = [&](const Tensor& t) {
+              return t.reshape({c.B, c.T, c.H, c.D}).transpose(1, 2);
+            };
+            y = scaled_dot_product_attention(heads(p[0]), heads(p[1]), heads(p[2]), true)
+                    .transpose(1, 2)
+                    .reshape({c.B, c.T, C});
+          }
+          y.backward(g);
+          return std::pair<Tensor, Tensor>{y.detach(), qkv.grad()};
+        };
+        const auto [y1, g1] = run(true);
+        const auto [y0, g0] = run(false);
+        EXPECT_TRUE(y1.is_contiguous());
+        EXPECT_EQ(y1.to_double_vector(), y0.to_double_vector());
+        EXPECT_EQ(g1.to_double_vector(), g0.to_double_vector());
+      }
+    }
+  }
+  set_num_threads(prev_threads);
 }
 
 TEST(CpuVsRef, Bf16ReluOnEveryBitPattern) {

@@ -55,6 +55,10 @@ struct Fp8Quantized {
 // MXFP8 rows of xf (fp32, contiguous, blocks along its last dimension) as a new bf16 tensor on
 // its device (not recorded).
 Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block);
+// MXFP8 columns of xf ([R, C] fp32, contiguous, blocks along dim 0) as the new bf16 [C, R]
+// tensor that mxfp8_rows gives for the contiguous transpose of xf (the same bits), without that
+// transposed copy on the host backends; not recorded.
+Tensor mxfp8_columns(const Tensor& xf, DType fp8, int block);
 
 // Per-tensor quantization of any floating tensor (converted to fp32 first when it is not);
 // not recorded by autograd. scale must be finite and > 0.

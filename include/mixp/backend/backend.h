@@ -229,6 +229,18 @@ class Backend {
   virtual void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                    const Tensor& src, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd) = 0;
+  // LayerNorm's backward from the 16-bit save (ops/layer_norm_saved.h): dsrc, dweight, dbias
+  // (either may be undefined; when defined, overwritten) of ddst [rows, n] fp32, xhat [rows, n]
+  // bf16 or fp16, weight [n] fp32 or undefined, rstd [rows] fp32, all contiguous. The default runs
+  // layer_norm_backward on blocks of rows (xhat widened exactly, mean 0, rstd 1), sums the blocks'
+  // dweight/dbias in order and scales each row of dsrc by its rstd (src/backend/backend.cpp); a
+  // backend may fuse it into one pass that gives the same bits for the same thread count.
+  virtual void layer_norm_backward_xhat(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
+                                        const Tensor& ddst, const Tensor& xhat,
+                                        const Tensor& weight, const Tensor& rstd);
+  // Rows per block of the default layer_norm_backward_xhat for rows of n elements: about 2^16
+  // widened values (256 KiB, in L2), at least one row.
+  static int64_t layer_norm_xhat_block(int64_t rows, int64_t n);
 
   // --- batch norm over [N, C, *] per channel C. Training: normalize with the batch statistics,
   // save mean/invstd [C], and update running_mean/var (if defined) with momentum and the unbiased
@@ -268,14 +280,21 @@ class Backend {
   virtual void conv2d_backward_weights(Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                                        const Tensor& src, const Conv2dParams& p) = 0;
 
-  // --- scaled dot-product attention on [B, H, T, D] (q, k, v contiguous); lse [B, H, T] is the
-  // log-sum-exp of each row of scores (kept for backward instead of the T x T probabilities).
+  // --- scaled dot-product attention on [B, H, T, D] (q, k, v contiguous; strided views too where
+  // attention_strided() says so); lse [B, H, T] (contiguous) is the log-sum-exp of each row of
+  // scores (kept for backward instead of the T x T probabilities).
   virtual void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
                          const Tensor& v, bool causal, double scale) = 0;
   virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst,
                                   const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& dst, const Tensor& lse, bool causal,
                                   double scale) = 0;
+  // Whether attention and attention_backward also take q, k, v, dst, ddst, dq, dk and dv as
+  // [B, H, T, D] views with unit stride along D and any other strides: the heads of a
+  // transformer's packed qkv GEMM output [B, T, 3C] and of the [B, T, C] tensor its projection
+  // reads (ops.h, attention_packed_qkv), read and written in place. False: contiguous only (the
+  // op then passes contiguous copies).
+  virtual bool attention_strided() const { return false; }
 
   // --- cross entropy from logits [N, C] and class indices [N]: loss [] = mean_i (lse_i -
   // x_i[t_i]); lse [N] saved for backward.

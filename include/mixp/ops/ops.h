@@ -114,6 +114,16 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int6
 // Fused: keeps only the per-row log-sum-exp, never the T x T probabilities, for backward.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal = true, double scale = 0.0);
+// Multi-head attention straight from a transformer's packed qkv projection [B, T, 3C] (q, k, v
+// the three C-wide column blocks, each of `heads` heads of D = C / heads consecutive columns),
+// returning [B, T, C] with the heads side by side, the layout the output projection reads: equal
+// to splitting qkv into [B, H, T, D] heads, scaled_dot_product_attention and merging the heads
+// back, bit for bit, without the copies of the split and the merge (and in backward, with the
+// gradient of q, k and v written into one [B, T, 3C] tensor). Where the backend computes on
+// strided heads (Backend::attention_strided) nothing is copied; elsewhere the op copies as the
+// split and merge would.
+Tensor attention_packed_qkv(const Tensor& qkv, int64_t heads, bool causal = true,
+                            double scale = 0.0);
 // One LSTM step (PyTorch LSTMCell, gate order i, f, g, o): x [N, I], h/c [N, H],
 // w_ih [4H, I], w_hh [4H, H], b_ih/b_hh [4H] or undefined. Returns (h', c').
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tensor& c,

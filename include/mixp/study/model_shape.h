@@ -12,11 +12,12 @@
 //
 // The memory model counts what mixp's autograd keeps, by the rules the gpt2 model follows
 // (measured on it with the probes; docs/plan.md lists each saved tensor):
-//   - a block saves 2 norm inputs (x, h), the 3 GEMM inputs of the attention side (norm output,
-//     attention output and its merged-heads copy), q, k, v and the attention output inside the
-//     fused attention (never the T x T matrix, only a log-sum-exp per row and head), and for the
-//     FFN its input (norm output), the pre-activation(s) and the activation: GELU MLP 2F,
-//     SwiGLU 3F (gate, up, silu(gate) * up). 17 C per token for GPT-2 (F = 4C).
+//   - a block saves 2 norm inputs (x, h), the attention side's norm output (the qkv GEMM's
+//     input), the packed q, k, v (the qkv GEMM's output, which the attention reads in place) and
+//     the attention output (kept by the attention and read by the projection GEMM in place: no
+//     merged-heads copy; never the T x T matrix, only a log-sum-exp per row and head), and for
+//     the FFN its input (norm output), the pre-activation(s) and the activation: GELU MLP 2F,
+//     SwiGLU 3F (gate, up, silu(gate) * up). 16 C per token for GPT-2 (F = 4C).
 //     Widths: fp32 recipes 4 bytes; autocast and 16-bit recipes 2 bytes (16-bit norm saves).
 //   - checkpointing keeps one block input per block (the residual stream's format: fp32 under
 //     autocast) and recomputes one block at a time in backward.

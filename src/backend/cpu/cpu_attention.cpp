@@ -1,5 +1,10 @@
 // CpuBackend attention: S = q k^T and P V as batched oneDNN matmuls over [B*H] in chunks of about
-// 2^18 scores, softmax rows between; fp32 and bf16 (P and dS rounded per chunk).
+// 2^18 scores, softmax rows between; fp32 and bf16 (P and dS rounded per chunk). q, k, v, the
+// output and the gradients may also be strided [B, H, T, D] views (unit stride along D: the heads
+// of a packed qkv [B, T, 3C] and of a [B, T, C] output): each chunk's heads are then gathered
+// into (and its results scattered from) a chunk-sized contiguous buffer while they are in cache,
+// so the GEMMs see exactly the contiguous operands they see otherwise (oneDNN 2.6 runs such
+// head-strided batches on its slower gemm:jit kernels instead of brgemm).
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -30,17 +35,95 @@ using cpu::view_of;
 // operand, as in PyTorch's bf16 math attention. fp16 (no native fp16 GEMM here) is widened
 // exactly and runs the fp32 path.
 namespace {
+// A [B, H, T, D] operand the kernels take: contiguous, or unit stride along D (the rows of a head,
+// the heads and the batch elements may be anywhere else).
+bool head_layout(const Tensor& t) {
+  return t.dim() == 4 && (t.is_contiguous() || (t.strides()[3] == 1 && t.strides()[2] >= 0 &&
+                                                t.strides()[1] >= 0 && t.strides()[0] >= 0));
+}
 bool attn_native_bf16(std::initializer_list<const Tensor*> ins,
                       std::initializer_list<const Tensor*> outs) {
   if (!cpu::native_bf16()) return false;
   for (const Tensor* t : ins) {
-    if (t->dtype() != DType::bf16 || !t->is_contiguous()) return false;
+    if (t->dtype() != DType::bf16 || !head_layout(*t)) return false;
   }
   for (const Tensor* t : outs) {
-    if ((t->dtype() != DType::bf16 && t->dtype() != DType::fp32) || !t->is_contiguous())
-      return false;
+    if ((t->dtype() != DType::bf16 && t->dtype() != DType::fp32) || !head_layout(*t)) return false;
   }
   return true;
+}
+bool attn_f32(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (t->dtype() != DType::fp32 || !head_layout(*t)) return false;
+  }
+  return true;
+}
+// Element offset (from t's data pointer) of row i of head g of a [B, H, T, D] tensor, the heads
+// numbered over B*H.
+int64_t row_offset(const Tensor& t, int64_t g, int64_t i) {
+  const int64_t H = t.shape()[1];
+  return (g / H) * t.strides()[0] + (g % H) * t.strides()[1] + i * t.strides()[2];
+}
+// Heads [g0, g0 + nb) of a [B, H, T, D] operand as the contiguous [nb, T, D] block the GEMMs
+// take: a view when t is contiguous, else `buf` (a [chunk, T, D] buffer of t's dtype), filled
+// with those heads when `gather` (an input; an output is scattered back by scatter_heads).
+Tensor head_block(const Tensor& t, int64_t g0, int64_t nb, const Tensor& buf, bool gather) {
+  const int64_t T = t.shape()[2], D = t.shape()[3];
+  if (t.is_contiguous())
+    return view_of(t, Shape{nb, T, D}, Shape{T * D, D, 1}, t.storage_offset() + g0 * T * D);
+  const Tensor b = view_of(buf, Shape{nb, T, D}, Shape{T * D, D, 1}, buf.storage_offset());
+  if (gather) {
+    // One thread: a chunk is about 128 KiB per operand, copied in microseconds, where a parallel
+    // region would cost a synchronization (and, on a loaded machine, a wait for a descheduled
+    // thread) per operand and chunk.
+    const size_t es = t.element_size(), row = static_cast<size_t>(D) * es;
+    const auto* src = static_cast<const unsigned char*>(t.data_ptr());
+    auto* dst = static_cast<unsigned char*>(b.data_ptr());
+    for (int64_t r = 0; r < nb * T; ++r)
+      std::memcpy(dst + static_cast<size_t>(r) * row,
+                  src + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es, row);
+  }
+  return b;
+}
+// Writes the contiguous [nb, T, D] block `b` (from head_block) back to heads [g0, g0 + nb) of t
+// when t is strided (when it is contiguous, b is a view of t: nothing to do).
+void scatter_heads(const Tensor& t, int64_t g0, const Tensor& b) {
+  if (t.is_contiguous()) return;
+  const int64_t nb = b.shape()[0], T = t.shape()[2], D = t.shape()[3];
+  const size_t es = t.element_size(), row = static_cast<size_t>(D) * es;
+  const auto* src = static_cast<const unsigned char*>(b.data_ptr());
+  auto* dst = static_cast<unsigned char*>(t.data_ptr());
+  for (int64_t r = 0; r < nb * T; ++r)  // one thread, as head_block's gather
+    std::memcpy(dst + static_cast<size_t>(row_offset(t, g0 + r / T, r % T)) * es,
+                src + static_cast<size_t>(r) * row, row);
+}
+// A [chunk, T, D] buffer of t's dtype for head_block when t is strided, else none: `reuse` (a
+// buffer whose contents are dead by the time t's block is written) when it is of t's dtype and
+// large enough. Short sequences put every head in one chunk, where each buffer is a whole
+// operand's size.
+Tensor chunk_buffer(const Tensor& t, int64_t chunk, const Tensor& reuse = Tensor()) {
+  if (t.is_contiguous()) return Tensor();
+  const int64_t n = chunk * t.shape()[2] * t.shape()[3];
+  if (reuse.defined() && reuse.dtype() == t.dtype() && reuse.numel() >= n) return reuse;
+  return Tensor::empty(Shape{chunk, t.shape()[2], t.shape()[3]}, {.dtype = t.dtype()});
+}
+// The ref kernels index contiguous tensors: strided operands are copied to contiguous ones (and
+// strided outputs written back).
+Tensor contiguous_of(Backend& be, const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = Tensor::empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  be.copy(c, t);
+  return c;
+}
+template <class F>
+void with_contiguous_dst(Backend& be, Tensor& dst, F&& f) {
+  if (!dst.defined() || dst.is_contiguous()) {
+    f(dst);
+    return;
+  }
+  Tensor c = Tensor::empty(dst.shape(), {.dtype = dst.dtype(), .device = dst.device()});
+  f(c);
+  be.copy(dst, c);
 }
 // Batch-heads per chunk of the attention kernels: enough that one chunk's [chunk, Tq, Tk] fp32
 // score buffer is about 1 MB (2^18 floats; 16 heads at T = 128), at least one.
@@ -57,7 +140,8 @@ void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
                  ConvertOptions{Round::nearest_even, Overflow::ieee});
 }
 constexpr int64_t kRowGroup = 16;
-// One row of n elements of t (fp32 or bf16, contiguous) starting at element off, as fp32.
+// The n contiguous elements of t (fp32 or bf16) from element off on (one row of a head), as
+// fp32.
 const float* row_f32(const Tensor& t, int64_t off, int64_t n, float* buf) {
   if (t.dtype() == DType::fp32) return fp(t) + off;
   // bf16 -> fp32 is a shift; inline (rows are one head wide, 64 values: a converter call per
@@ -80,8 +164,14 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
                       [&](Tensor& d) { attention(d, lse, q32, k32, v32, causal, scale); });
     return;
   }
-  if (!bf16 && !(f32c(dst) && f32c(lse) && f32c(q) && f32c(k) && f32c(v)))
-    return RefBackend::attention(dst, lse, q, k, v, causal, scale);
+  if (!bf16 && !(f32c(lse) && attn_f32({&dst, &q, &k, &v}))) {
+    const Tensor qc = contiguous_of(*this, q), kc = contiguous_of(*this, k),
+                 vc = contiguous_of(*this, v);
+    with_contiguous_dst(*this, dst, [&](Tensor& d) {
+      RefBackend::attention(d, lse, qc, kc, vc, causal, scale);
+    });
+    return;
+  }
   const DType gd = bf16 ? DType::bf16 : DType::fp32;
   MatmulConfig cfg;
   cfg.compute = gd;
@@ -95,17 +185,17 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   const int64_t chunk = attention_chunk(BH, Tq, Tk);
   Tensor s = empty(Shape{std::min(chunk, BH), Tq, Tk});
   Tensor p16 = bf16 ? Tensor::empty(s.shape(), {.dtype = DType::bf16}) : Tensor();
+  const int64_t cb = std::min(chunk, BH);
+  // The output's block reuses q's buffer: q is dead once S = q k^T is formed.
+  const Tensor qbuf = chunk_buffer(q, cb), kbuf = chunk_buffer(k, cb), vbuf = chunk_buffer(v, cb),
+               obuf = chunk_buffer(dst, cb, qbuf);
   for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
     const int64_t nb = std::min(chunk, BH - h0);
     const Tensor sb = nb == s.shape()[0] ? s : view_of(s, Shape{nb, Tq, Tk}, s.strides(), 0);
     const Tensor pb =
         !bf16 || nb == p16.shape()[0] ? p16 : view_of(p16, Shape{nb, Tq, Tk}, p16.strides(), 0);
-    const Tensor q3 =
-        view_of(q, Shape{nb, Tq, D}, Shape{Tq * D, D, 1}, q.storage_offset() + h0 * Tq * D);
-    const Tensor kT =
-        view_of(k, Shape{nb, D, Tk}, Shape{Tk * D, 1, D}, k.storage_offset() + h0 * Tk * D);
-    const Tensor v3 =
-        view_of(v, Shape{nb, Tk, D}, Shape{Tk * D, D, 1}, v.storage_offset() + h0 * Tk * D);
+    const Tensor q3 = head_block(q, h0, nb, qbuf, true), k3 = head_block(k, h0, nb, kbuf, true);
+    const Tensor kT = view_of(k3, Shape{nb, D, Tk}, Shape{Tk * D, 1, D}, k3.storage_offset());
     Tensor sm = sb;
     matmul(sm, q3, kT, Tensor(), cfg);
     parallel_for(nb * Tq, sb.numel() * 8, [&](int64_t lo, int64_t hi) {
@@ -123,9 +213,10 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
         }
       }
     });
-    Tensor o3 =
-        view_of(dst, Shape{nb, Tq, D}, Shape{Tq * D, D, 1}, dst.storage_offset() + h0 * Tq * D);
+    const Tensor v3 = head_block(v, h0, nb, vbuf, true);
+    Tensor o3 = head_block(dst, h0, nb, obuf, false);
     matmul(o3, bf16 ? pb : sb, v3, Tensor(), cfg);
+    scatter_heads(dst, h0, o3);
   }
 }
 
@@ -146,9 +237,17 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
     });
     return;
   }
-  if (!bf16 && !(f32c(dq) && f32c(dk) && f32c(dv) && f32c(ddst) && f32c(q) && f32c(k) && f32c(v) &&
-                 f32c(dst) && f32c(lse))) {
-    return RefBackend::attention_backward(dq, dk, dv, ddst, q, k, v, dst, lse, causal, scale);
+  if (!bf16 && !(f32c(lse) && attn_f32({&dq, &dk, &dv, &ddst, &q, &k, &v, &dst}))) {
+    auto c = [&](const Tensor& t) { return contiguous_of(*this, t); };
+    const Tensor g = c(ddst), qc = c(q), kc = c(k), vc = c(v), yc = c(dst);
+    with_contiguous_dst(*this, dq, [&](Tensor& a) {
+      with_contiguous_dst(*this, dk, [&](Tensor& b) {
+        with_contiguous_dst(*this, dv, [&](Tensor& d) {
+          RefBackend::attention_backward(a, b, d, g, qc, kc, vc, yc, lse, causal, scale);
+        });
+      });
+    });
+    return;
   }
   const DType gd = bf16 ? DType::bf16 : DType::fp32;
   MatmulConfig cfg;
@@ -164,6 +263,14 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
   Tensor p = empty(ps), dp = empty(ps);
   Tensor p16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
   Tensor ds16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
+  const int64_t cb = std::min(chunk, BH);
+  // The three gradient blocks are formed and scattered one after another into v's buffer (v is
+  // dead once dP = dO v^T is formed).
+  const Tensor qbuf = chunk_buffer(q, cb), kbuf = chunk_buffer(k, cb), vbuf = chunk_buffer(v, cb),
+               gbuf = chunk_buffer(ddst, cb);
+  const Tensor dvbuf = chunk_buffer(dv, cb, vbuf);
+  const Tensor dqbuf = chunk_buffer(dq, cb, dvbuf.defined() ? dvbuf : vbuf);
+  const Tensor dkbuf = chunk_buffer(dk, cb, dqbuf.defined() ? dqbuf : vbuf);
   for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
     const int64_t nb = std::min(chunk, BH - h0);
     auto part = [&](const Tensor& t) {
@@ -171,18 +278,19 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
                  ? t
                  : view_of(t, Shape{nb, Tq, Tk}, t.strides(), t.storage_offset());
     };
-    auto v3 = [&](const Tensor& t, int64_t T) {
-      return view_of(t, Shape{nb, T, D}, Shape{T * D, D, 1}, t.storage_offset() + h0 * T * D);
-    };
-    auto v3T = [&](const Tensor& t, int64_t T) {
-      return view_of(t, Shape{nb, D, T}, Shape{T * D, 1, D}, t.storage_offset() + h0 * T * D);
+    // The chunk's heads of q, k, v and dO as contiguous [nb, T, D] blocks (gathered when
+    // strided), and the transposed views of k and v.
+    const Tensor q3 = head_block(q, h0, nb, qbuf, true), k3 = head_block(k, h0, nb, kbuf, true),
+                 v3 = head_block(v, h0, nb, vbuf, true), g3 = head_block(ddst, h0, nb, gbuf, true);
+    auto tr = [&](const Tensor& t3, int64_t T) {
+      return view_of(t3, Shape{nb, D, T}, Shape{T * D, 1, D}, t3.storage_offset());
     };
     Tensor pb = part(p), dpb = part(dp);
     const Tensor p16b = part(p16), ds16b = part(ds16);
     // Recompute P from the saved log-sum-exp.
-    matmul(pb, v3(q, Tq), v3T(k, Tk), Tensor(), cfg);
+    matmul(pb, q3, tr(k3, Tk), Tensor(), cfg);
     // dP = dO V^T
-    matmul(dpb, v3(ddst, Tq), v3T(v, Tk), Tensor(), cfg);
+    matmul(dpb, g3, tr(v3, Tk), Tensor(), cfg);
     parallel_for(nb * Tq, pb.numel() * 8, [&](int64_t lo, int64_t hi) {
       std::vector<float> bg(static_cast<size_t>(D)), bo(static_cast<size_t>(D));
       for (int64_t r = lo; r < hi; ++r) {
@@ -195,8 +303,8 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
         kern.exp_shift(prow, prow, fp(lse)[rg], valid);
         for (int64_t j = valid; j < Tk; ++j) prow[j] = 0.0f;
         // delta = sum_d dO O
-        const float* go = row_f32(ddst, rg * D, D, bg.data());
-        const float* o = row_f32(dst, rg * D, D, bo.data());
+        const float* go = row_f32(g3, r * D, D, bg.data());
+        const float* o = row_f32(dst, row_offset(dst, h0 + r / Tq, i), D, bo.data());
         float delta = 0.0f;
 #pragma omp simd reduction(+ : delta)
         for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
@@ -213,10 +321,15 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
     const Tensor pg = bf16 ? p16b : pb, dsg = bf16 ? ds16b : dpb;
     const Tensor pT = view_of(pg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
     const Tensor dsT = view_of(dsg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
-    Tensor dv3 = v3(dv, Tk), dq3 = v3(dq, Tq), dk3 = v3(dk, Tk);
-    matmul(dv3, pT, v3(ddst, Tq), Tensor(), cfg);  // dV = P^T dO
-    matmul(dq3, dsg, v3(k, Tk), Tensor(), cfg);    // dQ = dS K
-    matmul(dk3, dsT, v3(q, Tq), Tensor(), cfg);    // dK = dS^T Q
+    Tensor dv3 = head_block(dv, h0, nb, dvbuf, false);
+    matmul(dv3, pT, g3, Tensor(), cfg);  // dV = P^T dO
+    scatter_heads(dv, h0, dv3);
+    Tensor dq3 = head_block(dq, h0, nb, dqbuf, false);
+    matmul(dq3, dsg, k3, Tensor(), cfg);  // dQ = dS K
+    scatter_heads(dq, h0, dq3);
+    Tensor dk3 = head_block(dk, h0, nb, dkbuf, false);
+    matmul(dk3, dsT, q3, Tensor(), cfg);  // dK = dS^T Q
+    scatter_heads(dk, h0, dk3);
   }
 }
 

@@ -60,6 +60,9 @@ class CpuBackend : public RefBackend {
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& dst, const Tensor& lse,
                           bool causal, double scale) override;
+  // [B, H, T, D] views with unit stride along D (cpu_attention.cpp): the GEMMs read and write
+  // them in place.
+  bool attention_strided() const override { return true; }
   void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
               const MatmulConfig& cfg) override;
   void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
@@ -71,6 +74,9 @@ class CpuBackend : public RefBackend {
   // The training-step kernels (step_*.cpp: the tiered loops of step_kernels.h).
   void unscale_check(Tensor& grad, Tensor& found_inf, double inv_scale) override;
   void sum_squares(Tensor& dst, const Tensor& src) override;
+  void layer_norm_backward_xhat(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
+                                const Tensor& xhat, const Tensor& weight,
+                                const Tensor& rstd) override;
   void layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
                        const Tensor& rstd) override;
   void optimizer_update(const ParamUpdate& u, const UpdateRule& rule) override;

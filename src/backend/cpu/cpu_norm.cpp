@@ -70,6 +70,98 @@ void CpuBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbia
   }
 }
 
+// LayerNorm's backward from the 16-bit xhat in one parallel region: each thread widens its rows
+// of a block, runs layer_norm_bwd_rows on them (mean 0, rstd 1) and scales them by rstd, exactly
+// as the default's blocks of layer_norm_backward (backend.cpp) split them between threads; the
+// per-block, per-thread dw/db partials are then summed in the default's order (per block over
+// threads from 0, then the blocks in order), so the bits are the same for the same thread count.
+// The default's 4 kernel calls (and parallel regions) per block of 85 rows at GPT-2's width
+// become one region for all rows.
+void CpuBackend::layer_norm_backward_xhat(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                                          const Tensor& xhat, const Tensor& w,
+                                          const Tensor& rstd) {
+  if (!(f32c(dx) && f32c(dw) && f32c(db) && f32c(dy) && f32c(w) && f32c(rstd)) ||
+      !xhat.is_contiguous() || (xhat.dtype() != DType::bf16 && xhat.dtype() != DType::fp16)) {
+    return RefBackend::layer_norm_backward_xhat(dx, dw, db, dy, xhat, w, rstd);
+  }
+  const int64_t rows = rstd.numel(), n = rows ? xhat.numel() / rows : 0;
+  if (rows == 0) return Backend::layer_norm_backward_xhat(dx, dw, db, dy, xhat, w, rstd);
+  const int64_t block = layer_norm_xhat_block(rows, n), nblocks = (rows + block - 1) / block;
+  const int max_t = omp_get_max_threads();
+  const bool want_w = dw.defined(), want_b = db.defined();
+  // part[(blk * max_t + t) * 2 + which][n]: thread t's dw (0) / db (1) over its rows of block blk.
+  std::vector<float> part(static_cast<size_t>(nblocks * max_t * 2 * n), 0.0f);
+  // Threads of each block, as parallel_for decides for the default's block.
+  auto block_threads = [&](int64_t nr) {
+    return nr > 1 && cpu::parallel_worth(nr * n * 4) ? max_t : 1;
+  };
+  bool any_parallel = false;
+  for (int64_t blk = 0; blk < nblocks; ++blk)
+    any_parallel = any_parallel || block_threads(std::min(block, rows - blk * block)) > 1;
+  const auto& k = vec::kernels();
+  const float* dyp = fp(dy);
+  const float* wp = fp(w);
+  const float* rp = fp(rstd);
+  float* dxp = fp(dx);
+  const bool bf = xhat.dtype() == DType::bf16;
+  const auto* xb = static_cast<const uint16_t*>(xhat.data_ptr());
+  const std::vector<float> zero(static_cast<size_t>(block), 0.0f),
+      one(static_cast<size_t>(block), 1.0f);
+#pragma omp parallel if (any_parallel)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    std::vector<float> xh;
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const int64_t r0 = blk * block, nr = std::min(block, rows - r0);
+      int64_t lo = 0, hi = 0;
+      if (block_threads(nr) > 1 && nt > 1) {
+        const int64_t chunk = (nr + nt - 1) / nt;
+        lo = std::min<int64_t>(nr, t * chunk);
+        hi = std::min<int64_t>(nr, lo + chunk);
+      } else if (t == 0) {
+        hi = nr;
+      }
+      if (lo >= hi) continue;
+      const int64_t m = hi - lo, a = r0 + lo;
+      xh.resize(static_cast<size_t>(m * n));
+      // Widening: exact (bf16 is the top half of an fp32; fp16 through the bulk converter).
+      if (bf) {
+        const uint16_t* src = xb + a * n;
+#pragma omp simd
+        for (int64_t i = 0; i < m * n; ++i)
+          xh[static_cast<size_t>(i)] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
+      } else {
+        convert_to_f32(DType::fp16, xb + a * n, std::span<float>(xh.data(), xh.size()));
+      }
+      const size_t slot = static_cast<size_t>((blk * max_t + t) * 2);
+      float* pw = want_w ? part.data() + slot * n : nullptr;
+      float* pb = want_b ? part.data() + (slot + 1) * n : nullptr;
+      k.layer_norm_bwd_rows(dxp + a * n, pw, pb, dyp + a * n, xh.data(), wp, zero.data(),
+                            one.data(), m, n);
+      for (int64_t r = 0; r < m; ++r) {
+        float* row = dxp + (a + r) * n;
+        const float rs = rp[a + r];
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) row[i] = rs * row[i];
+      }
+    }
+  }
+  for (int which = 0; which < 2; ++which) {
+    Tensor& out = which == 0 ? dw : db;
+    if (!out.defined()) continue;
+    float* o = fp(out);
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const int used = block_threads(std::min(block, rows - blk * block));
+      for (int64_t i = 0; i < n; ++i) {
+        float s = 0.0f;
+        for (int t = 0; t < used; ++t)
+          s += part[(static_cast<size_t>(blk * max_t + t) * 2 + which) * n + i];
+        o[i] = blk == 0 ? s : o[i] + s;
+      }
+    }
+  }
+}
+
 // ---- batch norm over [N, C, S]
 void CpuBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd,
                             Tensor& running_mean, Tensor& running_var, const Tensor& src,

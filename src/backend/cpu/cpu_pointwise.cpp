@@ -79,9 +79,64 @@ inline int64_t row_offset(const Shape& shape, const Shape& strides, int64_t r) {
   return off;
 }
 
+// A transpose: dst[..., R, C] with unit stride along C from src with unit stride along R (e.g.
+// the contiguous copy of t.t(), which the MXFP8 recipe makes of every weight, input and gradient
+// for its column-wise blocks), in 32 x 32 tiles, instead of the row loop below, whose every
+// element of a dst row comes from another source line. Returns false for other layouts.
+template <class T>
+bool transpose_copy(Tensor& dst, const Tensor& src) {
+  const int nd = dst.dim();
+  if (nd < 2) return false;
+  const int64_t R = dst.shape()[nd - 2], C = dst.shape()[nd - 1];
+  const int64_t dR = dst.strides()[nd - 2], sC = src.strides()[nd - 1];
+  if (dst.strides()[nd - 1] != 1 || src.strides()[nd - 2] != 1 || sC == 1 || R < 2 || C < 2)
+    return false;
+  constexpr int64_t kTile = 32;
+  const int64_t batches = dst.numel() / (R * C), rt = (R + kTile - 1) / kTile;
+  T* d = static_cast<T*>(dst.data_ptr());
+  const T* s = static_cast<const T*>(src.data_ptr());
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t b = u / rt, r0 = (u % rt) * kTile, r1 = std::min(R, r0 + kTile);
+      T* db = d + row_offset(dst.shape(), dst.strides(), b * R);
+      const T* sb = s + row_offset(src.shape(), src.strides(), b * R);
+      // Through a padded tile on the stack: reading a source column run and writing a dst row
+      // run are then both contiguous (strided accesses at a large power-of-two-like stride hit
+      // one L1 set and thrash it).
+      T tile[kTile][kTile + 1];
+      for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+        const int64_t c1 = std::min(C, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c) {
+          const T* sc = sb + c * sC;
+          for (int64_t r = r0; r < r1; ++r) tile[c - c0][r - r0] = sc[r];
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+          T* dr = db + r * dR;
+          for (int64_t c = c0; c < c1; ++c) dr[c] = tile[c - c0][r - r0];
+        }
+      }
+    }
+  };
+  const int64_t units = batches * rt;
+  if (parallel_worth(dst.numel()) && units > 1) {
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t chunk = (units + nt - 1) / nt;
+      const int64_t lo = std::min<int64_t>(units, t * chunk),
+                    hi = std::min<int64_t>(units, lo + chunk);
+      if (lo < hi) run(lo, hi);
+    }
+  } else {
+    run(0, units);
+  }
+  return true;
+}
+
 // Same-dtype copy between any two layouts of one shape, row by row (rows = last dim).
 template <class T>
 void strided_copy(Tensor& dst, const Tensor& src) {
+  if (transpose_copy<T>(dst, src)) return;
   const int nd = dst.dim();
   const int64_t inner = dst.shape()[nd - 1];
   const int64_t rows = inner ? dst.numel() / inner : 0;

@@ -75,6 +75,13 @@ void RefBackend::minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t cha
 }
 
 void RefBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) {
+  if (spec.kind == QuantizeSpec::Kind::fp8_mx && src.defined() && !src.is_contiguous() &&
+      src.dtype() == DType::fp32) {
+    // A strided src (amp::mxfp8_columns passes a transposed view): its rows, copied first.
+    Tensor c = Tensor::empty(src.shape(), {.dtype = DType::fp32, .device = src.device()});
+    copy(c, src);
+    return quantize(spec, dst, aux, c);
+  }
   const float* x = f32_in(src, "quantize");
   const int64_t n = src.numel();
   switch (spec.kind) {
