@@ -109,6 +109,11 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
                          t.is_leaf() && t.requires_grad();
   if (!cacheable) return cast(t, to);
   ThreadState& s = tls();
+  // Without weight shadows a region keeps no copy that nothing else holds: one made under
+  // NoGradGuard (a checkpointed segment's forward) has no graph to save it, and caching it would
+  // keep every weight's copy alive to the end of the region (the logits' allocation, the
+  // head's moment). It is cast per use instead: the same values.
+  if (!s.cur.weight_shadows && !GradMode::is_enabled()) return cast(t, to);
   const bool want_history = GradMode::is_enabled();
   const CacheKey key{t.impl(), to};
   auto it = s.cache.find(key);
@@ -122,7 +127,7 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
     return it->second.copy;
   }
   ++s.stats.misses;
-  const bool shadows = weight_shadows_enabled();
+  const bool shadows = weight_shadows_enabled() && s.cur.weight_shadows;
   Tensor copy = shadows ? from_shadow(t, to) : Tensor();
   if (copy.defined()) {
     ++s.stats.shadow_hits;
@@ -212,7 +217,8 @@ void apply_autocast(OpId op, std::span<Tensor> inputs, DType dtype, bool use_cac
 
 Autocast::Autocast(DType dtype, bool enabled)
     : Autocast(AutocastOptions{dtype, enabled, true,
-                               tls().nesting > 0 && tls().cur.low_precision_norm_saves}) {}
+                               tls().nesting > 0 && tls().cur.low_precision_norm_saves,
+                               tls().nesting == 0 || tls().cur.weight_shadows}) {}
 
 Autocast::Autocast(const AutocastOptions& options) {
   check_dtype(options.dtype);

@@ -53,6 +53,23 @@ void accumulate(Tensor& slot, const Tensor& g) {
   backend_for(sum, g).add_inplace(sum, g, 1.0);
   slot = sum;
 }
+
+// Adds a gradient given as a GradAdder into the buffer slot: in place when the slot is an fp32
+// buffer nobody else sees (no dense temporary), else as a tensor through accumulate().
+void add_gradient(Tensor& slot, const GradAdder& a, const OutputMeta& meta) {
+  if (slot.defined() && slot.dtype() == DType::fp32 && slot.shape() == meta.shape &&
+      slot.device() == meta.device && slot.is_contiguous() && slot.impl_ptr().use_count() == 1 &&
+      slot.storage().use_count() == 1) {
+    a.add(slot);
+    return;
+  }
+  Tensor g = a.make();
+  if (g.shape() != meta.shape) {
+    throw std::logic_error("mixp autograd: a gradient of shape " + g.shape().str() +
+                           " for an input of shape " + meta.shape.str());
+  }
+  accumulate(slot, g);
+}
 }  // namespace
 
 Node::Node() : sequence_nr(g_next_sequence_nr++) {}
@@ -133,7 +150,8 @@ void FunctionNode::apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_
     if (g.defined() && g.dtype() != compute_ && !(pass_grad_dtype && g.is_floating_point()))
       g = g.to(compute_, Round::nearest_even);
   }
-  BackwardContext ctx{grad_outputs, grad_inputs, this};
+  grad_adders.clear();
+  BackwardContext ctx{grad_outputs, grad_inputs, this, &grad_adders};
   fn_(ctx);
   for (size_t i = 0; i < grad_inputs.size(); ++i) {
     Tensor& g = grad_inputs[i];
@@ -260,12 +278,18 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     if (observed) t_current_node = n;
     n->apply(gout, gin);
     gout.clear();
+    std::vector<GradAdder> adders = std::move(n->grad_adders);
+    n->grad_adders.clear();
     if (!retain_graph) n->release();
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];
       if (!e.valid()) continue;
       Node* m = e.fn.get();
-      if (gin[i].defined()) {
+      if (i < adders.size() && adders[i].add) {
+        auto& buf = buffers[m];
+        if (buf.empty()) buf.resize(m->outputs.size());
+        add_gradient(buf[e.input_nr], adders[i], m->outputs[e.input_nr]);
+      } else if (gin[i].defined()) {
         auto& buf = buffers[m];
         if (buf.empty()) buf.resize(m->outputs.size());
         if (gin[i].shape() != m->outputs[e.input_nr].shape) {

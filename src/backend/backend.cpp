@@ -28,6 +28,14 @@ float fp8_scale_from_amax(float amax, float fp8_max, int margin, float previous)
   return std::isinf(s) ? FLT_MAX : s;
 }
 
+void Backend::embedding_backward_add(Tensor& dweight, const Tensor& ddst, const Tensor& indices) {
+  // The dense sequence the override must match bit for bit.
+  Tensor dense = Tensor::empty(dweight.shape(), {.dtype = dweight.dtype(), .device = dweight.device()});
+  fill(dense, 0.0);
+  embedding_backward(dense, ddst, indices);
+  add_inplace(dweight, dense, 1.0);
+}
+
 namespace {
 // A view of t's storage (not recorded).
 Tensor storage_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {

@@ -104,6 +104,9 @@ class GuardedBackend final : public Backend {
   void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override {
     run([&](Backend& be) { be.embedding_backward(dweight, ddst, indices); });
   }
+  void embedding_backward_add(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override {
+    run([&](Backend& be) { be.embedding_backward_add(dweight, ddst, indices); });
+  }
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override {
     run([&](Backend& be) { be.max_pool2d(dst, src, p); });
   }

@@ -208,6 +208,10 @@ class ObservedBackend final : public Backend {
     observe("embedding_backward", "", {&dweight}, {&ddst, &indices}, numel_of(ddst),
             [&] { b_.embedding_backward(dweight, ddst, indices); });
   }
+  void embedding_backward_add(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override {
+    observe("embedding_backward_add", "", {&dweight}, {&ddst, &indices}, numel_of(ddst),
+            [&] { b_.embedding_backward_add(dweight, ddst, indices); });
+  }
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override {
     observe("max_pool2d", "", {&dst}, {&src}, numel_of(dst) * double(p.kernel_h * p.kernel_w),
             [&] { b_.max_pool2d(dst, src, p); });

@@ -340,11 +340,26 @@ Tensor embedding(const Tensor& indices, const Tensor& w0) {
   if (should_record({&w})) {
     Tensor si = indices.detach();
     const Shape ws = w.shape();
-    record(OpId::embedding, c, {&w}, {&out}, [si, ws](BackwardContext& ctx) {
-      const Tensor& g = ctx.grad();
-      Tensor gw = zeros(ws, {.dtype = g.dtype(), .device = g.device()});
-      backend_for(gw, g, si).embedding_backward(gw, g, si);
-      ctx.grad_inputs[0] = gw;
+    // An fp32 weight's gradient goes as an addition (GradAdder): when a gradient for the weight
+    // is already accumulating (a tied head's, or the leaf's earlier micro-batches'), the rows are
+    // added into it in place, without the dense [V, E] buffer; the additions are the same
+    // (embedding_backward_add's contract), so the result is bit for bit the dense one.
+    const bool in_place = rd == c && c == DType::fp32;
+    record(OpId::embedding, c, {&w}, {&out}, [si, ws, in_place](BackwardContext& ctx) {
+      const Tensor g = ctx.grad();
+      auto dense = [si, ws, g] {
+        Tensor gw = zeros(ws, {.dtype = g.dtype(), .device = g.device()});
+        backend_for(gw, g, si).embedding_backward(gw, g, si);
+        return gw;
+      };
+      if (!in_place) {
+        ctx.grad_inputs[0] = dense();
+        return;
+      }
+      ctx.add_into(0, GradAdder{.add = [si, g](Tensor& dst) {
+                                  backend_for(dst, g, si).embedding_backward_add(dst, g, si);
+                                },
+                                .make = dense});
     });
   }
   return out;

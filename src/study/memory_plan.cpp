@@ -49,8 +49,18 @@ int64_t grad_bytes_per_value(const train::RecipeDtypes& d, const StepPrecision& 
   return bytes_of(d.params) < 4 ? 4 : bytes_of(sp.grad);
 }
 
-MemoryFormats formats_of(const train::RecipeDtypes& d, const StepPrecision& sp) {
+// Autocast over fp32 parameters without weight shadows: what the runs do under checkpointing
+// (build_run.cpp), so the cast copies are not persistent.
+bool casts_per_use(const train::RecipeDtypes& d, const StepPrecision& sp, bool checkpointing) {
+  return checkpointing && sp.casts_weights && d.params == DType::fp32 &&
+         (d.compute == DType::bf16 || d.compute == DType::fp16);
+}
+
+MemoryFormats formats_of(const train::RecipeDtypes& d, const StepPrecision& sp,
+                         bool checkpointing) {
   MemoryFormats f;
+  f.casts_per_use = casts_per_use(d, sp, checkpointing);
+  f.dense_embedding_grad = d.params != DType::fp32;
   f.param_bytes = int(bytes_of(d.params));
   f.master_bytes = d.master != d.params ? int(bytes_of(d.master)) : 0;
   f.grad_bytes = int(grad_bytes_per_value(d, sp));
@@ -101,10 +111,11 @@ void check_options(const PlanOptions& opt) {
 
 }  // namespace
 
-MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer) {
+MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer,
+                             bool checkpointing) {
   const auto recipe = train::make_recipe(precision);
   const train::RecipeDtypes d = recipe->dtypes();
-  return formats_of(d, step_precision(d, optimizer));
+  return formats_of(d, step_precision(d, optimizer), checkpointing);
 }
 
 MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt) {
@@ -174,7 +185,9 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   p.grad_bytes = P * grad_bytes_per_value(d, sp);
   p.master_bytes = d.master != d.params ? P * bytes_of(d.master) : 0;
   p.state_bytes = P * sp.states * bytes_of(sp.state);
-  p.cast_copy_bytes = sp.casts_weights ? gemm_params * bytes_of(sp.compute) : 0;
+  p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
+                          ? gemm_params * bytes_of(sp.compute)
+                          : 0;
   // What the probes measured beyond the persistent tensors (one process, no ZeRO).
   const int64_t persistent =
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;
@@ -195,7 +208,7 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     // The analytic model of the same configuration, next to the probes' (study/model_shape.h).
     const ModelShape ms = shape_of(nn::gpt_config_of(parts.config.model));
     const AnalyticMemory am =
-        analytic_memory(ms, c.batch, p.context, formats_of(d, sp), c.model.checkpointing);
+        analytic_memory(ms, c.batch, p.context, formats_of(d, sp, c.model.checkpointing), c.model.checkpointing);
     p.analytic_activation_bytes = am.activation_bytes;
     p.analytic_peak_bytes = am.peak_bytes;
     p.gemm_flops = double(c.grad_accum) *
@@ -232,7 +245,7 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   const train::RecipeDtypes d = recipe->dtypes();
   const StepPrecision sp = step_precision(d, run.optimizer);
   const AnalyticMemory am =
-      analytic_memory(shape, run.batch, run.seq, formats_of(d, sp), run.checkpointing);
+      analytic_memory(shape, run.batch, run.seq, formats_of(d, sp, run.checkpointing), run.checkpointing);
   MemoryPlan p;
   p.analytic = true;
   p.model = shape.name;

@@ -164,8 +164,13 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   const int64_t blocks =
       checkpointing ? s.layers * N * C * f.residual_bytes : s.layers * m.block_activation_bytes;
   m.activation_bytes = blocks + head;
+  // Cast copies: persistent (weight shadows), or per use, when only the GEMM whose backward
+  // runs holds its weight's copy: the head's at (a), one block's at (a') and (a'').
+  if (f.casts_per_use) m.cast_bytes = 0;
+  const int64_t head_cast = f.casts_per_use ? embedding_values(s) * f.cast_bytes : 0;
+  const int64_t block_cast = f.casts_per_use ? block_gemm_values(s) * f.cast_bytes : 0;
   const int64_t fixed = m.param_bytes + m.master_bytes + m.state_bytes + m.cast_bytes;
-  m.head_peak_bytes = fixed + m.activation_bytes + embedding_values(s) * f.grad_bytes;
+  m.head_peak_bytes = fixed + m.activation_bytes + embedding_values(s) * f.grad_bytes + head_cast;
   // The last block's backward: its saves (recomputed under checkpointing), the head's weight
   // gradient, and the FFN's two [tokens, F] activation gradients (one fp32, one in the saves'
   // format). With a small vocabulary this moment is the peak.
@@ -173,15 +178,18 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   const int64_t ffn_grads = N * F * (4 + f.save_bytes);
   const int64_t in_block =
       checkpointing ? blocks + m.block_activation_bytes : s.layers * m.block_activation_bytes;
-  m.head_peak_bytes = std::max(m.head_peak_bytes, fixed + in_block + head_grad + ffn_grads);
+  m.head_peak_bytes =
+      std::max(m.head_peak_bytes, fixed + in_block + head_grad + ffn_grads + block_cast);
   // The first block's backward: every other gradient exists, its saves (recomputed under
   // checkpointing) and the same transients, and the residual stream's fp32 gradient.
   const int64_t first_block = fixed + m.grad_bytes - block_parameters(s) * f.grad_bytes +
-                              m.block_activation_bytes + ffn_grads + N * C * 4;
+                              m.block_activation_bytes + ffn_grads + N * C * 4 + block_cast;
   m.head_peak_bytes = std::max(m.head_peak_bytes, first_block);
-  // The end of backward: every gradient, the token embedding's dense gradient being added to
-  // it, and the fp32 gradient of the embedding's output.
-  m.end_peak_bytes = fixed + m.grad_bytes + embedding_values(s) * 4 + N * C * 4;
+  // The end of backward: every gradient, the fp32 gradient of the embedding's output and, for a
+  // weight that is not fp32, the embedding's dense gradient being added to the token
+  // embedding's (an fp32 one has its rows added in place).
+  m.end_peak_bytes = fixed + m.grad_bytes + N * C * 4 +
+                     (f.dense_embedding_grad ? embedding_values(s) * 4 : 0);
   m.peak_bytes = std::max(m.head_peak_bytes, m.end_peak_bytes);
   return m;
 }

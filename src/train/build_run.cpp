@@ -20,6 +20,9 @@ namespace {
 
 RecipeOptions recipe_options(const TrainConfig& c, RunPurpose purpose) {
   RecipeOptions ro;
+  // Gradient checkpointing is for memory; its peak is the end of backward, where autocast's
+  // weight shadows would be the only low-precision copies alive (docs/amp.md): cast per region.
+  ro.weight_shadows = !c.model.checkpointing;
   switch (purpose) {
     case RunPurpose::train:
       ro.layer_precision = c.layer_precision;

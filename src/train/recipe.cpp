@@ -18,11 +18,12 @@ namespace mixp::train {
 namespace {
 
 struct AutocastScope final : ForwardScope {
-  explicit AutocastScope(const amp::PrecisionPolicy& p)
+  AutocastScope(const amp::PrecisionPolicy& p, bool weight_shadows)
       : ac(amp::AutocastOptions{.dtype = p.compute,
                                 .enabled = true,
                                 .cache_enabled = true,
-                                .low_precision_norm_saves = p.norm_saves_low}) {}
+                                .low_precision_norm_saves = p.norm_saves_low,
+                                .weight_shadows = weight_shadows}) {}
   amp::Autocast ac;
 };
 
@@ -49,7 +50,10 @@ void PrecisionRecipe::prepare_model(nn::Module& model) const {
 
 PolicyRecipe::PolicyRecipe(amp::PrecisionPolicy policy, std::vector<amp::LayerRule> rules,
                            const RecipeOptions& opt)
-    : policy_(std::move(policy)), rules_(std::move(rules)), seed_(opt.seed) {
+    : policy_(std::move(policy)),
+      rules_(std::move(rules)),
+      seed_(opt.seed),
+      weight_shadows_(opt.weight_shadows) {
   if (!rules_.empty() && policy_.params == DType::fp64) {
     throw ConfigError(
         "--layer-precision needs a recipe below fp64: fp64 is the reference and runs every layer "
@@ -153,7 +157,7 @@ optim::PrecisionOptions PolicyRecipe::optimizer_precision() const {
 }
 
 std::unique_ptr<ForwardScope> PolicyRecipe::forward_scope() const {
-  if (policy_.autocast) return std::make_unique<AutocastScope>(policy_);
+  if (policy_.autocast) return std::make_unique<AutocastScope>(policy_, weight_shadows_);
   if (policy_.compute == DType::tf32) return std::make_unique<Tf32Scope>();
   return nullptr;
 }

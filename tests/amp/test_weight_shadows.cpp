@@ -201,5 +201,54 @@ TEST(WeightShadows, TrainingIsBitIdenticalWithAndWithoutShadowsFp16WithSkippedSt
   expect_identical(on, off);
 }
 
+// Per region (AutocastOptions::weight_shadows = false, what the recipes use under gradient
+// checkpointing): no shadow attached or used while the process-wide switch is on, a copy made
+// under NoGradGuard is not kept by the region's cache (cast per use), nested guards inherit it,
+// and training is bit for bit the same as with shadows.
+TEST(WeightShadows, OffForOneRegion) {
+  ShadowSwitch on(true);
+  TinyMlp m;
+  optim::AdamW opt(m.params(), {.lr = 1e-2});
+  const AutocastOptions no_shadows{.dtype = DType::bf16, .weight_shadows = false};
+  reset_autocast_cache_stats();
+  std::vector<double> losses;
+  for (int step = 0; step < 3; ++step) {
+    Tensor loss;
+    {
+      Autocast ac(no_shadows);
+      {
+        Autocast inner(DType::bf16);  // inherits the region's setting
+        loss = mse_loss(linear(gelu(linear(m.x, m.w1, m.b1)), m.w2), m.target);
+      }
+      {
+        NoGradGuard ng;  // a checkpointed segment's forward: nothing keeps the copy
+        const int64_t before = autocast_cache_stats().entries;
+        (void)linear(m.x, m.w1, m.b1);
+        EXPECT_EQ(autocast_cache_stats().entries, before);
+      }
+    }
+    losses.push_back(loss.item());
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  EXPECT_EQ(autocast_cache_stats().shadow_hits, 0);
+  for (const Tensor& w : m.params()) EXPECT_EQ(w.impl()->shadow.storage, nullptr);
+  // The same steps with shadows: the same losses and weights.
+  TinyMlp ref;
+  optim::AdamW ref_opt(ref.params(), {.lr = 1e-2});
+  std::vector<double> ref_losses;
+  for (int step = 0; step < 3; ++step) {
+    Tensor loss = ref.loss(DType::bf16);
+    ref_losses.push_back(loss.item());
+    loss.backward();
+    ref_opt.step();
+    ref_opt.zero_grad();
+  }
+  EXPECT_EQ(losses, ref_losses);
+  for (size_t i = 0; i < m.params().size(); ++i)
+    EXPECT_EQ(values(m.params()[i]), values(ref.params()[i]));
+}
+
 }  // namespace
 }  // namespace mixp::amp

@@ -3,6 +3,9 @@
 // a wrong backward.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "mixp/autograd/gradcheck.h"
 #include "mixp/mixp.h"
 #include "ops/dispatch.h"
@@ -216,6 +219,136 @@ TEST(Autograd, CastPolicyHookRunsInForwardOnly) {
   sum(z).backward();  // sum's hook call, then exp again in the recomputation
   EXPECT_EQ(g_hook_calls, 5);
   set_cast_policy_hook(nullptr);
+}
+
+// The tied embedding (nn/gpt.h): one fp32 weight read by the embedding and by the head's GEMM.
+// The embedding's backward adds its rows into the gradient the head already produced
+// (GradAdder, in place) instead of allocating a dense [V, E] gradient and adding it: bit for
+// bit the old sum head + dense (each row's contributions summed from +0 in index order first),
+// through accumulation over backward calls, retain_graph and checkpointing.
+namespace tied {
+constexpr int64_t kV = 40, kE = 24;
+std::vector<uint32_t> bits(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint32_t> b(size_t(c.numel()));
+  std::memcpy(b.data(), c.data<float>(), b.size() * 4);
+  return b;
+}
+struct Inputs {
+  Tensor idx, r, w0;
+};
+Inputs inputs(uint64_t seed) {
+  Generator g(seed);
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 48; ++i) rows.push_back((i * 5 + i / 4) % 31);  // repeats; rows 31+ unused
+  return {from_vector(rows, {6, 8}), randn({6, 8, kV}, g), randn({kV, kE}, g)};
+}
+// loss(w_emb, w_head) = sum(linear(tanh(embedding(idx, w_emb)), w_head) * r) (the head as nn/gpt.h
+// computes it); the tied model passes
+// one weight as both.
+Tensor loss_of(const Inputs& in, const Tensor& w_emb, const Tensor& w_head, bool ckpt = false) {
+  Tensor x = embedding(in.idx, w_emb);
+  auto body = [](const Tensor& t) { return tanh(t); };
+  Tensor h = ckpt ? checkpoint(body, x) : body(x);
+  return sum(mul(linear(h, w_head), in.r));
+}
+// The old result: the head's gradient and the dense embedding gradient on separate leaves,
+// added as the engine added them (head first, then the dense one).
+Tensor reference_grad(const Inputs& in, int backwards) {
+  Tensor acc;
+  for (int k = 0; k < backwards; ++k) {
+    // The head's part (the embedding's input detached) and the embedding's (the head's weight
+    // detached: its gradient is the dense one, made when no other gradient is accumulating).
+    Tensor wh = in.w0.detach().requires_grad_(), we = in.w0.detach().requires_grad_();
+    loss_of(in, wh.detach(), wh).backward();
+    loss_of(in, we, we.detach()).backward();
+    Tensor step = wh.grad().clone();
+    step.add_(we.grad());
+    if (acc.defined()) acc.add_(step); else acc = step;
+  }
+  return acc;
+}
+}  // namespace tied
+
+TEST(Autograd, TiedEmbeddingGradientIsTheDenseSumBitForBit) {
+  const tied::Inputs in = tied::inputs(21);
+  for (BackendKind k : {BackendKind::cpu, BackendKind::ref}) {
+    BackendGuard bg(k);  // the reference on the same backend (ref's GEMMs sum in double)
+    const Tensor want1 = tied::reference_grad(in, 1), want2 = tied::reference_grad(in, 2);
+    {
+      Tensor w = in.w0.detach().requires_grad_();
+      tied::loss_of(in, w, w).backward();
+      EXPECT_EQ(tied::bits(w.grad()), tied::bits(want1)) << "one backward";
+      tied::loss_of(in, w, w).backward();  // accumulation (micro-batches)
+      EXPECT_EQ(tied::bits(w.grad()), tied::bits(want2)) << "two backwards";
+    }
+    {
+      Tensor w = in.w0.detach().requires_grad_();
+      Tensor l = tied::loss_of(in, w, w);
+      l.backward(Tensor(), /*retain_graph=*/true);
+      l.backward();
+      EXPECT_EQ(tied::bits(w.grad()), tied::bits(want2)) << "retain_graph";
+    }
+    {
+      Tensor w = in.w0.detach().requires_grad_();
+      tied::loss_of(in, w, w, /*ckpt=*/true).backward();
+      EXPECT_EQ(tied::bits(w.grad()), tied::bits(want1)) << "checkpointing";
+    }
+  }
+}
+
+TEST(Autograd, UntiedEmbeddingGradientIsUnchanged) {
+  const tied::Inputs in = tied::inputs(22);
+  Tensor we = in.w0.detach().requires_grad_();
+  Tensor wh = in.w0.detach().requires_grad_();
+  tied::loss_of(in, we, wh).backward();
+  const Tensor first = we.grad().clone();
+  tied::loss_of(in, we, wh).backward();
+  Tensor twice = first.clone();
+  twice.add_(first);
+  EXPECT_EQ(tied::bits(we.grad()), tied::bits(twice));
+  // Rows no index references get no gradient.
+  for (int64_t v = 31; v < tied::kV; ++v)
+    for (int64_t e = 0; e < tied::kE; ++e) ASSERT_EQ(first.at({v, e}), 0.0);
+}
+
+TEST(Autograd, TiedEmbeddingGradientAgainstFiniteDifferences) {
+  const tied::Inputs in = tied::inputs(23);
+  Tensor w = in.w0.detach().requires_grad_();
+  tied::loss_of(in, w, w).backward();
+  const Tensor grad = w.grad();
+  // Central differences in fp64 on the same function (fp64 takes the dense path).
+  const Tensor w64 = in.w0.to(DType::fp64);
+  const tied::Inputs in64{in.idx, in.r.to(DType::fp64), w64};
+  const double eps = 1e-6;
+  for (int64_t v : {0, 3, 17, 30, 35}) {    // referenced rows and an unused one
+    for (int64_t e : {0, 11, 23}) {
+      Tensor wp = w64.clone(), wm = w64.clone();
+      wp.data<double>()[v * tied::kE + e] += eps;
+      wm.data<double>()[v * tied::kE + e] -= eps;
+      NoGradGuard ng;
+      const double fd =
+          (tied::loss_of(in64, wp, wp).item() - tied::loss_of(in64, wm, wm).item()) / (2 * eps);
+      EXPECT_NEAR(grad.at({v, e}), fd, 1e-3 * (1 + std::abs(fd))) << v << "," << e;
+    }
+  }
+}
+
+TEST(Autograd, TiedEmbeddingAddsInPlaceWithoutADenseGradient) {
+  // A wide vocabulary: the dense [V, E] gradient would be the largest tensor of backward.
+  const int64_t V = 4096, E = 64;
+  Generator g(24);
+  const Tensor idx = from_vector(std::vector<int64_t>{5, 9, 5, 100}, {4});
+  const Tensor r = randn({4, V}, g);
+  Tensor w = randn({V, E}, g).requires_grad_();
+  Tensor l = sum(mul(linear(embedding(idx, w), w), r));
+  const int64_t base = allocator_stats().allocated_bytes;
+  reset_peak_memory();
+  l.backward();
+  const int64_t peak = allocator_stats().peak_allocated_bytes - base;
+  const int64_t dense = V * E * 4;
+  // The head's weight gradient (one [V, E]) is the gradient itself; nothing else that large.
+  EXPECT_LT(peak, dense + dense / 2) << "peak " << peak << " bytes";
 }
 
 }  // namespace

@@ -57,6 +57,8 @@ TEST(MemoryPlan, BreakdownFollowsTheRecipesFormats) {
   const study::MemoryPlan bf16 = study::plan_memory(tiny("bf16"));
   EXPECT_EQ(bf16.param_bytes, 4 * P);
   EXPECT_GT(bf16.cast_copy_bytes, 0);  // autocast's bf16 copies of the GEMM weights
+  // Under checkpointing autocast keeps no weight shadows: the copies are not persistent.
+  EXPECT_EQ(study::plan_memory(tiny("bf16", true)).cast_copy_bytes, 0);
   const study::MemoryPlan pure = study::plan_memory(tiny("bf16-pure"));
   EXPECT_EQ(pure.param_bytes, 2 * P);
   EXPECT_EQ(pure.state_bytes, 4 * P);

@@ -2,6 +2,9 @@
 // reach yet, such as the bf16 GEMM case the mixed-precision issue wires in).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "mixp/format/cpu_features.h"
 #include "mixp/mixp.h"
 #include "ops/op_test_util.h"
@@ -70,6 +73,44 @@ TEST(Backend, MatmulAccumulateAndEpilogue) {
     cfg.activation = Activation::relu;
     get_backend(k).matmul(r, a, b, bias, cfg);
     EXPECT_LE(testing::normalized_error(r, relu(add(matmul(a, b), bias))), 1e-6) << to_string(k);
+  }
+}
+
+// embedding_backward_add against the dense sequence it replaces (a zeroed [V, E] buffer, the
+// scatter-add, then dweight += it), bit for bit: repeated rows (summed from +0 in index order
+// before the add), rows never referenced (+ 0: -0 becomes +0), both backends, int32 and int64.
+TEST(Backend, EmbeddingBackwardAddIsTheDenseSequenceBitForBit) {
+  Generator g(11);
+  const int64_t V = 37, E = 300;  // E over the cpu kernel's 256-column chunk
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 200; ++i) rows.push_back((i * 7 + i / 3) % 29);  // many repeats, rows 29+ unused
+  for (DType idt : {DType::int64, DType::int32}) {
+    const Tensor idx = from_vector(rows, {20, 10}).to(idt, Round::nearest_even);
+    const Tensor ddst = randn({20, 10, E}, g).mul_(1e3).add_(randn({20, 10, E}, g));
+    Tensor start = randn({V, E}, g);
+    // A few exact zeros of both signs in the existing gradient, referenced rows or not.
+    start.data<float>()[5] = -0.0f;
+    start.data<float>()[33 * E + 1] = -0.0f;
+    start.data<float>()[34 * E + 2] = 0.0f;
+    for (BackendKind k : {BackendKind::cpu, BackendKind::ref}) {
+      Backend& be = get_backend(k);
+      Tensor dense = zeros({V, E});
+      be.embedding_backward(dense, ddst, idx);
+      Tensor want = start.clone();
+      be.add_inplace(want, dense, 1.0);
+      Tensor got = start.clone();
+      be.embedding_backward_add(got, ddst, idx);
+      std::vector<uint32_t> wb(size_t(V * E)), gb(size_t(V * E));
+      std::memcpy(wb.data(), want.data<float>(), wb.size() * 4);
+      std::memcpy(gb.data(), got.data<float>(), gb.size() * 4);
+      EXPECT_EQ(wb, gb) << be.name() << " " << name(idt);
+      EXPECT_FALSE(std::signbit(got.data<float>()[33 * E + 1])) << "-0 + 0 is +0";
+      // The base class's default (the dense sequence itself) agrees too.
+      Tensor via_default = start.clone();
+      be.Backend::embedding_backward_add(via_default, ddst, idx);
+      std::memcpy(gb.data(), via_default.data<float>(), gb.size() * 4);
+      EXPECT_EQ(wb, gb) << be.name() << " default";
+    }
   }
 }
 

@@ -127,7 +127,7 @@ void print_seed_table(PlanArgs& a) {
     r.checkpointing = row.ckpt;
     r.batch = row.batch;
     const study::MemoryPlan p = plan_or_usage(s, r, opt);
-    const study::MemoryFormats f = study::memory_formats(row.precision, r.optimizer);
+    const study::MemoryFormats f = study::memory_formats(row.precision, r.optimizer, r.checkpointing);
     const study::AnalyticMemory m = study::analytic_memory(s, r.batch, r.seq, f, r.checkpointing);
     // What the seed's fp32 and bf16 rows can be counting: the weights in the training format
     // (bf16 for the bf16 rows, as a pure-bf16 fine-tune or inference holds them) and the

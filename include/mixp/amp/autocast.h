@@ -68,6 +68,15 @@ struct AutocastOptions {
   // inputs, like the 16-bit GEMM inputs the linears already save. Off = PyTorch's behaviour.
   // Nested guards made with Autocast(dtype, enabled) keep the enclosing region's setting.
   bool low_precision_norm_saves = false;
+  // Weight shadows in this region (docs/amp.md, "Weight shadows"), when the process-wide switch
+  // (set_weight_shadows) is on too. false: the region casts each weight itself (once per region,
+  // through the cast cache) and attaches no shadow, so the low-precision copies live only while
+  // the region's cache and the graph hold them, as in PyTorch; a checkpointed segment's
+  // recomputation casts again. The recipes turn them off under gradient checkpointing, whose
+  // peak is the end of backward, where the shadows would be the only copies alive.
+  // Results are bit for bit the same either way. Nested guards made with Autocast(dtype,
+  // enabled) keep the enclosing region's setting.
+  bool weight_shadows = true;
 };
 
 class Autocast {

@@ -28,6 +28,18 @@ struct OutputMeta {
   Device device = Device::cpu();  // where that zero gradient goes: the output's device
 };
 
+// A gradient a backward function hands over as an addition into the buffer that accumulates it
+// (BackwardContext::add_into) instead of as a tensor: a large sparse gradient (an embedding's
+// scatter-add over [vocab, width]) then needs no dense temporary when that buffer already exists
+// (a tied weight's gradient from the head, or the earlier micro-batches' at the leaf).
+// add(dst) adds the gradient into dst: fp32, contiguous, of the input's shape, seen by nobody
+// else. make() returns the gradient as a new tensor (when no such buffer exists). add(dst) must
+// give bit for bit what make() followed by dst += that gives (same order of additions).
+struct GradAdder {
+  std::function<void(Tensor& dst)> add;
+  std::function<Tensor()> make;
+};
+
 class Node {
  public:
   Node();
@@ -50,6 +62,10 @@ class Node {
   // Increases with creation order (per thread): the engine runs later nodes first, which keeps
   // peak memory low (activations are freed as soon as their consumer's backward ran).
   uint64_t sequence_nr;
+  // Inputs whose gradient apply handed over as an addition (GradAdder), by input index (empty,
+  // or next_edges.size() long with an empty entry where a tensor was given); the engine
+  // consumes and clears them right after apply.
+  std::vector<GradAdder> grad_adders;
 };
 
 // Accumulates into a leaf's .grad (fp32 for low-precision floating leaves, else the leaf's dtype).
@@ -74,6 +90,15 @@ struct BackwardContext {
   // This is the only backward through the node: a saved tensor may be dropped once used, so that
   // its memory serves the gradients allocated after it (the peak of a step is in backward).
   bool last_use() const { return node->release_after_apply; }
+  // Gives input i's gradient as an addition (GradAdder) instead of a tensor in grad_inputs[i]:
+  // the engine adds it straight into the buffer accumulating that gradient when there is one of
+  // the gradient's dtype (fp32) and shape, and otherwise calls make(). Only for an input whose
+  // gradient needs no dtype conversion (the input is in the node's compute dtype).
+  void add_into(int i, GradAdder a) {
+    if (adders->empty()) adders->resize(grad_inputs.size());
+    (*adders)[static_cast<size_t>(i)] = std::move(a);
+  }
+  std::vector<GradAdder>* adders = nullptr;
 };
 using BackwardFn = std::function<void(BackwardContext&)>;
 

@@ -257,6 +257,13 @@ class Backend {
   // (which the front end zeroes).
   virtual void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) = 0;
   virtual void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) = 0;
+  // dweight (fp32, contiguous, already holding a gradient) += the embedding's gradient, bit for
+  // bit what embedding_backward into a zeroed buffer followed by add_inplace(dweight, that, 1)
+  // gives, without the [V, E] buffer: each referenced row's contributions are summed from +0 in
+  // index order and then added to the row; every other row gets + 0 (which turns -0 into +0, as
+  // the dense add did). The default does exactly that dense sequence (a temporary [V, E] tensor);
+  // backends override it to work in place (autograd's in-place leaf accumulation, nn_ops.cpp).
+  virtual void embedding_backward_add(Tensor& dweight, const Tensor& ddst, const Tensor& indices);
 
   // --- 2-D pooling on NCHW. max: ties go to the first maximum in the window (row-major);
   // avg: counts the padding (PyTorch count_include_pad=True).

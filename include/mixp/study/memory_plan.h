@@ -94,7 +94,9 @@ struct ShapeRun {
 MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run,
                       const PlanOptions& options = {});
 
-// The memory model's formats for a recipe and optimizer (what analytic_memory prices).
-MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer);
+// The memory model's formats for a recipe and optimizer (what analytic_memory prices), with or
+// without checkpointing (autocast keeps no weight shadows under it: MemoryFormats::casts_per_use).
+MemoryFormats memory_formats(std::string_view precision, std::string_view optimizer,
+                             bool checkpointing = false);
 
 }  // namespace mixp::study

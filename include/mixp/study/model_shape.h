@@ -29,9 +29,11 @@
 //     activation, the parameters, master weights, optimizer states and cast copies, and no
 //     gradient yet (they were dropped by zero_grad); (a') the last block's backward, with the
 //     head's weight gradient and the FFN's two [tokens, F] activation gradients (the peak when
-//     the vocabulary is small); (b) the end of backward, with every gradient, the embedding's
-//     dense gradient (vocab x C, fp32) being added to the token embedding's, and the
-//     [tokens, C] fp32 gradient reaching it.
+//     the vocabulary is small); (b) the end of backward, with every gradient, the
+//     [tokens, C] fp32 gradient reaching the embedding and, where the embedding weight is not
+//     fp32, its dense gradient (vocab x C, fp32) being added to the token embedding's (an fp32
+//     weight gets its rows added in place). Under checkpointing autocast keeps no weight shadow:
+//     the cast copies count only where a backward holds them (the head's, one block's).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -83,6 +85,14 @@ struct MemoryFormats {
   int cast_bytes = 0;      // the GEMM weights' cast copy (autocast, FP8), per weight value
   int save_bytes = 4;      // saved activations (4 for fp32 recipes, 2 for 16-bit)
   int residual_bytes = 4;  // the residual stream (what checkpointing keeps per block)
+  // Autocast without weight shadows (what the runs do under checkpointing, docs/amp.md): the cast
+  // copies live only while a GEMM's backward needs them (the head's, one recomputed block's),
+  // not through the whole step.
+  bool casts_per_use = false;
+  // The embedding's backward allocates a dense [vocab, C] fp32 gradient and adds it to the tied
+  // weight's (the embedding weight is not fp32: bf16-pure, fp16 parameters); an fp32 weight has
+  // its rows added in place into the gradient the head produced (ops/nn_ops.cpp).
+  bool dense_embedding_grad = false;
 };
 
 struct AnalyticMemory {

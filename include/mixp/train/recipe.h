@@ -60,6 +60,11 @@ struct RecipeOptions {
   std::optional<double> max_loss_scale;
   std::optional<int64_t> collapse_after;
   uint64_t seed = 0;  // stochastic rounding streams of the optimizer write-back
+  // Autocast's weight shadows (docs/amp.md): off, each forward region (and each checkpointed
+  // segment's recomputation) casts the weights it uses, and no low-precision copy outlives it.
+  // The runs turn them off under gradient checkpointing (build_run.cpp), whose peak is the end
+  // of backward; results are bit for bit the same.
+  bool weight_shadows = true;
   // int8-qat: the 0-based epoch from which batch norm is frozen (running statistics) and from
   // which the observers stop updating (the quantization parameters are then fixed).
   std::optional<int64_t> qat_freeze_bn_epoch;
@@ -181,6 +186,7 @@ class PolicyRecipe : public PrecisionRecipe {
   amp::PrecisionPolicy policy_;
   std::vector<amp::LayerRule> rules_;
   uint64_t seed_ = 0;
+  bool weight_shadows_ = true;
   std::unique_ptr<amp::GradScaler> scaler_;
 };
 

@@ -42,6 +42,7 @@ class CpuBackend : public RefBackend {
                            const Tensor& save_invstd) override;
   void embedding(Tensor& dst, const Tensor& weight, const Tensor& indices) override;
   void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
+  void embedding_backward_add(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
   void max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) override;
   void max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& src,
                            const Pool2dParams& p) override;

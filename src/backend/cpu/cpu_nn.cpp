@@ -1,10 +1,13 @@
 // CpuBackend kernels for embeddings, dropout and cross-entropy: fp32 contiguous fast paths;
 // everything else falls through to the ref kernels. (Reductions and softmax: cpu_reduce.cpp;
 // norms: cpu_norm.cpp; attention: cpu_attention.cpp; pooling: cpu_pool.cpp.)
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -72,6 +75,84 @@ void CpuBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const T
   });
 }
 
+namespace {
+// The rows `indices` reference, in order of first occurrence, each with the positions that
+// reference it in increasing order (CSR: rows[u]'s positions are pos[start[u] .. start[u + 1])).
+struct RowOccurrences {
+  std::vector<int64_t> rows, start, pos;
+  std::vector<uint8_t> referenced;  // per weight row
+};
+RowOccurrences row_occurrences(const Tensor& indices, int64_t V) {
+  const int64_t n = indices.numel();
+  RowOccurrences o;
+  o.referenced.assign(static_cast<size_t>(V), 0);
+  std::vector<int64_t> slot(static_cast<size_t>(V), -1);  // row -> u
+  std::vector<int64_t> count;
+  std::vector<int64_t> which(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = row_index(indices, i);
+    if (r < 0 || r >= V) {
+      throw std::out_of_range("mixp::embedding: index " + std::to_string(r) + " out of [0, " +
+                              std::to_string(V) + ")");
+    }
+    int64_t& u = slot[static_cast<size_t>(r)];
+    if (u < 0) {
+      u = static_cast<int64_t>(o.rows.size());
+      o.rows.push_back(r);
+      count.push_back(0);
+      o.referenced[static_cast<size_t>(r)] = 1;
+    }
+    ++count[static_cast<size_t>(u)];
+    which[static_cast<size_t>(i)] = u;
+  }
+  o.start.assign(o.rows.size() + 1, 0);
+  for (size_t u = 0; u < o.rows.size(); ++u) o.start[u + 1] = o.start[u] + count[u];
+  o.pos.resize(static_cast<size_t>(n));
+  std::vector<int64_t> next(o.start.begin(), o.start.end() - 1);
+  for (int64_t i = 0; i < n; ++i) o.pos[static_cast<size_t>(next[static_cast<size_t>(which[static_cast<size_t>(i)])]++)] = i;
+  return o;
+}
+}  // namespace
+
+void CpuBackend::embedding_backward_add(Tensor& dweight, const Tensor& ddst,
+                                        const Tensor& indices) {
+  if (!(f32c(dweight) && f32c(ddst) && index_ok(indices)))
+    return RefBackend::embedding_backward_add(dweight, ddst, indices);
+  const int64_t V = dweight.shape()[0], E = dweight.shape()[1];
+  const RowOccurrences o = row_occurrences(indices, V);
+  float* dw = fp(dweight);
+  const float* g = fp(ddst);
+  const int64_t U = static_cast<int64_t>(o.rows.size());
+  // Referenced rows: the dense buffer's row (its contributions summed from +0 in index order,
+  // as embedding_backward does), then added to the gradient's row: the same two roundings.
+  parallel_for(U, indices.numel() * E + U * E, [&](int64_t lo, int64_t hi) {
+    constexpr int64_t kChunk = 256;
+    float acc[kChunk];
+    for (int64_t u = lo; u < hi; ++u) {
+      float* r = dw + o.rows[static_cast<size_t>(u)] * E;
+      for (int64_t e0 = 0; e0 < E; e0 += kChunk) {
+        const int64_t m = std::min(kChunk, E - e0);
+        for (int64_t k = 0; k < m; ++k) acc[k] = 0.0f;
+        for (int64_t p = o.start[static_cast<size_t>(u)]; p < o.start[static_cast<size_t>(u) + 1]; ++p) {
+          const float* s = g + o.pos[static_cast<size_t>(p)] * E + e0;
+#pragma omp simd
+          for (int64_t k = 0; k < m; ++k) acc[k] += s[k];
+        }
+#pragma omp simd
+        for (int64_t k = 0; k < m; ++k) r[e0 + k] += acc[k];
+      }
+    }
+  });
+  // Every other row: + 0, as the dense add of a zero row (-0 becomes +0; nothing else changes).
+  parallel_for(V, V * E, [&](int64_t lo, int64_t hi) {
+    for (int64_t v = lo; v < hi; ++v) {
+      if (o.referenced[static_cast<size_t>(v)]) continue;
+      float* r = dw + v * E;
+#pragma omp simd
+      for (int64_t e = 0; e < E; ++e) r[e] += 0.0f;
+    }
+  });
+}
 
 // ---- dropout
 void CpuBackend::dropout(Tensor& dst, const Tensor& src, double p, uint64_t seed) {

@@ -1,6 +1,9 @@
 // Ref backend: embedding and 2-D pooling.
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "backend/kernel_util.h"
 #include "backend/ref/ref_backend.h"
@@ -42,6 +45,37 @@ void RefBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const T
         const int64_t lin = i * E + e;
         ptr<T>(dweight)[row * E + e] +=
             ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+      }
+    }
+  });
+}
+
+void RefBackend::embedding_backward_add(Tensor& dweight, const Tensor& ddst,
+                                        const Tensor& indices) {
+  count_ref_kernel(__func__);
+  dispatch_float(dweight.dtype(), "embedding backward", [&](auto t) {
+    using T = decltype(t);
+    const int64_t V = dweight.shape()[0], E = dweight.shape()[1], n = indices.numel();
+    // Positions referencing each row, in index order.
+    std::vector<std::vector<int64_t>> at(static_cast<size_t>(V));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = index_at(indices, i);
+      if (row < 0 || row >= V)
+        throw std::out_of_range("mixp::embedding: index " + std::to_string(row) + " out of [0, " +
+                                std::to_string(V) + ")");
+      at[static_cast<size_t>(row)].push_back(i);
+    }
+    auto dw = [&](int64_t row, int64_t e) -> T& {
+      return ptr<T>(dweight)[row * dweight.strides()[0] + e * dweight.strides()[1]];
+    };
+    for (int64_t row = 0; row < V; ++row) {
+      for (int64_t e = 0; e < E; ++e) {
+        T s = T(0);  // the dense buffer's element: its contributions summed from +0 in order
+        for (int64_t i : at[static_cast<size_t>(row)]) {
+          const int64_t lin = i * E + e;
+          s += ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+        }
+        dw(row, e) = dw(row, e) + s;
       }
     }
   });
