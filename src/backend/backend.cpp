@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda_entry.h"
 #include "backend/guarded_backend.h"
+#include "backend/kernel_util.h"
 #include "backend/observed_backend.h"
 #include "backend/ref/ref_backend.h"
 #include "mixp/backend/kernel_observer.h"
@@ -36,19 +37,6 @@ void Backend::embedding_backward_add(Tensor& dweight, const Tensor& ddst, const 
   add_inplace(dweight, dense, 1.0);
 }
 
-namespace {
-// A view of t's storage (not recorded).
-Tensor storage_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage();
-  impl->offset = offset;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->dtype = t.dtype();
-  impl->device = t.device();
-  return Tensor(std::move(impl));
-}
-}  // namespace
 
 int64_t Backend::layer_norm_xhat_block(int64_t rows, int64_t n) {
   constexpr int64_t kBlockElements = 1 << 16;
@@ -74,15 +62,15 @@ void Backend::layer_norm_backward_xhat(Tensor& dx, Tensor& dw, Tensor& db, const
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t nr = std::min(block, rows - r0);
     const Shape rs{nr, n}, st{n, 1};
-    Tensor xh_b = storage_view(xh, rs, st, 0);
+    Tensor xh_b = kern::view_of(xh, rs, st, 0);
     // Row blocks of contiguous tensors (the offset is absolute in the storage).
     auto block_rows = [&](const Tensor& t) {
-      return storage_view(t, rs, st, t.storage_offset() + r0 * n);
+      return kern::view_of(t, rs, st, t.storage_offset() + r0 * n);
     };
     copy(xh_b, block_rows(xhat));  // widening: exact
     Tensor dx_b = block_rows(dx);
-    Tensor z = storage_view(zero, Shape{nr}, Shape{1}, 0),
-           o = storage_view(one, Shape{nr}, Shape{1}, 0);
+    Tensor z = kern::view_of(zero, Shape{nr}, Shape{1}, 0),
+           o = kern::view_of(one, Shape{nr}, Shape{1}, 0);
     Tensor& dw_b = r0 == 0 ? dw : dw_part;
     Tensor& db_b = r0 == 0 ? db : db_part;
     layer_norm_backward(dx_b, dw_b, db_b, block_rows(dy), xh_b, w, z, o);
@@ -90,7 +78,7 @@ void Backend::layer_norm_backward_xhat(Tensor& dx, Tensor& dw, Tensor& db, const
     if (r0 > 0 && db.defined()) add_inplace(db, db_part, 1.0);
     // dx of these rows times their rstd, while the block is still in cache (fp32 products,
     // rs_r * dx as before: the same bits).
-    const Tensor rs_b = storage_view(rstd, rs, Shape{1, 0}, rstd.storage_offset() + r0);
+    const Tensor rs_b = kern::view_of(rstd, rs, Shape{1, 0}, rstd.storage_offset() + r0);
     binary(BinaryOp::mul, dx_b, rs_b, dx_b);
   }
 }

@@ -5,6 +5,7 @@
 // nothing beyond cuBLASLt. Kernels: cuda_nn.cu; element rules: math/nn_math.h.
 #include <fmt/format.h>
 
+#include <initializer_list>
 #include <stdexcept>
 
 #include "backend/cuda/cuda_backend.h"
@@ -25,6 +26,24 @@ Elem float_elem(const Tensor& t, const char* op) {
 }
 void need_contiguous(const Tensor& t, const char* op, const char* what) {
   if (!t.is_contiguous()) unsupported(op, fmt::format("a strided {}", what));
+}
+// Batch norm's operands: fp32 and contiguous where given (an undefined tensor is an absent
+// optional operand); a float pointer to each, null where absent; the [N, C, S] shape of x.
+void need_fp32_contiguous(std::initializer_list<const Tensor*> ts, const char* op) {
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (t->dtype() != DType::fp32)
+      unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
+    need_contiguous(*t, op, "operand");
+  }
+}
+float* f32_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<float*>(dev_ptr(t)) : nullptr;
+}
+void set_nchw(BatchNormArgs& a, const Tensor& x) {
+  a.N = x.shape()[0];
+  a.C = x.shape()[1];
+  a.S = a.C && a.N ? x.numel() / (a.N * a.C) : 0;
 }
 Tensor as_dtype(const Tensor& t, DType d) {
   return t.dtype() == d ? t : t.to(d, Round::nearest_even, Overflow::ieee, 0);
@@ -162,18 +181,11 @@ void CudaBackend::batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd
                              double momentum, double eps) {
   constexpr const char* op = "batch_norm";
   const Tensor x = src.contiguous();
-  for (const Tensor* t : std::initializer_list<const Tensor*>{
-           &x, &dst, &save_mean, &save_invstd, &running_mean, &running_var, &weight, &bias}) {
-    if (!t->defined()) continue;
-    if (t->dtype() != DType::fp32)
-      unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
-    need_contiguous(*t, op, "operand");
-  }
-  auto f = [](const Tensor& t) { return t.defined() ? static_cast<float*>(dev_ptr(t)) : nullptr; };
+  need_fp32_contiguous(
+      {&x, &dst, &save_mean, &save_invstd, &running_mean, &running_var, &weight, &bias}, op);
+  auto f = f32_or_null;
   BatchNormArgs a;
-  a.N = x.shape()[0];
-  a.C = x.shape()[1];
-  a.S = a.C && a.N ? x.numel() / (a.N * a.C) : 0;
+  set_nchw(a, x);
   a.src = f(x);
   a.dst = f(dst);
   a.save_mean = f(save_mean);
@@ -196,18 +208,10 @@ void CudaBackend::batch_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbi
                                       const Tensor& save_mean, const Tensor& save_invstd) {
   constexpr const char* op = "batch_norm_backward";
   const Tensor x = src.contiguous(), g = ddst.contiguous();
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &g, &dsrc, &dweight, &dbias,
-                                                              &weight, &save_mean, &save_invstd}) {
-    if (!t->defined()) continue;
-    if (t->dtype() != DType::fp32)
-      unsupported(op, fmt::format("dtype {} (fp32 only)", mixp::name(t->dtype())));
-    need_contiguous(*t, op, "operand");
-  }
-  auto f = [](const Tensor& t) { return t.defined() ? static_cast<float*>(dev_ptr(t)) : nullptr; };
+  need_fp32_contiguous({&x, &g, &dsrc, &dweight, &dbias, &weight, &save_mean, &save_invstd}, op);
+  auto f = f32_or_null;
   BatchNormArgs a;
-  a.N = x.shape()[0];
-  a.C = x.shape()[1];
-  a.S = a.C && a.N ? x.numel() / (a.N * a.C) : 0;
+  set_nchw(a, x);
   a.src = f(x);
   a.ddst = f(g);
   a.dsrc = f(dsrc);
