@@ -27,12 +27,10 @@ void not_implemented(const char* op) {
       op));
 }
 
-namespace {
 [[noreturn]] void unsupported(const char* op, const std::string& what) {
   throw std::runtime_error(
       fmt::format("mixp: {} on cuda: {} is not implemented on cuda yet (docs/cuda.md)", op, what));
 }
-}  // namespace
 
 Elem elem_of(DType t, const char* op) {
   switch (t) {

@@ -4,6 +4,8 @@
 // cuda_kernels.h) and cuda_gemm.cpp (cuBLASLt); this class checks dtypes and layouts, turns
 // Tensors into the launchers' descriptors, and checks each launch.
 #pragma once
+#include <string>
+
 #include "backend/cuda/cuda_backend_base.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -17,6 +19,10 @@ inline void* dev_ptr(const Tensor& t) {
   const DeviceAccessScope in_kernel;
   return t.data_ptr();
 }
+
+// Throws std::runtime_error("mixp: <op> on cuda: <what> is not implemented on cuda yet
+// (docs/cuda.md)"): one message for every kernel that refuses a dtype, layout or option.
+[[noreturn]] void unsupported(const char* op, const std::string& what);
 
 // The Elem of a dtype; fp64 and block formats throw not_implemented (only fp32/16-bit/fp8
 // compute is built on cuda).

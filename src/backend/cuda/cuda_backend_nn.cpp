@@ -14,10 +14,6 @@
 namespace mixp::cuda {
 
 namespace {
-[[noreturn]] void unsupported(const char* op, const std::string& what) {
-  throw std::runtime_error(
-      fmt::format("mixp: {} on cuda: {} is not implemented on cuda yet (docs/cuda.md)", op, what));
-}
 Elem float_elem(const Tensor& t, const char* op) {
   const Elem e = elem_of(t.dtype(), op);
   if (e != Elem::f32 && e != Elem::bf16 && e != Elem::f16)

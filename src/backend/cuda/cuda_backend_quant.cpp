@@ -15,10 +15,6 @@
 namespace mixp::cuda {
 
 namespace {
-[[noreturn]] void unsupported(const char* op, const std::string& what) {
-  throw std::runtime_error(
-      fmt::format("mixp: {} on cuda: {} is not implemented on cuda yet (docs/cuda.md)", op, what));
-}
 void need(const char* op, const Tensor& t, DType dt, const char* what) {
   if (!t.defined()) unsupported(op, fmt::format("an undefined {}", what));
   if (t.dtype() != dt)
