@@ -57,6 +57,12 @@ __device__ inline int64_t offset_of(int64_t i, const Shape8& sh, const int64_t* 
   return off;
 }
 
+// A grid-stride loop over [0, n): each thread takes i, i + the grid's size, ... (launched with
+// blocks_for(n, threads) blocks, which caps the grid).
+#define MIXP_GRID_STRIDE(i, n)                                              \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
 inline int blocks_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);

@@ -93,6 +93,19 @@ void set_batch(cublasLtMatrixLayout_t l, int32_t count, int64_t stride) {
       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
 }
 
+// cuBLASLt's first choice of algorithm for d within the context's workspace; false when it has
+// none for these types and layouts.
+bool best_algorithm(DeviceContext& ctx, LtDescs& d, cublasLtMatmulHeuristicResult_t& heur) {
+  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
+      sizeof(ctx.workspace_bytes)));
+  int found = 0;
+  MIXP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
+                                                   &heur, &found));
+  return found != 0;
+}
+
 }  // namespace
 
 void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
@@ -153,15 +166,8 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
   set_batch(d.b, nb, oa.batch_stride);
   set_batch(d.c, nb, M * N);
 
-  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
-      sizeof(ctx.workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
-                                                   &heur, &found));
-  if (found == 0)
+  if (!best_algorithm(ctx, d, heur))
     unsupported(fmt::format("this GEMM ({} x {} x {}, {} -> {}): cuBLASLt has no algorithm", M, N,
                             K, name(cfg.compute), name(dst.dtype())));
   const float alpha = 1.0f, beta = cfg.accumulate ? 1.0f : 0.0f;
@@ -220,15 +226,8 @@ void gemm_tn(DeviceContext& ctx, Tensor& dst, const Tensor& a_tn, const Tensor& 
   MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, narrow_type(b_tn.dtype()), K, N, b_tn.strides()[1]));
   MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, narrow_type(a_tn.dtype()), K, M, a_tn.strides()[0]));
   MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, out_t, N, M, static_cast<int64_t>(N)));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
-      sizeof(ctx.workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
-                                                   &heur, &found));
-  if (found == 0)
+  if (!best_algorithm(ctx, d, heur))
     unsupported(fmt::format("this 8-bit GEMM ({} x {} x {}, {} x {} -> {}): cuBLASLt has no "
                             "algorithm on sm_{}{}",
                             M, N, K, name(a_tn.dtype()), name(b_tn.dtype()), name(dst.dtype()),

@@ -11,10 +11,6 @@ namespace {
 using namespace cuda_math;
 constexpr int kThreads = 256;
 
-#define MIXP_GRID_STRIDE(i, n)                                              \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
-       i += int64_t{gridDim.x} * blockDim.x)
-
 __global__ void max_pool_kernel(void* dst, const void* src, Elem t, PoolShape p) {
   MIXP_GRID_STRIDE(i, p.N * p.C * p.OH * p.OW) {
     const int64_t ow = i % p.OW, oh = (i / p.OW) % p.OH, plane = i / (p.OW * p.OH);

@@ -13,10 +13,6 @@ namespace {
 using namespace cuda_math;
 constexpr int kThreads = 256;
 
-#define MIXP_GRID_STRIDE(i, n)                                              \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
-       i += int64_t{gridDim.x} * blockDim.x)
-
 __device__ void amax_into(unsigned* dst, unsigned key) {
   // Reduce in the warp first, then one atomic per warp.
   for (int o = 16; o > 0; o >>= 1) {
