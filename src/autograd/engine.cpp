@@ -23,6 +23,12 @@ thread_local const Node* t_current_node = nullptr;  // set only while kernel obs
 thread_local GradReadyHook t_grad_ready_hook;        // grad_ready_hook.h
 
 // Accumulates g into the buffer slot (which may be undefined).
+// Whether nobody but this gradient slot sees its tensor and buffer, so it may be added to in place.
+bool sole_owner(const Tensor& slot) {
+  return slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 &&
+         slot.is_contiguous();
+}
+
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
   if (!slot.defined()) {
@@ -36,7 +42,7 @@ void accumulate(Tensor& slot, const Tensor& g) {
   }
   // Add in place when nobody else can see the slot's buffer (the common case: a fresh gradient
   // from a backward function); never modify a gradient another node may still hold.
-  if (slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous() &&
+  if (sole_owner(slot) &&
       (slot.dtype() == g.dtype() ||
        (slot.dtype() == DType::fp32 && (g.dtype() == DType::bf16 || g.dtype() == DType::fp16)))) {
     backend_for(slot, g).add_inplace(slot, g, 1.0);
@@ -54,21 +60,11 @@ void accumulate(Tensor& slot, const Tensor& g) {
   slot = sum;
 }
 
-// Adds a gradient given as a GradAdder into the buffer slot: in place when the slot is an fp32
-// buffer nobody else sees (no dense temporary), else as a tensor through accumulate().
-void add_gradient(Tensor& slot, const GradAdder& a, const OutputMeta& meta) {
-  if (slot.defined() && slot.dtype() == DType::fp32 && slot.shape() == meta.shape &&
-      slot.device() == meta.device && slot.is_contiguous() && slot.impl_ptr().use_count() == 1 &&
-      slot.storage().use_count() == 1) {
-    a.add(slot);
-    return;
-  }
-  Tensor g = a.make();
-  if (g.shape() != meta.shape) {
-    throw std::logic_error("mixp autograd: a gradient of shape " + g.shape().str() +
-                           " for an input of shape " + meta.shape.str());
-  }
-  accumulate(slot, g);
+// Whether a GradAdder may add straight into the slot (no dense temporary): an fp32 buffer of the
+// input's shape and device that nobody else sees.
+bool adds_in_place(const Tensor& slot, const OutputMeta& meta) {
+  return slot.defined() && slot.dtype() == DType::fp32 && slot.shape() == meta.shape &&
+         slot.device() == meta.device && sole_owner(slot);
 }
 }  // namespace
 
@@ -285,19 +281,23 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
       const Edge& e = n->next_edges[i];
       if (!e.valid()) continue;
       Node* m = e.fn.get();
-      if (i < adders.size() && adders[i].add) {
+      const bool by_adder = i < adders.size() && adders[i].add;
+      if (by_adder || gin[i].defined()) {
         auto& buf = buffers[m];
         if (buf.empty()) buf.resize(m->outputs.size());
-        add_gradient(buf[e.input_nr], adders[i], m->outputs[e.input_nr]);
-      } else if (gin[i].defined()) {
-        auto& buf = buffers[m];
-        if (buf.empty()) buf.resize(m->outputs.size());
-        if (gin[i].shape() != m->outputs[e.input_nr].shape) {
-          throw std::logic_error(fmt::format(
-              "mixp autograd: {} produced a gradient of shape {} for an input of shape {}",
-              n->name(), gin[i].shape().str(), m->outputs[e.input_nr].shape.str()));
+        Tensor& slot = buf[e.input_nr];
+        const OutputMeta& meta = m->outputs[e.input_nr];
+        if (by_adder && adds_in_place(slot, meta)) {
+          adders[i].add(slot);
+        } else {
+          const Tensor g = by_adder ? adders[i].make() : gin[i];
+          if (g.shape() != meta.shape) {
+            throw std::logic_error(fmt::format(
+                "mixp autograd: {} produced a gradient of shape {} for an input of shape {}",
+                n->name(), g.shape().str(), meta.shape.str()));
+          }
+          accumulate(slot, g);
         }
-        accumulate(buf[e.input_nr], gin[i]);
       }
       if (--dependencies[m] == 0) {
         if (buffers.count(m)) {
