@@ -88,6 +88,24 @@ void pack_range(DType wire, const Segments& segs, size_t begin, size_t count, fl
 }
 
 // Elements [begin, begin + count) of the segments laid end to end <- widened src_bits.
+// m values of a contribution in the wire format as fp32: in itself for an fp32 wire, else widened
+// (exactly) into tmp.
+const float* widened(DType wire, const std::byte* in, size_t m, float* tmp) {
+  if (wire == DType::fp32) return reinterpret_cast<const float*>(in);
+  convert_to_f32(wire, in, std::span<float>(tmp, m));
+  return tmp;
+}
+
+// Rank r's contribution x added to the owner's fp32 sum, ranks in order. Rank 0 writes 0 + x: the
+// same sums as from a zeroed accumulator, signed zeros included, without a separate zeroing pass.
+void add_in_rank_order(float* acc, const float* x, size_t m, int r) {
+  if (r == 0) {
+    for (size_t k = 0; k < m; ++k) acc[k] = 0.0f + x[k];
+  } else {
+    for (size_t k = 0; k < m; ++k) acc[k] += x[k];
+  }
+}
+
 void unpack(DType wire, const std::byte* src_bits, const Segments& segs, size_t begin,
             size_t count) {
   const size_t es = traits(wire).bits / 8;
@@ -324,20 +342,9 @@ void PendingReduce::scatter_sum_shared() {
       convert_to_f32(wire_, scratch, std::span<float>(own, m));
     }
     for (int r = 0; r < n; ++r) {
-      const float* x = own;
-      if (r != me) {
-        const std::byte* in = shared_->region(r) + (lo + i) * es;
-        x = reinterpret_cast<const float*>(in);
-        if (wire_ != DType::fp32) {
-          convert_to_f32(wire_, in, std::span<float>(wide, m));
-          x = wide;
-        }
-      }
-      if (r == 0) {
-        for (size_t k = 0; k < m; ++k) acc[k] = 0.0f + x[k];
-      } else {
-        for (size_t k = 0; k < m; ++k) acc[k] += x[k];
-      }
+      const float* x =
+          r == me ? own : widened(wire_, shared_->region(r) + (lo + i) * es, m, wide);
+      add_in_rank_order(acc, x, m, r);
     }
     std::byte* out = counts_.empty() ? mine + (lo + i) * es : scratch;
     convert_f32_to(wire_, std::span<const float>(acc, m), out, kNearest);
@@ -367,9 +374,8 @@ void PendingReduce::scatter_sum() {
     return own && r == me ? own : ws.recv.data() + size_t(r) * piece_ * es;
   };
   std::byte* out = own ? own : ws.recv.data();
-  // Summed in fp32, rank 0 first, in L1-sized chunks; a chunk's inputs are all read before its
-  // sum is written over one of them. (The first pass writes 0 + x: the same sums as from a zeroed
-  // accumulator, signed zeros included.)
+  // Summed in fp32, rank 0 first (add_in_rank_order), in L1-sized chunks; a chunk's inputs are
+  // all read before its sum is written over one of them.
   constexpr size_t kChunk = 2048;
   ws.acc.resize(kChunk);
   ws.tmp.resize(kChunk);
@@ -377,17 +383,7 @@ void PendingReduce::scatter_sum() {
   for (size_t i = 0; i < piece_; i += kChunk) {
     const size_t m = std::min(kChunk, piece_ - i);
     for (int r = 0; r < n; ++r) {
-      const std::byte* in = piece_of(r) + i * es;
-      const float* x = reinterpret_cast<const float*>(in);
-      if (wire_ != DType::fp32) {
-        convert_to_f32(wire_, in, std::span<float>(ws.tmp.data(), m));
-        x = ws.tmp.data();
-      }
-      if (r == 0) {
-        for (size_t k = 0; k < m; ++k) acc[k] = 0.0f + x[k];
-      } else {
-        for (size_t k = 0; k < m; ++k) acc[k] += x[k];
-      }
+      add_in_rank_order(acc, widened(wire_, piece_of(r) + i * es, m, ws.tmp.data()), m, r);
     }
     convert_f32_to(wire_, std::span<const float>(acc, m), out + i * es, kNearest);
   }
