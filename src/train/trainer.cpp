@@ -95,16 +95,17 @@ void Trainer::Impl::check_optimizer_in_backward() const {
         "process, or drop --optimizer-in-backward",
         no, dp->size()));
   }
+  // Every recipe of the registry without loss scaling steps with Optimizer::step (recipe.h
+  // PrecisionRecipe::step); a Trainer built from parts, whose recipe may step otherwise, has no
+  // such option.
   const auto* policy = dynamic_cast<const PolicyRecipe*>(recipe.get());
-  if (!policy || recipe->skips_nonfinite() || recipe->loss_scale() != 1.0 ||
-      (policy && policy->scaler())) {
+  if (recipe->skips_nonfinite() || recipe->loss_scale() != 1.0 || (policy && policy->scaler())) {
     throw ConfigError(fmt::format(
-        "{}cannot run precision {}: {}; use a recipe without loss scaling (fp32, bf16, "
-        "bf16-pure, tf32, fp64, fp8 ...) or drop --optimizer-in-backward",
-        no, recipe->name(),
-        policy ? "its loss scaler unscales every gradient and skips the step when any is inf/NaN, "
-                 "which is known only after the whole backward"
-               : "the recipe steps the optimizer its own way"));
+        "{}cannot run precision {}: its loss scaler unscales every gradient and skips the step "
+        "when any is inf/NaN, which is known only after the whole backward; use a recipe "
+        "without loss scaling (fp32, bf16, bf16-pure, tf32, fp64, fp8 ...) or drop "
+        "--optimizer-in-backward",
+        no, recipe->name()));
   }
   if (opt->params().size() != params.size()) {
     throw ConfigError(no + "needs an optimizer over every parameter of the model");

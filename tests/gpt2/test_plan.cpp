@@ -55,8 +55,12 @@ TEST(MemoryPlan, ModelsTheOptimizerInBackward) {
         << recipe << (ckpt ? " + checkpointing" : "");
     EXPECT_TRUE(p.optimizer_in_backward);
     EXPECT_EQ(p.grad_bytes, 0);
+    // Under checkpointing the peak is the first block's backward, which held the later blocks'
+    // gradients; fp32's is the head's, before any gradient exists.
     c.optimizer_in_backward = false;
-    EXPECT_LT(real, measured_peak(c)) << recipe;
+    if (ckpt) {
+      EXPECT_LT(real, measured_peak(c)) << recipe;
+    }
   }
   train::TrainConfig c = tiny("bf16");
   c.optimizer_in_backward = true;

@@ -137,6 +137,17 @@ TEST(OptimizerInBackward, MlpIsBitIdenticalWithAdamWAndSgd) {
   }
 }
 
+TEST(OptimizerInBackward, QatRecipesAreBitIdentical) {
+  for (const char* p : {"int8-qat", "int4-qat", "ternary"}) {
+    TrainConfig c = testing::small_mlp(p);
+    c.model.name = "cnn";
+    c.model.width = 8;
+    c.batch = 16;
+    c.train_limit = 128;
+    expect_identical(c, std::string("cnn ") + p);
+  }
+}
+
 TEST(OptimizerInBackward, ResumesAcrossTheFlag) {
   // A checkpoint written with the flag resumes without it (and the other way) to the same bits:
   // the flag changes no state.
