@@ -221,12 +221,24 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
              // dW before dX: the saved input is then dropped before dX (its shape) is allocated,
              // and the allocator serves dX from its block. In a transformer's MLP the second
              // linear's input is the widest activation, and this is where a step peaks.
+             // The other way round when the saved weight is a cast copy that only this node
+             // holds and it is larger than the saved input: the tied [vocab, C] head under
+             // autocast without weight shadows (checkpointing), whose 16-bit copy is then freed
+             // before its fp32 dW is allocated. The two GEMMs are independent: the same values
+             // in either order.
+             const bool dx_first = ctx.last_use() && ctx.needs(0) && keep_w.defined() &&
+                                   keep_w.storage().use_count() == 1 &&
+                                   keep_w.nbytes() > (keep_x.defined() ? keep_x.nbytes() : 0);
+             if (dx_first) {
+               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
+               keep_w = Tensor();
+             }
              if (ctx.needs(1)) {
                ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), plan, Activation::none,
                                          dw32 ? std::optional<DType>(DType::fp32) : std::nullopt);
              }
              if (ctx.last_use()) keep_x = Tensor();
-             if (ctx.needs(0))
+             if (ctx.needs(0) && !dx_first)
                ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
              if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
            });

@@ -129,8 +129,14 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   p.precision = c.precision;
   p.batch = c.batch;
   p.checkpointing = c.model.checkpointing;
+  p.optimizer_in_backward = c.optimizer_in_backward;
   p.zero_stage = opt.zero_stage;
   p.ranks = opt.ranks;
+  if (c.optimizer_in_backward && (opt.ranks > 1 || opt.zero_stage > 0)) {
+    throw train::ConfigError(
+        "--optimizer-in-backward runs on one process without ZeRO (mixp train refuses it with "
+        "data parallelism); drop --ranks/--zero-stage or --optimizer-in-backward");
+  }
 
   // Probes first: they also settle the vocabulary (from the data) and the context.
   std::vector<MemoryPlan::Probe> probes;
@@ -182,7 +188,9 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
   };
   p.param_bytes = P * bytes_of(d.params);
-  p.grad_bytes = P * grad_bytes_per_value(d, sp);
+  // The optimizer in backward frees each gradient at its update: none is persistent, and those
+  // alive at the peak (the tied embedding's, the running block's) are in the probes' rest.
+  p.grad_bytes = c.optimizer_in_backward ? 0 : P * grad_bytes_per_value(d, sp);
   p.master_bytes = d.master != d.params ? P * bytes_of(d.master) : 0;
   p.state_bytes = P * sp.states * bytes_of(sp.state);
   p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
@@ -207,8 +215,9 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     p.step_flops += 12.0 * double(shape.layers) * double(p.context) * double(shape.width) * tokens;
     // The analytic model of the same configuration, next to the probes' (study/model_shape.h).
     const ModelShape ms = shape_of(nn::gpt_config_of(parts.config.model));
-    const AnalyticMemory am =
-        analytic_memory(ms, c.batch, p.context, formats_of(d, sp, c.model.checkpointing), c.model.checkpointing);
+    MemoryFormats mf = formats_of(d, sp, c.model.checkpointing);
+    mf.optimizer_in_backward = c.optimizer_in_backward;
+    const AnalyticMemory am = analytic_memory(ms, c.batch, p.context, mf, c.model.checkpointing);
     p.analytic_activation_bytes = am.activation_bytes;
     p.analytic_peak_bytes = am.peak_bytes;
     p.gemm_flops = double(c.grad_accum) *
@@ -244,8 +253,9 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   const auto recipe = train::make_recipe(run.precision);
   const train::RecipeDtypes d = recipe->dtypes();
   const StepPrecision sp = step_precision(d, run.optimizer);
-  const AnalyticMemory am =
-      analytic_memory(shape, run.batch, run.seq, formats_of(d, sp, run.checkpointing), run.checkpointing);
+  MemoryFormats mf = formats_of(d, sp, run.checkpointing);
+  mf.optimizer_in_backward = run.optimizer_in_backward;
+  const AnalyticMemory am = analytic_memory(shape, run.batch, run.seq, mf, run.checkpointing);
   MemoryPlan p;
   p.analytic = true;
   p.model = shape.name;
@@ -255,6 +265,7 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   p.batch = run.batch;
   p.context = run.seq;
   p.checkpointing = run.checkpointing;
+  p.optimizer_in_backward = run.optimizer_in_backward;
   p.zero_stage = opt.zero_stage;
   p.ranks = opt.ranks;
   const int64_t R = opt.ranks;

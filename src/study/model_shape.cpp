@@ -170,7 +170,10 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   const int64_t head_cast = f.casts_per_use ? embedding_values(s) * f.cast_bytes : 0;
   const int64_t block_cast = f.casts_per_use ? block_gemm_values(s) * f.cast_bytes : 0;
   const int64_t fixed = m.param_bytes + m.master_bytes + m.state_bytes + m.cast_bytes;
-  m.head_peak_bytes = fixed + m.activation_bytes + embedding_values(s) * f.grad_bytes + head_cast;
+  // The head's linear frees a cast copy of its weight that only it holds before it allocates the
+  // weight's gradient (ops/linalg_ops.cpp: dX first), so the two never coexist.
+  m.head_peak_bytes =
+      fixed + m.activation_bytes + std::max(embedding_values(s) * f.grad_bytes, head_cast);
   // The last block's backward: its saves (recomputed under checkpointing), the head's weight
   // gradient, and the FFN's two [tokens, F] activation gradients (one fp32, one in the saves'
   // format). With a small vocabulary this moment is the peak.
@@ -182,14 +185,18 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
       std::max(m.head_peak_bytes, fixed + in_block + head_grad + ffn_grads + block_cast);
   // The first block's backward: every other gradient exists, its saves (recomputed under
   // checkpointing) and the same transients, and the residual stream's fp32 gradient.
-  const int64_t first_block = fixed + m.grad_bytes - block_parameters(s) * f.grad_bytes +
-                              m.block_activation_bytes + ffn_grads + N * C * 4 + block_cast;
+  // With the optimizer in backward only the head's (tied) gradient is still alive there.
+  const int64_t other_grads =
+      f.optimizer_in_backward ? head_grad : m.grad_bytes - block_parameters(s) * f.grad_bytes;
+  const int64_t first_block = fixed + other_grads + m.block_activation_bytes + ffn_grads +
+                              N * C * 4 + block_cast;
   m.head_peak_bytes = std::max(m.head_peak_bytes, first_block);
-  // The end of backward: every gradient, the fp32 gradient of the embedding's output and, for a
-  // weight that is not fp32, the embedding's dense gradient being added to the token
-  // embedding's (an fp32 one has its rows added in place).
-  m.end_peak_bytes = fixed + m.grad_bytes + N * C * 4 +
+  // The end of backward: every gradient (in backward: the embedding's only), the fp32 gradient of
+  // the embedding's output and, for a weight that is not fp32, the embedding's dense gradient
+  // being added to the token embedding's (an fp32 one has its rows added in place).
+  m.end_peak_bytes = fixed + (f.optimizer_in_backward ? head_grad : m.grad_bytes) + N * C * 4 +
                      (f.dense_embedding_grad ? embedding_values(s) * 4 : 0);
+  if (f.optimizer_in_backward) m.grad_bytes = 0;  // none persistent
   m.peak_bytes = std::max(m.head_peak_bytes, m.end_peak_bytes);
   return m;
 }

@@ -1,5 +1,7 @@
 #include "mixp/train/train_config.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -99,6 +101,17 @@ void check_loop_config(const TrainConfig& c) {
   require(c.zero < 2 || c.grad_comm != "bf16-ring",
           "--zero 2 sends each gradient to its owner only, which the naive ring (--grad-comm "
           "bf16-ring) cannot do; use --grad-comm bf16 (16 bits on the wire, summed in fp32)");
+  if (c.optimizer_in_backward) {
+    require(c.clip == 0,
+            "--optimizer-in-backward updates each parameter as soon as its gradient is ready, "
+            "before the global gradient norm exists, so it cannot clip (--clip " +
+                fmt::format("{:g}", c.clip) + "); drop --clip or --optimizer-in-backward");
+    require(c.grad_accum == 1,
+            "--optimizer-in-backward updates each parameter at the end of every backward, so it "
+            "cannot accumulate gradients over micro-batches (--grad-accum " +
+                std::to_string(c.grad_accum) +
+                "); use --grad-accum 1 (a larger --batch instead) or drop --optimizer-in-backward");
+  }
   require(c.save_every == 0 || !c.save_dir.empty(),
           "saving every N steps needs a checkpoint folder (--save DIR)");
 }
@@ -177,6 +190,8 @@ std::string config_to_json(const TrainConfig& c) {
   if (c.comm_timeout != d.comm_timeout) j["comm_timeout"] = c.comm_timeout;
   if (c.check_replicas != d.check_replicas) j["check_replicas"] = c.check_replicas;
   if (c.zero != d.zero) j["zero"] = c.zero;
+  // Likewise only when on (tests/golden_runs pins the state.json of runs without it).
+  if (c.optimizer_in_backward) j["optimizer_in_backward"] = true;
   return j.dump(2);
 }
 
@@ -288,6 +303,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "comm_timeout", c.comm_timeout);
     get(j, "check_replicas", c.check_replicas);
     get(j, "zero", c.zero);
+    get(j, "optimizer_in_backward", c.optimizer_in_backward);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);

@@ -7,10 +7,12 @@
 #include <filesystem>
 
 #include "mixp/amp/grad_scaler.h"
+#include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/backend/backend.h"
 #include "mixp/nn/gpt.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/clip_grad.h"
+#include "mixp/optim/step_reductions.h"
 #include "mixp/tensor/allocator.h"
 #include "mixp/train/build_run.h"
 #include "trainer_impl.h"
@@ -80,6 +82,60 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
+  if (cfg.optimizer_in_backward) check_optimizer_in_backward();
+}
+
+void Trainer::Impl::check_optimizer_in_backward() const {
+  // clip and grad_accum are refused with the rest of the loop's configuration (train_config.cpp).
+  const std::string no = "--optimizer-in-backward updates each parameter as soon as backward has "
+                         "finished its gradient, so it ";
+  if (dp) {
+    throw ConfigError(fmt::format(
+        "{}cannot wait for the gradients' all-reduce over the {} data-parallel ranks; run one "
+        "process, or drop --optimizer-in-backward",
+        no, dp->size()));
+  }
+  // Every recipe of the registry without loss scaling steps with Optimizer::step (recipe.h
+  // PrecisionRecipe::step); a Trainer built from parts, whose recipe may step otherwise, has no
+  // such option.
+  const auto* policy = dynamic_cast<const PolicyRecipe*>(recipe.get());
+  if (recipe->skips_nonfinite() || recipe->loss_scale() != 1.0 || (policy && policy->scaler())) {
+    throw ConfigError(fmt::format(
+        "{}cannot run precision {}: its loss scaler unscales every gradient and skips the step "
+        "when any is inf/NaN, which is known only after the whole backward; use a recipe "
+        "without loss scaling (fp32, bf16, bf16-pure, tf32, fp64, fp8 ...) or drop "
+        "--optimizer-in-backward",
+        no, recipe->name()));
+  }
+  if (opt->params().size() != params.size()) {
+    throw ConfigError(no + "needs an optimizer over every parameter of the model");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!opt->params()[i].param.is_same(params[i]))
+      throw ConfigError(no + "needs an optimizer over the model's parameters, in their order");
+  }
+}
+
+void Trainer::Impl::step_in_backward(const Tensor& leaf) {
+  const int64_t k = opt->index_of(leaf);
+  if (k < 0) return;  // not a parameter (e.g. a checkpointed segment's input)
+  if (reported[size_t(k)]++ > 0) {
+    // Its first report was not final (a parameter shared by two checkpointed segments, or used
+    // both inside and outside one): it was updated with a part of its gradient.
+    throw TrainError(fmt::format(
+        "step {}: --optimizer-in-backward: backward reported the gradient of parameter '{}' "
+        "twice, so it was updated before its gradient was complete (is it shared across "
+        "checkpointed segments?); train this model without --optimizer-in-backward",
+        step + 1, opt->params()[size_t(k)].name));
+  }
+  // The norm's partial from the gradient the update reads, as optim::grad_norm takes it.
+  const double sq = optim::grad_sum_squares(leaf);
+  grad_sq[size_t(k)] = sq;
+  // The NaN guard (run_step): a non-finite gradient stops the run; no parameter after it is
+  // updated with it.
+  if (!std::isfinite(sq)) nonfinite_grad = true;
+  if (!nonfinite_grad) opt->step_parameter(size_t(k));
+  params[size_t(k)].set_grad(Tensor());
 }
 
 void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64_t micro,
@@ -150,7 +206,20 @@ StepInfo Trainer::Impl::run_step() {
       global_samples = int64_t(v[1]);
       dp->begin_gradients(params, double(samples) / v[1]);
     }
-    recipe->scale_loss(window == 1 ? batch_loss : mul(batch_loss, 1.0 / double(window))).backward();
+    if (cfg.optimizer_in_backward) {
+      // The optimizer in backward (train_config.h): the schedule's rate before any update (the
+      // ordinary step sets it after backward: the same value), then each parameter stepped by
+      // the grad-ready hook as soon as its gradient is final, and its gradient freed.
+      opt->set_lr(detail::schedule_lr(cfg, step - skipped, total));
+      grad_sq.assign(params.size(), 0.0);
+      reported.assign(params.size(), 0);
+      nonfinite_grad = false;
+      GradReadyHookScope hook([this](const Tensor& leaf) { step_in_backward(leaf); });
+      recipe->scale_loss(batch_loss).backward();
+    } else {
+      recipe->scale_loss(window == 1 ? batch_loss : mul(batch_loss, 1.0 / double(window)))
+          .backward();
+    }
     if (!callbacks.empty()) {
       StepContext ctx{.step = step + 1,
                       .total_steps = total,
@@ -193,10 +262,17 @@ StepInfo Trainer::Impl::run_step() {
   }
   // Unscale (fp16 recipes), then clip the real gradients. Non-finite gradients skip the step
   // under loss scaling; otherwise they are an error (the NaN guard).
-  const bool finite = recipe->unscale_and_check(*opt);
+  const bool finite = cfg.optimizer_in_backward || recipe->unscale_and_check(*opt);
   double norm = std::nan("");
   if (finite) {
-    if (!owner.empty()) {
+    if (cfg.optimizer_in_backward) {
+      // The gradients are gone; their squares were summed per parameter before each update, and
+      // are added here in optim::grad_norm's order: the same number, bit for bit.
+      double sq = 0.0;
+      for (const double v : grad_sq) sq += v;
+      optim::reduce_step_values(optim::StepValue::grad_sum_squares, std::span<double>(&sq, 1));
+      norm = std::sqrt(sq);
+    } else if (!owner.empty()) {
       // ZeRO: this rank unscaled (and steps) only its own gradients; the norm is the global one.
       norm = dp->sharded_grad_norm(params, owner);
       if (cfg.clip > 0) optim::clip_grads_by_norm(owned, norm, cfg.clip);
@@ -212,7 +288,12 @@ StepInfo Trainer::Impl::run_step() {
   const double lr = detail::schedule_lr(cfg, step - skipped, total);
   opt->set_lr(lr);
   const double scale_used = recipe->loss_scale();  // what this step's losses were multiplied by
-  const bool stepped = recipe->step(*opt);
+  bool stepped = true;
+  if (cfg.optimizer_in_backward) {
+    opt->finish_step();  // every parameter was updated in backward (step_in_backward)
+  } else {
+    stepped = recipe->step(*opt);
+  }
   // ZeRO: every parameter from the rank that updated it.
   if (!owner.empty()) dp->broadcast_from_owners(params, owner);
   const bool skip = !stepped;
@@ -307,6 +388,12 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::unique_ptr<PrecisionRec
 Trainer::~Trainer() = default;
 
 void Trainer::add_callback(std::shared_ptr<TrainCallback> cb) {
+  if (cb && impl_->cfg.optimizer_in_backward && cb->reads_gradients()) {
+    throw ConfigError(
+        "this callback reads the gradients after backward (e.g. --inspect's gradient statistics), "
+        "but --optimizer-in-backward frees each gradient inside backward, right after its "
+        "parameter's update; drop one of them");
+  }
   impl_->callbacks.push_back(std::move(cb));
 }
 

@@ -109,6 +109,13 @@ struct Trainer::Impl {
   std::vector<double> comm_ms;     // per step of this run
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
 
+  // --optimizer-in-backward (train_config.h): per parameter (the optimizer's order, which is
+  // params' order without ZeRO), the squared norm of its gradient, taken right before its update
+  // frees it, and how often backward reported it in this step.
+  std::vector<double> grad_sq;
+  std::vector<int> reported;
+  bool nonfinite_grad = false;  // a gradient was not finite: no later parameter was updated
+
   bool is_rank0() const { return !dp || dp->rank() == 0; }
   dist::ProcessGroup* group() const { return dp ? &dp->group() : nullptr; }
 
@@ -120,6 +127,11 @@ struct Trainer::Impl {
   void check_resume_config(const std::filesystem::path& dir) const;
   void resume(const std::filesystem::path& dir);
   StepInfo run_step();
+  // --optimizer-in-backward: refuses (ConfigError) what it cannot do exactly.
+  void check_optimizer_in_backward() const;
+  // The grad-ready hook of --optimizer-in-backward: steps `leaf` (when it is a parameter) and
+  // frees its gradient.
+  void step_in_backward(const Tensor& leaf);
   void save(const std::filesystem::path& dir) const;
   [[noreturn]] void nonfinite_error(const std::string& what, double value, int64_t micro,
                                     int64_t window) const;

@@ -250,5 +250,33 @@ TEST(WeightShadows, OffForOneRegion) {
     EXPECT_EQ(values(m.params()[i]), values(ref.params()[i]));
 }
 
+// A per-region copy of a weight wider than the linear's input (the tied [vocab, C] head under
+// checkpointing) is freed by the linear's backward before it allocates the weight's fp32
+// gradient (dX first, ops/linalg_ops.cpp), and the gradients are those of the shadowed run.
+TEST(WeightShadows, PerRegionCopyOfAWideWeightIsFreedBeforeItsGradient) {
+  ShadowSwitch on(true);
+  auto grads = [](bool shadows, int64_t* peak) {
+    const Tensor x = rnd({4, 64}, 7).detach().requires_grad_();
+    const Tensor w = rnd({4096, 64}, 8, 0.1).detach().requires_grad_();
+    Tensor loss;
+    {
+      Autocast ac(AutocastOptions{.dtype = DType::bf16, .weight_shadows = shadows});
+      loss = sum(linear(x, w));
+    }
+    reset_peak_memory();
+    const int64_t before = allocator_stats().allocated_bytes;
+    loss.backward();
+    *peak = allocator_stats().peak_allocated_bytes - before;
+    return std::pair{values(x.grad()), values(w.grad())};
+  };
+  int64_t peak_per_region = 0, peak_shadowed = 0;
+  const auto a = grads(false, &peak_per_region);
+  const auto b = grads(true, &peak_shadowed);
+  EXPECT_EQ(a, b);
+  // The fp32 dW is 1 MiB and the bf16 copy 512 KiB: they never coexist.
+  const int64_t dw = 4096 * 64 * 4;
+  EXPECT_LT(peak_per_region, dw + dw / 2) << peak_per_region;
+}
+
 }  // namespace
 }  // namespace mixp::amp

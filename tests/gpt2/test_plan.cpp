@@ -43,6 +43,30 @@ TEST(MemoryPlan, MatchesTheMeasuredPeakWithin10Percent) {
   }
 }
 
+TEST(MemoryPlan, ModelsTheOptimizerInBackward) {
+  // The probes train with the flag: the plan follows the real run's lower peak; no gradient is
+  // persistent.
+  for (const auto& [recipe, ckpt] : {std::pair{"fp32", false}, std::pair{"bf16", true}}) {
+    train::TrainConfig c = tiny(recipe, ckpt);
+    c.optimizer_in_backward = true;
+    const study::MemoryPlan p = study::plan_memory(c);
+    const int64_t real = measured_peak(c);
+    EXPECT_NEAR(double(p.peak_bytes), double(real), 0.1 * double(real))
+        << recipe << (ckpt ? " + checkpointing" : "");
+    EXPECT_TRUE(p.optimizer_in_backward);
+    EXPECT_EQ(p.grad_bytes, 0);
+    // Under checkpointing the peak is the first block's backward, which held the later blocks'
+    // gradients; fp32's is the head's, before any gradient exists.
+    c.optimizer_in_backward = false;
+    if (ckpt) {
+      EXPECT_LT(real, measured_peak(c)) << recipe;
+    }
+  }
+  train::TrainConfig c = tiny("bf16");
+  c.optimizer_in_backward = true;
+  EXPECT_THROW(study::plan_memory(c, {.zero_stage = 2, .ranks = 4}), train::ConfigError);
+}
+
 TEST(MemoryPlan, BreakdownFollowsTheRecipesFormats) {
   const study::MemoryPlan fp32 = study::plan_memory(tiny("fp32"));
   // The parameters of the full model, counted like the model does (the tied head once).

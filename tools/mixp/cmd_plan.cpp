@@ -85,6 +85,7 @@ study::ShapeRun shape_run(const PlanArgs& a, const study::ModelShape& s) {
   r.precision = a.c.precision.empty() ? "fp32" : a.c.precision;
   r.optimizer = a.c.optimizer.empty() ? "adamw" : a.c.optimizer;
   r.checkpointing = a.c.model.checkpointing;
+  r.optimizer_in_backward = a.c.optimizer_in_backward;
   r.threads = a.c.threads;
   return r;
 }
@@ -209,6 +210,7 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
                 {"batch", p.batch},
                 {"context", p.context},
                 {"checkpointing", p.checkpointing},
+                {"optimizer_in_backward", p.optimizer_in_backward},
                 {"zero_stage", p.zero_stage},
                 {"ranks", p.ranks},
                 {"param_bytes", p.param_bytes},
@@ -233,10 +235,11 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
                 {"probes", probes}});
     return;
   }
-  std::cout << fmt::format("plan for {} ({} parameters) in {}, batch {}{}{}{}:\n", p.model,
+  std::cout << fmt::format("plan for {} ({} parameters) in {}, batch {}{}{}{}{}:\n", p.model,
                            p.parameters, p.precision, p.batch,
                            p.context ? fmt::format(" x {} tokens", p.context) : "",
                            p.checkpointing ? ", checkpointing" : "",
+                           p.optimizer_in_backward ? ", optimizer in backward" : "",
                            p.ranks > 1 || p.zero_stage
                                ? fmt::format(", ZeRO stage {} over {} ranks", p.zero_stage, p.ranks)
                                : "");
@@ -300,6 +303,8 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_flag("--checkpointing", c.model.checkpointing, "gpt/gpt2: checkpoint each block");
+  sub->add_flag("--optimizer-in-backward", c.optimizer_in_backward,
+                "as for mixp train: each parameter updated in backward, its gradient freed then");
   sub->add_option("--width", c.model.width, "model width");
   sub->add_option("--layers", c.model.layers, "layers (gpt/gpt2 blocks)");
   sub->add_option("--heads", c.model.heads, "attention heads");

@@ -164,6 +164,7 @@ void run(Flags& f) {
   if (f.given("--weight-decay")) c.weight_decay = f.weight_decay;
   set("--momentum", c.momentum, f.c.momentum);
   set("--clip", c.clip, f.c.clip);
+  set("--optimizer-in-backward", c.optimizer_in_backward, f.c.optimizer_in_backward);
   set("--schedule", c.schedule, f.c.schedule);
   set("--warmup", c.warmup_steps, f.c.warmup_steps);
   set("--seed", c.seed, f.c.seed);
@@ -219,7 +220,11 @@ void run(Flags& f) {
     } catch (const inspect::InspectError& e) {
       throw UsageError(e.what());
     }
-    trainer->add_callback(inspector);
+    try {
+      trainer->add_callback(inspector);
+    } catch (const train::ConfigError& e) {
+      throw UsageError(e.what());
+    }
   }
   train::TrainResult r;
   try {
@@ -267,6 +272,11 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--warmup", c.warmup_steps, "linear warmup steps (default 0)");
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--clip", c.clip, "clip gradients to this global L2 norm (default off)");
+  sub->add_flag("--optimizer-in-backward,!--no-optimizer-in-backward", c.optimizer_in_backward,
+                "update each parameter and free its gradient as soon as backward has finished "
+                "it (PyTorch's optimizer in backward): the gradients never all exist at once, "
+                "same results bit for bit; refused with --clip, --grad-accum > 1, loss scaling "
+                "(fp16 recipes), data parallelism and --inspect (docs/amp.md)");
   sub->add_flag("--checkpointing,!--no-checkpointing", c.model.checkpointing,
                 "gradient checkpointing (recompute activations; gpt); --no-checkpointing turns "
                 "it off on --resume");
@@ -373,6 +383,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "--grad-comm bf16\n"
       "  mixp train --model gpt2 --data tokens_train.bin --context 256 --batch 8 --precision bf16\n"
       "  mixp train --model gpt2 --init-from gpt2_124M.bin --data tokens_train.bin --context 64\n"
+      "  mixp train --model gpt2 --data tokens_train.bin --context 256 --batch 8 --precision bf16 "
+      "--checkpointing --optimizer-in-backward\n"
       "  mixp train --model gpt --steps 300 --inspect every=100,out=stats.jsonl\n"
       "  mixp train --model mlp --precision fp16 --detect-anomaly\n"
       "  mixp train --model gpt --steps 20 --precision bf16 --profile --profile-trace t.json\n");

@@ -97,6 +97,17 @@ class Optimizer {
 
   // One update of every parameter that has a gradient.
   void step();
+  // The same step one parameter at a time, for an optimizer fused into backward (PyTorch's
+  // "optimizer in backward": a post-accumulate-grad hook steps each parameter as soon as its
+  // gradient is final, train_config.h optimizer_in_backward). step() is exactly
+  //   for (i = 0 .. params().size() - 1) step_parameter(i);  finish_step();
+  // and every update is a function of the parameter's own gradient, states and step count, so any
+  // order of step_parameter calls (each parameter at most once) followed by finish_step() leaves
+  // the same bits as step(). Parameters without a gradient are skipped, as by step().
+  void step_parameter(size_t index);
+  void finish_step() { ++steps_; }
+  // The index in params() of the parameter whose tensor is `param`'s (same TensorImpl), or -1.
+  int64_t index_of(const Tensor& param) const;
   // Clears the gradients (set_to_none: drops them, like PyTorch 2; else fills them with 0).
   void zero_grad(bool set_to_none = true);
 

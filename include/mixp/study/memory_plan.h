@@ -40,6 +40,9 @@ struct MemoryPlan {
   int64_t layers = 0;              // transformer blocks (0 for mlp, cnn)
   int64_t batch = 0, context = 0;  // per micro-batch; context 0 for image models
   bool checkpointing = false;
+  // train_config.h optimizer_in_backward: the gradients are not persistent (grad_bytes 0); the
+  // probes' measured rest holds those alive at the peak.
+  bool optimizer_in_backward = false;
   // Bytes per device.
   int64_t param_bytes = 0;
   int64_t grad_bytes = 0;
@@ -84,6 +87,7 @@ struct ShapeRun {
   std::string precision = "fp32";
   std::string optimizer = "adamw";
   bool checkpointing = false;
+  bool optimizer_in_backward = false;  // train_config.h
   int threads = 0;  // for the GEMM measurement
 };
 

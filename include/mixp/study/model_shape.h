@@ -93,6 +93,11 @@ struct MemoryFormats {
   // weight's (the embedding weight is not fp32: bf16-pure, fp16 parameters); an fp32 weight has
   // its rows added in place into the gradient the head produced (ops/nn_ops.cpp).
   bool dense_embedding_grad = false;
+  // The optimizer fused into backward (train_config.h optimizer_in_backward): each gradient is
+  // freed by its parameter's update as soon as backward finishes it, so no moment holds them all;
+  // only the tied token embedding's, which the head starts and the embedding's backward at the
+  // very end completes, lives through backward. grad_bytes is then 0 (nothing persistent).
+  bool optimizer_in_backward = false;
 };
 
 struct AnalyticMemory {

@@ -104,6 +104,10 @@ class TrainCallback {
   // When evaluation starts (can take a while on a large test set).
   virtual void on_evaluate_begin() {}
   virtual void on_train_end() {}
+  // True when on_backward_end or on_gradients_ready reads the parameters' gradients: such a
+  // callback cannot run with TrainConfig::optimizer_in_backward, which frees each gradient inside
+  // backward (Trainer::add_callback refuses it).
+  virtual bool reads_gradients() const { return false; }
 };
 
 // Any function of StepInfo as a callback (e.g. a progress bar).
@@ -122,6 +126,7 @@ class GradientFunctionCallback final : public TrainCallback {
  public:
   explicit GradientFunctionCallback(std::function<void(StepContext&)> fn) : fn_(std::move(fn)) {}
   void on_gradients_ready(StepContext& ctx) override { fn_(ctx); }
+  bool reads_gradients() const override { return true; }
 
  private:
   std::function<void(StepContext&)> fn_;

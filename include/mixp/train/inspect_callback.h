@@ -56,6 +56,8 @@ class InspectCallback final : public TrainCallback {
   void on_step_end(const StepInfo& info) override;
   void on_evaluate_begin() override;
   void on_train_end() override;
+  // --inspect records the gradients' statistics (on_gradients_ready).
+  bool reads_gradients() const override { return inspector_ != nullptr; }
 
   // The statistics summary and the profiler table (what `mixp train` prints), "" when neither
   // was asked for. With the profile comes a memory breakdown of the training loop's peak:

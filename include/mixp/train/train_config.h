@@ -71,6 +71,14 @@ struct TrainConfig {
   std::optional<double> weight_decay;  // unset = the optimizer's default
   double momentum = 0.9;               // sgd only
   double clip = 0;                     // clip gradients to this global L2 norm; 0 = off
+  // The optimizer fused into backward (PyTorch's "optimizer in backward", docs/amp.md): each
+  // parameter is updated, and its gradient freed, as soon as backward has finished its gradient
+  // (autograd/grad_ready_hook.h), so the gradients never all exist at once. Bit-identical to the
+  // ordinary step (every update reads only its own parameter's gradient and state). Refused
+  // where the step needs every gradient first: clipping (clip > 0), grad_accum > 1, loss
+  // scaling (the fp16 recipes' found-inf check), data parallelism (more than one rank), and
+  // callbacks that read the gradients (--inspect, GradientFunctionCallback).
+  bool optimizer_in_backward = false;
   std::string schedule =
       "constant";            // constant | cosine | warmup_cosine | linear (to 0 at the end)
   int64_t warmup_steps = 0;  // linear warmup from 0 to lr
