@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -31,6 +32,13 @@ TEST(CudaNccl, HostMemoryUsesTheWorldAndAMissingNcclOrGpuSaysWhy) {
     EXPECT_FALSE(s.loaded);
   }
   std::printf("%s\n", s.message.c_str());
+  // `mixp doctor --json` reports the same.
+  std::string out, err;
+  ASSERT_EQ(run_cli("doctor --json", out, err), 0) << err;
+  const nlohmann::json j = nlohmann::json::parse(out).at("nccl");
+  EXPECT_EQ(j.at("built").get<bool>(), s.built);
+  EXPECT_EQ(j.at("loaded").get<bool>(), s.loaded);
+  EXPECT_EQ(j.at("status").get<std::string>(), s.message);
   if (cuda_available() && s.loaded) GTEST_SKIP() << "this machine can make the group (next test)";
   try {
     (void)dist::make_nccl_group(nullptr, 0);
