@@ -10,6 +10,8 @@
 // CUBLAS_OP_T. Any other layout is copied to a contiguous one first.
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <mutex>
 #include <stdexcept>
 
 #include "backend/cuda/cuda_backend.h"
@@ -201,8 +203,9 @@ void tn_operands(const Tensor& a, const Tensor& b, Tensor& a_tn, Tensor& b_tn) {
 }
 
 // One TN GEMM through cuBLASLt: dst^T [N, M] = b^T a (column-major), as gemm_lt but with the
-// given types and, for FP8, the per-tensor scale pointers.
-void gemm_tn(DeviceContext& ctx, Tensor& dst, const Tensor& a_tn, const Tensor& b_tn,
+// given types and, for FP8, the per-tensor scale pointers. False (nothing run) when cuBLASLt has
+// no algorithm for it.
+bool gemm_tn(DeviceContext& ctx, Tensor& dst, const Tensor& a_tn, const Tensor& b_tn,
              cublasComputeType_t compute, cudaDataType_t scale_t, const void* alpha,
              const void* beta, const float* scale_a, const float* scale_b, bool fast_accum) {
   const auto M = static_cast<uint64_t>(a_tn.shape()[0]), K = static_cast<uint64_t>(a_tn.shape()[1]);
@@ -229,14 +232,19 @@ void gemm_tn(DeviceContext& ctx, Tensor& dst, const Tensor& a_tn, const Tensor& 
   MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, narrow_type(a_tn.dtype()), K, M, a_tn.strides()[0]));
   MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, out_t, N, M, static_cast<int64_t>(N)));
   cublasLtMatmulHeuristicResult_t heur{};
-  if (!best_algorithm(ctx, d, heur))
-    unsupported(fmt::format("this 8-bit GEMM ({} x {} x {}, {} x {} -> {}): cuBLASLt has no "
-                            "algorithm on sm_{}{}",
-                            M, N, K, name(a_tn.dtype()), name(b_tn.dtype()), name(dst.dtype()),
-                            ctx.cc_major, ctx.cc_minor));
+  if (!best_algorithm(ctx, d, heur)) return false;
   MIXP_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, d.op, alpha, dev_ptr(b_tn), d.a, dev_ptr(a_tn), d.b,
                                    beta, dev_ptr(dst), d.c, dev_ptr(dst), d.c, &heur.algo,
                                    ctx.workspace, ctx.workspace_bytes, ctx.stream));
+  return true;
+}
+
+std::string no_algorithm(const DeviceContext& ctx, const Tensor& dst, const Tensor& a_tn,
+                         const Tensor& b_tn) {
+  return fmt::format("this 8-bit GEMM ({} x {} x {}, {} x {} -> {}): cuBLASLt has no algorithm "
+                     "on sm_{}{}",
+                     a_tn.shape()[0], b_tn.shape()[1], a_tn.shape()[1], name(a_tn.dtype()),
+                     name(b_tn.dtype()), name(dst.dtype()), ctx.cc_major, ctx.cc_minor);
 }
 
 }  // namespace
@@ -266,9 +274,16 @@ bool fp8_gemm(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b,
   if (fp8_gemm_native(ctx) && K % 16 == 0 && a_tn.strides()[0] % 16 == 0 &&
       b_tn.strides()[1] % 16 == 0) {
     const float alpha = 1.0f, beta = 0.0f;
-    gemm_tn(ctx, dst, a_tn, b_tn, CUBLAS_COMPUTE_32F, CUDA_R_32F, &alpha, &beta, scale_a, scale_b,
-            fast_accum);
-    return true;
+    if (gemm_tn(ctx, dst, a_tn, b_tn, CUBLAS_COMPUTE_32F, CUDA_R_32F, &alpha, &beta, scale_a,
+                scale_b, fast_accum))
+      return true;
+    // Not expected on sm_89/sm_90 with these alignments; said once, then emulated (the same
+    // values) rather than failing a training run.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "mixp: warning: %s; running it (and any other such) as a bf16 GEMM\n",
+                   no_algorithm(ctx, dst, a_tn, b_tn).c_str());
+    });
   }
   // Emulated, as on the CPU: the fp8 values are exact in bf16; bf16 GEMM with fp32 accumulation,
   // then the two scales (when given).
@@ -317,8 +332,9 @@ void cuda_int8_matmul(Tensor& dst, const Tensor& a, const Tensor& b) {
   tn_operands(a, b, a_tn, b_tn);
   if (a.shape()[1] % 4 != 0) unsupported("an int8 GEMM whose inner dimension is not a multiple of 4");
   const int32_t alpha = 1, beta = 0;
-  gemm_tn(ctx, dst, a_tn, b_tn, CUBLAS_COMPUTE_32I, CUDA_R_32I, &alpha, &beta, nullptr, nullptr,
-          false);
+  if (!gemm_tn(ctx, dst, a_tn, b_tn, CUBLAS_COMPUTE_32I, CUDA_R_32I, &alpha, &beta, nullptr,
+               nullptr, false))
+    unsupported(no_algorithm(ctx, dst, a_tn, b_tn));
 }
 
 bool cuda_fp8_gemm_native(int index) {
