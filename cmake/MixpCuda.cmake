@@ -16,6 +16,16 @@ set_property(CACHE MIXP_CUDA PROPERTY STRINGS AUTO ON OFF)
 # sm_80 (A100), sm_89 (L4/L40, Ada: FP8), sm_90 (H100: FP8). Each architecture adds compile time:
 # CI builds this on every run, so the list is kept to the GPUs the issue names.
 set(MIXP_CUDA_ARCHITECTURES "80;89;90" CACHE STRING "GPU architectures the CUDA backend is compiled for")
+# The NCCL process group (src/dist/nccl/, docs/distributed.md): AUTO builds it with the CUDA
+# backend when nccl.h is found, ON requires it, OFF never builds it. Only the header is needed at
+# build time: libnccl.so.2 (200+ MB) is loaded with dlopen when a group is made, never linked.
+set(MIXP_NCCL AUTO CACHE STRING "Build the NCCL process group: AUTO (when nccl.h is found), ON (required), OFF")
+set_property(CACHE MIXP_NCCL PROPERTY STRINGS AUTO ON OFF)
+string(TOUPPER "${MIXP_NCCL}" _mixp_nccl_mode)
+if(NOT _mixp_nccl_mode MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "MIXP_NCCL must be AUTO, ON or OFF (got '${MIXP_NCCL}')")
+endif()
+file(GLOB _mixp_nccl_off CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/dist/nccl/off/*.cpp")
 
 string(TOUPPER "${MIXP_CUDA}" _mixp_cuda_mode)
 if(NOT _mixp_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
@@ -58,6 +68,10 @@ if(NOT MIXP_CUDA_ENABLED)
   message(STATUS "mixp: CUDA backend not built (${_mixp_cuda_why})")
   file(GLOB _mixp_cuda_off CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/backend/cuda/off/*.cpp")
   target_sources(mixp PRIVATE ${_mixp_cuda_off})
+  if(_mixp_nccl_mode STREQUAL "ON")
+    message(FATAL_ERROR "MIXP_NCCL=ON needs the CUDA backend, which is not built (${_mixp_cuda_why})")
+  endif()
+  target_sources(mixp PRIVATE ${_mixp_nccl_off})
   return()
 endif()
 
@@ -90,6 +104,28 @@ if(MIXP_WERROR)
   target_compile_options(mixp_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
                          $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
 endif()
+
+# NCCL: its header with the CUDA toolkit's (or NCCL_ROOT / NCCL_HOME); no library linked.
+set(_mixp_nccl_why "MIXP_NCCL=OFF")
+if(NOT _mixp_nccl_mode STREQUAL "OFF")
+  find_path(MIXP_NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_ROOT ENV NCCL_HOME ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  set(_mixp_nccl_why "nccl.h not found (set NCCL_ROOT)")
+endif()
+if(MIXP_NCCL_INCLUDE_DIR AND NOT _mixp_nccl_mode STREQUAL "OFF")
+  message(STATUS "mixp: NCCL process group built (nccl.h in ${MIXP_NCCL_INCLUDE_DIR}; libnccl.so.2 loaded at run time)")
+  file(GLOB _mixp_nccl_srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/dist/nccl/*.cpp")
+  target_sources(mixp_cuda PRIVATE ${_mixp_nccl_srcs})
+  target_include_directories(mixp_cuda PRIVATE ${MIXP_NCCL_INCLUDE_DIR})
+  target_link_libraries(mixp PRIVATE ${CMAKE_DL_LIBS})
+else()
+  if(_mixp_nccl_mode STREQUAL "ON")
+    message(FATAL_ERROR "MIXP_NCCL=ON but the NCCL process group cannot be built: ${_mixp_nccl_why}")
+  endif()
+  message(STATUS "mixp: NCCL process group not built (${_mixp_nccl_why})")
+  target_sources(mixp PRIVATE ${_mixp_nccl_off})
+endif()
+
 target_sources(mixp PRIVATE $<TARGET_OBJECTS:mixp_cuda>)
 target_link_libraries(mixp PRIVATE ${CUDA_cudart_LIBRARY} ${CUDA_cublasLt_LIBRARY})
 # An installed libmixp finds CUDA's libraries where this build found them (ld.so.conf may not

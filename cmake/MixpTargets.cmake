@@ -20,6 +20,7 @@ endfunction()
 function(mixp_add_library)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/*.cpp")
   list(FILTER srcs EXCLUDE REGEX "/src/backend/cuda/")
+  list(FILTER srcs EXCLUDE REGEX "/src/dist/nccl/")  # cmake/MixpCuda.cmake adds one of its two
   add_library(mixp SHARED ${srcs})
   add_library(mixp::mixp ALIAS mixp)
   target_include_directories(mixp

@@ -3,9 +3,14 @@
 # device machines of this workplace have nvcc, the CUDA libraries and a driver, but none of
 # mixp's other dependencies (oneDNN, fmt, Open MPI, GoogleTest...) and no network (docs/cuda.md,
 # "Running gpu-check.sh"). Run it here, on the CPU machine whose toolkit built the CUDA backend;
-# it writes .gpu-pack/mixp-gpu.tar.xz (about 15 MB): bin/ (mixp, mixp_test_cuda, mixp_cuda_gemm)
-# and lib/ (libmixp and every shared library they load that is neither glibc/libstdc++ nor
-# CUDA's: those come from the GPU machine). Then, on the GPU machine:
+# it writes .gpu-pack/mixp-gpu.tar.xz (about 15 MB): bin/ (mixp, mixp_test_cuda, mixp_cuda_gemm),
+# lib/ (libmixp and every shared library they load that is neither glibc/libstdc++ nor CUDA's:
+# those come from the GPU machine), and llmc/ (llm.c's train_gpt2.cu and llmc/ headers, which
+# gpu-check.sh builds there with nvcc for the GPT-2 comparison; the GPU machine has no network).
+# llm.c's source comes from MIXP_LLMC_DIR (a checkout), else /work/llmc, else the bare mirror
+# MIXP_LLMC_GIT (default /work/.mirror/karpathy+llm.c/repo) through `git archive HEAD`; without
+# any of them the pack has no llmc/ and gpu-check.sh reports the comparison as not run. Then, on
+# the GPU machine:
 #
 #   scripts/gpu-check.sh --prebuilt .gpu-pack/mixp-gpu.tar.xz --out DIR
 #
@@ -40,17 +45,34 @@ done | sort -u | while read -r name path; do
   cp -L "$path" "$stage/lib/$name"
 done
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
+# llm.c (only what train_gpt2.cu includes: llmc/*.h, *.cuh, cudnn_att.*).
+llmc_dir="${MIXP_LLMC_DIR:-/work/llmc}"
+llmc_git="${MIXP_LLMC_GIT:-/work/.mirror/karpathy+llm.c/repo}"
+llmc_from=""
+if [ -f "$llmc_dir/train_gpt2.cu" ] && [ -d "$llmc_dir/llmc" ]; then
+  mkdir -p "$stage/llmc"
+  cp -r "$llmc_dir/train_gpt2.cu" "$llmc_dir/llmc" "$stage/llmc/"
+  llmc_from="$llmc_dir at $(git -C "$llmc_dir" rev-parse --short HEAD 2>/dev/null || echo '?')"
+elif git --git-dir="$llmc_git" rev-parse HEAD >/dev/null 2>&1; then
+  mkdir -p "$stage/llmc"
+  git --git-dir="$llmc_git" archive HEAD train_gpt2.cu llmc | tar -C "$stage/llmc" -xf -
+  llmc_from="$llmc_git at $(git --git-dir="$llmc_git" rev-parse --short HEAD)"
+else
+  echo "gpu-pack: no llm.c source (MIXP_LLMC_DIR or MIXP_LLMC_GIT); the pack has no llmc/" >&2
+fi
 {
   echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
   echo "packed $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) from $build"
   "$stage/bin/mixp" doctor --json | python3 -c 'import json,sys; c=json.load(sys.stdin)["cuda_backend"]; print("cuda", c["toolkit_version"], "sm", c["architectures"])'
+  echo "llm.c: ${llmc_from:-not packed}"
   (cd "$stage" && ls -l bin lib)
 } >"$stage/MANIFEST"
 
 mkdir -p "$root/.gpu-pack"
 exclude="$(git rev-parse --git-common-dir)/info/exclude"
 grep -qx '/.gpu-pack/' "$exclude" 2>/dev/null || echo '/.gpu-pack/' >>"$exclude"
-tar -C "$stage" -cf - bin lib MANIFEST | xz -T0 -6 >"$root/.gpu-pack/mixp-gpu.tar.xz.tmp"
+tar -C "$stage" -cf - bin lib MANIFEST $( [ -d "$stage/llmc" ] && echo llmc ) \
+  | xz -T0 -6 >"$root/.gpu-pack/mixp-gpu.tar.xz.tmp"
 mv "$root/.gpu-pack/mixp-gpu.tar.xz.tmp" "$root/.gpu-pack/mixp-gpu.tar.xz"
 cp "$stage/MANIFEST" "$root/.gpu-pack/MANIFEST"
 echo "gpu-pack: $(du -h "$root/.gpu-pack/mixp-gpu.tar.xz" | cut -f1) in .gpu-pack/mixp-gpu.tar.xz"

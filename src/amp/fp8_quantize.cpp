@@ -51,12 +51,15 @@ float amax_of(const Tensor& xf) {
   return a.item<float>();
 }
 
-// Per-tensor quantization of xf (fp32, contiguous) into a new bf16 tensor on its device; the
-// amax of xf when `amax` is given.
+// Per-tensor quantization of xf (fp32, contiguous) into a new tensor on its device: the codes
+// as fp8 where the backend's GEMMs take them (Backend::fp8_matmul(): cuda on sm_89+), as bf16
+// values elsewhere (the cpu); the amax of xf when `amax` is given.
 Tensor scale_cast(const Tensor& xf, DType fp8, float scale, float* amax) {
-  Tensor out = Tensor::empty(xf.shape(), {.dtype = DType::bf16, .device = xf.device()});
+  Backend& be = backend_for(xf);
+  const DType store = be.fp8_matmul() ? fp8 : DType::bf16;
+  Tensor out = Tensor::empty(xf.shape(), {.dtype = store, .device = xf.device()});
   Tensor a = amax ? Tensor::empty({1}, {.dtype = DType::fp32, .device = xf.device()}) : Tensor();
-  backend_for(xf).quantize({.kind = QuantizeSpec::Kind::fp8_tensor, .format = fp8, .scale = scale},
+  be.quantize({.kind = QuantizeSpec::Kind::fp8_tensor, .format = fp8, .scale = scale},
                            out, a, xf);
   if (amax) *amax = a.item<float>();
   return out;

@@ -124,6 +124,7 @@ class GuardedBackend final : public Backend {
               const MatmulConfig& cfg) override {
     run([&](Backend& be) { be.matmul(dst, a, b, bias, cfg); });
   }
+  bool fp8_matmul() const override { return backend().fp8_matmul(); }
   void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
               const Conv2dParams& p) override {
     run([&](Backend& be) { be.conv2d(dst, src, weight, bias, p); });

@@ -234,6 +234,7 @@ class ObservedBackend final : public Backend {
     observe("matmul", "", {&dst}, {&a, &b, &bias}, matmul_flops(dst, a),
             [&] { b_.matmul(dst, a, b, bias, cfg); });
   }
+  bool fp8_matmul() const override { return b_.fp8_matmul(); }
   void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,
               const Conv2dParams& p) override {
     // Per output element: C * KH * KW multiply-adds (weight is [O, C, KH, KW]).

@@ -1,6 +1,8 @@
 // world(), the single-process group and the launch detection (process_group.h).
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "dist_detail.h"
 #include "mixp/dist/process_group.h"
@@ -85,6 +87,19 @@ void abort_world(int exit_code) {
 
 std::unique_ptr<ProcessGroup> make_single_process_group() {
   return std::make_unique<SingleProcess>();
+}
+
+ProcessGroup& group_for(Device device) {
+  if (device.is_host_memory()) return world();
+  // One NCCL group per GPU, never destroyed: destroying a communicator during exit, after the
+  // CUDA runtime may have been torn down, is what to avoid; the driver releases it with the
+  // process.
+  static std::mutex mu;
+  static auto* groups = new std::map<int, std::unique_ptr<ProcessGroup>>();
+  const std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<ProcessGroup>& g = (*groups)[device.index];
+  if (!g) g = make_nccl_group(&world(), device.index);
+  return *g;
 }
 
 }  // namespace mixp::dist

@@ -83,7 +83,7 @@ VerifyRun verify(const AdviseOptions& o, const std::string& label, const std::st
   c.evaluate = true;
   // The earlier runs' Trainers are still alive (for the timing rounds): their tensors are not
   // this run's memory.
-  const double before = double(allocator_stats().allocated_bytes);
+  const double before = double(allocator_stats(default_device()).allocated_bytes);
   keep = std::make_unique<train::Trainer>(c);
   train::Trainer& t = *keep;
   train::InspectOptions io;

@@ -143,7 +143,7 @@ void fill_from_collector(RunRecord& rec, const RunCollector& col, const train::T
       rec.ms_per_step > 0 ? double(c.batch * c.grad_accum) * 1000.0 / rec.ms_per_step : 0;
   rec.final_loss = col.loss_curve.empty() ? NAN : col.loss_curve.back().second;
   rec.train_time_s = col.elapsed_s;
-  rec.peak_memory_bytes = allocator_stats().peak_allocated_bytes;
+  rec.peak_memory_bytes = allocator_stats(default_device()).peak_allocated_bytes;
 }
 
 // The format whose overflow and underflow the report shows for a run: its own narrow compute

@@ -25,11 +25,18 @@ const DeviceMemoryHooks& device_hooks(Device dev) {
   }
   return *h;
 }
+}  // namespace
+
 CachingAllocator& allocator_for(Device dev) {
   if (!dev.is_host_memory()) return device_hooks(dev).allocator(dev.index);
   return CachingAllocator::cpu();
 }
-}  // namespace
+AllocatorStats allocator_stats(Device dev) {
+  return allocator_for(dev).stats();
+}
+void reset_peak_memory(Device dev) {
+  allocator_for(dev).reset_peak();
+}
 
 Storage::Storage(size_t n, Device dev)
     : nbytes(n), device(dev), allocator(&allocator_for(dev)), owned(true) {

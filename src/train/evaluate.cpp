@@ -329,6 +329,7 @@ std::string result_to_json(const TrainResult& r, int indent) {
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["peak_requested_bytes"] = r.peak_requested_bytes;
   j["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  j["memory_device"] = r.memory_device;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["energy_joules"] = opt_number(r.energy_joules);
   j["energy_source"] = r.energy_source;

@@ -117,7 +117,7 @@ std::string memory_breakdown(const optim::Optimizer& opt) {
     for (const Tensor& s : p.slots) states += double(s.nbytes());
     if (p.param.grad().defined()) grads += double(p.param.grad().nbytes());
   }
-  const double peak = double(allocator_stats().peak_allocated_bytes);
+  const double peak = double(allocator_stats(default_device()).peak_allocated_bytes);
   if (!(peak > 0)) return "";
   const double sum = params + masters + states + grads;
   return fmt::format(

@@ -412,7 +412,10 @@ TrainResult Trainer::fit() {
         s.step, s.total));
   }
   s.skipped_at_start = s.skipped;
-  reset_peak_memory();
+  // The peak of the memory the run's tensors live in: the training device's caching allocator
+  // (the default device, which the model and data were made on: a GPU's under --device cuda).
+  const Device mem_device = default_device();
+  reset_peak_memory(mem_device);
   EnergyMeter meter;
   meter.start();
   for (auto& cb : s.callbacks) cb->on_train_begin(s.step + 1, s.total);
@@ -431,7 +434,8 @@ TrainResult Trainer::fit() {
   }
   TrainResult r;
   r.train_time_s = (now_ms() - t0) * 1e-3;
-  const AllocatorStats mem = allocator_stats();
+  const AllocatorStats mem = allocator_stats(mem_device);
+  r.memory_device = mem_device.str();
   r.peak_memory_bytes = mem.peak_allocated_bytes;
   r.peak_requested_bytes = mem.peak_requested_bytes;
   r.peak_reserved_bytes = mem.peak_reserved_bytes;

@@ -141,6 +141,31 @@ TEST(Gemm, Bf16TransposedViewsAgree) {
   EXPECT_EQ(gemm(at.t(), b).to_double_vector(), gemm(at.t().contiguous(), b).to_double_vector());
 }
 
+// FP8 codes (the FP8 recipes' operands where the backend has FP8 GEMMs, Backend::fp8_matmul()):
+// the cpu has none, so gemm() widens them to bf16 (exact) and runs the bf16 GEMM: bit for bit
+// the bf16 GEMM of the same values, for each of the three pairs and transposed views.
+TEST(Gemm, Fp8PairsAreTheBf16GemmOfTheSameValuesOnTheCpu) {
+  EXPECT_FALSE(get_backend(BackendKind::cpu).fp8_matmul());
+  EXPECT_FALSE(get_backend(BackendKind::ref).fp8_matmul());
+  Generator g(19);
+  const Tensor a32 = mul(randn({37, 64}, g), 8.0), b32 = mul(randn({48, 64}, g), 0.25);
+  for (auto [ta, tb] : {std::pair{DType::fp8_e4m3, DType::fp8_e4m3},
+                        {DType::fp8_e4m3, DType::fp8_e5m2},
+                        {DType::fp8_e5m2, DType::fp8_e4m3}}) {
+    const Tensor a8 = a32.to(ta, Round::nearest_even, Overflow::saturate, 0);
+    const Tensor b8 = b32.to(tb, Round::nearest_even, Overflow::saturate, 0);  // [N, K]
+    EXPECT_EQ(gemm_result_dtype(ta, tb), DType::fp32);
+    const Tensor want = gemm(a8.to(DType::bf16), b8.to(DType::bf16).t());
+    const Tensor got = gemm(a8, b8.t());
+    ASSERT_EQ(got.dtype(), DType::fp32);
+    EXPECT_EQ(got.to_double_vector(), want.to_double_vector()) << name(ta) << " x " << name(tb);
+    EXPECT_EQ(gemm(a8, b8.t().contiguous()).to_double_vector(), want.to_double_vector());
+    EXPECT_NE(gemm_implementation(ta, tb, 64, 64, 64).find("fp8 widened"), std::string::npos);
+  }
+  const Tensor e5 = a32.to(DType::fp8_e5m2, Round::nearest_even, Overflow::saturate, 0);
+  EXPECT_THROW(gemm(e5, e5.t()), std::invalid_argument);  // no E5M2 x E5M2 (cuBLASLt has none)
+}
+
 TEST(Gemm, Fp32MatchesMatmul) {
   Generator g(17);
   const Tensor a = randn({33, 65}, g), b = randn({65, 17}, g);

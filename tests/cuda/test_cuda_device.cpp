@@ -277,10 +277,17 @@ TEST(CudaDevice, TrainDeviceFlag) {
     GTEST_SKIP() << "the training half needs a GPU: " << cuda_status().message;
   }
   ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << err;
-  const double cpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
+  const nlohmann::json cpu = nlohmann::json::parse(out);
   ASSERT_EQ(run_cli(run + " --device cuda", out, err), 0) << err;
-  const double gpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
-  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-3 * std::fabs(cpu_loss));
+  const nlohmann::json gpu = nlohmann::json::parse(out);
+  const double cpu_loss = cpu.at("final_loss").get<double>();
+  EXPECT_NEAR(gpu.at("final_loss").get<double>(), cpu_loss, 1e-3 * std::fabs(cpu_loss));
+  // The peaks are the training device's allocator: the GPU's own under --device cuda.
+  EXPECT_EQ(cpu.at("memory_device").get<std::string>(), "cpu");
+  EXPECT_EQ(gpu.at("memory_device").get<std::string>(), "cuda:0");
+  EXPECT_GT(gpu.at("peak_memory_bytes").get<int64_t>(), 0);
+  EXPECT_GE(gpu.at("peak_reserved_bytes").get<int64_t>(),
+            gpu.at("peak_memory_bytes").get<int64_t>());
 }
 
 // `mixp doctor --json` says what this build has and what it sees, and that the backend is
@@ -335,6 +342,8 @@ TEST(CudaDevice, CompareOnCudaMeasuresEnergyWithNvml) {
   ASSERT_EQ(j.at("runs").size(), 3u);
   for (const auto& r : j.at("runs")) {
     EXPECT_EQ(r.at("energy_source").get<std::string>(), "nvml") << r.dump();
+    EXPECT_EQ(r.value("memory_device", ""), "cuda:0") << "peak memory from the GPU's allocator";
+    EXPECT_GT(r.at("peak_memory_bytes").get<int64_t>(), 0) << r.dump();
     EXPECT_TRUE(std::isfinite(r.at("final_loss").get<double>())) << r.dump();
   }
 }

@@ -86,5 +86,28 @@ TEST(CudaMemory, CudaMemoryIsRegisteredExactlyWhenTheBackendIsBuilt) {
   EXPECT_EQ(device_memory(DeviceKind::cpu), nullptr);
 }
 
+// The allocator of a device's memory (what the training loop's peak is read from): the cpu's
+// for host memory, the GPU's own for cuda, which says why when it cannot be had.
+TEST(CudaMemory, EachDeviceHasItsAllocator) {
+  EXPECT_EQ(&allocator_for(Device::cpu()), &CachingAllocator::cpu());
+  EXPECT_EQ(&allocator_for(Device::guarded()), &CachingAllocator::cpu());
+  reset_peak_memory(Device::cpu());
+  const AllocatorStats a = allocator_stats(), b = allocator_stats(Device::cpu());
+  EXPECT_EQ(a.peak_allocated_bytes, b.peak_allocated_bytes);
+  EXPECT_EQ(a.allocs, b.allocs);
+  if (cuda_available()) {
+    EXPECT_EQ(&allocator_for(Device::cuda(0)), &cuda_allocator(0));
+    return;
+  }
+  try {
+    (void)allocator_stats(Device::cuda(0));
+    FAIL() << "cuda:0's allocator without a device";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(cuda_status().built ? "no CUDA device" : "-DMIXP_CUDA=ON"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mixp

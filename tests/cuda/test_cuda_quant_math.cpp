@@ -106,6 +106,35 @@ TEST(CudaQuantMath, AmaxAndMinmaxEqualTheRefBackend) {
   }
 }
 
+// quantize fp8_tensor into fp8 codes (the dst of a backend with fp8_matmul(), whose FP8 GEMMs
+// read them): the code is the byte of mixp's own fp8 dtype for x * scale (saturating, nearest
+// even; what Tensor::to writes and cuBLASLt reads), and the bf16 kernel's value is that code's.
+TEST(CudaQuantMath, Fp8TensorCodesAreTheDtypesBytesOfTheBf16Values) {
+  const std::vector<float> x = inputs(70 * 45, 9, true);
+  for (DType f : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    const bool e5m2 = f == DType::fp8_e5m2;
+    for (float scale : {1.0f, 3.0f, 1024.0f, 0.001f}) {
+      std::vector<float> scaled;
+      for (float v : x) scaled.push_back(v * scale);  // the kernel's fp32 product
+      const Tensor want =
+          from_vector(scaled, Shape{static_cast<int64_t>(x.size())})
+              .to(f, Round::nearest_even, Overflow::saturate, 0);
+      const auto* w = static_cast<const uint8_t*>(want.data_ptr());
+      int bad = 0;
+      for (size_t i = 0; i < x.size() && bad < 5; ++i) {
+        const uint8_t code = cm::fp8_tensor_code(x[i], scale, e5m2);
+        if (code != w[i]) {
+          ++bad;
+          ADD_FAILURE() << name(f) << " code of " << x[i] << " * " << scale << ": "
+                        << int(code) << " != " << int(w[i]);
+        }
+        const cm::MiniFormat mf = e5m2 ? cm::kE5m2() : cm::kE4m3();
+        EXPECT_EQ(cm::fp8_tensor_element(x[i], scale, e5m2), cm::bf16_rne(cm::decode_f32(mf, code)));
+      }
+    }
+  }
+}
+
 TEST(CudaQuantMath, QuantizeKindsEqualTheRefBackend) {
   const std::vector<float> x = inputs(70 * 45, 5, true);
   Tensor src = from_vector(x, Shape{45, 70});

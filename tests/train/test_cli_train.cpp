@@ -35,9 +35,10 @@ TEST(CliTrain, JsonHasTheContractFieldsAndLogLinesParse) {
   for (const char* k :
        {"model", "precision", "steps", "skipped_steps", "ms_per_step", "samples_per_s",
         "test_accuracy", "final_loss", "peak_memory_bytes", "energy_joules", "energy_source",
-        "peak_rss_bytes", "train_time_s", "threads", "batch", "epochs", "seed"}) {
+        "peak_rss_bytes", "train_time_s", "threads", "batch", "epochs", "seed", "memory_device"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
+  EXPECT_EQ(j["memory_device"], "cpu");  // the peaks are the training device's allocator
   EXPECT_EQ(j["model"], "mlp");
   EXPECT_EQ(j["precision"], "fp32");
   EXPECT_EQ(j["steps"], 5);

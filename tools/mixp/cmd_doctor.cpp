@@ -8,6 +8,7 @@
 #include "command.h"
 #include "mixp/backend/cuda.h"
 #include "mixp/backend/platform.h"
+#include "mixp/dist/process_group.h"
 #include "mixp/bench/bench_record.h"
 #include "output.h"
 
@@ -46,6 +47,7 @@ constexpr const char* kCudaUntested =
 
 void run(bool json) {
   const CudaStatus& cuda = cuda_status();
+  const dist::NcclStatus nccl = dist::nccl_status();  // loads libnccl.so.2 when built (dlopen)
   const CpuFeatures& cpu = cpu_features();
   const HostInfo host = host_info();
   const GpuProbe& probe = probe_gpus();
@@ -99,6 +101,11 @@ void run(bool json) {
            {"tested_on_hardware", cuda.tested_on_hardware},
            {"note", cuda.built && !cuda.tested_on_hardware ? Json(kCudaUntested)
                                                            : Json(nullptr)}}},
+         {"nccl",
+          {{"built", nccl.built},
+           {"loaded", nccl.loaded},
+           {"version", nccl.version ? Json(nccl.version) : Json(nullptr)},
+           {"status", nccl.message}}},
          {"device", advice.device},
          {"formats", formats_json(device_formats)},
          {"recommended_precision", advice.precision},
@@ -119,6 +126,7 @@ void run(bool json) {
   std::cout << "\nGPU      " << probe.status << "\n";
   std::cout << "CUDA     " << cuda_summary(cuda) << "\n";
   if (cuda.built && !cuda.tested_on_hardware) std::cout << "         " << kCudaUntested << "\n";
+  std::cout << "NCCL     " << nccl.message << "\n";
   for (const GpuInfo& g : probe.gpus) {
     std::cout << fmt::format("  cuda:{}  {}  compute capability {}.{} ({}), {}, {} SMs\n", g.index,
                              g.name, g.cc_major, g.cc_minor,

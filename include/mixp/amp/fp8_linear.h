@@ -3,7 +3,8 @@
 //
 // fp8_linear(x, w, b, act, meta), y = act(x w^T + b), as TE's Linear with an FP8 recipe:
 //   forward   x (role input) and w (role weight) are quantized to E4M3 with their own scales;
-//             the GEMM multiplies the codes (bf16 x bf16 -> fp32 on oneDNN, exact products,
+//             the GEMM multiplies the codes (mixp::gemm: bf16 x bf16 -> fp32 on oneDNN on the
+//             cpu, cuBLASLt's FP8 GEMM with the codes in fp8 on cuda sm_89+; exact products,
 //             fp32 accumulation) and the fp32 result is multiplied by scale_inv_x * scale_inv_w;
 //             bias and ReLU are applied to that in fp32. The output is fp32.
 //   backward  the gradient wrt the pre-activation output (role grad_output) is quantized to E5M2

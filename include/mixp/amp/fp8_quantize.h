@@ -42,11 +42,13 @@ float fp8_quantize_to_bf16(std::span<const float> x, DType fp8, float scale,
 void mxfp8_quantize_to_bf16(std::span<const float> x, int64_t row_len, DType fp8, int block,
                             std::span<uint16_t> out);
 
-// A quantized tensor as the emulated GEMMs consume it: `data` holds the fp8 codes as bf16
-// values (same shape as the source), `scale_inv` is what they mean (1 for MX, whose block scales
-// are already applied), `amax` the source's max |x|.
+// A quantized tensor as the GEMMs consume it: `data` holds the fp8 codes (same shape as the
+// source) as bf16 values, or per-tensor scaled on a device whose backend has FP8 GEMMs
+// (Backend::fp8_matmul(): cuda on sm_89+) as the fp8 codes themselves, which mixp::gemm hands to
+// the native FP8 GEMM (docs/cuda.md); `scale_inv` is what they mean (1 for MX, whose block
+// scales are already applied), `amax` the source's max |x|.
 struct Fp8Quantized {
-  Tensor data;  // bf16, contiguous
+  Tensor data;  // bf16 (or fp8 as said above), contiguous
   float scale = 1.0f;
   float scale_inv = 1.0f;
   float amax = 0.0f;
@@ -68,9 +70,10 @@ Fp8Quantized fp8_quantize_current(const Tensor& x, DType fp8, int margin = 0);
 // MXFP8 along the last dimension.
 Fp8Quantized mxfp8_quantize(const Tensor& x, DType fp8, int block = 32);
 
-// The emulated FP8 GEMM: (a.data @ b.data) * a.scale_inv * b.scale_inv, a [M, K] and b [K, N]
-// (either may be a transposed view), on the bf16 x bf16 -> fp32 oneDNN path (exact products,
-// fp32 accumulation). MX operands (scale_inv 1) pass through unchanged. Not recorded.
+// The FP8 GEMM: (a.data @ b.data) * a.scale_inv * b.scale_inv, a [M, K] and b [K, N] (either
+// may be a transposed view), through mixp::gemm: on the cpu the bf16 x bf16 -> fp32 oneDNN path
+// (exact products, fp32 accumulation), on cuda sm_89+ cuBLASLt's FP8 GEMM. MX operands
+// (scale_inv 1) pass through unchanged. Not recorded.
 Tensor fp8_gemm(const Fp8Quantized& a, const Fp8Quantized& b);
 
 // Quantize-dequantize with a straight-through gradient (the gradient passes unchanged, as for

@@ -43,6 +43,12 @@ struct MatmulConfig {
   // The dtype products are computed in: fp32, fp64, bf16 or fp16. For bf16/fp16 the operands are
   // in that dtype, products are exact, accumulation is fp32 (double in ref), dst and bias are in
   // that dtype or fp32 (cpu: bf16 on oneDNN, fp16 emulated exactly on the fp32 GEMM).
+  // fp8_e4m3 / fp8_e5m2 (only on a backend whose fp8_matmul() is true; mixp::gemm routes the
+  // FP8 recipes' codes here, backend/gemm.h): 2-d operands of 8-bit floats, a of that dtype and
+  // b E4M3 or E5M2 (not both E5M2), products exact, fp32 accumulation, dst fp32 or bf16; no bias,
+  // activation, batch or accumulate (the per-tensor scales, bias and ReLU follow in
+  // scale_bias_act). A backend without FP8 units never sees it: gemm() widens the codes to bf16
+  // (exact) and runs the bf16 GEMM, so the cpu results stay as they were.
   DType compute = DType::fp32;
   Activation activation = Activation::none;
   bool accumulate = false;  // dst += a @ b (+ bias) instead of dst = ...
@@ -132,7 +138,8 @@ struct QuantizeSpec {
   enum class Kind : uint8_t {
     // dst (bf16, src's shape) = the values of round_fp8(src * scale) in `format` (fp8_e4m3 or
     // fp8_e5m2: nearest even, saturating, NaN stays NaN; exact in bf16, docs/fp8.md); aux (fp32,
-    // one element, or undefined) = max |src| as amax().
+    // one element, or undefined) = max |src| as amax(). On a backend whose fp8_matmul() is true,
+    // dst may also be of dtype `format`: the same values as 8-bit codes.
     fp8_tensor,
     // MX block scaling (mixp/format/block_mx.h): src is rows of src.size(-1) values, cut into
     // blocks of `block` along each row (the last one partial), each with an e8m0 shared scale;
@@ -277,6 +284,11 @@ class Backend {
   // broadcasts), dst [M, N] / [B, M, N] contiguous, bias [N] or undefined.
   virtual void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                       const MatmulConfig& cfg) = 0;
+  // Whether matmul takes FP8 operands natively (MatmulConfig::compute fp8_e4m3/fp8_e5m2): cuda on
+  // sm_89 and newer (cuBLASLt's FP8 GEMMs). Where it is true, quantize's fp8_tensor also writes
+  // the codes as fp8 (QuantizeSpec), so that the FP8 recipes' operands stay 8-bit; where false
+  // (cpu, ref, cuda before sm_89) the codes are bf16 values, as they always were there.
+  virtual bool fp8_matmul() const { return false; }
 
   // --- conv2d, NCHW / OIHW, groups 1. bias [O] or undefined.
   virtual void conv2d(Tensor& dst, const Tensor& src, const Tensor& weight, const Tensor& bias,

@@ -1,6 +1,7 @@
-// The 8-bit GEMMs of the CUDA backend (docs/cuda.md), outside the Backend interface (whose
-// MatmulConfig has no 8-bit compute yet): the GEMM benchmark (`mixp bench gemm --device cuda`,
-// bench/cuda_gemm.cpp) and tests/cuda call them. Operands 2-d on one cuda device. Untested on
+// The 8-bit GEMMs of the CUDA backend (docs/cuda.md) called directly, with the scales as device
+// tensors: the GEMM benchmark (`mixp bench gemm --device cuda`, bench/cuda_gemm.cpp) and
+// tests/cuda call them. The FP8 training recipes reach the same FP8 GEMM through Backend::matmul
+// (MatmulConfig::compute fp8_e4m3/e5m2, via mixp::gemm), without scale pointers. Operands 2-d on one cuda device. Untested on
 // hardware, as the whole backend. Without the backend built or a device they throw "no CUDA
 // device: ..." with the reason.
 #pragma once

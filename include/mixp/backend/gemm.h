@@ -9,6 +9,12 @@
 //                                  exact in fp32, fp32 accumulation. Without AVX-512 (no oneDNN
 //                                  bf16 kernel, or ONEDNN_MAX_CPU_ISA below AVX512_CORE) the
 //                                  inputs are widened to fp32 (exact) first.
+//   fp8     x  fp8     -> fp32     E4M3 x E4M3, E4M3 x E5M2 or E5M2 x E4M3 (the FP8 recipes' codes,
+//                                  amp/fp8_quantize.h): the backend's FP8 GEMM where
+//                                  Backend::fp8_matmul() says it has one (cuda on sm_89+:
+//                                  cuBLASLt, MatmulConfig::compute = a's dtype); elsewhere (the
+//                                  cpu) widened to bf16, exact, and run as bf16 x bf16 -> fp32.
+//                                  Products exact, fp32 accumulation either way.
 //   uint8   x  int8    -> int32    oneDNN u8s8s32 primitive (cached here); exact integer sums
 //   int8    x  int8    -> int32    oneDNN s8s8s32 primitive (cached here); exact integer sums
 //

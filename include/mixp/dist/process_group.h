@@ -2,9 +2,11 @@
 //
 // A ProcessGroup is the communication layer behind mixp's data parallelism: the Trainer and the
 // gradient reduction (grad_reduce.h) only ever call this interface, so that another transport
-// (NCCL with the GPU backend) can take its place. Two implementations exist:
+// (NCCL with the GPU backend) can take its place. Three implementations exist:
 //   - the single process (size 1): every collective is the identity, nothing is counted;
-//   - MPI (src/dist/mpi_group.cpp), used when the program was started by `mpirun`.
+//   - MPI (src/dist/mpi_group.cpp), used when the program was started by `mpirun`;
+//   - NCCL (src/dist/nccl/nccl_group.cpp, built with the CUDA backend when nccl.h is found), for
+//     GPU memory: group_for(Device) below picks it for cuda tensors.
 // Every collective is blocking and called by every rank in the same order (the MPI rule). A
 // collective that waits longer than the group's timeout for the other ranks ends the process
 // with a message naming the collective (a dead or hung rank never hangs the others forever).
@@ -15,6 +17,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "mixp/tensor/device.h"
 
 namespace mixp::dist {
 
@@ -141,5 +145,29 @@ void abort_world(int exit_code);
 
 // A single-process group, for tests and for code that wants the interface without MPI.
 std::unique_ptr<ProcessGroup> make_single_process_group();
+
+// --- NCCL (docs/distributed.md, "NCCL"; untested on hardware, multi-GPU untested anywhere).
+// Whether this mixp has the NCCL group (built with the CUDA backend when CMake finds nccl.h;
+// libnccl.so.2 itself is loaded with dlopen on first use, never linked) and whether it loads.
+struct NcclStatus {
+  bool built = false;   // the NCCL group is compiled in
+  bool loaded = false;  // libnccl.so.2 loaded and has every entry point used
+  int version = 0;      // ncclGetVersion (22809 = 2.28.9), 0 when not loaded
+  std::string message;  // "NCCL 2.28.9 (libnccl.so.2)" or why not
+};
+NcclStatus nccl_status();
+// A group over NCCL on cuda:device, with the ranks of `bootstrap` (its rank 0 makes the
+// ncclUniqueId, its broadcast hands it to the others: MPI's world under mpirun); null or a
+// single-rank bootstrap gives one rank (ncclCommInitAll, no MPI). Its collectives take device
+// memory in place and stage host memory through a device copy; they run on the CUDA backend's
+// stream of that device, after the kernels queued before them. set_timeout is kept, not
+// enforced (NCCL's calls have no timeout). Throws std::runtime_error saying why when NCCL is not
+// built in or does not load, and "no CUDA device: ..." without the device. Collective: every
+// rank of bootstrap calls it.
+std::unique_ptr<ProcessGroup> make_nccl_group(ProcessGroup* bootstrap, int device);
+// The group that moves `device`'s memory: world() for host memory (cpu, the guarded test
+// device); for cuda:i the NCCL group of cuda:i over world()'s ranks, created on first use
+// (collectively: every rank must ask in the same order) and kept until the process ends.
+ProcessGroup& group_for(Device device);
 
 }  // namespace mixp::dist

@@ -110,4 +110,13 @@ AllocatorStats allocator_stats();
 void reset_peak_memory();
 void empty_cache();
 
+// The allocator of `device`'s memory: the cpu one for host memory (cpu, the guarded test device),
+// the registered one for a device's own memory (cuda: that GPU's caching allocator). Throws
+// std::invalid_argument, saying how to build it, when no backend for the device is built in, and
+// the device backend's error when the device is absent. The training loop reads its device's
+// peak through these (TrainResult::peak_memory_bytes, the study's records).
+CachingAllocator& allocator_for(Device device);
+AllocatorStats allocator_stats(Device device);
+void reset_peak_memory(Device device);
+
 }  // namespace mixp

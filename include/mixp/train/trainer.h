@@ -111,9 +111,12 @@ struct TrainResult {
   std::optional<double> test_loss;      // classifiers
   std::optional<double> val_loss;       // gpt
   double final_loss = 0;                // loss of the last optimizer step
-  int64_t peak_memory_bytes = 0;     // peak tensor memory of the training loop (caching allocator)
+  // Peak tensor memory of the training loop: the caching allocator of the device it trained on
+  // (memory_device: "cpu", or "cuda:0" for the GPU's own allocator, not the host's).
+  int64_t peak_memory_bytes = 0;
   int64_t peak_requested_bytes = 0;  // the same peak counting the bytes asked for, not the blocks
   int64_t peak_reserved_bytes = 0;   // peak of blocks held from the system (in use + cached)
+  std::string memory_device = "cpu";  // whose allocator the three peaks above are
   int64_t peak_rss_bytes = 0;        // peak resident set of the process
   std::optional<double> energy_joules;  // nullopt when no meter is readable
   std::string energy_source;            // "rapl" or "unavailable"

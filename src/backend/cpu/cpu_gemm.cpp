@@ -28,11 +28,21 @@ bool is_int8_pair(DType a, DType b) {
   return (a == DType::uint8 || a == DType::int8) && b == DType::int8;
 }
 
+bool is_fp8(DType t) {
+  return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
+}
+
+// The FP8 pairs of cuBLASLt (and TransformerEngine): E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3.
+bool is_fp8_pair(DType a, DType b) {
+  return is_fp8(a) && is_fp8(b) && !(a == DType::fp8_e5m2 && b == DType::fp8_e5m2);
+}
+
 [[noreturn]] void unsupported(DType a, DType b) {
   throw std::invalid_argument(
       "mixp::gemm: no GEMM for " + std::string(name(a)) + " x " + std::string(name(b)) +
-      "; supported pairs: fp32 x fp32 -> fp32, bf16 x bf16 -> fp32, uint8 x int8 -> int32, "
-      "int8 x int8 -> int32 (convert the inputs first)");
+      "; supported pairs: fp32 x fp32 -> fp32, bf16 x bf16 -> fp32, fp8 x fp8 -> fp32 (E4M3 x "
+      "E4M3, E4M3 x E5M2, E5M2 x E4M3), uint8 x int8 -> int32, int8 x int8 -> int32 (convert the "
+      "inputs first)");
 }
 
 // Row- or column-major views pass as strided descriptors; anything else is copied.
@@ -86,6 +96,7 @@ std::string impl_name(const dnnl::primitive_desc_base& pd) {
 DType gemm_result_dtype(DType a, DType b) {
   if (a == DType::fp32 && b == DType::fp32) return DType::fp32;
   if (a == DType::bf16 && b == DType::bf16) return DType::fp32;
+  if (is_fp8_pair(a, b)) return DType::fp32;
   if (is_int8_pair(a, b)) return DType::int32;
   unsupported(a, b);
 }
@@ -100,13 +111,23 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
     return;
   }
   const DType at = a_in.dtype();
-  if (at == DType::fp32 || at == DType::bf16) {
+  if (at == DType::fp32 || at == DType::bf16 || is_fp8(at)) {
     // The cpu backend on the host; another device's backend (the guarded test device's forwards
     // to the cpu one inside its access scope) on its own tensors.
     Backend& be =
         dst.device().is_cpu() ? get_backend(BackendKind::cpu) : backend_for(dst, a_in, b_in);
     MatmulConfig cfg;
     cfg.compute = at;
+    if (is_fp8(at)) {
+      // FP8 codes: the backend's FP8 GEMM where it has one (cuda on sm_89+); elsewhere widened
+      // to bf16, which holds every fp8 value exactly, and multiplied on the bf16 path below.
+      if (be.fp8_matmul()) {
+        be.matmul(dst, a_in, b_in, Tensor(), cfg);
+        return;
+      }
+      gemm(dst, a_in.to(DType::bf16), b_in.to(DType::bf16));
+      return;
+    }
     if (at == DType::bf16 && !onednn_bf16()) {
       // No oneDNN bf16 kernel below AVX-512: widening is exact, and the fp32 GEMM accumulates in
       // fp32 just as the bf16 one does.
@@ -145,13 +166,15 @@ Tensor gemm(const Tensor& a, const Tensor& b) {
                                 a.shape().str() + " and b " + b.shape().str());
   }
   Tensor dst =
-      empty(Shape{a.shape()[0], b.shape()[1]}, {.dtype = gemm_result_dtype(a.dtype(), b.dtype())});
+      empty(Shape{a.shape()[0], b.shape()[1]},
+            {.dtype = gemm_result_dtype(a.dtype(), b.dtype()), .device = a.device()});
   gemm(dst, a, b);
   return dst;
 }
 
 std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t k) {
   const DType d = gemm_result_dtype(a, b);
+  if (is_fp8(a)) return "bf16 (fp8 widened) " + gemm_implementation(DType::bf16, DType::bf16, m, n, k);
   std::string prefix;
   if (a == DType::bf16 && !onednn_bf16()) {
     prefix = "fp32 (bf16 widened) ";

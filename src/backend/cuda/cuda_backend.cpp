@@ -312,7 +312,22 @@ void CudaBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const 
 
 void CudaBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                          const MatmulConfig& cfg) {
-  gemm_lt(ctx(), dst, a, b, bias, cfg);
+  if (!is_fp8(cfg.compute)) {
+    gemm_lt(ctx(), dst, a, b, bias, cfg);
+    return;
+  }
+  // The FP8 recipes' codes (mixp::gemm, backend/gemm.h): unscaled, the scales follow in
+  // scale_bias_act.
+  if (bias.defined() || cfg.activation != Activation::none || cfg.accumulate)
+    unsupported("matmul", "an FP8 GEMM with a bias, an activation or accumulate");
+  if (a.dtype() != cfg.compute)
+    unsupported("matmul", fmt::format("an FP8 GEMM whose a is {} with compute {}",
+                                      mixp::name(a.dtype()), mixp::name(cfg.compute)));
+  fp8_gemm(ctx(), dst, a, b, nullptr, nullptr, /*fast_accum=*/false);
+}
+
+bool CudaBackend::fp8_matmul() const {
+  return fp8_gemm_native(context(index_));
 }
 
 namespace {

@@ -62,6 +62,7 @@ class CudaBackend final : public CudaBackendBase {
   void embedding_backward(Tensor& dweight, const Tensor& ddst, const Tensor& indices) override;
   void matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
               const MatmulConfig& cfg) override;
+  bool fp8_matmul() const override;
   void attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                  bool causal, double scale) override;
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& ddst, const Tensor& q,
@@ -127,5 +128,17 @@ class CudaBackend final : public CudaBackendBase {
 // cuda_gemm.cpp: dst = act(a @ b + bias) (or += without act) through cuBLASLt.
 void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
              const MatmulConfig& cfg);
+bool is_fp8(DType t);
+// Whether ctx's device runs FP8 GEMMs natively (compute capability >= 8.9).
+bool fp8_gemm_native(const DeviceContext& ctx);
+// dst [M, N] (fp32 or bf16, contiguous) = scale_a[0] * scale_b[0] * (a [M, K] @ b [K, N]) for
+// fp8 a, b (E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3; any 2-d layout, copied into cuBLASLt's TN
+// where needed); the scales are fp32 device scalars, both null for 1. cuBLASLt's FP8 kernels
+// when the device has them and K and the leading dimensions are multiples of 16 (returns true),
+// else the bf16 GEMM on the exactly widened values (false). The one FP8 GEMM of the backend:
+// cuda_fp8_matmul (mixp/backend/cuda_gemm.h) and CudaBackend::matmul with an fp8 compute (the
+// FP8 recipes, through mixp::gemm) both call it.
+bool fp8_gemm(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b,
+              const float* scale_a, const float* scale_b, bool fast_accum);
 
 }  // namespace mixp::cuda

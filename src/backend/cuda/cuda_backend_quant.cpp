@@ -61,10 +61,12 @@ void CudaBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, c
   switch (spec.kind) {
     case QuantizeSpec::Kind::fp8_tensor: {
       const bool e5m2 = e5m2_of(spec.format, op);
-      need(op, dst, DType::bf16, "dst");
+      // bf16 values, or the codes themselves where the FP8 GEMMs read them (fp8_matmul()).
+      const bool codes = dst.dtype() == spec.format && fp8_matmul();
+      need(op, dst, codes ? spec.format : DType::bf16, "dst");
       if (aux.defined()) need(op, aux, DType::fp32, "amax");
-      launch_quantize_fp8_tensor(static_cast<uint16_t*>(dev_ptr(dst)), mf(aux), cf(src), n,
-                                 spec.scale, e5m2, ctx().stream);
+      launch_quantize_fp8_tensor(dev_ptr(dst), codes, mf(aux), cf(src), n, spec.scale, e5m2,
+                                 ctx().stream);
       break;
     }
     case QuantizeSpec::Kind::fp8_mx: {

@@ -65,12 +65,17 @@ __global__ void minmax_final(float* mn, float* mx, const MinMaxAcc* part, int64_
   }
 }
 
-__global__ void fp8_tensor_kernel(uint16_t* dst, unsigned* amax, const float* src, int64_t n,
+// T: uint16_t (bf16 values) or uint8_t (the fp8 codes).
+template <typename T>
+__global__ void fp8_tensor_kernel(T* dst, unsigned* amax, const float* src, int64_t n,
                                   float scale, bool e5m2) {
   unsigned key = 0;
   MIXP_GRID_STRIDE(i, n) {
     const float x = src[i];
-    dst[i] = fp8_tensor_element(x, scale, e5m2);
+    if constexpr (sizeof(T) == 1)
+      dst[i] = fp8_tensor_code(x, scale, e5m2);
+    else
+      dst[i] = fp8_tensor_element(x, scale, e5m2);
     const unsigned k = amax_key(x);
     key = k > key ? k : key;
   }
@@ -297,12 +302,16 @@ void launch_minmax(float* mn, float* mx, const float* src, int64_t outer, int64_
   cudaFreeAsync(part, stream);
 }
 
-void launch_quantize_fp8_tensor(uint16_t* dst, float* amax, const float* src, int64_t n,
+void launch_quantize_fp8_tensor(void* dst, bool codes, float* amax, const float* src, int64_t n,
                                 float scale, bool e5m2, cudaStream_t stream) {
   if (amax && cudaMemsetAsync(amax, 0, sizeof(float), stream) != cudaSuccess) return;
-  if (n)
+  if (!n) return;
+  if (codes)
     fp8_tensor_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-        dst, reinterpret_cast<unsigned*>(amax), src, n, scale, e5m2);
+        static_cast<uint8_t*>(dst), reinterpret_cast<unsigned*>(amax), src, n, scale, e5m2);
+  else
+    fp8_tensor_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<uint16_t*>(dst), reinterpret_cast<unsigned*>(amax), src, n, scale, e5m2);
 }
 
 void launch_quantize_mx(uint16_t* dst, const float* src, int64_t rows, int64_t row_len, int block,

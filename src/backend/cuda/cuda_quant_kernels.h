@@ -16,8 +16,9 @@ void launch_amax(float* dst, const float* src, int64_t n, cudaStream_t stream);
 // Per channel of src [outer, channels, inner]: min/max, NaN for a channel holding NaN or inf.
 void launch_minmax(float* mn, float* mx, const float* src, int64_t outer, int64_t channels,
                    int64_t inner, cudaStream_t stream);
-// quantize fp8_tensor: dst bf16 bits; amax (or null) as launch_amax.
-void launch_quantize_fp8_tensor(uint16_t* dst, float* amax, const float* src, int64_t n,
+// quantize fp8_tensor: dst bf16 bits, or the fp8 codes (bytes) when `codes`; amax (or null) as
+// launch_amax.
+void launch_quantize_fp8_tensor(void* dst, bool codes, float* amax, const float* src, int64_t n,
                                 float scale, bool e5m2, cudaStream_t stream);
 // quantize fp8_mx: rows of row_len values in blocks of `block`.
 void launch_quantize_mx(uint16_t* dst, const float* src, int64_t rows, int64_t row_len, int block,

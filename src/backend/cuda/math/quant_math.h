@@ -64,11 +64,17 @@ MIXP_HD uint16_t bf16_rne(float v) {
 }
 
 // --- quantize fp8_tensor: bf16 bits of round_fp8(x * scale) (nearest even, saturating).
-MIXP_HD uint16_t fp8_tensor_element(float x, float scale, bool e5m2) {
+// fp8_tensor_code is the same value as its 8-bit code (the dst of a backend with
+// Backend::fp8_matmul(), whose GEMMs read the codes): fp8_tensor_element(x) is exactly
+// bf16_rne(decode(fp8_tensor_code(x))).
+MIXP_HD uint8_t fp8_tensor_code(float x, float scale, bool e5m2) {
   const MiniFormat f = e5m2 ? kE5m2() : kE4m3();
   const float v = x * scale;
-  const float q = decode_f32(f, encode_f32(f, v, Round::nearest_even, Overflow::saturate, 0));
-  return bf16_rne(q);
+  return static_cast<uint8_t>(encode_f32(f, v, Round::nearest_even, Overflow::saturate, 0));
+}
+MIXP_HD uint16_t fp8_tensor_element(float x, float scale, bool e5m2) {
+  const MiniFormat f = e5m2 ? kE5m2() : kE4m3();
+  return bf16_rne(decode_f32(f, fp8_tensor_code(x, scale, e5m2)));
 }
 
 // --- quantize fp8_mx (block_mx.cpp): the shared exponent of a block from the largest |x| bits
