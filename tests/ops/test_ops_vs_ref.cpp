@@ -481,6 +481,48 @@ TEST(CpuVsRef, AttentionInBatchHeadChunks) {
   }
 }
 
+TEST(CpuVsRef, AttentionPerHeadBf16) {
+  // The bf16 kernel on the avx512 tier runs each batch-head on one thread in blocks of 64 query
+  // rows, computing S only up to the diagonal when causal (cpu_attention.cpp): lengths that are
+  // not multiples of the block or of 16, Tq != Tk, head sizes not a multiple of 16, B * H odd
+  // (not divisible by the threads); within tolerance of the ref backend, and bit for bit the same
+  // output and gradients with one thread and two.
+  struct Case {
+    int64_t B, H, Tq, Tk, D;
+  };
+  const int prev_threads = get_num_threads();
+  for (const Case& c : {Case{1, 3, 130, 130, 64}, Case{3, 1, 64, 64, 24}, Case{1, 3, 70, 200, 32},
+                        Case{1, 3, 200, 70, 32}, Case{2, 3, 17, 17, 64}}) {
+    for (bool causal : {true, false}) {
+      if (causal && c.Tq > c.Tk) continue;  // rows with no key to attend to
+      const std::string what = fmt::format("bf16 per-head attention B{} H{} Tq{} Tk{} D{}{}", c.B,
+                                           c.H, c.Tq, c.Tk, c.D, causal ? " causal" : "");
+      const Tensor q = rnd({c.B, c.H, c.Tq, c.D}, 101, DType::bf16),
+                   k = rnd({c.B, c.H, c.Tk, c.D}, 102, DType::bf16),
+                   v = rnd({c.B, c.H, c.Tk, c.D}, 103, DType::bf16),
+                   g = rnd({c.B, c.H, c.Tq, c.D}, 104, DType::bf16);
+      auto fn = [causal](const V& a) {
+        return scaled_dot_product_attention(a[0], a[1], a[2], causal);
+      };
+      expect_cpu_matches_ref(what, fn, {q, k, v}, kTolBf16);
+      std::vector<std::vector<double>> runs[2];
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        BackendGuard guard(BackendKind::cpu);
+        V in;
+        for (const Tensor& t : {q, k, v}) in.push_back(t.detach().clone().requires_grad_(true));
+        Tensor y = fn(in);
+        y.backward(g);
+        auto& r = runs[threads - 1];
+        r.push_back(y.detach().to_double_vector());
+        for (const Tensor& t : in) r.push_back(t.grad().to_double_vector());
+      }
+      EXPECT_EQ(runs[0], runs[1]) << what;
+    }
+  }
+  set_num_threads(prev_threads);
+}
+
 TEST(CpuVsRef, TransposedCopiesAreExact) {
   // Contiguous copies of transposed views (the cpu backend copies them in 32 x 32 tiles): every
   // element where the ref backend puts it, for 2-D and batched views, tile-aligned or not, in
