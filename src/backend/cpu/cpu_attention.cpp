@@ -1,10 +1,29 @@
-// CpuBackend attention: S = q k^T and P V as batched oneDNN matmuls over [B*H] in chunks of about
-// 2^18 scores, softmax rows between; fp32 and bf16 (P and dS rounded per chunk). q, k, v, the
-// output and the gradients may also be strided [B, H, T, D] views (unit stride along D: the heads
-// of a packed qkv [B, T, 3C] and of a [B, T, C] output): each chunk's heads are then gathered
-// into (and its results scattered from) a chunk-sized contiguous buffer while they are in cache,
-// so the GEMMs see exactly the contiguous operands they see otherwise (oneDNN 2.6 runs such
-// head-strided batches on its slower gemm:jit kernels instead of brgemm).
+// CpuBackend attention. Two kernels:
+//
+// Per head (bf16 q, k, v on the avx512 tier with AVX512_BF16: GPT-2's case). One OpenMP region
+// per call (forward, and backward), each thread owning a contiguous range of whole batch-heads
+// (so dK and dV need no cross-thread sum, and one thread or two give the same bits), everything
+// for a head on that thread in its own scratch (about 0.2 MB forward, 0.7 MB backward at T = 256,
+// D = 64: L2-resident). q and dO rows are read in place from their [B, H, T, D] views (the heads of
+// a packed [B, T, 3C] qkv: unit stride along D, row_offset); k and v are pair-packed per head
+// (attention_kernels.h). Query rows go in blocks of 64 (kQBlock); with a causal mask S is
+// computed only for the keys up to the block's last row (ncols: 62.5% of the square at T = 256),
+// P V and dQ = dS K sum over those keys only, and dV = P^T dO, dK = dS^T Q over panels of 64 keys
+// start at the panel's first query row with a nonzero P (first_pair). The GEMMs are VDPBF16PS
+// micro-kernels (attention_kernels_avx512.cpp, 6 x 64 register blocks), each output one fp32
+// accumulator over the pairs of K in order, as oneDNN's brgemm does; the skipped terms are exact
+// zeros at the end (or, from a zero accumulator, the start) of each sum, and P and dS are rounded
+// by the same converter, so the results are bit for bit those of the chunked kernel below
+// (tests/ops/test_ops_vs_ref.cpp, CpuVsRef.AttentionPerHeadBf16; docs/benchmarks.md, "GPT-2
+// attention: one region, whole heads per thread").
+//
+// Chunked (fp32, fp16 widened, and bf16 elsewhere: another tier, odd head sizes, views with odd
+// strides): S = q k^T and P V as batched oneDNN matmuls over [B*H] in chunks of about 2^18
+// scores, softmax rows between; P and dS rounded per chunk for bf16. q, k, v, the output and the
+// gradients may also be strided [B, H, T, D] views (unit stride along D): each chunk's heads are
+// then gathered into (and its results scattered from) a chunk-sized contiguous buffer while they
+// are in cache, so the GEMMs see exactly the contiguous operands they see otherwise (oneDNN 2.6
+// runs such head-strided batches on its slower gemm:jit kernels instead of brgemm).
 #include <omp.h>
 
 #include <algorithm>
@@ -223,7 +242,7 @@ class Bump {
   explicit Bump(unsigned char* base) : base_(base) {}
   template <class T>
   T* take(int64_t n) {
-    T* r = reinterpret_cast<T*>(base_ + used_);
+    T* r = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
     used_ += (static_cast<int64_t>(sizeof(T)) * n + 63) / 64 * 64;
     return r;
   }
