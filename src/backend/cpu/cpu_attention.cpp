@@ -14,8 +14,9 @@
 // accumulator over the pairs of K in order, as oneDNN's brgemm does; the skipped terms are exact
 // zeros at the end (or, from a zero accumulator, the start) of each sum, and P and dS are rounded
 // by the same converter, so the results are bit for bit those of the chunked kernel below
-// (tests/ops/test_ops_vs_ref.cpp, CpuVsRef.AttentionPerHeadBf16; docs/benchmarks.md, "GPT-2
-// attention: one region, whole heads per thread").
+// (tests/ops/test_ops_vs_ref.cpp: CpuVsRef.AttentionPerHeadIsTheChunkedKernelBitForBit, and
+// AttentionPerHeadBf16 against ref; docs/benchmarks.md, "GPT-2 attention: one region, whole heads
+// per thread").
 //
 // Chunked (fp32, fp16 widened, and bf16 elsewhere: another tier, odd head sizes, views with odd
 // strides): S = q k^T and P V as batched oneDNN matmuls over [B*H] in chunks of about 2^18
