@@ -482,7 +482,7 @@ TEST(CpuVsRef, AttentionInBatchHeadChunks) {
 }
 
 TEST(CpuVsRef, AttentionPerHeadBf16) {
-  // The bf16 kernel on the avx512 tier runs each batch-head on one thread in blocks of 64 query
+  // The bf16 kernel on the avx512 tier runs each batch-head on one thread in blocks of 32 query
   // rows, computing S only up to the diagonal when causal (cpu_attention.cpp): lengths that are
   // not multiples of the block or of 16, Tq != Tk, head sizes not a multiple of 16, B * H odd
   // (not divisible by the threads); within tolerance of the ref backend, and bit for bit the same
