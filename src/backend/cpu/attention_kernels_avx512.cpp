@@ -86,13 +86,16 @@ MicroFn micro_for(int64_t mr, int64_t nv) {
 
 void gemm_bf16_avx512(float* c, int64_t ldc, const uint32_t* a, int64_t am, int64_t ak,
                       const uint32_t* b, int64_t ldb, int64_t M, int64_t N, int64_t k2) {
-  // Panels of 64 columns (a B panel of k2 pairs stays in L1), each swept by blocks of 6 rows.
+  // Panels of 64 columns (a B panel of k2 pairs stays in L1), each swept by blocks of up to 6
+  // rows, the rows spread evenly over the blocks (32 rows: 6, 6, 5, 5, 5, 5, not 5 x 6 + 2).
+  const int64_t blocks = (M + kMR - 1) / kMR;
   for (int64_t n0 = 0; n0 < N; n0 += 64) {
     const int64_t nv = (N - n0) >= 64 ? 4 : (N - n0) / 16;
-    const MicroFn full = micro_for(kMR, nv);
-    int64_t m0 = 0;
-    for (; m0 + kMR <= M; m0 += kMR) full(c + m0 * ldc + n0, ldc, a + m0 * am, am, ak, b + n0, ldb, k2);
-    if (m0 < M) micro_for(M - m0, nv)(c + m0 * ldc + n0, ldc, a + m0 * am, am, ak, b + n0, ldb, k2);
+    for (int64_t bi = 0, m0 = 0; bi < blocks; ++bi) {
+      const int64_t mr = M / blocks + (bi < M % blocks ? 1 : 0);
+      micro_for(mr, nv)(c + m0 * ldc + n0, ldc, a + m0 * am, am, ak, b + n0, ldb, k2);
+      m0 += mr;
+    }
   }
 }
 
