@@ -24,9 +24,9 @@ void pack_transpose_avx512(uint32_t* dst, const uint16_t* src, int64_t ld, int64
 
 // Pair-packs a bf16 [rows, cols] matrix (row stride ld) along its rows: dst[rp][c] = (row 2rp,
 // row 2rp + 1) at column c, for rp < (rows + 1) / 2 and c < n (cols <= n, n a multiple of 16;
-// columns >= cols and the odd row past the end are zero). Row stride of dst: n.
-void pack_rows_avx512(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t rows, int64_t cols,
-                      int64_t n);
+// columns >= cols and the odd row past the end are zero). Row stride of dst: ldd (>= n).
+void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int64_t rows,
+                      int64_t cols, int64_t n);
 
 // Rounds rows of fp32 (row stride lds) to bf16 rows (row stride ld), cols values each, with
 // VCVTNEPS2BF16 (nearest even), as oneDNN's bf16 GEMM outputs are stored.

@@ -132,13 +132,13 @@ void pack_transpose_avx512(uint32_t* dst, const uint16_t* src, int64_t ld, int64
     for (int64_t r = rows; r < n; ++r) dst[kp * n + r] = 0;
 }
 
-void pack_rows_avx512(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t rows, int64_t cols,
-                      int64_t n) {
+void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int64_t rows,
+                      int64_t cols, int64_t n) {
   const int64_t r2 = (rows + 1) / 2;
   for (int64_t rp = 0; rp < r2; ++rp) {
     const uint16_t* lo = src + 2 * rp * ld;
     const uint16_t* hi = 2 * rp + 1 < rows ? lo + ld : nullptr;
-    uint32_t* out = dst + rp * n;
+    uint32_t* out = dst + rp * ldd;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
       const int64_t left = cols - c0;
       const __mmask16 m =

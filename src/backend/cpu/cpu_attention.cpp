@@ -323,7 +323,7 @@ void attention_per_head(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor&
     const int64_t ldq = q.strides()[2];
     for (int64_t g = g0; g < g1; ++g) {
       cpu::attn::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
-      cpu::attn::pack_rows_avx512(W.vr, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
+      cpu::attn::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
       for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
         const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
         cpu::attn::gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), ldq / 2, 1, W.kt, G.nk, mb,
@@ -387,9 +387,9 @@ void attention_backward_per_head(Tensor& dq, Tensor& dk, Tensor& dv, const Tenso
       using namespace cpu::attn;
       pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
       pack_transpose_avx512(W.vt, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nk);
-      pack_rows_avx512(W.kr, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nd);
-      pack_rows_avx512(W.qr, rows16(q, g, 0), q.strides()[2], G.Tq, G.D, G.nd);
-      pack_rows_avx512(W.gr, rows16(ddst, g, 0), ddst.strides()[2], G.Tq, G.D, G.nd);
+      pack_rows_avx512(W.kr, G.nd, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nd);
+      pack_rows_avx512(W.qr, G.nd, rows16(q, g, 0), q.strides()[2], G.Tq, G.D, G.nd);
+      pack_rows_avx512(W.gr, G.nd, rows16(ddst, g, 0), ddst.strides()[2], G.Tq, G.D, G.nd);
       for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
         const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
         // Recompute P from the saved log-sum-exp; dP = dO V^T.
@@ -413,8 +413,10 @@ void attention_backward_per_head(Tensor& dq, Tensor& dk, Tensor& dv, const Tenso
         }
         round_bf16(W.p16, W.s, mb * nc);
         round_bf16(W.ds16, W.dp, mb * nc);
-        pack_rows_avx512(W.ppk + i0 / 2 * G.nk, W.p16, nc, mb, nc, G.nk);
-        pack_rows_avx512(W.dspk + i0 / 2 * G.nk, W.ds16, nc, mb, nc, G.nk);
+        // Only the block's nc columns: those past them are zero from the scratch's zeroing, and
+        // no head writes them (nc depends on the block alone).
+        pack_rows_avx512(W.ppk + i0 / 2 * G.nk, G.nk, W.p16, nc, mb, nc, nc);
+        pack_rows_avx512(W.dspk + i0 / 2 * G.nk, G.nk, W.ds16, nc, mb, nc, nc);
         // dQ = dS K
         gemm_bf16_avx512(W.o, G.nd, pairs(W.ds16), nc / 2, 1, W.kr, G.nd, mb, G.nd, nc / 2);
         write_rows(dq, g, i0, mb, W.o, G.nd);
