@@ -30,10 +30,18 @@ void run(benchmark::State& st, DType dt, bool backward) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void Bf16Forward(benchmark::State& st) { run(st, DType::bf16, false); }
-void Bf16ForwardBackward(benchmark::State& st) { run(st, DType::bf16, true); }
-void Fp32Forward(benchmark::State& st) { run(st, DType::fp32, false); }
-void Fp32ForwardBackward(benchmark::State& st) { run(st, DType::fp32, true); }
+void Bf16Forward(benchmark::State& st) {
+  run(st, DType::bf16, false);
+}
+void Bf16ForwardBackward(benchmark::State& st) {
+  run(st, DType::bf16, true);
+}
+void Fp32Forward(benchmark::State& st) {
+  run(st, DType::fp32, false);
+}
+void Fp32ForwardBackward(benchmark::State& st) {
+  run(st, DType::fp32, true);
+}
 }  // namespace
 
 BENCHMARK(Bf16Forward)->Args({8, 256})->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -533,8 +533,8 @@ TEST(CpuVsRef, AttentionPerHeadIsTheChunkedKernelBitForBit) {
   struct Case {
     int64_t B, H, Tq, Tk, D;
   };
-  for (const Case& c : {Case{2, 3, 256, 256, 64}, Case{1, 3, 130, 130, 64},
-                        Case{3, 1, 64, 64, 24}, Case{1, 3, 70, 200, 32}, Case{2, 3, 17, 17, 64}}) {
+  for (const Case& c : {Case{2, 3, 256, 256, 64}, Case{1, 3, 130, 130, 64}, Case{3, 1, 64, 64, 24},
+                        Case{1, 3, 70, 200, 32}, Case{2, 3, 17, 17, 64}}) {
     for (bool causal : {true, false}) {
       SCOPED_TRACE(fmt::format("B{} H{} Tq{} Tk{} D{}{}", c.B, c.H, c.Tq, c.Tk, c.D,
                                causal ? " causal" : ""));

@@ -30,7 +30,7 @@ void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t l
 
 // Rounds rows of fp32 (row stride lds) to bf16 rows (row stride ld), cols values each, with
 // VCVTNEPS2BF16 (nearest even), as oneDNN's bf16 GEMM outputs are stored.
-void store_bf16_rows_avx512(uint16_t* dst, int64_t ld, const float* src, int64_t lds,
-                            int64_t rows, int64_t cols);
+void store_bf16_rows_avx512(uint16_t* dst, int64_t ld, const float* src, int64_t lds, int64_t rows,
+                            int64_t cols);
 
 }  // namespace mixp::cpu::attn

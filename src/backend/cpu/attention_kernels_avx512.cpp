@@ -11,8 +11,12 @@ namespace mixp::cpu::attn {
 namespace {
 // GCC 12's unmasked forms pass _mm512_undefined_epi32() as the merge source, which -Wall reports
 // as uninitialized (sum_squares_avx512.cpp); the zero-masked forms compile to the same code.
-inline __m512i widen16(__m256i x) { return _mm512_maskz_cvtepu16_epi32(0xFFFF, x); }
-inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh&>(x); }
+inline __m512i widen16(__m256i x) {
+  return _mm512_maskz_cvtepu16_epi32(0xFFFF, x);
+}
+inline __m512bh as_bh(__m512i x) {
+  return reinterpret_cast<__m512bh&>(x);
+}
 
 // Transposes the 16 x 16 matrix of 32-bit elements whose rows are x[0..15] (the zero-masked
 // forms: see widen16).
@@ -66,20 +70,30 @@ constexpr int kMR = 6;
 template <int NV>
 MicroFn micro_for_rows(int64_t mr) {
   switch (mr) {
-    case 1: return &micro<1, NV>;
-    case 2: return &micro<2, NV>;
-    case 3: return &micro<3, NV>;
-    case 4: return &micro<4, NV>;
-    case 5: return &micro<5, NV>;
-    default: return &micro<6, NV>;
+    case 1:
+      return &micro<1, NV>;
+    case 2:
+      return &micro<2, NV>;
+    case 3:
+      return &micro<3, NV>;
+    case 4:
+      return &micro<4, NV>;
+    case 5:
+      return &micro<5, NV>;
+    default:
+      return &micro<6, NV>;
   }
 }
 MicroFn micro_for(int64_t mr, int64_t nv) {
   switch (nv) {
-    case 1: return micro_for_rows<1>(mr);
-    case 2: return micro_for_rows<2>(mr);
-    case 3: return micro_for_rows<3>(mr);
-    default: return micro_for_rows<4>(mr);
+    case 1:
+      return micro_for_rows<1>(mr);
+    case 2:
+      return micro_for_rows<2>(mr);
+    case 3:
+      return micro_for_rows<3>(mr);
+    default:
+      return micro_for_rows<4>(mr);
   }
 }
 }  // namespace
@@ -141,8 +155,9 @@ void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t l
     uint32_t* out = dst + rp * ldd;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
       const int64_t left = cols - c0;
-      const __mmask16 m =
-          left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+      const __mmask16 m = left >= 16  ? __mmask16(0xFFFF)
+                          : left <= 0 ? __mmask16(0)
+                                      : __mmask16((1u << left) - 1);
       const __m512i l = widen16(_mm256_maskz_loadu_epi16(m, lo + c0));
       const __m512i h =
           hi ? _mm512_maskz_slli_epi32(0xFFFF, widen16(_mm256_maskz_loadu_epi16(m, hi + c0)), 16)
@@ -152,8 +167,8 @@ void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t l
   }
 }
 
-void store_bf16_rows_avx512(uint16_t* dst, int64_t ld, const float* src, int64_t lds,
-                            int64_t rows, int64_t cols) {
+void store_bf16_rows_avx512(uint16_t* dst, int64_t ld, const float* src, int64_t lds, int64_t rows,
+                            int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c0 = 0; c0 < cols; c0 += 16) {
       const int64_t left = cols - c0;

@@ -4,9 +4,9 @@
 // per call (forward, and backward), each thread owning a contiguous range of whole batch-heads
 // (so dK and dV need no cross-thread sum, and one thread or two give the same bits), everything
 // for a head on that thread in its own scratch (about 0.12 MB forward, 0.6 MB backward at
-// T = 256, D = 64: L2-resident). q and dO rows are read in place from their [B, H, T, D] views (the heads of
-// a packed [B, T, 3C] qkv: unit stride along D, row_offset); k and v are pair-packed per head
-// (attention_kernels.h). Query rows go in blocks of 32 (kQBlock); with a causal mask S is
+// T = 256, D = 64: L2-resident). q and dO rows are read in place from their [B, H, T, D] views (the
+// heads of a packed [B, T, 3C] qkv: unit stride along D, row_offset); k and v are pair-packed per
+// head (attention_kernels.h). Query rows go in blocks of 32 (kQBlock); with a causal mask S is
 // computed only for the keys up to the block's last row (ncols: 56% of the square at T = 256),
 // P V and dQ = dS K sum over those keys only, and dV = P^T dO, dK = dS^T Q over panels of 32 keys
 // start at the panel's first query row with a nonzero P (first_pair). The GEMMs are VDPBF16PS
@@ -193,7 +193,9 @@ float row_delta(const Tensor& g, int64_t go, const Tensor& y, int64_t yo, int64_
 // square at T = 256 (64: 62.5%), about 5% less time for forward + backward in bench_attention
 // than 64 or 96, within noise of 16 and 24 (one thread, B8 T256 D64).
 constexpr int64_t kQBlock = 32;
-int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+int64_t round16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
 
 // bf16 rows readable as pairs (attention_kernels.h): even strides and a 4-byte aligned start.
 bool pair_aligned(const Tensor& t) {
@@ -226,8 +228,14 @@ struct Geom {
   int64_t off;     // Tk - Tq: query row i sees keys j <= i + off when causal
   bool causal;
   Geom(const Tensor& q, const Tensor& k, bool c)
-      : BH(q.shape()[0] * q.shape()[1]), Tq(q.shape()[2]), Tk(k.shape()[2]), D(q.shape()[3]),
-        nk(round16(Tk)), nd(round16(D)), off(Tk - Tq), causal(c) {}
+      : BH(q.shape()[0] * q.shape()[1]),
+        Tq(q.shape()[2]),
+        Tk(k.shape()[2]),
+        D(q.shape()[3]),
+        nk(round16(Tk)),
+        nd(round16(D)),
+        off(Tk - Tq),
+        causal(c) {}
   int64_t valid(int64_t i) const { return causal ? std::min(Tk, i + 1 + off) : Tk; }
   // Columns of S computed for a block of query rows ending at i1 (its last row's valid keys,
   // in 16s): the causal skip.
@@ -280,7 +288,9 @@ void over_heads(int64_t BH, int64_t work, int64_t bytes, F&& f) {
 const uint16_t* rows16(const Tensor& t, int64_t g, int64_t i) {
   return static_cast<const uint16_t*>(t.data_ptr()) + row_offset(t, g, i);
 }
-const uint32_t* pairs(const uint16_t* p) { return reinterpret_cast<const uint32_t*>(p); }
+const uint32_t* pairs(const uint16_t* p) {
+  return reinterpret_cast<const uint32_t*>(p);
+}
 // Writes rows [i0, i0 + rows) of head g of t (fp32 or bf16) from fp32 rows of stride lds.
 void write_rows(const Tensor& t, int64_t g, int64_t i0, int64_t rows, const float* src,
                 int64_t lds) {
@@ -306,53 +316,56 @@ struct FwdScratch {
   uint16_t* p;   // P in bf16: [kQBlock][nc]
   float* o;      // a block's output: [kQBlock][nd]
   FwdScratch(Bump& b, const Geom& G)
-      : kt(b.take<uint32_t>(G.D / 2 * G.nk)), vr(b.take<uint32_t>(G.nk / 2 * G.nd)),
-        s(b.take<float>(kQBlock * G.nk)), p(b.take<uint16_t>(kQBlock * G.nk)),
+      : kt(b.take<uint32_t>(G.D / 2 * G.nk)),
+        vr(b.take<uint32_t>(G.nk / 2 * G.nd)),
+        s(b.take<float>(kQBlock * G.nk)),
+        p(b.take<uint16_t>(kQBlock * G.nk)),
         o(b.take<float>(kQBlock * G.nd)) {}
 };
 
-void attention_per_head(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k,
-                        const Tensor& v, bool causal, float sc) {
+void attention_per_head(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                        bool causal, float sc) {
   const Geom G(q, k, causal);
   const auto& kern = vec::kernels();
   Bump count(nullptr);
   FwdScratch{count, G};
-  over_heads(G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g0, int64_t g1, unsigned char* mem) {
-    Bump b(mem);
-    const FwdScratch W(b, G);
-    const int64_t ldq = q.strides()[2];
-    for (int64_t g = g0; g < g1; ++g) {
-      cpu::attn::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
-      cpu::attn::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
-      for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
-        const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
-        cpu::attn::gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), ldq / 2, 1, W.kt, G.nk, mb,
-                                    nc, G.D / 2);
-        for (int64_t r = 0; r < mb; ++r) {
-          float* row = W.s + r * nc;
-          const int64_t valid = G.valid(i0 + r);
+  over_heads(
+      G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g0, int64_t g1, unsigned char* mem) {
+        Bump b(mem);
+        const FwdScratch W(b, G);
+        const int64_t ldq = q.strides()[2];
+        for (int64_t g = g0; g < g1; ++g) {
+          cpu::attn::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
+          cpu::attn::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
+          for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
+            const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
+            cpu::attn::gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), ldq / 2, 1, W.kt, G.nk,
+                                        mb, nc, G.D / 2);
+            for (int64_t r = 0; r < mb; ++r) {
+              float* row = W.s + r * nc;
+              const int64_t valid = G.valid(i0 + r);
 #pragma omp simd
-          for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
-          fp(lse)[g * G.Tq + i0 + r] = kern.softmax_inplace_masked(row, valid, nc);
+              for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
+              fp(lse)[g * G.Tq + i0 + r] = kern.softmax_inplace_masked(row, valid, nc);
+            }
+            round_bf16(W.p, W.s, mb * nc);
+            cpu::attn::gemm_bf16_avx512(W.o, G.nd, pairs(W.p), nc / 2, 1, W.vr, G.nd, mb, G.nd,
+                                        nc / 2);
+            write_rows(dst, g, i0, mb, W.o, G.nd);
+          }
         }
-        round_bf16(W.p, W.s, mb * nc);
-        cpu::attn::gemm_bf16_avx512(W.o, G.nd, pairs(W.p), nc / 2, 1, W.vr, G.nd, mb, G.nd,
-                                    nc / 2);
-        write_rows(dst, g, i0, mb, W.o, G.nd);
-      }
-    }
-  });
+      });
 }
 
 struct BwdScratch {
-  uint32_t *kt, *vt;          // k^T and v^T pair-packed: [D/2][nk]
-  uint32_t* kr;               // k pair-packed along its rows: [nk/2][nd]
-  uint32_t *qr, *gr;          // q and dO pair-packed along their rows: [(Tq + 1)/2][nd]
-  float *s, *dp;              // a block's S (then P) and dP (then dS): [kQBlock][nc]
-  uint16_t *p16, *ds16;       // those in bf16
-  uint32_t *ppk, *dspk;       // P and dS of the head pair-packed along rows: [(Tq + 1)/2][nk]
-  float* o;                   // dQ of a block, dV, dK: [max(Tk, kQBlock)][nd]
-  float *bg, *by;             // one row of dO and of O in fp32
+  uint32_t *kt, *vt;     // k^T and v^T pair-packed: [D/2][nk]
+  uint32_t* kr;          // k pair-packed along its rows: [nk/2][nd]
+  uint32_t *qr, *gr;     // q and dO pair-packed along their rows: [(Tq + 1)/2][nd]
+  float *s, *dp;         // a block's S (then P) and dP (then dS): [kQBlock][nc]
+  uint16_t *p16, *ds16;  // those in bf16
+  uint32_t *ppk, *dspk;  // P and dS of the head pair-packed along rows: [(Tq + 1)/2][nk]
+  float* o;              // dQ of a block, dV, dK: [max(Tk, kQBlock)][nd]
+  float *bg, *by;        // one row of dO and of O in fp32
   BwdScratch(Bump& b, const Geom& G) {
     const int64_t q2 = (G.Tq + 1) / 2;
     kt = b.take<uint32_t>(G.D / 2 * G.nk);
@@ -380,60 +393,61 @@ void attention_backward_per_head(Tensor& dq, Tensor& dk, Tensor& dv, const Tenso
   Bump count(nullptr);
   BwdScratch{count, G};
   const int64_t q2 = (G.Tq + 1) / 2;
-  over_heads(G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g0, int64_t g1, unsigned char* mem) {
-    Bump b(mem);
-    const BwdScratch W(b, G);
-    for (int64_t g = g0; g < g1; ++g) {
-      using namespace cpu::attn;
-      pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
-      pack_transpose_avx512(W.vt, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nk);
-      pack_rows_avx512(W.kr, G.nd, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nd);
-      pack_rows_avx512(W.qr, G.nd, rows16(q, g, 0), q.strides()[2], G.Tq, G.D, G.nd);
-      pack_rows_avx512(W.gr, G.nd, rows16(ddst, g, 0), ddst.strides()[2], G.Tq, G.D, G.nd);
-      for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
-        const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
-        // Recompute P from the saved log-sum-exp; dP = dO V^T.
-        gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), q.strides()[2] / 2, 1, W.kt, G.nk, mb,
-                         nc, G.D / 2);
-        gemm_bf16_avx512(W.dp, nc, pairs(rows16(ddst, g, i0)), ddst.strides()[2] / 2, 1, W.vt,
-                         G.nk, mb, nc, G.D / 2);
-        for (int64_t r = 0; r < mb; ++r) {
-          const int64_t i = i0 + r, valid = G.valid(i);
-          float* prow = W.s + r * nc;
-          float* dprow = W.dp + r * nc;
+  over_heads(
+      G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g0, int64_t g1, unsigned char* mem) {
+        Bump b(mem);
+        const BwdScratch W(b, G);
+        for (int64_t g = g0; g < g1; ++g) {
+          using namespace cpu::attn;
+          pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
+          pack_transpose_avx512(W.vt, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nk);
+          pack_rows_avx512(W.kr, G.nd, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nd);
+          pack_rows_avx512(W.qr, G.nd, rows16(q, g, 0), q.strides()[2], G.Tq, G.D, G.nd);
+          pack_rows_avx512(W.gr, G.nd, rows16(ddst, g, 0), ddst.strides()[2], G.Tq, G.D, G.nd);
+          for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
+            const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
+            // Recompute P from the saved log-sum-exp; dP = dO V^T.
+            gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), q.strides()[2] / 2, 1, W.kt, G.nk,
+                             mb, nc, G.D / 2);
+            gemm_bf16_avx512(W.dp, nc, pairs(rows16(ddst, g, i0)), ddst.strides()[2] / 2, 1, W.vt,
+                             G.nk, mb, nc, G.D / 2);
+            for (int64_t r = 0; r < mb; ++r) {
+              const int64_t i = i0 + r, valid = G.valid(i);
+              float* prow = W.s + r * nc;
+              float* dprow = W.dp + r * nc;
 #pragma omp simd
-          for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
-          kern.exp_shift(prow, prow, fp(lse)[g * G.Tq + i], valid);
-          for (int64_t j = std::max<int64_t>(valid, 0); j < nc; ++j) prow[j] = 0.0f;
-          const float delta = row_delta(ddst, row_offset(ddst, g, i), dst, row_offset(dst, g, i),
-                                        G.D, W.bg, W.by);
+              for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
+              kern.exp_shift(prow, prow, fp(lse)[g * G.Tq + i], valid);
+              for (int64_t j = std::max<int64_t>(valid, 0); j < nc; ++j) prow[j] = 0.0f;
+              const float delta = row_delta(ddst, row_offset(ddst, g, i), dst,
+                                            row_offset(dst, g, i), G.D, W.bg, W.by);
           // dS = P (dP - delta) * scale (into dp)
 #pragma omp simd
-          for (int64_t j = 0; j < nc; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
+              for (int64_t j = 0; j < nc; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
+            }
+            round_bf16(W.p16, W.s, mb * nc);
+            round_bf16(W.ds16, W.dp, mb * nc);
+            // Only the block's nc columns: those past them are zero from the scratch's zeroing, and
+            // no head writes them (nc depends on the block alone).
+            pack_rows_avx512(W.ppk + i0 / 2 * G.nk, G.nk, W.p16, nc, mb, nc, nc);
+            pack_rows_avx512(W.dspk + i0 / 2 * G.nk, G.nk, W.ds16, nc, mb, nc, nc);
+            // dQ = dS K
+            gemm_bf16_avx512(W.o, G.nd, pairs(W.ds16), nc / 2, 1, W.kr, G.nd, mb, G.nd, nc / 2);
+            write_rows(dq, g, i0, mb, W.o, G.nd);
+          }
+          // dV = P^T dO and dK = dS^T Q over panels of keys, from the panel's first nonzero row.
+          auto grad_kv = [&](const uint32_t* apk, const uint32_t* br, const Tensor& out) {
+            for (int64_t j0 = 0; j0 < G.Tk; j0 += kQBlock) {
+              const int64_t jb = std::min(kQBlock, G.Tk - j0), kp0 = G.first_pair(j0);
+              gemm_bf16_avx512(W.o + j0 * G.nd, G.nd, apk + kp0 * G.nk + j0, 1, G.nk,
+                               br + kp0 * G.nd, G.nd, jb, G.nd, q2 - kp0);
+            }
+            write_rows(out, g, 0, G.Tk, W.o, G.nd);
+          };
+          grad_kv(W.ppk, W.gr, dv);
+          grad_kv(W.dspk, W.qr, dk);
         }
-        round_bf16(W.p16, W.s, mb * nc);
-        round_bf16(W.ds16, W.dp, mb * nc);
-        // Only the block's nc columns: those past them are zero from the scratch's zeroing, and
-        // no head writes them (nc depends on the block alone).
-        pack_rows_avx512(W.ppk + i0 / 2 * G.nk, G.nk, W.p16, nc, mb, nc, nc);
-        pack_rows_avx512(W.dspk + i0 / 2 * G.nk, G.nk, W.ds16, nc, mb, nc, nc);
-        // dQ = dS K
-        gemm_bf16_avx512(W.o, G.nd, pairs(W.ds16), nc / 2, 1, W.kr, G.nd, mb, G.nd, nc / 2);
-        write_rows(dq, g, i0, mb, W.o, G.nd);
-      }
-      // dV = P^T dO and dK = dS^T Q over panels of keys, from the panel's first nonzero row.
-      auto grad_kv = [&](const uint32_t* apk, const uint32_t* br, const Tensor& out) {
-        for (int64_t j0 = 0; j0 < G.Tk; j0 += kQBlock) {
-          const int64_t jb = std::min(kQBlock, G.Tk - j0), kp0 = G.first_pair(j0);
-          gemm_bf16_avx512(W.o + j0 * G.nd, G.nd, apk + kp0 * G.nk + j0, 1, G.nk,
-                           br + kp0 * G.nd, G.nd, jb, G.nd, q2 - kp0);
-        }
-        write_rows(out, g, 0, G.Tk, W.o, G.nd);
-      };
-      grad_kv(W.ppk, W.gr, dv);
-      grad_kv(W.dspk, W.qr, dk);
-    }
-  });
+      });
 }
 }  // namespace
 
