@@ -1,7 +1,7 @@
 // CpuBackend attention. Two kernels:
 //
 // Per head (bf16 q, k, v on the avx512 tier with AVX512_BF16: GPT-2's case). One OpenMP region
-// per call (forward, and backward), each thread owning a contiguous range of whole batch-heads
+// per call (forward, and backward), each thread taking whole batch-heads from a dynamic schedule
 // (so dK and dV need no cross-thread sum, and one thread or two give the same bits), everything
 // for a head on that thread in its own scratch (about 0.12 MB forward, 0.6 MB backward at
 // T = 256, D = 64: L2-resident). q and dO rows are read in place from their [B, H, T, D] views (the
@@ -265,8 +265,11 @@ class Bump {
   int64_t used_ = 0;
 };
 
-// Runs f(g0, g1, scratch) over the batch-heads in one parallel region, each thread a contiguous
-// range of whole heads and its own zeroed scratch of `bytes` (from the caching allocator).
+// Runs f(g0, g1, scratch) over the batch-heads in one parallel region, each thread taking whole
+// heads one at a time from a shared counter (a dynamic schedule: on a loaded machine a thread
+// descheduled for a time slice holds up one head, not half of them) with its own zeroed scratch
+// of `bytes` (from the caching allocator). A head's results do not depend on which thread
+// computes it or after which other heads.
 template <class F>
 void over_heads(int64_t BH, int64_t work, int64_t bytes, F&& f) {
   const int nt = cpu::parallel_worth(work)
@@ -277,11 +280,10 @@ void over_heads(int64_t BH, int64_t work, int64_t bytes, F&& f) {
   float* base = fp(scratch);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t lo = BH * t / n, hi = BH * (t + 1) / n;
-    float* mine = base + t * per;
+    float* mine = base + omp_get_thread_num() * per;
     std::memset(mine, 0, static_cast<size_t>(per) * sizeof(float));
-    if (lo < hi) f(lo, hi, reinterpret_cast<unsigned char*>(mine));
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t g = 0; g < BH; ++g) f(g, g + 1, reinterpret_cast<unsigned char*>(mine));
   }
 }
 
