@@ -481,6 +481,106 @@ TEST(CpuVsRef, AttentionInBatchHeadChunks) {
   }
 }
 
+TEST(CpuVsRef, AttentionPerHeadBf16) {
+  // The bf16 kernel on the avx512 tier runs each batch-head on one thread in blocks of 32 query
+  // rows, computing S only up to the diagonal when causal (cpu_attention.cpp): lengths that are
+  // not multiples of the block or of 16, Tq != Tk, head sizes not a multiple of 16, B * H odd
+  // (not divisible by the threads); within tolerance of the ref backend, and bit for bit the same
+  // output and gradients with one thread and two.
+  struct Case {
+    int64_t B, H, Tq, Tk, D;
+  };
+  const int prev_threads = get_num_threads();
+  for (const Case& c : {Case{1, 3, 130, 130, 64}, Case{3, 1, 64, 64, 24}, Case{1, 3, 70, 200, 32},
+                        Case{1, 3, 200, 70, 32}, Case{2, 3, 17, 17, 64}}) {
+    for (bool causal : {true, false}) {
+      if (causal && c.Tq > c.Tk) continue;  // rows with no key to attend to
+      const std::string what = fmt::format("bf16 per-head attention B{} H{} Tq{} Tk{} D{}{}", c.B,
+                                           c.H, c.Tq, c.Tk, c.D, causal ? " causal" : "");
+      const Tensor q = rnd({c.B, c.H, c.Tq, c.D}, 101, DType::bf16),
+                   k = rnd({c.B, c.H, c.Tk, c.D}, 102, DType::bf16),
+                   v = rnd({c.B, c.H, c.Tk, c.D}, 103, DType::bf16),
+                   g = rnd({c.B, c.H, c.Tq, c.D}, 104, DType::bf16);
+      auto fn = [causal](const V& a) {
+        return scaled_dot_product_attention(a[0], a[1], a[2], causal);
+      };
+      expect_cpu_matches_ref(what, fn, {q, k, v}, kTolBf16);
+      std::vector<std::vector<double>> runs[2];
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        BackendGuard guard(BackendKind::cpu);
+        V in;
+        for (const Tensor& t : {q, k, v}) in.push_back(t.detach().clone().requires_grad_(true));
+        Tensor y = fn(in);
+        y.backward(g);
+        auto& r = runs[threads - 1];
+        r.push_back(y.detach().to_double_vector());
+        for (const Tensor& t : in) r.push_back(t.grad().to_double_vector());
+      }
+      EXPECT_EQ(runs[0], runs[1]) << what;
+    }
+  }
+  set_num_threads(prev_threads);
+}
+
+TEST(CpuVsRef, AttentionPerHeadIsTheChunkedKernelBitForBit) {
+  // The per-head bf16 kernel (causal block skipping, VDPBF16PS micro-kernels) against the chunked
+  // oneDNN kernel, which the cpu backend still runs for a q whose rows cannot be read as bf16 pairs
+  // (an odd element offset): the same output and the same gradients of q, k and v, bit for bit
+  // (cpu_attention.cpp's design note says why). Lengths across several 64-row blocks, not
+  // multiples of 16 or of the block, Tq != Tk, head sizes not a multiple of 16.
+  // (Without AVX512_BF16 both runs take the same kernel.)
+  struct Case {
+    int64_t B, H, Tq, Tk, D;
+  };
+  for (const Case& c : {Case{2, 3, 256, 256, 64}, Case{1, 3, 130, 130, 64}, Case{3, 1, 64, 64, 24},
+                        Case{1, 3, 70, 200, 32}, Case{2, 3, 17, 17, 64}}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(fmt::format("B{} H{} Tq{} Tk{} D{}{}", c.B, c.H, c.Tq, c.Tk, c.D,
+                               causal ? " causal" : ""));
+      const int64_t nq = c.B * c.H * c.Tq * c.D;
+      const Tensor q1 = rnd({nq + 1}, 111, DType::bf16),
+                   k = rnd({c.B, c.H, c.Tk, c.D}, 112, DType::bf16),
+                   v = rnd({c.B, c.H, c.Tk, c.D}, 113, DType::bf16),
+                   g = rnd({c.B, c.H, c.Tq, c.D}, 114, DType::bf16);
+      BackendGuard guard(BackendKind::cpu);
+      std::vector<std::vector<double>> runs[2];
+      for (int odd : {0, 1}) {
+        // q's values are elements [1, nq] of q1 either way; the odd run reads them in place (a
+        // leaf that is a view at element offset 1 of its storage).
+        const Tensor q1c = q1.detach().clone();
+        Tensor q = odd ? q1c.slice(0, 1, nq + 1).view({c.B, c.H, c.Tq, c.D})
+                       : q1c.slice(0, 1, nq + 1).clone().view({c.B, c.H, c.Tq, c.D});
+        q.requires_grad_(true);
+        if (odd) {
+          EXPECT_EQ(q.storage_offset(), 1);
+        } else {
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(q.data_ptr()) % 4, 0u);
+        }
+        Tensor kk = k.detach().clone(), vv = v.detach().clone();
+        kk.requires_grad_(true);
+        vv.requires_grad_(true);
+        Tensor y = scaled_dot_product_attention(q, kk, vv, causal);
+        y.backward(g);
+        auto& r = runs[odd];
+        r.push_back(y.detach().to_double_vector());
+        r.push_back(q.grad().to_double_vector());
+        r.push_back(kk.grad().to_double_vector());
+        r.push_back(vv.grad().to_double_vector());
+      }
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        ASSERT_EQ(runs[0][i].size(), runs[1][i].size());
+        size_t differ = 0;
+        for (size_t j = 0; j < runs[0][i].size(); ++j) {
+          const double a = runs[0][i][j], b = runs[1][i][j];
+          differ += (a != b || std::signbit(a) != std::signbit(b)) ? 1 : 0;
+        }
+        EXPECT_EQ(differ, 0u) << (i == 0 ? "output" : i == 1 ? "dq" : i == 2 ? "dk" : "dv");
+      }
+    }
+  }
+}
+
 TEST(CpuVsRef, TransposedCopiesAreExact) {
   // Contiguous copies of transposed views (the cpu backend copies them in 32 x 32 tiles): every
   // element where the ref backend puts it, for 2-D and batched views, tile-aligned or not, in
