@@ -12,7 +12,7 @@ for --rounds rounds so that drifting load on a shared machine hits both sides al
           torch.autocast("cpu"), `--warmup` untimed steps then the median of N timed steps.
 
 It prints the medians over rounds and the ratio mixp / torch (< 1: mixp is faster). Extra mixp
-recipes (--mixp-only bf16-pure,bf16+ckpt) are run for their memory (no PyTorch counterpart).
+recipes (--mixp-only bf16-pure,bf16+ckpt,bf16+ckpt+oib) are run for their memory (no PyTorch counterpart).
 Use Debian's /usr/bin/python3 (python3-torch).
 
     /usr/bin/python3 bench/peers/gpt2_step_time.py --shapes B4T64 --precisions fp32,bf16 --steps 4
@@ -45,9 +45,13 @@ def run_mixp(args, tokens, B, T, recipe, steps):
     cmd = [args.mixp, "train", "--model", "gpt2", "--data", tokens, "--batch", str(B),
            "--context", str(T), "--steps", str(steps), "--no-eval", "--json",
            "--threads", str(args.threads)]
-    if recipe.endswith("+ckpt"):
-        recipe = recipe[:-5]
-        cmd.append("--checkpointing")
+    # Suffixes: +ckpt (--checkpointing), +oib (--optimizer-in-backward), e.g. bf16+ckpt+oib.
+    recipe, *extras = recipe.split("+")
+    flags = {"ckpt": "--checkpointing", "oib": "--optimizer-in-backward"}
+    for e in extras:
+        if e not in flags:
+            raise SystemExit(f"unknown recipe suffix +{e} (known: +ckpt, +oib)")
+        cmd.append(flags[e])
     cmd += ["--precision", recipe]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -93,7 +97,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="B4T64")
     ap.add_argument("--precisions", default="fp32,bf16")
-    ap.add_argument("--mixp-only", default="", help="extra mixp recipes, e.g. bf16-pure,bf16+ckpt")
+    ap.add_argument("--mixp-only", default="", help="extra mixp recipes, e.g. bf16-pure,bf16+ckpt,bf16+ckpt+oib (+ckpt: --checkpointing, +oib: --optimizer-in-backward)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
