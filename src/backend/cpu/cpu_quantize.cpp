@@ -18,6 +18,7 @@
 #include "backend/cpu/fp8_kernels.h"
 #include "backend/cpu/lowbit_codes_kernel.h"
 #include "backend/cpu/qkernels.h"
+#include "backend/cpu/transpose_f32.h"
 #include "mixp/format/cpu_features.h"
 
 namespace mixp {
@@ -146,15 +147,22 @@ void mx_columns(Tensor& dst, const Tensor& src, DType format, int block) {
   const int64_t row_tiles = (R + block - 1) / block, col_tiles = (C + kCols - 1) / kCols;
   const float* x = static_cast<const float*>(src.data_ptr());  // x [R, C], row stride C
   auto* out = static_cast<uint16_t*>(dst.data_ptr());
+  // The tile's gather is a transpose: in registers on the avx512 tier (it was the largest part of
+  // this function's time as a scalar loop), the scalar loop elsewhere.
+  const bool avx512 = simd_tier() == SimdTier::avx512;
   cpu::parallel_for(row_tiles * col_tiles, R * C, [&](int64_t lo, int64_t hi) {
     std::vector<float> buf(static_cast<size_t>(kCols * block));
     std::vector<uint16_t> q(static_cast<size_t>(kCols * block));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t r0 = (u / col_tiles) * block, c0 = (u % col_tiles) * kCols;
       const int64_t nr = std::min<int64_t>(block, R - r0), nc = std::min(kCols, C - c0);
-      for (int64_t r = 0; r < nr; ++r) {
-        const float* xr = x + (r0 + r) * C + c0;
-        for (int64_t c = 0; c < nc; ++c) buf[static_cast<size_t>(c * nr + r)] = xr[c];
+      if (avx512) {
+        cpu::transpose_f32_avx512(buf.data(), nr, x + r0 * C + c0, C, nr, nc);
+      } else {
+        for (int64_t r = 0; r < nr; ++r) {
+          const float* xr = x + (r0 + r) * C + c0;
+          for (int64_t c = 0; c < nc; ++c) buf[static_cast<size_t>(c * nr + r)] = xr[c];
+        }
       }
       // nc rows of nr values: one block each (a partial one at the end of a column).
       k.mx_cast_bf16(buf.data(), nc, nr, block, e5m2, q.data());

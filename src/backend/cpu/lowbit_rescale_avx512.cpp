@@ -9,44 +9,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "backend/cpu/lowbit_rescale.h"
+#include "backend/cpu/transpose_f32.h"
 
 namespace mixp::cpu::rescale {
-
-namespace {
-
-__attribute__((target("avx512f"))) inline __m512 lo_pd(__m512 a, __m512 b) {
-  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-}
-__attribute__((target("avx512f"))) inline __m512 hi_pd(__m512 a, __m512 b) {
-  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-}
-
-// r[i] = row i -> r[j] = column j.
-__attribute__((target("avx512f"))) inline void transpose16(__m512* r) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = lo_pd(t[i], t[i + 2]);
-    r[i + 1] = hi_pd(t[i], t[i + 2]);
-    r[i + 2] = lo_pd(t[i + 1], t[i + 3]);
-    r[i + 3] = hi_pd(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8) {
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-
-}  // namespace
 
 __attribute__((target("avx512f"))) void tile_avx512(float* dst, const int32_t* acc, int64_t n,
                                                     int64_t p0, int64_t pn, int64_t P, int64_t O,
@@ -73,7 +38,7 @@ __attribute__((target("avx512f"))) void tile_avx512(float* dst, const int32_t* a
       const __m512 y = _mm512_mul_round_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, sub)), m, kNear);
       r[p] = bias ? _mm512_add_round_ps(y, b, kNear) : y;
     }
-    transpose16(r);
+    transpose16_ps(r);
     for (int64_t j = 0; j < on; ++j) {
       _mm512_mask_storeu_ps(dst + (n * O + o0 + j) * P + p0, pmask, r[j]);
     }
