@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixp/backend/cuda.h"
@@ -51,5 +53,10 @@ inline Tensor host_randn(const Shape& s, uint64_t seed) {
 std::string cli_path();
 // `mixp ARGS` with stdout in `out` and stderr in `err`; returns the exit status.
 int run_cli(const std::string& args, std::string& out, std::string& err);
+// `mixp RUN --device cpu`, then `mixp RUN --device cuda`: each must exit 0, and the cuda run end
+// at the cpu run's final loss within 1e-3 relative. Returns their JSON outputs {cpu, cuda}; a run
+// that fails is a test failure (naming `what`) and leaves its JSON null.
+std::pair<nlohmann::json, nlohmann::json> expect_trains_like_the_cpu(const std::string& run,
+                                                                     const std::string& what = "");
 
 }  // namespace mixp::cuda_test

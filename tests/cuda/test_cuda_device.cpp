@@ -240,14 +240,8 @@ TEST(CudaDevice, MlpTrainingStepsMatchTheCpu) {
 // cuda:0 through the CLI, against the cpu.
 TEST(CudaDevice, GptTrainsOnCudaLikeOnTheCpu) {
   REQUIRE_GPU();
-  const std::string run =
-      "train --model gpt --data synthetic --steps 3 --batch 4 --context 32 --seed 1 --json";
-  std::string out, err;
-  ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << err;
-  const double cpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
-  ASSERT_EQ(run_cli(run + " --device cuda", out, err), 0) << err;
-  const double gpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
-  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-3 * std::fabs(cpu_loss));
+  expect_trains_like_the_cpu(
+      "train --model gpt --data synthetic --steps 3 --batch 4 --context 32 --seed 1 --json", "gpt");
 }
 
 TEST(CudaDevice, OpsNotBuiltOnCudaSaySo) {
@@ -276,12 +270,8 @@ TEST(CudaDevice, TrainDeviceFlag) {
     EXPECT_TRUE(out.empty()) << out;
     GTEST_SKIP() << "the training half needs a GPU: " << cuda_status().message;
   }
-  ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << err;
-  const nlohmann::json cpu = nlohmann::json::parse(out);
-  ASSERT_EQ(run_cli(run + " --device cuda", out, err), 0) << err;
-  const nlohmann::json gpu = nlohmann::json::parse(out);
-  const double cpu_loss = cpu.at("final_loss").get<double>();
-  EXPECT_NEAR(gpu.at("final_loss").get<double>(), cpu_loss, 1e-3 * std::fabs(cpu_loss));
+  const auto [cpu, gpu] = expect_trains_like_the_cpu(run, "mlp");
+  ASSERT_FALSE(cpu.is_null() || gpu.is_null());
   // The peaks are the training device's allocator: the GPU's own under --device cuda.
   EXPECT_EQ(cpu.at("memory_device").get<std::string>(), "cpu");
   EXPECT_EQ(gpu.at("memory_device").get<std::string>(), "cuda:0");
@@ -394,6 +384,26 @@ int run_cli(const std::string& args, std::string& out, std::string& err) {
     fclose(e);
   }
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::pair<nlohmann::json, nlohmann::json> expect_trains_like_the_cpu(const std::string& run,
+                                                                     const std::string& what) {
+  std::pair<nlohmann::json, nlohmann::json> res;
+  std::string out, err;
+  if (run_cli(run + " --device cpu", out, err) != 0) {
+    ADD_FAILURE() << what << " (cpu): " << err;
+    return res;
+  }
+  res.first = nlohmann::json::parse(out);
+  if (run_cli(run + " --device cuda", out, err) != 0) {
+    ADD_FAILURE() << what << " (cuda): " << err;
+    return res;
+  }
+  res.second = nlohmann::json::parse(out);
+  const double cpu_loss = res.first.at("final_loss").get<double>();
+  EXPECT_NEAR(res.second.at("final_loss").get<double>(), cpu_loss, 1e-3 * std::fabs(cpu_loss))
+      << what;
+  return res;
 }
 
 }  // namespace mixp::cuda_test

@@ -4,8 +4,6 @@
 // GPU; the arithmetic is checked on the CPU against the ref backend in test_cuda_nn_math.cpp.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -84,15 +82,10 @@ TEST(CudaNnDevice, CnnRecipesTrainOnCudaLikeOnTheCpu) {
   REQUIRE_GPU();
   for (const char* p : {"fp32", "bf16", "int8-qat", "fp8", "mxfp8", "fp16-o2", "bf16-pure",
                         "int4-qat", "binary-act"}) {
-    const std::string run =
+    expect_trains_like_the_cpu(
         std::string("train --model cnn --data synthetic --steps 3 --batch 16 ") +
-        "--seed 2 --json --precision " + p;
-    std::string out, err;
-    ASSERT_EQ(run_cli(run + " --device cpu", out, err), 0) << p << ": " << err;
-    const double cpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
-    ASSERT_EQ(run_cli(run + " --device cuda", out, err), 0) << p << ": " << err;
-    const double gpu_loss = nlohmann::json::parse(out).at("final_loss").get<double>();
-    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-3 * std::fabs(cpu_loss)) << p;
+            "--seed 2 --json --precision " + p,
+        p);
   }
 }
 
