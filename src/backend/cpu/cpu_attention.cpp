@@ -156,13 +156,17 @@ int64_t attention_chunk(int64_t BH, int64_t Tq, int64_t Tk) {
   const int64_t per_head = std::max<int64_t>(1, Tq * Tk);
   return std::clamp<int64_t>((int64_t{1} << 18) / per_head, 1, std::max<int64_t>(BH, 1));
 }
-// Rounds n fp32 values (nearest even) into elements [off, off + n) of the bf16 tensor t, with
-// the bulk (AVX-512) converter. Callers pass groups of rows (kRowGroup): one call per row of a
-// head (128 values) cost more in call overhead than the conversion.
-void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
-  convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)),
-                 static_cast<uint16_t*>(t.data_ptr()) + off,
+// Rounds n fp32 values (nearest even) to bf16 at dst with the bulk (AVX-512) converter: P and dS
+// where they become a GEMM operand, in both kernels.
+void round_bf16(uint16_t* dst, const float* src, int64_t n) {
+  convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)), dst,
                  ConvertOptions{Round::nearest_even, Overflow::ieee});
+}
+// round_bf16 into elements [off, off + n) of the bf16 tensor t. Callers pass groups of rows
+// (kRowGroup): one call per row of a head (128 values) cost more in call overhead than the
+// conversion.
+void store_bf16_row(const Tensor& t, int64_t off, const float* src, int64_t n) {
+  round_bf16(static_cast<uint16_t*>(t.data_ptr()) + off, src, n);
 }
 constexpr int64_t kRowGroup = 16;
 // The n contiguous elements of t (fp32 or bf16) from element off on (one row of a head), as
@@ -265,7 +269,7 @@ class Bump {
   int64_t used_ = 0;
 };
 
-// Runs f(g0, g1, scratch) over the batch-heads in one parallel region, each thread taking whole
+// Runs f(g, scratch) for every batch-head g in one parallel region, each thread taking whole
 // heads one at a time from a shared counter (a dynamic schedule: on a loaded machine a thread
 // descheduled for a time slice holds up one head, not half of them) with its own zeroed scratch
 // of `bytes` (from the caching allocator). A head's results do not depend on which thread
@@ -283,7 +287,7 @@ void over_heads(int64_t BH, int64_t work, int64_t bytes, F&& f) {
     float* mine = base + omp_get_thread_num() * per;
     std::memset(mine, 0, static_cast<size_t>(per) * sizeof(float));
 #pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t g = 0; g < BH; ++g) f(g, g + 1, reinterpret_cast<unsigned char*>(mine));
+    for (int64_t g = 0; g < BH; ++g) f(g, reinterpret_cast<unsigned char*>(mine));
   }
 }
 
@@ -306,11 +310,6 @@ void write_rows(const Tensor& t, int64_t g, int64_t i0, int64_t rows, const floa
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(d + r * ld, src + r * lds, static_cast<size_t>(D) * sizeof(float));
 }
-void round_bf16(uint16_t* dst, const float* src, int64_t n) {
-  convert_f32_to(DType::bf16, std::span<const float>(src, static_cast<size_t>(n)), dst,
-                 ConvertOptions{Round::nearest_even, Overflow::ieee});
-}
-
 struct FwdScratch {
   uint32_t* kt;  // k^T pair-packed: [D/2][nk]
   uint32_t* vr;  // v pair-packed along its rows: [nk/2][nd]
@@ -331,32 +330,28 @@ void attention_per_head(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor&
   const auto& kern = vec::kernels();
   Bump count(nullptr);
   FwdScratch{count, G};
-  over_heads(
-      G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g0, int64_t g1, unsigned char* mem) {
-        Bump b(mem);
-        const FwdScratch W(b, G);
-        const int64_t ldq = q.strides()[2];
-        for (int64_t g = g0; g < g1; ++g) {
-          cpu::attn::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
-          cpu::attn::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
-          for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
-            const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
-            cpu::attn::gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), ldq / 2, 1, W.kt, G.nk,
-                                        mb, nc, G.D / 2);
-            for (int64_t r = 0; r < mb; ++r) {
-              float* row = W.s + r * nc;
-              const int64_t valid = G.valid(i0 + r);
+  over_heads(G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g, unsigned char* mem) {
+    Bump b(mem);
+    const FwdScratch W(b, G);
+    const int64_t ldq = q.strides()[2];
+    cpu::attn::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
+    cpu::attn::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
+    for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
+      const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
+      cpu::attn::gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), ldq / 2, 1, W.kt, G.nk, mb, nc,
+                                  G.D / 2);
+      for (int64_t r = 0; r < mb; ++r) {
+        float* row = W.s + r * nc;
+        const int64_t valid = G.valid(i0 + r);
 #pragma omp simd
-              for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
-              fp(lse)[g * G.Tq + i0 + r] = kern.softmax_inplace_masked(row, valid, nc);
-            }
-            round_bf16(W.p, W.s, mb * nc);
-            cpu::attn::gemm_bf16_avx512(W.o, G.nd, pairs(W.p), nc / 2, 1, W.vr, G.nd, mb, G.nd,
-                                        nc / 2);
-            write_rows(dst, g, i0, mb, W.o, G.nd);
-          }
-        }
-      });
+        for (int64_t j = 0; j < valid; ++j) row[j] *= sc;
+        fp(lse)[g * G.Tq + i0 + r] = kern.softmax_inplace_masked(row, valid, nc);
+      }
+      round_bf16(W.p, W.s, mb * nc);
+      cpu::attn::gemm_bf16_avx512(W.o, G.nd, pairs(W.p), nc / 2, 1, W.vr, G.nd, mb, G.nd, nc / 2);
+      write_rows(dst, g, i0, mb, W.o, G.nd);
+    }
+  });
 }
 
 struct BwdScratch {
@@ -395,61 +390,58 @@ void attention_backward_per_head(Tensor& dq, Tensor& dk, Tensor& dv, const Tenso
   Bump count(nullptr);
   BwdScratch{count, G};
   const int64_t q2 = (G.Tq + 1) / 2;
-  over_heads(
-      G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g0, int64_t g1, unsigned char* mem) {
-        Bump b(mem);
-        const BwdScratch W(b, G);
-        for (int64_t g = g0; g < g1; ++g) {
-          using namespace cpu::attn;
-          pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
-          pack_transpose_avx512(W.vt, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nk);
-          pack_rows_avx512(W.kr, G.nd, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nd);
-          pack_rows_avx512(W.qr, G.nd, rows16(q, g, 0), q.strides()[2], G.Tq, G.D, G.nd);
-          pack_rows_avx512(W.gr, G.nd, rows16(ddst, g, 0), ddst.strides()[2], G.Tq, G.D, G.nd);
-          for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
-            const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
-            // Recompute P from the saved log-sum-exp; dP = dO V^T.
-            gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), q.strides()[2] / 2, 1, W.kt, G.nk,
-                             mb, nc, G.D / 2);
-            gemm_bf16_avx512(W.dp, nc, pairs(rows16(ddst, g, i0)), ddst.strides()[2] / 2, 1, W.vt,
-                             G.nk, mb, nc, G.D / 2);
-            for (int64_t r = 0; r < mb; ++r) {
-              const int64_t i = i0 + r, valid = G.valid(i);
-              float* prow = W.s + r * nc;
-              float* dprow = W.dp + r * nc;
+  over_heads(G.BH, G.BH * G.Tq * G.Tk, count.used(), [&](int64_t g, unsigned char* mem) {
+    Bump b(mem);
+    const BwdScratch W(b, G);
+    using namespace cpu::attn;
+    pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
+    pack_transpose_avx512(W.vt, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nk);
+    pack_rows_avx512(W.kr, G.nd, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nd);
+    pack_rows_avx512(W.qr, G.nd, rows16(q, g, 0), q.strides()[2], G.Tq, G.D, G.nd);
+    pack_rows_avx512(W.gr, G.nd, rows16(ddst, g, 0), ddst.strides()[2], G.Tq, G.D, G.nd);
+    for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
+      const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
+      // Recompute P from the saved log-sum-exp; dP = dO V^T.
+      gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), q.strides()[2] / 2, 1, W.kt, G.nk, mb, nc,
+                       G.D / 2);
+      gemm_bf16_avx512(W.dp, nc, pairs(rows16(ddst, g, i0)), ddst.strides()[2] / 2, 1, W.vt, G.nk,
+                       mb, nc, G.D / 2);
+      for (int64_t r = 0; r < mb; ++r) {
+        const int64_t i = i0 + r, valid = G.valid(i);
+        float* prow = W.s + r * nc;
+        float* dprow = W.dp + r * nc;
 #pragma omp simd
-              for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
-              kern.exp_shift(prow, prow, fp(lse)[g * G.Tq + i], valid);
-              for (int64_t j = std::max<int64_t>(valid, 0); j < nc; ++j) prow[j] = 0.0f;
-              const float delta = row_delta(ddst, row_offset(ddst, g, i), dst,
-                                            row_offset(dst, g, i), G.D, W.bg, W.by);
-          // dS = P (dP - delta) * scale (into dp)
+        for (int64_t j = 0; j < valid; ++j) prow[j] *= sc;
+        kern.exp_shift(prow, prow, fp(lse)[g * G.Tq + i], valid);
+        for (int64_t j = std::max<int64_t>(valid, 0); j < nc; ++j) prow[j] = 0.0f;
+        const float delta =
+            row_delta(ddst, row_offset(ddst, g, i), dst, row_offset(dst, g, i), G.D, W.bg, W.by);
+        // dS = P (dP - delta) * scale (into dp)
 #pragma omp simd
-              for (int64_t j = 0; j < nc; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
-            }
-            round_bf16(W.p16, W.s, mb * nc);
-            round_bf16(W.ds16, W.dp, mb * nc);
-            // Only the block's nc columns: those past them are zero from the scratch's zeroing, and
-            // no head writes them (nc depends on the block alone).
-            pack_rows_avx512(W.ppk + i0 / 2 * G.nk, G.nk, W.p16, nc, mb, nc, nc);
-            pack_rows_avx512(W.dspk + i0 / 2 * G.nk, G.nk, W.ds16, nc, mb, nc, nc);
-            // dQ = dS K
-            gemm_bf16_avx512(W.o, G.nd, pairs(W.ds16), nc / 2, 1, W.kr, G.nd, mb, G.nd, nc / 2);
-            write_rows(dq, g, i0, mb, W.o, G.nd);
-          }
-          // dV = P^T dO and dK = dS^T Q over panels of keys, from the panel's first nonzero row.
-          auto grad_kv = [&](const uint32_t* apk, const uint32_t* br, const Tensor& out) {
-            for (int64_t j0 = 0; j0 < G.Tk; j0 += kQBlock) {
-              const int64_t jb = std::min(kQBlock, G.Tk - j0), kp0 = G.first_pair(j0);
-              gemm_bf16_avx512(W.o + j0 * G.nd, G.nd, apk + kp0 * G.nk + j0, 1, G.nk,
-                               br + kp0 * G.nd, G.nd, jb, G.nd, q2 - kp0);
-            }
-            write_rows(out, g, 0, G.Tk, W.o, G.nd);
-          };
-          grad_kv(W.ppk, W.gr, dv);
-          grad_kv(W.dspk, W.qr, dk);
-        }
-      });
+        for (int64_t j = 0; j < nc; ++j) dprow[j] = prow[j] * (dprow[j] - delta) * sc;
+      }
+      round_bf16(W.p16, W.s, mb * nc);
+      round_bf16(W.ds16, W.dp, mb * nc);
+      // Only the block's nc columns: those past them are zero from the scratch's zeroing, and
+      // no head writes them (nc depends on the block alone).
+      pack_rows_avx512(W.ppk + i0 / 2 * G.nk, G.nk, W.p16, nc, mb, nc, nc);
+      pack_rows_avx512(W.dspk + i0 / 2 * G.nk, G.nk, W.ds16, nc, mb, nc, nc);
+      // dQ = dS K
+      gemm_bf16_avx512(W.o, G.nd, pairs(W.ds16), nc / 2, 1, W.kr, G.nd, mb, G.nd, nc / 2);
+      write_rows(dq, g, i0, mb, W.o, G.nd);
+    }
+    // dV = P^T dO and dK = dS^T Q over panels of keys, from the panel's first nonzero row.
+    auto grad_kv = [&](const uint32_t* apk, const uint32_t* br, const Tensor& out) {
+      for (int64_t j0 = 0; j0 < G.Tk; j0 += kQBlock) {
+        const int64_t jb = std::min(kQBlock, G.Tk - j0), kp0 = G.first_pair(j0);
+        gemm_bf16_avx512(W.o + j0 * G.nd, G.nd, apk + kp0 * G.nk + j0, 1, G.nk, br + kp0 * G.nd,
+                         G.nd, jb, G.nd, q2 - kp0);
+      }
+      write_rows(out, g, 0, G.Tk, W.o, G.nd);
+    };
+    grad_kv(W.ppk, W.gr, dv);
+    grad_kv(W.dspk, W.qr, dk);
+  });
 }
 }  // namespace
 
@@ -466,9 +458,8 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
   if (!bf16 && !(f32c(lse) && attn_f32({&dst, &q, &k, &v}))) {
     const Tensor qc = contiguous_of(*this, q), kc = contiguous_of(*this, k),
                  vc = contiguous_of(*this, v);
-    with_contiguous_dst(*this, dst, [&](Tensor& d) {
-      RefBackend::attention(d, lse, qc, kc, vc, causal, scale);
-    });
+    with_contiguous_dst(
+        *this, dst, [&](Tensor& d) { RefBackend::attention(d, lse, qc, kc, vc, causal, scale); });
     return;
   }
   if (bf16 && per_head_path({&q, &k, &v}, {&dst})) {
