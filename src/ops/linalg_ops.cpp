@@ -229,8 +229,11 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
              const bool dx_first = ctx.last_use() && ctx.needs(0) && keep_w.defined() &&
                                    keep_w.storage().use_count() == 1 &&
                                    keep_w.nbytes() > (keep_x.defined() ? keep_x.nbytes() : 0);
-             if (dx_first) {
+             auto dx = [&] {
                ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
+             };
+             if (dx_first) {
+               dx();
                keep_w = Tensor();
              }
              if (ctx.needs(1)) {
@@ -238,8 +241,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
                                          dw32 ? std::optional<DType>(DType::fp32) : std::nullopt);
              }
              if (ctx.last_use()) keep_x = Tensor();
-             if (ctx.needs(0) && !dx_first)
-               ctx.grad_inputs[0] = raw_reshape(gemm(g2, keep_w, Tensor(), plan), x_shape);
+             if (ctx.needs(0) && !dx_first) dx();
              if (ctx.needs(2)) ctx.grad_inputs[2] = bias_grad(g2);
            });
     if (dw32) static_cast<FunctionNode*>(out.grad_fn().get())->input_dtypes[1] = DType::fp32;
