@@ -189,13 +189,6 @@ void Optimizer::step_parameter(size_t index) {
   step_param(index);
 }
 
-int64_t Optimizer::index_of(const Tensor& param) const {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].param.impl() == param.impl()) return int64_t(i);
-  }
-  return -1;
-}
-
 uint64_t Optimizer::write_back_seed(size_t index, int64_t step) const {
   // A counter-based stream: independent of thread count and of which other parameters had
   // gradients, and a pure function of (seed, index, step) so that a resumed run rounds the same.

@@ -82,7 +82,10 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
-  if (cfg.optimizer_in_backward) check_optimizer_in_backward();
+  if (cfg.optimizer_in_backward) {
+    check_optimizer_in_backward();
+    for (size_t i = 0; i < params.size(); ++i) param_index.emplace(params[i].impl(), i);
+  }
 }
 
 void Trainer::Impl::check_optimizer_in_backward() const {
@@ -117,25 +120,26 @@ void Trainer::Impl::check_optimizer_in_backward() const {
 }
 
 void Trainer::Impl::step_in_backward(const Tensor& leaf) {
-  const int64_t k = opt->index_of(leaf);
-  if (k < 0) return;  // not a parameter (e.g. a checkpointed segment's input)
-  if (reported[size_t(k)]++ > 0) {
+  const auto it = param_index.find(leaf.impl());
+  if (it == param_index.end()) return;  // not a parameter (e.g. a checkpointed segment's input)
+  const size_t k = it->second;
+  if (reported[k]++ > 0) {
     // Its first report was not final (a parameter shared by two checkpointed segments, or used
     // both inside and outside one): it was updated with a part of its gradient.
     throw TrainError(fmt::format(
         "step {}: --optimizer-in-backward: backward reported the gradient of parameter '{}' "
         "twice, so it was updated before its gradient was complete (is it shared across "
         "checkpointed segments?); train this model without --optimizer-in-backward",
-        step + 1, opt->params()[size_t(k)].name));
+        step + 1, opt->params()[k].name));
   }
   // The norm's partial from the gradient the update reads, as optim::grad_norm takes it.
   const double sq = optim::grad_sum_squares(leaf);
-  grad_sq[size_t(k)] = sq;
+  grad_sq[k] = sq;
   // The NaN guard (run_step): a non-finite gradient stops the run; no parameter after it is
   // updated with it.
   if (!std::isfinite(sq)) nonfinite_grad = true;
-  if (!nonfinite_grad) opt->step_parameter(size_t(k));
-  params[size_t(k)].set_grad(Tensor());
+  if (!nonfinite_grad) opt->step_parameter(k);
+  params[k].set_grad(Tensor());
 }
 
 void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64_t micro,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "batch_source.h"
@@ -114,6 +115,9 @@ struct Trainer::Impl {
   // frees it, and how often backward reported it in this step.
   std::vector<double> grad_sq;
   std::vector<int> reported;
+  // Each parameter's index in params (= in opt->params(), check_optimizer_in_backward), by its
+  // TensorImpl: the hook finds a reported leaf in O(1), not by a scan of every parameter.
+  std::unordered_map<const TensorImpl*, size_t> param_index;
   bool nonfinite_grad = false;  // a gradient was not finite: no later parameter was updated
 
   bool is_rank0() const { return !dp || dp->rank() == 0; }

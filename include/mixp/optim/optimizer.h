@@ -106,8 +106,6 @@ class Optimizer {
   // the same bits as step(). Parameters without a gradient are skipped, as by step().
   void step_parameter(size_t index);
   void finish_step() { ++steps_; }
-  // The index in params() of the parameter whose tensor is `param`'s (same TensorImpl), or -1.
-  int64_t index_of(const Tensor& param) const;
   // Clears the gradients (set_to_none: drops them, like PyTorch 2; else fills them with 0).
   void zero_grad(bool set_to_none = true);
 
