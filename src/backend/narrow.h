@@ -1,6 +1,7 @@
 // Helpers for kernels whose operands may be stored in a 16-bit format (bf16, fp16) while they
 // compute in fp32 (pointwise) or fp64 (the ref GEMMs): widening views, and running a kernel on a
-// wider copy of dst (internal to backends and op front ends).
+// wider copy of dst (internal to backends and op front ends); and which 8-bit float operands a
+// GEMM takes.
 #pragma once
 #include <initializer_list>
 
@@ -11,6 +12,13 @@ namespace mixp::kern {
 
 inline bool is_narrow(DType d) {
   return d == DType::bf16 || d == DType::fp16;
+}
+inline bool is_fp8(DType d) {
+  return d == DType::fp8_e4m3 || d == DType::fp8_e5m2;
+}
+// The FP8 GEMM pairs of cuBLASLt (and TransformerEngine): E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3.
+inline bool is_fp8_gemm_pair(DType a, DType b) {
+  return is_fp8(a) && is_fp8(b) && !(a == DType::fp8_e5m2 && b == DType::fp8_e5m2);
 }
 inline bool any_narrow(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/onednn_util.h"
+#include "backend/narrow.h"
 #include "mixp/backend/backend.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/tensor/factories.h"
@@ -28,14 +29,7 @@ bool is_int8_pair(DType a, DType b) {
   return (a == DType::uint8 || a == DType::int8) && b == DType::int8;
 }
 
-bool is_fp8(DType t) {
-  return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
-}
-
-// The FP8 pairs of cuBLASLt (and TransformerEngine): E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3.
-bool is_fp8_pair(DType a, DType b) {
-  return is_fp8(a) && is_fp8(b) && !(a == DType::fp8_e5m2 && b == DType::fp8_e5m2);
-}
+using kern::is_fp8;
 
 [[noreturn]] void unsupported(DType a, DType b) {
   throw std::invalid_argument(
@@ -96,7 +90,7 @@ std::string impl_name(const dnnl::primitive_desc_base& pd) {
 DType gemm_result_dtype(DType a, DType b) {
   if (a == DType::fp32 && b == DType::fp32) return DType::fp32;
   if (a == DType::bf16 && b == DType::bf16) return DType::fp32;
-  if (is_fp8_pair(a, b)) return DType::fp32;
+  if (kern::is_fp8_gemm_pair(a, b)) return DType::fp32;
   if (is_int8_pair(a, b)) return DType::int32;
   unsupported(a, b);
 }

@@ -10,6 +10,7 @@
 #include "backend/cuda/math/attention_math.h"
 #include "backend/cuda/math/pointwise_math.h"
 #include "backend/cuda_entry.h"
+#include "backend/narrow.h"
 #include "mixp/backend/cuda.h"
 
 namespace mixp::cuda {
@@ -312,7 +313,7 @@ void CudaBackend::embedding_backward(Tensor& dweight, const Tensor& ddst, const 
 
 void CudaBackend::matmul(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                          const MatmulConfig& cfg) {
-  if (!is_fp8(cfg.compute)) {
+  if (!kern::is_fp8(cfg.compute)) {
     gemm_lt(ctx(), dst, a, b, bias, cfg);
     return;
   }

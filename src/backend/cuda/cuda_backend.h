@@ -128,7 +128,6 @@ class CudaBackend final : public CudaBackendBase {
 // cuda_gemm.cpp: dst = act(a @ b + bias) (or += without act) through cuBLASLt.
 void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
              const MatmulConfig& cfg);
-bool is_fp8(DType t);
 // Whether ctx's device runs FP8 GEMMs natively (compute capability >= 8.9).
 bool fp8_gemm_native(const DeviceContext& ctx);
 // dst [M, N] (fp32 or bf16, contiguous) = scale_a[0] * scale_b[0] * (a [M, K] @ b [K, N]) for

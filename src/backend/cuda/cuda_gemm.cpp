@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_quant_kernels.h"
+#include "backend/narrow.h"
 #include "backend/cuda_entry.h"
 #include "mixp/backend/cuda_gemm.h"
 
@@ -249,19 +250,15 @@ std::string no_algorithm(const DeviceContext& ctx, const Tensor& dst, const Tens
 
 }  // namespace
 
-bool is_fp8(DType t) {
-  return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
-}
-
 bool fp8_gemm_native(const DeviceContext& ctx) {
   return ctx.cc_major * 10 + ctx.cc_minor >= 89;
 }
 
 bool fp8_gemm(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b,
               const float* scale_a, const float* scale_b, bool fast_accum) {
-  if (!is_fp8(a.dtype()) || !is_fp8(b.dtype()))
+  if (!kern::is_fp8(a.dtype()) || !kern::is_fp8(b.dtype()))
     unsupported(fmt::format("fp8 GEMM operands of dtype {} x {}", name(a.dtype()), name(b.dtype())));
-  if (a.dtype() == DType::fp8_e5m2 && b.dtype() == DType::fp8_e5m2)
+  if (!kern::is_fp8_gemm_pair(a.dtype(), b.dtype()))
     unsupported("an E5M2 x E5M2 GEMM (FP8 GEMMs take E4M3 x E4M3, E4M3 x E5M2 or E5M2 x E4M3)");
   if (dst.dtype() != DType::bf16 && dst.dtype() != DType::fp32)
     unsupported("an fp8 GEMM into " + std::string(name(dst.dtype())) + " (bf16 or fp32)");
