@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/bf16_pack.h"
+
 namespace mixp::cpu::attn {
 
 // C[m][n] = sum over kp < k2 of A(m, kp) . B[kp][n], for m < M and n < N (N a multiple of 16),
@@ -15,18 +17,6 @@ namespace mixp::cpu::attn {
 // ak = ld for the pair-packed form of its transpose. B is b[kp * ldb + n]. k2 == 0 gives zeros.
 void gemm_bf16_avx512(float* c, int64_t ldc, const uint32_t* a, int64_t am, int64_t ak,
                       const uint32_t* b, int64_t ldb, int64_t M, int64_t N, int64_t k2);
-
-// Pair-packs the transpose of a bf16 [rows, cols] matrix (row stride ld, cols even): dst[kp][r]
-// = the pair (2kp, 2kp + 1) of row r, for kp < cols / 2 and r < n (rows <= n, n a multiple of
-// 16; rows >= rows are zero). Row stride of dst: n.
-void pack_transpose_avx512(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t rows,
-                           int64_t cols, int64_t n);
-
-// Pair-packs a bf16 [rows, cols] matrix (row stride ld) along its rows: dst[rp][c] = (row 2rp,
-// row 2rp + 1) at column c, for rp < (rows + 1) / 2 and c < n (cols <= n, n a multiple of 16;
-// columns >= cols and the odd row past the end are zero). Row stride of dst: ldd (>= n).
-void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int64_t rows,
-                      int64_t cols, int64_t n);
 
 // Rounds rows of fp32 (row stride lds) to bf16 rows (row stride ld), cols values each, with
 // VCVTNEPS2BF16 (nearest even), as oneDNN's bf16 GEMM outputs are stored.

@@ -50,6 +50,8 @@
 namespace mixp {
 using cpu::f32c;
 using cpu::fp;
+using cpu::pack_rows_avx512;
+using cpu::pack_transpose_avx512;
 using cpu::parallel_for;
 using cpu::view_of;
 
@@ -334,8 +336,8 @@ void attention_per_head(Tensor& dst, Tensor& lse, const Tensor& q, const Tensor&
     Bump b(mem);
     const FwdScratch W(b, G);
     const int64_t ldq = q.strides()[2];
-    cpu::attn::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
-    cpu::attn::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
+    cpu::pack_transpose_avx512(W.kt, rows16(k, g, 0), k.strides()[2], G.Tk, G.D, G.nk);
+    cpu::pack_rows_avx512(W.vr, G.nd, rows16(v, g, 0), v.strides()[2], G.Tk, G.D, G.nd);
     for (int64_t i0 = 0; i0 < G.Tq; i0 += kQBlock) {
       const int64_t mb = std::min(kQBlock, G.Tq - i0), nc = G.ncols(i0 + mb);
       cpu::attn::gemm_bf16_avx512(W.s, nc, pairs(rows16(q, g, i0)), ldq / 2, 1, W.kt, G.nk, mb, nc,

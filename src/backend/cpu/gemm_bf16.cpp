@@ -1,0 +1,65 @@
+// When CpuBackend::matmul runs mixp's bf16 GEMM instead of oneDNN's (gemm_bf16.h). Kept out of
+// gemm_bf16_avx512.cpp so that deciding never executes an AVX-512 instruction.
+#include "backend/cpu/gemm_bf16.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "backend/cpu/cpu_bf16.h"
+#include "mixp/format/cpu_features.h"
+
+namespace mixp::cpu {
+namespace {
+
+// MIXP_CPU_GEMM=onednn sends every bf16 GEMM to oneDNN (to compare the two, or to rule this
+// kernel out); unset or "auto": mixp's kernel where own_bf16_gemm says so.
+bool kernel_enabled() {
+  static const bool on = [] {
+    const CpuFeatures& f = cpu_features();
+    const char* e = std::getenv("MIXP_CPU_GEMM");
+    const bool forced_off = e && std::strcmp(e, "onednn") == 0;
+    return !forced_off && simd_tier() == SimdTier::avx512 && f.avx512_bf16 && !f.amx_bf16 &&
+           native_bf16();
+  }();
+  return on;
+}
+
+// A row-major A is read in place as 32-bit pairs: an even row stride and a 4-byte aligned start.
+// A column-major A and either layout of B are packed (16-bit loads: any stride, any start).
+bool a_layout(const Bf16Gemm& g) {
+  const bool aligned = reinterpret_cast<uintptr_t>(g.a) % 4 == 0;
+  return (g.a_cs == 1 && g.a_rs % 2 == 0 && aligned) || g.a_rs == 1;
+}
+
+}  // namespace
+
+void* gemm_bf16_scratch(int slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t size = 0;
+  };
+  static thread_local Buffer buffers[4];
+  Buffer& b = buffers[slot];
+  if (b.size < bytes) {
+    b.data.reset();  // free first: the old and the new buffer need not coexist
+    b.data.reset(new (std::align_val_t{64}) std::byte[bytes]);
+    b.size = bytes;
+  }
+  return b.data.get();
+}
+
+bool own_bf16_gemm(const Bf16Gemm& g) {
+  if (!kernel_enabled()) return false;
+  // Packing B pays for itself over the rows of A: below 512 rows of a row-major A (the forward
+  // and input-gradient GEMMs of 256 tokens) oneDNN is faster, and below about 4M multiply-adds
+  // oneDNN's small-matrix kernels are; a column-major A (the weight gradient, M the layer's
+  // width) wins from 256 tokens up (bench/bench_gemm_bf16_shapes.cpp --tokens=256|512|2048).
+  if (g.m < 8 || g.n < 16 || g.k < 32 || g.m * g.n * g.k < (int64_t{1} << 22)) return false;
+  if (g.a_cs == 1 && g.m < 512) return false;
+  return g.k % 2 == 0 && a_layout(g) && (g.b_cs == 1 || g.b_rs == 1);
+}
+
+}  // namespace mixp::cpu

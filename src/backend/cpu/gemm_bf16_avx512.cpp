@@ -1,0 +1,311 @@
+// The AVX512-BF16 GEMM of gemm_bf16.h, BLIS-style: K blocks of at most kKcMax; per K block and
+// column block of kNc, B packed into panels of 48 columns of bf16 pairs by both threads together
+// (pack_b_panel); A packed into panels of 8 rows (pack_a_panels), once per K block for all of a
+// thread's rows when that fits in kWholeA, else per row block of kMc; the threads split the rows.
+// The register block is 8 x 48 (24 zmm accumulators): each K pair costs 3 loads of B, 8
+// broadcasts of A and 24 VDPBF16PS, enough to keep both of Zen 5's 512-bit FMA pipes busy
+// (97% of the instruction's peak on one core with the operands in L2).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/bf16_pack.h"
+#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/transpose_f32.h"
+
+namespace mixp::cpu {
+namespace {
+
+constexpr int kMR = 8;             // rows of the register block
+constexpr int kNV = 3;             // zmm columns of the register block
+constexpr int kNR = 16 * kNV;      // columns of a B panel
+constexpr int64_t kKcMax = 4096;   // elements of K per block (a B panel of up to 384 KiB: L2)
+constexpr int64_t kNc = 16 * kNR;  // columns per block of packed B (768)
+constexpr int64_t kMc = 256;       // rows per block of A (and of packed A)
+constexpr int64_t kWholeA = int64_t{4} << 20;  // bytes of packed A per thread for one K block
+
+inline __m512bh as_bh(__m512i x) {
+  return reinterpret_cast<__m512bh&>(x);
+}
+
+// Where a register block's results go. c32: fp32 partial sums or the fp32 dst (row stride
+// ldc32); add_c32: add what is there first. On the last K block with c16 set, the result
+// (+ bias) is rounded to bf16 into c16 (row stride ldc16), after adding c16's old values when
+// add_c16; without c16 it (+ bias on the last block) is stored to c32.
+struct Out {
+  float* c32 = nullptr;
+  int64_t ldc32 = 0;
+  bool add_c32 = false;
+  bool last = false;
+  const float* bias = nullptr;  // at the block's first column; only read on the last block
+  uint16_t* c16 = nullptr;
+  int64_t ldc16 = 0;
+  bool add_c16 = false;
+};
+
+// An MR x (16 NV) block: A is a packed panel (pair kp of row r at a[kp * kMR + r]), B the
+// panel b[kp * kNR + col]; `last_mask` masks the last vector's columns (< 16 at the right edge
+// of the matrix).
+template <int MR, int NV>
+void micro(const uint32_t* a, const uint32_t* b, int64_t k2, const Out& o, __mmask16 last_mask) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < k2; ++kp) {
+    __m512i bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + kp * kNR + 16 * v);
+    const uint32_t* ak = a + kp * kMR;
+    for (int r = 0; r < MR; ++r) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(ak[r]));
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], as_bh(av), as_bh(bv[v]));
+    }
+  }
+  // The epilogue fully unrolled with its choices hoisted, so that the accumulators stay in
+  // registers (a runtime row loop made GCC keep them on the stack: 8% of a K = 768 call).
+  const bool add32 = o.add_c32, bias = o.last && o.bias != nullptr;
+  const bool to16 = o.last && o.c16 != nullptr, add16 = to16 && o.add_c16;
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last_mask : __mmask16(0xFFFF);
+      __m512 x = acc[r][v];
+      if (add32) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, o.c32 + r * o.ldc32 + 16 * v));
+      if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, o.bias + 16 * v));
+      if (to16) {
+        uint16_t* d = o.c16 + r * o.ldc16 + 16 * v;
+        if (add16) {
+          const __m512i old = _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, d));
+          x = _mm512_add_ps(x, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, old, 16)));
+        }
+        __m256bh h = _mm512_cvtneps_pbh(x);
+        _mm256_mask_storeu_epi16(d, m, reinterpret_cast<__m256i&>(h));
+      } else {
+        _mm512_mask_storeu_ps(o.c32 + r * o.ldc32 + 16 * v, m, x);
+      }
+    }
+  }
+}
+
+using MicroFn = void (*)(const uint32_t*, const uint32_t*, int64_t, const Out&, __mmask16);
+
+template <int NV>
+MicroFn micro_rows(int64_t mr) {
+  switch (mr) {
+    case 1:
+      return &micro<1, NV>;
+    case 2:
+      return &micro<2, NV>;
+    case 3:
+      return &micro<3, NV>;
+    case 4:
+      return &micro<4, NV>;
+    case 5:
+      return &micro<5, NV>;
+    case 6:
+      return &micro<6, NV>;
+    case 7:
+      return &micro<7, NV>;
+    default:
+      return &micro<8, NV>;
+  }
+}
+MicroFn micro_for(int64_t mr, int64_t nv) {
+  switch (nv) {
+    case 1:
+      return micro_rows<1>(mr);
+    case 2:
+      return micro_rows<2>(mr);
+    default:
+      return micro_rows<3>(mr);
+  }
+}
+
+// Packs B rows [k0, k0 + kc) x columns [n0, n0 + nc) (nc <= kNR) as one panel of pairs.
+void pack_b_panel(uint32_t* dst, const Bf16Gemm& g, int64_t k0, int64_t kc, int64_t n0,
+                  int64_t nc) {
+  if (g.b_cs == 1)  // B row-major: pairs are two rows' elements interleaved
+    pack_rows_avx512(dst, kNR, g.b + k0 * g.b_rs + n0, g.b_rs, kc, nc, kNR);
+  else  // B column-major: B^T's rows hold the pairs
+    pack_transpose_avx512(dst, g.b + n0 * g.b_cs + k0, g.b_cs, nc, kc, kNR);
+}
+
+// Packs A(i, l) for i in [m0, m0 + rows), l in [k0, k0 + kc) of a column-major A (A^T [K, M]
+// row-major, row stride a_cs) as register-block panels: panel q holds rows m0 + 8q .. + 7, its
+// pair kp at dst[q * kc + kp * 8 + r] (kc / 2 pairs of 8; rows past the end are zero). Each
+// K pair of a panel is then 32 contiguous bytes, read in order by the micro-kernel.
+void pack_a_colmajor(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
+                     int64_t kc) {
+  const int64_t k2 = kc / 2;
+  // 32 columns (a 64-byte line of each of the two rows) per step: four panels.
+  for (int64_t c0 = 0; c0 < rows; c0 += 32) {
+    uint32_t* panel = dst + (c0 / kMR) * k2 * kMR;
+    for (int64_t kp = 0; kp < k2; ++kp) {
+      const uint16_t* r0 = g.a + (k0 + 2 * kp) * g.a_cs + m0 + c0;
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t left = rows - c0 - 16 * h;
+        if (left <= 0) break;
+        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+        const __m512i l =
+            _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, r0 + 16 * h));
+        const __m512i u = _mm512_maskz_slli_epi32(
+            0xFFFF,
+            _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, r0 + g.a_cs + 16 * h)),
+            16);
+        const __m512i x = _mm512_or_si512(l, u);
+        uint32_t* p0 = panel + (2 * h) * k2 * kMR + kp * kMR;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p0),
+                            _mm512_maskz_extracti64x4_epi64(0xF, x, 0));
+        if (left > kMR)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(p0 + k2 * kMR),
+                              _mm512_maskz_extracti64x4_epi64(0xF, x, 1));
+      }
+    }
+  }
+}
+
+// The same panels from a row-major A: its pairs are adjacent 32-bit lanes of each row, so 16
+// rows x 16 pairs are transposed in registers (transpose_f32.h) and each half of a transposed
+// row (8 rows' pair kp) goes to its panel.
+void pack_a_rowmajor(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
+                     int64_t kc) {
+  const int64_t k2 = kc / 2, ld = g.a_rs / 2;
+  const auto* base = reinterpret_cast<const uint32_t*>(g.a + m0 * g.a_rs + k0);
+  for (int64_t c0 = 0; c0 < rows; c0 += 16) {
+    uint32_t* lo = dst + (c0 / kMR) * k2 * kMR;
+    uint32_t* hi = lo + k2 * kMR;
+    const bool has_hi = rows - c0 > kMR;
+    for (int64_t p0 = 0; p0 < k2; p0 += 16) {
+      const int64_t left = k2 - p0;
+      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      __m512 x[16];
+      for (int i = 0; i < 16; ++i)
+        x[i] = c0 + i < rows ? _mm512_maskz_loadu_ps(m, base + (c0 + i) * ld + p0)
+                             : _mm512_setzero_ps();
+      transpose16_ps(x);
+      for (int64_t j = 0; j < std::min<int64_t>(16, left); ++j) {
+        const __m512i v = _mm512_castps_si512(x[j]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + (p0 + j) * kMR),
+                            _mm512_maskz_extracti64x4_epi64(0xF, v, 0));
+        if (has_hi)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + (p0 + j) * kMR),
+                              _mm512_maskz_extracti64x4_epi64(0xF, v, 1));
+      }
+    }
+  }
+}
+
+// Rows [m0, m0 + rows) x K [k0, k0 + kc) of A as panels of kMR rows: panel q's pair kp of row r
+// at dst[q * kc / 2 * kMR + kp * kMR + r], rows past the end zero. The micro-kernel then reads
+// one contiguous stream of 32 bytes per K pair, whatever A's layout was.
+void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
+                   int64_t kc) {
+  if (g.a_cs == 1)
+    pack_a_rowmajor(dst, g, m0, rows, k0, kc);
+  else
+    pack_a_colmajor(dst, g, m0, rows, k0, kc);
+}
+
+}  // namespace
+
+void gemm_bf16(const Bf16Gemm& g) {
+  const int64_t M = g.m, N = g.n, K = g.k;
+  const int64_t kblocks = (K + kKcMax - 1) / kKcMax;
+  const int64_t kc_max = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;  // even, blocks balanced
+  // Bias as fp32 once (n values; bf16 widened exactly).
+  float* bias32 = nullptr;
+  if (g.bias) {
+    bias32 = static_cast<float*>(gemm_bf16_scratch(3, static_cast<size_t>(N) * 4));
+    for (int64_t j = 0; j < N; ++j) {
+      if (g.bias_bf16) {
+        const uint32_t u = uint32_t{static_cast<const uint16_t*>(g.bias)[j * g.bias_stride]} << 16;
+        std::memcpy(&bias32[j], &u, 4);
+      } else {
+        bias32[j] = static_cast<const float*>(g.bias)[j * g.bias_stride];
+      }
+    }
+  }
+  auto* bp = static_cast<uint32_t*>(gemm_bf16_scratch(0, static_cast<size_t>(kNc * kc_max) * 2));
+  const int nt =
+      std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>((M + kMR - 1) / kMR)));
+  // Rows per thread, in whole register blocks.
+  const int64_t mblocks = (M + kMR - 1) / kMR;
+
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t m_lo = std::min(M, mblocks * t / T * kMR);
+    const int64_t m_hi = std::min(M, mblocks * (t + 1) / T * kMR);
+    const int64_t rows = m_hi - m_lo;
+    // A is packed for the whole of this thread's rows once per K block when that fits in
+    // kWholeA (then every column block reuses it), else per row block of kMc.
+    const int64_t rows_p = (rows + 31) / 32 * 32;
+    const bool whole = rows_p * kc_max * 2 <= kWholeA;
+    auto* ap = static_cast<uint32_t*>(
+        gemm_bf16_scratch(1, static_cast<size_t>((whole ? rows_p : kMc) * kc_max) * 2));
+    // fp32 partial sums of a bf16 dst over K blocks: this thread's rows x N.
+    float* pt = g.dst_bf16 && kblocks > 1
+                    ? static_cast<float*>(gemm_bf16_scratch(
+                          2, static_cast<size_t>(std::max<int64_t>(rows, 1) * N) * 4))
+                    : nullptr;
+    for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+      const int64_t kc = std::min(kc_max, K - k0), k2 = kc / 2;
+      const bool first = k0 == 0, last = k0 + kc >= K;
+      if (whole && rows > 0) pack_a_panels(ap, g, m_lo, rows, k0, kc);
+      for (int64_t n0 = 0; n0 < N; n0 += kNc) {
+        const int64_t nc = std::min(kNc, N - n0);
+        const int64_t panels = (nc + kNR - 1) / kNR;
+        for (int64_t p = t; p < panels; p += T)
+          pack_b_panel(bp + p * k2 * kNR, g, k0, kc, n0 + p * kNR,
+                       std::min<int64_t>(kNR, nc - p * kNR));
+#pragma omp barrier
+        for (int64_t m0 = m_lo; m0 < m_hi; m0 += kMc) {
+          const int64_t mc = std::min(kMc, m_hi - m0);
+          // A column-major (A^T [K, M] row-major, a pair two of its rows interleaved): this
+          // block of rows is packed once for all the column block's panels.
+          if (!whole) pack_a_panels(ap, g, m0, mc, k0, kc);
+          const uint32_t* ablk = whole ? ap + (m0 - m_lo) * (kc / 2) : ap;
+          for (int64_t p = 0; p < panels; ++p) {
+            const int64_t j0 = n0 + p * kNR, cols = std::min<int64_t>(kNR, N - j0);
+            const int64_t nv = (cols + 15) / 16;
+            const int64_t tail = cols - 16 * (nv - 1);
+            const __mmask16 mask = tail >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << tail) - 1);
+            Out o;
+            o.last = last;
+            o.bias = g.bias ? bias32 + j0 : nullptr;
+            if (g.dst_bf16) {
+              o.c16 = static_cast<uint16_t*>(g.dst) + j0;
+              o.ldc16 = g.ldd;
+              o.add_c16 = g.accumulate;
+              if (pt) {
+                o.c32 = pt + j0;
+                o.ldc32 = N;
+                o.add_c32 = !first;
+              }
+            } else {
+              o.c32 = static_cast<float*>(g.dst) + j0;
+              o.ldc32 = g.ldd;
+              o.add_c32 = !first || g.accumulate;
+            }
+            const uint32_t* bpan = bp + p * k2 * kNR;
+            for (int64_t r0 = 0; r0 < mc; r0 += kMR) {
+              const int64_t mr = std::min<int64_t>(kMR, mc - r0);
+              const int64_t row = m0 + r0;
+              Out orow = o;
+              if (orow.c16) orow.c16 += row * orow.ldc16;
+              if (orow.c32) orow.c32 += (g.dst_bf16 ? row - m_lo : row) * orow.ldc32;
+              micro_for(mr, nv)(ablk + r0 * k2, bpan, k2, orow, mask);
+            }
+          }
+        }
+#pragma omp barrier
+      }
+    }
+  }
+}
+
+}  // namespace mixp::cpu
