@@ -1,7 +1,8 @@
 // The AVX512-BF16 GEMM of gemm_bf16.h, BLIS-style: K blocks of at most kKcMax; per K block and
 // column block of kNc, B packed into panels of 48 columns of bf16 pairs by both threads together
-// (pack_b_panel); A packed into panels of 8 rows (pack_a_panels), once per K block for all of a
-// thread's rows when that fits in kWholeA, else per row block of kMc; the threads split the rows.
+// (pack_b_panel); a row-major A read in place (its K pairs are adjacent), a column-major one
+// packed into panels of 8 rows (pack_a_panels), once per K block for all of a thread's rows when
+// that fits in kWholeA, else per row block of kMc; the threads split the rows.
 // The register block is 8 x 48 (24 zmm accumulators): each K pair costs 3 loads of B, 8
 // broadcasts of A and 24 VDPBF16PS, enough to keep both of Zen 5's 512-bit FMA pipes busy
 // (97% of the instruction's peak on one core with the operands in L2).
@@ -13,7 +14,6 @@
 
 #include "backend/cpu/bf16_pack.h"
 #include "backend/cpu/gemm_bf16.h"
-#include "backend/cpu/transpose_f32.h"
 
 namespace mixp::cpu {
 namespace {
@@ -48,8 +48,9 @@ struct Out {
 // An MR x (16 NV) block: A is a packed panel (pair kp of row r at a[kp * kMR + r]), B the
 // panel b[kp * kNR + col]; `last_mask` masks the last vector's columns (< 16 at the right edge
 // of the matrix).
-template <int MR, int NV>
-void micro(const uint32_t* a, const uint32_t* b, int64_t k2, const Out& o, __mmask16 last_mask) {
+template <int MR, int NV, bool INPLACE>
+void micro(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const Out& o,
+           __mmask16 last_mask) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -58,9 +59,9 @@ void micro(const uint32_t* a, const uint32_t* b, int64_t k2, const Out& o, __mma
   for (int64_t kp = 0; kp < k2; ++kp) {
     __m512i bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + kp * kNR + 16 * v);
-    const uint32_t* ak = a + kp * kMR;
     for (int r = 0; r < MR; ++r) {
-      const __m512i av = _mm512_set1_epi32(static_cast<int>(ak[r]));
+      const __m512i av =
+          _mm512_set1_epi32(static_cast<int>(INPLACE ? a[r * as + kp] : a[kp * kMR + r]));
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], as_bh(av), as_bh(bv[v]));
     }
   }
@@ -91,37 +92,38 @@ void micro(const uint32_t* a, const uint32_t* b, int64_t k2, const Out& o, __mma
   }
 }
 
-using MicroFn = void (*)(const uint32_t*, const uint32_t*, int64_t, const Out&, __mmask16);
+using MicroFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, const Out&, __mmask16);
 
-template <int NV>
+template <int NV, bool IP>
 MicroFn micro_rows(int64_t mr) {
   switch (mr) {
     case 1:
-      return &micro<1, NV>;
+      return &micro<1, NV, IP>;
     case 2:
-      return &micro<2, NV>;
+      return &micro<2, NV, IP>;
     case 3:
-      return &micro<3, NV>;
+      return &micro<3, NV, IP>;
     case 4:
-      return &micro<4, NV>;
+      return &micro<4, NV, IP>;
     case 5:
-      return &micro<5, NV>;
+      return &micro<5, NV, IP>;
     case 6:
-      return &micro<6, NV>;
+      return &micro<6, NV, IP>;
     case 7:
-      return &micro<7, NV>;
+      return &micro<7, NV, IP>;
     default:
-      return &micro<8, NV>;
+      return &micro<8, NV, IP>;
   }
 }
+template <bool IP>
 MicroFn micro_for(int64_t mr, int64_t nv) {
   switch (nv) {
     case 1:
-      return micro_rows<1>(mr);
+      return micro_rows<1, IP>(mr);
     case 2:
-      return micro_rows<2>(mr);
+      return micro_rows<2, IP>(mr);
     default:
-      return micro_rows<3>(mr);
+      return micro_rows<3, IP>(mr);
   }
 }
 
@@ -136,10 +138,10 @@ void pack_b_panel(uint32_t* dst, const Bf16Gemm& g, int64_t k0, int64_t kc, int6
 
 // Packs A(i, l) for i in [m0, m0 + rows), l in [k0, k0 + kc) of a column-major A (A^T [K, M]
 // row-major, row stride a_cs) as register-block panels: panel q holds rows m0 + 8q .. + 7, its
-// pair kp at dst[q * kc + kp * 8 + r] (kc / 2 pairs of 8; rows past the end are zero). Each
+// pair kp at dst[q * kc / 2 * 8 + kp * 8 + r] (rows past the end are zero). Each
 // K pair of a panel is then 32 contiguous bytes, read in order by the micro-kernel.
-void pack_a_colmajor(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
-                     int64_t kc) {
+void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
+                   int64_t kc) {
   const int64_t k2 = kc / 2;
   // 32 columns (a 64-byte line of each of the two rows) per step: four panels.
   for (int64_t c0 = 0; c0 < rows; c0 += 32) {
@@ -166,48 +168,6 @@ void pack_a_colmajor(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows,
       }
     }
   }
-}
-
-// The same panels from a row-major A: its pairs are adjacent 32-bit lanes of each row, so 16
-// rows x 16 pairs are transposed in registers (transpose_f32.h) and each half of a transposed
-// row (8 rows' pair kp) goes to its panel.
-void pack_a_rowmajor(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
-                     int64_t kc) {
-  const int64_t k2 = kc / 2, ld = g.a_rs / 2;
-  const auto* base = reinterpret_cast<const uint32_t*>(g.a + m0 * g.a_rs + k0);
-  for (int64_t c0 = 0; c0 < rows; c0 += 16) {
-    uint32_t* lo = dst + (c0 / kMR) * k2 * kMR;
-    uint32_t* hi = lo + k2 * kMR;
-    const bool has_hi = rows - c0 > kMR;
-    for (int64_t p0 = 0; p0 < k2; p0 += 16) {
-      const int64_t left = k2 - p0;
-      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-      __m512 x[16];
-      for (int i = 0; i < 16; ++i)
-        x[i] = c0 + i < rows ? _mm512_maskz_loadu_ps(m, base + (c0 + i) * ld + p0)
-                             : _mm512_setzero_ps();
-      transpose16_ps(x);
-      for (int64_t j = 0; j < std::min<int64_t>(16, left); ++j) {
-        const __m512i v = _mm512_castps_si512(x[j]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + (p0 + j) * kMR),
-                            _mm512_maskz_extracti64x4_epi64(0xF, v, 0));
-        if (has_hi)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + (p0 + j) * kMR),
-                              _mm512_maskz_extracti64x4_epi64(0xF, v, 1));
-      }
-    }
-  }
-}
-
-// Rows [m0, m0 + rows) x K [k0, k0 + kc) of A as panels of kMR rows: panel q's pair kp of row r
-// at dst[q * kc / 2 * kMR + kp * kMR + r], rows past the end zero. The micro-kernel then reads
-// one contiguous stream of 32 bytes per K pair, whatever A's layout was.
-void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0,
-                   int64_t kc) {
-  if (g.a_cs == 1)
-    pack_a_rowmajor(dst, g, m0, rows, k0, kc);
-  else
-    pack_a_colmajor(dst, g, m0, rows, k0, kc);
 }
 
 }  // namespace
@@ -244,7 +204,10 @@ void gemm_bf16(const Bf16Gemm& g) {
     // A is packed for the whole of this thread's rows once per K block when that fits in
     // kWholeA (then every column block reuses it), else per row block of kMc.
     const int64_t rows_p = (rows + 31) / 32 * 32;
-    const bool whole = rows_p * kc_max * 2 <= kWholeA;
+    // A row-major is read in place: its K pairs are adjacent (3-7% faster than packing it,
+    // bench/bench_gemm_bf16_shapes.cpp); a column-major A is packed.
+    const bool inplace = g.a_cs == 1;
+    const bool whole = !inplace && rows_p * kc_max * 2 <= kWholeA;
     auto* ap = static_cast<uint32_t*>(
         gemm_bf16_scratch(1, static_cast<size_t>((whole ? rows_p : kMc) * kc_max) * 2));
     // fp32 partial sums of a bf16 dst over K blocks: this thread's rows x N.
@@ -267,7 +230,7 @@ void gemm_bf16(const Bf16Gemm& g) {
           const int64_t mc = std::min(kMc, m_hi - m0);
           // A column-major (A^T [K, M] row-major, a pair two of its rows interleaved): this
           // block of rows is packed once for all the column block's panels.
-          if (!whole) pack_a_panels(ap, g, m0, mc, k0, kc);
+          if (!whole && !inplace) pack_a_panels(ap, g, m0, mc, k0, kc);
           const uint32_t* ablk = whole ? ap + (m0 - m_lo) * (kc / 2) : ap;
           for (int64_t p = 0; p < panels; ++p) {
             const int64_t j0 = n0 + p * kNR, cols = std::min<int64_t>(kNR, N - j0);
@@ -298,7 +261,11 @@ void gemm_bf16(const Bf16Gemm& g) {
               Out orow = o;
               if (orow.c16) orow.c16 += row * orow.ldc16;
               if (orow.c32) orow.c32 += (g.dst_bf16 ? row - m_lo : row) * orow.ldc32;
-              micro_for(mr, nv)(ablk + r0 * k2, bpan, k2, orow, mask);
+              if (inplace)
+                micro_for<true>(mr, nv)(reinterpret_cast<const uint32_t*>(g.a + row * g.a_rs + k0),
+                                        g.a_rs / 2, bpan, k2, orow, mask);
+              else
+                micro_for<false>(mr, nv)(ablk + r0 * k2, 0, bpan, k2, orow, mask);
             }
           }
         }
