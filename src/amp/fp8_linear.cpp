@@ -55,12 +55,6 @@ Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& m
   return q;
 }
 
-// MX quantization of a [R, C] fp32 tensor along its rows (dim 1), or along its columns (dim 0:
-// the result is the quantized transpose [C, R], contiguous).
-Tensor mx_rows(const Tensor& t, DType dt, int block, bool along_columns) {
-  return along_columns ? mxfp8_columns(t, dt, block) : mxfp8_rows(t, dt, block);
-}
-
 // dst (fp32 [M, N]) = a [M, K] @ b [K, N] on the bf16 path; empty K gives zeros.
 Tensor gemm_f32(const Tensor& a, const Tensor& b) {
   Tensor dst = Tensor::empty(Shape{a.size(0), b.size(1)}, {.device = a.device()});
@@ -110,12 +104,13 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
     NoGradGuard ng;
     if (recipe.scaling == Fp8Scaling::mxfp8) {
       const int blk = recipe.mx_block;
-      const Tensor qx = mx_rows(x2, recipe.dtype(Fp8Role::input), blk, false);
-      const Tensor qw = mx_rows(wf, recipe.dtype(Fp8Role::weight), blk, false);
+      const Tensor qx = mxfp8_rows(x2, recipe.dtype(Fp8Role::input), blk);
+      const Tensor qw = mxfp8_rows(wf, recipe.dtype(Fp8Role::weight), blk);
       y = gemm_f32(qx, qw.t());
-      // Column-wise copies for the backward GEMMs, quantized from the high-precision tensors.
-      if (need_dw) keep_x = mx_rows(x2, recipe.dtype(Fp8Role::input), blk, true);   // [K, M]
-      if (need_dx) keep_w = mx_rows(wf, recipe.dtype(Fp8Role::weight), blk, true);  // [K, N]
+      // Column-wise copies for the backward GEMMs, quantized from the high-precision tensors
+      // with the blocks along the dimension those GEMMs reduce over, in the tensors' own layout.
+      if (need_dw) keep_x = mxfp8_column_blocks(x2, recipe.dtype(Fp8Role::input), blk);   // [M, K]
+      if (need_dx) keep_w = mxfp8_column_blocks(wf, recipe.dtype(Fp8Role::weight), blk);  // [N, K]
     } else {
       const Fp8Quantized qx = quantize_role(x2, Fp8Role::input, meta);
       const Fp8Quantized qw = quantize_role(wf, Fp8Role::weight, meta);
@@ -152,12 +147,12 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
         const DType gdt = recipe.dtype(Fp8Role::grad_output);
         if (recipe.scaling == Fp8Scaling::mxfp8) {
           if (ctx.needs(0)) {  // dx [M, K] = g [M, N] @ w [N, K], blocks along N
-            const Tensor qg = mx_rows(g, gdt, recipe.mx_block, false);
-            ctx.grad_inputs[0] = mixp::detail::raw_reshape(gemm_f32(qg, keep_w.t()), x_shape);
+            const Tensor qg = mxfp8_rows(g, gdt, recipe.mx_block);
+            ctx.grad_inputs[0] = mixp::detail::raw_reshape(gemm_f32(qg, keep_w), x_shape);
           }
           if (ctx.needs(1)) {  // dw [N, K] = g^T [N, M] @ x [M, K], blocks along M
-            const Tensor qgt = mx_rows(g, gdt, recipe.mx_block, true);
-            ctx.grad_inputs[1] = gemm_f32(qgt, keep_x.t());
+            const Tensor qgc = mxfp8_column_blocks(g, gdt, recipe.mx_block);  // [M, N]
+            ctx.grad_inputs[1] = gemm_f32(qgc.t(), keep_x);
           }
           return;
         }

@@ -24,8 +24,8 @@ bool is_e5m2(DType fp8) {
 
 void check_sizes(size_t in, size_t out, const char* what) {
   if (in != out) {
-    throw std::invalid_argument(
-        fmt::format("{}: {} inputs but {} outputs; the spans must have equal sizes", what, in, out));
+    throw std::invalid_argument(fmt::format(
+        "{}: {} inputs but {} outputs; the spans must have equal sizes", what, in, out));
   }
 }
 
@@ -59,8 +59,7 @@ Tensor scale_cast(const Tensor& xf, DType fp8, float scale, float* amax) {
   const DType store = be.fp8_matmul() ? fp8 : DType::bf16;
   Tensor out = Tensor::empty(xf.shape(), {.dtype = store, .device = xf.device()});
   Tensor a = amax ? Tensor::empty({1}, {.dtype = DType::fp32, .device = xf.device()}) : Tensor();
-  be.quantize({.kind = QuantizeSpec::Kind::fp8_tensor, .format = fp8, .scale = scale},
-                           out, a, xf);
+  be.quantize({.kind = QuantizeSpec::Kind::fp8_tensor, .format = fp8, .scale = scale}, out, a, xf);
   if (amax) *amax = a.item<float>();
   return out;
 }
@@ -89,8 +88,8 @@ void mxfp8_quantize_to_bf16(std::span<const float> x, int64_t row_len, DType fp8
   const auto n = static_cast<int64_t>(x.size());
   if (n == 0) return;
   if (row_len < 1 || n % row_len != 0) {
-    throw std::invalid_argument(fmt::format(
-        "mxfp8_quantize_to_bf16: {} values do not split into rows of {}", n, row_len));
+    throw std::invalid_argument(
+        fmt::format("mxfp8_quantize_to_bf16: {} values do not split into rows of {}", n, row_len));
   }
   Tensor dst = host_bf16(out).view({n / row_len, row_len}), aux;
   backend().quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block}, dst, aux,
@@ -107,22 +106,25 @@ Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block) {
   return out;
 }
 
-Tensor mxfp8_columns(const Tensor& xf, DType fp8, int block) {
+Tensor mxfp8_column_blocks(const Tensor& xf, DType fp8, int block) {
   (void)is_e5m2(fp8);
   if (block < 1) throw std::invalid_argument("mxfp8_quantize: block must be >= 1");
-  if (xf.dim() != 2 || xf.dtype() != DType::fp32 || !xf.is_contiguous())
-    return mxfp8_rows(xf.t().contiguous(), fp8, block);
-  // The host backends (cpu, ref, and the guarded device's, which forwards to them) take the
-  // transposed view as fp8_mx's src: rows of a [C, R] view with unit stride along dim 0, the
-  // columns of xf (cpu_quantize.cpp quantizes its tiles into dst, ref copies it first). Other
-  // devices get the contiguous transpose, as before.
-  if (xf.device().kind == DeviceKind::cuda) return mxfp8_rows(xf.t().contiguous(), fp8, block);
-  Tensor out = Tensor::empty(Shape{xf.size(1), xf.size(0)},
-                             {.dtype = DType::bf16, .device = xf.device()}), aux;
-  if (xf.numel() == 0) return out;
-  backend_for(xf).quantize({.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block},
-                           out, aux, xf.t());
+  if (xf.dim() != 2) throw std::invalid_argument("mxfp8_column_blocks: expected a 2-D tensor");
+  // cuda quantizes rows only: the rows of the transpose, transposed back.
+  if (xf.device().kind == DeviceKind::cuda)
+    return mxfp8_rows(xf.t().contiguous(), fp8, block).t().contiguous();
+  const Tensor x = xf.is_contiguous() ? xf : xf.contiguous();
+  Tensor out = Tensor::empty(x.shape(), {.dtype = DType::bf16, .device = x.device()}), aux;
+  if (x.numel() == 0) return out;
+  backend_for(x).quantize(
+      {.kind = QuantizeSpec::Kind::fp8_mx, .format = fp8, .block = block, .along_columns = true},
+      out, aux, x);
   return out;
+}
+
+Tensor mxfp8_columns(const Tensor& xf, DType fp8, int block) {
+  if (xf.dim() != 2) return mxfp8_rows(xf.t().contiguous(), fp8, block);
+  return mxfp8_column_blocks(xf, fp8, block).t().contiguous();
 }
 
 Fp8Quantized fp8_quantize(const Tensor& x, DType fp8, float scale) {

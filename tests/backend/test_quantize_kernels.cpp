@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/fp8_kernels.h"
 #include "backend/kernel_compare.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/cpu_features.h"
@@ -17,8 +18,12 @@
 namespace mixp {
 namespace {
 
-Backend& ref() { return test::ref_backend(); }
-Backend& cpu() { return test::cpu_backend(); }
+Backend& ref() {
+  return test::ref_backend();
+}
+Backend& cpu() {
+  return test::cpu_backend();
+}
 
 // Values over many binades (subnormal fp8 up to beyond the fp8 maxima), signed zeros, ties of the
 // fp8 grids, and inf/NaN; above the cpu backend's parallel grain.
@@ -89,6 +94,46 @@ TEST(QuantizeKernels, MxBlocksMatchRef) {
       cpu().quantize(s, a, none, x);
       ref().quantize(s, b, none, x);
       expect_same(a, b);
+    }
+  }
+}
+
+// MX blocks down the columns (QuantizeSpec::along_columns, amp::mxfp8_column_blocks): every
+// tier's kernel, through the cpu backend and directly, against the ref backend (the rows of the
+// transpose through the reference quantizer): partial row blocks, column tails, a block above
+// the kernel's largest (the ref path), blocks whose scale clamps at 2^-127, NaN and inf.
+TEST(QuantizeKernels, MxColumnBlocksMatchRef) {
+  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{1000, 96}, {70, 37}, {33, 17}}) {
+    Tensor x = values({R, C}, 7);
+    {
+      std::vector<float> v = x.to_vector<float>();
+      for (int64_t r = 0; r < std::min<int64_t>(R, 40); ++r)  // column 3: fp32 subnormals
+        v[static_cast<size_t>(r * C + 3)] = std::ldexp(static_cast<float>(r + 1), -145);
+      x = from_vector(v, {R, C});
+    }
+    for (DType f : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+      for (int block : {32, 16, 300}) {
+        SCOPED_TRACE(::testing::Message() << R << "x" << C << " " << name(f) << " block " << block);
+        const QuantizeSpec s{
+            .kind = QuantizeSpec::Kind::fp8_mx, .format = f, .block = block, .along_columns = true};
+        Tensor a = Tensor::empty(x.shape(), {.dtype = DType::bf16}), b = a.clone(), none;
+        cpu().quantize(s, a, none, x);
+        ref().quantize(s, b, none, x);
+        expect_same(a, b);
+        if (block > cpu::fp8k::kMaxColumnBlock) continue;
+        for (const cpu::fp8k::Kernels* k :
+             {&cpu::fp8k::kernels_generic(), &cpu::fp8k::kernels_avx2(),
+              &cpu::fp8k::kernels_avx512()}) {
+          if ((k == &cpu::fp8k::kernels_avx512() && !cpu_features().use_avx512()) ||
+              (k == &cpu::fp8k::kernels_avx2() && !cpu_features().use_avx2()))
+            continue;
+          SCOPED_TRACE(k->tier);
+          Tensor c = Tensor::empty(x.shape(), {.dtype = DType::bf16});
+          k->mx_cast_bf16_columns(static_cast<const float*>(x.data_ptr()), R, C, C, block,
+                                  f == DType::fp8_e5m2, static_cast<uint16_t*>(c.data_ptr()));
+          expect_same(c, b);
+        }
+      }
     }
   }
 }

@@ -57,9 +57,13 @@ struct Fp8Quantized {
 // MXFP8 rows of xf (fp32, contiguous, blocks along its last dimension) as a new bf16 tensor on
 // its device (not recorded).
 Tensor mxfp8_rows(const Tensor& xf, DType fp8, int block);
-// MXFP8 columns of xf ([R, C] fp32, contiguous, blocks along dim 0) as the new bf16 [C, R]
-// tensor that mxfp8_rows gives for the contiguous transpose of xf (the same bits), without that
-// transposed copy on the host backends; not recorded.
+// MXFP8 columns of xf ([R, C] fp32, blocks along dim 0: `block` consecutive rows of a column)
+// as a new bf16 [R, C] tensor in xf's layout: the values mxfp8_rows gives for the rows of xf's
+// transpose (the same bits), without a transposed copy on the host backends; not recorded.
+// MXFP8's column-wise GEMM operands (amp/fp8_linear.cpp) are these, read as transposed views.
+Tensor mxfp8_column_blocks(const Tensor& xf, DType fp8, int block);
+// The [C, R] tensor mxfp8_rows gives for the contiguous transpose of xf: a bf16 transposed copy
+// of mxfp8_column_blocks; not recorded.
 Tensor mxfp8_columns(const Tensor& xf, DType fp8, int block);
 
 // Per-tensor quantization of any floating tensor (converted to fp32 first when it is not);

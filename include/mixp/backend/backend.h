@@ -160,6 +160,10 @@ struct QuantizeSpec {
   DType format = DType::fp8_e4m3;          // fp8_tensor, fp8_mx
   float scale = 1.0f;                      // fp8_tensor (finite, > 0)
   int block = 32;                          // fp8_mx
+  // fp8_mx: src is 2-D [R, C] and the blocks run down each column (dim 0: `block` consecutive
+  // rows of one column), dst [R, C]: the same values as quantizing the rows of src's transpose,
+  // in src's layout (MXFP8's column-wise operands without a transposed copy, amp/fp8_linear.cpp).
+  bool along_columns = false;
   std::span<const IntParams> params = {};  // int_fake
   int64_t channels = 1,
           inner = 0;  // int_fake: src is [numel / (channels * inner), channels, inner]

@@ -133,57 +133,34 @@ void CpuBackend::minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t cha
 }
 
 namespace {
-// fp8_mx on the transposed view src = x.t() of a contiguous x [R, C] (amp::mxfp8_columns): the
-// rows of src are the columns of x, cut into blocks along R. Tiles of `block` rows x 64 columns
-// of x are gathered into a buffer with each column's block contiguous, which the row kernel
-// quantizes (the blocks and their arithmetic are the row path's, so the bits are those of
-// quantizing the contiguous transpose), and whose rows go to dst [C, R]: one read of x and one
-// write of dst, instead of the transpose's fp32 copy and a second pass.
-void mx_columns(Tensor& dst, const Tensor& src, DType format, int block) {
-  const int64_t C = src.shape()[0], R = src.shape()[1];
+// fp8_mx with along_columns: src and dst [R, C] contiguous, blocks of `block` rows down each
+// column; tiles of one block of rows x 64 columns spread over the threads.
+void mx_along_columns(Tensor& dst, const Tensor& src, DType format, int block) {
+  const int64_t R = src.shape()[0], C = src.shape()[1];
   const bool e5m2 = e5m2_of(format);
   const auto& k = cpu::fp8k::kernels();
   constexpr int64_t kCols = 64;
   const int64_t row_tiles = (R + block - 1) / block, col_tiles = (C + kCols - 1) / kCols;
-  const float* x = static_cast<const float*>(src.data_ptr());  // x [R, C], row stride C
+  const float* x = static_cast<const float*>(src.data_ptr());
   auto* out = static_cast<uint16_t*>(dst.data_ptr());
-  // The tile's gather is a transpose: in registers on the avx512 tier (it was the largest part of
-  // this function's time as a scalar loop), the scalar loop elsewhere.
-  const bool avx512 = simd_tier() == SimdTier::avx512;
   cpu::parallel_for(row_tiles * col_tiles, R * C, [&](int64_t lo, int64_t hi) {
-    std::vector<float> buf(static_cast<size_t>(kCols * block));
-    std::vector<uint16_t> q(static_cast<size_t>(kCols * block));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t r0 = (u / col_tiles) * block, c0 = (u % col_tiles) * kCols;
       const int64_t nr = std::min<int64_t>(block, R - r0), nc = std::min(kCols, C - c0);
-      if (avx512) {
-        cpu::transpose_f32_avx512(buf.data(), nr, x + r0 * C + c0, C, nr, nc);
-      } else {
-        for (int64_t r = 0; r < nr; ++r) {
-          const float* xr = x + (r0 + r) * C + c0;
-          for (int64_t c = 0; c < nc; ++c) buf[static_cast<size_t>(c * nr + r)] = xr[c];
-        }
-      }
-      // nc rows of nr values: one block each (a partial one at the end of a column).
-      k.mx_cast_bf16(buf.data(), nc, nr, block, e5m2, q.data());
-      for (int64_t c = 0; c < nc; ++c) {
-        std::memcpy(out + (c0 + c) * R + r0, q.data() + c * nr,
-                    static_cast<size_t>(nr) * sizeof(uint16_t));
-      }
+      k.mx_cast_bf16_columns(x + r0 * C + c0, nr, nc, C, block, e5m2, out + r0 * C + c0);
     }
   });
-}
-// Whether src is the transposed view of a contiguous fp32 2-D tensor (and dst contiguous).
-bool transposed_2d(const Tensor& dst, const Tensor& src) {
-  return src.dim() == 2 && src.dtype() == DType::fp32 && src.shape()[0] > 1 &&
-         src.shape()[1] > 1 && src.strides()[1] == src.shape()[0] && src.strides()[0] == 1 &&
-         dst.is_contiguous();
 }
 }  // namespace
 
 void CpuBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) {
-  if (spec.kind == QuantizeSpec::Kind::fp8_mx && spec.block >= 1 && transposed_2d(dst, src))
-    return mx_columns(dst, src, spec.format, spec.block);
+  if (spec.kind == QuantizeSpec::Kind::fp8_mx && spec.along_columns) {
+    need_f32(src, "quantize", "src");
+    if (spec.block >= 1 && spec.block <= cpu::fp8k::kMaxColumnBlock && src.dim() == 2 &&
+        src.is_contiguous() && dst.is_contiguous() && dst.shape() == src.shape())
+      return mx_along_columns(dst, src, spec.format, spec.block);
+    return RefBackend::quantize(spec, dst, aux, src);
+  }
   need_f32(src, "quantize", "src");
   const float* x = src.data<float>();
   const int64_t n = src.numel();
@@ -260,8 +237,8 @@ void CpuBackend::mask_grad(Tensor& dsrc, const Tensor& ddst, const Tensor& mask)
 void CpuBackend::lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales,
                               Tensor& mask, const Tensor& src) {
   need_f32(src, "lowbit_codes", "src");
-  const bool weight = spec.kind != LowBitCodesSpec::Kind::act_int &&
-                      spec.kind != LowBitCodesSpec::Kind::act_sign;
+  const bool weight =
+      spec.kind != LowBitCodesSpec::Kind::act_int && spec.kind != LowBitCodesSpec::Kind::act_sign;
   const int64_t O = weight ? scales.numel() : 1, K = src.numel() / std::max<int64_t>(O, 1);
   cpu::lowbit_codes_loop(spec, src.data<float>(), O, K, codes.data<float>(),
                          weight ? scales.data<float>() : nullptr,

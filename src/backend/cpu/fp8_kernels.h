@@ -14,6 +14,8 @@
 
 namespace mixp::cpu::fp8k {
 
+inline constexpr int kMaxColumnBlock = 256;  // mx_cast_bf16_columns' largest block
+
 struct Kernels {
   const char* tier;
   // max |x[i]| over n values; NaN is ignored (as TE's fmaxf-based amax), inf counts.
@@ -26,6 +28,11 @@ struct Kernels {
   // conversion.
   void (*mx_cast_bf16)(const float* x, int64_t rows, int64_t row_len, int block, bool e5m2,
                        uint16_t* out);
+  // MX blocks down the columns: x [rows, cols] (row stride ld), blocks of `block` (at most
+  // kMaxColumnBlock) consecutive rows of each column (the last one partial); out [rows, cols] (row
+  // stride ld) = what mx_cast_bf16 gives for the rows of x's transpose, in x's layout.
+  void (*mx_cast_bf16_columns)(const float* x, int64_t rows, int64_t cols, int64_t ld, int block,
+                               bool e5m2, uint16_t* out);
   // y[i] = act(acc[i] * alpha + bias[i % n]) over rows x n (bias may be null; relu when `relu`).
   void (*epilogue)(float* y, const float* acc, int64_t rows, int64_t n, float alpha,
                    const float* bias, bool relu);

@@ -71,6 +71,8 @@ void CudaBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, c
     }
     case QuantizeSpec::Kind::fp8_mx: {
       const bool e5m2 = e5m2_of(spec.format, op);
+      if (spec.along_columns)  // amp::mxfp8_column_blocks quantizes the transpose's rows here
+        throw std::invalid_argument("quantize: MX blocks along columns are not a cuda kernel");
       need(op, dst, DType::bf16, "dst");
       if (spec.block <= 0)
         throw std::invalid_argument(fmt::format(

@@ -75,9 +75,24 @@ void RefBackend::minmax(Tensor& min, Tensor& max, const Tensor& src, int64_t cha
 }
 
 void RefBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, const Tensor& src) {
+  if (spec.kind == QuantizeSpec::Kind::fp8_mx && spec.along_columns) {
+    // Blocks down the columns of a 2-D src: the rows of its transpose, quantized, transposed back.
+    if (src.dim() != 2 || dst.shape() != src.shape())
+      throw std::invalid_argument(
+          "quantize: MX blocks along columns need a 2-D src and a dst of the same shape");
+    Tensor t = Tensor::empty(Shape{src.shape()[1], src.shape()[0]},
+                             {.dtype = DType::fp32, .device = src.device()});
+    copy(t, src.t());
+    Tensor q = Tensor::empty(t.shape(), {.dtype = dst.dtype(), .device = dst.device()});
+    QuantizeSpec rows = spec;
+    rows.along_columns = false;
+    quantize(rows, q, aux, t);
+    copy(dst, q.t());
+    return;
+  }
   if (spec.kind == QuantizeSpec::Kind::fp8_mx && src.defined() && !src.is_contiguous() &&
       src.dtype() == DType::fp32) {
-    // A strided src (amp::mxfp8_columns passes a transposed view): its rows, copied first.
+    // A strided src: its rows, copied first.
     Tensor c = Tensor::empty(src.shape(), {.dtype = DType::fp32, .device = src.device()});
     copy(c, src);
     return quantize(spec, dst, aux, c);
@@ -132,8 +147,8 @@ void RefBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, co
 void RefBackend::lowbit_codes(const LowBitCodesSpec& spec, Tensor& codes, Tensor& scales,
                               Tensor& mask, const Tensor& src) {
   const float* x = f32_in(src, "lowbit_codes");
-  const bool weight = spec.kind != LowBitCodesSpec::Kind::act_int &&
-                      spec.kind != LowBitCodesSpec::Kind::act_sign;
+  const bool weight =
+      spec.kind != LowBitCodesSpec::Kind::act_int && spec.kind != LowBitCodesSpec::Kind::act_sign;
   const int64_t O = weight ? scales.numel() : 1, K = src.numel() / std::max<int64_t>(O, 1);
   cpu::lowbit_codes_loop(spec, x, O, K, ptr<float>(codes), weight ? ptr<float>(scales) : nullptr,
                          mask.defined() ? ptr<uint8_t>(mask) : nullptr);
