@@ -1,6 +1,6 @@
-// fp32 transposes in AVX-512 registers, shared by the kernels that need a column-major view of a
-// row-major tile: the packed models' rescale (lowbit_rescale_avx512.cpp) and MXFP8's column-wise
-// blocks (cpu_quantize.cpp, mx_columns). Pure data movement: no value changes.
+// The 16 x 16 transpose of 32-bit lanes in AVX-512 registers, shared by the kernels that need a
+// column-major view of a row-major tile: the packed models' rescale (lowbit_rescale_avx512.cpp)
+// and the bf16 pair packing (bf16_pack_avx512.cpp). Pure data movement: no value changes.
 #pragma once
 #include <cstdint>
 
@@ -46,13 +46,3 @@ inline void transpose16_ps(__m512* r) {
 
 }  // namespace mixp::cpu
 #endif
-
-namespace mixp::cpu {
-
-// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: 16 x 16 blocks through
-// transpose16_ps (masked at the edges). Defined in transpose_f32_avx512.cpp; call only on the
-// avx512 tier (simd_tier(), mixp/format/cpu_features.h).
-void transpose_f32_avx512(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
-                          int64_t cols);
-
-}  // namespace mixp::cpu
