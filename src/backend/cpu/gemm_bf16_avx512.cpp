@@ -23,7 +23,8 @@ constexpr int kNV = 3;             // zmm columns of the register block
 constexpr int kNR = 16 * kNV;      // columns of a B panel
 constexpr int64_t kKcMax = 4096;   // elements of K per block (a B panel of up to 384 KiB: L2)
 constexpr int64_t kNc = 16 * kNR;  // columns per block of packed B (768)
-constexpr int64_t kMc = 256;       // rows per block of A (and of packed A)
+constexpr int64_t kMcMax = 256;      // rows per block of A (and of packed A), at most
+constexpr int64_t kABlockBytes = 384 << 10;  // a block of A: about a third of a 1 MiB L2
 constexpr int64_t kWholeA = int64_t{4} << 20;  // bytes of packed A per thread for one K block
 
 inline __m512bh as_bh(__m512i x) {
@@ -190,6 +191,9 @@ void gemm_bf16(const Bf16Gemm& g) {
     }
   }
   auto* bp = static_cast<uint32_t*>(gemm_bf16_scratch(0, static_cast<size_t>(kNc * kc_max) * 2));
+  // Rows per block of A: the block (rows x K block, bf16) stays in L2 next to a B panel while
+  // every panel of the column block sweeps it.
+  const int64_t kMc = std::clamp<int64_t>(kABlockBytes / (kc_max * 2) / kMR * kMR, 4 * kMR, kMcMax);
   const int nt =
       std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>((M + kMR - 1) / kMR)));
   // Rows per thread, in whole register blocks.
