@@ -35,21 +35,8 @@ Tensor operand(int64_t r, int64_t c, bool t, uint64_t seed, bool ints) {
   return t ? x.t() : x;
 }
 
-cpu::Bf16Gemm descriptor(const Tensor& a, const Tensor& b, const Tensor& dst) {
-  cpu::Bf16Gemm g;
-  g.m = a.shape()[0];
-  g.k = a.shape()[1];
-  g.n = b.shape()[1];
-  g.a = static_cast<const uint16_t*>(a.data_ptr());
-  g.a_rs = a.strides()[0];
-  g.a_cs = a.strides()[1];
-  g.b = static_cast<const uint16_t*>(b.data_ptr());
-  g.b_rs = b.strides()[0];
-  g.b_cs = b.strides()[1];
-  g.dst = dst.data_ptr();
-  g.ldd = dst.strides()[0];
-  g.dst_bf16 = dst.dtype() == DType::bf16;
-  return g;
+cpu::Bf16Gemm descriptor(const Tensor& a, const Tensor& b, Tensor dst) {
+  return cpu::describe_bf16_gemm(dst, a, b, Tensor(), false);
 }
 
 bool kernel_runs_here() {

@@ -52,25 +52,7 @@ void operand_desc(const Tensor& t, int rank, memory::dims& dims, memory::dims& s
 // 2.6 reaches 77-82% of the VDPBF16PS peak on them, the kernel 90% or more); false: not taken.
 bool own_bf16_gemm_run(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                        bool accumulate) {
-  cpu::Bf16Gemm g;
-  g.m = dst.shape()[0];
-  g.n = dst.shape()[1];
-  g.k = a.shape()[1];
-  g.a = static_cast<const uint16_t*>(a.data_ptr());
-  g.a_rs = a.strides()[0];
-  g.a_cs = a.strides()[1];
-  g.b = static_cast<const uint16_t*>(b.data_ptr());
-  g.b_rs = b.strides()[0];
-  g.b_cs = b.strides()[1];
-  g.dst = dst.data_ptr();
-  g.ldd = dst.strides()[0];
-  g.dst_bf16 = dst.dtype() == DType::bf16;
-  g.accumulate = accumulate;
-  if (bias.defined()) {
-    g.bias = bias.data_ptr();
-    g.bias_stride = bias.strides()[0];
-    g.bias_bf16 = bias.dtype() == DType::bf16;
-  }
+  const cpu::Bf16Gemm g = cpu::describe_bf16_gemm(dst, a, b, bias, accumulate);
   if (!cpu::own_bf16_gemm(g)) return false;
   cpu::gemm_bf16(g);
   return true;

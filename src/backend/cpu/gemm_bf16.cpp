@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_bf16.h"
 #include "mixp/format/cpu_features.h"
+#include "mixp/tensor/tensor.h"
 
 namespace mixp::cpu {
 namespace {
@@ -49,6 +50,30 @@ void* gemm_bf16_scratch(int slot, size_t bytes) {
     b.size = bytes;
   }
   return b.data.get();
+}
+
+Bf16Gemm describe_bf16_gemm(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+                            bool accumulate) {
+  Bf16Gemm g;
+  g.m = dst.shape()[0];
+  g.n = dst.shape()[1];
+  g.k = a.shape()[1];
+  g.a = static_cast<const uint16_t*>(a.data_ptr());
+  g.a_rs = a.strides()[0];
+  g.a_cs = a.strides()[1];
+  g.b = static_cast<const uint16_t*>(b.data_ptr());
+  g.b_rs = b.strides()[0];
+  g.b_cs = b.strides()[1];
+  g.dst = dst.data_ptr();
+  g.ldd = dst.strides()[0];
+  g.dst_bf16 = dst.dtype() == DType::bf16;
+  g.accumulate = accumulate;
+  if (bias.defined()) {
+    g.bias = bias.data_ptr();
+    g.bias_stride = bias.strides()[0];
+    g.bias_bf16 = bias.dtype() == DType::bf16;
+  }
+  return g;
 }
 
 bool own_bf16_gemm(const Bf16Gemm& g) {

@@ -16,6 +16,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace mixp {
+class Tensor;
+}
+
 namespace mixp::cpu {
 
 struct Bf16Gemm {
@@ -35,6 +39,12 @@ struct Bf16Gemm {
   int64_t bias_stride = 1;
   bool bias_bf16 = false;
 };
+
+// The GEMM dst = a . b (+ bias) (+ dst when accumulate) of rank-2 tensors (bf16 a and b, dst and
+// bias fp32 or bf16; bias may be undefined). Defined in gemm_bf16.cpp (Tensor stays out of the
+// AVX-512 object).
+Bf16Gemm describe_bf16_gemm(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
+                            bool accumulate);
 
 // Whether this GEMM runs mixp's kernel: the CPU has AVX512_BF16 and no AMX-BF16, MIXP_CPU_GEMM
 // is not "onednn", K is even, the operands' layouts are as above and the problem is large enough
