@@ -144,6 +144,26 @@ TEST_F(GemmBf16, SeveralKBlocksAccumulateInFp32) {
   }
 }
 
+// Column slices (gemm_bf16_columns: a wide bf16 dst over several K blocks) give the same bits as
+// one GEMM, with either bias dtype and either layout of B.
+TEST_F(GemmBf16, ColumnSlicesGiveTheSameBits) {
+  NoGradGuard ng;
+  for (int bias_kind : {1, 2}) {
+    for (bool b_t : {false, true}) {
+      const int64_t m = 64, n = 800, k = 4098;
+      const Tensor a = operand(m, k, true, 51, false), b = operand(k, n, b_t, 52, false);
+      Tensor bias = values({2 * n}, 53, false);
+      bias = bias_kind == 1 ? bias.slice(0, 0, n).to(DType::fp32, Round::nearest_even)
+                            : bias.slice(0, 0, 2 * n, 2);
+      Tensor whole = Tensor::empty({m, n}, {.dtype = DType::bf16}), sliced = whole.clone();
+      cpu::gemm_bf16(cpu::describe_bf16_gemm(whole, a, b, bias, false));
+      cpu::gemm_bf16_columns(cpu::describe_bf16_gemm(sliced, a, b, bias, false), 768);
+      EXPECT_EQ(std::memcmp(whole.data_ptr(), sliced.data_ptr(), static_cast<size_t>(m * n) * 2), 0)
+          << "bias " << bias_kind << " b_t " << b_t;
+    }
+  }
+}
+
 // The threads split the rows; no output's sum depends on how many there are.
 TEST_F(GemmBf16, OneAndTwoThreadsGiveTheSameBits) {
   const int before = get_num_threads();

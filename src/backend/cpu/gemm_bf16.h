@@ -58,5 +58,8 @@ void* gemm_bf16_scratch(int slot, size_t bytes);
 
 // Runs it on the OpenMP threads (omp_get_max_threads()). Requires own_bf16_gemm(g).
 void gemm_bf16(const Bf16Gemm& g);
+// The same, as slices of `cols` columns (one GEMM each): what gemm_bf16 does for a bf16 dst over
+// several K blocks when the fp32 partial sums of all the columns would be large; for tests.
+void gemm_bf16_columns(const Bf16Gemm& g, int64_t cols);
 
 }  // namespace mixp::cpu

@@ -23,9 +23,10 @@ constexpr int kNV = 3;             // zmm columns of the register block
 constexpr int kNR = 16 * kNV;      // columns of a B panel
 constexpr int64_t kKcMax = 4096;   // elements of K per block (a B panel of up to 384 KiB: L2)
 constexpr int64_t kNc = 16 * kNR;  // columns per block of packed B (768)
-constexpr int64_t kMcMax = 256;      // rows per block of A (and of packed A), at most
-constexpr int64_t kABlockBytes = 384 << 10;  // a block of A: about a third of a 1 MiB L2
-constexpr int64_t kWholeA = int64_t{4} << 20;  // bytes of packed A per thread for one K block
+constexpr int64_t kMcMax = 256;    // rows per block of A (and of packed A), at most
+constexpr int64_t kABlockBytes = 384 << 10;          // a block of A: about a third of a 1 MiB L2
+constexpr int64_t kWholeA = int64_t{4} << 20;        // bytes of packed A per thread for one K block
+constexpr int64_t kPartialBytes = int64_t{8} << 20;  // fp32 partial sums per thread, at most
 
 inline __m512bh as_bh(__m512i x) {
   return reinterpret_cast<__m512bh&>(x);
@@ -173,7 +174,8 @@ void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, i
 
 }  // namespace
 
-void gemm_bf16(const Bf16Gemm& g) {
+namespace {
+void run(const Bf16Gemm& g) {
   const int64_t M = g.m, N = g.n, K = g.k;
   const int64_t kblocks = (K + kKcMax - 1) / kKcMax;
   const int64_t kc_max = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;  // even, blocks balanced
@@ -277,6 +279,33 @@ void gemm_bf16(const Bf16Gemm& g) {
       }
     }
   }
+}
+}  // namespace
+
+void gemm_bf16_columns(const Bf16Gemm& g, int64_t cols) {
+  for (int64_t j0 = 0; j0 < g.n; j0 += cols) {
+    Bf16Gemm s = g;
+    s.n = std::min(cols, g.n - j0);
+    s.b = g.b + j0 * g.b_cs;
+    s.dst = g.dst_bf16 ? static_cast<void*>(static_cast<uint16_t*>(g.dst) + j0)
+                       : static_cast<void*>(static_cast<float*>(g.dst) + j0);
+    if (g.bias)
+      s.bias =
+          g.bias_bf16
+              ? static_cast<const void*>(static_cast<const uint16_t*>(g.bias) + j0 * g.bias_stride)
+              : static_cast<const void*>(static_cast<const float*>(g.bias) + j0 * g.bias_stride);
+    run(s);
+  }
+}
+
+void gemm_bf16(const Bf16Gemm& g) {
+  // A bf16 dst over several K blocks keeps fp32 partial sums for a thread's rows x N; where that
+  // would pass kPartialBytes (a wide output with K > kKcMax) the columns go in slices.
+  const int64_t kblocks = (g.k + kKcMax - 1) / kKcMax;
+  const int64_t rows = (g.m + omp_get_max_threads() - 1) / omp_get_max_threads() + kMR;
+  const int64_t cols = std::max(kNc, kPartialBytes / (rows * 4) / kNc * kNc);
+  if (!g.dst_bf16 || kblocks == 1 || g.n <= cols) return run(g);
+  gemm_bf16_columns(g, cols);
 }
 
 }  // namespace mixp::cpu
