@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "common/cli_runner.h"
+
 namespace {
 
 struct CliRun {
@@ -127,6 +129,22 @@ TEST(BenchGemmCli, UsageErrors) {
   r = mixp("bench gemm --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--dtypes"), std::string::npos);
+}
+
+// MIXP_CPU_GEMM picks who runs the bf16 GEMMs (src/backend/cpu/gemm_bf16.h): "onednn" runs, a
+// misspelling is an error that names the variable and the values it takes.
+TEST(BenchGemmCli, CpuGemmVariable) {
+  using mixp::test::run_cli;
+  const auto ok =
+      run_cli("bench gemm --n 512 --dtypes bf16 --repeat 1 --json", {{"MIXP_CPU_GEMM", "onednn"}});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.json()["results"][0]["implementation"].get<std::string>().rfind("mixp:", 0),
+            std::string::npos);  // oneDNN's name, not mixp's kernel
+  const auto bad =
+      run_cli("bench gemm --n 512 --dtypes bf16 --repeat 1", {{"MIXP_CPU_GEMM", "onednnn"}});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("MIXP_CPU_GEMM"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("'onednn'"), std::string::npos) << bad.err;
 }
 
 }  // namespace

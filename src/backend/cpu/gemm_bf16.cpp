@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "backend/cpu/cpu_bf16.h"
 #include "mixp/format/cpu_features.h"
@@ -16,11 +18,16 @@ namespace mixp::cpu {
 namespace {
 
 // MIXP_CPU_GEMM=onednn sends every bf16 GEMM to oneDNN (to compare the two, or to rule this
-// kernel out); unset or "auto": mixp's kernel where own_bf16_gemm says so.
+// kernel out); unset or "auto": mixp's kernel where own_bf16_gemm says so; anything else is an
+// error (std::invalid_argument, at the first bf16 GEMM).
 bool kernel_enabled() {
   static const bool on = [] {
     const CpuFeatures& f = cpu_features();
     const char* e = std::getenv("MIXP_CPU_GEMM");
+    if (e && *e && std::strcmp(e, "onednn") != 0 && std::strcmp(e, "auto") != 0)
+      throw std::invalid_argument(
+          std::string("MIXP_CPU_GEMM must be 'onednn' (every GEMM on ") +
+          "oneDNN) or 'auto' (mixp's bf16 kernel where it is faster); got '" + e + "'");
     const bool forced_off = e && std::strcmp(e, "onednn") == 0;
     return !forced_off && simd_tier() == SimdTier::avx512 && f.avx512_bf16 && !f.amx_bf16 &&
            native_bf16();
