@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/bf16_pack.h"
 #include "backend/cpu/gemm_bf16.h"
@@ -96,37 +97,18 @@ void micro(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const O
 
 using MicroFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, const Out&, __mmask16);
 
-template <int NV, bool IP>
-MicroFn micro_rows(int64_t mr) {
-  switch (mr) {
-    case 1:
-      return &micro<1, NV, IP>;
-    case 2:
-      return &micro<2, NV, IP>;
-    case 3:
-      return &micro<3, NV, IP>;
-    case 4:
-      return &micro<4, NV, IP>;
-    case 5:
-      return &micro<5, NV, IP>;
-    case 6:
-      return &micro<6, NV, IP>;
-    case 7:
-      return &micro<7, NV, IP>;
-    default:
-      return &micro<8, NV, IP>;
-  }
+// The register block for mr rows (1..8) and nv vectors (1..3): the ragged edges of M and N.
+template <int NV, bool IP, size_t... R>
+MicroFn micro_rows(int64_t mr, std::index_sequence<R...>) {
+  static constexpr MicroFn table[] = {&micro<static_cast<int>(R) + 1, NV, IP>...};
+  return table[std::clamp<int64_t>(mr, 1, kMR) - 1];
 }
 template <bool IP>
 MicroFn micro_for(int64_t mr, int64_t nv) {
-  switch (nv) {
-    case 1:
-      return micro_rows<1, IP>(mr);
-    case 2:
-      return micro_rows<2, IP>(mr);
-    default:
-      return micro_rows<3, IP>(mr);
-  }
+  constexpr auto rows = std::make_index_sequence<kMR>{};
+  return nv == 1   ? micro_rows<1, IP>(mr, rows)
+         : nv == 2 ? micro_rows<2, IP>(mr, rows)
+                   : micro_rows<3, IP>(mr, rows);
 }
 
 // Packs B rows [k0, k0 + kc) x columns [n0, n0 + nc) (nc <= kNR) as one panel of pairs.
