@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "gpt2/gpt2_fixture.h"
 #include "mixp/amp/autocast.h"
@@ -21,15 +22,25 @@
 namespace mixp::test {
 namespace {
 
-constexpr int64_t kVocab = 100, kContext = 32, kWidth = 64, kLayers = 2, kHeads = 2;
+// The model both sides build; `extra` goes to gpt2_reference.py as it is (batch, seq, seed,
+// --prefix).
+struct Config {
+  int64_t vocab = 100, context = 32, width = 64, layers = 2, heads = 2;
+  std::string extra;
+  std::string args() const {
+    return "--vocab " + std::to_string(vocab) + " --context " + std::to_string(context) +
+           " --width " + std::to_string(width) + " --layers " + std::to_string(layers) +
+           " --heads " + std::to_string(heads) + " " + extra;
+  }
+};
 
-std::shared_ptr<nn::Gpt> tiny_gpt2() {
+std::shared_ptr<nn::Gpt> make_gpt2(const Config& k) {
   nn::ModelConfig c{.name = "gpt2",
-                    .width = kWidth,
-                    .layers = kLayers,
-                    .heads = kHeads,
-                    .context = kContext,
-                    .vocab = kVocab,
+                    .width = k.width,
+                    .layers = k.layers,
+                    .heads = k.heads,
+                    .context = k.context,
+                    .vocab = k.vocab,
                     .seed = 7};
   return std::dynamic_pointer_cast<nn::Gpt>(nn::make_model(c));
 }
@@ -53,13 +64,13 @@ Tensor loss_of(nn::Gpt& model, const Tensor& x, const Tensor& y) {
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
 }
 
-void check_against_torch(const std::string& args) {
+void check_against_torch(const Config& k) {
   TempDir dir;
-  const std::string why = make_torch_fixture(dir.path(), args);
+  const std::string why = make_torch_fixture(dir.path(), k.args());
   if (!why.empty()) GTEST_SKIP() << "PyTorch reference not generated: " << why;
   const SafeTensorsFile ref = read_safetensors(dir / "reference.safetensors");
-  auto model = tiny_gpt2();
-  nn::load_gpt2_weights(*model, nn::read_gpt2_weights(dir / "model.safetensors", kHeads),
+  auto model = make_gpt2(k);
+  nn::load_gpt2_weights(*model, nn::read_gpt2_weights(dir / "model.safetensors", k.heads),
                         "model.safetensors");
   const Tensor x = tensor_of(*ref.find("x")), y = tensor_of(*ref.find("y"));
 
@@ -74,16 +85,16 @@ void check_against_torch(const std::string& args) {
     ASSERT_TRUE(p.grad().defined()) << name;
     Tensor mine = p.grad();
     if (name == "tok_emb.weight") {
-      // The padded rows (vocab..127) get no gradient: no token and no used logit touches them.
-      EXPECT_EQ(
-          max_abs_diff(mine.slice(0, kVocab, mine.size(0)), zeros({mine.size(0) - kVocab, kWidth})),
-          0.0);
-      mine = mine.slice(0, 0, kVocab);
+      // The padded rows (vocab..) get no gradient: no token and no used logit touches them.
+      EXPECT_EQ(max_abs_diff(mine.slice(0, k.vocab, mine.size(0)),
+                             zeros({mine.size(0) - k.vocab, k.width})),
+                0.0);
+      mine = mine.slice(0, 0, k.vocab);
     }
     EXPECT_LE(max_abs_diff(mine, tensor_of(*g)), 1e-4) << "gradient of " << name;
     ++checked;
   }
-  EXPECT_EQ(checked, 2 + 12 * kLayers + 2);
+  EXPECT_EQ(checked, 2 + 12 * k.layers + 2);
 
   NoGradGuard no_grad;
   amp::Autocast autocast(DType::bf16);
@@ -93,13 +104,23 @@ void check_against_torch(const std::string& args) {
 }
 
 TEST(Gpt2VsTorch, FromHuggingFaceLayout) {
-  check_against_torch("--vocab 100 --context 32 --width 64 --layers 2 --heads 2 --seq 16");
+  check_against_torch({.extra = "--seq 16"});
 }
 
 TEST(Gpt2VsTorch, FromHuggingFaceLayoutWithTransformerPrefix) {
-  check_against_torch(
-      "--vocab 100 --context 32 --width 64 --layers 2 --heads 2 --seq 32 --batch 3 --seed 5 "
-      "--prefix");
+  check_against_torch({.extra = "--seq 32 --batch 3 --seed 5 --prefix"});
+}
+
+// 512 tokens of width 256: under bf16 autocast the forward GEMMs are large enough for mixp's own
+// bf16 kernel on CPUs that run it (src/backend/cpu/gemm_bf16.h), so the bf16 loss checks it
+// against PyTorch's autocast (oneDNN there).
+TEST(Gpt2VsTorch, Bf16LossAtSizesOfTheOwnGemm) {
+  check_against_torch({.vocab = 1000,
+                       .context = 128,
+                       .width = 256,
+                       .layers = 1,
+                       .heads = 4,
+                       .extra = "--seq 128 --batch 4 --seed 9"});
 }
 
 }  // namespace
