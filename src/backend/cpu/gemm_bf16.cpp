@@ -45,15 +45,20 @@ bool a_layout(const Bf16Gemm& g) {
 }  // namespace
 
 void* gemm_bf16_scratch(int slot, size_t bytes) {
+  // 64-byte aligned blocks from the aligned operator new, freed by its matching delete.
+  struct Free {
+    void operator()(void* p) const { ::operator delete (p, std::align_val_t{64}); }
+  };
   struct Buffer {
-    std::unique_ptr<std::byte[]> data;
+    std::unique_ptr<void, Free> data;
     size_t size = 0;
   };
   static thread_local Buffer buffers[4];
   Buffer& b = buffers[slot];
   if (b.size < bytes) {
     b.data.reset();  // free first: the old and the new buffer need not coexist
-    b.data.reset(new (std::align_val_t{64}) std::byte[bytes]);
+    b.size = 0;      // (and a failed allocation leaves an empty buffer, not a stale size)
+    b.data.reset(::operator new (bytes, std::align_val_t{64}));
     b.size = bytes;
   }
   return b.data.get();
@@ -81,6 +86,18 @@ Bf16Gemm describe_bf16_gemm(Tensor& dst, const Tensor& a, const Tensor& b, const
     g.bias_bf16 = bias.dtype() == DType::bf16;
   }
   return g;
+}
+
+void* gemm_bf16_scratch_or_null(int slot, size_t bytes) noexcept {
+  try {
+    return gemm_bf16_scratch(slot, bytes);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
+void gemm_bf16_out_of_memory() {
+  throw std::bad_alloc();
 }
 
 bool own_bf16_gemm(const Bf16Gemm& g) {

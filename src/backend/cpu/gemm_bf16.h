@@ -55,6 +55,10 @@ bool own_bf16_gemm(const Bf16Gemm& g);
 // it grows and is kept for the thread's life. Defined in gemm_bf16.cpp: the AVX-512 object may
 // not define weak symbols (tests/arch_objects), which std::vector's members would be.
 void* gemm_bf16_scratch(int slot, size_t bytes);
+// The same, nullptr where the allocation fails (inside the kernel's parallel region, where an
+// exception may not escape); gemm_bf16_out_of_memory throws std::bad_alloc after it.
+void* gemm_bf16_scratch_or_null(int slot, size_t bytes) noexcept;
+[[noreturn]] void gemm_bf16_out_of_memory();
 
 // Runs it on the OpenMP threads (omp_get_max_threads()). Requires own_bf16_gemm(g).
 void gemm_bf16(const Bf16Gemm& g);

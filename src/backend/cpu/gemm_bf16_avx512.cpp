@@ -182,6 +182,7 @@ void run(const Bf16Gemm& g) {
       std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>((M + kMR - 1) / kMR)));
   // Rows per thread, in whole register blocks.
   const int64_t mblocks = (M + kMR - 1) / kMR;
+  int out_of_memory = 0;
 
 #pragma omp parallel num_threads(nt)
   {
@@ -196,14 +197,25 @@ void run(const Bf16Gemm& g) {
     // bench/bench_gemm_bf16_shapes.cpp); a column-major A is packed.
     const bool inplace = g.a_cs == 1;
     const bool whole = !inplace && rows_p * kc_max * 2 <= kWholeA;
+    // This thread's scratch (its own buffers: thread_local in gemm_bf16_scratch). An allocation
+    // that fails must not throw out of the parallel region (std::terminate): every thread
+    // learns of it at the barrier, skips the work, and the calling thread throws after it.
     auto* ap = static_cast<uint32_t*>(
-        gemm_bf16_scratch(1, static_cast<size_t>((whole ? rows_p : kMc) * kc_max) * 2));
+        gemm_bf16_scratch_or_null(1, static_cast<size_t>((whole ? rows_p : kMc) * kc_max) * 2));
     // fp32 partial sums of a bf16 dst over K blocks: this thread's rows x N.
-    float* pt = g.dst_bf16 && kblocks > 1
-                    ? static_cast<float*>(gemm_bf16_scratch(
-                          2, static_cast<size_t>(std::max<int64_t>(rows, 1) * N) * 4))
-                    : nullptr;
-    for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+    float* pt = nullptr;
+    if (g.dst_bf16 && kblocks > 1)
+      pt = static_cast<float*>(
+          gemm_bf16_scratch_or_null(2, static_cast<size_t>(std::max<int64_t>(rows, 1) * N) * 4));
+    if (!ap || (g.dst_bf16 && kblocks > 1 && !pt)) {
+#pragma omp atomic write
+      out_of_memory = 1;
+    }
+#pragma omp barrier
+    int failed;
+#pragma omp atomic read
+    failed = out_of_memory;
+    for (int64_t k0 = 0; failed == 0 && k0 < K; k0 += kc_max) {
       const int64_t kc = std::min(kc_max, K - k0), k2 = kc / 2;
       const bool first = k0 == 0, last = k0 + kc >= K;
       if (whole && rows > 0) pack_a_panels(ap, g, m_lo, rows, k0, kc);
@@ -261,6 +273,7 @@ void run(const Bf16Gemm& g) {
       }
     }
   }
+  if (out_of_memory) gemm_bf16_out_of_memory();
 }
 }  // namespace
 
