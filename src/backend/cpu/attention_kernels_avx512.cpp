@@ -6,35 +6,18 @@
 #include <cstring>
 
 #include "attention_kernels.h"
+#include "backend/cpu/vdpbf16_block.h"
 
 namespace mixp::cpu::attn {
 namespace {
-inline __m512bh as_bh(__m512i x) {
-  return reinterpret_cast<__m512bh&>(x);
-}
 
 // An MR x (16 NV) block of C: MR * NV accumulators, the pairs of K in order.
 template <int MR, int NV>
 void micro(float* c, int64_t ldc, const uint32_t* a, int64_t am, int64_t ak, const uint32_t* b,
            int64_t ldb, int64_t k2) {
-  // Every loop over the block fully unrolled: otherwise GCC keeps the accumulators on the stack
-  // (zeroed and stored there on every call, a large part of a call at D = 64).
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t kp = 0; kp < k2; ++kp) {
-    __m512i bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + kp * ldb + 16 * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * am + kp * ak]));
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], as_bh(av), as_bh(bv[v]));
-    }
-  }
+  vdpbf16_block(
+      acc, [&](int r, int64_t kp) { return a[r * am + kp * ak]; }, b, ldb, k2);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4

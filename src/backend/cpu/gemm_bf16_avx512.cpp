@@ -15,6 +15,7 @@
 
 #include "backend/cpu/bf16_pack.h"
 #include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/vdpbf16_block.h"
 
 namespace mixp::cpu {
 namespace {
@@ -28,10 +29,6 @@ constexpr int64_t kMcMax = 256;    // rows per block of A (and of packed A), at 
 constexpr int64_t kABlockBytes = 384 << 10;          // a block of A: about a third of a 1 MiB L2
 constexpr int64_t kWholeA = int64_t{4} << 20;        // bytes of packed A per thread for one K block
 constexpr int64_t kPartialBytes = int64_t{8} << 20;  // fp32 partial sums per thread, at most
-
-inline __m512bh as_bh(__m512i x) {
-  return reinterpret_cast<__m512bh&>(x);
-}
 
 // Where a register block's results go. c32: fp32 partial sums or the fp32 dst (row stride
 // ldc32); add_c32: add what is there first. On the last K block with c16 set, the result
@@ -55,19 +52,12 @@ template <int MR, int NV, bool INPLACE>
 void micro(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const Out& o,
            __mmask16 last_mask) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t kp = 0; kp < k2; ++kp) {
-    __m512i bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + kp * kNR + 16 * v);
-    for (int r = 0; r < MR; ++r) {
-      const __m512i av =
-          _mm512_set1_epi32(static_cast<int>(INPLACE ? a[r * as + kp] : a[kp * kMR + r]));
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], as_bh(av), as_bh(bv[v]));
-    }
-  }
+  if constexpr (INPLACE)
+    vdpbf16_block(
+        acc, [&](int r, int64_t kp) { return a[r * as + kp]; }, b, kNR, k2);
+  else
+    vdpbf16_block(
+        acc, [&](int r, int64_t kp) { return a[kp * kMR + r]; }, b, kNR, k2);
   // The epilogue fully unrolled with its choices hoisted, so that the accumulators stay in
   // registers (a runtime row loop made GCC keep them on the stack: 8% of a K = 768 call).
   const bool add32 = o.add_c32, bias = o.last && o.bias != nullptr;
