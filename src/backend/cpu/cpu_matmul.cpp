@@ -48,8 +48,9 @@ void operand_desc(const Tensor& t, int rank, memory::dims& dims, memory::dims& s
     strides = {sb, sr, sc};
   }
 }
-// Rank-2 bf16 GEMMs on CPUs with AVX512_BF16 and no AMX run mixp's kernel (gemm_bf16.h: oneDNN
-// 2.6 reaches 77-82% of the VDPBF16PS peak on them, the kernel 90% or more); false: not taken.
+// Rank-2 bf16 GEMMs on CPUs with AVX512_BF16 and no AMX run mixp's kernel where
+// cpu::own_bf16_gemm takes them (gemm_bf16.h: 1.07-1.18x oneDNN 2.6 on GPT-2's shapes);
+// false: not taken.
 bool own_bf16_gemm_run(Tensor& dst, const Tensor& a, const Tensor& b, const Tensor& bias,
                        bool accumulate) {
   const cpu::Bf16Gemm g = cpu::describe_bf16_gemm(dst, a, b, bias, accumulate);

@@ -90,13 +90,6 @@ void RefBackend::quantize(const QuantizeSpec& spec, Tensor& dst, Tensor& aux, co
     copy(dst, q.t());
     return;
   }
-  if (spec.kind == QuantizeSpec::Kind::fp8_mx && src.defined() && !src.is_contiguous() &&
-      src.dtype() == DType::fp32) {
-    // A strided src: its rows, copied first.
-    Tensor c = Tensor::empty(src.shape(), {.dtype = DType::fp32, .device = src.device()});
-    copy(c, src);
-    return quantize(spec, dst, aux, c);
-  }
   const float* x = f32_in(src, "quantize");
   const int64_t n = src.numel();
   switch (spec.kind) {
