@@ -7,14 +7,10 @@
 
 #include "backend/cpu/bf16_pack.h"
 #include "backend/cpu/transpose_f32.h"
+#include "backend/cpu/vdpbf16_block.h"
 
 namespace mixp::cpu {
 namespace {
-// GCC 12's unmasked forms pass _mm512_undefined_epi32() as the merge source, which -Wall reports
-// as uninitialized (sum_squares_avx512.cpp); the zero-masked forms compile to the same code.
-inline __m512i widen16(__m256i x) {
-  return _mm512_maskz_cvtepu16_epi32(0xFFFF, x);
-}
 // 32-bit lanes through the fp32 transpose (transpose_f32.h): a pair is moved as one lane.
 inline void transpose16_epi32(__m512i x[16]) {
   __m512 r[16];
@@ -69,11 +65,7 @@ void pack_rows_avx512(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t l
       const __mmask16 m = left >= 16  ? __mmask16(0xFFFF)
                           : left <= 0 ? __mmask16(0)
                                       : __mmask16((1u << left) - 1);
-      const __m512i l = widen16(_mm256_maskz_loadu_epi16(m, lo + c0));
-      const __m512i h =
-          hi ? _mm512_maskz_slli_epi32(0xFFFF, widen16(_mm256_maskz_loadu_epi16(m, hi + c0)), 16)
-             : _mm512_setzero_si512();
-      _mm512_storeu_si512(out + c0, _mm512_or_si512(l, h));
+      _mm512_storeu_si512(out + c0, pair_rows_x16(lo + c0, hi ? hi + c0 : nullptr, m));
     }
   }
 }

@@ -126,13 +126,7 @@ void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, i
         const int64_t left = rows - c0 - 16 * h;
         if (left <= 0) break;
         const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-        const __m512i l =
-            _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, r0 + 16 * h));
-        const __m512i u = _mm512_maskz_slli_epi32(
-            0xFFFF,
-            _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, r0 + g.a_cs + 16 * h)),
-            16);
-        const __m512i x = _mm512_or_si512(l, u);
+        const __m512i x = pair_rows_x16(r0 + 16 * h, r0 + g.a_cs + 16 * h, m);
         uint32_t* p0 = panel + (2 * h) * k2 * kMR + kp * kMR;
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p0),
                             _mm512_maskz_extracti64x4_epi64(0xF, x, 0));
@@ -144,9 +138,6 @@ void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, i
   }
 }
 
-}  // namespace
-
-namespace {
 void run(const Bf16Gemm& g) {
   const int64_t M = g.m, N = g.n, K = g.k;
   const int64_t kblocks = (K + kKcMax - 1) / kKcMax;

@@ -1,6 +1,7 @@
-// The VDPBF16PS register block the cpu backend's two bf16 GEMMs share (internal; AVX-512 objects
-// only): the per-head attention's (attention_kernels_avx512.cpp) and the bf16 GEMM's
-// (gemm_bf16_avx512.cpp). Pairs of K are 32-bit lanes, the low half the even element
+// The VDPBF16PS register block the cpu backend's two bf16 GEMMs share, and the row-pair step of
+// their packings (internal; AVX-512 objects only): the per-head attention's
+// (attention_kernels_avx512.cpp), the bf16 GEMM's (gemm_bf16_avx512.cpp) and the packings
+// (bf16_pack_avx512.cpp). Pairs of K are 32-bit lanes, the low half the even element
 // (bf16_pack.h).
 #pragma once
 #include <immintrin.h>
@@ -14,6 +15,16 @@ namespace {
 
 inline __m512bh as_bh(__m512i x) {
   return reinterpret_cast<__m512bh&>(x);
+}
+
+// The pairs of 16 columns of two bf16 rows (`lo` the even row, `hi` the odd one or nullptr for
+// zeros; columns outside `m` zero), one per 32-bit lane, the low half from `lo`: VDPBF16PS's
+// operand layout when K runs down the rows (the zero-masked forms: see transpose_f32.h).
+inline __m512i pair_rows_x16(const uint16_t* lo, const uint16_t* hi, __mmask16 m) {
+  const __m512i l = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, lo));
+  if (!hi) return l;
+  const __m512i h = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, hi));
+  return _mm512_or_si512(l, _mm512_maskz_slli_epi32(0xFFFF, h, 16));
 }
 
 // acc[r][v] = the sum over kp < k2, in order, of pair(r, kp) . b[kp * ldb + 16 v ..+15]: one
