@@ -18,7 +18,6 @@
 #include "backend/cpu/fp8_kernels.h"
 #include "backend/cpu/lowbit_codes_kernel.h"
 #include "backend/cpu/qkernels.h"
-#include "backend/cpu/transpose_f32.h"
 #include "mixp/format/cpu_features.h"
 
 namespace mixp {
