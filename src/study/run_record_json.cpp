@@ -16,7 +16,7 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 // Every key this file reads or writes; anything else goes to RunRecord::extra_json.
-constexpr std::array<std::string_view, 25> kKnownKeys = {"model",
+constexpr std::array<std::string_view, 27> kKnownKeys = {"model",
                                                          "precision",
                                                          "steps",
                                                          "skipped_steps",
@@ -33,6 +33,8 @@ constexpr std::array<std::string_view, 25> kKnownKeys = {"model",
                                                          "energy_source",
                                                          "seed",
                                                          "diverged",
+                                                         "trained",
+                                                         "not_trained",
                                                          "diverged_at_step",
                                                          "error",
                                                          "loss_curve",
@@ -212,6 +214,9 @@ RunRecord run_record_from_json(const json& j) {
   if (const json* d = find(j, "diverged"); d && !d->is_null()) {
     if (!d->is_boolean()) bad("diverged", "true or false", *d);
     r.diverged = d->get<bool>();
+  } else if (const json* t = find(j, "trained"); t && t->is_boolean()) {
+    // A `mixp train --json` object: the Trainer's "did not train" is a diverged run.
+    r.diverged = !t->get<bool>();
   } else {
     r.diverged = final_loss_null && !find(j, "error");
   }

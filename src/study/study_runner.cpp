@@ -254,12 +254,12 @@ RunRecord run_one(const RunSetup& setup, const StudyConfig& sc, const StudyProgr
   try {
     const train::TrainResult r = trainer->fit();
     rec = run_record_from_json(train::result_to_json(r));
-    if (!std::isfinite(r.final_loss) || (r.test_loss && !std::isfinite(*r.test_loss)) ||
-        (r.val_loss && !std::isfinite(*r.val_loss))) {
-      rec.diverged = true;
+    // "Diverged" is the Trainer's "did not train" (train::TrainResult::trained, the rule of
+    // docs/train.md that `mixp train` exits 1 on): one definition for both commands.
+    rec.diverged = !r.trained;
+    if (!r.trained) {
       rec.diverged_at_step = col->first_nonfinite.value_or(r.steps);
-    } else {
-      rec.diverged = false;
+      extra["diverged_reason"] = r.not_trained;
     }
   } catch (const train::TrainError& e) {
     // The NaN guard: the loss or gradient norm of step N was not finite.

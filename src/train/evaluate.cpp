@@ -326,6 +326,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
   }
   for (const auto& [k, v] : r.extra_metrics) j[k] = finite_or_null(v);
   j["final_loss"] = finite_or_null(r.final_loss);
+  j["trained"] = r.trained;  // docs/train.md "When a run did not train"
+  if (!r.trained) j["not_trained"] = r.not_trained;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["peak_requested_bytes"] = r.peak_requested_bytes;
   j["peak_reserved_bytes"] = r.peak_reserved_bytes;
@@ -341,6 +343,7 @@ std::string result_to_json(const TrainResult& r, int indent) {
   if (!r.saved_to.empty()) j["checkpoint"] = r.saved_to;
   if (r.ranks > 1) {
     j["ranks"] = r.ranks;
+    j["hosts"] = r.hosts;
     j["global_batch"] = r.batch * r.ranks;
     j["grad_comm"] = r.grad_comm;
     j["comm_bytes_per_step"] = r.comm_bytes_per_step;

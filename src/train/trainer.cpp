@@ -472,6 +472,7 @@ TrainResult Trainer::fit() {
   r.losses = s.losses;
   if (s.dp) {
     r.ranks = s.dp->size();
+    r.hosts = s.dp->count_hosts();
     r.grad_comm = s.cfg.grad_comm;
     r.zero = s.cfg.zero;
     r.comm_buckets = s.dp->buckets();
@@ -521,6 +522,9 @@ TrainResult Trainer::fit() {
       s.metrics["test_loss"] = ev.loss;
     }
   }
+  // The Trainer reports whether the run trained; its caller decides (mixp train exits 1).
+  r.not_trained = detail::not_trained_reason(r, s.cfg.lr, s.recipe->skips_nonfinite());
+  r.trained = r.not_trained.empty();
   for (auto& cb : s.callbacks) cb->on_train_end();
   if (!s.cfg.save_dir.empty()) {
     s.save(s.cfg.save_dir);

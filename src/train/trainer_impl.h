@@ -52,6 +52,11 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
 nlohmann::json dropout_streams(nn::Module& model);
 void restore_dropout_streams(nn::Module& model, const nlohmann::json& streams);
 
+// What TrainResult::trained and not_trained say about a finished run (train_outcome.cpp,
+// docs/train.md "When a run did not train"): "" when it trained, else what happened and what to
+// try. `lr`: the run's peak learning rate; `loss_scaled`: its recipe skips steps on inf/NaN.
+std::string not_trained_reason(const TrainResult& r, double lr, bool loss_scaled);
+
 // Mean loss and accuracy of `model` over `source`'s evaluation set, in eval mode without gradients.
 // The loss of a batch is weighted by its number of targets (rows for cross-entropy: samples, gpt:
 // tokens); the accuracy is reported for classifiers (not language models) whose output is [N, C]

@@ -121,5 +121,16 @@ TEST(CliCompare, EveryRunDivergedIsAnErrorButTheReportIsThere) {
   EXPECT_TRUE(std::filesystem::exists(dir / "nan" / "report.html"));
 }
 
+// "Diverged" is the Trainer's "did not train" (docs/train.md): a run whose loss scaler skipped
+// every step, with every loss finite, is diverged too, as `mixp train` fails it.
+TEST(CliCompare, ARunThatSkippedMostStepsDiverged) {
+  TempDir dir;
+  const auto r = run_cli(kTiny + "--precisions 'fp16:loss_scale_init=1e30' --steps 3 --out '" +
+                         (dir / "skip").string() + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("diverged at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no run finished"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace mixp::study

@@ -141,6 +141,13 @@ struct TrainResult {
   int comm_buckets_overlapped = 0;  // of them, started during backward (last step)
   int zero = 0;                     // ZeRO stage (0, 1 or 2)
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (moments, master weights)
+  int hosts = 1;                      // distinct host names among the ranks
+  // Whether the run trained (docs/train.md "When a run did not train"): false when the loss of
+  // this run's last step or the evaluation loss is not finite, or the loss scaler skipped more
+  // than half of this run's optimizer steps. The one rule behind `mixp train`'s exit code 1 and
+  // `mixp compare`'s "diverged"; `not_trained` says what happened and what to try.
+  bool trained = true;
+  std::string not_trained;
 };
 
 // The `train --json` object: model, precision, steps, skipped_steps (+ skipped_steps_this_run,
