@@ -5,10 +5,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "mixp/autograd/node.h"
 #include "mixp/backend/backend.h"
 #include "mixp/ops/op_list.h"
+#include "mixp/optim/optimizer.h"
 
 namespace mixp::inspect {
 namespace {
@@ -31,6 +35,15 @@ std::pair<int64_t, int64_t> count_nonfinite(const Tensor& t) {
 }
 
 std::string AnomalyReport::message() const {
+  if (!parameter.empty()) {
+    std::string s = fmt::format(
+        "detect-anomaly: step {}, optimizer: the {} update wrote {} NaN and {} inf into {} of "
+        "parameter {}",
+        step, kernel, nan, inf, tensor, parameter);
+    if (more > 0) s += fmt::format(" (and into {} more tensor{})", more, more == 1 ? "" : "s");
+    if (!note.empty()) s += "\n  " + note;
+    return s;
+  }
   std::string where = module.empty() ? std::string("outside the model's modules (the loss, or "
                                                    "the optimizer)")
                                      : fmt::format("in module {}{}", module,
@@ -103,6 +116,42 @@ void AnomalyDetector::after(const KernelCall& call) {
     uninstall();  // the run stops: no more reports
     throw AnomalyError(std::move(r));
   }
+}
+
+void AnomalyDetector::check_optimizer(const optim::Optimizer& opt) {
+  if (!installed_) return;
+  AnomalyReport r;
+  for (const optim::ParamState& p : opt.params()) {
+    // In the order the update writes them: the states from the gradient, then the weights.
+    std::vector<std::pair<std::string, const Tensor*>> written;
+    for (size_t k = 0; k < p.slots.size(); ++k) {
+      written.emplace_back(k < opt.slot_names().size() ? opt.slot_names()[k]
+                                                       : fmt::format("state {}", k),
+                           &p.slots[k]);
+    }
+    written.emplace_back("master", &p.master);
+    written.emplace_back("comp", &p.comp);
+    written.emplace_back("param", &p.param);
+    for (const auto& [tensor, t] : written) {
+      const auto [nan, inf] = count_nonfinite(*t);
+      if (nan == 0 && inf == 0) continue;
+      if (!r.parameter.empty()) {
+        ++r.more;
+        continue;
+      }
+      r.parameter = p.name;
+      r.tensor = tensor;
+      r.nan = nan;
+      r.inf = inf;
+    }
+  }
+  if (r.parameter.empty()) return;
+  r.step = step_;
+  r.phase = KernelPhase::optimizer;
+  r.kernel = opt.name();
+  if (note_) r.note = note_(r);
+  uninstall();  // the run stops: no more reports
+  throw AnomalyError(std::move(r));
 }
 
 }  // namespace mixp::inspect

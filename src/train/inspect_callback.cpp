@@ -46,6 +46,13 @@ InspectCallback::InspectCallback(Trainer& trainer, InspectOptions options)
     anomaly_ = std::make_unique<inspect::AnomalyDetector>(
         tracker, [this](const inspect::AnomalyReport& r) {
           const PrecisionRecipe& rec = trainer_.recipe();
+          if (r.phase == KernelPhase::optimizer && !r.parameter.empty()) {
+            return fmt::format(
+                "without --detect-anomaly: the next steps would compute with it until a loss "
+                "or gradient turns non-finite; lower the learning rate (now {:g}) or clip "
+                "gradients (--clip 1.0)",
+                trainer_.config().lr);
+          }
           if (rec.skips_nonfinite()) {
             return fmt::format(
                 "without --detect-anomaly: precision {} scales the loss (scale {:g}), so the loss "
@@ -99,6 +106,9 @@ void InspectCallback::on_step_end(const StepInfo& info) {
     profiler_->add_span("optimizer_update", trainer_.optimizer().name(),
                         KernelPhase::optimizer, opt_start_, span - kernels);
   }
+  // The optimizer's update is not a kernel the detector observes (a fused update, or updates
+  // made inside backward with --optimizer-in-backward): what it wrote is scanned here.
+  if (anomaly_ && !info.skipped) anomaly_->check_optimizer(trainer_.optimizer());
   if (inspector_) inspector_->record_parameters(trainer_.optimizer());
   begin_step(info.step + 1);
 }

@@ -15,6 +15,7 @@
 #include "mixp/nn/linear.h"
 #include "mixp/nn/sequential.h"
 #include "mixp/ops/ops.h"
+#include "mixp/optim/adam.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/train/inspect_callback.h"
 #include "mixp/train/recipe.h"
@@ -94,6 +95,39 @@ TEST(DetectAnomaly, NamesABackwardNaNByItsForwardOp) {
   EXPECT_EQ(r.kernel, "unary_backward:sqrt");
   EXPECT_GT(r.nan, 0);
   EXPECT_NE(r.message().find("the backward of op 'sqrt'"), std::string::npos) << r.message();
+}
+
+// The optimizer's update is no kernel the observer sees (issue 28: AdamW's exp_avg_sq overflowed
+// at step 3, and the anomaly was reported at step 4's forward); check_optimizer names it.
+TEST(DetectAnomaly, NamesTheOptimizerStateAnUpdateMadeNonFinite) {
+  Tensor fc1 = zeros({4}), head = zeros({3});
+  optim::AdamW opt(nn::NamedTensors{{"fc1.weight", fc1}, {"head.weight", head}});
+  fc1.set_grad(full({4}, 1.0));
+  head.set_grad(full({3}, 1e30));  // its square, 1e60, overflows fp32's exp_avg_sq
+  opt.step();
+  inspect::AnomalyDetector d(nullptr);
+  d.check_optimizer(opt);  // not installed: checks nothing
+  d.set_step(3);
+  d.install();
+  try {
+    d.check_optimizer(opt);
+    ADD_FAILURE() << "no anomaly reported";
+  } catch (const inspect::AnomalyError& e) {
+    const inspect::AnomalyReport& r = e.report;
+    EXPECT_EQ(r.step, 3);
+    EXPECT_EQ(r.phase, KernelPhase::optimizer);
+    EXPECT_EQ(r.kernel, "adamw");
+    EXPECT_EQ(r.parameter, "head.weight");
+    EXPECT_EQ(r.tensor, "exp_avg_sq");
+    EXPECT_EQ(r.inf, 3);
+    EXPECT_EQ(r.nan, 0);
+    EXPECT_EQ(r.more, 0) << "exp_avg / sqrt(inf) moves the weight by 0: it stays finite";
+    EXPECT_NE(r.message().find("step 3, optimizer: the adamw update wrote 0 NaN and 3 inf into "
+                               "exp_avg_sq of parameter head.weight"),
+              std::string::npos)
+        << r.message();
+  }
+  EXPECT_FALSE(kernel_observers_on()) << "the detector uninstalls itself when it stops the run";
 }
 
 TEST(DetectAnomaly, NoObserverMeansThePlainBackend) {

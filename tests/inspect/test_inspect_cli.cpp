@@ -101,6 +101,20 @@ TEST(InspectCli, TooLargeFp16LossScaleIsNamedInTheBackward) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
+// Issue 28: with --lr 1e6 AdamW's update overflows exp_avg_sq before any kernel writes an inf;
+// --detect-anomaly used to name the next step's forward matmul instead.
+TEST(InspectCli, AnOptimizerUpdateThatOverflowsIsNamed) {
+  for (const char* in_backward : {"", "--optimizer-in-backward"}) {
+    SCOPED_TRACE(in_backward);
+    const CliResult r =
+        run_cli(kRun + "--lr 1e6 --steps 50 --detect-anomaly " + std::string(in_backward));
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.err.find(", optimizer: the adamw update wrote "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("into exp_avg_sq of parameter "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("lower the learning rate (now 1e+06)"), std::string::npos) << r.err;
+  }
+}
+
 TEST(InspectCli, ProfileTableAndChromeTrace) {
   const TempDir dir;
   const CliResult r = run_cli(kRun + "--steps 3 --precision bf16 --profile-trace '" +

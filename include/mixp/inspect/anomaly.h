@@ -5,7 +5,7 @@
 //
 // It is a kernel observer (mixp/backend/kernel_observer.h): installed, every kernel's outputs are
 // scanned (bf16, fp16, fp32, fp64); not installed, it costs nothing. `fill` is not checked (it
-// writes constants the caller chose).
+// writes constants the caller chose). The optimizer's update is checked apart (check_optimizer).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,6 +16,10 @@
 #include "mixp/backend/kernel_observer.h"
 #include "mixp/inspect/module_tracker.h"
 #include "mixp/inspect/tensor_stats.h"
+
+namespace mixp::optim {
+class Optimizer;
+}
 
 namespace mixp::inspect {
 
@@ -36,6 +40,10 @@ struct AnomalyReport {
   int output = 0;            // which output of the kernel
   std::vector<TensorSummary> inputs;
   std::string note;  // what the run would have done (the loss scaler's skip), from the caller
+  // Optimizer updates (check_optimizer): the parameter ("fc1.weight") and which of its tensors
+  // the update left non-finite ("exp_avg_sq", "master", "param"); kernel is the optimizer's name.
+  std::string parameter, tensor;
+  int64_t more = 0;  // further non-finite tensors the same update left
   std::string message() const;
 };
 
@@ -60,6 +68,11 @@ class AnomalyDetector final : public KernelObserver {
   void set_step(int64_t step) { step_ = step; }
 
   void after(const KernelCall& call) override;
+  // After an optimizer update (the fused one, or the updates made inside backward), which no
+  // kernel observer sees: scans every parameter of `opt` with its master weights and states and
+  // throws AnomalyError (phase optimizer) naming the first non-finite one, states first (the
+  // update writes them before the weights).
+  void check_optimizer(const optim::Optimizer& opt);
 
  private:
   const ModuleTracker* tracker_;
