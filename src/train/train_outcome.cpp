@@ -39,7 +39,7 @@ std::string not_trained_reason(const TrainResult& r, double lr, bool loss_scaled
   }
   if (what.empty()) return "";
   std::string s = "the run did not train: ";
-  for (size_t i = 0; i < what.size(); ++i) s += (i == 0 ? "" : ", and ") + what[i];
+  for (size_t i = 0; i < what.size(); ++i) s += (i == 0 ? "" : "; ") + what[i];
   s += fmt::format(". Lower the learning rate (now {:g}), clip gradients (--clip 1.0)", lr);
   s += loss_scaled ? ", or use bf16 (fp32's range, no loss scaling)"
                    : ", or check the data for extreme values";
