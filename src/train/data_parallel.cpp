@@ -3,8 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <set>
+#include <span>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "mixp/amp/fp8_linear.h"
@@ -105,6 +111,19 @@ double DataParallel::sharded_grad_norm(std::span<const Tensor> params,
   double sq = 0.0;
   for (double t : terms) sq += t;
   return std::sqrt(sq);
+}
+
+int DataParallel::count_hosts() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) name.fill('\0');
+  name.back() = '\0';  // a name cut at the buffer's end is not terminated
+  std::vector<std::byte> all(name.size() * size_t(size()));
+  group_.allgather(std::as_bytes(std::span<const char>(name)), all);
+  std::set<std::string> hosts;
+  for (size_t r = 0; r < size_t(size()); ++r) {
+    hosts.insert(std::string(reinterpret_cast<const char*>(all.data() + r * name.size())));
+  }
+  return int(hosts.size());
 }
 
 void DataParallel::check_same_config(const std::string& config_json) {

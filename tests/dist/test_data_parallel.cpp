@@ -115,6 +115,23 @@ TEST(DataParallel, SixteenBitWireHalvesTheBytes) {
   }
 }
 
+// Issue 28: the summary under mpirun names the ranks, the wire format and the ZeRO stage (and
+// the hosts when there are more than one: here every rank runs on this machine).
+TEST(DataParallel, TheSummaryNamesRanksWireAndZeroStage) {
+  const CliResult r = run_mpi(2, kGpt + "--steps 1 --batch 2 --grad-comm bf16 --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("batch 2 per rank x 2 ranks, gradients bf16 on the wire, ZeRO stage 1: "
+                       "1 steps"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" on 1 thread per rank"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" hosts"), std::string::npos) << "one host: " << r.out;
+  const CliResult j = run_mpi(2, kGpt + "--steps 1 --batch 2 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(j.json()["hosts"], 1);
+  EXPECT_EQ(j.json()["zero"], 0);
+}
+
 // Loss scaling composes with the reduction: the inf check runs on the reduced gradients, so every
 // rank skips the same steps as one process does, and the replicas stay bit-identical.
 TEST(DataParallel, Fp16SkipsTheSameStepsOnEveryRank) {

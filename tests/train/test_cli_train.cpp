@@ -122,6 +122,28 @@ TEST(CliTrain, BadInputIsAOneLineErrorWithoutACheckpoint) {
   }
 }
 
+// Issue 28: --model gpt2 without --data trains over the fortunes corpus' characters; the summary
+// says so, since nothing else would show that the vocabulary is not GPT-2's.
+TEST(CliTrain, Gpt2OnACharacterCorpusSaysItsVocabularyIsNotGpt2s) {
+  const std::string small =
+      " --layers 1 --width 32 --heads 2 --context 16 --batch 2 --steps 1 --no-eval --threads 1";
+  auto r = run_cli("train --model gpt2" + small);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto at = r.out.find("data:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find(" from the fortunes corpus: not GPT-2's 50257"), std::string::npos) << line;
+  EXPECT_NE(line.find("(vocabulary "), std::string::npos) << line;
+
+  r = run_cli("train --model gpt2 --data synthetic --train-limit 4000" + small);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" from synthetic: not GPT-2's 50257"), std::string::npos) << r.out;
+
+  r = run_cli("train --model gpt" + small);  // a character model by design: nothing to say
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("GPT-2's"), std::string::npos) << r.out;
+}
+
 TEST(CliTrain, CorruptDataIsReportedByFile) {
   TempDir dir;
   std::filesystem::create_directories(dir / "fm");

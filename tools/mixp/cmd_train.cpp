@@ -4,12 +4,14 @@
 
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "command.h"
 #include "device_flag.h"
 #include "mixp/dist/process_group.h"
 #include "mixp/amp/policy.h"
+#include "mixp/data/text_corpus.h"
 #include "mixp/nn/models.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/inspect_callback.h"
@@ -51,13 +53,32 @@ std::string human_bytes(double b) {
   return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
 }
 
-void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
+// A data-parallel run (docs/distributed.md): its ranks, hosts, gradient wire and ZeRO stage.
+std::string distributed_text(const train::TrainResult& r) {
+  if (r.ranks <= 1) return "";
+  return fmt::format(" per rank x {} ranks{}, gradients {} on the wire, ZeRO stage {}", r.ranks,
+                     r.hosts > 1 ? fmt::format(" on {} hosts", r.hosts) : "", r.grad_comm,
+                     r.zero);
+}
+
+// GPT-2 trained on a character corpus (no --data, or a text file) has that corpus' vocabulary,
+// not GPT-2's tokens: said, since nothing else would show it.
+std::string vocabulary_note(const train::TrainConfig& c, int64_t vocab) {
+  if (!nn::is_gpt2_model(c.model.name) || vocab <= 0 || vocab == nn::kGpt2Vocab) return "";
+  const bool fortunes = c.data.empty() || c.data == data::kDefaultCorpusDir;
+  return fmt::format(" (vocabulary {} from {}: not GPT-2's {}; --data takes a GPT-2 token file)",
+                     vocab, fortunes ? std::string("the fortunes corpus") : c.data,
+                     nn::kGpt2Vocab);
+}
+
+void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int64_t vocab) {
   std::cout << fmt::format(
-      "trained {} in {} with {} (lr {:g}), batch {}{}: {} steps ({:.2f} epochs){}\n", r.model,
+      "trained {} in {} with {} (lr {:g}), batch {}{}{}: {} steps ({:.2f} epochs){}\n", r.model,
       r.precision, c.optimizer, c.lr, r.batch,
-      r.grad_accum > 1 ? fmt::format(" x {} accumulated", r.grad_accum) : "", r.steps, r.epochs,
+      r.grad_accum > 1 ? fmt::format(" x {} accumulated", r.grad_accum) : "",
+      distributed_text(r), r.steps, r.epochs,
       r.steps_this_run != r.steps ? fmt::format(", {} in this run", r.steps_this_run) : "");
-  std::cout << "data:      " << r.data << "\n";
+  std::cout << "data:      " << r.data << vocabulary_note(c, vocab) << "\n";
   std::cout << fmt::format("loss:      {:.4f} (last step)", r.final_loss);
   if (r.test_accuracy)
     std::cout << fmt::format("   test accuracy {:.2f}%   test loss {:.4f}", 100 * *r.test_accuracy,
@@ -72,8 +93,8 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c) {
   std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step,
                            r.samples_per_s);
   if (r.tokens_per_s > 0) std::cout << fmt::format(", {:.0f} tokens/s", r.tokens_per_s);
-  std::cout << fmt::format(", {:.1f} s training on {} thread{}\n", r.train_time_s, r.threads,
-                           r.threads == 1 ? "" : "s");
+  std::cout << fmt::format(", {:.1f} s training on {} thread{}{}\n", r.train_time_s, r.threads,
+                           r.threads == 1 ? "" : "s", r.ranks > 1 ? " per rank" : "");
   std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
                            human_bytes(double(r.peak_memory_bytes)),
                            human_bytes(double(r.peak_rss_bytes)));
@@ -237,10 +258,13 @@ void run(Flags& f) {
   if (f.json) {
     std::cout << train::result_to_json(r, 2) << "\n";
   } else {
-    print_summary(r, rc);
+    print_summary(r, rc, trainer->data().vocab_size());
   }
   // With --json the statistics and profile go to stderr, so that stdout stays one JSON object.
   if (inspector) (f.json ? std::cerr : std::cout) << inspector->summary();
+  // The Trainer reports a run that did not train (docs/train.md "When a run did not train"); its
+  // results are printed above, and the command fails: one error line, exit 1.
+  if (!r.trained) throw std::runtime_error(r.not_trained);
 }
 
 RegisterCommand reg(30, [](CLI::App& app) {

@@ -63,6 +63,8 @@ class DataParallel {
   int size() const { return group_.size(); }
   const DataParallelOptions& options() const { return opts_; }
 
+  // How many distinct host names (gethostname) the ranks run on; collective: every rank calls it.
+  int count_hosts();
   // Throws ConfigError on every rank when a rank's `config_json` differs from rank 0's; the
   // message names the first differing fields and the ranks.
   void check_same_config(const std::string& config_json);
