@@ -105,6 +105,19 @@ TEST(RunRecord, NullFinalLossMeansDivergedWhenNotSaid) {
   EXPECT_EQ(r.energy_source, "unavailable");
 }
 
+// A `mixp train --json` object of a run that did not train (docs/train.md) is a diverged run,
+// even with a finite last loss (a loss scaler that skipped most steps).
+TEST(RunRecord, NotTrainedMeansDivergedWhenNotSaid) {
+  RunRecord r = run_record_from_json(
+      R"({"model":"mlp","precision":"fp16","steps":4,"skipped_steps":4,"final_loss":2.3,)"
+      R"("trained":false,"not_trained":"the run did not train: ..."})");
+  EXPECT_TRUE(r.diverged);
+  EXPECT_TRUE(r.extra_json.empty()) << r.extra_json;
+  r = run_record_from_json(R"({"model":"mlp","precision":"fp16","steps":4,"final_loss":2.3,)"
+                           R"("trained":true})");
+  EXPECT_FALSE(r.diverged);
+}
+
 TEST(RunRecord, KeepsTheTrainersOtherFields) {
   // A line as `mixp train --json` prints it (mixp::train::result_to_json).
   const char* line =
