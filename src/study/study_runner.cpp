@@ -29,6 +29,7 @@
 #include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 #include "study/peak_rss.h"
+#include "study/timing_rounds.h"
 #include "util/text.h"
 
 namespace mixp::study {
@@ -505,6 +506,16 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
       s.runs.push_back(std::move(r));
     }
   }
+  // The speed verdict's timing: the first seed's finished precisions, side by side in
+  // interleaved rounds (study/timing_rounds.h).
+  std::vector<detail::TimedCandidate> timed;
+  for (const RunRecord& r : s.runs) {
+    if (r.seed == base.seed && !r.diverged && !r.error && r.ms_per_step > 0) {
+      timed.push_back({r.precision, r.ms_per_step, r.train_time_s, r.peak_memory_bytes});
+    }
+  }
+  s.timing = detail::time_in_rounds(
+      base, timed, {.rounds = sc.timing_rounds, .steps_per_round = sc.timing_steps});
   s.machine = describe_this_machine(resolved.threads);
   // The thread count the runs used, as the Trainer reported it.
   for (const RunRecord& r : s.runs) {

@@ -100,7 +100,7 @@ std::string format_study_table(const StudyResults& in) {
         quality,
         done ? with_sd(r, "final_loss", r.final_loss, loss4) : "–",
         r.ms_per_step > 0 ? with_sd(r, "ms_per_step", r.ms_per_step, ms3) : "–",
-        v.is_baseline ? "baseline" : (v.speedup ? format_ratio(*v.speedup) : "–"),
+        v.is_baseline ? "baseline" : detail::speed_text(v),
         r.peak_memory_bytes > 0 ? format_bytes(double(r.peak_memory_bytes)) : "–",
         energy_text(r),
         status(r),
