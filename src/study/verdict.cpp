@@ -1,4 +1,5 @@
-// Verdicts against the seeds' criteria and the recommendation (include/mixp/study/verdict.h).
+// Verdicts against the criteria (docs/report.md, "Verdicts") and the recommendation
+// (include/mixp/study/verdict.h).
 #include "mixp/study/verdict.h"
 
 #include <fmt/format.h>
