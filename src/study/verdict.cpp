@@ -135,6 +135,13 @@ void judge_speed(Verdict& v, const StudyResults& s, const RunRecord& base, const
   v.speedup_check = j.check;
 }
 
+// A run's step time for "fastest": the median of its timing rounds when it was timed in them
+// (the same timing as its speed-up), else its run's median.
+double step_ms(const StudyResults& s, std::span<const Verdict> verdicts, size_t i) {
+  if (i < verdicts.size() && verdicts[i].step_ms_median) return *verdicts[i].step_ms_median;
+  return s.runs[i].ms_per_step;
+}
+
 }  // namespace
 
 double median_of(std::vector<double> v) {
@@ -289,7 +296,7 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
   const RunRecord* base = find_baseline(s);
   const std::string& bname = s.baseline_precision;
   auto faster = [&](size_t a, size_t b) {  // run a strictly faster than run b
-    return s.runs[a].ms_per_step > 0 && s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+    return step_ms(s, verdicts, a) > 0 && step_ms(s, verdicts, a) < step_ms(s, verdicts, b);
   };
 
   if (!base || !finished(*base)) {
@@ -342,7 +349,7 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
     }
   }
   std::stable_sort(rejected.begin(), rejected.end(), [&](size_t a, size_t b) {
-    return s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+    return step_ms(s, verdicts, a) < step_ms(s, verdicts, b);
   });
   std::string turned_down;
   for (size_t k = 0; k < rejected.size() && k < 3; ++k) {
@@ -442,8 +449,8 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
   if (!subject) {
     for (size_t i = 0; i < s.runs.size(); ++i) {
       if (verdicts[i].is_baseline || !finished(s.runs[i])) continue;
-      if (!subject ||
-          (s.runs[i].ms_per_step > 0 && s.runs[i].ms_per_step < s.runs[*subject].ms_per_step)) {
+      const double ms = step_ms(s, verdicts, i);
+      if (!subject || (ms > 0 && ms < step_ms(s, verdicts, *subject))) {
         subject = i;
       }
     }

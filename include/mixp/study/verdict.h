@@ -96,7 +96,8 @@ const RunRecord* find_baseline(const StudyResults& s);
 // One verdict per run, in the order of s.runs.
 std::vector<Verdict> compute_verdicts(const StudyResults& s);
 
-// The fastest (lowest ms/step) acceptable run; ties keep the earlier run. Without a baseline,
+// The fastest (lowest ms/step: the median of its timing rounds when it was timed in them, else
+// the run's) acceptable run; ties keep the earlier run. Without a baseline,
 // accuracy cannot be judged: the fastest run that did not diverge, and the reason says so. When
 // nothing finished, precision is "" and the reason says that every run diverged or failed.
 Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdicts);
