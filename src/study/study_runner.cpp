@@ -514,8 +514,14 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
       timed.push_back({r.precision, r.ms_per_step, r.train_time_s, r.peak_memory_bytes});
     }
   }
-  s.timing = detail::time_in_rounds(
-      base, timed, {.rounds = sc.timing_rounds, .steps_per_round = sc.timing_steps});
+  if (dist::world().size() > 1) {
+    // Each rank would plan its rounds from its own step times, and ranks whose k differ would
+    // wait in each other's collectives: data-parallel studies keep the runs' medians.
+    s.timing.note = "not timed in rounds under data parallelism";
+  } else {
+    s.timing = detail::time_in_rounds(
+        base, timed, {.rounds = sc.timing_rounds, .steps_per_round = sc.timing_steps});
+  }
   s.machine = describe_this_machine(resolved.threads);
   // The thread count the runs used, as the Trainer reported it.
   for (const RunRecord& r : s.runs) {
