@@ -12,10 +12,11 @@
 namespace mixp::study::detail {
 namespace {
 
-constexpr mixp::detail::EnumName<CheckResult> kMarks[] = {{CheckResult::pass, "✅ pass"},
-                                                          {CheckResult::fail, "❌ fail"},
-                                                          {CheckResult::not_applicable, "–"},
-                                                          {CheckResult::inconclusive, "❔ inconclusive"}};
+constexpr mixp::detail::EnumName<CheckResult> kMarks[] = {
+    {CheckResult::pass, "✅ pass"},
+    {CheckResult::fail, "❌ fail"},
+    {CheckResult::not_applicable, "–"},
+    {CheckResult::inconclusive, "❔ inconclusive"}};
 
 std::string mark(CheckResult c) {
   return mixp::detail::name_of(kMarks, c, "");

@@ -1,5 +1,5 @@
-// results.json: {"model", "machine", "baseline", "criteria", "timing", "runs", "seed_runs", "verdicts",
-// "recommendation", "summary", "energy_note"}.
+// results.json: {"model", "machine", "baseline", "criteria", "timing", "runs", "seed_runs",
+// "verdicts", "recommendation", "summary", "energy_note"}.
 #include <algorithm>
 #include <nlohmann/json.hpp>
 

@@ -121,7 +121,8 @@ void judge_speed(Verdict& v, const StudyResults& s, const RunRecord& base, const
              std::isfinite(base.ms_per_step)) {
     const double one[] = {base.ms_per_step}, other[] = {r.ms_per_step};
     j = judge_speedup(one, other, s.criteria.min_speedup);
-    j.reason = "judged on the runs' median step times, one measurement each (not timed in "
+    j.reason = std::string(to_string(j.check)) +
+               ": judged on the runs' median step times, one measurement each (not timed in "
                "rounds" +
                (s.timing.note.empty() ? std::string() : ": " + s.timing.note) + ")";
   } else {
@@ -172,14 +173,16 @@ SpeedJudgement judge_speedup(std::span<const double> baseline_ms, std::span<cons
   const size_t n = ratios.size();
   if (n == 1) {
     j.check = check(j.min > min_speedup);
-    j.reason = fmt::format("{} against the {} target, one measurement", ratio2(j.speedup), target);
+    j.reason = fmt::format("{}: {} against the {} target, one measurement", to_string(j.check),
+                           ratio2(j.speedup), target);
   } else if (j.min > min_speedup) {
     j.check = CheckResult::pass;
-    j.reason = fmt::format("all {} timing rounds above the {} target (speed-up {} to {})", n,
+    j.reason = fmt::format("pass: all {} timing rounds above the {} target (speed-up {} to {})", n,
                            target, ratio2(j.min), ratio2(j.max));
   } else if (j.max <= min_speedup) {
     j.check = CheckResult::fail;
-    j.reason = fmt::format("no timing round above the {} target (speed-up {} to {} over {} rounds)",
+    j.reason = fmt::format(
+        "fail: no timing round above the {} target (speed-up {} to {} over {} rounds)",
                            target, ratio2(j.min), ratio2(j.max), n);
   } else {
     j.check = CheckResult::inconclusive;

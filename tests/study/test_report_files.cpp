@@ -405,7 +405,9 @@ TEST(Report, OneMinusSignInTheReports) {
   for (const std::string* t : {&md, &html}) {
     std::smatch m;
     EXPECT_FALSE(std::regex_search(*t, m, std::regex(R"((^|[^\w.\-])-[0-9])")))
-        << "ASCII minus in: ..." << m.prefix().str().substr(m.prefix().length() > 80 ? m.prefix().length() - 80 : 0) << m.str();
+        << "ASCII minus in: ..."
+        << m.prefix().str().substr(m.prefix().length() > 80 ? m.prefix().length() - 80 : 0)
+        << m.str();
     EXPECT_NE(t->find("\u22128%"), std::string::npos);
     EXPECT_NE(t->find("\u22120.03 points"), std::string::npos);
   }

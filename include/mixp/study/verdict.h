@@ -72,7 +72,8 @@ struct Verdict {
 // The speed check on timings: baseline_ms[i] and run_ms[i] are round i's ms per step of the
 // baseline and the run (equal lengths, at least one round). ratio_i = baseline_ms[i] / run_ms[i];
 // speedup = their median, [min, max] their range; check: pass when min > min_speedup, fail when
-// max <= min_speedup, else inconclusive; reason says which in words. Throws
+// max <= min_speedup, else inconclusive; reason says which in words, starting with the check's
+// name ("inconclusive: the 2.0x target lies within the measured range, ..."). Throws
 // std::invalid_argument for empty or unequal spans or a non-positive time.
 struct SpeedJudgement {
   double speedup = 0, min = 0, max = 0;
