@@ -2,6 +2,7 @@
 #include "mixp/study/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,9 +19,55 @@ namespace mixp::study {
 namespace detail {
 
 const char* const kCriteriaSource =
-    "Criteria from the seed documents: speed-up > 2x, memory saving > 30% and accuracy loss < "
-    "0.5% (seed 004, section 8, evaluation metrics; the accuracy loss is read as percentage "
-    "points), and no NaN (seed 002, section 7, Q5).";
+    "Criteria: speed-up > 2x, memory saving > 30%, accuracy loss < 0.5 percentage points (a "
+    "gain passes), and no NaN; how each is decided is in docs/report.md, \"Verdicts\", and "
+    "how the step times behind the speed-up are measured in docs/study.md, \"Timing in "
+    "rounds\".";
+
+std::string speed_text(const Verdict& v) {
+  if (!v.speedup) return "–";
+  std::string t = format_ratio(*v.speedup);
+  if (v.speed_rounds > 1 && v.speedup_min && v.speedup_max) {
+    t += fmt::format(" ({:.2f}–{:.2f}x)", *v.speedup_min, *v.speedup_max);
+  }
+  return t;
+}
+
+std::vector<std::string> speed_notes(const PreparedStudy& p) {
+  std::vector<std::string> notes;
+  const TimingRounds& t = p.study.timing;
+  if (!t.precisions.empty()) {
+    std::vector<std::string> per;
+    for (const StepTiming& st : t.precisions) {
+      if (st.round_ms.empty()) continue;
+      const auto [lo, hi] = std::minmax_element(st.round_ms.begin(), st.round_ms.end());
+      per.push_back(fmt::format("{} {} ms/step ({} to {})", st.precision,
+                                format_sig(median_of(st.round_ms), 3), format_sig(*lo, 3),
+                                format_sig(*hi, 3)));
+    }
+    notes.push_back(fmt::format(
+        "Speed: each precision's step time was measured in {} interleaved rounds of {} steps "
+        "(round r runs the precisions in the study's order rotated by r; docs/study.md, "
+        "\"Timing in rounds\"); median and range over the rounds: {}.{}",
+        t.rounds, t.steps_per_round, fmt::join(per, "; "),
+        t.note.empty() ? "" : " " + t.note + "."));
+  } else if (!t.note.empty()) {
+    notes.push_back("Speed: not timed in rounds (" + t.note +
+                    "); the speed-up compares the runs' median step times.");
+  }
+  std::vector<std::string> why;
+  for (const Verdict& v : p.verdicts) {
+    if (v.is_baseline || v.speed_reason.empty()) continue;
+    why.push_back(v.precision + " " + v.speed_reason);
+  }
+  if (!why.empty()) {
+    notes.push_back(fmt::format(
+        "The speed-up check is pass or fail only when the target lies outside the range of the "
+        "rounds' speed-ups, inconclusive otherwise: {}.",
+        fmt::join(why, "; ")));
+  }
+  return notes;
+}
 
 PreparedStudy prepare_study(const StudyResults& s) {
   PreparedStudy p;

@@ -42,6 +42,11 @@ std::string format_spread(double v);
 
 // Where the criteria and the energy numbers come from, for the notes of every report.
 extern const char* const kCriteriaSource;
+// The speed-up with the range of the timing rounds' ratios: "2.1x (1.92–2.31x)"; "–" without.
+std::string speed_text(const Verdict& v);
+// The notes on speed: how the rounds were timed (median and range per precision) and why each
+// speed check came out pass, fail or inconclusive.
+std::vector<std::string> speed_notes(const PreparedStudy& p);
 std::string energy_note(const PreparedStudy& p);
 // What a reader needs to know about the recipes in this study that do not train the way their
 // name suggests on this machine (int8-qat: fp32 training, int8 model evaluated; fp8: emulated on

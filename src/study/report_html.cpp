@@ -68,7 +68,10 @@ std::string short_status(const RunRecord& r) {
 
 std::string chip(CheckResult c, const std::string& text) {
   const char* cls = c == CheckResult::pass ? "pass" : c == CheckResult::fail ? "fail" : "na";
-  const char* mark = c == CheckResult::pass ? "✓ " : c == CheckResult::fail ? "✗ " : "";
+  const char* mark = c == CheckResult::pass           ? "✓ "
+                     : c == CheckResult::fail         ? "✗ "
+                     : c == CheckResult::inconclusive ? "? "
+                                                      : "";
   std::string sr = c == CheckResult::not_applicable ? "" : std::string(" (") + to_string(c) + ")";
   return fmt::format(
       "<span class=\"chip {}\"><span aria-hidden=\"true\">{}</span>{}"
@@ -152,7 +155,7 @@ void verdict_table(std::string& o, const Page& pg) {
   const StudyResults& s = pg.p.study;
   const Criteria& c = s.criteria;
   o += "<section class=\"card\" aria-labelledby=\"verdict-h\">\n<h2 id=\"verdict-h\">Verdict "
-       "against the seeds' criteria</h2>\n";
+       "against the criteria</h2>\n";
   o += fmt::format(
       "<p class=\"lede\">Each run compared with {} on this machine. A run passes when "
       "it is more than {} faster, uses more than {} less memory, loses less than {} "
@@ -185,7 +188,7 @@ void verdict_table(std::string& o, const Page& pg) {
       o += "<td>" + chip(CheckResult::not_applicable, "1.0x (baseline)") + "</td><td>" +
            chip(CheckResult::not_applicable, "baseline") + "</td>";
     } else {
-      o += "<td>" + chip(v.speedup_check, v.speedup ? format_ratio(*v.speedup) : "n/a") + "</td>";
+      o += "<td>" + chip(v.speedup_check, v.speedup ? speed_text(v) : "n/a") + "</td>";
       std::string mem = v.memory_saving ? format_percent(*v.memory_saving) : "n/a";
       if (v.memory_saving && v.memory_from_rss) mem += " (RSS)";
       o += "<td>" + chip(v.memory_check, mem) + "</td>";
@@ -617,12 +620,14 @@ void notes(std::string& o, const Page& pg) {
   o += "<li>" + e(kCriteriaSource) + "</li>\n";
   std::string en = e(energy_note(pg.p));
   o += "<li>" + en + "</li>\n";
+  for (const std::string& n : speed_notes(pg.p)) o += "<li>" + e(n) + "</li>\n";
   for (const std::string& n : precision_notes(pg.p)) o += "<li>" + e(n) + "</li>\n";
   o += fmt::format("<li>Machine: {}, {} threads{}{}.</li>\n", e(s.machine.cpu_model),
                    s.machine.threads, s.machine.gpu.empty() ? "" : ", GPU " + e(s.machine.gpu),
                    s.machine.os.empty() ? "" : ", " + e(s.machine.os));
-  o += "<li>Speed-up and time ratios use the median milliseconds per optimizer step; memory uses "
-       "the peak tracked tensor memory (peak RSS when that is missing).</li>\n";
+  o += "<li>Speed-up and time ratios use the median milliseconds per optimizer step of the "
+       "timing rounds (of the runs when the study was not timed in rounds); memory uses the peak "
+       "tracked tensor memory (peak RSS when that is missing).</li>\n";
   o += "</ul>\n</section>\n";
 }
 

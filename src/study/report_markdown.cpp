@@ -12,9 +12,11 @@
 namespace mixp::study::detail {
 namespace {
 
-constexpr mixp::detail::EnumName<CheckResult> kMarks[] = {{CheckResult::pass, "✅ pass"},
-                                                          {CheckResult::fail, "❌ fail"},
-                                                          {CheckResult::not_applicable, "–"}};
+constexpr mixp::detail::EnumName<CheckResult> kMarks[] = {
+    {CheckResult::pass, "✅ pass"},
+    {CheckResult::fail, "❌ fail"},
+    {CheckResult::not_applicable, "–"},
+    {CheckResult::inconclusive, "❔ inconclusive"}};
 
 std::string mark(CheckResult c) {
   return mixp::detail::name_of(kMarks, c, "");
@@ -60,7 +62,7 @@ std::string render_report_markdown(const PreparedStudy& p) {
   }
   o += md_escape(p.recommendation.reason) + "\n\n";
 
-  o += fmt::format("## Verdict against the seeds' criteria (relative to {})\n\n", md_escape(base));
+  o += fmt::format("## Verdict against the criteria (relative to {})\n\n", md_escape(base));
   o += fmt::format(
       "| Precision | Speed-up (> {}) | Memory saving (> {}) | Accuracy change (loss < {} points) "
       "| No NaN | All criteria |\n|---|---|---|---|---|---|\n",
@@ -70,13 +72,13 @@ std::string render_report_markdown(const PreparedStudy& p) {
     const Verdict& v = p.verdicts[i];
     const RunRecord& r = s.runs[i];
     std::string name = md_escape(v.precision) + (v.is_baseline ? " (baseline)" : "");
-    std::string speed = v.speedup ? format_ratio(*v.speedup) : "–";
+    std::string speed = speed_text(v);
     std::string mem = v.memory_saving ? format_percent(*v.memory_saving) : "–";
     std::string quality = "–";
     if (v.accuracy_delta_points) {
-      quality = format_signed(*v.accuracy_delta_points, 2, false) + " points";
+      quality = format_signed(*v.accuracy_delta_points, 2) + " points";
     } else if (v.loss_increase) {
-      quality = format_signed(*v.loss_increase * 100, 2, false) + "% " + to_string(v.quality);
+      quality = format_signed(*v.loss_increase * 100, 2) + "% " + to_string(v.quality);
     } else if (v.accuracy_check == CheckResult::fail) {
       quality = "no result";
     }
@@ -87,7 +89,11 @@ std::string render_report_markdown(const PreparedStudy& p) {
                                                           : mark(v.finite_check);
     std::string all = v.is_baseline    ? "baseline"
                       : v.passes_all() ? "✅ all pass"
-                      : v.acceptable() ? "usable (misses a target)"
+                      : v.acceptable()
+                          ? (v.speedup_check == CheckResult::inconclusive &&
+                                     v.memory_check != CheckResult::fail
+                                 ? "usable (speed-up inconclusive)"
+                                 : "usable (misses a target)")
                                        : "❌ not usable";
     o += fmt::format("| {} | {} | {} | {} {} | {} | {} |\n", name, speed_cell, mem_cell,
                      mark(v.accuracy_check), quality, nan, all);
@@ -122,6 +128,7 @@ std::string render_report_markdown(const PreparedStudy& p) {
 
   o += "\n## Notes\n\n";
   o += "- " + std::string(kCriteriaSource) + "\n";
+  for (const std::string& n : speed_notes(p)) o += "- " + md_escape(n) + "\n";
   o += "- " + energy_note(p) + "\n";
   for (const std::string& n : precision_notes(p)) o += "- " + md_escape(n) + "\n";
   o += fmt::format("- Machine: {}; {} threads; features: {}{}.\n", md_escape(s.machine.cpu_model),

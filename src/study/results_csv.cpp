@@ -92,6 +92,24 @@ const std::vector<Column>& columns() {
                    }});
     }
     c.push_back({"speedup", [](const RunRecord&, const Verdict& v) { return derived(v.speedup); }});
+    // The timing rounds (docs/study.md, "Timing in rounds"): the speed-up's range, the check it
+    // gives (pass, fail, inconclusive) and this precision's step time over the rounds.
+    c.push_back(
+        {"speedup_min", [](const RunRecord&, const Verdict& v) { return derived(v.speedup_min); }});
+    c.push_back(
+        {"speedup_max", [](const RunRecord&, const Verdict& v) { return derived(v.speedup_max); }});
+    c.push_back({"speedup_check", [](const RunRecord&, const Verdict& v) {
+                   return std::string(to_string(v.speedup_check));
+                 }});
+    c.push_back({"timed_ms_per_step_median",
+                 [](const RunRecord&, const Verdict& v) { return derived(v.step_ms_median); }});
+    c.push_back({"timed_ms_per_step_min",
+                 [](const RunRecord&, const Verdict& v) { return derived(v.step_ms_min); }});
+    c.push_back({"timed_ms_per_step_max",
+                 [](const RunRecord&, const Verdict& v) { return derived(v.step_ms_max); }});
+    c.push_back({"timing_rounds", [](const RunRecord&, const Verdict& v) {
+                   return std::to_string(v.speed_rounds);
+                 }});
     c.push_back({"memory_saving",
                  [](const RunRecord&, const Verdict& v) { return derived(v.memory_saving); }});
     c.push_back({"accuracy_delta_points", [](const RunRecord&, const Verdict& v) {

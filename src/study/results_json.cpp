@@ -1,5 +1,6 @@
-// results.json: {"model", "machine", "baseline", "criteria", "runs", "seed_runs", "verdicts",
-// "recommendation", "summary", "energy_note"}.
+// results.json: {"model", "machine", "baseline", "criteria", "timing", "runs", "seed_runs",
+// "verdicts", "recommendation", "summary", "energy_note"}.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "study/report_detail.h"
@@ -21,6 +22,15 @@ ojson verdict_to_json(const Verdict& v) {
   j["diverged"] = v.diverged;
   j["diverged_at_step"] = v.diverged_at_step ? ojson(*v.diverged_at_step) : ojson(nullptr);
   j["speedup"] = opt(v.speedup);
+  // The range of the timing rounds' speed-ups, and this precision's step time over the rounds
+  // (docs/study.md, "Timing in rounds").
+  j["speedup_min"] = opt(v.speedup_min);
+  j["speedup_max"] = opt(v.speedup_max);
+  j["speed_rounds"] = v.speed_rounds;
+  j["step_ms_median"] = opt(v.step_ms_median);
+  j["step_ms_min"] = opt(v.step_ms_min);
+  j["step_ms_max"] = opt(v.step_ms_max);
+  j["speed_reason"] = v.speed_reason;
   j["time_ratio"] = opt(v.time_ratio);
   j["memory_ratio"] = opt(v.memory_ratio);
   j["memory_saving"] = opt(v.memory_saving);
@@ -57,6 +67,23 @@ std::string render_results_json(const PreparedStudy& p) {
                    {"max_accuracy_loss_points", s.criteria.max_accuracy_loss_points},
                    {"max_loss_increase", s.criteria.max_loss_increase},
                    {"source", kCriteriaSource}};
+  ojson timing = ojson::array();
+  for (const StepTiming& t : s.timing.precisions) {
+    ojson rounds = ojson::array();
+    for (double ms : t.round_ms) rounds.push_back(number_or_null(ms));
+    const auto [lo, hi] = std::minmax_element(t.round_ms.begin(), t.round_ms.end());
+    timing.push_back({{"precision", t.precision},
+                      {"median_ms", t.round_ms.empty() ? ojson(nullptr)
+                                                       : number_or_null(median_of(t.round_ms))},
+                      {"min_ms", t.round_ms.empty() ? ojson(nullptr) : number_or_null(*lo)},
+                      {"max_ms", t.round_ms.empty() ? ojson(nullptr) : number_or_null(*hi)},
+                      {"round_ms", std::move(rounds)}});
+  }
+  j["timing"] = {{"rounds", s.timing.rounds},
+                 {"steps_per_round", s.timing.steps_per_round},
+                 {"order", "rotating"},
+                 {"precisions", std::move(timing)},
+                 {"note", s.timing.note}};
   ojson runs = ojson::array();
   for (const RunRecord& r : s.runs) runs.push_back(run_record_to_json(r));
   j["runs"] = std::move(runs);

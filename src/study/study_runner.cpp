@@ -29,6 +29,7 @@
 #include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 #include "study/peak_rss.h"
+#include "study/timing_rounds.h"
 #include "util/text.h"
 
 namespace mixp::study {
@@ -504,6 +505,22 @@ StudyOutcome run_study(const StudyConfig& sc, const StudyProgress& progress) {
       }
       s.runs.push_back(std::move(r));
     }
+  }
+  // The speed verdict's timing: the first seed's finished precisions, side by side in
+  // interleaved rounds (study/timing_rounds.h).
+  std::vector<detail::TimedCandidate> timed;
+  for (const RunRecord& r : s.runs) {
+    if (r.seed == base.seed && !r.diverged && !r.error && r.ms_per_step > 0) {
+      timed.push_back({r.precision, r.ms_per_step, r.train_time_s, r.peak_memory_bytes});
+    }
+  }
+  if (dist::world().size() > 1) {
+    // Each rank would plan its rounds from its own step times, and ranks whose k differ would
+    // wait in each other's collectives: data-parallel studies keep the runs' medians.
+    s.timing.note = "not timed in rounds under data parallelism";
+  } else {
+    s.timing = detail::time_in_rounds(
+        base, timed, {.rounds = sc.timing_rounds, .steps_per_round = sc.timing_steps});
   }
   s.machine = describe_this_machine(resolved.threads);
   // The thread count the runs used, as the Trainer reported it.

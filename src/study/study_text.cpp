@@ -99,8 +99,11 @@ std::string format_study_table(const StudyResults& in) {
         r.precision + (other_model ? "*" : ""),
         quality,
         done ? with_sd(r, "final_loss", r.final_loss, loss4) : "–",
-        r.ms_per_step > 0 ? with_sd(r, "ms_per_step", r.ms_per_step, ms3) : "–",
-        v.is_baseline ? "baseline" : (v.speedup ? format_ratio(*v.speedup) : "–"),
+        // The timing rounds' median where the study has them (the speed-up's timing).
+        v.step_ms_median ? ms3(*v.step_ms_median)
+        : r.ms_per_step > 0 ? with_sd(r, "ms_per_step", r.ms_per_step, ms3)
+                            : "–",
+        v.is_baseline ? "baseline" : detail::speed_text(v),
         r.peak_memory_bytes > 0 ? format_bytes(double(r.peak_memory_bytes)) : "–",
         energy_text(r),
         status(r),

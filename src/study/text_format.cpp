@@ -6,6 +6,17 @@
 #include <cmath>
 
 namespace mixp::study::detail {
+namespace {
+
+// The report's one minus sign (docs/report.md, "The files"): U+2212, also in an exponent.
+std::string unicode_minus(std::string s) {
+  for (size_t i = s.find('-'); i != std::string::npos; i = s.find('-', i + 3)) {
+    s.replace(i, 1, "\u2212");
+  }
+  return s;
+}
+
+}  // namespace
 
 std::string format_ratio(double x) {
   if (!std::isfinite(x)) return "–";
@@ -17,8 +28,7 @@ std::string format_ratio(double x) {
 std::string format_percent(double fraction, int decimals) {
   if (!std::isfinite(fraction)) return "–";
   std::string s = fmt::format("{:.{}f}%", fraction * 100.0, decimals);
-  if (s[0] == '-') s = "\u2212" + s.substr(1);  // a real minus sign
-  return s;
+  return unicode_minus(s);
 }
 
 std::string format_accuracy(double fraction) {
@@ -61,7 +71,7 @@ std::string format_duration(double s) {
 std::string format_number(double v, int sig) {
   if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "−inf");
   double a = std::fabs(v);
-  if (a != 0 && (a >= 1e7 || a < 1e-4)) return fmt::format("{:.{}g}", v, sig);
+  if (a != 0 && (a >= 1e7 || a < 1e-4)) return unicode_minus(fmt::format("{:.{}g}", v, sig));
   int digits_before = a >= 1 ? int(std::floor(std::log10(a))) + 1 : 1;
   int decimals = std::max(0, sig - digits_before);
   if (a < 1 && a > 0) decimals = std::max(decimals, int(-std::floor(std::log10(a))) + sig - 1);
@@ -70,7 +80,7 @@ std::string format_number(double v, int sig) {
     while (!s.empty() && s.back() == '0') s.pop_back();
     if (!s.empty() && s.back() == '.') s.pop_back();
   }
-  return s;
+  return unicode_minus(s);
 }
 
 std::string format_sig(double v, int sig) {
@@ -79,7 +89,7 @@ std::string format_sig(double v, int sig) {
   if (a == 0) return "0";
   int digits_before = int(std::floor(std::log10(a))) + 1;
   int decimals = std::clamp(sig - digits_before, 0, 9);
-  return fmt::format("{:.{}f}", v, decimals);
+  return unicode_minus(fmt::format("{:.{}f}", v, decimals));
 }
 
 std::string format_joules(double j) {

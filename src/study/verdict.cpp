@@ -1,10 +1,12 @@
-// Verdicts against the seeds' criteria and the recommendation (include/mixp/study/verdict.h).
+// Verdicts against the criteria (docs/report.md, "Verdicts") and the recommendation
+// (include/mixp/study/verdict.h).
 #include "mixp/study/verdict.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "study/text_format.h"
@@ -87,14 +89,117 @@ std::string quality_phrase(const Verdict& v, const StudyResults& s) {
 }
 
 constexpr mixp::detail::EnumName<CheckResult> kCheckNames[] = {
-    {CheckResult::pass, "pass"}, {CheckResult::fail, "fail"}, {CheckResult::not_applicable, "n/a"}};
+    {CheckResult::pass, "pass"},
+    {CheckResult::fail, "fail"},
+    {CheckResult::not_applicable, "n/a"},
+    {CheckResult::inconclusive, "inconclusive"}};
 constexpr mixp::detail::EnumName<QualityMetric> kMetricNames[] = {
     {QualityMetric::test_accuracy, "test_accuracy"},
     {QualityMetric::val_loss, "val_loss"},
     {QualityMetric::final_loss, "final_loss"},
     {QualityMetric::none, "none"}};
 
+std::string ratio2(double x) {
+  return fmt::format("{:.2f}x", x);
+}
+
+// The speed-up of run r against the baseline: the timing rounds when both were timed, else the
+// runs' median step times (a range of one value).
+void judge_speed(Verdict& v, const StudyResults& s, const RunRecord& base, const RunRecord& r) {
+  const StepTiming* bt = s.timing.find(base.precision);
+  const StepTiming* rt = s.timing.find(r.precision);
+  if (rt && !rt->round_ms.empty()) {
+    v.step_ms_median = median_of(rt->round_ms);
+    v.step_ms_min = *std::min_element(rt->round_ms.begin(), rt->round_ms.end());
+    v.step_ms_max = *std::max_element(rt->round_ms.begin(), rt->round_ms.end());
+  }
+  SpeedJudgement j;
+  if (bt && rt && !bt->round_ms.empty() && bt->round_ms.size() == rt->round_ms.size()) {
+    j = judge_speedup(bt->round_ms, rt->round_ms, s.criteria.min_speedup);
+    v.speed_rounds = int(rt->round_ms.size());
+  } else if (base.ms_per_step > 0 && r.ms_per_step > 0 && std::isfinite(r.ms_per_step) &&
+             std::isfinite(base.ms_per_step)) {
+    const double one[] = {base.ms_per_step}, other[] = {r.ms_per_step};
+    j = judge_speedup(one, other, s.criteria.min_speedup);
+    j.reason = std::string(to_string(j.check)) +
+               ": judged on the runs' median step times, one measurement each (not timed in "
+               "rounds" +
+               (s.timing.note.empty() ? std::string() : ": " + s.timing.note) + ")";
+  } else {
+    return;
+  }
+  v.speedup = j.speedup;
+  v.time_ratio = 1.0 / j.speedup;
+  v.speedup_min = j.min;
+  v.speedup_max = j.max;
+  v.speed_reason = j.reason;
+  v.speedup_check = j.check;
+}
+
+// A run's step time for "fastest": the median of its timing rounds when it was timed in them
+// (the same timing as its speed-up), else its run's median.
+double step_ms(const StudyResults& s, std::span<const Verdict> verdicts, size_t i) {
+  if (i < verdicts.size() && verdicts[i].step_ms_median) return *verdicts[i].step_ms_median;
+  return s.runs[i].ms_per_step;
+}
+
 }  // namespace
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+SpeedJudgement judge_speedup(std::span<const double> baseline_ms, std::span<const double> run_ms,
+                             double min_speedup) {
+  if (baseline_ms.empty() || baseline_ms.size() != run_ms.size()) {
+    throw std::invalid_argument(fmt::format("judge_speedup: {} baseline and {} run timings",
+                                            baseline_ms.size(), run_ms.size()));
+  }
+  std::vector<double> ratios;
+  for (size_t i = 0; i < run_ms.size(); ++i) {
+    if (!(baseline_ms[i] > 0) || !(run_ms[i] > 0)) {
+      throw std::invalid_argument("judge_speedup: a step time is not positive");
+    }
+    ratios.push_back(baseline_ms[i] / run_ms[i]);
+  }
+  SpeedJudgement j;
+  j.speedup = median_of(ratios);
+  j.min = *std::min_element(ratios.begin(), ratios.end());
+  j.max = *std::max_element(ratios.begin(), ratios.end());
+  const std::string target = format_ratio(min_speedup);
+  const size_t n = ratios.size();
+  if (n == 1) {
+    j.check = check(j.min > min_speedup);
+    j.reason = fmt::format("{}: {} against the {} target, one measurement", to_string(j.check),
+                           ratio2(j.speedup), target);
+  } else if (j.min > min_speedup) {
+    j.check = CheckResult::pass;
+    j.reason = fmt::format("pass: all {} timing rounds above the {} target (speed-up {} to {})", n,
+                           target, ratio2(j.min), ratio2(j.max));
+  } else if (j.max <= min_speedup) {
+    j.check = CheckResult::fail;
+    j.reason = fmt::format(
+        "fail: no timing round above the {} target (speed-up {} to {} over {} rounds)",
+                           target, ratio2(j.min), ratio2(j.max), n);
+  } else {
+    j.check = CheckResult::inconclusive;
+    j.reason = fmt::format(
+        "inconclusive: the {} target lies within the measured range, speed-up {} to {} over {} "
+        "rounds, so timing noise decides",
+        target, ratio2(j.min), ratio2(j.max), n);
+  }
+  return j;
+}
+
+const StepTiming* TimingRounds::find(const std::string& precision) const {
+  for (const StepTiming& t : precisions) {
+    if (t.precision == precision) return &t;
+  }
+  return nullptr;
+}
 
 const char* to_string(CheckResult c) {
   return mixp::detail::name_of(kCheckNames, c);
@@ -137,10 +242,7 @@ std::vector<Verdict> compute_verdicts(const StudyResults& s) {
     v.finite_check = r.diverged ? CheckResult::fail
                                 : (r.error ? CheckResult::not_applicable : CheckResult::pass);
 
-    if (base && base->ms_per_step > 0 && r.ms_per_step > 0 && std::isfinite(r.ms_per_step)) {
-      v.time_ratio = r.ms_per_step / base->ms_per_step;
-      v.speedup = base->ms_per_step / r.ms_per_step;
-    }
+    if (base) judge_speed(v, s, *base, r);
     if (base && base->peak_memory_bytes > 0 && r.peak_memory_bytes > 0) {
       v.memory_ratio = double(r.peak_memory_bytes) / double(base->peak_memory_bytes);
     } else if (base && base->peak_rss_bytes > 0 && r.peak_rss_bytes > 0) {
@@ -178,9 +280,9 @@ std::vector<Verdict> compute_verdicts(const StudyResults& s) {
     if (v.is_baseline) {
       // The speed and memory targets describe what a lower precision must buy over the baseline.
       v.speedup_check = CheckResult::not_applicable;
+      v.speed_reason.clear();
       v.memory_check = CheckResult::not_applicable;
     } else {
-      if (v.speedup) v.speedup_check = check(*v.speedup > c.min_speedup);
       if (v.memory_saving) v.memory_check = check(tidy(*v.memory_saving) > c.min_memory_saving);
     }
     out.push_back(std::move(v));
@@ -197,7 +299,7 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
   const RunRecord* base = find_baseline(s);
   const std::string& bname = s.baseline_precision;
   auto faster = [&](size_t a, size_t b) {  // run a strictly faster than run b
-    return s.runs[a].ms_per_step > 0 && s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+    return step_ms(s, verdicts, a) > 0 && step_ms(s, verdicts, a) < step_ms(s, verdicts, b);
   };
 
   if (!base || !finished(*base)) {
@@ -250,7 +352,7 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
     }
   }
   std::stable_sort(rejected.begin(), rejected.end(), [&](size_t a, size_t b) {
-    return s.runs[a].ms_per_step < s.runs[b].ms_per_step;
+    return step_ms(s, verdicts, a) < step_ms(s, verdicts, b);
   });
   std::string turned_down;
   for (size_t k = 0; k < rejected.size() && k < 3; ++k) {
@@ -277,11 +379,17 @@ Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdict
   }
   first += ".";
   std::string second;
-  if (!turned_down.empty()) {
-    second = " " + turned_down + ".";
-  } else if (chosen.passes_all()) {
-    second = " It meets all four of the seeds' criteria.";
-  } else if (chosen.speedup && *chosen.speedup <= s.criteria.min_speedup) {
+  if (!turned_down.empty()) second = " " + turned_down + ".";
+  if (chosen.speedup_check == CheckResult::inconclusive) {
+    second += fmt::format(
+        " Whether it reaches the {} speed-up target is inconclusive: the target lies within the "
+        "timing rounds' range ({} to {}).",
+        format_ratio(s.criteria.min_speedup), ratio2(chosen.speedup_min.value_or(0)),
+        ratio2(chosen.speedup_max.value_or(0)));
+  } else if (turned_down.empty() && chosen.passes_all()) {
+    second = " It meets all four criteria.";
+  } else if (turned_down.empty() && chosen.speedup &&
+             *chosen.speedup <= s.criteria.min_speedup) {
     second = fmt::format(" It falls short of the {} speed-up target on this machine.",
                          format_ratio(s.criteria.min_speedup));
   }
@@ -344,8 +452,8 @@ std::string summary_sentence(const StudyResults& s, std::span<const Verdict> ver
   if (!subject) {
     for (size_t i = 0; i < s.runs.size(); ++i) {
       if (verdicts[i].is_baseline || !finished(s.runs[i])) continue;
-      if (!subject ||
-          (s.runs[i].ms_per_step > 0 && s.runs[i].ms_per_step < s.runs[*subject].ms_per_step)) {
+      const double ms = step_ms(s, verdicts, i);
+      if (!subject || (ms > 0 && ms < step_ms(s, verdicts, *subject))) {
         subject = i;
       }
     }

@@ -132,6 +132,18 @@ TEST(ModelShape, PlanShapeOfLlama7b) {
   // checkpointing; checkpointing only shrinks the activations.
   EXPECT_LE(ckpt.peak_bytes, bf16.peak_bytes);
   EXPECT_LT(ckpt.analytic_activation_bytes, bf16.analytic_activation_bytes / 4);
+  // The order of magnitude (docs/plan.md, "Analytic model"): with checkpointing, one block input
+  // per block in the residual stream's format (bf16 here), layers x B x T x d x 2 bytes = 512 MiB,
+  // plus the head's norm saves and logits (157 MiB); without, every block's saves, (8d + 3F)
+  // 16-bit values and (4 + heads) fp32 statistics per token and block: 8233 MiB, plus the head.
+  const double N = 4.0 * 512, L = 32, C = 4096, F = 11008, H = 32;
+  const double head = 2 * N * C * 2 + N * 32000 * 2;
+  EXPECT_NEAR(double(ckpt.analytic_activation_bytes), L * N * C * 2 + head, 1e6);
+  EXPECT_NEAR(double(bf16.analytic_activation_bytes),
+              L * N * ((8 * C + 3 * F) * 2 + (4 + H) * 4) + head, 1e6);
+  // The peak's own temporaries (the end of backward: the gradient reaching the embedding, 32 MiB)
+  // are about the same either way; that row alone cannot show what checkpointing saves.
+  EXPECT_NEAR(double(ckpt.activation_bytes), double(bf16.activation_bytes), double(1 << 20));
   // ZeRO-3 over 8 ranks shards everything persistent.
   const study::MemoryPlan z3 =
       study::plan_shape(s, run, {.zero_stage = 3, .ranks = 8, .estimate_time = false});
@@ -163,6 +175,19 @@ TEST(ModelShape, Cli) {
   EXPECT_EQ(j["parameters"], 6738415616);
   EXPECT_TRUE(j["analytic"].get<bool>());
   EXPECT_GT(j["estimated_step_ms"].get<double>(), 0);
+  // The text shows what backward keeps, which checkpointing changes (669 MiB against 8390).
+  const std::string shape = "plan --model-shape llama-7b --batch 4 --context 512 --precision bf16";
+  const auto with = run_cli(shape + " --checkpointing --gemm-record");
+  const auto without = run_cli(shape + " --gemm-record");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_NE(with.out.find("saved for backward (analytic): checkpoints + head"), std::string::npos)
+      << with.out;
+  EXPECT_NE(with.out.find("669.0 MiB"), std::string::npos) << with.out;
+  EXPECT_NE(without.out.find("saved for backward (analytic): all blocks + head"),
+            std::string::npos)
+      << without.out;
+  EXPECT_NE(without.out.find("8390.0 MiB"), std::string::npos) << without.out;
   const auto seed = run_cli("plan --model-shape llama-7b --seed-table");
   ASSERT_EQ(seed.exit_code, 0) << seed.err;
   EXPECT_NE(seed.out.find("32 GB"), std::string::npos) << seed.out;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -296,6 +297,120 @@ TEST(Report, UnwritableFolderThrows) {
   TempDir t;
   mixp::test::write_text(t.path() / "file", "x");
   EXPECT_THROW(write_study_report(t.path() / "file" / "out", test::crafted_study()), IoError);
+}
+
+StudyResults timed_study() {
+  StudyResults s = test::crafted_study();
+  s.timing = {3, 10, {{"fp32", {10, 11, 9}}, {"bf16", {4, 6.5, 4.2}}, {"fp8", {5.5, 6, 5}}}, ""};
+  return s;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) {
+    s.replace(p, from.size(), to);
+  }
+  return s;
+}
+
+// The text a reader sees: no <style>, no tags (their attributes hold SVG coordinates), entities
+// for quotes decoded.
+std::string visible_text(const std::string& html) {
+  std::string t = std::regex_replace(html, std::regex(R"(<style>[\s\S]*?</style>)"), " ");
+  t = std::regex_replace(t, std::regex(R"(<[^>]*>)"), " ");
+  return replace_all(replace_all(t, "&quot;", "\""), "&#39;", "'");
+}
+
+TEST(Report, ResultsCarryTheTimingRoundsSpread) {
+  const StudyResults s = timed_study();
+  const json j = json::parse(render_results_json(s));
+  ASSERT_TRUE(j.contains("timing"));
+  EXPECT_EQ(j["timing"]["rounds"], 3);
+  EXPECT_EQ(j["timing"]["steps_per_round"], 10);
+  EXPECT_EQ(j["timing"]["order"], "rotating");
+  ASSERT_EQ(j["timing"]["precisions"].size(), 3u);
+  const json& bf16 = j["timing"]["precisions"][1];
+  EXPECT_EQ(bf16["precision"], "bf16");
+  EXPECT_DOUBLE_EQ(bf16["median_ms"].get<double>(), 4.2);
+  EXPECT_DOUBLE_EQ(bf16["min_ms"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(bf16["max_ms"].get<double>(), 6.5);
+  EXPECT_EQ(bf16["round_ms"].size(), 3u);
+  const json& v = j["verdicts"][1];
+  EXPECT_EQ(v["checks"]["speedup"], "inconclusive");
+  EXPECT_NEAR(v["speedup_min"].get<double>(), 11 / 6.5, 1e-12);
+  EXPECT_NEAR(v["speedup_max"].get<double>(), 2.5, 1e-12);
+  EXPECT_EQ(v["speed_rounds"], 3);
+  EXPECT_DOUBLE_EQ(v["step_ms_median"].get<double>(), 4.2);
+  EXPECT_NE(v["speed_reason"].get<std::string>().find("inconclusive"), std::string::npos);
+  EXPECT_EQ(j["verdicts"][3]["checks"]["speedup"], "fail");
+
+  auto rows = parse_csv(render_results_csv(s));
+  auto col = [&](const std::string& name) {
+    return size_t(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
+  };
+  ASSERT_LT(col("speedup_check"), rows[0].size());
+  EXPECT_EQ(rows[2][col("speedup_check")], "inconclusive");
+  EXPECT_EQ(rows[2][col("timed_ms_per_step_median")], "4.2");
+  EXPECT_EQ(rows[2][col("timed_ms_per_step_min")], "4");
+  EXPECT_EQ(rows[2][col("timed_ms_per_step_max")], "6.5");
+  EXPECT_EQ(rows[2][col("timing_rounds")], "3");
+
+  const std::string md = render_report_markdown(s);
+  EXPECT_NE(md.find("❔ inconclusive 2.1x (1.69–2.50x)"), std::string::npos) << md;
+  EXPECT_NE(md.find("3 interleaved rounds of 10 steps"), std::string::npos);
+  EXPECT_NE(md.find("bf16 4.20 ms/step (4.00 to 6.50)"), std::string::npos);
+  const std::string html = render_report_html(s);
+  EXPECT_NE(html.find("2.1x (1.69–2.50x)<span class=\"visually-hidden\"> (inconclusive)"),
+            std::string::npos);
+  EXPECT_NE(html.find("3 interleaved rounds of 10 steps"), std::string::npos);
+}
+
+// Every citation in the reports names a docs/*.md file of this repository, and a quoted section
+// after it ("docs/report.md, \"Verdicts\"") one of that file's headings; nothing cites the seed
+// documents, which are not in the repository.
+TEST(Report, CitationsPointToDocsSectionsThatExist) {
+  const StudyResults s = timed_study();
+  const std::filesystem::path docs = std::filesystem::path(MIXP_SOURCE_DIR) / "docs";
+  for (const std::string& text :
+       {render_report_markdown(s), visible_text(render_report_html(s))}) {
+    EXPECT_FALSE(std::regex_search(text, std::regex(R"(seed 0\d\d|seed document|seeds')")));
+    EXPECT_EQ(text.find("section 8"), std::string::npos);
+    const std::regex cite(R"(docs/([A-Za-z0-9_.-]+\.md)(, \"([^\"]+)\")?)");
+    int files = 0, sections = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), cite);
+         it != std::sregex_iterator(); ++it) {
+      const std::filesystem::path f = docs / (*it)[1].str();
+      ++files;
+      ASSERT_TRUE(std::filesystem::exists(f)) << it->str();
+      if (!(*it)[3].matched) continue;
+      ++sections;
+      const std::string doc = read_text(f);
+      const std::regex heading("(^|\n)#+ " + std::regex_replace((*it)[3].str(),
+                                                               std::regex(R"([.^$|()\[\]{}*+?\\])"),
+                                                               R"(\$&)"));
+      EXPECT_TRUE(std::regex_search(doc, heading)) << it->str() << " names no heading of " << f;
+    }
+    EXPECT_GE(files, 3);
+    EXPECT_GE(sections, 2);
+  }
+}
+
+// One minus sign in the reports a reader sees: U+2212, never an ASCII hyphen before a number
+// (results.json and results.csv keep ASCII numbers for programs).
+TEST(Report, OneMinusSignInTheReports) {
+  StudyResults s = timed_study();
+  s.runs[1].peak_memory_bytes = 108'000'000;  // bf16 8% more memory than fp32: a negative saving
+  s.runs[1].test_accuracy = 0.8847;           // -0.03 points
+  const std::string md = render_report_markdown(s);
+  const std::string html = visible_text(render_report_html(s));
+  for (const std::string* t : {&md, &html}) {
+    std::smatch m;
+    EXPECT_FALSE(std::regex_search(*t, m, std::regex(R"((^|[^\w.\-])-[0-9])")))
+        << "ASCII minus in: ..."
+        << m.prefix().str().substr(m.prefix().length() > 80 ? m.prefix().length() - 80 : 0)
+        << m.str();
+    EXPECT_NE(t->find("\u22128%"), std::string::npos);
+    EXPECT_NE(t->find("\u22120.03 points"), std::string::npos);
+  }
 }
 
 }  // namespace

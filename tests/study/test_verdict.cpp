@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <stdexcept>
+#include <vector>
 
 #include "mixp/study/verdict.h"
 #include "study_fixtures.h"
@@ -234,6 +236,69 @@ TEST(Verdict, FailedRunIsNotUsableAndNotCalledDiverged) {
   Recommendation rec = recommend(s, v);
   EXPECT_EQ(rec.precision, "fp32");
   EXPECT_TRUE(contains(rec.reason, "int8-qat failed")) << rec.reason;
+}
+
+// The speed check on timing rounds (docs/study.md, "Timing in rounds"): pass or fail only when the
+// target lies outside the range of the rounds' ratios.
+TEST(Verdict, SpeedCheckOnConstructedRounds) {
+  const std::vector<double> base = {10, 10, 10, 10, 10};
+  // Ratios 2.5, 2.22, 2.38, 2.04, 2.27: every round above 2x.
+  SpeedJudgement j = judge_speedup(base, std::vector<double>{4, 4.5, 4.2, 4.9, 4.4}, 2.0);
+  EXPECT_EQ(j.check, CheckResult::pass) << j.reason;
+  EXPECT_NEAR(j.min, 10 / 4.9, 1e-12);
+  EXPECT_NEAR(j.max, 2.5, 1e-12);
+  EXPECT_NEAR(j.speedup, 10 / 4.4, 1e-12);  // the median ratio
+  // Ratios 1.67, 1.67, 1.43, 1.82, 2.0: none above (exactly 2.0 is not "> 2x").
+  j = judge_speedup(base, std::vector<double>{6, 6, 7, 5.5, 5}, 2.0);
+  EXPECT_EQ(j.check, CheckResult::fail) << j.reason;
+  EXPECT_NEAR(j.max, 2.0, 1e-12);
+  // Ratios 2.5, 1.67, 2.0, 2.22, 1.43: the target within the range, whatever the median says.
+  j = judge_speedup(base, std::vector<double>{4, 6, 5, 4.5, 7}, 2.0);
+  EXPECT_EQ(j.check, CheckResult::inconclusive) << j.reason;
+  EXPECT_TRUE(contains(j.reason, "inconclusive")) << j.reason;
+  EXPECT_TRUE(contains(j.reason, "1.43x to 2.50x")) << j.reason;
+  // Paired by round: a load burst that slows both precisions in one round does not widen the
+  // ratio's range (round 2 is 3x slower for both).
+  j = judge_speedup(std::vector<double>{10, 30, 10}, std::vector<double>{4, 12, 4.1}, 2.0);
+  EXPECT_EQ(j.check, CheckResult::pass) << j.reason;
+  // One measurement each: its own range.
+  j = judge_speedup(std::vector<double>{10}, std::vector<double>{4}, 2.0);
+  EXPECT_EQ(j.check, CheckResult::pass);
+  EXPECT_THROW(judge_speedup(base, std::vector<double>{1, 2}, 2.0), std::invalid_argument);
+  EXPECT_THROW(judge_speedup(std::vector<double>{}, std::vector<double>{}, 2.0),
+               std::invalid_argument);
+  EXPECT_THROW(judge_speedup(std::vector<double>{1}, std::vector<double>{0}, 2.0),
+               std::invalid_argument);
+}
+
+TEST(Verdict, SpeedCheckUsesTheTimingRoundsOfTheStudy) {
+  StudyResults s = test::crafted_study();
+  // The runs' medians say bf16 is 1.82x (fail) and fp8 2.5x (pass); the rounds decide instead.
+  s.timing.rounds = 3;
+  s.timing.steps_per_round = 10;
+  s.timing.precisions = {{"fp32", {10, 11, 9}}, {"bf16", {4, 6.5, 4.2}}, {"fp8", {5.5, 6, 5}}};
+  auto v = compute_verdicts(s);
+  EXPECT_EQ(v[1].speedup_check, CheckResult::inconclusive) << v[1].speed_reason;
+  EXPECT_EQ(v[1].speed_rounds, 3);
+  EXPECT_NEAR(*v[1].speedup_min, 11 / 6.5, 1e-12);
+  EXPECT_NEAR(*v[1].speedup_max, 10 / 4.0, 1e-12);
+  EXPECT_NEAR(*v[1].speedup, 9 / 4.2, 1e-12);
+  EXPECT_NEAR(*v[1].time_ratio, 4.2 / 9, 1e-12);
+  EXPECT_NEAR(*v[1].step_ms_median, 4.2, 1e-12);
+  EXPECT_NEAR(*v[1].step_ms_min, 4.0, 1e-12);
+  EXPECT_NEAR(*v[1].step_ms_max, 6.5, 1e-12);
+  EXPECT_EQ(v[3].speedup_check, CheckResult::fail) << v[3].speed_reason;  // 1.8x-1.83x
+  EXPECT_EQ(v[0].speedup_check, CheckResult::not_applicable);
+  // The recommendation says the speed target is open rather than missed.
+  const Recommendation rec = recommend(s, v);
+  EXPECT_EQ(rec.precision, "bf16");
+  EXPECT_TRUE(contains(rec.reason, "inconclusive")) << rec.reason;
+  // A precision without rounds (fp8's dropped here) keeps the runs' medians, and says so.
+  s.timing.precisions.pop_back();
+  v = compute_verdicts(s);
+  EXPECT_EQ(v[3].speed_rounds, 0);
+  EXPECT_EQ(v[3].speedup_check, CheckResult::pass);
+  EXPECT_TRUE(contains(v[3].speed_reason, "not timed in rounds")) << v[3].speed_reason;
 }
 
 }  // namespace

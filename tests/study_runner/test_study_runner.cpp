@@ -90,6 +90,26 @@ TEST(StudyRunner, WritesTheFourFilesWithTheSchema) {
             j["runs"][0]["energy_estimate_joules"].get<double>())
       << "fp64 moves twice the bytes and its multiply-adds cost more";
 
+  // The speed verdict's timing rounds (docs/study.md, "Timing in rounds"): both precisions, one
+  // time per round each, and the verdict's speed-up range from them.
+  const auto& tm = j["timing"];
+  const int rounds = tm["rounds"].get<int>();
+  EXPECT_GE(rounds, 3) << tm.dump();
+  EXPECT_GE(tm["steps_per_round"].get<int>(), 1);
+  ASSERT_EQ(tm["precisions"].size(), 2u) << tm.dump();
+  for (const auto& p : tm["precisions"]) {
+    EXPECT_EQ(p["round_ms"].size(), size_t(rounds));
+    EXPECT_GT(p["min_ms"].get<double>(), 0);
+    EXPECT_LE(p["min_ms"].get<double>(), p["median_ms"].get<double>());
+    EXPECT_LE(p["median_ms"].get<double>(), p["max_ms"].get<double>());
+  }
+  const auto& fp64 = j["verdicts"][1];
+  EXPECT_EQ(fp64["speed_rounds"], rounds);
+  EXPECT_LE(fp64["speedup_min"].get<double>(), fp64["speedup"].get<double>());
+  EXPECT_LE(fp64["speedup"].get<double>(), fp64["speedup_max"].get<double>());
+  const std::string check = fp64["checks"]["speedup"];
+  EXPECT_TRUE(check == "pass" || check == "fail" || check == "inconclusive") << check;
+
   const std::string csv = read_text(dir / "study" / "results.csv");
   const std::string header = csv.substr(0, csv.find('\n'));
   std::string expected;

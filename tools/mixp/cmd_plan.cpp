@@ -251,13 +251,21 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
   t.add({"cast weight copies", size(p.cast_copy_bytes)});
   t.add({"communication buffers", size(p.comm_bytes)});
   if (p.analytic) {
-    t.add({"activations, temporaries (analytic)", size(p.activation_bytes)});
+    t.add({"activations, temporaries at the peak (analytic)", size(p.activation_bytes)});
   } else {
-    t.add({"activations (measured)", size(p.activation_bytes)});
+    t.add({"activations, temporaries at the peak (measured)", size(p.activation_bytes)});
   }
   t.add({"peak", size(p.peak_bytes)});
   if (!p.analytic && p.analytic_peak_bytes > 0) {
     t.add({"peak (analytic model)", size(p.analytic_peak_bytes)});
+  }
+  // What backward keeps (docs/plan.md, "Analytic model"): every block's saves, or under
+  // checkpointing one block input per block; the peak's moment may hold less (the end of
+  // backward holds none), so the row above can be the same with and without checkpointing.
+  if (p.analytic_activation_bytes > 0) {
+    t.add({p.checkpointing ? "saved for backward (analytic): checkpoints + head"
+                           : "saved for backward (analytic): all blocks + head",
+           size(p.analytic_activation_bytes)});
   }
   t.print(std::cout);
   if (p.step_ms > 0) {

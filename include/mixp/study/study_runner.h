@@ -66,6 +66,13 @@ struct StudyConfig {
   // overflow and underflow fractions of the run's own narrow format) and "top_ops" (the
   // profiler's largest rows), which the report shows as heatmaps and tables. "" = off.
   std::string inspect;
+  // The speed verdict's timing (docs/study.md, "Timing in rounds"): after the runs, the
+  // precisions whose first-seed run finished are timed together in `timing_rounds` interleaved
+  // rounds of `timing_steps` steps each (0 = about 40 ms of steps, within a quarter of the runs'
+  // training time); results.json's "timing". 0 rounds = off: the speed-up then compares the
+  // runs' median step times.
+  int timing_rounds = 5;
+  int64_t timing_steps = 0;
 };
 
 // Progress, for a display. Sent on the study's thread, in this order per run.

@@ -2,7 +2,11 @@
 // fastest precision that keeps accuracy within the criterion and never produced a NaN.
 //
 // Definitions (relative to the baseline run, same model, same machine):
-//   speed-up        baseline ms_per_step / run ms_per_step                     pass: > min_speedup
+//   speed-up        baseline ms/step / run ms/step, per timing round (StudyResults::timing):
+//                   the median of the rounds' ratios; pass when every round's ratio exceeds
+//                   min_speedup, fail when none does, inconclusive when the target lies within
+//                   the rounds' range (timing noise). Without rounds, the runs' ms_per_step
+//                   ratio, a range of one value                                pass: > min_speedup
 //   memory saving   1 - run peak / baseline peak (peak_memory_bytes; peak_rss_bytes when the
 //                   tracked peak is missing in either run)                     pass: >
 //                   min_memory_saving
@@ -24,8 +28,8 @@
 
 namespace mixp::study {
 
-enum class CheckResult : uint8_t { pass, fail, not_applicable };
-const char* to_string(CheckResult c);  // "pass", "fail", "n/a"
+enum class CheckResult : uint8_t { pass, fail, not_applicable, inconclusive };
+const char* to_string(CheckResult c);  // "pass", "fail", "n/a", "inconclusive"
 
 // Which number the accuracy criterion was judged on.
 enum class QualityMetric : uint8_t { test_accuracy, val_loss, final_loss, none };
@@ -37,7 +41,14 @@ struct Verdict {
   bool diverged = false;
   std::optional<int64_t> diverged_at_step;
 
-  std::optional<double> speedup;        // baseline ms/step / run ms/step
+  std::optional<double> speedup;        // baseline ms/step / run ms/step (median over rounds)
+  std::optional<double> speedup_min;    // the range of the rounds' ratios (= speedup without
+  std::optional<double> speedup_max;    // timing rounds)
+  int speed_rounds = 0;                 // timing rounds behind the speed-up (0: the runs' medians)
+  std::optional<double> step_ms_median;  // this precision's rounds: median ms per step
+  std::optional<double> step_ms_min;     // and the fastest and slowest round
+  std::optional<double> step_ms_max;
+  std::string speed_reason;  // why the speed check came out as it did, for the report
   std::optional<double> time_ratio;     // run ms/step / baseline ms/step
   std::optional<double> memory_ratio;   // run peak / baseline peak
   std::optional<double> memory_saving;  // 1 - memory_ratio
@@ -58,6 +69,23 @@ struct Verdict {
   bool acceptable() const;
 };
 
+// The speed check on timings: baseline_ms[i] and run_ms[i] are round i's ms per step of the
+// baseline and the run (equal lengths, at least one round). ratio_i = baseline_ms[i] / run_ms[i];
+// speedup = their median, [min, max] their range; check: pass when min > min_speedup, fail when
+// max <= min_speedup, else inconclusive; reason says which in words, starting with the check's
+// name ("inconclusive: the 2.0x target lies within the measured range, ..."). Throws
+// std::invalid_argument for empty or unequal spans or a non-positive time.
+struct SpeedJudgement {
+  double speedup = 0, min = 0, max = 0;
+  CheckResult check = CheckResult::not_applicable;
+  std::string reason;
+};
+SpeedJudgement judge_speedup(std::span<const double> baseline_ms, std::span<const double> run_ms,
+                             double min_speedup);
+
+// Median of `v` (the mean of the middle two for an even count); NaN when empty.
+double median_of(std::vector<double> v);
+
 struct Recommendation {
   std::string precision;  // "" only when the study has no run that finished
   std::string reason;     // one or two sentences
@@ -69,7 +97,8 @@ const RunRecord* find_baseline(const StudyResults& s);
 // One verdict per run, in the order of s.runs.
 std::vector<Verdict> compute_verdicts(const StudyResults& s);
 
-// The fastest (lowest ms/step) acceptable run; ties keep the earlier run. Without a baseline,
+// The fastest (lowest ms/step: the median of its timing rounds when it was timed in them, else
+// the run's) acceptable run; ties keep the earlier run. Without a baseline,
 // accuracy cannot be judged: the fastest run that did not diverge, and the reason says so. When
 // nothing finished, precision is "" and the reason says that every run diverged or failed.
 Recommendation recommend(const StudyResults& s, std::span<const Verdict> verdicts);
