@@ -1,10 +1,12 @@
 #include "mixp/nn/gpt.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
@@ -27,8 +29,17 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : Module("gpt"), cfg_(cfg) {
                     cfg.vocab, cfg.context, cfg.width, cfg.layers, cfg.heads, cfg.mlp_width));
   }
   if (cfg.width % cfg.heads != 0) {
-    throw std::invalid_argument(
-        fmt::format("mixp::nn::Gpt: width {} is not divisible by heads {}", cfg.width, cfg.heads));
+    // The hint lists the largest head counts below the one asked for that divide the width (a
+    // width changed without --heads keeps the model's default heads: issue 28 item 12).
+    std::vector<int64_t> fit;
+    for (int64_t h = std::min(cfg.heads, cfg.width); h > 1 && fit.size() < 3; --h) {
+      if (cfg.width % h == 0) fit.insert(fit.begin(), h);
+    }
+    if (fit.empty()) fit.push_back(1);
+    throw std::invalid_argument(fmt::format(
+        "mixp::nn::Gpt: width {} is not divisible by heads {}; pass heads N with N dividing {} "
+        "(e.g. {}; `mixp train --heads N`)",
+        cfg.width, cfg.heads, cfg.width, fmt::join(fit, ", ")));
   }
   if (cfg.padded_vocab != 0 && cfg.padded_vocab < cfg.vocab) {
     throw std::invalid_argument(fmt::format(

@@ -283,14 +283,12 @@ Tensor Tensor::to(DType dt, Round round, Overflow overflow, uint64_t seed) const
   return out;
 }
 
+// PyTorch's tensor.to(dtype) (issue 28 item 12): floating targets round to nearest even, integer
+// targets truncate toward zero as a C cast does (mixp then saturates where PyTorch wraps). The
+// overload above names another rounding or overflow when one is wanted.
 Tensor Tensor::to(DType dt) const {
-  if (!is_exact_conversion(dtype(), dt)) {
-    throw std::invalid_argument(
-        fmt::format("mixp: converting {} to {} may round; name the rounding: to(DType::{}, "
-                    "Round::nearest_even)",
-                    name(dtype()), name(dt), name(dt)));
-  }
-  return to(dt, Round::nearest_even, Overflow::ieee, 0);
+  const Round r = traits(dt).is_float() ? Round::nearest_even : Round::toward_zero;
+  return to(dt, r, Overflow::ieee, 0);
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {

@@ -66,13 +66,81 @@ bool is_prepared(const nn::Module& model) {
   return detail::has_module<FakeQuantize>(model);
 }
 
-void prepare_qat(nn::Module& model, const QConfig& qc) {
-  auto* seq = dynamic_cast<nn::Sequential*>(&model);
-  if (seq == nullptr) {
-    throw std::invalid_argument(
-        fmt::format("mixp::quant::prepare_qat: the model ({}) is not a Sequential; {}",
-                    model.kind(), kSupported));
+namespace {
+
+// A Sequential of only the layers the int8 model runs (the built-in mlp and cnn): prepared as
+// fused groups, and convert_to_int8 can make it an int8 model.
+bool is_int8_sequential(const nn::Module& model) {
+  const auto* seq = dynamic_cast<const nn::Sequential*>(&model);
+  if (seq == nullptr) return false;
+  for (const auto& [name, m] : seq->named_children()) {
+    // int8 inference does not run GELU.
+    if (as<nn::Linear>(m) && as<nn::Linear>(m)->activation() == Activation::gelu) return false;
+    if (!(as<nn::Linear>(m) || as<nn::Conv2d>(m) || as<nn::BatchNorm2d>(m) ||
+          as<nn::MaxPool2d>(m) || as<nn::Flatten>(m) || as<nn::Dropout>(m) || as<nn::ReLU>(m))) {
+      return false;
+    }
   }
+  return true;
+}
+
+// Any other Module tree (a custom model, docs/custom-models.md): every Linear and Conv2d in it,
+// found by type wherever it sits as amp::enable_fp8 finds its Linear layers (amp/fp8_linear.cpp),
+// trains through a QatLinear / QatConv2d that shares its parameters, registered as its child
+// "qat" (so the observers are in the state dict and the switches reach them) and run by a
+// forward wrapper: the parent module keeps calling the layer it holds. The data flow between
+// layers is the model's own code, which prepare cannot see, so each layer fake-quantizes its own
+// input and output (PyTorch eager mode needs QuantStubs for the same reason); the last layer's
+// output (the logits, by named_modules() order) only with QConfig::quantize_output. Such a model
+// trains and evaluates with fake quantization; convert_to_int8 takes the Sequential ones only.
+void prepare_tree(nn::Module& model, const QConfig& qc) {
+  std::vector<std::pair<std::string, nn::Module*>> layers;
+  for (auto& [name, m] : model.named_modules()) {
+    if (dynamic_cast<nn::Linear*>(m) || dynamic_cast<nn::Conv2d*>(m)) layers.emplace_back(name, m);
+  }
+  if (layers.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::prepare_qat: the model ({}) has no Linear or Conv2d to quantize",
+        model.kind()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto& [name, m] = layers[i];
+    if (m->forward_wrapper()) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::prepare_qat: '{}' already runs through a forward wrapper (a per-layer "
+          "precision or FP8?); QAT wraps it itself",
+          name));
+    }
+    std::shared_ptr<QatModule> q;
+    if (auto* lin = dynamic_cast<nn::Linear*>(m)) {
+      q = std::make_shared<QatLinear>(*lin, qc.weight);
+    } else {
+      q = std::make_shared<QatConv2d>(*dynamic_cast<nn::Conv2d*>(m), qc.weight);
+    }
+    q->set_input_fake_quant(std::make_shared<FakeQuantize>(qc.activation, 1));
+    if (i + 1 < layers.size() || qc.quantize_output) {
+      q->set_output_fake_quant(std::make_shared<FakeQuantize>(qc.activation, 1));
+    }
+    q->train(m->is_training());
+    m->register_module("qat", q);
+    // The child lives as long as the layer, which owns the wrapper: a plain pointer is enough.
+    QatModule* run = q.get();
+    m->set_forward_wrapper([run](nn::Module&, const Tensor& x) { return run->forward(x); });
+  }
+}
+
+}  // namespace
+
+bool is_int8_convertible(const nn::Module& model) {
+  if (!dynamic_cast<const nn::Sequential*>(&model)) return false;
+  // Prepared as fused groups: the QAT layers are the Sequential's own children.
+  for (const auto& [name, m] : model.named_children()) {
+    if (dynamic_cast<const QatModule*>(m.get())) return true;
+  }
+  return false;
+}
+
+void prepare_qat(nn::Module& model, const QConfig& qc) {
   if (is_prepared(model)) {
     throw std::invalid_argument("mixp::quant::prepare_qat: the model is prepared already");
   }
@@ -81,6 +149,11 @@ void prepare_qat(nn::Module& model, const QConfig& qc) {
         "mixp::quant::prepare_qat: activations are quantized per tensor; the qconfig asks for "
         "per-channel activation observers");
   }
+  if (!is_int8_sequential(model)) {
+    prepare_tree(model, qc);
+    return;
+  }
+  auto* seq = dynamic_cast<nn::Sequential*>(&model);
   const auto act_fq = [&] { return std::make_shared<FakeQuantize>(qc.activation, 1); };
   const auto children = seq->named_children();
   std::vector<QatModule*> owners;  // the last module of each fused group
@@ -93,11 +166,6 @@ void prepare_qat(nn::Module& model, const QConfig& qc) {
     };
     std::shared_ptr<QatModule> head;
     if (auto* lin = as<nn::Linear>(m)) {
-      if (lin->activation() == Activation::gelu) {
-        throw std::invalid_argument(fmt::format(
-            "mixp::quant::prepare_qat: '{}' fuses GELU, which int8 inference does not run; {}",
-            name, kSupported));
-      }
       head = std::make_shared<QatLinear>(*lin, qc.weight);
     } else if (auto* conv = as<nn::Conv2d>(m)) {
       head = std::make_shared<QatConv2d>(*conv, qc.weight);

@@ -9,6 +9,7 @@
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/models.h"
+#include "mixp/study/memory_check.h"
 #include "mixp/study/step_counts.h"
 #include "mixp/study/step_time.h"
 #include "mixp/train/build_run.h"
@@ -295,6 +296,44 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
                  step_gemm_flops(shape, run.batch * run.seq, run.seq, run.checkpointing);
   add_estimate(p, sp.compute, opt, run.threads);
   return p;
+}
+
+MemoryNeed plan_training_memory(const train::TrainConfig& c) {
+  MemoryNeed need;
+  if (train::is_language_model(c.model.name)) {
+    const nn::GptConfig g = nn::gpt_config_of(c.model);
+    ShapeRun run;
+    run.batch = c.batch;
+    run.seq = g.context;
+    run.micro_batches = c.grad_accum;
+    run.precision = c.precision;
+    run.optimizer = c.optimizer;
+    run.checkpointing = c.model.checkpointing;
+    run.optimizer_in_backward = c.optimizer_in_backward;
+    PlanOptions opt;
+    opt.estimate_time = false;
+    const MemoryPlan p = plan_shape(shape_of(g), run, opt);
+    need.peak_bytes = p.peak_bytes;
+    need.activation_bytes = p.activation_bytes;
+    need.persistent_bytes = p.peak_bytes - p.activation_bytes;
+    return need;
+  }
+  // mlp, cnn: traced on one sample, scaled by the batch in double (a huge batch must not
+  // overflow the count it is refused by).
+  const MemoryFormats f = memory_formats(c.precision, c.optimizer, c.model.checkpointing);
+  const StepTrace t = trace_step_gemms(c.model, 1);
+  double per_sample = 0;
+  for (const StepGemm& g : t.gemms) per_sample += double(g.m) * double(g.n) * double(g.count);
+  if (!t.gemms.empty()) per_sample += double(t.gemms.front().m) * double(t.gemms.front().k);
+  const double activations = per_sample * double(c.batch) * f.save_bytes;
+  const double persistent =
+      double(t.parameters) * (f.param_bytes + f.master_bytes + f.grad_bytes + f.state_bytes) +
+      double(t.weight_values) * f.cast_bytes;
+  constexpr double kMax = 9.0e18;  // below INT64_MAX
+  need.activation_bytes = int64_t(std::min(activations, kMax));
+  need.persistent_bytes = int64_t(std::min(persistent, kMax));
+  need.peak_bytes = int64_t(std::min(activations + persistent, kMax));
+  return need;
 }
 
 }  // namespace mixp::study

@@ -90,6 +90,15 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
     set_num_threads(std::max(1, cores / std::max(1, world.local_size())));
   }
   p.recipe = make_recipe(c.precision, recipe_options(c, purpose));
+  // The QAT recipes convert the built-in mlp and cnn into int8 / low-bit models; quant::prepare_qat
+  // also takes other Module trees (a custom model trains with fake quantization only), so the
+  // registry's list of built-in models a recipe does not train is what refuses the gpt family.
+  if (!recipe_supports_model(p.recipe->name(), c.model.name)) {
+    throw ConfigError(fmt::format(
+        "precision '{}' quantizes models built of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d layers "
+        "(mlp, cnn) into its inference model; {} is not one (docs/quantization.md)",
+        p.recipe->name(), c.model.name));
+  }
   // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
   if (training) c.precision = p.recipe->name();
   const bool lm = is_language_model(c.model.name);

@@ -28,6 +28,7 @@ class Int8QatRecipe final : public QatRecipe {
 
   void save_extra(nn::Module& model, const std::filesystem::path& dir) const override {
     if (!quant::observers_calibrated(model)) return;  // nothing observed yet (no step done)
+    if (!quant::is_int8_convertible(model)) return;    // a custom model: fake quantization only
     quant::save_int8_model(*quant::convert_to_int8(model), dir / kInt8ModelFile);
   }
 
@@ -36,6 +37,9 @@ class Int8QatRecipe final : public QatRecipe {
     quant::set_observers_enabled(model, on);
   }
   std::shared_ptr<nn::Module> convert(nn::Module& trained) const override {
+    // A model prepared layer by layer (quant/qat.h: any Module tree) is evaluated as trained,
+    // with fake quantization (nullptr: no separate inference model).
+    if (!quant::is_int8_convertible(trained)) return nullptr;
     return quant::convert_to_int8(trained);
   }
 };

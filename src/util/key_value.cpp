@@ -41,9 +41,16 @@ std::vector<KeyValue> split_key_values(std::string_view text, const KeyValueSynt
         throw KeyValueError(fmt::format("unknown {} '{}'; keys: {}", syntax.noun, key,
                                         join({syntax.keys.begin(), syntax.keys.end()})));
       }
-      if (std::any_of(out.begin(), out.end(), [&](const KeyValue& kv) { return kv.key == key; })) {
-        throw KeyValueError(fmt::format("{} '{}' is given twice", syntax.noun, key));
-      }
+    }
+    // A key given twice is a mistake in every list (--layer-precision fc1=bf16,fc1=fp16 would
+    // silently keep one of them): refused whether or not the list names its keys.
+    const auto twice =
+        std::find_if(out.begin(), out.end(), [&](const KeyValue& kv) { return kv.key == key; });
+    if (twice != out.end()) {
+      const std::string noun =
+          syntax.noun.empty() ? fmt::format("{} key", syntax.list) : std::string(syntax.noun);
+      throw KeyValueError(fmt::format("{} '{}' is given twice ({}={} and {})", noun, key, key,
+                                      twice->value, item));
     }
     out.push_back({std::move(key), trim(item.substr(eq + 1))});
   }

@@ -42,7 +42,7 @@ struct KeyValueSyntax {
 
 // Splits "a=1, b = 2" into ordered pairs. An empty text gives none; a trailing comma is allowed.
 // Throws KeyValueError for an empty entry between commas, an entry without '=' or without a key,
-// and, when syntax.keys is not empty, for a key it does not list or a key given twice.
+// when syntax.keys is not empty, for a key it does not list, and for a key given twice.
 std::vector<KeyValue> split_key_values(std::string_view text, const KeyValueSyntax& syntax);
 
 // A recipe spec split at its first ':' (when that comes before any '='): "bf16:compute=fp16" is

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_commands.h"
 #include "common/cli_runner.h"
 
 namespace mixp::test {
@@ -17,41 +18,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-// The names listed under "Subcommands:" in a CLI11 help text.
-std::vector<std::string> subcommands_in(const std::string& help) {
-  std::vector<std::string> out;
-  std::istringstream in(help);
-  std::string line;
-  bool listing = false;
-  while (std::getline(in, line)) {
-    if (line == "Subcommands:") {
-      listing = true;
-    } else if (listing && line.size() > 2 && line.rfind("  ", 0) == 0 && line[2] != ' ') {
-      out.push_back(line.substr(2, line.find(' ', 2) - 2));
-    } else if (listing && line.empty()) {
-      listing = false;
-    }
-  }
-  return out;
-}
-
-// "bench gemm", "train", ...: every command path, parents before their subcommands.
-std::vector<std::string> all_commands() {
-  std::vector<std::string> todo{""}, out;
-  while (!todo.empty()) {
-    const std::string path = todo.back();
-    todo.pop_back();
-    const CliResult r = run_cli(path + " --help");
-    EXPECT_EQ(r.exit_code, 0) << "mixp " << path << " --help: " << r.err;
-    for (const auto& sub : subcommands_in(r.out)) {
-      const std::string p = path.empty() ? sub : path + " " + sub;
-      out.push_back(p);
-      todo.push_back(p);
-    }
-  }
-  return out;
-}
 
 int count_lines(const std::string& s) {
   int n = 0;

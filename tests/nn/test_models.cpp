@@ -145,6 +145,14 @@ TEST(Models, ConfigErrors) {
   EXPECT_THROW(make_model({.name = "mlp", .checkpointing = true}), std::invalid_argument);
   EXPECT_THROW(make_model({.name = "cnn", .layers = 3}), std::invalid_argument);
   EXPECT_THROW(make_model({.name = "gpt", .width = 100, .heads = 3}), std::invalid_argument);
+  // A width the heads do not divide says which head counts would (issue 28 item 12).
+  try {
+    make_model({.name = "gpt", .width = 128, .layers = 1, .heads = 12, .vocab = 16});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("width 128 is not divisible by heads 12; pass heads N with N "
+                                    "dividing 128 (e.g. 2, 4, 8;"));
+  }
   EXPECT_THROW(make_model({.name = "gpt", .width = -4}), std::invalid_argument);
   const ModelConfig r = resolve_model_config({.name = "gpt"});
   EXPECT_EQ(r.width, 256);

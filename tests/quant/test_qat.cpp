@@ -108,14 +108,71 @@ TEST(Qat, ConvertNeedsCalibratedObservers) {
   EXPECT_THROW(convert_to_int8(*plain), std::invalid_argument);  // not prepared
 }
 
-TEST(Qat, RefusesModelsItCannotQuantize) {
-  auto gpt = testing::tiny_gpt();
-  try {
-    prepare_qat(*gpt);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("not a Sequential"), std::string::npos) << e.what();
+// A custom model (docs/custom-models.md): a Module holding its layers itself, one of them inside
+// a nested container, with a LayerNorm and GELU that int8 inference does not run.
+class NestedNet : public nn::Module {
+ public:
+  explicit NestedNet(Generator& g) : Module("custom") {
+    body_ = register_module("body", std::make_shared<nn::Sequential>());
+    body_->add("fc1", std::make_shared<nn::Linear>(12, 16, g));
+    body_->add("act", std::make_shared<nn::GELU>());
+    norm_ = register_module("norm", std::make_shared<nn::LayerNorm>(16));
+    head_ = register_module("head", std::make_shared<nn::Linear>(16, 5, g));
   }
+  Tensor forward(const Tensor& x) override { return (*head_)((*norm_)((*body_)(x))); }
+
+ private:
+  std::shared_ptr<nn::Sequential> body_;
+  std::shared_ptr<nn::LayerNorm> norm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+// QAT takes any Module tree (issue 28 item 12): its Linear layers are found by type wherever they
+// sit and trained through fake quantization, as the FP8 path finds its layers. Parameters keep
+// their names; each layer gets weight, input and (but the last) output fake quantization.
+TEST(Qat, PreparesAnyModuleTree) {
+  Generator g(5);
+  auto net = std::make_shared<NestedNet>(g);
+  const auto before = net->named_parameters();
+  const Tensor x = randn({8, 12}, g);
+  Tensor y_float;
+  {
+    NoGradGuard ng;
+    y_float = net->forward(x);
+  }
+  prepare_qat(*net);
+  EXPECT_TRUE(is_prepared(*net));
+  EXPECT_FALSE(is_int8_convertible(*net));  // trains with fake quantization only
+  const auto after = net->named_parameters();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].first, before[i].first);
+    EXPECT_TRUE(after[i].second.is_same(before[i].second)) << after[i].first;
+  }
+  for (const char* b : {"body.fc1.qat.weight_fake_quant.scale", "body.fc1.qat.input_fake_quant.scale",
+                        "body.fc1.qat.activation_post_process.scale",
+                        "head.qat.weight_fake_quant.scale", "head.qat.input_fake_quant.scale"}) {
+    EXPECT_NO_THROW(net->buffer(b)) << b;
+  }
+  EXPECT_THROW(net->buffer("head.qat.activation_post_process.scale"), std::out_of_range);
+  // Training passes go through the fake quantizers: the observers see data, the output moves off
+  // the float model's by about a quantization step, and gradients reach the shared parameters.
+  net->train(true);
+  Tensor y = net->forward(x);
+  std::string missing;
+  EXPECT_TRUE(observers_calibrated(*net, &missing)) << missing;
+  const std::vector<float> a = y.to_vector<float>(), b = y_float.to_vector<float>();
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.5);
+  sum(mul(y, y)).backward();
+  EXPECT_TRUE(net->parameter("body.fc1.weight").grad().defined());
+  EXPECT_TRUE(net->parameter("head.weight").grad().defined());
+  // The built-in Sequential models still become int8 models.
+  auto mlp = small_mlp();
+  prepare_qat(*mlp);
+  EXPECT_TRUE(is_int8_convertible(*mlp));
 }
 
 TEST(Qat, SwitchesObserversAndBatchNorm) {

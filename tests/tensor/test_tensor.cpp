@@ -83,10 +83,17 @@ TEST(Tensor, EveryRequiredDtypeStores) {
   }
 }
 
-TEST(Tensor, ConversionsNameTheirRounding) {
+TEST(Tensor, ConversionsRoundAsNamedOrAsPyTorch) {
   Tensor x = from_vector(std::vector<double>{3.14159265, 1.0 + 1.0 / 256, 1e6}, {3});
-  EXPECT_THROW(x.to(DType::bf16), std::invalid_argument);  // narrowing needs a Round
   Tensor b = x.to(DType::bf16, Round::nearest_even);
+  // Without a Round, as PyTorch's to(): nearest even for floating targets (issue 28 item 12).
+  const Tensor d = x.to(DType::bf16);
+  EXPECT_EQ(d.dtype(), DType::bf16);
+  EXPECT_EQ(d.to_vector<double>(), b.to_vector<double>());
+  EXPECT_DOUBLE_EQ(d.at({1}), 1.0);  // 1 + 2^-8 is a tie: to even, not up to 1 + 2^-7
+  EXPECT_DOUBLE_EQ(from_vector(std::vector<double>{1.0 + 3.0 / 256}, {1}).to(DType::bf16).item(),
+                   1.0 + 4.0 / 256);  // the other tie goes up to the even neighbour
+  EXPECT_TRUE(std::isinf(from_vector(std::vector<double>{1e6}, {1}).to(DType::fp16).item()));
   EXPECT_EQ(b.dtype(), DType::bf16);
   EXPECT_EQ(b.data<bfloat16>()[0].bits, 0x4049);
   EXPECT_DOUBLE_EQ(b.at({1}), 1.0);  // tie to even
@@ -112,7 +119,8 @@ TEST(Tensor, ConversionsNameTheirRounding) {
             (std::vector<double>{2, -2, 4, 127}));
   EXPECT_EQ(f.to(DType::int8, Round::toward_zero).to_vector<double>(),
             (std::vector<double>{2, -2, 3, 127}));
-  EXPECT_THROW(f.to(DType::int8), std::invalid_argument);
+  // Without a Round an integer target truncates, as PyTorch's to(torch.int8) (a C cast).
+  EXPECT_EQ(f.to(DType::int8).to_vector<double>(), (std::vector<double>{2, -2, 3, 127}));
   EXPECT_EQ(from_vector(std::vector<double>{7}, {1}, {.dtype = DType::int8}).to(DType::fp32).item(),
             7.0);
 }

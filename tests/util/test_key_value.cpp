@@ -54,7 +54,11 @@ TEST(KeyValue, KnownKeysOnlyAndOnce) {
   EXPECT_EQ(error_of([] { split_key_values("speed=max", kPolicy); }),
             "unknown policy key 'speed'; keys: params, compute");
   EXPECT_EQ(error_of([] { split_key_values("params=fp32,PARAMS=bf16", kPolicy); }),
-            "policy key 'params' is given twice");
+            "policy key 'params' is given twice (params=fp32 and PARAMS=bf16)");
+  // A list that takes any key refuses a key given twice too (issue 28: --layer-precision
+  // fc1=bf16,fc1=fp16 used to keep one of them silently).
+  EXPECT_EQ(error_of([] { split_key_values("fc1=bf16, head=fp32, fc1=fp16", kLayers); }),
+            "--layer-precision key 'fc1' is given twice (fc1=bf16 and fc1=fp16)");
 }
 
 TEST(KeyValue, SpecBase) {

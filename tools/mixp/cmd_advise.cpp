@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.h"
+#include "flag_range.h"
 #include "mixp/inspect/inspect_spec.h"
 #include "mixp/study/advise.h"
 #include "omp_wait.h"
@@ -99,6 +100,15 @@ RegisterCommand reg(36, [](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--timing-steps", f->o.timing_steps,
                   "steps per run and timing round (default: a tenth of --steps, at least 10)");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*sub);
+  int_range(sub->get_option("--stats-steps"), 1, 1'000'000'000);
+  int_range(sub->get_option("--inspect-every"), 1, 1'000'000'000);
+  real_range(sub->get_option("--max-accuracy-drop"), 0, 100);
+  real_range(sub->get_option("--max-loss-rise"), 0, 100);
+  real_range(sub->get_option("--min-gain"), 0, 100);
+  int_range(sub->get_option("--timing-rounds"), 0, 1000);
+  int_range(sub->get_option("--timing-steps"), 1, 1'000'000'000);
   sub->add_flag("--json", f->json, "print one JSON object on stdout (no progress)");
   sub->footer(
       "How it decides (per Linear layer, the first rule that fires): NaN/inf or bf16 overflow "

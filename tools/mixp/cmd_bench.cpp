@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flag_range.h"
 #include "device_flag.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/cpu_features.h"
@@ -206,6 +207,11 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   gemm->add_option("--iters", o->iters, "cuda: GEMMs per timed run (between two synchronizations)")
       ->capture_default_str();
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*gemm);
+  int_range(gemm->get_option("--n"), 1, 32768);
+  int_range(gemm->get_option("--repeat"), 1, 10000);
+  int_range(gemm->get_option("--iters"), 1, 1'000'000);
   gemm->add_flag("--json", o->json,
                  "Print one JSON object: {\"results\": [{\"dtype\", \"n\", \"gflops\", "
                  "\"peak_gflops\", \"fraction_of_peak\", ...}]}");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flag_range.h"
 #include "device_flag.h"
 #include "compare_progress.h"
 #include "mixp/dist/process_group.h"
@@ -207,6 +208,9 @@ RegisterCommand reg(40, [](CLI::App& app) {
                   "profiler's top ops (docs/inspect.md)");
   sub->add_option("--device", f->device,
                   std::string(kDeviceHelp) + "; every precision trains on it, energy from NVML");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*sub);
+  int_range(sub->get_option("--seeds"), 1, 1000);
   sub->add_flag("--json", f->json, "print results.json's object on stdout");
   sub->footer(
       "Every run of one seed starts from the same weights and sees the same batches; only the "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.h"
+#include "flag_range.h"
 #include "mixp/io/convert_safetensors.h"
 #include "mixp/io/manifest.h"
 #include "mixp/io/safetensors.h"
@@ -169,6 +170,9 @@ RegisterCommand reg(20, [](CLI::App& app) {
   auto* block =
       sub->add_option("--block", a->block,
                       "elements per scale for block formats (default: 32 for MX, 64 for int4/nf4)");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*sub);  // --heads, --seed
+  int_range(block, 1, 1 << 16);
   sub->add_flag("--json", a->json, "print one JSON object on stdout");
   sub->footer(
       "Element formats (fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2) are written as safetensors "

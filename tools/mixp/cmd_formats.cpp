@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flag_range.h"
 #include "mixp/format/describe.h"
 #include "output.h"
 
@@ -205,6 +206,8 @@ RegisterCommand reg(10, [](CLI::App& app) {
                 "clamp overflow to the largest finite value instead of the format's inf/NaN");
   sub->add_option("--seed", args->seed,
                   "seed of the random bits for --round stochastic (default 0)");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*sub);  // --seed
   sub->add_option("values", args->values,
                   "numbers: decimal (3.14159265, -1e-9), hex-float (0x1.8p3), inf, -inf, nan");
   sub->footer(

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "command.h"
+#include "flag_range.h"
 #include "mixp/study/memory_plan.h"
 #include "output.h"
 
@@ -324,6 +325,10 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--zero-stage", a->opt.zero_stage,
                   "ZeRO stage 0-3: shard optimizer states (1), gradients (2), parameters (3)");
   sub->add_option("--ranks", a->opt.ranks, "data-parallel processes the ZeRO stage shards over");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*sub);
+  int_range(sub->get_option("--zero-stage"), 0, 3);
+  int_range(sub->get_option("--ranks"), 1, 1 << 20);
   sub->add_flag("--json", a->json, "print one JSON object on stdout");
   sub->footer(
       "The persistent tensors are counted from the parameters and the recipe's formats; the\n"

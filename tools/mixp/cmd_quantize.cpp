@@ -9,6 +9,7 @@
 
 #include "checkpoint_warning.h"
 #include "command.h"
+#include "flag_range.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/quantize_checkpoint.h"
 
@@ -80,6 +81,8 @@ RegisterCommand reg(32, [](CLI::App& app) {
   sub->add_option("--out", f->out,
                   "write an int8 checkpoint folder here (int8_model.safetensors + state.json)");
   sub->add_option("--data", f->data, "calibrate and evaluate on this data instead");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  int_range(sub->get_option("--calibrate"), 1, 1'000'000'000);
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   sub->footer(
       "Examples:\n"

@@ -8,11 +8,13 @@
 #include <string>
 
 #include "command.h"
+#include "flag_range.h"
 #include "device_flag.h"
 #include "mixp/dist/process_group.h"
 #include "mixp/amp/policy.h"
 #include "mixp/data/text_corpus.h"
 #include "mixp/nn/models.h"
+#include "mixp/study/memory_check.h"
 #include "mixp/train/checkpoint.h"
 #include "mixp/train/inspect_callback.h"
 #include "mixp/train/recipe_registry.h"
@@ -113,6 +115,29 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int
             : "");
   }
   if (!r.saved_to.empty()) std::cout << "saved:     " << r.saved_to << "\n";
+}
+
+// Throws (exit 1) when the planner says the run's peak exceeds the available memory. A
+// configuration the planner cannot price (it throws) is left to the Trainer, which says what is
+// wrong with it; one whose model alone cannot be allocated for the plan cannot run either.
+void refuse_if_it_cannot_fit(const train::TrainConfig& c) {
+  train::TrainConfig rc;
+  study::MemoryNeed need;
+  try {
+    rc = c.resolved();
+    need = study::plan_training_memory(rc);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(fmt::format(
+        "not enough memory: the {} model alone (width {}, layers {}) cannot be allocated, {} "
+        "available; a smaller --width or --layers needs less",
+        rc.model.name, rc.model.width, rc.model.layers,
+        human_bytes(double(study::available_memory_bytes()))));
+  } catch (const std::exception&) {
+    return;
+  }
+  if (auto why = study::memory_shortfall(rc, need, study::available_memory_bytes())) {
+    throw std::runtime_error(*why);
+  }
 }
 
 void run(Flags& f) {
@@ -218,6 +243,10 @@ void run(Flags& f) {
 
   // Every tensor of the run (model, optimizer state, batches) is made on this device.
   const DefaultDeviceGuard on_device(parse_device_flag(f.device));
+  // Memory the run cannot have is refused now, with what it needs, rather than by a
+  // std::bad_alloc while the Trainer allocates its batch buffers or mid-step
+  // (study/memory_check.h; docs/cli.md "Numeric flags").
+  if (parse_device_flag(f.device).is_host_memory()) refuse_if_it_cannot_fit(c);
   std::unique_ptr<train::Trainer> trainer;
   try {
     trainer = std::make_unique<train::Trainer>(c);
@@ -391,6 +420,21 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--profile-trace", f->profile_trace,
                   "also write the profile as a Chrome trace JSON (chrome://tracing, Perfetto); "
                   "implies --profile");
+  // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
+  shared_flag_ranges(*sub);
+  real_range(sub->get_option("--weight-decay"), 0, 100);
+  real_range(sub->get_option("--momentum"), 0, 1);
+  int_range(sub->get_option("--warmup"), 0, 1'000'000'000);
+  real_range(sub->get_option("--clip"), 0, 1e9, /*lo_open=*/true);
+  real_range(sub->get_option("--loss-scale-init"), 0, 0x1p40, /*lo_open=*/true);
+  int_range(sub->get_option("--growth-interval"), 1, 1'000'000'000);
+  int_range(sub->get_option("--qat-freeze-bn-epoch"), 0, 1'000'000);
+  int_range(sub->get_option("--qat-disable-observer-epoch"), 0, 1'000'000);
+  int_range(sub->get_option("--save-every"), 1, 1'000'000'000);
+  real_range(sub->get_option("--bucket-mb"), 0, 1 << 20, /*lo_open=*/true);
+  real_range(sub->get_option("--comm-timeout"), 0, 1e7);
+  int_range(sub->get_option("--zero"), 0, 2);
+  int_range(sub->get_option("--check-replicas"), 0, 1'000'000'000);
   sub->footer(
       "Examples:\n"
       "  mixp train --model mlp --epochs 2\n"

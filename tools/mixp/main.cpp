@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,6 +94,16 @@ int main(int argc, char** argv) {
     return fail((std::string(e.what()) + " (see --help)").c_str(), 2);
   } catch (const UsageError& e) {
     return fail(e.what(), 2);
+  } catch (const std::bad_alloc&) {
+    // An allocation the system refused: `mixp train` checks its planned peak before starting
+    // (study/memory_check.h), so this is what that check cannot see (another process taking the
+    // memory meanwhile, a command without the check). std::bad_alloc's what() is only
+    // "std::bad_alloc".
+    return fail(
+        "out of memory: an allocation failed while working (the system has less memory "
+        "available than this needs); a smaller --batch, --context or model needs less, and "
+        "`mixp plan` shows a training run's peak",
+        1);
   } catch (const std::exception& e) {
     return fail(e.what(), 1);
   }

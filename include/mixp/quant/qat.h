@@ -16,8 +16,13 @@
 // scale), so they need none. The last group's output (the logits) is not quantized unless
 // QConfig::quantize_output: the int8 model returns it in fp32 straight from the s32 accumulators,
 // which is more accurate than PyTorch's requantize-then-dequantize and costs nothing.
-// Anything else (attention, LayerNorm, GELU after a separate Linear, nested containers) throws
-// std::invalid_argument naming the module and what is supported.
+// Any other Module tree (a custom model with nested containers, attention, LayerNorm, GELU;
+// docs/custom-models.md) is prepared layer by layer instead: every Linear and Conv2d, found by
+// type wherever it sits (as the FP8 path finds its layers), runs through a QatLinear/QatConv2d
+// that shares its parameters, registered as its child "qat" ("head.qat.weight_fake_quant") and
+// installed as its forward wrapper; each such layer fake-quantizes its input, its weight and (but
+// the last) its output. That model trains and evaluates with fake quantization; convert_to_int8
+// needs the fused Sequential form (is_int8_convertible).
 #pragma once
 #include <memory>
 
@@ -55,6 +60,9 @@ void prepare_qat(nn::Module& model, const QConfig& qconfig = default_qat_qconfig
 void prepare_ptq(nn::Module& model, const QConfig& qconfig = default_ptq_qconfig());
 // True when prepare_qat/prepare_ptq has run on the model.
 bool is_prepared(const nn::Module& model);
+// True when the model was prepared as fused groups of a Sequential (the built-in mlp and cnn),
+// the form convert_to_int8 turns into an int8 model.
+bool is_int8_convertible(const nn::Module& model);
 
 // Switches for every FakeQuantize in the model (PyTorch's enable/disable_observer and
 // enable/disable_fake_quant).

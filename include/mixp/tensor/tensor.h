@@ -166,8 +166,9 @@ class Tensor {
   // --- conversions (differentiable: the gradient flows back converted to this tensor's dtype)
   // `seed` is read only by Round::stochastic (element i uses sr_bits(seed, i)).
   Tensor to(DType dtype, Round round, Overflow overflow = Overflow::ieee, uint64_t seed = 0) const;
-  // Exact conversions only (widening, or the same dtype); a narrowing one throws, naming the
-  // conversion and asking for a Round.
+  // As PyTorch's tensor.to(dtype): a floating target rounds to nearest even with IEEE overflow
+  // (inf/NaN where the format has them), an integer target truncates toward zero (and
+  // saturates). Widening conversions are exact.
   Tensor to(DType dtype) const;
   Tensor contiguous() const;  // this tensor when already contiguous, else a copy (differentiable)
   Tensor clone() const;       // always a contiguous copy (differentiable)
