@@ -32,9 +32,9 @@ void write_idx_set(const fs::path& dir) {
   fs::create_directories(dir);
   std::mt19937 rng(7);
   auto set = [&](const std::string& prefix, int64_t n) {
-    std::vector<uint8_t> px(size_t(n * 28 * 28));
+    std::vector<uint8_t> px(static_cast<size_t>(n * 28 * 28));
     for (auto& p : px) p = uint8_t(rng());
-    std::vector<uint8_t> labels(size_t(n));
+    std::vector<uint8_t> labels(static_cast<size_t>(n));
     for (auto& l : labels) l = uint8_t(rng() % 10);
     const int64_t idims[] = {n, 28, 28};
     const int64_t ldims[] = {n};

@@ -339,7 +339,9 @@ TEST(Integrity, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
 // number of lines.
 int expect_whole_json_lines(const std::string& text) {
   EXPECT_FALSE(text.empty());
-  if (!text.empty()) EXPECT_EQ(text.back(), '\n');
+  if (!text.empty()) {
+    EXPECT_EQ(text.back(), '\n');
+  }
   std::istringstream lines(text);
   int n = 0;
   for (std::string line; std::getline(lines, line); ++n) {
@@ -383,7 +385,7 @@ TEST(Integrity, FullDiskDuringProfileTraceLeavesNoFile) {
   // With room, the same run writes a whole trace.
   const Proc ok = run(kRun + " --steps 20 --profile-trace t.json --no-eval", dir.path());
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  EXPECT_NO_THROW((void)nlohmann::json::parse(read_text(dir / "t.json")));
+  EXPECT_TRUE(nlohmann::json::parse(read_text(dir / "t.json")).is_object());
 }
 
 // A real full disk: a 64 KiB tmpfs (skipped where this process may not mount one).
