@@ -272,7 +272,6 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
         "file contradicts itself (edited by hand?); the checkpoint is refused",
         state_file, state["recipe"]["name"].dump(), saved.precision, recipe->name()));
   }
-  check_resume_data(state, state_file);
   const SafeTensorsFile weights = ck->safetensors(kModelFile);
   const SafeTensorsFile opt_tensors = ck->safetensors(kOptimizerFile);
   check_checkpoint_weights(*ck, weights, model.get());  // the run's recipe is the recorded one
@@ -295,6 +294,8 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   } catch (const TrainError& e) {
     throw TrainError(state_file + ": \"data\": " + e.what());  // the source names no file
   }
+  // After restore(), whose error for data of another size says more than the checksums.
+  check_resume_data(state, state_file);
   std::map<std::string, double> rs;
   if (state.contains("recipe") && state["recipe"].contains("state")) {
     for (const auto& [k, v] : state["recipe"]["state"].items()) rs[k] = v.get<double>();
