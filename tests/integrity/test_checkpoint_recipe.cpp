@@ -46,7 +46,8 @@ void write_idx_set(const fs::path& dir) {
 }
 
 const std::string kTrain =
-    "train --model mlp --width 16 --data idx --batch 16 --threads 1 --seed 3 --steps 4 --no-eval";
+    "train --model mlp --width 16 --data idx --train-limit 256 --batch 16 --threads 1 --seed 3 "
+    "--steps 4 --no-eval";
 
 CliResult mixp_in(const fs::path& dir, const std::string& args) {
   return test::run_shell("cd '" + dir.string() + "' && '" + MIXP_CLI + "' " + args);
