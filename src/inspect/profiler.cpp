@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "mixp/format/dtype.h"
+#include "mixp/io/atomic_file.h"
 
 namespace mixp::inspect {
 namespace {
@@ -161,21 +162,25 @@ std::string Profiler::table(double wall_ms, size_t top) const {
 }
 
 void Profiler::write_trace(const std::filesystem::path& path) const {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error("--profile-trace: cannot open " + path.string());
-  bool ok = std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f) >= 0;
-  for (size_t i = 0; i < events_.size() && ok; ++i) {
-    const Event& e = events_[i];
-    const ProfileRow& r = rows_[e.row];
-    ok = std::fprintf(f,
-                      "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                      "\"pid\":1,\"tid\":1,\"args\":{\"dtype\":\"%s\"}}\n",
-                      i ? "," : "", json_escape(r.op).c_str(), to_string(r.phase), e.ts_us,
-                      e.dur_us, json_escape(r.dtype).c_str()) > 0;
+  // Whole or not at all (io/atomic_file.h): a full disk leaves no empty or cut trace, and the
+  // IoError names the file and the OS reason.
+  try {
+    write_file_atomic_with(path, [&](AtomicFileWriter& w) {
+      w.write(std::string_view("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"));
+      for (size_t i = 0; i < events_.size(); ++i) {
+        const Event& e = events_[i];
+        const ProfileRow& r = rows_[e.row];
+        w.write(fmt::format(
+            "{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
+            "\"pid\":1,\"tid\":1,\"args\":{{\"dtype\":\"{}\"}}}}\n",
+            i ? "," : "", json_escape(r.op), to_string(r.phase), e.ts_us, e.dur_us,
+            json_escape(r.dtype)));
+      }
+      w.write(std::string_view("]}\n"));
+    });
+  } catch (const IoError& e) {
+    throw IoError(std::string("--profile-trace: ") + e.what());
   }
-  ok = ok && std::fputs("]}\n", f) >= 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) throw std::runtime_error("--profile-trace: cannot write " + path.string());
 }
 
 }  // namespace mixp::inspect

@@ -10,9 +10,11 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/kernel_observer.h"
+#include "mixp/io/atomic_file.h"
 #include "mixp/optim/optimizer.h"
 #include "ops/dispatch.h"
 
@@ -83,16 +85,15 @@ TensorInspector::TensorInspector(InspectSpec spec) : spec_(std::move(spec)) {
                                      spec_.dump.string(), ec.message()));
     }
   }
-  file_ = std::fopen(spec_.out.c_str(), "w");
-  if (!file_) {
-    throw InspectError(fmt::format("--inspect out={}: cannot open for writing: {}",
-                                   spec_.out.string(), std::strerror(errno)));
+  try {
+    file_ = std::make_unique<LineFile>(spec_.out, /*append=*/false, "--inspect out=");
+  } catch (const IoError& e) {
+    throw InspectError(e.what());
   }
 }
 
 TensorInspector::~TensorInspector() {
   detach();
-  if (file_) std::fclose(file_);
 }
 
 void TensorInspector::attach(nn::Module& model) {
@@ -171,16 +172,18 @@ void TensorInspector::write(StatRecord r, const std::vector<float>* values) {
                                    r.tensor.empty() ? "" : ".", r.tensor,
                                    r.call > 0 ? fmt::format(".{}", r.call) : ""));
     const std::filesystem::path p = spec_.dump / r.dump;
-    std::FILE* f = std::fopen(p.c_str(), "wb");
-    if (!f || std::fwrite(values->data(), sizeof(float), values->size(), f) != values->size()) {
-      if (f) std::fclose(f);
-      throw InspectError(fmt::format("--inspect dump: cannot write {}", p.string()));
+    // Whole or not at all (io/atomic_file.h); the IoError names the file and the OS reason.
+    try {
+      write_file_atomic(p, std::as_bytes(std::span<const float>(*values)));
+    } catch (const IoError& e) {
+      throw InspectError(std::string("--inspect dump: ") + e.what());
     }
-    std::fclose(f);
   }
-  const std::string line = to_json_line(r) + "\n";
-  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
-    throw InspectError(fmt::format("--inspect out={}: write failed", spec_.out.string()));
+  try {
+    file_->write_line(to_json_line(r));
+  } catch (const IoError& e) {
+    throw InspectError(e.what());
+  }
   records_.push_back(std::move(r));
 }
 

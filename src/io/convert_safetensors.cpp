@@ -44,6 +44,7 @@ void measure(TensorConversion& r, std::span<const double> orig, std::span<const 
   for (size_t i = 0; i < orig.size(); ++i) {
     r.max_abs_error = std::max(r.max_abs_error, element_error(orig[i], stored[i]));
     if (std::isfinite(orig[i]) && !std::isfinite(stored[i])) ++r.nonfinite_created;
+    if (!std::isnan(orig[i]) && std::isnan(stored[i])) ++r.nan_created;
   }
 }
 

@@ -1,5 +1,7 @@
 #include "batch_source.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include "mixp/data/random.h"
 #include "mixp/data/text_corpus.h"
 #include "mixp/data/token_file.h"
+#include "mixp/io/manifest.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::train::detail {
@@ -22,6 +25,12 @@ void to_model_device(Batch& b) {
   const Device d = default_device();
   b.input = b.input.to(d);
   b.target = b.target.to(d);
+}
+
+// CRC-32 of the elements of `v` (io/manifest.h), as 8 hex digits.
+template <class T>
+std::string crc_hex(std::span<const T> v) {
+  return fmt::format("{:08x}", crc32_of(std::as_bytes(v)));
 }
 
 // Evaluation runs without gradients, so a larger batch only costs activation memory; 1000 keeps
@@ -129,12 +138,21 @@ class ImageBatches final : public DataSource {
   }
   int64_t eval_samples() const override { return test_.count; }
   int64_t train_samples() const override { return train_.count; }
+  std::string fingerprint() const override {
+    if (!sampler_) return {};  // the training set was not loaded (evaluation)
+    if (fingerprint_.empty()) {
+      fingerprint_ = "crc32:" + crc_hex(std::span<const float>(train_.images)) + "-" +
+                     crc_hex(std::span<const int32_t>(train_.labels));
+    }
+    return fingerprint_;
+  }
   std::string description() const override {
     return source_ + ": " + std::to_string(train_.count) + " training / " +
            std::to_string(test_.count) + " test images";
   }
 
  private:
+  mutable std::string fingerprint_;  // computed on first use
   static data::ImageDataset slice(const data::ImageDataset& all, int64_t b, int64_t e) {
     data::ImageDataset d;
     d.count = e - b;
@@ -256,6 +274,10 @@ class TextBatches final : public DataSource {
   }
   int64_t eval_samples() const override { return eval_windows_; }
   int64_t train_samples() const override { return int64_t(corpus_.train_tokens().size()); }
+  std::string fingerprint() const override {
+    if (fingerprint_.empty()) fingerprint_ = "crc32:" + crc_hex(corpus_.train_tokens());
+    return fingerprint_;
+  }
   int vocab_size() const override { return corpus_.vocab_size(); }
   std::string description() const override {
     return corpus_.source() + ": " + std::to_string(corpus_.size()) + " tokens, vocabulary " +
@@ -267,6 +289,7 @@ class TextBatches final : public DataSource {
   int64_t context_, batch_;
   uint64_t seed_;
   Corpus corpus_;
+  mutable std::string fingerprint_;  // computed on first use
   int64_t per_epoch_ = 1, eval_windows_ = 0, micro_ = 0;
   Tensor x_, y_;
 };

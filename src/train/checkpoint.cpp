@@ -13,6 +13,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/nn/gpt2_weights.h"
 #include "mixp/nn/module.h"
+#include "mixp/train/recipe.h"
 #include "mixp/tensor/factories.h"
 #include "tensor_bytes.h"
 
@@ -214,6 +215,7 @@ CheckpointFiles read_checkpoint(const std::filesystem::path& dir) {
                      " but \"config.optimizer\" is \"" + out.config.optimizer +
                      "\": the file contradicts itself; the checkpoint is damaged (or was edited)");
   }
+  (void)check_checkpoint_config(out);
   return out;
 }
 

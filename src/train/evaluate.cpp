@@ -250,6 +250,11 @@ EvalResult evaluate_checkpoint(const std::filesystem::path& dir, const EvalOptio
                                         : fmt::format("{} weights from mixp convert, {} compute",
                                                       stored_4bit, opt.compute);
     } else {
+      // The weights against the recipe state.json records; the model built here is that
+      // recipe's when the evaluation runs in it (same precision and per-layer rules).
+      const bool recorded = c.precision == ck.config.precision &&
+                            c.layer_precision == ck.config.layer_precision;
+      check_checkpoint_weights(ck, raw, recorded ? model.get() : nullptr);
       load_module_state(*model, raw, file.string());
     }
     if (!opt.weights.empty() && stored_4bit.empty()) {

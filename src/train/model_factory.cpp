@@ -109,6 +109,14 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
                                    t.shape().str()));
     }
     check_loaded_tensor(t, *s, source, "optimizer state");
+    // The recipe (the same on resume: --precision must match) decides the state's dtype and the
+    // master weights'; another floating dtype means the file is not this recipe's.
+    if (s->dtype != t.dtype()) {
+      throw TrainError(fmt::format(
+          "{}: optimizer state '{}' is stored as {} but the recipe keeps it in {}: the optimizer "
+          "state does not belong to the recipe state.json records, so the checkpoint is refused",
+          source, name, traits(s->dtype).name, traits(t.dtype()).name));
+    }
     Tensor copy = t.clone();
     nn::copy_from_safetensor(copy, *s);
     sd.tensors.emplace_back(name, copy);

@@ -51,7 +51,10 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& dir, const Quant
   auto& source = parts.data;
   auto& model = parts.model;
   const auto file = dir / kModelFile;
-  load_module_state(*model, ck.safetensors(kModelFile), file.string());
+  const SafeTensorsFile weights = ck.safetensors(kModelFile);
+  // The calibration recipe has no per-layer rules: with them it is not the recorded one.
+  check_checkpoint_weights(ck, weights, c.layer_precision.empty() ? model.get() : nullptr);
+  load_module_state(*model, weights, file.string());
 
   QuantizeResult r;
   r.model = c.model.name;

@@ -35,6 +35,7 @@ class ShardedSource final : public DataSource {
   int64_t train_samples() const override { return inner_->train_samples(); }
   int vocab_size() const override { return inner_->vocab_size(); }
   std::string description() const override { return inner_->description(); }
+  std::string fingerprint() const override { return inner_->fingerprint(); }
 
   // Samples of the last next() batch over all ranks.
   int64_t global_samples() const { return global_samples_; }

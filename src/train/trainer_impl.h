@@ -135,6 +135,7 @@ struct Trainer::Impl {
   // where it must match; before build_run(), so that nothing is loaded for a run that cannot go on.
   void check_resume_config(const std::filesystem::path& dir) const;
   void resume(const std::filesystem::path& dir);
+  void check_resume_data(const nlohmann::json& state, const std::string& state_file) const;
   StepInfo run_step();
   // --optimizer-in-backward: refuses (ConfigError) what it cannot do exactly.
   void check_optimizer_in_backward() const;

@@ -150,6 +150,26 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
   }
 }
 
+// The training set this run loaded against the one the checkpoint was trained on (its
+// fingerprint, recorded at save; checkpoints written before mixp recorded it are not checked).
+void Trainer::Impl::check_resume_data(const nlohmann::json& state,
+                                      const std::string& state_file) const {
+  const auto& cj = state.at("config");
+  if (!cj.contains("data_fingerprint")) return;
+  const auto& rec = cj["data_fingerprint"];  // type-checked by check_checkpoint_config
+  const std::string mine = source->fingerprint();
+  if (mine.empty() || rec["train"] == mine) return;
+  const std::string saved = rec["data"].get<std::string>();
+  throw TrainError(fmt::format(
+      "{}: the checkpoint was trained on \"{}\" (training set {}), but this run loaded \"{}\" ({}; "
+      "training set {}): a resumed run continues the data order over the data set it was "
+      "trained on, which may have moved but not changed. {}",
+      state_file, saved, rec["train"].get<std::string>(), cfg.data, source->description(), mine,
+      cj.value("data", std::string()) == cfg.data
+          ? "Give --data naming the data set the checkpoint was trained on"
+          : "Drop --data, or name the data set the checkpoint was trained on"));
+}
+
 namespace {
 // A rank's optimizer state as bytes: the safetensors file, then the scalars' JSON.
 std::string serialize_optimizer_shard(const SafeTensorsFile& tensors, const nlohmann::json& s) {
@@ -197,6 +217,12 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   state["skipped_steps"] = skipped;
   state["last_loss"] = std::isfinite(last_loss) ? nlohmann::ordered_json(last_loss) : nullptr;
   state["config"] = nlohmann::ordered_json::parse(config_to_json(cfg));
+  // What the data order runs over: a resumed run must load the same training set (checked in
+  // resume(); config.data may name a new place for it, docs/train.md "Resuming"). Inside
+  // "config" (config_from_json ignores it), so that a single-process state.json keeps its keys.
+  if (const std::string fp = source->fingerprint(); !fp.empty()) {
+    state["config"]["data_fingerprint"] = {{"data", cfg.data}, {"train", fp}};
+  }
   if (dp) state["ranks"] = dp->size();  // absent: one process
   state["data"] = nlohmann::ordered_json::parse(source->state());
   // Every random stream of a run is a pure function of these seeds and counters: model
@@ -248,6 +274,7 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   }
   const SafeTensorsFile weights = ck->safetensors(kModelFile);
   const SafeTensorsFile opt_tensors = ck->safetensors(kOptimizerFile);
+  check_checkpoint_weights(*ck, weights, model.get());  // the run's recipe is the recorded one
   load_module_state(*model, weights, ck->path(kModelFile).string());
   const auto& os = state.at("optimizer");
   detail::load_optimizer_state(*opt, opt_tensors, os.value("state", nlohmann::json::object()),
@@ -264,7 +291,11 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
     if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);
     throw TrainError(state_file + ": \"data\" or \"rng\" is malformed (" + what +
                      "); the checkpoint is damaged (or was edited), so it is refused");
+  } catch (const TrainError& e) {
+    throw TrainError(state_file + ": \"data\": " + e.what());  // the source names no file
   }
+  // After restore(), whose error for data of another size says more than the checksums.
+  check_resume_data(state, state_file);
   std::map<std::string, double> rs;
   if (state.contains("recipe") && state["recipe"].contains("state")) {
     for (const auto& [k, v] : state["recipe"]["state"].items()) rs[k] = v.get<double>();

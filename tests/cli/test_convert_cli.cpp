@@ -100,8 +100,23 @@ TEST(ConvertCli, BlockFormatsAndText) {
 TEST(ConvertCli, RoundingSaturateSeed) {
   TempDir dir;
   const std::string in = write_model(dir, {1.0f, 70000.0f});
+  // E4M3 has no infinity: an overflow would be stored as NaN, so without --saturate the
+  // conversion is refused (exit 2, naming --saturate and E4M3's largest value), and no file is
+  // written.
   CliResult r =
       run_cli("convert '" + in + "' -o '" + (dir / "a.safetensors").string() + "' --to fp8_e4m3 --json");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("1 value(s) (the first in tensor 'extra')"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("has no infinity: they would be stored as NaN"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Add --saturate to store them as +-448"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "a.safetensors"));
+  // E5M2 has one: the overflow is stored as inf, reported as such.
+  r = run_cli("convert '" + in + "' -o '" + (dir / "e5.safetensors").string() + "' --to fp8_e5m2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("inf (1 overflowed to inf)"), std::string::npos) << r.out;
+  r = run_cli("convert '" + in + "' -o '" + (dir / "e5.safetensors").string() +
+              "' --to fp8_e5m2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.json()["tensors"][2]["max_abs_error"], "inf");
   EXPECT_EQ(r.json()["tensors"][2]["nonfinite_created"], 1);

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -334,26 +335,82 @@ TEST(Integrity, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   EXPECT_FALSE(any_staging_left(dir.path(), "ck"));
 }
 
-TEST(Integrity, FullDiskDuringLogKeepsWholeLines) {
-  TempDir dir;
-  const Proc r = run(kRun + " --steps 400 --log log.jsonl --no-eval", dir.path(), 12000);
-  expect_clear_error(r, "log.jsonl");
-  const std::string log = read_text(dir / "log.jsonl");
-  ASSERT_FALSE(log.empty());
-  EXPECT_EQ(log.back(), '\n');
-  std::istringstream lines(log);
+// Every JSON line of `text` parses to an object and the text ends with a newline; returns the
+// number of lines.
+int expect_whole_json_lines(const std::string& text) {
+  EXPECT_FALSE(text.empty());
+  if (!text.empty()) {
+    EXPECT_EQ(text.back(), '\n');
+  }
+  std::istringstream lines(text);
   int n = 0;
   for (std::string line; std::getline(lines, line); ++n) {
     bool parses = true;
     try {
-      const auto j = nlohmann::json::parse(line);
-      parses = j.is_object();
+      parses = nlohmann::json::parse(line).is_object();
     } catch (const nlohmann::json::exception&) {
       parses = false;
     }
-    EXPECT_TRUE(parses) << "line " << n << ": " << line;
+    EXPECT_TRUE(parses) << "line " << n << ": " << line.substr(0, 200);
   }
-  EXPECT_GT(n, 10);
+  return n;
+}
+
+TEST(Integrity, FullDiskDuringLogKeepsWholeLines) {
+  TempDir dir;
+  const Proc r = run(kRun + " --steps 400 --log log.jsonl --no-eval", dir.path(), 12000);
+  expect_clear_error(r, "log.jsonl: " + std::string(std::strerror(EFBIG)));
+  EXPECT_GT(expect_whole_json_lines(read_text(dir / "log.jsonl")), 10);
+}
+
+// --inspect out= is cut back to its last complete line, and the error says why (strerror of
+// EFBIG: RLIMIT_FSIZE stands in for a full disk) rather than "write failed".
+TEST(Integrity, FullDiskDuringInspectKeepsWholeLines) {
+  TempDir dir;
+  const Proc r =
+      run(kRun + " --steps 400 --inspect every=1,out=insp.jsonl --no-eval", dir.path(), 12000);
+  expect_clear_error(r, "insp.jsonl: " + std::string(std::strerror(EFBIG)));
+  EXPECT_NE(r.err.find("cut back to its last complete line"), std::string::npos) << r.err;
+  EXPECT_GT(expect_whole_json_lines(read_text(dir / "insp.jsonl")), 3);
+}
+
+// --profile-trace is written whole or not at all (io/atomic_file.h): no empty or cut trace.
+TEST(Integrity, FullDiskDuringProfileTraceLeavesNoFile) {
+  TempDir dir;
+  const Proc r = run(kRun + " --steps 20 --profile-trace t.json --no-eval", dir.path(), 4000);
+  expect_clear_error(r, "--profile-trace");
+  EXPECT_NE(r.err.find(std::strerror(EFBIG)), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "t.json"));
+  for (const auto& n : entries(dir.path())) EXPECT_EQ(n.find("t.json"), std::string::npos) << n;
+  // With room, the same run writes a whole trace.
+  const Proc ok = run(kRun + " --steps 20 --profile-trace t.json --no-eval", dir.path());
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(nlohmann::json::parse(read_text(dir / "t.json")).is_object());
+}
+
+// A real full disk: a 64 KiB tmpfs (skipped where this process may not mount one).
+TEST(Integrity, FullTmpfsDuringInspectAndTrace) {
+  TempDir dir;
+  fs::create_directory(dir / "small");
+  if (::mount("tmpfs", (dir / "small").c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno)
+                 << "); the RLIMIT_FSIZE cases above cover a full disk";
+  }
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{dir / "small"};
+  const Proc r =
+      run(kRun + " --steps 2000 --inspect every=1,out=small/insp.jsonl --no-eval", dir.path());
+  expect_clear_error(r, "small/insp.jsonl: " + std::string(std::strerror(ENOSPC)));
+  expect_whole_json_lines(read_text(dir / "small" / "insp.jsonl"));
+  fs::remove(dir / "small" / "insp.jsonl");
+  // Filled by a file of 60 KiB, the tmpfs has no room for the trace.
+  test::write_bytes(dir / "small" / "fill", std::vector<uint8_t>(60 * 1024, 1));
+  const Proc t = run(kRun + " --steps 20 --profile-trace small/t.json --no-eval", dir.path());
+  expect_clear_error(t, std::strerror(ENOSPC));
+  EXPECT_FALSE(fs::exists(dir / "small" / "t.json"));
+  EXPECT_EQ(entries(dir / "small"), std::vector<std::string>{"fill"});
 }
 
 TEST(Integrity, FullDiskDuringStudyKeepsThePreviousStudyWhole) {

@@ -105,6 +105,22 @@ void run(const ConvertArgs& a) {
     // Every error names the file (the library's name the tensor).
     throw std::runtime_error(a.input + ": " + e.what());
   }
+  // A format without infinities (E4M3FN: NaN is its only special value) stores an overflow as
+  // NaN; a model file with NaN in it is useless, so that needs --saturate (docs/cli.md).
+  uint64_t nans = 0;
+  const TensorConversion* first = nullptr;
+  for (const TensorConversion& t : conv.tensors) {
+    nans += t.nan_created;
+    if (t.nan_created > 0 && !first) first = &t;
+  }
+  if (nans > 0) {
+    const ConvertTarget target = resolve_convert_target(a.to);
+    throw UsageError(fmt::format(
+        "{}: {} value(s) (the first in tensor '{}') are out of the range of {}, which has no "
+        "infinity: they would be stored as NaN. Add --saturate to store them as +-{:g}, its "
+        "largest finite value, or convert to a format with a wider range (bf16, fp8_e5m2)",
+        a.input, nans, first->name, target.name, traits(target.dtype).max_finite));
+  }
   write_safetensors(a.output, conv.file);
 
   uint64_t before = 0, after = 0;
@@ -138,7 +154,7 @@ void run(const ConvertArgs& a) {
   TextTable tt({"tensor", "shape", "from", "to", "max abs error", "bytes before", "bytes after"});
   for (const TensorConversion& t : conv.tensors) {
     std::string err = t.converted ? fmt::format("{:.3g}", t.max_abs_error) : "-";
-    if (t.nonfinite_created) err += fmt::format(" ({} overflowed)", t.nonfinite_created);
+    if (t.nonfinite_created) err += fmt::format(" ({} overflowed to inf)", t.nonfinite_created);
     tt.add({t.name, shape_text(t.shape), t.from, t.converted ? t.to : "(unchanged)", err,
             std::to_string(t.bytes_before), std::to_string(t.bytes_after)});
   }
@@ -166,7 +182,8 @@ RegisterCommand reg(20, [](CLI::App& app) {
                   "--layout: attention heads of a Hugging Face file (default width / 64)");
   sub->add_option("--seed", a->seed, "seed for --round stochastic (default 0)");
   sub->add_flag("--saturate", a->saturate,
-                "clamp overflow to the largest finite value instead of inf/NaN");
+                "clamp overflow to the largest finite value instead of inf (needed for a format "
+                "without inf, fp8_e4m3, when a value overflows: NaN is never written)");
   auto* block =
       sub->add_option("--block", a->block,
                       "elements per scale for block formats (default: 32 for MX, 64 for int4/nf4)");

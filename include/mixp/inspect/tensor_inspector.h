@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "mixp/inspect/inspect_spec.h"
+#include "mixp/io/line_file.h"
 #include "mixp/inspect/module_tracker.h"
 #include "mixp/inspect/tensor_stats.h"
 
@@ -90,7 +91,7 @@ class TensorInspector {
 
   InspectSpec spec_;
   ModuleTracker tracker_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<LineFile> file_;  // out=: one JSON line per record (io/line_file.h)
   bool active_ = false;
   int64_t step_ = 0;
   double loss_scale_ = 1.0;

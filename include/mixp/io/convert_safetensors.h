@@ -54,6 +54,9 @@ struct TensorConversion {
   double max_abs_error = 0.0;      // max |stored - original| over elements (inf if a finite value
                                    // became inf/NaN or a special value changed)
   uint64_t nonfinite_created = 0;  // finite values that became inf or NaN (overflow)
+  uint64_t nan_created = 0;        // values that were not NaN and became NaN: an overflow (or an
+                                   // infinity) in a format without infinities, E4M3FN's only
+                                   // special value, under Overflow::ieee
   uint64_t bytes_before = 0;       // data bytes, companions of block tensors included
   uint64_t bytes_after = 0;
 };

@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 
+#include "mixp/io/line_file.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::nn {
@@ -140,7 +141,8 @@ class GradientFunctionCallback final : public TrainCallback {
 // so it is written directly rather than atomically: a crashed run leaves the lines of the steps
 // it completed, each flushed as it is written. The file is created fresh (truncated) when the
 // callback is made; `append` keeps existing lines instead (a resumed run continuing its log).
-// Throws IoError when the file cannot be opened or written.
+// Throws IoError when the file cannot be opened or written (io/line_file.h: a failed write is cut
+// back to the last complete line, and the error says why).
 class JsonlLogCallback final : public TrainCallback {
  public:
   explicit JsonlLogCallback(const std::filesystem::path& path, bool append = false);
@@ -154,8 +156,7 @@ class JsonlLogCallback final : public TrainCallback {
   static std::string format(const StepInfo& info);
 
  private:
-  std::filesystem::path path_;
-  std::FILE* file_ = nullptr;
+  LineFile file_;
 };
 
 }  // namespace mixp::train

@@ -6,7 +6,9 @@
 //   optimizer.safetensors  the optimizer's state tensors (e.g. "0.exp_avg": state of parameter 0)
 //   state.json             {"format": "mixp-checkpoint", "version": 1, "step", "epoch", "config",
 //                           "data" (sampler state), "rng", "optimizer" (scalars), "recipe",
-//                           "metrics" (so far), ...}
+//                           "metrics" (so far), ...}; "config" also holds "data_fingerprint"
+//                          ({"data", "train": checksum of the training set}: a resume must load
+//                          the same data, checkpoint_recipe.cpp)
 //
 //   manifest.json          written last: every other file with its size and CRC-32, and every
 //                          tensor of the .safetensors files with dtype, shape and CRC-32
@@ -25,6 +27,7 @@
 // unverified; checkpoint_is_unverified lets the CLI warn about it.
 #pragma once
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -37,6 +40,8 @@ class Module;
 }
 
 namespace mixp::train {
+
+class PrecisionRecipe;
 
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
@@ -77,6 +82,20 @@ void seal_checkpoint(const std::filesystem::path& dir);
 // Checks state.json's fields (types, ranges, and the step against the skipped steps); throws
 // TrainError "<source>: \"step\" is 1e+300, not ..." naming the field.
 void validate_checkpoint_state(std::string_view text, const std::string& source);
+
+// The recorded configuration against itself (read_checkpoint calls it): a model mixp builds and
+// that model.safetensors was saved from ("model" metadata), a configuration TrainConfig::resolved
+// accepts, "config.batch" the batch of the saved data order, a "config.precision" and
+// "config.layer_precision" that make a recipe, and that recipe's name the one "recipe.name"
+// records. Throws TrainError naming state.json and the field. Returns the recorded recipe.
+std::unique_ptr<PrecisionRecipe> check_checkpoint_config(const CheckpointFiles& ck);
+// The weights against the recorded recipe, before they are loaded (every load path: resume,
+// mixp eval, mixp quantize): each floating tensor of `weights` (ck's model.safetensors) must have
+// the dtype that the recipe of state.json stores it in, else TrainError naming the file, the
+// tensor, the dtype found and the recipe's. `prepared` is a model that recipe built and prepared
+// (the run's own when it runs in that recipe); null builds one for the check.
+void check_checkpoint_weights(const CheckpointFiles& ck, const SafeTensorsFile& weights,
+                              const nn::Module* prepared);
 
 // The run configuration stored in `dir/state.json`. Throws TrainError when `dir` is not a mixp
 // checkpoint (missing folder or file, wrong format tag, newer version), naming what is missing.

@@ -67,6 +67,11 @@ class DataSource {
   virtual int vocab_size() const { return 0; }
   // One line for logs and the result's "data" field.
   virtual std::string description() const { return "custom data"; }
+  // A checksum of the training set's contents (text; empty when the source has none or did not
+  // load its training set). A checkpoint records it, and a resumed run whose data has another
+  // one is refused (docs/train.md, "Resuming": the data may move, not change). mixp's sources
+  // give CRC-32s of the samples and targets, computed once.
+  virtual std::string fingerprint() const { return {}; }
 };
 
 }  // namespace mixp::train
