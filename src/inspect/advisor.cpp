@@ -66,6 +66,9 @@ std::vector<LayerAdvice> advise_layers(const std::vector<StatRecord>& records,
     if (r.role == Role::weight && r.tensor == "weight") out[it->second].weight_numel = s.numel;
     n.nonfinite += s.nan + s.inf;
     if (r.role == Role::fp8_operand) {
+      // Step 1 is skipped: delayed scaling's first pass casts with TE's initial scale 1, before
+      // any amax was seen (fp8_scaling.h), and flushes small weights at any history length.
+      if (r.step <= 1) continue;
       // The share of the nonzero values the cast flushed (zeros, e.g. after ReLU's mask, are
       // not flushed: they were zero already).
       const int64_t nonzero = s.numel - s.zeros - s.nan - s.inf;

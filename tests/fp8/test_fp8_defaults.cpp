@@ -14,6 +14,7 @@
 
 #include "common/temp_dir.h"
 #include "mixp/amp/fp8_linear.h"
+#include "mixp/inspect/advisor.h"
 #include "mixp/inspect/inspect_spec.h"
 #include "mixp/inspect/tensor_inspector.h"
 #include "mixp/nn/activation.h"
@@ -54,6 +55,7 @@ struct TinyRun {
   // fp8-operand records of fc1's input at steps 101 and 201 (two micro-batches each): the share
   // of its nonzero values that the cast flushed to zero.
   std::vector<double> input_flushed;
+  std::string advice;  // the advisor's rule for fc1 on these statistics
 };
 
 // examples/custom_model_trainer.cpp's model and settings (4 Gaussian classes, AdamW 3e-3, clip
@@ -84,15 +86,17 @@ TinyRun train_tiny(const std::string& precision) {
   Trainer trainer(model, make_recipe(precision), std::move(data), opt);
   test::TempDir dir;
   InspectOptions io;
-  io.inspect = inspect::parse_inspect_spec("every=100,roles=fp8-operand,modules=fc1");
+  io.inspect = inspect::parse_inspect_spec("every=100,roles=fp8-operand+activation,modules=fc1");
   io.inspect->out = dir / "s.jsonl";
   auto ins = std::make_shared<InspectCallback>(trainer, io);
   trainer.add_callback(ins);
   TinyRun run;
   run.result = trainer.fit();
   run.input_scale = float(model->buffer("fc1.fp8_input_scale").item());
-  for (const inspect::StatRecord& r : ins->inspector()->records()) {
-    if (r.tensor != "input" || r.step == 1) continue;
+  const auto& recs = ins->inspector()->records();
+  run.advice = inspect::advise_layers(recs).at(0).rule;
+  for (const inspect::StatRecord& r : recs) {
+    if (r.role != inspect::Role::fp8_operand || r.tensor != "input" || r.step == 1) continue;
     const int64_t nonzero = r.stats.numel - r.stats.zeros;
     run.input_flushed.push_back(double(r.stats.formats.at(0).underflow) / double(nonzero));
   }
@@ -115,6 +119,7 @@ TEST(Fp8Defaults, AnEarlyLargeAmaxNoLongerStopsTraining) {
   for (double f : te.input_flushed) EXPECT_GT(f, 0.99);
   ASSERT_TRUE(te.result.test_accuracy.has_value());
   EXPECT_LT(*te.result.test_accuracy, 0.5);
+  EXPECT_EQ(te.advice, "fp8-flush");  // `mixp advise --stats` of such a run flags fc1
 
   // The default (16 steps) forgets it; so does most_recent within TE's window.
   for (const char* p : {"fp8", "fp8:preset=te,amax_algo=most_recent"}) {
@@ -124,6 +129,7 @@ TEST(Fp8Defaults, AnEarlyLargeAmaxNoLongerStopsTraining) {
     for (double f : r.input_flushed) EXPECT_LT(f, 0.01) << p;
     ASSERT_TRUE(r.result.test_accuracy.has_value());
     EXPECT_GT(*r.result.test_accuracy, 0.95) << p;
+    EXPECT_NE(r.advice, "fp8-flush") << p;
   }
 }
 

@@ -174,6 +174,10 @@ TEST(Advisor, FlushedFp8OperandIsFlaggedWithAdvice) {
   EXPECT_EQ(with(operand("grad_output", StatFormat::fp8_e5m2, 600, 4)).rule, "fits-fp8");
   // The share is of the nonzero values: 5 of 1000 with no zeros is 0.5%.
   EXPECT_EQ(with(operand("grad_output", StatFormat::fp8_e5m2, 0, 5)).rule, "fits-fp8");
+  // Step 1 does not count (delayed scaling's first cast uses the initial scale 1).
+  StatRecord first = operand("grad_output", StatFormat::fp8_e5m2, 600, 5);
+  first.step = 1;
+  EXPECT_EQ(with(first).rule, "fits-fp8");
   // The head rule comes first.
   auto h = layer("head", "head");
   StatRecord op = operand("grad_output", StatFormat::fp8_e5m2, 0, 900);

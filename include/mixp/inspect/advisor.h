@@ -17,7 +17,8 @@
 //   fp8-flush     statistics of an FP8 run (role fp8-operand): a per-tensor FP8 cast of one of
 //                 its GEMM operands flushed more than max_fp8_flush of the operand's nonzero
 //                 values to zero at the scale it used (a stale amax, e.g. an early large
-//                 gradient kept by a long amax history)                  -> bf16, with the advice
+//                 gradient kept by a long amax history; step 1 is not counted: delayed
+//                 scaling casts it with the initial scale 1)            -> bf16, with the advice
 //                 of a shorter amax history, fp8-current, or bf16 for the layer
 //   fp8-underflow a forward tensor's mxfp8 underflow fraction > max_fp8_underflow: values a scale
 //                 per block of 32 still flushes, so a per-tensor scale flushes at least those
