@@ -32,11 +32,25 @@ std::vector<std::pair<std::string, Tensor>> Fp8LinearMeta::buffers() const {
 
 namespace {
 
+Fp8OperandObserver& operand_observer() {
+  static Fp8OperandObserver o;
+  return o;
+}
+
+// Hands a per-tensor cast's operand and scale to the observer, if one is set.
+void observe(const Fp8LinearMeta& meta, Fp8Role role, const Tensor& t, float scale) {
+  if (const Fp8OperandObserver& o = operand_observer()) o(meta, role, t, scale);
+}
+
 // Per-tensor quantization of `t` (fp32, contiguous) for `role` with the meta's scaling.
 Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& meta) {
   const Fp8Recipe& r = meta.recipe();
   const DType dt = r.dtype(role);
-  if (r.scaling == Fp8Scaling::current) return fp8_quantize_current(t, dt, r.margin);
+  if (r.scaling == Fp8Scaling::current) {
+    Fp8Quantized q = fp8_quantize_current(t, dt, r.margin);
+    observe(meta, role, t, q.scale);
+    return q;
+  }
   const std::shared_ptr<Fp8ScalingState>& s = meta.state_ptr(role);
   if (role != Fp8Role::grad_output && Fp8Autocast::is_recompute()) {
     // Activation recomputation: the scales the original forward used, nothing recorded.
@@ -46,6 +60,7 @@ Fp8Quantized quantize_role(const Tensor& t, Fp8Role role, const Fp8LinearMeta& m
   }
   Fp8Quantized q = fp8_quantize(t, dt, s->scale());
   q.scale_inv = s->scale_inv();           // TE's stored scale_inv (1/scale, fp32)
+  observe(meta, role, t, q.scale);
   if (!detail::records_amax()) return q;  // an evaluation pass
   s->record_amax(q.amax);
   if (role == Fp8Role::grad_output)
@@ -69,6 +84,10 @@ Tensor rows_f32(const Tensor& t, int64_t c) {
 }
 
 }  // namespace
+
+void set_fp8_operand_observer(Fp8OperandObserver observer) {
+  operand_observer() = std::move(observer);
+}
 
 Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                   Fp8LinearMeta& meta) {
@@ -131,9 +150,11 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
   Tensor keep_y = relu ? y.detach() : Tensor();
   const Shape x_shape = x.shape();
   auto grad_state = meta.state_ptr(Fp8Role::grad_output);
+  // For the operand observer only (the layer that owns the meta outlives its backward).
+  const Fp8LinearMeta* meta_ptr = &meta;
   mixp::detail::record(
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
-      [keep_x, keep_w, keep_y, sinv_x, sinv_w, recipe, grad_state, x_shape, M, N,
+      [keep_x, keep_w, keep_y, sinv_x, sinv_w, recipe, grad_state, meta_ptr, x_shape, M, N,
        K](BackwardContext& ctx) {
         Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(ctx.grad()), Shape{M, N});
         if (keep_y.defined()) {
@@ -165,6 +186,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
           grad_state->record_amax(qg.amax);
           detail::note_backward_state(grad_state);
         }
+        observe(*meta_ptr, Fp8Role::grad_output, g, qg.scale);
         if (ctx.needs(0)) {
           Tensor dx = gemm_f32(qg.data, keep_w);
           backend_for(dx).scale_bias_act(dx, dx, Tensor(), qg.scale_inv * sinv_w, Activation::none);

@@ -65,6 +65,24 @@ std::vector<LayerAdvice> advise_layers(const std::vector<StatRecord>& records,
     const TensorStats& s = r.stats;
     if (r.role == Role::weight && r.tensor == "weight") out[it->second].weight_numel = s.numel;
     n.nonfinite += s.nan + s.inf;
+    if (r.role == Role::fp8_operand) {
+      // Step 1 is skipped: delayed scaling's first pass casts with TE's initial scale 1, before
+      // any amax was seen (fp8_scaling.h), and flushes small weights at any history length.
+      if (r.step <= 1) continue;
+      // The share of the nonzero values the cast flushed (zeros, e.g. after ReLU's mask, are
+      // not flushed: they were zero already).
+      const int64_t nonzero = s.numel - s.zeros - s.nan - s.inf;
+      for (const FormatStats& f : s.formats) {
+        const double share = nonzero > 0 ? double(f.underflow) / double(nonzero) : 0.0;
+        if (share > n.fp8_flush) {
+          n.fp8_flush = share;
+          n.fp8_flush_operand = r.tensor;
+          n.fp8_flush_format = to_string(f.format);
+          n.fp8_flush_step = r.step;
+        }
+      }
+      continue;
+    }
     const bool forward = r.role == Role::activation || (r.role == Role::weight && r.tensor == "weight");
     const bool grad = r.role == Role::activation_grad;
     if (!forward && !grad) continue;
@@ -95,7 +113,8 @@ std::vector<LayerAdvice> advise_layers(const std::vector<StatRecord>& records,
     const LayerNumbers& n = a.numbers;
     a.fits_fp16 = n.nonfinite == 0 && n.fp16_overflow == 0;
     a.fits_bf16 = n.nonfinite == 0 && n.bf16_overflow == 0 && n.bf16_rel_mse <= t.max_bf16_rel_mse;
-    a.fits_fp8 = a.fits_bf16 && n.fp8_underflow <= t.max_fp8_underflow &&
+    a.fits_fp8 = a.fits_bf16 && n.fp8_flush <= t.max_fp8_flush &&
+                 n.fp8_underflow <= t.max_fp8_underflow &&
                  n.fp8_rel_mse <= t.max_fp8_rel_mse && n.grad_range <= t.max_grad_range;
     auto decide = [&](LayerFormat f, const char* rule, std::string reason) {
       a.choice = f;
@@ -116,6 +135,15 @@ std::vector<LayerAdvice> advise_layers(const std::vector<StatRecord>& records,
              fmt::format("the output layer: its error goes straight into the loss (mxfp8 "
                          "relative MSE {:.3g} would be added to the logits)",
                          n.fp8_rel_mse));
+    } else if (n.fp8_flush > t.max_fp8_flush) {
+      decide(LayerFormat::bf16, "fp8-flush",
+             fmt::format("its FP8 cast of {} ({}) flushed {} of the nonzero values to zero at "
+                         "step {} (limit {}): the scale came from an amax far above the values "
+                         "(a long amax history keeps an early large one); use a shorter history "
+                         "(fp8:amax_history=16 or amax_algo=most_recent), fp8-current, or bf16 "
+                         "for this layer",
+                         n.fp8_flush_operand, n.fp8_flush_format, pct(n.fp8_flush),
+                         n.fp8_flush_step, pct(t.max_fp8_flush)));
     } else if (n.fp8_underflow > t.max_fp8_underflow) {
       decide(LayerFormat::bf16, "fp8-underflow",
              fmt::format("mxfp8 flushes {} of a forward tensor to zero (limit {})",

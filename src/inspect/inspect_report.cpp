@@ -86,8 +86,7 @@ std::vector<StatRecord> read_inspect_jsonl(const std::filesystem::path& path) {
       r.kind = j.value("kind", "");
       const std::string role = j.at("role").get<std::string>();
       bool known = false;
-      for (Role x : {Role::activation, Role::activation_grad, Role::weight, Role::weight_grad,
-                     Role::optimizer_state}) {
+      for (Role x : all_roles()) {
         if (role == to_string(x)) r.role = x, known = true;
       }
       if (!known) throw std::invalid_argument("unknown role '" + role + "'");

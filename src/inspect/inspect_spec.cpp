@@ -22,14 +22,22 @@ std::vector<std::string> split_plus(std::string_view v) {
   return out;
 }
 
+constexpr Role kRoles[] = {Role::activation,      Role::activation_grad, Role::weight,
+                           Role::weight_grad,     Role::optimizer_state, Role::fp8_operand};
+
 Role parse_role(std::string_view v) {
   const size_t i = detail::parse_choice(
       "--inspect key", "roles", v,
-      {"activation", "activation-grad", "weight", "weight-grad", "optimizer-state"});
-  return static_cast<Role>(i);
+      {"activation", "activation-grad", "weight", "weight-grad", "optimizer-state",
+       "fp8-operand"});
+  return kRoles[i];
 }
 
 }  // namespace
+
+std::span<const Role> all_roles() {
+  return kRoles;
+}
 
 const char* to_string(Role r) {
   switch (r) {
@@ -38,6 +46,7 @@ const char* to_string(Role r) {
     case Role::weight: return "weight";
     case Role::weight_grad: return "weight-grad";
     case Role::optimizer_state: return "optimizer-state";
+    case Role::fp8_operand: return "fp8-operand";
   }
   return "?";
 }

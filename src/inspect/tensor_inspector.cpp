@@ -12,9 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "mixp/amp/fp8_linear.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/kernel_observer.h"
 #include "mixp/io/atomic_file.h"
+#include "mixp/nn/linear.h"
 #include "mixp/optim/optimizer.h"
 #include "ops/dispatch.h"
 
@@ -100,10 +102,49 @@ void TensorInspector::attach(nn::Module& model) {
   tracker_.attach(model, [this](const std::string& path, nn::Module& m, Tensor y) {
     return on_output(path, m, std::move(y));
   });
+  model_ = &model;
+  fp8_layers_.clear();
+  if (spec_.wants(Role::fp8_operand)) {
+    amp::set_fp8_operand_observer(
+        [this](const amp::Fp8LinearMeta& meta, amp::Fp8Role role, const Tensor& operand,
+               float scale) { record_fp8_operand(meta, role, operand, scale); });
+    observing_fp8_ = true;
+  }
 }
 
 void TensorInspector::detach() {
   tracker_.detach();
+  if (observing_fp8_) amp::set_fp8_operand_observer({});
+  observing_fp8_ = false;
+  model_ = nullptr;
+}
+
+const std::pair<std::string, std::string>* TensorInspector::fp8_layer(
+    const amp::Fp8LinearMeta* meta) {
+  auto it = fp8_layers_.find(meta);
+  if (it == fp8_layers_.end() && model_) {
+    fp8_layers_.clear();
+    for (auto& [path, m] : model_->named_modules()) {
+      if (auto* lin = dynamic_cast<nn::Linear*>(m)) {
+        if (auto mp = amp::fp8_meta(*lin)) fp8_layers_[mp.get()] = {path, lin->kind()};
+      }
+    }
+    it = fp8_layers_.find(meta);
+  }
+  return it == fp8_layers_.end() ? nullptr : &it->second;
+}
+
+void TensorInspector::record_fp8_operand(const amp::Fp8LinearMeta& meta, amp::Fp8Role role,
+                                         const Tensor& operand, float scale) {
+  if (!active_ || !spec_.wants(Role::fp8_operand)) return;
+  const auto* layer = fp8_layer(&meta);
+  if (!layer || !spec_.module_selected(layer->first)) return;
+  const std::string tensor(amp::to_string(role));
+  const int64_t call = calls_[layer->first + "#fp8." + tensor]++;
+  const StatFormat f = meta.recipe().dtype(role) == DType::fp8_e5m2 ? StatFormat::fp8_e5m2
+                                                                     : StatFormat::fp8_e4m3;
+  record_as(layer->first, layer->second, Role::fp8_operand, tensor, operand, scale, call,
+            std::span<const StatFormat>(&f, 1), scale);
 }
 
 void TensorInspector::begin_step(int64_t step, double loss_scale) {
@@ -148,6 +189,13 @@ Tensor TensorInspector::on_output(const std::string& path, nn::Module& m, Tensor
 void TensorInspector::record(const std::string& module, const std::string& kind, Role role,
                              const std::string& tensor, const Tensor& t, double scale,
                              int64_t call) {
+  record_as(module, kind, role, tensor, t, scale, call, spec_.formats, loss_scale_);
+}
+
+void TensorInspector::record_as(const std::string& module, const std::string& kind, Role role,
+                                const std::string& tensor, const Tensor& t, double scale,
+                                int64_t call, std::span<const StatFormat> formats,
+                                double record_scale) {
   if (!t.defined() || !t.is_floating_point()) return;
   KernelPhaseScope phase(KernelPhase::other);  // the inspector's own conversions
   StatRecord r;
@@ -159,9 +207,9 @@ void TensorInspector::record(const std::string& module, const std::string& kind,
   r.call = call;
   r.dtype = t.dtype();
   r.shape = t.shape();
-  r.loss_scale = loss_scale_;
+  r.loss_scale = record_scale;
   const std::vector<float> v = values_as_fp32(t, scale);
-  r.stats = tensor_stats(v, t.dim() > 0 ? t.size(-1) : 1, spec_.formats);
+  r.stats = tensor_stats(v, t.dim() > 0 ? t.size(-1) : 1, formats);
   write(std::move(r), &v);
 }
 

@@ -283,7 +283,8 @@ void load_module_state(nn::Module& model, const SafeTensorsFile& file, std::stri
         throw TrainError(std::string(source) + ": FP8 scaling state '" + name + "' has shape " +
                          shape_str(it->second->shape) + " but the model's is " + t.shape().str() +
                          "; the checkpoint was trained with another amax history length "
-                         "(precision 'fp8:amax_history=N')");
+                         "(precision 'fp8:amax_history=N'; the default is 16 since issue 28, "
+                         "'fp8:preset=te' is TransformerEngine's 1024)");
       }
       throw TrainError(std::string(source) + ": tensor '" + name + "' has shape " +
                        shape_str(it->second->shape) + " but the model's is " + t.shape().str() +

@@ -60,11 +60,27 @@ Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
   std::vector<std::string> rest;
   {
     constexpr std::string_view kOption = "fp8 option";
-    for (const auto& [k0, v] : ::mixp::detail::split_key_values(
-             parts.options, {.list = "precision",
-                            .entry = "key=value",
-                            .example = "'fp8:amax_history=16,margin=1'"})) {
+    const auto entries = ::mixp::detail::split_key_values(
+        parts.options,
+        {.list = "precision", .entry = "key=value", .example = "'fp8:amax_history=16,margin=1'"});
+    // preset=te first, wherever it stands, so that the other keys refine it
+    // ("fp8:margin=1,preset=te" is TE's recipe with margin 1).
+    for (const auto& [k0, v] : entries) {
+      if (lower(k0) != "preset") continue;
+      if (p.fp8.scaling != amp::Fp8Scaling::delayed)
+        throw ConfigError(fmt::format("fp8 option 'preset' only applies to precision fp8 (delayed "
+                                      "scaling); {} keeps no amax history",
+                                      base));
+      p.fp8 = ::mixp::detail::parse_choice(
+                  kOption, "preset", v, {"te", "mixp"},
+                  " (te: TransformerEngine's DelayedScaling defaults, amax history 1024 with "
+                  "max, margin 0; mixp: the default, amax history 16)") == 0
+                  ? amp::Fp8Recipe::te_delayed()
+                  : amp::Fp8Recipe::delayed();
+    }
+    for (const auto& [k0, v] : entries) {
       const std::string k = lower(k0);
+      if (k == "preset") continue;
       auto only = [&](amp::Fp8Scaling s, const char* recipe) {
         if (p.fp8.scaling != s)
           throw ConfigError(fmt::format("fp8 option '{}' only applies to precision {}; {} {}", k,
@@ -111,7 +127,8 @@ Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
     p.base = amp::parse_policy(base_spec);
   } catch (const amp::PolicyError& e) {
     throw ConfigError(fmt::format(
-        "{} (in precision '{}'; its fp8 keys: amax_history, amax_algo, margin, format, block)",
+        "{} (in precision '{}'; its fp8 keys: preset, amax_history, amax_algo, margin, format, "
+        "block)",
         e.what(), spec));
   }
   p.base.name = spec;

@@ -115,8 +115,9 @@ constexpr RecipeTraits kRegistry[] = {
           kPolicy, dtypes(D::fp16, D::fp16, D::fp16, D::fp32, D::fp16), true, 0,
           make_policy_recipe),
     entry("fp8",
-          "TransformerEngine's default recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
-          "gradients, delayed scaling), the rest as bf16; per-tensor FP8 scales, no loss scaling",
+          "TransformerEngine's delayed-scaling recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
+          "gradients, per-tensor scales from a 16-step amax history; fp8:preset=te for TE's "
+          "1024), the rest as bf16, no loss scaling",
           kFp8Family, kFp8, false, 6, make_fp8),
     entry("fp8-current", "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)",
           kFp8Family, kFp8, false, 0, make_fp8_current),

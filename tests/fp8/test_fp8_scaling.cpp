@@ -42,16 +42,23 @@ struct TeModel {
 
 }  // namespace
 
-TEST(Fp8Scaling, InitialStateIsTeDefaults) {
+TEST(Fp8Scaling, InitialStateIsTeDefaultsExceptTheHistoryLength) {
   Fp8ScalingState s(DType::fp8_e4m3);
-  EXPECT_EQ(s.history_len(), 1024);
+  EXPECT_EQ(s.history_len(), 16);  // mixp's default (docs/fp8.md); TE's 1024 is te_delayed()
   EXPECT_EQ(s.scale(), 1.0f);
   EXPECT_EQ(s.scale_inv(), 1.0f);
   for (float v : s.history()) EXPECT_EQ(v, 0.0f);
   Fp8Recipe r;
-  EXPECT_EQ(r.amax_history_len, 1024);
+  EXPECT_EQ(r.amax_history_len, 16);
   EXPECT_EQ(r.amax_compute_algo, AmaxComputeAlgo::max);
   EXPECT_EQ(r.margin, 0);
+  // TE's DelayedScaling defaults, by name: HYBRID, history 1024, max, margin 0.
+  const Fp8Recipe te = Fp8Recipe::te_delayed();
+  EXPECT_EQ(te.scaling, Fp8Scaling::delayed);
+  EXPECT_EQ(te.format, Fp8Format::hybrid);
+  EXPECT_EQ(te.amax_history_len, 1024);
+  EXPECT_EQ(te.amax_compute_algo, AmaxComputeAlgo::max);
+  EXPECT_EQ(te.margin, 0);
   EXPECT_EQ(r.dtype(Fp8Role::input), DType::fp8_e4m3);
   EXPECT_EQ(r.dtype(Fp8Role::weight), DType::fp8_e4m3);
   EXPECT_EQ(r.dtype(Fp8Role::grad_output), DType::fp8_e5m2);  // HYBRID

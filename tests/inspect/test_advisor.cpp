@@ -138,6 +138,54 @@ TEST(Advisor, FirstRuleInOrderWinsAndWorstStepCounts) {
   EXPECT_EQ(advise_layers(recs, loose).at(0).rule, "fits-fp8");
 }
 
+// An FP8 run's statistics (role fp8-operand, tensor_inspector.h): the share of an operand's
+// nonzero values that its per-tensor cast flushed to zero decides rule fp8-flush.
+TEST(Advisor, FlushedFp8OperandIsFlaggedWithAdvice) {
+  auto operand = [](const std::string& tensor, StatFormat f, int64_t zeros, int64_t flushed) {
+    StatRecord r;
+    r.step = 120;
+    r.module = "fc1";
+    r.kind = "linear";
+    r.role = Role::fp8_operand;
+    r.tensor = tensor;
+    r.stats.numel = 1000;
+    r.stats.zeros = zeros;
+    r.stats.formats.push_back(FormatStats{f, 0, flushed, 0, 0.0});
+    return r;
+  };
+  auto with = [&](StatRecord op) {
+    auto v = layer("fc1", "linear");
+    v.push_back(operand("input", StatFormat::fp8_e4m3, 0, 0));
+    v.push_back(std::move(op));
+    return advise_layers(v).at(0);
+  };
+  // 600 of 1000 values are zero (ReLU's mask): 5 flushed of the 400 nonzero is 1.25% > 1%.
+  const LayerAdvice a = with(operand("grad_output", StatFormat::fp8_e5m2, 600, 5));
+  EXPECT_EQ(a.rule, "fp8-flush");
+  EXPECT_EQ(a.choice, LayerFormat::bf16);
+  EXPECT_FALSE(a.fits_fp8);
+  EXPECT_DOUBLE_EQ(a.numbers.fp8_flush, 5.0 / 400);
+  EXPECT_EQ(a.numbers.fp8_flush_operand, "grad_output");
+  EXPECT_EQ(a.numbers.fp8_flush_step, 120);
+  for (const char* s : {"grad_output (fp8_e5m2)", "1.25%", "step 120", "fp8:amax_history=16",
+                        "fp8-current", "bf16 for this layer"})
+    EXPECT_NE(a.reason.find(s), std::string::npos) << s << " in: " << a.reason;
+  // 4 of 400 is the limit itself (1%): fits.
+  EXPECT_EQ(with(operand("grad_output", StatFormat::fp8_e5m2, 600, 4)).rule, "fits-fp8");
+  // The share is of the nonzero values: 5 of 1000 with no zeros is 0.5%.
+  EXPECT_EQ(with(operand("grad_output", StatFormat::fp8_e5m2, 0, 5)).rule, "fits-fp8");
+  // Step 1 does not count (delayed scaling's first cast uses the initial scale 1).
+  StatRecord first = operand("grad_output", StatFormat::fp8_e5m2, 600, 5);
+  first.step = 1;
+  EXPECT_EQ(with(first).rule, "fits-fp8");
+  // The head rule comes first.
+  auto h = layer("head", "head");
+  StatRecord op = operand("grad_output", StatFormat::fp8_e5m2, 0, 900);
+  op.module = "head";
+  h.push_back(op);
+  EXPECT_EQ(advise_layers(h).at(0).rule, "head");
+}
+
 TEST(Advisor, LayerRulesFollowTheChoices) {
   std::vector<StatRecord> recs = layer("fc1", "linear");
   for (auto& r : layer("fc2", "linear", [](auto& v) { fmt_of(v[0], StatFormat::mxfp8).mse = 0.1; }))

@@ -409,7 +409,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--inspect", f->inspect,
                   "tensor statistics per module and role at chosen steps, as JSON Lines: "
                   "every=N,start=S,end=E,modules=P+Q,roles=activation+activation-grad+weight+"
-                  "weight-grad+optimizer-state,formats=fp16+bf16+fp8_e4m3+fp8_e5m2+mxfp8+int8,"
+                  "weight-grad+optimizer-state+fp8-operand,formats=fp16+bf16+fp8_e4m3+fp8_e5m2+mxfp8+int8,"
                   "out=inspect.jsonl,dump=DIR (all optional; docs/inspect.md)");
   sub->add_flag("--detect-anomaly", f->detect_anomaly,
                 "stop at the first kernel that writes a NaN or inf and name its op, module, "

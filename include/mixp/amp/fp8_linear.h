@@ -110,6 +110,18 @@ void fp8_update_backward_states();
 using Fp8AmaxReducer = std::function<void(std::span<float> amaxes)>;
 void set_fp8_amax_reducer(Fp8AmaxReducer reducer);
 
+// Observation of the per-tensor FP8 casts, for the inspector's fp8-operand records
+// (docs/inspect.md): when set, every cast of an fp8_linear operand under delayed or current
+// scaling (not MXFP8, whose per-block scales the mxfp8 statistics already cover, and not an
+// activation recomputation) calls it with the layer's meta (identifies the layer; valid during the
+// call), the role, the operand as the cast reads it (fp32 [rows, K or N]; the gradient after
+// the fused ReLU's mask) and the scale the cast multiplies it by. The observer must not change
+// the operand. Process-wide, one at a time; an empty function turns it off (the default: then a
+// cast costs nothing more).
+using Fp8OperandObserver = std::function<void(const Fp8LinearMeta& meta, Fp8Role role,
+                                              const Tensor& operand, float scale)>;
+void set_fp8_operand_observer(Fp8OperandObserver observer);
+
 // Makes `layer` compute in FP8 (inside Fp8Autocast regions): installs the forward
 // implementation and, for delayed scaling, registers the scaling state as buffers of the layer
 // (so checkpoints carry it: "fc1.fp8_input_amax_history", ...). Returns the layer's meta. Throws

@@ -14,6 +14,12 @@
 //   bf16-error    a forward tensor's bf16 mse / rms^2 > max_bf16_rel_mse   -> fp32
 //   head          the model's output layer (its errors go straight into the loss; TE users and
 //                 the seeds keep it in high precision)                    -> bf16
+//   fp8-flush     statistics of an FP8 run (role fp8-operand): a per-tensor FP8 cast of one of
+//                 its GEMM operands flushed more than max_fp8_flush of the operand's nonzero
+//                 values to zero at the scale it used (a stale amax, e.g. an early large
+//                 gradient kept by a long amax history; step 1 is not counted: delayed
+//                 scaling casts it with the initial scale 1)            -> bf16, with the advice
+//                 of a shorter amax history, fp8-current, or bf16 for the layer
 //   fp8-underflow a forward tensor's mxfp8 underflow fraction > max_fp8_underflow: values a scale
 //                 per block of 32 still flushes, so a per-tensor scale flushes at least those
 //                                                                          -> bf16
@@ -40,6 +46,7 @@ struct AdviceThresholds {
   double max_fp8_underflow = 0.01;  // 1% of the values
   double max_fp8_rel_mse = 5e-3;    // E4M3's 3 mantissa bits alone give ~2^-8 / 3 ~ 1.3e-3
   double max_grad_range = 31;       // E5M2: 2^-16 (smallest subnormal) .. 57344 ~ 2^15.8
+  double max_fp8_flush = 0.01;      // 1% of an FP8 operand's nonzero values flushed by its cast
 };
 
 // The worst numbers of one layer over its inspected steps. Relative MSE = mse / rms^2.
@@ -54,6 +61,11 @@ struct LayerNumbers {
   double grad_range = 0;            // binades of the gradient at the output
   double grad_fp16_underflow = 0;   // the gradient in fp16 at the run's loss scale
   std::string worst_fp8_tensor;     // the forward tensor with the largest mxfp8 rel MSE
+  // fp8-operand records (an FP8 run's statistics): the largest share of an operand's nonzero
+  // values that its cast flushed to zero, which operand ("grad_output"), its format and step.
+  double fp8_flush = 0;
+  std::string fp8_flush_operand, fp8_flush_format;
+  int64_t fp8_flush_step = 0;
 };
 
 struct LayerAdvice {

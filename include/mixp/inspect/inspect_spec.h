@@ -5,8 +5,9 @@
 //     start=S, end=E     first and last step inspected (1-based; default 1 and the run's end)
 //     modules=P+Q        module paths, '*' matching any run of characters
 //                        (blocks.*.attn.qkv, head); default every module
-//     roles=R+...        activation, activation-grad, weight, weight-grad, optimizer-state
-//                        (default all)
+//     roles=R+...        activation, activation-grad, weight, weight-grad, optimizer-state,
+//                        fp8-operand (the operands of the FP8 layers' per-tensor casts at the
+//                        scale the cast used; tensor_inspector.h) (default all)
 //     formats=F+...      fp16, bf16, fp8_e4m3, fp8_e5m2, mxfp8, int8 (default all)
 //     out=PATH           the JSON Lines file (default inspect.jsonl)
 //     dump=DIR           also write each inspected tensor as raw little-endian fp32
@@ -14,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -23,8 +25,17 @@
 
 namespace mixp::inspect {
 
-enum class Role : uint8_t { activation, activation_grad, weight, weight_grad, optimizer_state };
+enum class Role : uint8_t {
+  activation,
+  activation_grad,
+  weight,
+  weight_grad,
+  optimizer_state,
+  fp8_operand
+};
 const char* to_string(Role r);
+// Every role, in the order above.
+std::span<const Role> all_roles();
 
 class InspectError : public std::invalid_argument {
  public:

@@ -14,7 +14,12 @@
 // Roles: activation (a module's output, in its forward), activation-grad (the gradient of that
 // output, in backward: scaled by the loss scale like every gradient of the backward pass),
 // weight, weight-grad (the summed gradients before unscaling, i.e. at the current loss scale),
-// optimizer-state (every slot, e.g. exp_avg). Weights, gradients and states belong to the module
+// optimizer-state (every slot, e.g. exp_avg), fp8-operand (each operand an FP8 layer's
+// per-tensor cast quantizes -- tensor "input", "weight" or "grad_output" -- multiplied by the
+// scale that cast used, with the statistics of the FP8 format it is cast to; so its `underflow`
+// counts the nonzero values the cast flushes to zero. The record's loss_scale holds that FP8
+// scale. Delayed and current scaling only, from amp::set_fp8_operand_observer, which attach()
+// installs: one attached inspector at a time). Weights, gradients and states belong to the module
 // that owns the parameter ("blocks.0.attn.qkv" for "blocks.0.attn.qkv.weight"); `tensor` names
 // the parameter or slot.
 #pragma once
@@ -22,6 +27,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +38,10 @@
 
 namespace mixp::optim {
 class Optimizer;
+}
+namespace mixp::amp {
+class Fp8LinearMeta;
+enum class Fp8Role : uint8_t;
 }
 
 namespace mixp::inspect {
@@ -77,6 +87,10 @@ class TensorInspector {
   // Records one tensor under a module path and role (what the callbacks above do per tensor).
   void record(const std::string& module, const std::string& kind, Role role,
               const std::string& tensor, const Tensor& t, double scale, int64_t call = 0);
+  // An fp8-operand record: `operand` times the FP8 cast's `scale`, in that role's FP8 format
+  // (whatever formats= says), for the FP8 layer that owns `meta`.
+  void record_fp8_operand(const amp::Fp8LinearMeta& meta, amp::Fp8Role role,
+                          const Tensor& operand, float scale);
 
   const std::vector<StatRecord>& records() const { return records_; }
   // A table of the worst cases: per role and format, the module with the largest overflow and
@@ -88,6 +102,11 @@ class TensorInspector {
  private:
   Tensor on_output(const std::string& path, nn::Module& m, Tensor y);
   void write(StatRecord r, const std::vector<float>* values);
+  void record_as(const std::string& module, const std::string& kind, Role role,
+                 const std::string& tensor, const Tensor& t, double scale, int64_t call,
+                 std::span<const StatFormat> formats, double record_scale);
+  // The dotted path and kind of the FP8 layer that owns `meta` ("" when none of the model's).
+  const std::pair<std::string, std::string>* fp8_layer(const amp::Fp8LinearMeta* meta);
 
   InspectSpec spec_;
   ModuleTracker tracker_;
@@ -97,6 +116,11 @@ class TensorInspector {
   double loss_scale_ = 1.0;
   std::vector<StatRecord> records_;  // without per-value data; for the summary
   std::map<std::string, int64_t> calls_;  // outputs of each module so far in this step
+  nn::Module* model_ = nullptr;
+  bool observing_fp8_ = false;  // installed the FP8 operand observer
+  // FP8 layers by their meta: (path, kind); rebuilt when a meta is not found (the recipe may
+  // enable FP8 after attach()).
+  std::map<const amp::Fp8LinearMeta*, std::pair<std::string, std::string>> fp8_layers_;
 };
 
 }  // namespace mixp::inspect

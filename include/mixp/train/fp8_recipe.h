@@ -1,7 +1,8 @@
 // The FP8 training recipes of `mixp train --precision` (docs/fp8.md):
 //
 //   fp8          TE DelayedScaling: HYBRID (E4M3 activations and weights, E5M2 gradients),
-//                amax history 1024, amax_compute_algo max, margin 0
+//                amax_compute_algo max, margin 0, but an amax history of 16 steps, not TE's
+//                1024 (amp::Fp8Recipe says why); "fp8:preset=te" is TE's recipe exactly
 //   fp8-current  TE Float8CurrentScaling: HYBRID, scale from each tensor's own amax
 //   mxfp8        TE MXFP8BlockScaling: E4M3, blocks of 32 along K with e8m0 scales
 //
@@ -17,8 +18,10 @@
 //
 // Options, after a colon (like the policy strings of amp/policy.h):
 //   fp8:amax_history=16,amax_algo=most_recent,margin=1,format=e4m3
+//   fp8:preset=te                 TE's DelayedScaling defaults (amp::Fp8Recipe::te_delayed());
+//                                 the other keys refine the preset, wherever they stand
 //   mxfp8:block=32,format=hybrid
-// amax_history and amax_algo are for fp8 (delayed) only, margin for fp8 and fp8-current, block
+// preset, amax_history and amax_algo are for fp8 (delayed) only, margin for fp8 and fp8-current, block
 // for mxfp8 only; format is hybrid or e4m3. Any other key refines the bf16 base policy
 // (e.g. "fp8:output=bf16").
 //
