@@ -360,8 +360,17 @@ CrossClassTolerance cross_class_tolerance(const std::string& run_name) {
   // The recipe: what follows "<model>-" (variants keep their recipe's name first).
   const std::string r = run_name.substr(run_name.find('-') + 1);
   auto is = [&](const char* p) { return r.starts_with(p); };
-  // TOLERANCES_MEASURED
-  if (is("fp64") || is("fp32") || is("tf32")) return {"fp32", 1e-4, 1.0 / 64};
+  // Measured on the AMD EPYC (Zen 5) that recorded avx512-bf16, every run under
+  // MIXP_CPU_TIER=avx2 (mixp's kernels sum in 8-lane instead of 16-lane order) against the
+  // recording (2026-11-29): final/test/val losses moved by at most 4.6e-5 relative in the fp32
+  // family (cnn-tf32), 1.5e-4 in bf16/fp16 (gpt-bf16-pure), 4.4e-4 in fp8 (gpt-fp8-head-ckpt),
+  // 8.5e-4 in the quantized recipes
+  // (cnn-int2-qat: a weight crossing a rounding boundary), and accuracies by one test image
+  // (1/32 on cnn) in fp8 and quantized runs. MIXP_CPU_GEMM=onednn changed nothing in these small
+  // runs (their bf16 GEMMs stay on oneDNN). An AMX host changes the bf16 GEMMs' order, which this
+  // host cannot measure: the 16-bit and fp8 bounds are wider (a few bf16 roundings, 2^-8 each,
+  // compounded over 3-6 steps), the quantized ones wider again (rounding-boundary flips).
+  if (is("fp64") || is("fp32") || is("tf32")) return {"fp32", 2e-4, 2.0 / 32};
   if (is("bf16") || is("fp16") || is("auto")) return {"half", 2e-2, 3.0 / 32};
   if (is("fp8") || is("mxfp8")) return {"fp8", 2e-2, 3.0 / 32};
   return {"quantized", 5e-2, 4.0 / 32};
