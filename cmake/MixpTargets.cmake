@@ -1,10 +1,13 @@
 # Target discovery. Conventions (docs/architecture.md 6.6, kernels in tiers):
-#  - src/**/X_avx512.cpp is compiled with the AVX-512 flags below, src/**/X_avx2.cpp with AVX2+F16C+FMA;
+#  - src/**/X_avx512.cpp is compiled with the AVX-512 flags below, src/**/X_avx2.cpp with AVX2+F16C+FMA,
+#    src/**/X_amx.cpp with the AMX tile flags;
 #    everything else for the baseline x86-64 so the binary runs on any CPU; run-time dispatch picks.
 #  - src/backend/cuda/ is skipped unless MIXP_CUDA is on (it has its own target).
 
 set(MIXP_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mf16c -mfma -mavx2 -mbmi2)
 set(MIXP_AVX2_FLAGS -mavx2 -mf16c -mfma -mbmi2)
+# src/**/X_amx.cpp: the AMX tile instructions only (the tile peak loops, src/bench/peak_amx.cpp).
+set(MIXP_AMX_FLAGS -mamx-tile -mamx-bf16 -mamx-int8)
 
 function(mixp_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
@@ -34,6 +37,8 @@ function(mixp_add_library)
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${MIXP_AVX512_FLAGS}")
     elseif(f MATCHES "_avx2\\.cpp$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${MIXP_AVX2_FLAGS}")
+    elseif(f MATCHES "_amx\\.cpp$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${MIXP_AMX_FLAGS}")
     endif()
   endforeach()
   set_target_properties(mixp PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 0)

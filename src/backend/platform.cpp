@@ -108,13 +108,20 @@ std::vector<FormatSupport> cpu_format_support(const CpuFeatures& c) {
         }
         break;
       case DType::fp16:
-        if (c.avx512_fp16 && c.os_avx512) {
-          out.push_back(native(t, "AVX512_FP16 arithmetic (accumulation kept in fp32)"));
-        } else {
-          out.push_back(
-              emulated(t, std::string(c.f16c ? "F16C conversion" : "software conversion") +
-                              " to fp32 (exact), " + fma));
-        }
+        // Emulated even with AVX512_FP16: mixp's fp16 GEMMs widen to fp32 (storage and
+        // rounding in fp16, arithmetic in fp32; src/backend/cpu/cpu_matmul.cpp), and fp16 has no
+        // dot-product instruction with fp32 accumulation there, while bf16 has VDPBF16PS and
+        // AMX tiles: bf16 is the CPU's 16-bit format (docs/precision-guide.md).
+        out.push_back(emulated(
+            t, std::string("widened to fp32 (") + (c.f16c ? "F16C" : "software") +
+                   " conversion, exact): storage and rounding in fp16, arithmetic in fp32 (" +
+                   fma + ")" +
+                   (c.avx512_fp16 && c.os_avx512
+                        ? "; AVX512_FP16 is not used: its FMAs accumulate in fp16"
+                        : "") +
+                   (bf16 ? "; bf16 is this CPU's 16-bit format (native dot products with fp32 "
+                           "accumulation)"
+                         : "")));
         break;
       case DType::fp8_e4m3:
       case DType::fp8_e5m2:

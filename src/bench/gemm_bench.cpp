@@ -281,6 +281,7 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
   const int64_t n = cfg.n;
   const double ops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   std::map<PeakPath, PeakResult> peaks;
+  std::map<PeakPath, std::optional<PeakResult>> tile_peaks;
 
   // The best of cfg.repeat timed runs, after the warm-up runs.
   const auto best_seconds = [&](const std::function<void()>& run) {
@@ -289,15 +290,20 @@ std::vector<GemmBenchResult> run_gemm_bench(const GemmBenchConfig& cfg) {
     for (int r = 0; r < cfg.repeat; ++r) best = std::min(best, seconds_of(run));
     return best;
   };
-  // The measured fields of r, against the peak of `pp` (measured once per peak path).
+  // The measured fields of r, against the peak of `pp` (measured once per peak path): the AMX
+  // tile peak where r's implementation runs on tiles, else the vector one (peak.h).
   const auto measured = [&](GemmBenchResult& r, double best, PeakPath pp) {
     if (!peaks.count(pp)) peaks[pp] = measure_peak(pp, threads, cfg.peak_seconds);
+    if (runs_on_amx_tiles(r.implementation) && !tile_peaks.count(pp)) {
+      tile_peaks[pp] = measure_tile_peak(pp, threads, cfg.peak_seconds);
+    }
     r.n = n;
     r.threads = threads;
     r.repeat = cfg.repeat;
     r.seconds = best;
     r.gflops = ops / best * 1e-9;
-    r.peak = peaks[pp];
+    r.peak = peak_for_implementation(r.implementation, peaks[pp],
+                                     tile_peaks.count(pp) ? tile_peaks[pp] : std::nullopt);
     r.peak_gflops = r.peak.gflops;
     r.fraction_of_peak = r.gflops / r.peak_gflops;
   };

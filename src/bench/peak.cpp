@@ -3,6 +3,8 @@
 #include "mixp/bench/peak.h"
 
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -172,30 +174,74 @@ double iterations_per_second(const detail::PeakKernel& k, int threads, int64_t i
   return rate;
 }
 
-}  // namespace
-
-PeakResult measure_peak(PeakPath path, int threads, double seconds, PeakIsa isa) {
+// Times kernel k on `threads` threads for about `seconds` (chunks of about 1 ms).
+PeakResult time_kernel(const detail::PeakKernel& k, PeakPath path, int threads, double seconds) {
   if (threads <= 0) threads = get_num_threads();
   constexpr double kChunk = 1e-3;  // seconds per timed chunk
-  const Choice c = choose(path, isa);
   // Calibrate the chunk: grow the count until one chunk takes at least kChunk / 4, then scale.
   int64_t iters = 1 << 8;
-  double rate = iterations_per_second(c.kernel, threads, iters, 3) / threads;
+  double rate = iterations_per_second(k, threads, iters, 3) / threads;
   while (static_cast<double>(iters) / rate < kChunk / 4 && iters < (int64_t{1} << 40)) {
     iters *= 4;
-    rate = iterations_per_second(c.kernel, threads, iters, 3) / threads;
+    rate = iterations_per_second(k, threads, iters, 3) / threads;
   }
   iters = std::max<int64_t>(1, static_cast<int64_t>(rate * kChunk));
   const int chunks = std::max(1, static_cast<int>(seconds / kChunk));
 
   PeakResult r;
   r.path = path;
-  r.instruction = c.kernel.instruction;
-  r.isa = c.kernel.isa;
-  r.native = c.native;
+  r.instruction = k.instruction;
+  r.isa = k.isa;
   r.threads = threads;
-  r.gflops = c.kernel.ops_per_iter * iterations_per_second(c.kernel, threads, iters, chunks) * 1e-9;
+  r.gflops = k.ops_per_iter * iterations_per_second(k, threads, iters, chunks) * 1e-9;
   return r;
+}
+
+}  // namespace
+
+PeakResult measure_peak(PeakPath path, int threads, double seconds, PeakIsa isa) {
+  const Choice c = choose(path, isa);
+  PeakResult r = time_kernel(c.kernel, path, threads, seconds);
+  r.native = c.native;
+  return r;
+}
+
+bool amx_tiles_permitted() {
+  static const bool ok = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.amx_tile || !f.os_amx) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    // Linux (5.16+) keeps the tile data state off until a process asks for it; a tile
+    // instruction before that raises SIGILL. Granted once, for every thread of the process.
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+std::optional<PeakResult> measure_tile_peak(PeakPath path, int threads, double seconds) {
+  const CpuFeatures& f = cpu_features();
+  const bool has = (path == PeakPath::bf16 && f.amx_bf16) || (path == PeakPath::int8 && f.amx_int8);
+  if (!has || !amx_tiles_permitted()) return std::nullopt;
+  const detail::PeakKernel k =
+      path == PeakPath::bf16 ? detail::bf16_tiles_amx() : detail::int8_tiles_amx();
+  PeakResult r = time_kernel(k, path, threads, seconds);
+  r.tiles = true;
+  return r;
+}
+
+bool runs_on_amx_tiles(std::string_view implementation) {
+  return implementation.find("amx") != std::string_view::npos;
+}
+
+PeakResult peak_for_implementation(std::string_view implementation, const PeakResult& vector,
+                                   const std::optional<PeakResult>& tile) {
+  if (tile && runs_on_amx_tiles(implementation)) return *tile;
+  return vector;
 }
 
 }  // namespace mixp::bench

@@ -24,5 +24,8 @@ PeakKernel int8_dot_avx512();   // vpdpbusd zmm (AVX512_VNNI): 64 u8*s8 products
 PeakKernel int8_madd_avx512();  // vpmaddubsw + vpmaddwd + vpaddd zmm (AVX512BW, no VNNI)
 PeakKernel fp32_fma_avx2();     // vfmadd231ps ymm: 8 lanes x 2 flops
 PeakKernel int8_madd_avx2();    // vpmaddubsw + vpmaddwd + vpaddd ymm
+// peak_amx.cpp: only after amx_tiles_permitted() (peak.cpp) said yes.
+PeakKernel bf16_tiles_amx();    // TDPBF16PS: 16 x 16 x 32 bf16 pairs x 2 flops
+PeakKernel int8_tiles_amx();    // TDPBSSD: 16 x 16 x 64 s8 products x 2 ops
 
 }  // namespace mixp::bench::detail

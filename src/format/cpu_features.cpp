@@ -132,4 +132,22 @@ const char* to_string(SimdTier t) {
   return detail::name_of(kTierNames, t);
 }
 
+const char* cpu_class() {
+  const CpuFeatures& f = cpu_features();
+  switch (simd_tier()) {
+    case SimdTier::avx512:
+      if (f.amx_tile && f.amx_bf16 && f.os_amx) return "amx";
+      return f.avx512_bf16 ? "avx512-bf16" : "avx512";
+    case SimdTier::avx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
+}
+
+const std::vector<std::string>& cpu_classes() {
+  static const std::vector<std::string> all = {"amx", "avx512-bf16", "avx512", "avx2", "scalar"};
+  return all;
+}
+
 }  // namespace mixp

@@ -1,9 +1,10 @@
-# Guards run-time dispatch: objects compiled with AVX2/AVX-512 flags (src/**/*_avx2.cpp,
-# *_avx512.cpp) must not contain static initialisers (they run at library load, before any
+# Guards run-time dispatch: objects compiled with AVX2/AVX-512/AMX flags (src/**/*_avx2.cpp,
+# *_avx512.cpp, *_amx.cpp) must not contain static initialisers (they run at library load, before any
 # dispatch, and would execute AVX-512 instructions on CPUs without them) nor weak/inline
 # functions with external linkage (the linker may pick the AVX-512 copy for baseline callers).
 file(GLOB_RECURSE objs "${MIXP_BINARY_DIR}/CMakeFiles/mixp.dir/src/*_avx512.cpp.o"
-                       "${MIXP_BINARY_DIR}/CMakeFiles/mixp.dir/src/*_avx2.cpp.o")
+                       "${MIXP_BINARY_DIR}/CMakeFiles/mixp.dir/src/*_avx2.cpp.o"
+                       "${MIXP_BINARY_DIR}/CMakeFiles/mixp.dir/src/*_amx.cpp.o")
 if(NOT objs)
   message(FATAL_ERROR "no arch-specific objects found under ${MIXP_BINARY_DIR}; build first")
 endif()

@@ -89,8 +89,22 @@ TEST(FormatSupportTable, CpuZen4) {
   EXPECT_EQ(support_of(fs, DType::nf4), Support::emulated);
   CpuFeatures spr = zen4();
   spr.avx512_fp16 = true;
-  EXPECT_EQ(support_of(cpu_format_support(spr), DType::fp16), Support::native);
+  // fp16 GEMMs are widened to fp32 even with AVX512_FP16 (platform.cpp says why): emulated, and
+  // the line says so and names bf16 as the CPU's choice.
+  EXPECT_EQ(support_of(cpu_format_support(spr), DType::fp16), Support::emulated);
+  for (const auto& f : cpu_format_support(spr)) {
+    if (f.format != DType::fp16) continue;
+    EXPECT_NE(f.how.find("widened to fp32"), std::string::npos) << f.how;
+    EXPECT_NE(f.how.find("arithmetic in fp32"), std::string::npos) << f.how;
+    EXPECT_NE(f.how.find("AVX512_FP16 is not used"), std::string::npos) << f.how;
+    EXPECT_NE(f.how.find("bf16 is this CPU's 16-bit format"), std::string::npos) << f.how;
+  }
   EXPECT_EQ(support_of(cpu_format_support(haswell()), DType::bf16), Support::emulated);
+  for (const auto& f : cpu_format_support(haswell())) {
+    if (f.format == DType::fp16) {
+      EXPECT_EQ(f.how.find("bf16"), std::string::npos) << f.how;
+    }
+  }
   for (const auto& f : fs) EXPECT_FALSE(f.how.empty());
 }
 

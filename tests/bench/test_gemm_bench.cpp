@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -87,6 +88,69 @@ TEST(Peak, ForcedTiers) {
       if (p == PeakPath::bf16) {
         EXPECT_EQ(r.native, c.isa == PeakIsa::avx512 && f.avx512_bf16);
       }
+    }
+  }
+}
+
+TEST(Peak, TilePeakOnlyWhereAmxRuns) {
+  // No fp32 tile instruction anywhere; bf16 / int8 tile peaks only with AMX and the XTILEDATA
+  // permission. On a CPU without AMX (the AMD Zen 5 this was written on) there is none: the
+  // tile loops (src/bench/peak_amx.cpp) cannot run there and must not be called.
+  const CpuFeatures& f = cpu_features();
+  EXPECT_FALSE(measure_tile_peak(PeakPath::fp32, 1, 0.002).has_value());
+  if (!f.amx_tile || !f.os_amx) {
+    EXPECT_FALSE(amx_tiles_permitted());
+  }
+  for (PeakPath p : {PeakPath::bf16, PeakPath::int8}) {
+    const bool has = p == PeakPath::bf16 ? f.amx_bf16 : f.amx_int8;
+    const std::optional<PeakResult> t = measure_tile_peak(p, 1, 0.002);
+    EXPECT_EQ(t.has_value(), has && amx_tiles_permitted()) << to_string(p);
+    if (t) {
+      EXPECT_TRUE(t->tiles);
+      EXPECT_GT(t->gflops, 0);
+      EXPECT_NE(t->instruction.find("tile peak"), std::string::npos) << t->instruction;
+      // Tiles outrun the vector unit (8x to 16x on Sapphire Rapids).
+      EXPECT_GT(t->gflops, measure_peak(p, 1, 0.002).gflops);
+    }
+  }
+}
+
+TEST(Peak, PeakForImplementationPricesTileGemmsAgainstTiles) {
+  PeakResult vec;
+  vec.instruction = "vdpbf16ps zmm";
+  vec.gflops = 200;
+  PeakResult tile;
+  tile.instruction = "TDPBF16PS tile peak";
+  tile.tiles = true;
+  tile.gflops = 7400;
+  EXPECT_TRUE(runs_on_amx_tiles("brg_matmul:avx512_core_amx_bf16"));
+  EXPECT_TRUE(runs_on_amx_tiles("bf16 (fp8 widened) brg_matmul:avx512_core_amx_bf16"));
+  EXPECT_FALSE(runs_on_amx_tiles("brg_matmul:avx512_core_bf16"));
+  EXPECT_FALSE(runs_on_amx_tiles("mixp:avx512_bf16 (8x48 VDPBF16PS, src/backend/cpu/gemm_bf16.h)"));
+  EXPECT_EQ(peak_for_implementation("brg_matmul:avx512_core_amx_bf16", vec, tile).gflops, 7400);
+  EXPECT_TRUE(peak_for_implementation("brg:avx512_core_amx_int8", vec, tile).tiles);
+  EXPECT_EQ(peak_for_implementation("brg_matmul:avx512_core_bf16", vec, tile).gflops, 200);
+  // A tile GEMM where no tile peak could be measured (permission refused): the vector peak.
+  EXPECT_EQ(peak_for_implementation("brg_matmul:avx512_core_amx_bf16", vec, std::nullopt).gflops,
+            200);
+}
+
+TEST(RunGemmBench, Bf16PeakIsTheTilePeakExactlyWhereTheGemmRunsOnTiles) {
+  // On this repository's CI host (AVX512_BF16, no AMX) the bf16 row runs on mixp's VDPBF16PS
+  // kernel or oneDNN's avx512_core_bf16 and is priced against the vdpbf16ps vector peak; on an
+  // AMX host oneDNN names amx and the row gets the TDPBF16PS tile peak.
+  GemmBenchConfig cfg;
+  cfg.n = 64;
+  cfg.repeat = 1;
+  cfg.threads = 1;
+  cfg.peak_seconds = 0.002;
+  cfg.dtypes = {DType::bf16, DType::int8};
+  for (const GemmBenchResult& r : run_gemm_bench(cfg)) {
+    SCOPED_TRACE(r.implementation);
+    const bool tiles = runs_on_amx_tiles(r.implementation) && amx_tiles_permitted();
+    EXPECT_EQ(r.peak.tiles, tiles);
+    if (!tiles && r.dtype == DType::bf16 && cpu_features().avx512_bf16) {
+      EXPECT_EQ(r.peak.instruction, "vdpbf16ps zmm");
     }
   }
 }

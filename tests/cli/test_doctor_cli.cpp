@@ -20,6 +20,8 @@ TEST(DoctorCli, JsonFieldsMatchTheLibrary) {
   EXPECT_EQ(j.at("cpu").at("model"), cpu.model);
   EXPECT_EQ(j["cpu"].at("features").get<std::vector<std::string>>(), cpu.names());
   EXPECT_GE(j["cpu"].at("cores").get<int>(), 1);
+  // The CPU class the golden runs are recorded per (tests/golden/engine/regenerate.sh reads it).
+  EXPECT_EQ(j["cpu"].at("class"), cpu_class());
   EXPECT_EQ(j["cpu"]["cores"].get<int>(), host_info().cores);
   EXPECT_GT(j.at("memory").at("total_bytes").get<uint64_t>(), 0u);
   ASSERT_TRUE(j.at("gpus").is_array());
@@ -50,6 +52,12 @@ TEST(DoctorCli, JsonFieldsMatchTheLibrary) {
     EXPECT_EQ(j["recommended_precision"], bf16 ? "bf16" : "fp32");
     EXPECT_NE(j["gpu_status"].get<std::string>().find("no NVIDIA driver"), std::string::npos);
   }
+  // fp16 is emulated on every CPU, AVX512_FP16 or not: widened to fp32 (platform.cpp).
+  const auto cpu_fp16 = std::find_if(j["cpu"]["formats"].begin(), j["cpu"]["formats"].end(),
+                                     [](const json& f) { return f["format"] == "fp16"; });
+  ASSERT_NE(cpu_fp16, j["cpu"]["formats"].end());
+  EXPECT_EQ((*cpu_fp16)["support"], "emulated");
+  EXPECT_NE((*cpu_fp16)["how"].get<std::string>().find("widened to fp32"), std::string::npos);
 }
 
 TEST(DoctorCli, Text) {

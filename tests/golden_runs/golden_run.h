@@ -48,6 +48,32 @@ nlohmann::json fingerprint_safetensors(const std::filesystem::path& file);
 // reported with the difference; other numbers compare exactly (bit for bit when floating).
 std::vector<std::string> diff_records(const nlohmann::json& want, const nlohmann::json& got);
 
+// The recorded class nearest to `cls` among `recorded` (names from mixp::cpu_classes(), most
+// capable first): the one fewest places away in that order, the more capable one on a tie (an
+// AMX host compares with "avx512-bf16", an "avx2" host with "avx512" before "scalar"). Empty when
+// nothing is recorded. A class not in the list is nearest to the first recorded one.
+std::string nearest_class(const std::string& cls, const std::vector<std::string>& recorded);
+
+// How far a run's results may move when GEMMs sum in another order (another CPU class, another
+// kernel, another thread count) and still count as the same training: the final, test and
+// validation losses within `loss_rel` of the recorded ones (relative), the accuracies within
+// `accuracy_abs`. Per recipe family; golden_run.cpp says how the numbers were measured.
+struct CrossClassTolerance {
+  const char* family;   // "fp32" (fp64, fp32, tf32), "half" (bf16, fp16, auto), "fp8", "quantized"
+  double loss_rel;
+  double accuracy_abs;
+};
+CrossClassTolerance cross_class_tolerance(const std::string& run_name);
+
+// The comparison of a run with a recording of another CPU class: what does not depend on the
+// summation order exactly (recipe, step and skip counts, loss scales, learning rates, parameter
+// count, checkpoint files and every tensor's name, dtype and shape), the losses and accuracies
+// within `tol`. Returns the failures, one line each; `measured` (when given) gets one line of the
+// differences found, for the test's output.
+std::vector<std::string> cross_class_diff(const nlohmann::json& want, const nlohmann::json& got,
+                                          const CrossClassTolerance& tol,
+                                          std::string* measured = nullptr);
+
 // Multi-line JSON where each object or array that fits in one short line is written on one line
 // (a tensor, a step), so that a regenerated file diffs line by line.
 std::string format_record(const nlohmann::json& j);

@@ -2,6 +2,7 @@
 // forward and backward (docs/architecture.md 6.3).
 #include <fmt/format.h>
 
+#include "common/cpu_class.h"
 #include "ops/op_test_util.h"
 
 namespace mixp {
@@ -529,7 +530,11 @@ TEST(CpuVsRef, AttentionPerHeadIsTheChunkedKernelBitForBit) {
   // (an odd element offset): the same output and the same gradients of q, k and v, bit for bit
   // (cpu_attention.cpp's design note says why). Lengths across several 64-row blocks, not
   // multiples of 16 or of the block, Tq != Tk, head sizes not a multiple of 16.
-  // (Without AVX512_BF16 both runs take the same kernel.)
+  // (Without AVX512_BF16 both runs take the same kernel.) Bit for bit only where the chunked
+  // kernel's oneDNN matmuls do not run on AMX tiles: on an AMX host they sum in another order
+  // (tests/common/cpu_class.h; B2 H3 T256 D64 causal differed in 21 output, 157 dq, 19 dk
+  // elements there), and the two kernels agree within kTolBf16 (normalized error) instead.
+  const bool tiles = test::onednn_bf16_on_amx_tiles();
   struct Case {
     int64_t B, H, Tq, Tk, D;
   };
@@ -570,12 +575,24 @@ TEST(CpuVsRef, AttentionPerHeadIsTheChunkedKernelBitForBit) {
       }
       for (size_t i = 0; i < runs[0].size(); ++i) {
         ASSERT_EQ(runs[0][i].size(), runs[1][i].size());
+        const char* what = i == 0 ? "output" : i == 1 ? "dq" : i == 2 ? "dk" : "dv";
+        if (tiles) {
+          double num = 0, den = 0;
+          for (size_t j = 0; j < runs[0][i].size(); ++j) {
+            const double d = runs[1][i][j] - runs[0][i][j];
+            num += d * d;
+            den += runs[0][i][j] * runs[0][i][j];
+          }
+          EXPECT_LE(std::sqrt(num / std::max(den, 1e-300)), kTolBf16)
+              << what << " (AMX tiles: compared within the bf16 tolerance)";
+          continue;
+        }
         size_t differ = 0;
         for (size_t j = 0; j < runs[0][i].size(); ++j) {
           const double a = runs[0][i][j], b = runs[1][i][j];
           differ += (a != b || std::signbit(a) != std::signbit(b)) ? 1 : 0;
         }
-        EXPECT_EQ(differ, 0u) << (i == 0 ? "output" : i == 1 ? "dq" : i == 2 ? "dk" : "dv");
+        EXPECT_EQ(differ, 0u) << what;
       }
     }
   }

@@ -56,6 +56,7 @@ Json result_json(const bench::GemmBenchResult& r) {
   j["emulated"] = r.emulated;
   j["peak_instruction"] = r.peak.instruction;
   j["peak_native"] = r.peak.native;
+  j["peak_tiles"] = r.peak.tiles;
   j["unit"] = unit(r.dtype);
   j["threads"] = r.threads;
   j["repeat"] = r.repeat;
@@ -77,8 +78,8 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
          fmt::format("{:.1f}", r.peak_gflops), fmt::format("{:.1f}%", 100.0 * r.fraction_of_peak),
          r.speedup_vs_fp32 ? fmt::format("{:.2f}x", *r.speedup_vs_fp32) : std::string("-"),
          r.speedup_vs_int8 ? fmt::format("{:.2f}x", *r.speedup_vs_int8) : std::string("-"),
-         r.implementation + " / " + r.peak.instruction +
-             (r.peak.native ? "" : " (no native instruction)")});
+         r.implementation + (bench::runs_on_amx_tiles(r.implementation) ? " (AMX tiles)" : "") +
+             " / " + r.peak.instruction + (r.peak.native ? "" : " (no native instruction)")});
   }
   std::vector<size_t> w(rows[0].size(), 0);
   for (const auto& row : rows)
@@ -102,8 +103,8 @@ void print_table(const std::vector<bench::GemmBenchResult>& rs, const bench::Gem
   }
   std::cout << "GFLOP/s is GOP/s for int8 and the rows below 8 bits (int4, int2, binary: peak "
                "and fraction against the int8 instruction). peak: the measured throughput of the instruction the "
-               "path runs on, on "
-               "the same threads.\n";
+               "path runs on, on the same threads (the AMX tile peak, TDPBF16PS / TDPBSSD, "
+               "where oneDNN runs the GEMM on tiles).\n";
 }
 
 // Keeps the result for `mixp doctor`, which cites it (bench/bench_record.h). Only runs that

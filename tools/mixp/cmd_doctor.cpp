@@ -85,6 +85,7 @@ void run(bool json) {
            {"cores", host.cores},
            {"online_cpus", host.online_cpus},
            {"simd_tier", to_string(simd_tier())},
+           {"class", cpu_class()},
            {"formats", formats_json(cpu_formats)}}},
          {"memory",
           {{"total_bytes", host.memory_bytes}, {"available_bytes", host.available_bytes}}},
@@ -118,7 +119,8 @@ void run(bool json) {
 
   std::cout << "CPU      " << (cpu.model.empty() ? cpu.vendor : cpu.model) << "\n"
             << "         " << host.cores << " cores usable (" << host.online_cpus
-            << " online), SIMD tier " << to_string(simd_tier()) << "\n"
+            << " online), SIMD tier " << to_string(simd_tier()) << ", class " << cpu_class()
+            << "\n"
             << "         features:";
   for (const std::string& f : cpu.names()) std::cout << " " << f;
   std::cout << "\nMemory   " << gib(host.memory_bytes) << " total";

@@ -23,6 +23,10 @@
 //             (AVX-512 VPOPCNTQ where the CPU has it)
 // Each binary MAC counts as 2 ops, as for the other rows, so the GOP/s compare directly.
 //
+// Where oneDNN runs a row's GEMM on AMX tiles (its implementation names "amx": bf16, fp8 and
+// int8 on Sapphire Rapids and later), the row is priced against the tile peak of its path
+// (measure_tile_peak: TDPBF16PS / TDPBSSD) instead of the vector one (peak_for_implementation).
+//
 // mixp::matmul on bf16 Tensors would widen them to fp32 (the front end computes in fp32 until
 // the mixed-precision issue routes bf16 to MatmulConfig::compute = bf16), so bf16 is timed on
 // the kernel the AMP path will use.
@@ -63,7 +67,7 @@ struct GemmBenchResult {
   int repeat = 1;
   double seconds = 0;  // best of `repeat`
   double gflops = 0;   // 2 n^3 / seconds / 1e9 (GOP/s for int8)
-  PeakResult peak;     // the instruction peak of the path this dtype runs on
+  PeakResult peak;     // the instruction peak of the path this dtype runs on (tiles on AMX)
   double peak_gflops = 0;
   double fraction_of_peak = 0;            // gflops / peak_gflops
   std::optional<double> speedup_vs_fp32;  // gflops / fp32's gflops, when fp32 ran in the same call

@@ -43,6 +43,22 @@ enum class SimdTier { scalar, avx2, avx512 };
 SimdTier simd_tier();
 const char* to_string(SimdTier t);
 
+// The CPU class: what decides the order in which this machine's GEMMs sum, hence the last bits
+// of training results (tests/golden_runs keep one recording per class, docs/engine.md "Golden
+// runs"). From the most capable down:
+//   "amx"          AVX-512 and AMX-BF16 tiles enabled by the OS: oneDNN's brgemm runs bf16 and
+//                  int8 GEMMs on TDPBF16PS / TDPBSSD tiles, and mixp's own bf16 GEMM steps aside
+//                  (src/backend/cpu/gemm_bf16.h)
+//   "avx512-bf16"  AVX-512 with AVX512_BF16, no AMX (AMD Zen 4/5, Cooper Lake): VDPBF16PS
+//   "avx512"       AVX-512 without BF16 (Skylake-SP to Ice Lake)
+//   "avx2"         the AVX2 tier (also an AVX-512 CPU capped with MIXP_CPU_TIER=avx2)
+//   "scalar"       the baseline tier
+// Follows simd_tier() (MIXP_CPU_TIER caps it); the AMX test reads cpuid and XCR0 only, the
+// per-process permission Linux asks for (arch_prctl) is oneDNN's to request.
+const char* cpu_class();
+// Every class cpu_class() can return, most capable first (the order "nearest class" means).
+const std::vector<std::string>& cpu_classes();
+
 // The one way to pick a kernel (a function pointer, or a pointer to a kernel table) by the SIMD
 // tier: the AVX-512 one, the AVX2 one, else the baseline one (docs/architecture.md 6.6). Call it
 // once and keep the result: `static const auto k = by_tier(&f_avx512, &f_avx2, &f_generic);`.
