@@ -40,6 +40,20 @@ void configure() {
   _tile_loadconfig(&c);
 }
 
+// Configures the tiles, zeroes the accumulators tmm0-3 and loads the 1 KiB `src` (16 rows of 64
+// bytes) into each source tile tmm4-7.
+void start_tiles(const void* src) {
+  configure();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, src, 64);
+  _tile_loadd(5, src, 64);
+  _tile_loadd(6, src, 64);
+  _tile_loadd(7, src, 64);
+}
+
 // The accumulators tmm0-3 summed as `T` (float or int32), then the tiles released.
 template <class T>
 double fold_and_release() {
@@ -61,18 +75,10 @@ double fold_and_release() {
 // TDPBF16PS per 16 cycles per core, 1024 flops a cycle: the ~3.7 TFLOP/s per core of issue 29
 // at 3.6 GHz) rather than its latency.
 double run_bf16_tiles(int64_t iters) {
-  configure();
   // Small bf16 values (2^-10: 0x3a80): the sums grow by 32 x 2^-20 per step, finite for any count.
   alignas(64) uint16_t src[16 * 32];
   for (uint16_t& v : src) v = 0x3a80;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, src, 64);
-  _tile_loadd(5, src, 64);
-  _tile_loadd(6, src, 64);
-  _tile_loadd(7, src, 64);
+  start_tiles(src);
   for (int64_t it = 0; it < iters; ++it) {
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
@@ -84,17 +90,9 @@ double run_bf16_tiles(int64_t iters) {
 
 // The int32 sums wrap, which is harmless here.
 double run_int8_tiles(int64_t iters) {
-  configure();
   alignas(64) int8_t src[16 * 64];
   std::memset(src, 1, sizeof src);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, src, 64);
-  _tile_loadd(5, src, 64);
-  _tile_loadd(6, src, 64);
-  _tile_loadd(7, src, 64);
+  start_tiles(src);
   for (int64_t it = 0; it < iters; ++it) {
     _tile_dpbssd(0, 4, 6);
     _tile_dpbssd(1, 4, 7);

@@ -388,18 +388,30 @@ TEST(Integrity, FullDiskDuringProfileTraceLeavesNoFile) {
   EXPECT_TRUE(nlohmann::json::parse(read_text(dir / "t.json")).is_object());
 }
 
+// A 64 KiB tmpfs mounted at `at` (a real full disk), unmounted when it goes; `error` says why it
+// could not be mounted (this process may not mount), empty when it is.
+struct SmallTmpfs {
+  fs::path at;
+  std::string error;
+  explicit SmallTmpfs(fs::path where) : at(std::move(where)) {
+    fs::create_directory(at);
+    if (::mount("tmpfs", at.c_str(), "tmpfs", 0, "size=64k") != 0) error = std::strerror(errno);
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  ~SmallTmpfs() {
+    if (error.empty()) ::umount2(at.c_str(), MNT_DETACH);
+  }
+};
+
 // A real full disk: a 64 KiB tmpfs (skipped where this process may not mount one).
 TEST(Integrity, FullTmpfsDuringInspectAndTrace) {
   TempDir dir;
-  fs::create_directory(dir / "small");
-  if (::mount("tmpfs", (dir / "small").c_str(), "tmpfs", 0, "size=64k") != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno)
+  const SmallTmpfs small(dir / "small");
+  if (!small.error.empty()) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << small.error
                  << "); the RLIMIT_FSIZE cases above cover a full disk";
   }
-  struct Unmount {
-    fs::path p;
-    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
-  } unmount{dir / "small"};
   const Proc r =
       run(kRun + " --steps 2000 --inspect every=1,out=small/insp.jsonl --no-eval", dir.path());
   expect_clear_error(r, "small/insp.jsonl: " + std::string(std::strerror(ENOSPC)));
@@ -436,15 +448,11 @@ TEST(Integrity, FullDiskDuringStudyKeepsThePreviousStudyWhole) {
 
 TEST(Integrity, FullTmpfsDuringSave) {
   TempDir dir;
-  fs::create_directory(dir / "small");
-  if (::mount("tmpfs", (dir / "small").c_str(), "tmpfs", 0, "size=64k") != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno)
+  const SmallTmpfs small(dir / "small");
+  if (!small.error.empty()) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << small.error
                  << "); the RLIMIT_FSIZE cases above cover a full disk";
   }
-  struct Unmount {
-    fs::path p;
-    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
-  } unmount{dir / "small"};
   const Proc first = run(kRun + " --steps 2 --save small/ck --no-eval", dir.path());
   // 64 KiB hold one checkpoint (~52 KB of model) but not a second beside it while staging.
   if (first.exit_code == 0) {
