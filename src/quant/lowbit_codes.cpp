@@ -150,6 +150,8 @@ int32_t ActCodeParams::qmin() const {
       return 0;
     case ActCodeKind::signed8:
       return -128;
+    case ActCodeKind::signed_bits:
+      return -(1 << (bits - 1));
     case ActCodeKind::sign:
       return -1;
   }
@@ -162,6 +164,8 @@ int32_t ActCodeParams::qmax() const {
       return (1 << bits) - 1;
     case ActCodeKind::signed8:
       return 127;
+    case ActCodeKind::signed_bits:
+      return (1 << (bits - 1)) - 1;
     case ActCodeKind::sign:
       return 1;
   }
@@ -176,6 +180,8 @@ float lowbit_act_scale(ActCodeKind kind, int bits, float min_val, float max_val)
       return std::max(mx / static_cast<float>((1 << bits) - 1), kMinScale);
     case ActCodeKind::signed8:
       return std::max(std::max(-mn, mx) / 127.5f, kMinScale);
+    case ActCodeKind::signed_bits:
+      return std::max(std::max(-mn, mx) / (static_cast<float>((1 << bits) - 1) / 2.0f), kMinScale);
     case ActCodeKind::sign:
       return 1.0f;
   }
@@ -188,6 +194,10 @@ Tensor lowbit_act_codes(const Tensor& x0, const ActCodeParams& p) {
   if (p.kind == ActCodeKind::unsigned_bits && (p.bits < 1 || p.bits > 8)) {
     throw std::invalid_argument(
         fmt::format("mixp::quant::lowbit_act_codes: {} bits; unsigned codes take 1 to 8", p.bits));
+  }
+  if (p.kind == ActCodeKind::signed_bits && (p.bits < 2 || p.bits > 8)) {
+    throw std::invalid_argument(
+        fmt::format("mixp::quant::lowbit_act_codes: {} bits; signed codes take 2 to 8", p.bits));
   }
   if (!(p.scale > 0.0f) || !std::isfinite(p.scale)) {
     throw std::invalid_argument(fmt::format(

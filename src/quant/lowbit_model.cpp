@@ -697,6 +697,12 @@ std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
         "mixp::quant::convert_to_packed: the model is not prepared for low-bit QAT "
         "(quant::prepare_lowbit_qat)");
   }
+  if (!is_lowbit_convertible(prepared)) {
+    throw std::invalid_argument(
+        "mixp::quant::convert_to_packed: the model was prepared layer by layer (a Module tree "
+        "other than a Sequential of Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d/Flatten): it runs "
+        "with fake quantization only, there is no packed form of it");
+  }
   std::string missing;
   if (!lowbit_observers_calibrated(prepared, &missing)) {
     throw std::invalid_argument(fmt::format(

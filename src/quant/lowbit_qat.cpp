@@ -71,11 +71,13 @@ Tensor LowBitActivation::forward(const Tensor& x) {
 }
 
 std::string LowBitActivation::describe() const {
-  const char* k = kind_ == ActCodeKind::sign      ? "sign"
-                  : kind_ == ActCodeKind::signed8 ? "signed 8-bit"
-                                                  : "unsigned";
+  const char* k = kind_ == ActCodeKind::sign          ? "sign"
+                  : kind_ == ActCodeKind::signed8     ? "signed 8-bit"
+                  : kind_ == ActCodeKind::signed_bits ? "signed"
+                                                      : "unsigned";
+  const bool with_bits = kind_ == ActCodeKind::unsigned_bits || kind_ == ActCodeKind::signed_bits;
   return fmt::format("{}{} codes{}{}", relu_ ? "relu, " : "", k,
-                     kind_ == ActCodeKind::unsigned_bits ? fmt::format(" ({} bits)", bits_) : "",
+                     with_bits ? fmt::format(" ({} bits)", bits_) : "",
                      observer_enabled_ ? "" : ", observer off");
 }
 
@@ -162,61 +164,156 @@ std::shared_ptr<LowBitActivation> input_act_for(LowBitScheme s, bool relu) {
   }
 }
 
+// The input codes of a layer of `s` in any Module tree, where the input need not be a ReLU's
+// output: signed, symmetric (the first layer's signed 8-bit codes, with the scheme's bits).
+std::shared_ptr<LowBitActivation> tree_input_act_for(LowBitScheme s) {
+  switch (s) {
+    case LowBitScheme::binary_act:
+      return std::make_shared<LowBitActivation>(ActCodeKind::sign, 1, false);
+    case LowBitScheme::int4:
+      return std::make_shared<LowBitActivation>(ActCodeKind::signed_bits, 4, false);
+    case LowBitScheme::int2:
+      return std::make_shared<LowBitActivation>(ActCodeKind::signed_bits, 2, false);
+    default:
+      return std::make_shared<LowBitActivation>(ActCodeKind::signed8, 8, false);
+  }
+}
+
+// A Sequential of only the layers the Sequential form takes (the built-in mlp and cnn): prepared
+// in place with fused activation codes, and convert_to_packed can pack it. Anything else is
+// prepared layer by layer (prepare_tree).
+bool is_lowbit_sequential(const nn::Module& model) {
+  const auto* seq = dynamic_cast<const nn::Sequential*>(&model);
+  if (seq == nullptr) return false;
+  for (const auto& [name, m] : seq->named_children()) {
+    if (as<nn::Linear>(m) && as<nn::Linear>(m)->activation() == Activation::gelu) return false;
+    if (!(as<nn::Linear>(m) || as<nn::Conv2d>(m) || as<nn::BatchNorm2d>(m) || as<nn::ReLU>(m) ||
+          as<nn::MaxPool2d>(m) || as<nn::Flatten>(m))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The scheme of each of `names` (the model's Linear/Conv2d layers in order): int8 at both ends,
+// the recipe's in between, then the overrides (a layer name, "first" or "last").
+std::vector<LowBitScheme> layer_schemes(const std::vector<std::string>& names,
+                                        const LowBitConfig& cfg) {
+  std::vector<LowBitScheme> scheme(names.size(), cfg.scheme);
+  scheme.front() = LowBitScheme::int8;
+  scheme.back() = LowBitScheme::int8;
+  const std::set<std::string> known(names.begin(), names.end());
+  for (const auto& [key, s] : cfg.overrides) {
+    if (key == "first") {
+      scheme.front() = s;
+    } else if (key == "last") {
+      scheme.back() = s;
+    } else if (!known.contains(key)) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::prepare_lowbit_qat: --layer-precision names '{}', which is not a "
+          "Linear/Conv2d layer of the model (layers: {}; or first, last)",
+          key, fmt::join(known, ", ")));
+    }
+  }
+  for (size_t l = 0; l < names.size(); ++l) {
+    const auto it = cfg.overrides.find(names[l]);
+    if (it != cfg.overrides.end()) scheme[l] = it->second;
+  }
+  return scheme;
+}
+
+// Any other Module tree (a custom model, docs/custom-models.md), as prepare_qat's tree form
+// (qat.cpp): every Linear and Conv2d, found by type through named_modules(), trains through a
+// LowBitLayer that shares its parameters, registered as its child "qat" (its observer buffers
+// are checkpointed, the switches reach it) and run by a forward wrapper, so that the parent keeps
+// calling the layer it holds. prepare cannot see the data flow between layers, so each layer
+// quantizes its own input, with signed codes (tree_input_act_for), and returns fp32 outputs
+// (then the Linear's fused ReLU or GELU); nothing is fused. Such a model trains and evaluates
+// with fake quantization; convert_to_packed takes the Sequential form only.
+void prepare_tree(nn::Module& model, const LowBitConfig& cfg) {
+  std::vector<std::pair<std::string, nn::Module*>> layers;
+  for (auto& [name, m] : model.named_modules()) {
+    if (dynamic_cast<nn::Linear*>(m) || dynamic_cast<nn::Conv2d*>(m)) layers.emplace_back(name, m);
+  }
+  if (layers.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::prepare_lowbit_qat: the model ({}) has no Linear or Conv2d to quantize",
+        model.kind()));
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, m] : layers) names.push_back(name);
+  const std::vector<LowBitScheme> scheme = layer_schemes(names, cfg);
+  for (const auto& [name, m] : layers) {
+    if (m->forward_wrapper()) {
+      throw std::invalid_argument(fmt::format(
+          "mixp::quant::prepare_lowbit_qat: '{}' already runs through a forward wrapper (a "
+          "per-layer precision or FP8?); low-bit QAT wraps it itself",
+          name));
+    }
+  }
+  for (size_t l = 0; l < layers.size(); ++l) {
+    nn::Module* m = layers[l].second;
+    std::shared_ptr<LowBitLayer> q;
+    Activation act = Activation::none;
+    if (auto* lin = dynamic_cast<nn::Linear*>(m)) {
+      q = std::make_shared<LowBitLayer>(*lin, scheme[l]);
+      act = lin->activation();
+    } else {
+      q = std::make_shared<LowBitLayer>(*dynamic_cast<nn::Conv2d*>(m), scheme[l]);
+    }
+    q->set_input_quant(tree_input_act_for(scheme[l]));
+    q->train(m->is_training());
+    m->register_module("qat", q);
+    // The child lives as long as the layer, which owns the wrapper: a plain pointer is enough.
+    LowBitLayer* run = q.get();
+    m->set_forward_wrapper([run, act](nn::Module&, const Tensor& x) {
+      Tensor y = run->forward(x);
+      if (act == Activation::relu) return mixp::relu(y);
+      // As nn::Linear's fused GELU (linear.cpp): the tanh form.
+      if (act == Activation::gelu) return mixp::gelu(y, GeluApprox::tanh);
+      return y;
+    });
+  }
+}
+
 }  // namespace
 
 bool is_lowbit_prepared(const nn::Module& model) {
   return detail::has_module<LowBitLayer>(model);
 }
 
-void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
-  auto* seq = dynamic_cast<nn::Sequential*>(&model);
-  if (seq == nullptr) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::prepare_lowbit_qat: the model ({}) is not a Sequential; {}", model.kind(),
-        kSupported));
+bool is_lowbit_convertible(const nn::Module& model) {
+  if (!dynamic_cast<const nn::Sequential*>(&model)) return false;
+  // Prepared in the Sequential form: the low-bit layers are the Sequential's own children.
+  for (const auto& [name, m] : model.named_children()) {
+    if (dynamic_cast<const LowBitLayer*>(m.get())) return true;
   }
+  return false;
+}
+
+void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
   if (is_lowbit_prepared(model)) {
     throw std::invalid_argument("mixp::quant::prepare_lowbit_qat: the model is prepared already");
   }
+  if (!is_lowbit_sequential(model)) {
+    prepare_tree(model, cfg);
+    return;
+  }
+  auto* seq = dynamic_cast<nn::Sequential*>(&model);
   const auto children = seq->named_children();
   std::vector<size_t> layers;
   for (size_t i = 0; i < children.size(); ++i) {
     const auto& m = children[i].second;
-    if (as<nn::Linear>(m) || as<nn::Conv2d>(m)) {
-      layers.push_back(i);
-    } else if (!(as<nn::BatchNorm2d>(m) || as<nn::ReLU>(m) || as<nn::MaxPool2d>(m) ||
-                 as<nn::Flatten>(m))) {
-      throw std::invalid_argument(
-          fmt::format("mixp::quant::prepare_lowbit_qat: cannot quantize module '{}' ({}); {}",
-                      children[i].first, m->kind(), kSupported));
-    }
+    // The other children are of the kinds is_lowbit_sequential allows.
+    if (as<nn::Linear>(m) || as<nn::Conv2d>(m)) layers.push_back(i);
   }
   if (layers.empty()) {
     throw std::invalid_argument(fmt::format(
         "mixp::quant::prepare_lowbit_qat: the model has no Linear or Conv2d; {}", kSupported));
   }
-  // Scheme per layer: int8 at both ends, the recipe's in between, then the overrides.
-  std::vector<LowBitScheme> scheme(layers.size(), cfg.scheme);
-  scheme.front() = LowBitScheme::int8;
-  scheme.back() = LowBitScheme::int8;
-  std::set<std::string> names;
-  for (size_t l = 0; l < layers.size(); ++l) names.insert(children[layers[l]].first);
-  for (const auto& [key, s] : cfg.overrides) {
-    if (key == "first") {
-      scheme.front() = s;
-    } else if (key == "last") {
-      scheme.back() = s;
-    } else if (!names.contains(key)) {
-      throw std::invalid_argument(fmt::format(
-          "mixp::quant::prepare_lowbit_qat: --layer-precision names '{}', which is not a "
-          "Linear/Conv2d layer of the model (layers: {}; or first, last)",
-          key, fmt::join(names, ", ")));
-    }
-  }
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const auto it = cfg.overrides.find(children[layers[l]].first);
-    if (it != cfg.overrides.end()) scheme[l] = it->second;
-  }
+  std::vector<std::string> names;
+  for (const size_t i : layers) names.push_back(children[i].first);
+  const std::vector<LowBitScheme> scheme = layer_schemes(names, cfg);
 
   const LowBitActivation* prev = nullptr;
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -225,10 +322,6 @@ void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
     std::shared_ptr<LowBitLayer> layer;
     bool fused_relu = false;
     if (auto* lin = as<nn::Linear>(m)) {
-      if (lin->activation() == Activation::gelu) {
-        throw std::invalid_argument(fmt::format(
-            "mixp::quant::prepare_lowbit_qat: '{}' fuses GELU; {}", name, kSupported));
-      }
       fused_relu = lin->activation() == Activation::relu;
       layer = std::make_shared<LowBitLayer>(*lin, scheme[l]);
     } else {

@@ -31,6 +31,8 @@ class LowBitQatRecipe final : public QatRecipe {
 
   void save_extra(nn::Module& model, const std::filesystem::path& dir) const override {
     if (!quant::lowbit_observers_calibrated(model)) return;  // no step done yet
+    // A custom model, prepared layer by layer: fake quantization only, nothing to pack.
+    if (!quant::is_lowbit_convertible(model)) return;
     quant::save_packed_model(*quant::convert_to_packed(model), dir / kPackedModelFile);
   }
 
@@ -39,6 +41,10 @@ class LowBitQatRecipe final : public QatRecipe {
     quant::set_lowbit_observers_enabled(model, on);
   }
   std::shared_ptr<nn::Module> convert(nn::Module& trained) const override {
+    // A model prepared layer by layer (quant/lowbit_qat.h: any Module tree) has no packed form
+    // (the packed model fuses the Sequential's layers): it is evaluated as trained, with fake
+    // quantization (nullptr: no separate inference model), as int8-qat does.
+    if (!quant::is_lowbit_convertible(trained)) return nullptr;
     return quant::convert_to_packed(trained);
   }
 

@@ -27,6 +27,11 @@
 //   unsigned_bits   b bits after a ReLU: scale = max(max / (2^b - 1), 2^-23),
 //                   code = clamp(nearbyint(x * (1 / scale)), 0, 2^b - 1)
 //   signed8         the model input: scale = max(-min, max) / 127.5, code in [-128, 127]
+//   signed_bits     b bits (2..8), symmetric, for the input of a layer in any Module tree
+//                   (prepare_lowbit_qat's tree form, where it need not follow a ReLU):
+//                   scale = max(max(-min, max) / ((2^b - 1) / 2), 2^-23),
+//                   code = clamp(nearbyint(x * (1 / scale)), -2^(b-1), 2^(b-1) - 1)
+//                   (signed8's formula with the range of b bits; b = 8 gives signed8's codes)
 //   sign            +1 if x >= 0 else -1 (scale 1); gradient masked to |x| <= 1 (the clipped
 //                   STE of BinaryNet / XNOR-Net)
 // with d code / d x = 1 / scale inside the range (0 outside), as PyTorch's fake quantization.
@@ -61,11 +66,13 @@ Tensor lowbit_weight_codes(const Tensor& w, LowBitScheme scheme, std::vector<flo
 void lowbit_weight_codes_raw(const float* w, int64_t O, int64_t K, LowBitScheme scheme,
                              float* codes, float* scales, uint8_t* mask);
 
-enum class ActCodeKind : uint8_t { unsigned_bits, signed8, sign };
+// signed_bits last: the packed model files store the kind's number (lowbit_io.cpp), and never
+// hold signed_bits (only a Sequential is packed).
+enum class ActCodeKind : uint8_t { unsigned_bits, signed8, sign, signed_bits };
 
 struct ActCodeParams {
   ActCodeKind kind = ActCodeKind::unsigned_bits;
-  int bits = 8;        // unsigned_bits: 1..8
+  int bits = 8;        // unsigned_bits: 1..8; signed_bits: 2..8
   float scale = 1.0f;  // from lowbit_act_scale (1 for sign)
   int32_t qmin() const;
   int32_t qmax() const;

@@ -1,7 +1,7 @@
 // Quantization-aware training below 8 bits: the layers prepare_lowbit_qat swaps into a model
-// (the built-in mlp and cnn) and the configuration of each layer (docs/quantization.md,
-// "Below 8 bits"). Latent fp32 weights are kept and trained; every forward quantizes them
-// (lowbit.h) with a straight-through gradient.
+// (the built-in mlp and cnn; other Module trees as prepare_lowbit_qat says) and the configuration
+// of each layer (docs/quantization.md, "Below 8 bits"). Latent fp32 weights are kept and trained;
+// every forward quantizes them (lowbit.h) with a straight-through gradient.
 //
 // A quantized layer computes on integer codes and scales after the GEMM:
 //   acc    = linear / conv2d(input codes, weight codes)         fp32, exact (integer sums)
@@ -31,7 +31,7 @@
 namespace mixp::quant {
 
 struct LowBitConfig {
-  LowBitScheme scheme = LowBitScheme::int4;     // the middle layers
+  LowBitScheme scheme = LowBitScheme::int4;       // the middle layers
   std::map<std::string, LowBitScheme> overrides;  // layer name, "first" or "last" -> scheme
 };
 
@@ -103,12 +103,24 @@ class LowBitLayer : public nn::Module {
 // model round alike).
 Tensor lowbit_rescale(const Tensor& acc, const std::vector<float>& m, const Tensor& bias);
 
-// Swaps Linear/Conv2d for LowBitLayer and each ReLU (or fused ReLU) for a LowBitActivation, in
-// place; BatchNorm2d becomes QatBatchNorm2d. Throws std::invalid_argument for models it cannot
-// handle (anything but a Sequential of Linear, Conv2d, BatchNorm2d, ReLU, MaxPool2d, Flatten),
-// for a group that feeds another layer without a ReLU, and for an override naming no layer.
+// A Sequential of Linear, Conv2d, BatchNorm2d, ReLU, MaxPool2d and Flatten (the built-in mlp and
+// cnn; no fused GELU): swaps Linear/Conv2d for LowBitLayer and each ReLU (or fused ReLU) for a
+// LowBitActivation, in place; BatchNorm2d becomes QatBatchNorm2d. Throws std::invalid_argument
+// for a group that feeds another layer without a ReLU or a last layer ending in one.
+// Any other Module tree (docs/custom-models.md): every Linear and Conv2d, found by type through
+// named_modules(), keeps its place and runs through a LowBitLayer sharing its parameters
+// (registered as its child "qat", called by a forward wrapper) that quantizes the layer's own
+// input: signed codes (ActCodeKind::signed8, or signed_bits with 4 and 2 bits for int4 and int2,
+// sign for binary-act), since that input need not be a ReLU's output; its output stays fp32
+// (then a Linear's fused activation). First and last by named_modules() order; override names
+// are named_modules() names ("body.fc1"). Such a model trains and evaluates with fake
+// quantization only: is_lowbit_convertible says false and convert_to_packed refuses it.
+// Both throw std::invalid_argument for an override naming no layer, a model with no
+// Linear/Conv2d, and a model prepared already.
 void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& config);
 bool is_lowbit_prepared(const nn::Module& model);
+// Whether convert_to_packed can pack the model: prepared in the Sequential form.
+bool is_lowbit_convertible(const nn::Module& model);
 void set_lowbit_observers_enabled(nn::Module& model, bool on);
 // Whether every activation quantizer has data; `missing` gets the first that has not.
 bool lowbit_observers_calibrated(const nn::Module& model, std::string* missing = nullptr);
