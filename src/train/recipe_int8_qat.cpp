@@ -18,6 +18,7 @@ class Int8QatRecipe final : public QatRecipe {
   explicit Int8QatRecipe(QatEpochs epochs) : QatRecipe("int8-qat", epochs) {}
 
   void prepare_model(nn::Module& model) const override {
+    refuse_unsupported_builtin(model);
     PrecisionRecipe::prepare_model(model);
     try {
       quant::prepare_qat(model, quant::default_qat_qconfig());

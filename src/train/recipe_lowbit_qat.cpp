@@ -21,6 +21,7 @@ class LowBitQatRecipe final : public QatRecipe {
       : QatRecipe(std::move(name), epochs), cfg_(std::move(cfg)) {}
 
   void prepare_model(nn::Module& model) const override {
+    refuse_unsupported_builtin(model);
     PrecisionRecipe::prepare_model(model);
     try {
       quant::prepare_lowbit_qat(model, cfg_);

@@ -76,6 +76,15 @@ class QatRecipe : public PrecisionRecipe {
   virtual void set_observers_enabled(nn::Module& model, bool on) const = 0;
   // The real quantized model of the trained one.
   virtual std::shared_ptr<nn::Module> convert(nn::Module& trained) const = 0;
+  // The built-in models the registry says this recipe does not train (the gpt family, by their
+  // module kind): refused by prepare_model too, so that it agrees with
+  // RecipeTraits::supports_model (build_run refuses them first, by the configured model name).
+  void refuse_unsupported_builtin(const nn::Module& model) const {
+    if (!recipe_supports_model(name_, model.kind())) {
+      throw unsupported_model(
+          fmt::format("{} is not one (docs/quantization.md)", model.kind()));
+    }
+  }
   // prepare_model's message when the model has layers the recipe cannot quantize.
   ConfigError unsupported_model(const std::string& why) const {
     return ConfigError(fmt::format(

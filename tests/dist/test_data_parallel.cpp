@@ -362,7 +362,7 @@ namespace {
 TEST(DataParallel, ZeroTwoShardsTheGradientsWithTheSameTraining) {
   TempDir dir;
   for (const std::string variant :
-       {"--grad-accum 2", "--precision fp16 --loss-scale-init 1048576 --clip 0.5 --grad-comm fp16",
+       {"--grad-accum 2", "--precision fp16 --loss-scale-init 262144 --clip 0.5 --grad-comm fp16",
         "--precision bf16-pure --grad-comm bf16 --no-comm-overlap"}) {
     const std::string args = kGpt + "--steps 5 --batch 4 --bucket-mb 0.05 --json " + variant +
                              " --check-replicas 1 --save '";
@@ -438,7 +438,7 @@ TEST(DataParallel, SharedMemoryReducesLikeTheTransport) {
   int k = 0;
   for (const std::string variant :
        {"--grad-comm fp32 --grad-accum 2", "--grad-comm bf16 --no-comm-overlap",
-        "--precision fp16 --loss-scale-init 1048576 --clip 0.5 --grad-comm fp16",
+        "--precision fp16 --loss-scale-init 131072 --clip 0.5 --grad-comm fp16",
         "--zero 2 --precision bf16-pure --grad-comm bf16", "--zero 2 --grad-comm fp32"}) {
     for (int n : {2, 3}) {
       const std::string tag = std::to_string(k++);

@@ -118,7 +118,8 @@ TEST(Fp8Recipe, LayerPrecisionRules) {
   EXPECT_EQ(layers("fc1=bf16"), (std::vector<std::string>{"fc2"}));
   EXPECT_EQ(layers("head=fp8"), (std::vector<std::string>{"fc1", "fc2", "head"}));
   EXPECT_EQ(layers("linear=fp32,fc2=fp8"), (std::vector<std::string>{"fc2"}));  // name beats kind
-  EXPECT_EQ(layers("fc2=fp8,fc2=bf16"), (std::vector<std::string>{"fc1"}));     // last wins
+  // A layer named twice is an error (issue 28 item 8), not "last wins".
+  EXPECT_TRUE(has(error_of([&] { layers("fc2=fp8,fc2=bf16"); }), "'fc2' is given twice"));
   // `*` is the rest of the model: every Linear the other rules leave, the head included.
   EXPECT_EQ(layers("*=fp8"), (std::vector<std::string>{"fc1", "fc2", "head"}));
   EXPECT_EQ(layers("*=fp8,head=bf16"), (std::vector<std::string>{"fc1", "fc2"}));

@@ -106,7 +106,7 @@ TEST(CliCompare, RefusesAFolderThatIsNotAStudyUnlessForced) {
 TEST(CliCompare, BadFlags) {
   TempDir dir;
   expect_usage_error(run_cli(kTiny + "--epochs 1 --steps 2"), "both given");
-  expect_usage_error(run_cli(kTiny + "--seeds 0"), "--seeds must be positive");
+  expect_usage_error(run_cli(kTiny + "--seeds 0"), "--seeds: must be an integer from 1");
   expect_usage_error(run_cli(kTiny + "--model resnet"), "unknown model 'resnet'");
   EXPECT_FALSE(std::filesystem::exists(dir / "mixp-study"));
 }

@@ -97,8 +97,8 @@ TEST(CliTrain, BadInputIsAOneLineErrorWithoutACheckpoint) {
   };
   const std::vector<Case> cases = {
       {"--model mlp --epochs 1 --steps 5", "--epochs and --steps"},
-      {"--model mlp --batch 0", "--batch must be positive"},
-      {"--model mlp --batch -4", "--batch must be positive"},
+      {"--model mlp --batch 0", "--batch: must be an integer from 1"},
+      {"--model mlp --batch -4", "--batch: must be an integer from 1"},
       {"--model resnet", "unknown model 'resnet'"},
       {"--model mlp --optimizer lion", "unknown optimizer 'lion'"},
       {"--model mlp --precision fp7", "unknown precision 'fp7'; available: fp64, fp32, tf32"},

@@ -426,7 +426,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   real_range(sub->get_option("--momentum"), 0, 1);
   int_range(sub->get_option("--warmup"), 0, 1'000'000'000);
   real_range(sub->get_option("--clip"), 0, 1e9, /*lo_open=*/true);
-  real_range(sub->get_option("--loss-scale-init"), 0, 0x1p40, /*lo_open=*/true);
+  real_range(sub->get_option("--loss-scale-init"), 0, 0x1.fffffep127, /*lo_open=*/true);  // a finite fp32 scale
   int_range(sub->get_option("--growth-interval"), 1, 1'000'000'000);
   int_range(sub->get_option("--qat-freeze-bn-epoch"), 0, 1'000'000);
   int_range(sub->get_option("--qat-disable-observer-epoch"), 0, 1'000'000);

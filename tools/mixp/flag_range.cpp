@@ -115,7 +115,9 @@ void shared_flag_ranges(CLI::App& command) {
   for (const IntRange& r : ints) {
     if (CLI::Option* o = opt(r.flag)) int_range(o, r.lo, r.hi);
   }
-  if (CLI::Option* o = opt("--lr")) real_range(o, 0, 1000, /*lo_open=*/true);
+  // Any finite fp32 learning rate: a huge one is how people provoke divergence on purpose (issue
+  // 28's own reproductions use --lr 1e6); the range refuses only what cannot be an fp32 rate.
+  if (CLI::Option* o = opt("--lr")) real_range(o, 0, 0x1.fffffep127, /*lo_open=*/true);
   if (CLI::Option* o = opt("--seed")) uint_range(o, UINT64_MAX);
 }
 
