@@ -71,9 +71,10 @@ TEST(CliNumericFlags, AbsurdValuesAreUsageErrorsNamingTheFlag) {
       ++flags;
       // The range is part of the help's type column ("INT:[1, 2147483647]").
       EXPECT_THAT(f.type, ::testing::MatchesRegex(R"(U?INT:\[.*\]|FLOAT:[\[(].*\])"));
-      // Two per flag keep the test short (each is a process start): the overflow that crashed,
-      // and its negative (integers) or nan (reals); 1e300 and -inf are in RangesAndMessages.
-      const std::vector<std::string> values = {"99999999999999999999",
+      // Two per flag keep the test short (each is a process start): the overflow that crashed
+      // (for reals a value beyond fp32, the widest real range), and its negative (integers) or
+      // nan (reals); -inf is in RangesAndMessages.
+      const std::vector<std::string> values = {f.real ? "1e300" : "99999999999999999999",
                                                f.real ? "nan" : "-99999999999999999999"};
       for (const std::string& v : values) {
         // `timeout`: a flag that took the value would start working; it must not run long.
@@ -112,7 +113,7 @@ TEST(CliNumericFlags, RangesAndMessages) {
   EXPECT_THAT(r.err, HasSubstr("--momentum: must be a number in [0, 1], got '-inf'"));
   r = run_cli("train --model mlp --lr 0");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--lr: must be a number in (0, 1000], got '0'"));
+  EXPECT_THAT(r.err, HasSubstr("--lr: must be a number in (0, 3.40282e+38], got '0'"));
   r = run_cli("train --model mlp --seed -1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--seed: must be an integer from 0 to 18446744073709551615"));

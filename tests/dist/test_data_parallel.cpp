@@ -199,7 +199,12 @@ TEST(DataParallel, AHungRankEndsTheRunWithinTheTimeout) {
       << "  for p in $(pgrep -x mixp); do\n"
       << "    if grep -qa '" << dir.path().string() << "' /proc/$p/cmdline 2>/dev/null &&\n"
       << "       grep -qa OMPI_COMM_WORLD_RANK=1 /proc/$p/environ 2>/dev/null; then\n"
-      << "      sleep 1; kill -STOP $p; break 2\n"
+      // Stopped once rank 0 has logged a step: both ranks are past start-up and in training,
+      // where --comm-timeout watches (a fixed sleep stopped rank 1 still in start-up on a busy
+      // machine, where nothing watches yet, and the run hung).
+      << "      for j in $(seq 1 600); do [ -s '" << (dir / "log.jsonl").string()
+      << "' ] && break; sleep 0.1; done\n"
+      << "      kill -STOP $p; break 2\n"
       << "    fi\n"
       << "  done\n"
       << "  sleep 0.1\n"
