@@ -14,6 +14,8 @@ packages=(
   dataset-fashion-mnist fortunes-min
   python3 python3-numpy python3-torch libopenblas0-pthread
   chromium
+  pybind11-dev python3-dev python3-pytest
+  libsentencepiece-dev sentencepiece
 )
 missing=()
 for p in "${packages[@]}"; do
