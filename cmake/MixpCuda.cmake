@@ -6,8 +6,9 @@
 # streams, cuBLASLt, the Backend) form one OBJECT library, mixp_cuda, whose objects go into
 # libmixp. It is a target of its own so that the CUDA include directories and flags reach only
 # these files: every other libmixp source keeps its exact command line (and its ccache entries).
-# CUDA's libraries are linked by full path for the same reason; the build tree's RPATH then
-# names /usr/local/cuda/lib64 (or wherever the toolkit is), so binaries run from the build tree.
+# libcudart is linked by full path for the same reason; the build tree's RPATH then names
+# /usr/local/cuda/lib64 (or wherever the toolkit is), so binaries run from the build tree.
+# libcublasLt is not linked: src/backend/cuda/cublaslt_api.cpp loads it on first use.
 # The math of each kernel is in src/backend/cuda/math/*.h, plain C++ as well as CUDA, so
 # tests/cuda checks it on the CPU in every build (docs/cuda.md, "What is tested where").
 
@@ -93,8 +94,15 @@ set_target_properties(mixp_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON
 target_include_directories(mixp_cuda PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(mixp_cuda PRIVATE CUDA::cudart CUDA::cublasLt fmt::fmt)
 string(REPLACE ";" "," _mixp_cuda_archs "${MIXP_CUDA_ARCHITECTURES}")
+# cuBLASLt is not linked but loaded on first use (src/backend/cuda/cublaslt_api.h: mapping it
+# costs every process about 0.35 s): by its versioned name in the folder the toolkit's CMake
+# package found it in, else by that name through the loader's search path.
+get_filename_component(_mixp_cublaslt_dir "${CUDA_cublasLt_LIBRARY}" DIRECTORY)
+set(_mixp_cublaslt_soname "libcublasLt.so.${CUDAToolkit_VERSION_MAJOR}")
 target_compile_definitions(mixp_cuda PRIVATE
-  MIXP_CUDA_VERSION="${CUDAToolkit_VERSION}" MIXP_CUDA_ARCHS="${_mixp_cuda_archs}")
+  MIXP_CUDA_VERSION="${CUDAToolkit_VERSION}" MIXP_CUDA_ARCHS="${_mixp_cuda_archs}"
+  MIXP_CUBLASLT_PATH="${_mixp_cublaslt_dir}/${_mixp_cublaslt_soname}"
+  MIXP_CUBLASLT_SONAME="${_mixp_cublaslt_soname}")
 target_compile_options(mixp_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter --expt-relaxed-constexpr --fmad=false>)
@@ -127,7 +135,7 @@ else()
 endif()
 
 target_sources(mixp PRIVATE $<TARGET_OBJECTS:mixp_cuda>)
-target_link_libraries(mixp PRIVATE ${CUDA_cudart_LIBRARY} ${CUDA_cublasLt_LIBRARY})
+target_link_libraries(mixp PRIVATE ${CUDA_cudart_LIBRARY} ${CMAKE_DL_LIBS})
 # An installed libmixp finds CUDA's libraries where this build found them (ld.so.conf may not
 # name the toolkit's folder).
 set_property(TARGET mixp APPEND PROPERTY INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")

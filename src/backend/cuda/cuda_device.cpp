@@ -65,7 +65,7 @@ void throw_cuda_error(cudaError_t e, const char* call, const char* file, int lin
 }
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line) {
   throw std::runtime_error(fmt::format("mixp: cuBLAS error {} ({}) in {} at {}:{}",
-                                       cublasLtGetStatusName(s), cublasLtGetStatusString(s), call,
+                                       lt().cublasLtGetStatusName(s), lt().cublasLtGetStatusString(s), call,
                                        file, line));
 }
 
@@ -97,7 +97,7 @@ DeviceContext& context(int index) {
     auto ctx = std::make_unique<DeviceContext>();
     ctx->index = index;
     MIXP_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
-    MIXP_CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
+    MIXP_CUBLAS_CHECK(lt().cublasLtCreate(&ctx->lt));
     MIXP_CUDA_CHECK(cudaMalloc(&ctx->workspace, kWorkspaceBytes));
     ctx->workspace_bytes = kWorkspaceBytes;
     MIXP_CUDA_CHECK(

@@ -7,6 +7,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cublaslt_api.h"
+
 #include <cstddef>
 
 namespace mixp::cuda {

@@ -80,31 +80,31 @@ struct LtDescs {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) lt().cublasLtMatmulPreferenceDestroy(pref);
+    if (c) lt().cublasLtMatrixLayoutDestroy(c);
+    if (b) lt().cublasLtMatrixLayoutDestroy(b);
+    if (a) lt().cublasLtMatrixLayoutDestroy(a);
+    if (op) lt().cublasLtMatmulDescDestroy(op);
   }
 };
 
 void set_batch(cublasLtMatrixLayout_t l, int32_t count, int64_t stride) {
   if (count <= 1) return;
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                      sizeof(count)));
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutSetAttribute(
       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
 }
 
 // cuBLASLt's first choice of algorithm for d within the context's workspace; false when it has
 // none for these types and layouts.
 bool best_algorithm(DeviceContext& ctx, LtDescs& d, cublasLtMatmulHeuristicResult_t& heur) {
-  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceCreate(&d.pref));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(
       d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
       sizeof(ctx.workspace_bytes)));
   int found = 0;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
                                                    &heur, &found));
   return found != 0;
 }
@@ -136,10 +136,10 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
   const cublasComputeType_t compute = cfg.tf32 && cfg.compute == DType::fp32
                                           ? CUBLAS_COMPUTE_32F_FAST_TF32
                                           : CUBLAS_COMPUTE_32F;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op,
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op,
                                                    sizeof(ob.op)));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op,
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op,
                                                    sizeof(oa.op)));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   const bool has_bias = bias.defined();
@@ -149,20 +149,20 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
     case Activation::gelu: epi = has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU; break;
   }
   MIXP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   Tensor bias_c;
   if (has_bias) {
     bias_c = bias.contiguous();
     const void* bp = dev_ptr(bias_c);
     const cudaDataType_t bt = data_type(bias_c.dtype());
-    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
+    MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
                                                      sizeof(bp)));
-    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+    MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                      &bt, sizeof(bt)));
   }
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, in_t, ob.rows, ob.cols, ob.ld));
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, in_t, oa.rows, oa.cols, oa.ld));
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, out_t, static_cast<uint64_t>(N),
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.a, in_t, ob.rows, ob.cols, ob.ld));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.b, in_t, oa.rows, oa.cols, oa.ld));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.c, out_t, static_cast<uint64_t>(N),
                                                static_cast<uint64_t>(M), N));
   const auto nb = static_cast<int32_t>(batch);
   set_batch(d.a, nb, ob.batch_stride);
@@ -174,7 +174,7 @@ void gemm_lt(DeviceContext& ctx, Tensor& dst, const Tensor& a, const Tensor& b, 
     unsupported(fmt::format("this GEMM ({} x {} x {}, {} -> {}): cuBLASLt has no algorithm", M, N,
                             K, name(cfg.compute), name(dst.dtype())));
   const float alpha = 1.0f, beta = cfg.accumulate ? 1.0f : 0.0f;
-  MIXP_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, d.op, &alpha, dev_ptr(ob.t), d.a, dev_ptr(oa.t),
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmul(ctx.lt, d.op, &alpha, dev_ptr(ob.t), d.a, dev_ptr(oa.t),
                                    d.b, &beta, dev_ptr(dst), d.c, dev_ptr(dst), d.c,
                                    &heur.algo, ctx.workspace, ctx.workspace_bytes, ctx.stream));
 }
@@ -212,29 +212,29 @@ bool gemm_tn(DeviceContext& ctx, Tensor& dst, const Tensor& a_tn, const Tensor& 
   const auto M = static_cast<uint64_t>(a_tn.shape()[0]), K = static_cast<uint64_t>(a_tn.shape()[1]);
   const auto N = static_cast<uint64_t>(b_tn.shape()[1]);
   LtDescs d;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, scale_t));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&d.op, compute, scale_t));
   const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
-  MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
   // cuBLASLt's A is our b, its B our a. Without scale pointers the scales are 1.
   if (scale_b)
-    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+    MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                      &scale_b, sizeof(scale_b)));
   if (scale_a)
-    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+    MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                      &scale_a, sizeof(scale_a)));
   if (a_tn.dtype() != DType::int8) {  // FP8
     const int8_t fast = fast_accum ? 1 : 0;
-    MIXP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+    MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                                      sizeof(fast)));
   }
   const cudaDataType_t out_t = dst.dtype() == DType::int32 ? CUDA_R_32I : data_type(dst.dtype());
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, narrow_type(b_tn.dtype()), K, N, b_tn.strides()[1]));
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, narrow_type(a_tn.dtype()), K, M, a_tn.strides()[0]));
-  MIXP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, out_t, N, M, static_cast<int64_t>(N)));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.a, narrow_type(b_tn.dtype()), K, N, b_tn.strides()[1]));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.b, narrow_type(a_tn.dtype()), K, M, a_tn.strides()[0]));
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.c, out_t, N, M, static_cast<int64_t>(N)));
   cublasLtMatmulHeuristicResult_t heur{};
   if (!best_algorithm(ctx, d, heur)) return false;
-  MIXP_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, d.op, alpha, dev_ptr(b_tn), d.a, dev_ptr(a_tn), d.b,
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatmul(ctx.lt, d.op, alpha, dev_ptr(b_tn), d.a, dev_ptr(a_tn), d.b,
                                    beta, dev_ptr(dst), d.c, dev_ptr(dst), d.c, &heur.algo,
                                    ctx.workspace, ctx.workspace_bytes, ctx.stream));
   return true;

@@ -47,6 +47,12 @@ void cuda_int8_matmul(Tensor&, const Tensor&, const Tensor&) {
 std::string detail::cuda_pci_bus_id(int) {
   return "";
 }
+bool detail::cublaslt_mapped() {
+  return false;
+}
+std::string detail::cublaslt_probe() {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
 bool cuda_fp8_gemm_native(int) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }

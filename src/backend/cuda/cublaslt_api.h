@@ -1,0 +1,35 @@
+// Internal: cuBLASLt loaded on first use, not linked. libcublasLt is 540 MB and its static
+// constructors cost about 0.35 s in every process that maps it; linked into libmixp, every mixp
+// command and every test process paid that even on a CPU-only run (issue 28 item 14). Now
+// libmixp calls cuBLASLt only through lt(), which dlopens the library the build found the first
+// time a CUDA device context is made (cuda_device.cpp) and resolves the functions below.
+// Adding a cuBLASLt call: add its name to MIXP_CUBLASLT_FUNCTIONS and call lt().name(...).
+#pragma once
+#include <cublasLt.h>
+
+namespace mixp::cuda {
+
+#define MIXP_CUBLASLT_FUNCTIONS(X)                                                          \
+  X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetStatusString) X(cublasLtMatmul)   \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate)                       \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                               \
+  X(cublasLtMatrixLayoutSetAttribute)
+
+// The resolved entry points, with cublasLt.h's own prototypes (decltype does not link them).
+struct CublasLtApi {
+#define MIXP_CUBLASLT_MEMBER(name) decltype(&::name) name = nullptr;
+  MIXP_CUBLASLT_FUNCTIONS(MIXP_CUBLASLT_MEMBER)
+#undef MIXP_CUBLASLT_MEMBER
+};
+
+// Loads libcublasLt on the first call (thread-safe; a failed load is retried by the next call).
+// Throws std::runtime_error naming the library, what the loader said and what to do.
+const CublasLtApi& lt();
+
+// Whether this process has mapped libcublasLt (reads /proc/self/maps); detail::cublaslt_mapped
+// (backend/cuda_entry.h) for tests/cuda/test_cublaslt_lazy.cpp.
+bool mapped();
+
+}  // namespace mixp::cuda
