@@ -149,6 +149,8 @@ const char* kSupported =
     "and Flatten (the built-in mlp and cnn)";
 
 using detail::as;
+using detail::attach_qat;
+using detail::tree_qat_layers;
 
 // The activation codes a layer of `scheme` takes.
 std::shared_ptr<LowBitActivation> input_act_for(LowBitScheme s, bool relu) {
@@ -231,26 +233,10 @@ std::vector<LowBitScheme> layer_schemes(const std::vector<std::string>& names,
 // (then the Linear's fused ReLU or GELU); nothing is fused. Such a model trains and evaluates
 // with fake quantization; convert_to_packed takes the Sequential form only.
 void prepare_tree(nn::Module& model, const LowBitConfig& cfg) {
-  std::vector<std::pair<std::string, nn::Module*>> layers;
-  for (auto& [name, m] : model.named_modules()) {
-    if (dynamic_cast<nn::Linear*>(m) || dynamic_cast<nn::Conv2d*>(m)) layers.emplace_back(name, m);
-  }
-  if (layers.empty()) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::prepare_lowbit_qat: the model ({}) has no Linear or Conv2d to quantize",
-        model.kind()));
-  }
+  const auto layers = tree_qat_layers(model, "prepare_lowbit_qat");
   std::vector<std::string> names;
   for (const auto& [name, m] : layers) names.push_back(name);
   const std::vector<LowBitScheme> scheme = layer_schemes(names, cfg);
-  for (const auto& [name, m] : layers) {
-    if (m->forward_wrapper()) {
-      throw std::invalid_argument(fmt::format(
-          "mixp::quant::prepare_lowbit_qat: '{}' already runs through a forward wrapper (a "
-          "per-layer precision or FP8?); low-bit QAT wraps it itself",
-          name));
-    }
-  }
   for (size_t l = 0; l < layers.size(); ++l) {
     nn::Module* m = layers[l].second;
     std::shared_ptr<LowBitLayer> q;
@@ -262,17 +248,12 @@ void prepare_tree(nn::Module& model, const LowBitConfig& cfg) {
       q = std::make_shared<LowBitLayer>(*dynamic_cast<nn::Conv2d*>(m), scheme[l]);
     }
     q->set_input_quant(tree_input_act_for(scheme[l]));
-    q->train(m->is_training());
-    m->register_module("qat", q);
-    // The child lives as long as the layer, which owns the wrapper: a plain pointer is enough.
     LowBitLayer* run = q.get();
-    m->set_forward_wrapper([run, act](nn::Module&, const Tensor& x) {
-      Tensor y = run->forward(x);
-      if (act == Activation::relu) return mixp::relu(y);
-      // As nn::Linear's fused GELU (linear.cpp): the tanh form.
-      if (act == Activation::gelu) return mixp::gelu(y, GeluApprox::tanh);
-      return y;
-    });
+    std::function<Tensor(const Tensor&)> post;
+    if (act == Activation::relu) post = [](const Tensor& y) { return mixp::relu(y); };
+    // As nn::Linear's fused GELU (linear.cpp): the tanh form.
+    if (act == Activation::gelu) post = [](const Tensor& y) { return mixp::gelu(y, GeluApprox::tanh); };
+    attach_qat(*m, q, [run](const Tensor& x) { return run->forward(x); }, std::move(post));
   }
 }
 

@@ -59,6 +59,8 @@ const char* kSupported =
     "Flatten and Dropout (the built-in mlp and cnn)";
 
 using detail::as;
+using detail::attach_qat;
+using detail::tree_qat_layers;
 
 }  // namespace
 
@@ -94,23 +96,9 @@ bool is_int8_sequential(const nn::Module& model) {
 // output (the logits, by named_modules() order) only with QConfig::quantize_output. Such a model
 // trains and evaluates with fake quantization; convert_to_int8 takes the Sequential ones only.
 void prepare_tree(nn::Module& model, const QConfig& qc) {
-  std::vector<std::pair<std::string, nn::Module*>> layers;
-  for (auto& [name, m] : model.named_modules()) {
-    if (dynamic_cast<nn::Linear*>(m) || dynamic_cast<nn::Conv2d*>(m)) layers.emplace_back(name, m);
-  }
-  if (layers.empty()) {
-    throw std::invalid_argument(fmt::format(
-        "mixp::quant::prepare_qat: the model ({}) has no Linear or Conv2d to quantize",
-        model.kind()));
-  }
+  const auto layers = tree_qat_layers(model, "prepare_qat");
   for (size_t i = 0; i < layers.size(); ++i) {
-    auto& [name, m] = layers[i];
-    if (m->forward_wrapper()) {
-      throw std::invalid_argument(fmt::format(
-          "mixp::quant::prepare_qat: '{}' already runs through a forward wrapper (a per-layer "
-          "precision or FP8?); QAT wraps it itself",
-          name));
-    }
+    nn::Module* m = layers[i].second;
     std::shared_ptr<QatModule> q;
     if (auto* lin = dynamic_cast<nn::Linear*>(m)) {
       q = std::make_shared<QatLinear>(*lin, qc.weight);
@@ -121,11 +109,8 @@ void prepare_tree(nn::Module& model, const QConfig& qc) {
     if (i + 1 < layers.size() || qc.quantize_output) {
       q->set_output_fake_quant(std::make_shared<FakeQuantize>(qc.activation, 1));
     }
-    q->train(m->is_training());
-    m->register_module("qat", q);
-    // The child lives as long as the layer, which owns the wrapper: a plain pointer is enough.
     QatModule* run = q.get();
-    m->set_forward_wrapper([run](nn::Module&, const Tensor& x) { return run->forward(x); });
+    attach_qat(*m, q, [run](const Tensor& x) { return run->forward(x); });
   }
 }
 

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixp/autograd/grad_mode.h"
@@ -42,6 +44,20 @@ void for_each_module(nn::Module& model, F&& f) {
     if (auto* x = dynamic_cast<M*>(m)) f(*x);
   }
 }
+
+// The Linear and Conv2d layers of any Module tree, in named_modules() order, for the tree forms
+// of QAT (qat.cpp, lowbit_qat.cpp) to wrap. Throws, before anything is changed, when there is none
+// or when one already runs through a forward wrapper (a per-layer precision or FP8). `who` names
+// the caller in the messages ("prepare_qat").
+std::vector<std::pair<std::string, nn::Module*>> tree_qat_layers(nn::Module& model,
+                                                                 const char* who);
+
+// Registers q as layer's child "qat" (q takes the layer's training mode, so its observer buffers
+// are checkpointed and the switches reach it) and routes the layer's forward through q, then
+// `post` (identity when empty), so that the parent keeps calling the layer it holds.
+void attach_qat(nn::Module& layer, const std::shared_ptr<nn::Module>& q,
+                std::function<Tensor(const Tensor&)> run,
+                std::function<Tensor(const Tensor&)> post = {});
 
 // Whether some module of `model` is an M (a prepared model has fake quantizers or low-bit layers).
 template <class M>
