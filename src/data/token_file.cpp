@@ -38,7 +38,8 @@ bool is_token_file(const fs::path& path) {
   if (!fs::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
   int32_t magic = 0;
-  return in.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kTokenFileMagic;
+  return in.read(reinterpret_cast<char*>(&magic), sizeof magic) &&
+         (magic == kTokenFileMagic || magic == kTokenFileMagic32);
 }
 
 namespace {

@@ -67,7 +67,7 @@ class TokenSpan {
   TokenWidth width_ = TokenWidth::u16;
 };
 
-// True when `path` is a regular file starting with the token-file magic (false for a folder, a
+// True when `path` is a regular file starting with either token-file magic (false for a folder, a
 // text file, a file shorter than 4 bytes).
 bool is_token_file(const std::filesystem::path& path);
 
