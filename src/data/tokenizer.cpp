@@ -159,19 +159,24 @@ Tokenizer Tokenizer::from_bytes(std::string_view bytes, const std::string& sourc
   return t;
 }
 
+const sentencepiece::SentencePieceProcessor& Tokenizer::processor() const {
+  if (!impl_) throw std::logic_error("Tokenizer: no model (use Tokenizer::load or from_bytes)");
+  return impl_->sp;
+}
+
 int Tokenizer::vocab_size() const {
-  return impl_->sp.GetPieceSize();
+  return processor().GetPieceSize();
 }
 int Tokenizer::bos_id() const {
-  return impl_->sp.bos_id();
+  return processor().bos_id();
 }
 int Tokenizer::eos_id() const {
-  return impl_->sp.eos_id();
+  return processor().eos_id();
 }
 
 std::vector<int> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
-  const auto status = impl_->sp.Encode(text, &ids);
+  const auto status = processor().Encode(text, &ids);
   if (!status.ok()) {
     throw DataError(fmt::format("tokenizer '{}' cannot encode text: {}", source_,
                                 status.ToString()));
@@ -181,7 +186,7 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
   std::string text;
-  const auto status = impl_->sp.Decode(ids, &text);
+  const auto status = processor().Decode(ids, &text);
   if (!status.ok()) {
     throw DataError(fmt::format("tokenizer '{}' cannot decode ids: {}", source_,
                                 status.ToString()));
@@ -233,11 +238,14 @@ TokenizeResult tokenize_corpus(const Tokenizer& tokenizer, const fs::path& input
   std::string line;
   for (const auto& f : r.inputs) {
     LineReader reader(f);
-    if (options.bos == BosMode::file) pending.push_back(uint32_t(bos));
+    bool first_line = true;  // --bos file: before the file's first text (none for an empty file)
     while (reader.next(line)) {
       if (line.empty()) continue;
       const std::vector<int> ids = tokenizer.encode(line);
-      if (options.bos == BosMode::line) pending.push_back(uint32_t(bos));
+      if (options.bos == BosMode::line || (options.bos == BosMode::file && first_line)) {
+        pending.push_back(uint32_t(bos));
+      }
+      first_line = false;
       pending.insert(pending.end(), ids.begin(), ids.end());
       ++r.lines;
       if (pending.size() >= flush_at) {

@@ -132,6 +132,25 @@ TEST_F(Tokenizer, IdsEqualSpmEncodeLineByLine) {
   EXPECT_EQ(d.entries(), std::set<std::string>{"t.bin"});  // no temporary file left
 }
 
+TEST_F(Tokenizer, FolderInputAndBosPerFile) {
+  const auto tok = data::Tokenizer::load(model());
+  TempDir d;
+  std::filesystem::create_directories(d / "in");
+  write_text(d / "in" / "b.txt", "\n\n");  // no text: no BOS either
+  write_text(d / "in" / "a.txt", "hello fortune\nsays\n");
+  write_text(d / "in" / "c.txt", "world");
+  write_text(d / "in" / "c.dat", "skipped as the text corpus skips it");
+  data::tokenize_corpus(tok, d / "in", d / "t.bin", {.bos = data::BosMode::file});
+  std::vector<uint32_t> want{1};
+  for (const char* text : {"hello fortune", "says"}) {
+    for (int id : tok.encode(text)) want.push_back(uint32_t(id));
+  }
+  want.push_back(1);
+  for (int id : tok.encode("world")) want.push_back(uint32_t(id));
+  EXPECT_EQ(tokens_of(d / "t.bin"), want);
+  EXPECT_THROW((void)data::Tokenizer().vocab_size(), std::logic_error);
+}
+
 TEST_F(Tokenizer, StreamsAcrossBlocksAndLastLineWithoutNewline) {
   const auto tok = data::Tokenizer::load(model());
   TempDir d;

@@ -12,7 +12,7 @@
 // without its '\n' is one piece of text, so the ids equal `spm_encode --output_format=id` on the
 // same file. An empty line gives no ids. BOS (BosMode) goes before each non-empty line (default,
 // as Hugging Face's Llama tokenizer adds one per text it encodes and llm.c one per document),
-// once per input file, or nowhere.
+// before the first text of each input file, or nowhere.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -23,6 +23,10 @@
 #include <vector>
 
 #include "mixp/data/token_file.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
 
 namespace mixp::data {
 
@@ -39,7 +43,7 @@ class Tokenizer {
   // The same checks on a model's bytes; `source` names it in errors.
   static Tokenizer from_bytes(std::string_view bytes, const std::string& source);
 
-  Tokenizer();
+  Tokenizer();  // no model: every call but assignment throws std::logic_error
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -53,6 +57,7 @@ class Tokenizer {
   std::string decode(const std::vector<int>& ids) const;
 
  private:
+  const sentencepiece::SentencePieceProcessor& processor() const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string source_;
