@@ -10,6 +10,11 @@ find_package(CLI11 CONFIG REQUIRED)         # libcli11-dev: the CLI
 # bindings (deprecated since MPI 2.2).
 set(MPI_CXX_SKIP_MPICXX ON)
 find_package(MPI REQUIRED COMPONENTS CXX)
+# libsentencepiece-dev: `mixp tokenize` (src/data/tokenizer.cpp). Required, not optional: bootstrap
+# installs it with the rest, and a mixp that cannot turn text into tokens would need a second
+# code path and a "built without SentencePiece" error for one small library (docs/data.md).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 if(MIXP_BUILD_TESTS)
   find_package(GTest CONFIG REQUIRED)       # libgtest-dev
 endif()

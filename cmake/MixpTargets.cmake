@@ -29,7 +29,7 @@ function(mixp_add_library)
   target_include_directories(mixp
     PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(mixp PRIVATE DNNL::dnnl ZLIB::ZLIB nlohmann_json::nlohmann_json fmt::fmt OpenMP::OpenMP_CXX Threads::Threads MPI::MPI_CXX)
+  target_link_libraries(mixp PRIVATE DNNL::dnnl ZLIB::ZLIB nlohmann_json::nlohmann_json fmt::fmt OpenMP::OpenMP_CXX Threads::Threads MPI::MPI_CXX PkgConfig::SENTENCEPIECE)
   target_compile_definitions(mixp PRIVATE MIXP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   mixp_warnings(mixp)
   foreach(f IN LISTS srcs)

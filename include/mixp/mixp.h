@@ -69,6 +69,7 @@
 #include "mixp/data/random.h"
 #include "mixp/data/text_corpus.h"
 #include "mixp/data/token_file.h"
+#include "mixp/data/tokenizer.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/convert_safetensors.h"
 #include "mixp/io/manifest.h"

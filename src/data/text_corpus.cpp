@@ -46,39 +46,41 @@ std::string missing_hint(const fs::path& p) {
 
 }  // namespace
 
-TextCorpus TextCorpus::load(const fs::path& path, const CorpusOptions& opt) {
-  TextCorpus c;
-  c.source_ = path.string();
+std::vector<fs::path> text_corpus_files(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     throw DataError(
         fmt::format("text corpus '{}' does not exist; {}", path.string(), missing_hint(path)));
   }
-  std::string text;
-  if (fs::is_directory(path, ec)) {
-    for (const auto& e : fs::directory_iterator(path)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_symlink() || !e.is_regular_file() || name.starts_with(".") ||
-          e.path().extension() == ".dat") {
-        continue;
-      }
-      c.files_.push_back(e.path());
+  if (!fs::is_directory(path, ec)) return {path};
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(path)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_symlink() || !e.is_regular_file() || name.starts_with(".") ||
+        e.path().extension() == ".dat") {
+      continue;
     }
-    // Byte-wise name order, independent of locale and of the directory's on-disk order.
-    std::sort(c.files_.begin(), c.files_.end(), [](const fs::path& a, const fs::path& b) {
-      return a.filename().string() < b.filename().string();
-    });
-    if (c.files_.empty()) {
-      throw DataError(
-          fmt::format("text corpus folder '{}' has no text files (symbolic links, "
-                      "hidden and *.dat files are skipped); {}",
-                      path.string(), missing_hint(path)));
-    }
-    for (const auto& f : c.files_) text += read_text_file(f);
-  } else {
-    c.files_.push_back(path);
-    text = read_text_file(path);
+    files.push_back(e.path());
   }
+  // Byte-wise name order, independent of locale and of the directory's on-disk order.
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+    return a.filename().string() < b.filename().string();
+  });
+  if (files.empty()) {
+    throw DataError(
+        fmt::format("text corpus folder '{}' has no text files (symbolic links, "
+                    "hidden and *.dat files are skipped); {}",
+                    path.string(), missing_hint(path)));
+  }
+  return files;
+}
+
+TextCorpus TextCorpus::load(const fs::path& path, const CorpusOptions& opt) {
+  TextCorpus c;
+  c.source_ = path.string();
+  c.files_ = text_corpus_files(path);
+  std::string text;
+  for (const auto& f : c.files_) text += read_text_file(f);
   c.build(text, opt);
   return c;
 }

@@ -38,43 +38,60 @@ bool is_token_file(const fs::path& path) {
   if (!fs::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
   int32_t magic = 0;
-  return in.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kTokenFileMagic;
-}
-
-void write_token_file(const fs::path& path, std::span<const uint16_t> tokens) {
-  if (tokens.size() > size_t(INT32_MAX)) {
-    throw DataError(fmt::format("'{}': {} tokens do not fit the header's int32 count",
-                                path.string(), tokens.size()));
-  }
-  std::array<int32_t, kTokenFileHeaderInts> header{};
-  header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
-  header[2] = int32_t(tokens.size());
-  const fs::path tmp = path.string() + ".tmp-mixp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(header.data()), kHeaderBytes);
-    out.write(reinterpret_cast<const char*>(tokens.data()),
-              std::streamsize(tokens.size() * sizeof(uint16_t)));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw DataError(fmt::format("cannot write token file '{}'", path.string()));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw DataError(fmt::format("cannot write token file '{}': {}", path.string(), ec.message()));
-  }
+  return in.read(reinterpret_cast<char*>(&magic), sizeof magic) &&
+         (magic == kTokenFileMagic || magic == kTokenFileMagic32);
 }
 
 namespace {
 
-// Maps `path`, checks its header and tokens; returns the token span.
-std::span<const uint16_t> map_tokens(const fs::path& path, TokenCorpus::Mapping& m) {
+// What a header says: the ids' width, the vocabulary and the count.
+struct Header {
+  TokenWidth width;
+  int vocab;
+  int64_t count;
+};
+
+Header check_header(const std::string& p, const int32_t* header) {
+  Header h{};
+  if (header[0] == kTokenFileMagic) {
+    h.width = TokenWidth::u16;
+    if (header[1] != kTokenFileVersion) {
+      throw DataError(fmt::format(
+          "token file '{}' has version {}; mixp reads llm.c's version {} (uint16 ids) with magic "
+          "{} and version {} (uint32 ids) with magic {}",
+          p, header[1], kTokenFileVersion, kTokenFileMagic, kTokenFileVersion32,
+          kTokenFileMagic32));
+    }
+  } else if (header[0] == kTokenFileMagic32) {
+    h.width = TokenWidth::u32;
+    if (header[1] != kTokenFileVersion32) {
+      throw DataError(fmt::format(
+          "token file '{}' has version {}; mixp reads llm.c's version {} (uint32 ids) with magic "
+          "{} and version {} (uint16 ids) with magic {}",
+          p, header[1], kTokenFileVersion32, kTokenFileMagic32, kTokenFileVersion,
+          kTokenFileMagic));
+    }
+  } else {
+    throw DataError(fmt::format(
+        "'{}' is not an llm.c token file: its first int32 is {}, the magic is {} (uint16 ids) or "
+        "{} (uint32 ids)",
+        p, header[0], kTokenFileMagic, kTokenFileMagic32));
+  }
+  const int64_t max_vocab = h.width == TokenWidth::u16 ? 65536 : kMaxTokenFileVocab;
+  if (header[3] < 0 || header[3] > max_vocab) {
+    throw DataError(fmt::format(
+        "token file '{}' states a vocabulary of {} (header[3]); a {} file's is 1 to {}, or 0 "
+        "for llm.c's default",
+        p, header[3], h.width == TokenWidth::u16 ? "uint16" : "uint32", max_vocab));
+  }
+  h.vocab = header[3] != 0 ? header[3]
+                           : (h.width == TokenWidth::u16 ? kGpt2TokenVocab : kLlama3TokenVocab);
+  h.count = header[2];
+  return h;
+}
+
+// Maps `path`, checks its header and tokens; returns the token span and the vocabulary.
+std::pair<TokenSpan, int> map_tokens(const fs::path& path, TokenCorpus::Mapping& m) {
   const std::string p = path.string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -102,36 +119,27 @@ std::span<const uint16_t> map_tokens(const fs::path& path, TokenCorpus::Mapping&
   m.bytes = bytes;
   int32_t header[kTokenFileHeaderInts];
   std::memcpy(header, m.addr, kHeaderBytes);
-  if (header[0] != kTokenFileMagic) {
-    throw DataError(
-        fmt::format("'{}' is not an llm.c token file: its first int32 is {}, the magic is {}", p,
-                    header[0], kTokenFileMagic));
-  }
-  if (header[1] != kTokenFileVersion) {
-    throw DataError(
-        fmt::format("token file '{}' has version {}; mixp reads version {} (uint16 "
-                    "GPT-2 tokens)",
-                    p, header[1], kTokenFileVersion));
-  }
-  const int64_t count = header[2];
-  if (count < 0 || kHeaderBytes + size_t(count) * sizeof(uint16_t) != bytes) {
+  const Header h = check_header(p, header);
+  const size_t width = h.width == TokenWidth::u16 ? 2 : 4;
+  if (h.count < 0 || kHeaderBytes + size_t(h.count) * width != bytes) {
     throw DataError(fmt::format(
         "token file '{}' says it holds {} tokens ({} bytes with the header) but has {} bytes; the "
         "file is truncated or not a token file",
-        p, count, kHeaderBytes + size_t(std::max<int64_t>(count, 0)) * 2, bytes));
+        p, h.count, kHeaderBytes + size_t(std::max<int64_t>(h.count, 0)) * width, bytes));
   }
-  const auto* tokens =
-      reinterpret_cast<const uint16_t*>(static_cast<const std::byte*>(m.addr) + kHeaderBytes);
-  std::span<const uint16_t> span(tokens, size_t(count));
-  const auto bad =
-      std::find_if(span.begin(), span.end(), [](uint16_t t) { return t >= kGpt2TokenVocab; });
-  if (bad != span.end()) {
-    throw DataError(
-        fmt::format("token file '{}': token {} at position {} is outside GPT-2's "
-                    "vocabulary of {}",
-                    p, *bad, bad - span.begin(), kGpt2TokenVocab));
+  const TokenSpan span(static_cast<const std::byte*>(m.addr) + kHeaderBytes, size_t(h.count),
+                       h.width);
+  const uint32_t vocab = uint32_t(h.vocab);
+  for (size_t i = 0; i < span.size(); ++i) {
+    if (span[i] >= vocab) {
+      throw DataError(fmt::format("token file '{}': token {} at position {} is outside {}", p,
+                                  span[i], i,
+                                  h.vocab == kGpt2TokenVocab && h.width == TokenWidth::u16
+                                      ? fmt::format("GPT-2's vocabulary of {}", h.vocab)
+                                      : fmt::format("the vocabulary of {}", h.vocab)));
+    }
   }
-  return span;
+  return {span, h.vocab};
 }
 
 }  // namespace
@@ -148,7 +156,8 @@ TokenCorpus TokenCorpus::load(const fs::path& file, const CorpusOptions& opt) {
   TokenCorpus c;
   c.source_ = file.string();
   c.train_map_ = std::make_unique<Mapping>();
-  const std::span<const uint16_t> all = map_tokens(file, *c.train_map_);
+  const auto [all, vocab] = map_tokens(file, *c.train_map_);
+  c.vocab_ = vocab;
   if (all.empty()) throw DataError(fmt::format("token file '{}' holds no tokens", c.source_));
   const std::string name = file.filename().string();
   const std::string suffix = "_train.bin";
@@ -158,15 +167,23 @@ TokenCorpus TokenCorpus::load(const fs::path& file, const CorpusOptions& opt) {
         file.parent_path() / (name.substr(0, name.size() - suffix.size()) + "_val.bin");
     if (fs::is_regular_file(val, ec)) {
       c.val_map_ = std::make_unique<Mapping>();
-      c.val_ = map_tokens(val, *c.val_map_);
+      const auto [val_tokens, val_vocab] = map_tokens(val, *c.val_map_);
+      if (val_vocab != vocab || val_tokens.width() != all.width()) {
+        throw DataError(fmt::format(
+            "token file '{}' (vocabulary {}, {} ids) and its validation file '{}' (vocabulary {}, "
+            "{} ids) differ; tokenize both with the same tokenizer",
+            c.source_, vocab, all.width() == TokenWidth::u16 ? "uint16" : "uint32", val.string(),
+            val_vocab, val_tokens.width() == TokenWidth::u16 ? "uint16" : "uint32"));
+      }
+      c.val_ = val_tokens;
       c.train_ = all;
       c.source_ += " (validation: " + val.filename().string() + ")";
       return c;
     }
   }
   const size_t nval = size_t(std::floor(double(all.size()) * opt.val_fraction));
-  c.train_ = all.first(all.size() - nval);
-  c.val_ = all.subspan(all.size() - nval);
+  c.train_ = all.subspan(0, all.size() - nval);
+  c.val_ = all.subspan(all.size() - nval, nval);
   return c;
 }
 
@@ -187,8 +204,8 @@ void TokenCorpus::require_context(int64_t context) const {
 }
 
 namespace {
-void widen(const uint16_t* src, size_t n, int32_t* dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+void widen(const TokenSpan& src, size_t offset, size_t n, int32_t* dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = int32_t(src[offset + i]);
 }
 void check_buffers(int64_t batch, int64_t context, size_t in, size_t tgt, const char* fn) {
   if (batch <= 0) throw std::invalid_argument(fmt::format("{}: batch {} must be > 0", fn, batch));
@@ -209,8 +226,8 @@ void TokenCorpus::sample_batch(std::mt19937_64& rng, int64_t batch, int64_t cont
   const size_t ctx = size_t(context);
   for (int64_t b = 0; b < batch; ++b) {
     const size_t off = size_t(uniform_below(rng, offsets));
-    widen(train_.data() + off, ctx, inputs.data() + size_t(b) * ctx);
-    widen(train_.data() + off + 1, ctx, targets.data() + size_t(b) * ctx);
+    widen(train_, off, ctx, inputs.data() + size_t(b) * ctx);
+    widen(train_, off + 1, ctx, targets.data() + size_t(b) * ctx);
   }
 }
 
@@ -222,8 +239,14 @@ int64_t TokenCorpus::num_val_windows(int64_t context) const {
 int64_t TokenCorpus::val_batch(int64_t index, int64_t batch, int64_t context,
                                std::span<int32_t> inputs, std::span<int32_t> targets) const {
   check_buffers(batch, context, inputs.size(), targets.size(), "val_batch");
-  return detail::copy_val_windows(val_.data(), num_val_windows(context), index, batch, context,
-                                  inputs, targets);
+  const auto* data = val_.bytes().data();
+  if (val_.width() == TokenWidth::u16) {
+    return detail::copy_val_windows(reinterpret_cast<const uint16_t*>(data),
+                                    num_val_windows(context), index, batch, context, inputs,
+                                    targets);
+  }
+  return detail::copy_val_windows(reinterpret_cast<const uint32_t*>(data),
+                                  num_val_windows(context), index, batch, context, inputs, targets);
 }
 
 }  // namespace mixp::data

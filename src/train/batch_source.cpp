@@ -32,6 +32,10 @@ template <class T>
 std::string crc_hex(std::span<const T> v) {
   return fmt::format("{:08x}", crc32_of(std::as_bytes(v)));
 }
+// A token file's ids, uint16 or uint32 (the file's bytes, so a uint16 file keeps its fingerprint).
+std::string crc_hex(const data::TokenSpan& v) {
+  return fmt::format("{:08x}", crc32_of(v.bytes()));
+}
 
 // Evaluation runs without gradients, so a larger batch only costs activation memory; 1000 keeps
 // the test set in ten GEMM-friendly batches.

@@ -53,6 +53,7 @@ std::string required_args(const std::string& command, const std::string& flag) {
   if (command == "convert") return "in.safetensors -o out.safetensors";
   if (command == "quantize") return flag == "--calibrate" ? "--checkpoint none" : "--checkpoint none --calibrate 1";
   if (command == "inspect report") return "run.jsonl";
+  if (command == "tokenize") return "in.txt -o out.bin";
   return "";
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "common/temp_dir.h"
 #include "mixp/data/error.h"
@@ -21,6 +22,16 @@ std::vector<uint16_t> ramp(size_t n, uint16_t start = 0) {
 std::string error_of(const std::filesystem::path& p) {
   try {
     data::TokenCorpus::load(p);
+  } catch (const data::DataError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+template <class F>
+std::string error_of_write(F&& f) {
+  try {
+    f();
   } catch (const data::DataError& e) {
     return e.what();
   }
@@ -113,6 +124,87 @@ TEST(TokenFile, ErrorsSayWhatIsWrong) {
   } catch (const data::DataError& e) {
     EXPECT_NE(std::string(e.what()).find("too short for context 32"), std::string::npos);
   }
+}
+
+// The two widths of llm.c's files (data_common.py's HEADERS_INFO) and mixp's header[3] vocabulary.
+TEST(TokenFile, Uint16AndUint32RoundTrip) {
+  TempDir dir;
+  std::vector<uint32_t> small(300), large(300);
+  for (size_t i = 0; i < small.size(); ++i) {
+    small[i] = uint32_t(i * 13 % 512);
+    large[i] = uint32_t(i * 4099 % 70000);
+  }
+  data::write_token_file(dir / "s.bin", small, 512);
+  data::write_token_file(dir / "l.bin", large, 70000);
+  const auto bs = read_bytes(dir / "s.bin");
+  const auto bl = read_bytes(dir / "l.bin");
+  ASSERT_EQ(bs.size(), 1024u + 2 * 300);
+  ASSERT_EQ(bl.size(), 1024u + 4 * 300);
+  int32_t hs[4], hl[4];
+  std::memcpy(hs, bs.data(), sizeof hs);
+  std::memcpy(hl, bl.data(), sizeof hl);
+  EXPECT_EQ(std::vector<int32_t>(hs, hs + 4), (std::vector<int32_t>{20240520, 1, 300, 512}));
+  EXPECT_EQ(std::vector<int32_t>(hl, hl + 4), (std::vector<int32_t>{20240801, 7, 300, 70000}));
+  uint32_t t5;
+  std::memcpy(&t5, bl.data() + 1024 + 5 * 4, 4);
+  EXPECT_EQ(t5, large[5]);
+  EXPECT_TRUE(data::is_token_file(dir / "l.bin"));
+  for (const auto& [name, want, vocab] :
+       {std::tuple{"s.bin", small, 512}, std::tuple{"l.bin", large, 70000}}) {
+    const auto c = data::TokenCorpus::load(dir / name, {.val_fraction = 0.1});
+    EXPECT_EQ(c.vocab_size(), vocab);
+    EXPECT_EQ(c.width(), vocab > 65536 ? data::TokenWidth::u32 : data::TokenWidth::u16);
+    ASSERT_EQ(c.train_tokens().size(), 270u);
+    for (size_t i = 0; i < 270; ++i) ASSERT_EQ(c.train_tokens()[i], want[i]) << name << " " << i;
+    EXPECT_EQ(c.val_tokens()[0], want[270]);
+    std::vector<int32_t> x(2 * 8), y(2 * 8);
+    EXPECT_EQ(c.val_batch(0, 2, 8, x, y), 2);
+    EXPECT_EQ(x[9], int32_t(want[279]));
+    EXPECT_EQ(y[15], int32_t(want[286]));
+  }
+  // llm.c's own uint32 file (header[3] = 0) is Llama-3's vocabulary.
+  auto zero = bl;
+  std::memset(zero.data() + 12, 0, 4);
+  write_bytes(dir / "llama3.bin", zero);
+  EXPECT_EQ(data::TokenCorpus::load(dir / "llama3.bin").vocab_size(), 128256);
+}
+
+TEST(TokenFile, WidthAndVocabularyErrors) {
+  TempDir dir;
+  std::vector<uint32_t> ids(100, 7);
+  ids[42] = 600;
+  EXPECT_NE(error_of_write([&] { data::write_token_file(dir / "w.bin", ids, 512); })
+                .find("token 600 at position 42 is outside the vocabulary of 512"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "w.bin"));
+  EXPECT_TRUE(dir.entries().empty());  // nor a temporary file
+  ids[42] = 8;
+  data::write_token_file(dir / "a.bin", ids, 512);
+  auto b = read_bytes(dir / "a.bin");
+  const int32_t five = 5;  // header[3] = 5 < token 7
+  std::memcpy(b.data() + 12, &five, 4);
+  write_bytes(dir / "v5.bin", b);
+  EXPECT_NE(error_of(dir / "v5.bin").find("token 7 at position 0 is outside the vocabulary of 5"),
+            std::string::npos);
+  const int32_t huge = 1 << 30;
+  std::memcpy(b.data() + 12, &huge, 4);
+  write_bytes(dir / "huge.bin", b);
+  EXPECT_NE(error_of(dir / "huge.bin").find("states a vocabulary of 1073741824"),
+            std::string::npos);
+  // uint32 ids under the uint16 magic: the size disagrees with the count.
+  data::write_token_file(dir / "l.bin", ids, 70000);
+  b = read_bytes(dir / "l.bin");
+  const int32_t m16 = 20240520, v1 = 1;
+  std::memcpy(b.data(), &m16, 4);
+  std::memcpy(b.data() + 4, &v1, 4);
+  std::memset(b.data() + 12, 0, 4);
+  write_bytes(dir / "mixed.bin", b);
+  EXPECT_NE(error_of(dir / "mixed.bin").find("truncated or not a token file"), std::string::npos);
+  // A validation file of another tokenizer.
+  data::write_token_file(dir / "x_train.bin", ids, 512);
+  data::write_token_file(dir / "x_val.bin", ids, 70000);
+  EXPECT_NE(error_of(dir / "x_train.bin").find("differ; tokenize both with the same tokenizer"),
+            std::string::npos);
 }
 
 }  // namespace

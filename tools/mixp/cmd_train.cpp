@@ -13,6 +13,7 @@
 #include "mixp/dist/process_group.h"
 #include "mixp/amp/policy.h"
 #include "mixp/data/text_corpus.h"
+#include "mixp/data/token_file.h"
 #include "mixp/nn/models.h"
 #include "mixp/study/memory_check.h"
 #include "mixp/train/checkpoint.h"
@@ -67,6 +68,10 @@ std::string distributed_text(const train::TrainResult& r) {
 // not GPT-2's tokens: said, since nothing else would show it.
 std::string vocabulary_note(const train::TrainConfig& c, int64_t vocab) {
   if (!nn::is_gpt2_model(c.model.name) || vocab <= 0 || vocab == nn::kGpt2Vocab) return "";
+  if (data::is_token_file(c.data)) {
+    return fmt::format(" (vocabulary {} of the token file's tokenizer, not GPT-2's {})", vocab,
+                       nn::kGpt2Vocab);
+  }
   const bool fortunes = c.data.empty() || c.data == data::kDefaultCorpusDir;
   return fmt::format(" (vocabulary {} from {}: not GPT-2's {}; --data takes a GPT-2 token file)",
                      vocab, fortunes ? std::string("the fortunes corpus") : c.data,

@@ -100,6 +100,11 @@ class TextCorpus {
   int64_t train_size_ = 0;
 };
 
+// The files a corpus FILE|DIR is read from, in order, by the rules above (a file: itself; a folder:
+// its top-level text files in byte-wise name order). Shared with `mixp tokenize` (tokenizer.h).
+// Throws DataError for a missing path or a folder without text files.
+std::vector<std::filesystem::path> text_corpus_files(const std::filesystem::path& file_or_dir);
+
 // Text with learnable structure for tests: sentences "<subject> <verb> <object>.\n" from small
 // fixed word lists chosen by a seeded generator, so a model can learn spelling (most characters
 // follow deterministically from the previous ones) and grammar. Exactly `length` bytes.
