@@ -79,7 +79,9 @@ if(MIXP_PYTHON_BUILT)
   set(MIXP_PYTHON_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages"
       CACHE STRING "Where `cmake --install` puts the mixp Python package, relative to the prefix")
   file(RELATIVE_PATH mixp_py_rpath "/p/${MIXP_PYTHON_INSTALL_DIR}/mixp" "/p/${CMAKE_INSTALL_LIBDIR}")
-  set_target_properties(mixp_python PROPERTIES INSTALL_RPATH "$ORIGIN;$ORIGIN/${mixp_py_rpath}")
+  # $ORIGIN first in both: python/setup.py ships libmixp.so.0 next to the extension.
+  set_target_properties(mixp_python PROPERTIES INSTALL_RPATH "$ORIGIN;$ORIGIN/${mixp_py_rpath}"
+    BUILD_RPATH "$ORIGIN")
   install(TARGETS mixp_python LIBRARY DESTINATION "${MIXP_PYTHON_INSTALL_DIR}/mixp")
   install(FILES ${mixp_py_files} DESTINATION "${MIXP_PYTHON_INSTALL_DIR}/mixp")
 endif()
