@@ -7,6 +7,8 @@
 
 `mixp.torch` (fake quantization of PyTorch tensors) is imported on demand: `import mixp.torch`.
 """
-from ._formats import Quantized, dequantize, describe, formats, quantize, round  # noqa: A004
+from ._formats import (Quantized, decode, dequantize, describe, encode, formats,  # noqa: A004
+                       quantize, round)
 
-__all__ = ["Quantized", "dequantize", "describe", "formats", "quantize", "round"]
+__all__ = ["Quantized", "decode", "dequantize", "describe", "encode", "formats", "quantize",
+           "round"]

@@ -57,6 +57,22 @@ def round(x, fmt, rounding="nearest", saturate=False, seed=0):  # noqa: A001 (nu
     return out
 
 
+def encode(x, fmt, rounding="nearest", saturate=False, seed=0):
+    """The element codes of x in an element-wise format (the bits mixp.round's values have):
+    uint16 for bf16/fp16 (view as ml_dtypes.bfloat16 / np.float16), uint8 for fp8_e4m3 /
+    fp8_e5m2 (ml_dtypes.float8_e4m3fn / float8_e5m2) and for fp6/fp4 in the low bits
+    (ml_dtypes.float6_e2m3fn, float6_e3m2fn, float4_e2m1fn), uint32 for tf32/fp32."""
+    return _mixp.encode(_as_float32(x), _check_str("fmt", fmt), _check_str("rounding", rounding),
+                        bool(saturate), _check_seed(seed))
+
+
+def decode(codes, fmt):
+    """float32 values of element codes laid out as encode returns them."""
+    if isinstance(codes, (str, bytes)) or codes is None:
+        raise ValueError(f"codes must be an array of unsigned integers, not {type(codes).__name__}")
+    return _mixp.decode(np.asarray(codes), _check_str("fmt", fmt))
+
+
 @dataclass
 class Quantized:
     """A block-quantized tensor: `codes` (packed element bits, uint8; int8 for the int8 schemes)

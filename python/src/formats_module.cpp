@@ -110,6 +110,71 @@ py::array_t<float> round_array(const FloatArray& x, const std::string& fmt,
   return out;
 }
 
+// The element codes of x in `t`, one per element: uint16 for bf16/fp16, uint32 for tf32/fp32,
+// uint8 for fp8 and (low bits of a byte, as ml_dtypes holds them) fp6/fp4.
+py::array encode_array(const FloatArray& x, const std::string& fmt, const std::string& rounding,
+                       bool saturate, uint64_t seed) {
+  const DType t = parse_dtype(fmt);
+  if (!traits(t).is_float() || t == DType::fp64) {
+    throw std::invalid_argument("encode: '" + fmt + "' is not an element-wise floating format");
+  }
+  const ConvertOptions opt{parse_rounding(rounding),
+                           saturate ? Overflow::saturate : Overflow::ieee, seed, 0};
+  const auto shape = x.request().shape;
+  const int bytes = traits(t).bits >= 32 ? 4 : traits(t).bits == 16 ? 2 : 1;
+  py::array out = bytes == 4   ? py::array(py::array_t<uint32_t>(shape))
+                  : bytes == 2 ? py::array(py::array_t<uint16_t>(shape))
+                               : py::array(py::array_t<uint8_t>(shape));
+  void* dst = out.mutable_data();
+  const auto n = static_cast<size_t>(x.size());
+  const float* src = x.data();
+  {
+    py::gil_scoped_release nogil;
+    if (is_elementwise_float(t)) {
+      convert_f32_to(t, std::span<const float>(src, n), dst, opt);
+    } else {
+      const FloatFormat f = traits(t).float_format();
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t rb = opt.round == Round::stochastic ? sr_bits(seed, i) : 0;
+        d[i] = static_cast<uint8_t>(encode_float(f, src[i], opt.round, opt.overflow, rb, nullptr));
+      }
+    }
+  }
+  return out;
+}
+
+// The exact float32 values of element codes (encode's layout).
+py::array_t<float> decode_array(const py::array& codes, const std::string& fmt) {
+  const DType t = parse_dtype(fmt);
+  if (!traits(t).is_float() || t == DType::fp64) {
+    throw std::invalid_argument("decode: '" + fmt + "' is not an element-wise floating format");
+  }
+  const int bytes = traits(t).bits >= 32 ? 4 : traits(t).bits == 16 ? 2 : 1;
+  if (codes.itemsize() != bytes || codes.dtype().kind() == 'f' || codes.dtype().kind() == 'c') {
+    throw std::invalid_argument("decode: " + fmt + " codes are unsigned integers of " +
+                                std::to_string(bytes) + " byte(s), as mixp.encode returns them");
+  }
+  const py::array c = py::array::ensure(codes, py::array::c_style);
+  if (!c) throw std::invalid_argument("decode: codes must be an array");
+  py::array_t<float> out(std::vector<py::ssize_t>(c.shape(), c.shape() + c.ndim()));
+  const auto n = static_cast<size_t>(c.size());
+  const void* src = c.data();
+  float* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    if (is_elementwise_float(t)) {
+      convert_to_f32(t, src, std::span<float>(dst, n));
+    } else {
+      const FloatFormat f = traits(t).float_format();
+      const uint32_t mask = (1U << traits(t).bits) - 1;
+      for (size_t i = 0; i < n; ++i)
+        dst[i] = static_cast<float>(decode_float(f, static_cast<const uint8_t*>(src)[i] & mask));
+    }
+  }
+  return out;
+}
+
 template <class T>
 py::array_t<uint8_t> bytes_array(const std::vector<T>& v) {
   py::array_t<uint8_t> a(static_cast<py::ssize_t>(v.size() * sizeof(T)));
@@ -324,6 +389,9 @@ void translate_error(std::exception_ptr p) {
 void bind_formats(py::module_& m) {
   m.def("round", &round_array, py::arg("x"), py::arg("fmt"), py::arg("rounding"),
         py::arg("saturate"), py::arg("seed"));
+  m.def("encode", &encode_array, py::arg("x"), py::arg("fmt"), py::arg("rounding"),
+        py::arg("saturate"), py::arg("seed"));
+  m.def("decode", &decode_array, py::arg("codes"), py::arg("fmt"));
   m.def("quantize", &quantize_array, py::arg("x"), py::arg("scheme"), py::arg("block_size"),
         py::arg("rounding"), py::arg("seed"));
   m.def("dequantize", &dequantize_array, py::arg("scheme"), py::arg("shape"),

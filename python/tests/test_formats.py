@@ -207,3 +207,32 @@ def test_bad_arguments_raise_with_mixp_messages():
         mixp.quantize(np.float32([1, np.nan]), "int8")
     with pytest.raises(ValueError):
         mixp.quantize(x, "mxfp4", block_size=3)
+
+
+@pytest.mark.parametrize("fmt", sorted(FLOATS))
+def test_encode_decode_codes(fmt):
+    x = sample(20_000)
+    if FLOATS[fmt][3] == "finite":  # no NaN code: NaN encodes as +0 (float_codec.h)
+        x = x[~np.isnan(x)]
+    codes = mixp.encode(x, fmt)
+    same_bits(mixp.decode(codes, fmt), mixp.round(x, fmt))
+    # the codes are the ones describe (the CLI's `mixp formats`) prints, for a few values
+    for v in (np.pi, -0.1, 448.0, 1e-3, 5.0):
+        want = int(mixp.describe(v, fmt)["bits"], 16)
+        if fmt == "fp32" or float(np.float32(v)) == v:
+            assert int(mixp.encode(np.float32(v), fmt)) == want, (fmt, v)
+    # pi: fp8 E4M3 0|1000|101 (3.25), E5M2 0|10000|10 (3.0), E2M3 0|10|101 (3.25),
+    # E3M2 0|100|10 (3.0), E2M1 0|10|1 (3.0)
+    known = {"bf16": 0x4049, "fp16": 0x4248, "fp8_e4m3": 0x45, "fp8_e5m2": 0x42,
+             "fp6_e2m3": 0x15, "fp6_e3m2": 0x12, "fp4_e2m1": 0x5, "tf32": 0x40490000,
+             "fp32": 0x40490FDB}
+    assert int(mixp.encode(np.float32(np.pi), fmt)) == known[fmt]
+
+
+def test_encode_layout_equals_numpy_float16_and_torch_bf16():
+    x = sample(20_000)
+    x = x[np.isfinite(x) & (np.abs(x) < 65504)]
+    np.testing.assert_array_equal(mixp.encode(x, "fp16"), x.astype(np.float16).view(np.uint16))
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(mixp.encode(x, "bf16"), t)

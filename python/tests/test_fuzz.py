@@ -20,7 +20,7 @@ def good_array(rng):
 def bad_call(rng):
     """One call with exactly one argument made invalid."""
     x = good_array(rng)
-    kind = rng.integers(0, 9)
+    kind = rng.integers(0, 11)
     pick = lambda seq: seq[rng.integers(0, len(seq))]  # noqa: E731
     if kind == 0:
         return lambda: mixp.round(x, pick(BAD_STRINGS + ["nf4", "int8", "fp64", "e8m0"]))
@@ -60,6 +60,14 @@ def bad_call(rng):
         else:
             q.element = pick(BAD_STRINGS)
         return lambda: mixp.dequantize(q)
+    if kind == 9:
+        return lambda: mixp.encode(x, pick(BAD_STRINGS + ["nf4", "int8", "fp64", "e8m0"]))
+    if kind == 10:
+        fmt = pick(["bf16", "fp16", "fp8_e4m3", "fp4_e2m1", "tf32"])
+        bad = pick([np.zeros(3, np.float32), np.zeros(3, np.int64), np.zeros(3, np.complex64),
+                    "abc", None, np.zeros(3, np.uint8) if fmt in ("bf16", "fp16", "tf32") else
+                    np.zeros(3, np.uint16)])
+        return lambda: mixp.decode(bad, fmt)
     return lambda: mixp.describe(pick(["abc", "1e", "0x", None, [1], object(), "--1"]),
                                  pick([None, "bf16"]))
 
