@@ -17,5 +17,5 @@ Round parse_rounding(const std::string& s);
 std::vector<int64_t> shape_of(const pybind11::array& a);
 
 void bind_formats(pybind11::module_& m);  // formats_module.cpp
-void bind_fp8(pybind11::module_& m);      // fp8_module.cpp
+void bind_engine(pybind11::module_& m);      // engine_module.cpp
 }  // namespace mixp::python

@@ -376,8 +376,10 @@ void translate_error(std::exception_ptr p) {
   } catch (const std::bad_alloc&) {
     PyErr_SetString(PyExc_MemoryError, "out of memory");
   } catch (const std::runtime_error& e) {
-    // mixp's file errors carry strerror's text (io/atomic_file.h IoError, data/error.h).
-    const bool missing = std::strstr(e.what(), std::strerror(ENOENT)) != nullptr;
+    // mixp's file errors carry strerror's text (io/atomic_file.h IoError, data/error.h) or say
+    // "... does not exist" (a missing data folder, src/data/).
+    const bool missing = std::strstr(e.what(), std::strerror(ENOENT)) != nullptr ||
+                         std::strstr(e.what(), "does not exist") != nullptr;
     PyErr_SetString(missing ? PyExc_FileNotFoundError : PyExc_RuntimeError, e.what());
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
@@ -414,5 +416,5 @@ void bind_formats(py::module_& m) {
 PYBIND11_MODULE(_mixp, m) {
   m.doc() = "mixp's C++ core (docs/python.md); use the `mixp` package, not this module";
   mixp::python::bind_formats(m);
-  mixp::python::bind_fp8(m);
+  mixp::python::bind_engine(m);
 }

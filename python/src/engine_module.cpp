@@ -1,4 +1,7 @@
-// mixp's FP8 pieces for `mixp.torch` (python/mixp/torch.py, docs/python.md): the per-tensor cast
+// The engine side of `mixp._mixp` (docs/python.md): training runs for mixp.train (the library calls
+// `mixp train` makes: train::config_from_json -> train::Trainer -> fit -> result_to_json, so the
+// dict is the one --json prints), and mixp's FP8 pieces for `mixp.torch` (python/mixp/torch.py):
+// the per-tensor cast
 // of include/mixp/amp/fp8_quantize.h, TE's delayed-scaling state machine (amp::Fp8ScalingState,
 // fp8_scaling.h) and, to check the PyTorch side against, mixp's own FP8 linear layer
 // (amp::fp8_linear, fp8_linear.h). Nothing is re-implemented here: the fake quantization of a
@@ -22,6 +25,9 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/dtype.h"
+#include "mixp/train/callbacks.h"
+#include "mixp/train/train_config.h"
+#include "mixp/train/trainer.h"
 
 namespace py = pybind11;
 
@@ -105,9 +111,61 @@ py::array_t<float> fp8_linear_forward(const FloatArray& x, const FloatArray& w,
   return out;
 }
 
+// Calls a Python function after every optimizer step with the step's numbers (StepInfo). The
+// training loop runs without the GIL; the callback takes it for the call. An exception raised by
+// the callback stops the run and reaches the caller of mixp.train.
+class PyProgress : public train::TrainCallback {
+ public:
+  explicit PyProgress(py::object fn) : fn_(std::move(fn)) {}
+  ~PyProgress() override {
+    py::gil_scoped_acquire gil;
+    fn_ = py::object();
+  }
+  void on_step_end(const train::StepInfo& s) override {
+    py::gil_scoped_acquire gil;
+    py::dict d;
+    d["step"] = s.step;
+    d["total_steps"] = s.total_steps;
+    d["epoch"] = s.epoch;
+    d["loss"] = s.loss;
+    d["loss_scale"] = s.loss_scale;
+    d["skipped"] = s.skipped;
+    d["grad_norm"] = s.grad_norm;
+    d["lr"] = s.lr;
+    d["ms"] = s.ms;
+    d["elapsed_s"] = s.elapsed_s;
+    fn_(d);  // a Python exception propagates as py::error_already_set
+  }
+
+ private:
+  py::object fn_;
+};
+
+// One training run from a TrainConfig as JSON (train_config.h config_to_json's keys); returns
+// result_to_json's text. Like `mixp train`, a run that did not train fails (RuntimeError).
+std::string train_run(const std::string& config_json, const py::object& progress) {
+  const train::TrainConfig c = train::config_from_json(config_json);
+  std::shared_ptr<PyProgress> cb;
+  if (!progress.is_none()) cb = std::make_shared<PyProgress>(progress);
+  train::TrainResult r;
+  {
+    py::gil_scoped_release nogil;
+    train::Trainer trainer(c);
+    if (cb) trainer.add_callback(cb);
+    r = trainer.fit();
+  }
+  if (!r.trained) throw std::runtime_error(r.not_trained);
+  return train::result_to_json(r, -1);
+}
+
 }  // namespace
 
-void bind_fp8(py::module_& m) {
+void bind_engine(py::module_& m) {
+  m.def("train", &train_run, py::arg("config_json"), py::arg("progress"));
+  m.def("default_train_config", [] {
+    static const train::TrainConfig defaults;  // a named object: GCC 12 misreads the temporary
+    return train::config_to_json(defaults);
+  });
   m.def("fp8_cast", &fp8_cast, py::arg("x"), py::arg("fmt"), py::arg("scale"));
   m.def("fp8_amax", [](const FloatArray& x) {
     py::gil_scoped_release nogil;
