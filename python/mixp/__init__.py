@@ -7,9 +7,9 @@
 
 `mixp.torch` (fake quantization of PyTorch tensors) is imported on demand: `import mixp.torch`.
 """
-from ._engine import train
+from ._engine import compare, train
 from ._formats import (Quantized, decode, dequantize, describe, encode, formats,  # noqa: A004
                        quantize, round)
 
 __all__ = ["Quantized", "decode", "dequantize", "describe", "encode", "formats", "quantize",
-           "round", "train"]
+           "round", "compare", "train"]

@@ -50,3 +50,26 @@ def train(model="mlp", data=None, precision="fp32", progress=None, **flags):
         raise ValueError("progress must be callable")
     cfg = _config(model, data, precision, flags)
     return json.loads(_mixp.train(json.dumps(cfg), progress))
+
+
+def compare(model="mlp", data=None, precisions=None, seeds=1, out=None, force=False,
+            timing_rounds=5, progress=None, **flags):
+    """The precision study, as `mixp compare --json` runs and prints it: the same model trained
+    in each of `precisions` (None: the CLI's default study), `seeds` seeds each; returns the dict
+    of results.json. out: a folder for results.json and report.html (None: write nothing).
+    Without steps= or epochs=, one epoch, as the CLI. progress: called with a dict per event
+    (kind run_begin / step / evaluate / run_end, run_index, run_count, precision, seed, step)."""
+    if isinstance(precisions, str):
+        precisions = [p for p in precisions.split(",") if p]
+    if precisions is not None and not all(isinstance(p, str) for p in precisions):
+        raise ValueError("precisions must be a list of names")
+    if progress is not None and not callable(progress):
+        raise ValueError("progress must be callable")
+    if "steps" in flags and "epochs" in flags:
+        raise ValueError("compare: steps and epochs both given; give one")
+    if "steps" not in flags and "epochs" not in flags:
+        flags["epochs"] = 1
+    cfg = _config(model, None if data is None else str(data), "fp32", flags)
+    return json.loads(_mixp.compare(json.dumps(cfg), list(precisions or []), seeds,
+                                    "" if out is None else str(out), bool(force),
+                                    timing_rounds, progress))

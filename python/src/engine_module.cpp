@@ -25,6 +25,8 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/dtype.h"
+#include "mixp/study/report.h"
+#include "mixp/study/study_runner.h"
 #include "mixp/train/callbacks.h"
 #include "mixp/train/train_config.h"
 #include "mixp/train/trainer.h"
@@ -111,6 +113,8 @@ py::array_t<float> fp8_linear_forward(const FloatArray& x, const FloatArray& w,
   return out;
 }
 
+py::dict step_dict(const train::StepInfo& s);
+
 // Calls a Python function after every optimizer step with the step's numbers (StepInfo). The
 // training loop runs without the GIL; the callback takes it for the call. An exception raised by
 // the callback stops the run and reaches the caller of mixp.train.
@@ -123,17 +127,7 @@ class PyProgress : public train::TrainCallback {
   }
   void on_step_end(const train::StepInfo& s) override {
     py::gil_scoped_acquire gil;
-    py::dict d;
-    d["step"] = s.step;
-    d["total_steps"] = s.total_steps;
-    d["epoch"] = s.epoch;
-    d["loss"] = s.loss;
-    d["loss_scale"] = s.loss_scale;
-    d["skipped"] = s.skipped;
-    d["grad_norm"] = s.grad_norm;
-    d["lr"] = s.lr;
-    d["ms"] = s.ms;
-    d["elapsed_s"] = s.elapsed_s;
+    py::dict d = step_dict(s);
     fn_(d);  // a Python exception propagates as py::error_already_set
   }
 
@@ -158,9 +152,73 @@ std::string train_run(const std::string& config_json, const py::object& progress
   return train::result_to_json(r, -1);
 }
 
+py::dict step_dict(const train::StepInfo& s) {
+  py::dict d;
+  d["step"] = s.step;
+  d["total_steps"] = s.total_steps;
+  d["epoch"] = s.epoch;
+  d["loss"] = s.loss;
+  d["loss_scale"] = s.loss_scale;
+  d["skipped"] = s.skipped;
+  d["grad_norm"] = s.grad_norm;
+  d["lr"] = s.lr;
+  d["ms"] = s.ms;
+  d["elapsed_s"] = s.elapsed_s;
+  return d;
+}
+
+// The precision study, as `mixp compare` runs it (tools/mixp/cmd_compare.cpp): the same checks
+// before the first run, study::run_study, and render_results_json's text (what --json prints).
+// `progress` gets run_begin / step / evaluate / run_end events as dicts.
+std::string compare_run(const std::string& base_json, const std::vector<std::string>& precisions,
+                        int seeds, const std::string& out_dir, bool force, int timing_rounds,
+                        const py::object& progress) {
+  study::StudyConfig sc;
+  sc.base = train::config_from_json(base_json);
+  sc.precisions = precisions.empty() ? study::default_study_precisions(sc.base.model.name)
+                                     : precisions;
+  if (seeds < 1) throw std::invalid_argument("seeds must be positive, got " + std::to_string(seeds));
+  if (timing_rounds < 0) throw std::invalid_argument("timing_rounds must be >= 0");
+  sc.seeds = seeds;
+  sc.out_dir = out_dir;
+  sc.force = force;
+  sc.timing_rounds = timing_rounds;
+  study::check_precisions(sc.precisions, sc.base.model.name);
+  if (!out_dir.empty()) study::check_output_dir(sc.out_dir, sc.force);
+  train::TrainConfig probe = sc.base;
+  probe.precision = sc.precisions.front();
+  (void)probe.resolved();
+  study::StudyProgress cb;
+  if (!progress.is_none()) {
+    cb = [&progress](const study::StudyEvent& e) {
+      static constexpr const char* kinds[] = {"run_begin", "step", "evaluate", "run_end"};
+      py::gil_scoped_acquire gil;
+      py::dict d;
+      d["kind"] = kinds[static_cast<int>(e.kind)];
+      d["run_index"] = e.run_index;
+      d["run_count"] = e.run_count;
+      d["precision"] = e.precision;
+      d["seed"] = e.seed;
+      if (e.step) d["step"] = step_dict(*e.step);
+      progress(d);
+    };
+  }
+  study::StudyOutcome o;
+  {
+    py::gil_scoped_release nogil;
+    o = study::run_study(sc, cb);
+  }
+  if (!o.any_finished) {
+    throw std::runtime_error("no run finished (every run diverged or failed)");
+  }
+  return study::render_results_json(o.results);
+}
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
+  m.def("compare", &compare_run, py::arg("base_json"), py::arg("precisions"), py::arg("seeds"),
+        py::arg("out_dir"), py::arg("force"), py::arg("timing_rounds"), py::arg("progress"));
   m.def("train", &train_run, py::arg("config_json"), py::arg("progress"));
   m.def("default_train_config", [] {
     static const train::TrainConfig defaults;  // a named object: GCC 12 misreads the temporary

@@ -67,3 +67,19 @@ def test_train_errors():
 
     with pytest.raises(KeyError, match="stop here"):
         mixp.train("mlp", data="synthetic", steps=3, batch=8, width=16, threads=1, progress=boom)
+
+
+def test_compare_equals_cli(tmp_path):
+    kinds = []
+    flags = dict(steps=4, batch=16, threads=1)  # mixp compare has no --width
+    r = mixp.compare("mlp", data="synthetic", precisions=["fp32", "bf16"], timing_rounds=0,
+                     progress=lambda e: kinds.append(e["kind"]), **flags)
+    cli = run_cli("compare", "--model", "mlp", "--data", "synthetic", "--precisions", "fp32,bf16",
+                  "--steps", "4", "--batch", "16", "--threads", "1",
+                  "--out", str(tmp_path / "study"))
+    assert set(r) == set(cli)
+    assert [(x["precision"], x["final_loss"], x["test_accuracy"]) for x in r["runs"]] == \
+           [(x["precision"], x["final_loss"], x["test_accuracy"]) for x in cli["runs"]]
+    assert kinds.count("run_begin") == 2 and kinds.count("step") == 8 and kinds[-1] == "run_end"
+    with pytest.raises(ValueError):
+        mixp.compare("mlp", data="synthetic", precisions=["bf17"], steps=1)
