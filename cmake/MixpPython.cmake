@@ -29,7 +29,11 @@ function(mixp_pick_python out)
 endfunction()
 
 set(MIXP_PYTHON_BUILT OFF)
-if(NOT MIXP_PYTHON STREQUAL "OFF")
+# Under MIXP_SANITIZE the extension would carry the ASan runtime, which a plain python3 cannot
+# load ("ASan runtime does not come first"): the sanitizer build skips the module.
+if(MIXP_SANITIZE AND NOT MIXP_PYTHON STREQUAL "OFF")
+  message(STATUS "mixp: Python module not built under MIXP_SANITIZE (python3 cannot load the ASan runtime)")
+elseif(NOT MIXP_PYTHON STREQUAL "OFF")
   mixp_pick_python(mixp_python_exe)
   if(mixp_python_exe)
     set(Python3_EXECUTABLE "${mixp_python_exe}" CACHE FILEPATH "Python interpreter for the mixp module")
@@ -96,7 +100,7 @@ if(MIXP_BUILD_TESTS)
       ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;MIXP_CLI=$<TARGET_FILE:mixp_cli>;PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=2")
   else()
     add_test(NAME python COMMAND ${CMAKE_COMMAND} -E echo
-             "SKIPPED: the mixp Python module was not built (MIXP_PYTHON=${MIXP_PYTHON}; needs pybind11-dev and python3-dev)")
+             "SKIPPED: the mixp Python module was not built (MIXP_PYTHON=${MIXP_PYTHON}, MIXP_SANITIZE=${MIXP_SANITIZE}; needs pybind11-dev and python3-dev, and no sanitizer)")
     set_tests_properties(python PROPERTIES LABELS python)
   endif()
 endif()
