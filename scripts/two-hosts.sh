@@ -41,7 +41,14 @@ ns_of() { [[ $1 == a ]] && echo "$NS_A" || echo "$NS_B"; }
 is_up() { [[ -f $DIR/agent ]] && holder_alive a && holder_alive b; }
 
 down() {
-  local h pid
+  local h pid ns
+  # Whatever still runs on the hosts (ranks, OpenMPI's daemons) ends first, by process id.
+  for ns in "$NS_A" "$NS_B"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      [[ $pid == $(cat "$DIR/a.pid" 2>/dev/null) || $pid == $(cat "$DIR/b.pid" 2>/dev/null) ]] ||
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+  done
   for h in a b; do
     pid=$(cat "$DIR/$h.pid" 2>/dev/null || true)
     if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
@@ -130,7 +137,7 @@ case $cmd in
     is_up || die "not up (scripts/two-hosts.sh up)"
     h=$1
     shift
-    exec nsenter -t "$(cat "$DIR/$h.pid")" --net --uts --mount -- "$@"
+    exec nsenter -t "$(cat "$DIR/$h.pid")" --net --uts --mount --wd="$PWD" -- "$@"
     ;;
   status)
     if is_up; then
