@@ -183,9 +183,9 @@ TEST(TwoHosts, AKilledHostEndsTheRunNamingIt) {
   }
 }
 
-// A checkpoint written on two hosts resumes on one host (the same 2 ranks) bit-identically to an
-// uninterrupted run.
-TEST(TwoHosts, ACheckpointFromTwoHostsResumesOnOne) {
+// A checkpoint written on two hosts resumes on one host (the same 2 ranks), and the reverse,
+// bit-identically to an uninterrupted run.
+TEST(TwoHosts, CheckpointsMoveBetweenOneAndTwoHosts) {
   MIXP_NEED_TWO_HOSTS(h);
   TempDir dir;
   const std::string ck = (dir / "ck").string();
@@ -198,6 +198,14 @@ TEST(TwoHosts, ACheckpointFromTwoHostsResumesOnOne) {
       run_mpi(2, kGpt + "--steps 4 --batch 4 --save '" + (dir / "straight").string() + "'");
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_TRUE(same_weights(dir / "resumed", dir / "straight"));
+  // The reverse: written on one host, resumed on two.
+  const std::string ck1 = (dir / "ck1").string();
+  const CliResult d = run_mpi(2, kGpt + "--steps 2 --batch 4 --save '" + ck1 + "'");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const CliResult e = h.run(1, "train --resume '" + ck1 + "' --steps 4 --batch 4 --no-eval " +
+                                   "--threads 1 --save '" + (dir / "resumed2").string() + "'");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_TRUE(same_weights(dir / "resumed2", dir / "straight"));
 }
 
 }  // namespace
