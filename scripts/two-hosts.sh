@@ -116,9 +116,12 @@ EOF
 
 # --bind-to none: each host would bind its first rank to core 0, and both hosts' ranks would
 # share one core of this machine. TCP only on the veth subnet (as btl_tcp_if_include on real
-# machines); vader (shared memory) between the ranks of one host.
+# machines); vader (shared memory) between the ranks of one host. TCP keepalive on the daemons'
+# channel (probes after 2 s idle, 1 s apart, 2 lost = gone): a cut link then ends the run in
+# seconds ("ORTE has lost communication with a remote daemon ... on node 198.18.0.2"); with
+# OpenMPI's default (300 s) mpirun hung after the surviving rank's --comm-timeout fired.
 mpirun_options() {
-  echo "--mca plm_rsh_agent $DIR/agent --mca btl self,vader,tcp --mca btl_tcp_if_include $SUBNET --mca oob_tcp_if_include $SUBNET --bind-to none"
+  echo "--mca plm_rsh_agent $DIR/agent --mca btl self,vader,tcp --mca btl_tcp_if_include $SUBNET --mca oob_tcp_if_include $SUBNET --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 2 --bind-to none"
 }
 
 cmd=${1:-}
