@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <set>
+#include <cstdlib>
 #include <span>
 #include <string>
 #include <nlohmann/json.hpp>
@@ -114,16 +114,39 @@ double DataParallel::sharded_grad_norm(std::span<const Tensor> params,
 }
 
 int DataParallel::count_hosts() {
+  return int(ranks_per_host().size());
+}
+
+std::vector<std::pair<std::string, int>> DataParallel::ranks_per_host() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) name.fill('\0');
   name.back() = '\0';  // a name cut at the buffer's end is not terminated
   std::vector<std::byte> all(name.size() * size_t(size()));
   group_.allgather(std::as_bytes(std::span<const char>(name)), all);
-  std::set<std::string> hosts;
+  std::vector<std::pair<std::string, int>> hosts;
   for (size_t r = 0; r < size_t(size()); ++r) {
-    hosts.insert(std::string(reinterpret_cast<const char*>(all.data() + r * name.size())));
+    const std::string h(reinterpret_cast<const char*>(all.data() + r * name.size()));
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
+    if (it == hosts.end()) {
+      hosts.emplace_back(h, 1);
+    } else {
+      ++it->second;
+    }
   }
-  return int(hosts.size());
+  return hosts;
+}
+
+std::string DataParallel::shared_memory_off_reason(int hosts) const {
+  if (shared_memory_reduction() || size() <= 1) return "";
+  // The shared-memory reduction needs every rank to map every other rank's region
+  // (src/dist/mpi_group.cpp, init_shared_memory): with ranks on several hosts it is off for all
+  // of them, and MPI carries every byte -- between the ranks of one host over its own
+  // shared-memory transport (vader), across hosts over TCP.
+  if (hosts > 1) return fmt::format("ranks on {} hosts: MPI carries the gradients", hosts);
+  if (opts_.grad_comm == dist::GradComm::bf16_ring) return "bf16-ring runs over MPI";
+  const char* env = std::getenv("MIXP_SHARED_MEMORY");
+  if (env && std::string(env) == "0") return "MIXP_SHARED_MEMORY=0";
+  return "the ranks could not map shared memory (/dev/shm)";
 }
 
 void DataParallel::check_same_config(const std::string& config_json) {

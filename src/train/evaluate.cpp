@@ -349,6 +349,12 @@ std::string result_to_json(const TrainResult& r, int indent) {
   if (r.ranks > 1) {
     j["ranks"] = r.ranks;
     j["hosts"] = r.hosts;
+    auto per_host = nlohmann::json::array();
+    for (const auto& [host, n] : r.ranks_per_host) per_host.push_back({{"host", host}, {"ranks", n}});
+    j["ranks_per_host"] = per_host;
+    j["threads_per_rank"] = r.threads;
+    j["shared_memory"] = r.shared_memory;
+    if (!r.shared_memory) j["shared_memory_note"] = r.shared_memory_note;
     j["global_batch"] = r.batch * r.ranks;
     j["grad_comm"] = r.grad_comm;
     j["comm_bytes_per_step"] = r.comm_bytes_per_step;

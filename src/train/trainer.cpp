@@ -472,7 +472,10 @@ TrainResult Trainer::fit() {
   r.losses = s.losses;
   if (s.dp) {
     r.ranks = s.dp->size();
-    r.hosts = s.dp->count_hosts();
+    r.ranks_per_host = s.dp->ranks_per_host();
+    r.hosts = int(r.ranks_per_host.size());
+    r.shared_memory = s.dp->shared_memory_reduction();
+    if (!r.shared_memory) r.shared_memory_note = s.dp->shared_memory_off_reason(r.hosts);
     r.grad_comm = s.cfg.grad_comm;
     r.zero = s.cfg.zero;
     r.comm_buckets = s.dp->buckets();

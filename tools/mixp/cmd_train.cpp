@@ -102,6 +102,19 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int
   if (r.tokens_per_s > 0) std::cout << fmt::format(", {:.0f} tokens/s", r.tokens_per_s);
   std::cout << fmt::format(", {:.1f} s training on {} thread{}{}\n", r.train_time_s, r.threads,
                            r.threads == 1 ? "" : "s", r.ranks > 1 ? " per rank" : "");
+  if (r.ranks > 1) {
+    // Where the ranks ran and how the gradients travelled (docs/distributed.md).
+    std::string hosts;
+    for (const auto& [host, n] : r.ranks_per_host) {
+      hosts += fmt::format("{}{} x {}", hosts.empty() ? "" : ", ", host, n);
+    }
+    std::cout << fmt::format(
+        "ranks:     {} on {} host{} ({}), {} thread{} per rank, gradients {} on the wire, "
+        "shared-memory reduction {}, {} sent per step per rank\n",
+        r.ranks, r.hosts, r.hosts == 1 ? "" : "s", hosts, r.threads, r.threads == 1 ? "" : "s",
+        r.grad_comm, r.shared_memory ? "on" : "off (" + r.shared_memory_note + ")",
+        human_bytes(r.comm_bytes_per_step));
+  }
   std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
                            human_bytes(double(r.peak_memory_bytes)),
                            human_bytes(double(r.peak_rss_bytes)));

@@ -14,6 +14,7 @@
 //     and the gradient-sync stage (callbacks.h) waits for the rest;
 //   - every `check_replicas` steps, a checksum of every parameter is compared across ranks.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -65,6 +66,9 @@ class DataParallel {
 
   // How many distinct host names (gethostname) the ranks run on; collective: every rank calls it.
   int count_hosts();
+  // Each host name (gethostname) with its number of ranks, in order of its first rank;
+  // collective: every rank calls it.
+  std::vector<std::pair<std::string, int>> ranks_per_host();
   // Throws ConfigError on every rank when a rank's `config_json` differs from rank 0's; the
   // message names the first differing fields and the ranks.
   void check_same_config(const std::string& config_json);
@@ -87,6 +91,15 @@ class DataParallel {
   // Buckets per step, and how many of the last step's were started during backward.
   int buckets() const { return int(buckets_.size()); }
   int buckets_started_in_backward() const { return started_in_backward_; }
+  // Whether the gradient reductions go through memory the ranks map (grad_reduce.h), rather than
+  // the transport; the same on every rank (map_shared agrees on it).
+  bool shared_memory_reduction() const {
+    return std::any_of(buckets_.begin(), buckets_.end(),
+                       [](const Bucket& b) { return b.shared != nullptr; });
+  }
+  // Why the reductions do not use shared memory (for the run's summary), given the number of
+  // hosts the ranks run on; "" when they do.
+  std::string shared_memory_off_reason(int hosts) const;
   // ZeRO stage 1: which rank owns (keeps the optimizer state of, and updates) each of `params`.
   // Whole parameters, balanced by size (largest first, to the least-loaded rank), the same on
   // every rank.

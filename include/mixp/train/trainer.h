@@ -142,6 +142,12 @@ struct TrainResult {
   int zero = 0;                     // ZeRO stage (0, 1 or 2)
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (moments, master weights)
   int hosts = 1;                      // distinct host names among the ranks
+  // Each host name with its number of ranks (in order of its first rank).
+  std::vector<std::pair<std::string, int>> ranks_per_host;
+  // Whether the gradient reductions went through memory the ranks map (grad_reduce.h) rather
+  // than MPI: only when every rank runs on one host (docs/distributed.md, "Shared memory").
+  bool shared_memory = false;
+  std::string shared_memory_note;  // when off: why
   // Whether the run trained (docs/train.md "When a run did not train"): false when the loss of
   // this run's last step or the evaluation loss is not finite, or the loss scaler skipped more
   // than half of this run's optimizer steps. The one rule behind `mixp train`'s exit code 1 and
