@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "mixp/amp/fp8_linear.h"
+#include "mixp/io/safetensors.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/lora.h"
 #include "mixp/optim/optimizer.h"
@@ -80,6 +82,48 @@ TEST(LoraTrain, CliRefusesAPatternThatMatchesNothing) {
       "train --model gpt --data synthetic --steps 1 --lora r=4,alpha=0,targets=qkv");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("alpha=0 must be > 0"), std::string::npos) << bad.err;
+}
+
+// --lora-out and the checkpoint write PEFT's files; --lora-from starts from them; `mixp convert`
+// of the LoRA checkpoint's model merges the adapters into the base (the hf layout has no place
+// for them).
+TEST(LoraTrain, CliWritesLoadsAndMergesAdapters) {
+  testing::TempDir dir;
+  const std::string ck = (dir / "ck").string(), ad = (dir / "ad").string();
+  const std::string model =
+      "train --model gpt2 --width 32 --layers 1 --heads 2 --context 16 --data synthetic "
+      "--train-limit 5000 --threads 1 --no-eval --lr 0.01 ";
+  auto r = testing::run_cli(model + "--steps 3 --lora r=2,alpha=4,targets=qkv,mlp.fc --save '" +
+                            ck + "' --lora-out '" + ad + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string& d : {ck, ad}) {
+    EXPECT_TRUE(std::filesystem::exists(d + "/adapter_model.safetensors")) << d;
+    EXPECT_TRUE(std::filesystem::exists(d + "/adapter_config.json")) << d;
+  }
+  r = testing::run_cli(model + "--steps 1 --json --lora-from '" + ad + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_cli(model + "--steps 1 --lora r=2,targets=qkv --lora-from '" + ad + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--lora and --lora-from both given"), std::string::npos) << r.err;
+  const std::string merged = (dir / "merged.safetensors").string();
+  r = testing::run_cli("convert '" + ck + "/model.safetensors' -o '" + merged + "' --layout hf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SafeTensorsFile m = read_safetensors(merged);
+  for (const auto& t : m.tensors) EXPECT_EQ(t.name.find("lora"), std::string::npos) << t.name;
+  // The merged c_attn ([in, out], Conv1D) is not the frozen base's: B A was added.
+  const SafeTensorsFile c = read_safetensors(ck + "/model.safetensors");
+  const SafeTensor* base = c.find("blocks.0.attn.qkv.weight");
+  const SafeTensor* got = m.find("h.0.attn.c_attn.weight");
+  ASSERT_TRUE(base && got);
+  ASSERT_EQ(base->dtype, DType::fp32);
+  ASSERT_EQ(got->dtype, DType::fp32);
+  const auto* w = reinterpret_cast<const float*>(base->data.data());
+  const auto* g = reinterpret_cast<const float*>(got->data.data());
+  double diff = 0;
+  for (int64_t o = 0; o < 96; ++o)
+    for (int64_t i = 0; i < 32; ++i) diff = std::max(diff, double(std::fabs(w[o * 32 + i] - g[i * 96 + o])));
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.5);
 }
 
 }  // namespace
