@@ -73,36 +73,29 @@ double LoraOptions::scaling() const {
 LoraOptions LoraOptions::parse(std::string_view spec) {
   LoraOptions o;
   bool have_r = false, have_alpha = false;
-  size_t pos = 0;
-  while (pos < spec.size()) {
+  std::vector<std::string_view> items;
+  for (size_t pos = 0; pos <= spec.size();) {
     size_t comma = spec.find(',', pos);
     if (comma == std::string_view::npos) comma = spec.size();
-    const std::string_view item = spec.substr(pos, comma - pos);
+    items.push_back(spec.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string_view item = items[i];
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) bad(fmt::format("'{}' is not key=value", item));
     const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "targets") {
-      // The patterns: this value and every following comma-separated item without '='.
-      std::string_view rest = spec.substr(pos + eq + 1);
-      size_t p = 0;
-      while (p <= rest.size()) {
-        size_t c = rest.find(',', p);
-        if (c == std::string_view::npos) c = rest.size();
-        const std::string_view pat = rest.substr(p, c - p);
-        if (pat.find('=') != std::string_view::npos) {
-          pos = pos + eq + 1 + p;
-          goto next_key;
-        }
+      // This value and every following item without '=' are patterns.
+      for (std::string_view pat = value;; pat = items[++i]) {
         if (pat.empty()) bad("targets has an empty pattern");
         o.targets.emplace_back(pat);
-        p = c + 1;
+        if (i + 1 >= items.size() || items[i + 1].find('=') != std::string_view::npos) break;
       }
-      pos = spec.size();
-      continue;
-    }
-    if (key == "r") {
+    } else if (key == "r") {
       const double d = number(key, value);
-      if (d != std::floor(d) || d < 1 || d > 1e6) bad(fmt::format("r={} must be an integer >= 1", value));
+      if (d != std::floor(d) || d < 1 || d > 1e6)
+        bad(fmt::format("r={} must be an integer >= 1", value));
       o.r = int64_t(d);
       have_r = true;
     } else if (key == "alpha") {
@@ -111,7 +104,8 @@ LoraOptions LoraOptions::parse(std::string_view spec) {
       have_alpha = true;
     } else if (key == "dropout") {
       o.dropout = number(key, value);
-      if (!(o.dropout >= 0 && o.dropout < 1)) bad(fmt::format("dropout={} must be in [0, 1)", value));
+      if (!(o.dropout >= 0 && o.dropout < 1))
+        bad(fmt::format("dropout={} must be in [0, 1)", value));
     } else if (key == "rslora") {
       if (value != "0" && value != "1" && value != "true" && value != "false")
         bad(fmt::format("rslora={} must be true or false", value));
@@ -119,9 +113,6 @@ LoraOptions LoraOptions::parse(std::string_view spec) {
     } else {
       bad(fmt::format("unknown key '{}' (keys: r, alpha, dropout, rslora, targets)", key));
     }
-    pos = comma + 1;
-    continue;
-  next_key:;
   }
   if (!have_r) bad("r is required (e.g. r=16,alpha=32,targets=qkv,proj)");
   // PEFT's LoraConfig default lora_alpha is 8 whatever r is; without alpha, scaling 1 is the

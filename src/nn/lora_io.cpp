@@ -115,7 +115,8 @@ void save_lora_adapter(Module& model, const LoraOptions& opt, const std::filesys
   j["rank_pattern"] = nlohmann::ordered_json::object();
   j["revision"] = nullptr;
   j["target_modules"] = targets;  // full paths: PEFT matches a module whose name ends with one
-  j["task_type"] = gpt2 || dynamic_cast<const Gpt*>(&model) ? "CAUSAL_LM" : nullptr;
+  j["task_type"] = dynamic_cast<const Gpt*>(&model) ? nlohmann::ordered_json("CAUSAL_LM")
+                                                   : nlohmann::ordered_json(nullptr);
   j["use_dora"] = false;
   j["use_rslora"] = opt.use_rslora;
   std::filesystem::create_directories(dir);
@@ -140,7 +141,12 @@ LoraOptions read_lora_config(Module& model, const std::filesystem::path& dir) {
     bad(file, fmt::format("peft_type is {}, not \"LORA\"", field("peft_type").dump()));
   if (j.contains("bias") && j["bias"] != "none")
     bad(file, fmt::format("bias {} is not supported (only \"none\": biases stay frozen)", j["bias"].dump()));
-  if (j.value("use_dora", false)) bad(file, "use_dora (DoRA) is not supported");
+  auto flag = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    if (!j[key].is_boolean()) bad(file, fmt::format("{} must be true or false", key));
+    return j[key].get<bool>();
+  };
+  if (flag("use_dora")) bad(file, "use_dora (DoRA) is not supported");
   for (const char* k : {"rank_pattern", "alpha_pattern"}) {
     if (j.contains(k) && !j[k].is_null() && !j[k].empty())
       bad(file, fmt::format("{} (per-layer ranks or alphas) is not supported", k));
@@ -157,7 +163,7 @@ LoraOptions read_lora_config(Module& model, const std::filesystem::path& dir) {
     o.dropout = j["lora_dropout"].get<double>();
     if (!(o.dropout >= 0 && o.dropout < 1)) bad(file, "lora_dropout must be in [0, 1)");
   }
-  o.use_rslora = j.value("use_rslora", false);
+  o.use_rslora = flag("use_rslora");
   // The adapted layers: those the weights file has matrices for (target_modules may be a regex
   // or a list of suffixes; the keys say exactly which modules were adapted).
   const std::filesystem::path wfile = dir / kWeights;

@@ -10,6 +10,7 @@
 #include "mixp/optim/adam.h"
 #include "mixp/optim/lr_schedule.h"
 #include "mixp/optim/sgd.h"
+#include "mixp/tensor/generator.h"
 #include "trainer_impl.h"
 
 namespace mixp::train::detail {

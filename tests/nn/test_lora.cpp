@@ -18,6 +18,7 @@ namespace {
 
 using testing::check_param_grads;
 using testing::to_fp64;
+using mixp::test::error_of;
 
 std::shared_ptr<Module> tiny_gpt() {
   return make_model(ModelConfig{.name = "gpt", .width = 32, .layers = 2, .heads = 2,
