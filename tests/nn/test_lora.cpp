@@ -121,6 +121,7 @@ TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
   net->add("fc", std::make_shared<Linear>(6, 10, gen, LinearOptions{.activation = Activation::gelu}));
   net->add("out", std::make_shared<Linear>(10, 4, gen));
   apply_lora(*net, LoraOptions::parse("r=3,alpha=6,targets=*"), 9);
+  ASSERT_EQ(lora_layers(*net).size(), 2u);
   to_fp64(*net);
   for (const auto& [name, l] : lora_layers(*net)) {
     NoGradGuard ng;

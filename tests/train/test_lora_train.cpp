@@ -39,8 +39,9 @@ void expect_only_adapters_train(const std::string& precision) {
     const bool adapter = name.find(".lora_") != std::string::npos;
     if (adapter) {
       ++adapters;
-      if (name.find("lora_B") != std::string::npos)
+      if (name.find("lora_B") != std::string::npos) {
         EXPECT_NE(p.to_double_vector(), before[name]) << precision << " " << name << " did not train";
+      }
     } else {
       EXPECT_EQ(p.to_double_vector(), before[name]) << precision << " " << name << " changed";
     }
