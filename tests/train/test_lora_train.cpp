@@ -64,6 +64,24 @@ TEST(LoraTrain, Bf16TrainsOnlyTheAdapters) { expect_only_adapters_train("bf16");
 TEST(LoraTrain, Fp16WithLossScalingTrainsOnlyTheAdapters) { expect_only_adapters_train("fp16"); }
 TEST(LoraTrain, Fp8BaseTrainsOnlyTheAdapters) { expect_only_adapters_train("fp8"); }
 
+// Gradient checkpointing with frozen embeddings: the blocks' adapters still get gradients
+// (nn/gpt.cpp makes the embeddings' output require grad), the same as without checkpointing.
+TEST(LoraTrain, GradientCheckpointingGivesTheSameAdapters) {
+  TrainConfig c = small_gpt("fp32");
+  c.lora = kLora;
+  c.steps = 3;
+  c.evaluate = false;
+  Trainer plain(c);
+  plain.fit();
+  c.model.checkpointing = true;
+  Trainer ck(c);
+  ck.fit();
+  const auto a = plain.model().named_parameters(), b = ck.model().named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].second.to_double_vector(), b[i].second.to_double_vector()) << a[i].first;
+}
+
 TEST(LoraTrain, ResumeIsBitIdentical) {
   TrainConfig c = small_gpt("bf16");
   c.lora = kLora;  // dropout on: its mask streams are part of the checkpoint
