@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "gpt2_weights_detail.h"
+#include "mixp/nn/lora_io.h"
 #include "mixp/nn/models.h"
 #include "mixp/nn/serialize.h"
 #include "mixp/tensor/factories.h"
@@ -250,6 +251,9 @@ Gpt2Weights read_gpt2_weights(const fs::path& path, int64_t heads) {
   w.config = config_of_header(h, layout, heads, source);
   SafeTensorsFile f = read_safetensors(path);
   if (layout == Gpt2Layout::mixp) {
+    // A LoRA run's model file: its adapters are merged into the base (W + scaling B A), which is
+    // what the other layouts, having no place for adapters, can hold (nn/lora_io.h).
+    merge_lora_tensors(f, source);
     for (const auto& [name, shape] : detail::gpt2_expected_shapes(w.config)) {
       const SafeTensor& s = require_tensor(f, name, source, "");
       if (name == "tok_emb.weight") {

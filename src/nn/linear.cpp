@@ -43,7 +43,23 @@ Tensor Linear::forward(const Tensor& x) {
         fmt::format("mixp::nn::Linear({} -> {}): input must be [..., {}], got {}", in_, out_, in_,
                     x.defined() ? x.shape().str() : "(undefined)"));
   }
-  return impl_ ? impl_(*this, x) : forward_default(x);
+  if (!branch_) return impl_ ? impl_(*this, x) : forward_default(x);
+  // With a branch the activation follows the sum: the GEMM (or its implementation) runs without
+  // it, and the activation is applied as its own op (the tanh GELU of forward_default).
+  const Activation act = act_;
+  act_ = Activation::none;
+  Tensor y;
+  try {
+    y = impl_ ? impl_(*this, x) : forward_default(x);
+  } catch (...) {
+    act_ = act;
+    throw;
+  }
+  act_ = act;
+  y = y + branch_(x);
+  if (act == Activation::relu) return relu(y);
+  if (act == Activation::gelu) return gelu(y, GeluApprox::tanh);
+  return y;
 }
 
 Tensor Linear::forward_default(const Tensor& x) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "mixp/backend/backend.h"
+#include "mixp/nn/lora_io.h"
 #include "mixp/train/recipe_registry.h"
 #include "trainer_impl.h"
 
@@ -130,7 +131,19 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
     c.model.vocab = v;
   }
   c.model = detail::resolve_model(c.model);  // explicit shape in state.json
+  if (!c.lora_from.empty() && !c.lora.empty() && training && c.resume_dir.empty()) {
+    throw ConfigError("--lora and --lora-from both given: the adapter's adapter_config.json sets r, "
+                      "alpha, dropout and the targets; give one");
+  }
   if (with_model) p.model = detail::build_model(c, *p.recipe, training && c.resume_dir.empty());
+  // The loaded adapter's options, recorded (state.json) so that a resumed run rebuilds them.
+  if (with_model && training && c.resume_dir.empty() && !c.lora_from.empty()) {
+    try {
+      c.lora = nn::read_lora_config(*p.model, c.lora_from).str();
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(e.what());
+    }
+  }
   return p;
 }
 

@@ -4,10 +4,13 @@
 
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/gpt2_weights.h"
+#include "mixp/nn/lora.h"
+#include "mixp/nn/lora_io.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/adam.h"
 #include "mixp/optim/lr_schedule.h"
 #include "mixp/optim/sgd.h"
+#include "mixp/tensor/generator.h"
 #include "trainer_impl.h"
 
 namespace mixp::train::detail {
@@ -52,6 +55,17 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
   auto model = as_config_error([&] { return nn::make_model(c.model); });
   if (with_init && !c.init_from.empty()) init_gpt2_from(*model, c);
   recipe.prepare_model(*model);
+  // After the recipe: the adapters take the dtype of the weights they adapt, and the recipe's
+  // FP8 implementation stays on the frozen base GEMMs only (nn/lora.h).
+  const uint64_t lora_seed = Generator::splitmix64(c.model.seed ^ 0x4c6f5241ULL);  // "LoRA"
+  if (with_init && !c.lora_from.empty()) {
+    as_config_error([&] {
+      nn::load_lora_adapter(*model, c.lora_from, lora_seed);
+      return 0;
+    });
+  } else if (!c.lora.empty()) {
+    as_config_error([&] { return nn::apply_lora(*model, nn::LoraOptions::parse(c.lora), lora_seed); });
+  }
   return model;
 }
 

@@ -9,6 +9,7 @@
 
 #include "mixp/data/image_dataset.h"
 #include "mixp/data/text_corpus.h"
+#include "mixp/nn/lora.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/lr_schedule.h"
 #include "trainer_impl.h"
@@ -129,6 +130,15 @@ TrainConfig TrainConfig::resolved() const {
   if (c.batch == 0) c.batch = default_batch(c.model.name);
   if (c.lr == 0) c.lr = default_lr(c.model.name);
   if (c.model.seed == 0) c.model.seed = c.seed;
+  if (!c.lora_out.empty() && c.lora.empty() && c.lora_from.empty())
+    throw ConfigError("--lora-out writes LoRA adapters: give --lora or --lora-from too");
+  if (!c.lora.empty()) {
+    try {
+      c.lora = nn::LoraOptions::parse(c.lora).str();  // canonical, as state.json records it
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(e.what());
+    }
+  }
   if (c.data.empty()) {
     c.data = is_language_model(c.model.name) ? data::kDefaultCorpusDir : kFashionMnistData;
   }
@@ -192,6 +202,9 @@ std::string config_to_json(const TrainConfig& c) {
   if (c.zero != d.zero) j["zero"] = c.zero;
   // Likewise only when on (tests/golden_runs pins the state.json of runs without it).
   if (c.optimizer_in_backward) j["optimizer_in_backward"] = true;
+  if (!c.lora.empty()) j["lora"] = c.lora;
+  if (!c.lora_from.empty()) j["lora_from"] = c.lora_from;
+  if (!c.lora_out.empty()) j["lora_out"] = c.lora_out;
   return j.dump(2);
 }
 
@@ -304,6 +317,9 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "check_replicas", c.check_replicas);
     get(j, "zero", c.zero);
     get(j, "optimizer_in_backward", c.optimizer_in_backward);
+    get(j, "lora", c.lora);
+    get(j, "lora_from", c.lora_from);
+    get(j, "lora_out", c.lora_out);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (auto pos = what.find("] "); pos != std::string::npos) what.erase(0, pos + 2);

@@ -10,6 +10,7 @@
 #include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/backend/backend.h"
 #include "mixp/nn/gpt.h"
+#include "mixp/nn/lora_io.h"
 #include "mixp/ops/ops.h"
 #include "mixp/optim/clip_grad.h"
 #include "mixp/optim/step_reductions.h"
@@ -61,7 +62,10 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   }
   // Only rank 0 writes checkpoints: the replicas are identical.
   if (!cfg.save_dir.empty() && is_rank0()) save_lock = std::make_unique<FolderLock>(cfg.save_dir);
-  const nn::NamedTensors named = model->named_parameters();
+  nn::NamedTensors named = model->named_parameters();
+  // A frozen parameter (LoRA's base, nn/lora.h) gets neither a gradient nor optimizer state: the
+  // step (clipping, data parallelism, the optimizer) sees the trainable parameters only.
+  std::erase_if(named, [](const auto& e) { return !e.second.requires_grad(); });
   for (const auto& [name, p] : named) params.push_back(p);
   nn::NamedTensors mine = named;
   if (dp && cfg.zero > 0) {
@@ -467,7 +471,7 @@ TrainResult Trainer::fit() {
   r.threads = get_num_threads();
   r.batch = s.cfg.batch;
   r.grad_accum = s.cfg.grad_accum;
-  for (const auto& p : s.params) r.parameters += p.numel();
+  r.parameters = s.model->num_parameters();  // all of them, frozen ones (LoRA's base) included
   r.seed = s.cfg.seed;
   r.losses = s.losses;
   if (s.dp) {
@@ -532,6 +536,10 @@ TrainResult Trainer::fit() {
   if (!s.cfg.save_dir.empty()) {
     s.save(s.cfg.save_dir);
     r.saved_to = s.cfg.save_dir;
+  }
+  if (!s.cfg.lora_out.empty() && s.is_rank0()) {
+    nn::save_lora_adapter(*s.model, nn::LoraOptions::parse(s.cfg.lora), s.cfg.lora_out,
+                          s.cfg.init_from);
   }
   r.peak_rss_bytes = peak_rss_bytes();
   r.total_time_s = (now_ms() - s.constructed_ms) * 1e-3;

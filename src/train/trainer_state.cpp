@@ -10,6 +10,7 @@
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/manifest.h"
 #include "mixp/io/safetensors.h"
+#include "mixp/nn/lora_io.h"
 #include "mixp/train/checkpoint.h"
 #include "trainer_impl.h"
 
@@ -62,6 +63,8 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
   const TrainConfig& saved = resumed->config;
   same(dir, "--model", saved.model.name, cfg.model.name,
        "the weights in the checkpoint are that model's");
+  same(dir, "--lora", saved.lora, cfg.lora,
+       "the checkpoint's adapters (and their optimizer state) have that rank and those targets");
   // Data parallelism: the data order is the global batch's (sharded_source.h), so another number
   // of ranks may continue the run when the global batch stays the same.
   const int64_t saved_ranks = state.value("ranks", int64_t(1));
@@ -240,6 +243,7 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   SafeTensorsFile weights = module_state(*model);
   weights.metadata["format"] = kCheckpointFormat;
   weights.metadata["model"] = cfg.model.name;
+  if (!cfg.lora.empty()) weights.metadata[nn::kLoraMetadataKey] = cfg.lora;  // `mixp convert` merges
   opt_tensors.metadata["format"] = kCheckpointFormat;
   opt_tensors.metadata["optimizer"] = cfg.optimizer;
   const std::string text = state.dump(2) + "\n";
@@ -247,6 +251,9 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
     write_safetensors(staging / kModelFile, weights);
     write_safetensors(staging / kOptimizerFile, opt_tensors);
     recipe->save_extra(*model, staging);
+    // A LoRA run's checkpoint also holds its adapters alone, in PEFT's layout (nn/lora_io.h).
+    if (!cfg.lora.empty())
+      nn::save_lora_adapter(*model, nn::LoraOptions::parse(cfg.lora), staging, cfg.init_from);
     write_text_atomic(staging / kStateFile, text);
     write_folder_manifest(staging);  // last: it names and checksums every file above
   });

@@ -13,8 +13,10 @@ namespace mixp::test {
 
 inline constexpr const char* kTorchPython = "/usr/bin/python3";
 
-// Runs the peer script into `dir` with `args`; returns "" on success, else why not.
-inline std::string make_torch_fixture(const std::filesystem::path& dir, const std::string& args) {
+// Runs the peer script (bench/peers/<script>) into `dir` with `args`; returns "" on success, else
+// why not.
+inline std::string make_torch_fixture(const std::filesystem::path& dir, const std::string& args,
+                                      const std::string& script = "gpt2_reference.py") {
   std::error_code ec;
   if (!std::filesystem::exists(kTorchPython, ec)) {
     return std::string(kTorchPython) + " is missing (scripts/bootstrap.sh installs python3-torch)";
@@ -25,11 +27,11 @@ inline std::string make_torch_fixture(const std::filesystem::path& dir, const st
            " (scripts/bootstrap.sh installs python3-torch)";
   }
   const std::string cmd = std::string(kTorchPython) + " '" + MIXP_SOURCE_DIR +
-                          "/bench/peers/gpt2_reference.py' --out '" + dir.string() + "' " + args +
+                          "/bench/peers/" + script + "' --out '" + dir.string() + "' " + args +
                           " >'" + (dir / "peer.log").string() + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     // The interpreter and torch are there, so a failing script is a real failure, not a skip.
-    throw std::runtime_error("gpt2_reference.py failed: " + read_text(dir / "peer.log"));
+    throw std::runtime_error(script + " failed: " + read_text(dir / "peer.log"));
   }
   return "";
 }

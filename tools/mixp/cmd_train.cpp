@@ -211,6 +211,9 @@ void run(Flags& f) {
   set("--test-limit", c.test_limit, f.c.test_limit);
   set("--precision", c.precision, f.c.precision);
   set("--layer-precision", c.layer_precision, f.c.layer_precision);
+  set("--lora", c.lora, f.c.lora);
+  set("--lora-from", c.lora_from, f.c.lora_from);
+  c.lora_out = f.c.lora_out;  // an output of this run, as --save
   if (f.given("--loss-scale-init")) c.loss_scale_init = f.loss_scale_init;
   if (f.given("--growth-interval")) c.growth_interval = f.growth_interval;
   if (f.given("--qat-freeze-bn-epoch")) c.qat_freeze_bn_epoch = f.qat_freeze_bn_epoch;
@@ -397,6 +400,15 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--init-from", c.init_from,
                   "gpt2/gpt2-medium: start from GPT-2 weights (llm.c .bin, Hugging Face or mixp "
                   ".safetensors)");
+  sub->add_option("--lora", c.lora,
+                  "fine-tune LoRA adapters only, base frozen (docs/lora.md): "
+                  "r=16,alpha=32,dropout=0.05,targets=PATTERN[,PATTERN...] (glob on Linear names "
+                  "or their suffixes: qkv, attn.*, blocks.0.mlp.fc)");
+  sub->add_option("--lora-from", c.lora_from,
+                  "start the adapters from a PEFT adapter folder (adapter_model.safetensors + "
+                  "adapter_config.json, which sets r, alpha, dropout and targets)");
+  sub->add_option("--lora-out", c.lora_out,
+                  "write the trained adapters to this folder in PEFT's layout at the end");
   sub->add_option("--log", c.log_path, "write one JSON line per optimizer step to this file");
   sub->add_flag("--json", f->json, "print one JSON object on stdout");
   const char* dp = "Data parallelism (under mpirun; docs/distributed.md)";

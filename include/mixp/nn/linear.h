@@ -6,6 +6,11 @@
 // function that forward() runs instead of the default (after the shape check). The FP8 recipes
 // use it to run the layer's GEMM in fp8 (mixp/amp/fp8_linear.h); forward_default() is the
 // original computation, for implementations that fall back to it.
+//
+// An additive branch (set_branch) adds f(x) to the pre-activation output: y = act(x W^T + b +
+// f(x)). LoRA (mixp/nn/lora.h) installs its adapter this way, so that it composes with any
+// forward implementation (the FP8 GEMM of the frozen base) and adds before a fused activation, as
+// PEFT's lora.Linear does on Hugging Face's GPT-2 (whose c_fc applies GELU after the layer).
 #pragma once
 #include <functional>
 
@@ -38,6 +43,12 @@ class Linear : public Module {
   void set_forward_impl(ForwardImpl impl) { impl_ = std::move(impl); }
   const ForwardImpl& forward_impl() const { return impl_; }
 
+  using Branch = std::function<Tensor(const Tensor& x)>;
+  // Adds branch(x) [..., out] to the pre-activation output; an empty function removes it.
+  void set_branch(Branch branch) { branch_ = std::move(branch); }
+  bool has_branch() const { return bool(branch_); }
+  const Branch& branch() const { return branch_; }
+
   const Tensor& weight() const { return *weight_; }  // [out, in]
   const Tensor& bias() const { return *bias_; }      // [out] or undefined
   int64_t in_features() const { return in_; }
@@ -54,6 +65,7 @@ class Linear : public Module {
   Tensor* bias_ = nullptr;
   Tensor no_bias_;
   ForwardImpl impl_;
+  Branch branch_;
 };
 
 }  // namespace mixp::nn

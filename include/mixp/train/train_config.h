@@ -58,6 +58,15 @@ struct TrainConfig {
   std::optional<int64_t> growth_interval;      // dynamic loss scaling (fp16 recipes) only
   std::optional<int64_t> qat_freeze_bn_epoch;  // int8-qat only (recipe.h)
   std::optional<int64_t> qat_disable_observer_epoch;  // int8-qat only
+  // LoRA adapters (nn/lora.h, docs/lora.md): "r=16,alpha=32,dropout=0.05,targets=qkv,proj"; ""
+  // = full training. With it the base model is frozen and only the adapters train.
+  std::string lora;
+  // A PEFT adapter directory (adapter_model.safetensors + adapter_config.json, nn/lora_io.h) to
+  // start the adapters from (fresh runs only; its adapter_config.json sets `lora`, so the two
+  // are not given together); and where to write the trained adapters at the end of the run
+  // (every checkpoint folder of a LoRA run holds them too).
+  std::string lora_from;
+  std::string lora_out;
 
   // Length: exactly one of epochs and steps may be set; neither = 1 epoch. Both count the whole
   // run, resumed steps included: resuming a checkpoint of step 100 with steps = 200 runs 100 more.
