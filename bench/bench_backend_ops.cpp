@@ -4,10 +4,11 @@
 // [rows, n] fp32 or bf16, reporting bytes_per_second (GB/s: bytes read + written once) and
 // items_per_second (elements). The correctness side is tests/backend/test_backend_ops.cpp.
 //   build/release/mixp_bench_backend_ops --benchmark_filter='unary/gelu'
-//   build/release/mixp_bench_backend_ops --benchmark_min_time=0.05s   # all, quickly
+//   build/release/mixp_bench_backend_ops --benchmark_min_time=0.05   # all, quickly
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <utility>
 
 #include "mixp/backend/backend.h"
 #include "mixp/tensor/factories.h"
@@ -36,18 +37,25 @@ void run(benchmark::State& st, DType dt, int tensors, F&& call) {
   st.SetItemsProcessed(st.iterations() * kRows * kCols);
 }
 
+// Rates over wall time: the kernels run on all OpenMP threads, the main thread's CPU time
+// would overstate them.
+template <class F>
+void reg(const std::string& name, F&& fn) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<F>(fn))->UseRealTime();
+}
+
 void register_all() {
   for (DType dt : {DType::fp32, DType::bf16}) {
     const std::string d = std::string(name(dt));
     for (int i = 0; i < kNumUnaryOps; ++i) {
       const auto op = static_cast<UnaryOp>(i);
       const bool pos = op == UnaryOp::log || op == UnaryOp::sqrt;
-      benchmark::RegisterBenchmark(("unary/" + std::string(to_string(op)) + "/" + d).c_str(),
+      reg(("unary/" + std::string(to_string(op)) + "/" + d).c_str(),
                                    [=](benchmark::State& st) {
                                      Tensor x = input(dt, pos ? 0.1 : -4, 4, 1), y = x.clone();
                                      run(st, dt, 2, [&] { backend().unary(op, y, x); });
                                    });
-      benchmark::RegisterBenchmark(
+      reg(
           ("unary_backward/" + std::string(to_string(op)) + "/" + d).c_str(),
           [=](benchmark::State& st) {
             Tensor x = input(dt, pos ? 0.1 : -4, 4, 1), y = x.clone(), g = input(dt, -1, 1, 2);
@@ -62,7 +70,7 @@ void register_all() {
     }
     for (int i = 0; i < kNumBinaryOps; ++i) {
       const auto op = static_cast<BinaryOp>(i);
-      benchmark::RegisterBenchmark(("binary/" + std::string(to_string(op)) + "/" + d).c_str(),
+      reg(("binary/" + std::string(to_string(op)) + "/" + d).c_str(),
                                    [=](benchmark::State& st) {
                                      Tensor a = input(dt, -2, 2, 1), b = input(dt, 0.5, 2, 2);
                                      Tensor c = a.clone();
@@ -71,7 +79,7 @@ void register_all() {
     }
     for (int i = 0; i < kNumScalarOps; ++i) {
       const auto op = static_cast<ScalarOp>(i);
-      benchmark::RegisterBenchmark(("scalar/" + std::string(to_string(op)) + "/" + d).c_str(),
+      reg(("scalar/" + std::string(to_string(op)) + "/" + d).c_str(),
                                    [=](benchmark::State& st) {
                                      Tensor x = input(dt, 0.25, 2, 1), y = x.clone();
                                      run(st, dt, 2, [&] { backend().scalar(op, y, x, 1.5); });
@@ -79,7 +87,7 @@ void register_all() {
     }
     for (int i = 0; i < kNumReduceOps; ++i) {
       const auto op = static_cast<ReduceOp>(i);
-      benchmark::RegisterBenchmark(("reduce/" + std::string(to_string(op)) + "/" + d).c_str(),
+      reg(("reduce/" + std::string(to_string(op)) + "/" + d).c_str(),
                                    [=](benchmark::State& st) {
                                      Tensor x = input(dt, -2, 2, 1);
                                      Tensor y = Tensor::empty({kRows, 1}, {.dtype = dt});
@@ -89,14 +97,14 @@ void register_all() {
   }
   // The row kernels compute in fp32 (their contract: fp32 or fp64 in and out).
   for (bool log : {false, true}) {
-    benchmark::RegisterBenchmark(log ? "softmax/log/fp32" : "softmax//fp32",
+    reg(log ? "softmax/log/fp32" : "softmax//fp32",
                                  [=](benchmark::State& st) {
                                    Tensor x = input(DType::fp32, -4, 4, 1), y = x.clone();
                                    run(st, DType::fp32, 2,
                                        [&] { backend().softmax(y, x, 1, log); });
                                  });
   }
-  benchmark::RegisterBenchmark("layer_norm//fp32", [](benchmark::State& st) {
+  reg("layer_norm//fp32", [](benchmark::State& st) {
     Tensor x = input(DType::fp32, -3, 3, 1), y = x.clone();
     Tensor w = ones({kCols}), b = zeros({kCols});
     Tensor mean = Tensor::empty({kRows}), rstd = Tensor::empty({kRows});

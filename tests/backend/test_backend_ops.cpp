@@ -1,9 +1,10 @@
 // test-backend-ops (after ggml's): walks the kernel table (mixp/backend/kernels.def) and the op
 // codes (mixp/backend/op_codes.h), runs every case below on every backend present (cpu; cuda when
 // built and a device is visible) against the ref backend, per dtype, and prints the support
-// matrix: kernel/variant x backend x dtype, "ok" (own kernel, within tolerance), "ref" (the
-// backend fell back to the ref kernel for that dtype: compared with itself), "-" (the backend
-// refuses the dtype: it threw), "FAIL" (outside tolerance). Every row of the table must either
+// matrix: kernel/variant x backend x dtype, "ok" (own kernels only, within tolerance), "ref"
+// (within tolerance, but the run used RefBackend code for that dtype: a fallback, or a ref
+// conversion around the backend's kernel; ref_kernel_calls()), "-" (the backend refuses the
+// dtype: it threw), "FAIL" (outside tolerance). Every row of the table must either
 // have a case here or name the test that covers it (kCoveredElsewhere): adding a kernel without a
 // test fails here. The per-op GB/s are bench/backend_ops.cpp's (docs/benchmarks.md).
 #include <gtest/gtest.h>
