@@ -1,5 +1,6 @@
-// Helpers shared by the backends (internal): dtype dispatch, strided element access, the
-// scalar math of the pointwise ops (one definition, used by ref and by the cpu loops).
+// Helpers shared by the backends (internal): dtype dispatch, strided element access; the scalar
+// math of the pointwise ops (one definition, used by ref, the cpu loops and cuda) is
+// backend/math/pointwise_math.h, included here.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/math/pointwise_math.h"  // the pointwise ops' scalar math (kern::)
 #include "mixp/backend/backend.h"
 #include "mixp/format/rounding.h"
 
@@ -135,145 +137,6 @@ void for_each3(const Shape& shape, const Shape& s0, const Shape& s1, const Shape
     }
     if (d < 0) return;
   }
-}
-
-// --- scalar math of the pointwise ops
-inline constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi)
-inline constexpr double kGeluCoeff = 0.044715;
-
-template <class T>
-inline T gelu_fwd(T x) {
-  const T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
-  return T(0.5) * x * (T(1) + std::tanh(u));
-}
-// d/dx of the tanh-approximated GELU.
-template <class T>
-inline T gelu_grad(T x) {
-  const T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
-  const T t = std::tanh(u);
-  const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCoeff) * x * x);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
-}
-
-// Exact GELU (PyTorch's default, approximate='none'): 0.5 x (1 + erf(x / sqrt 2)), and its
-// derivative 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi). sin, cos and the exact GELU
-// are evaluated in double for fp32 too (one rounding of the result): the reference is the
-// oracle of the cpu kernels (vec_kernels.inc), which compute these in double as well.
-inline constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
-inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
-inline double gelu_erf_fwd(double x) {
-  return 0.5 * x * (1.0 + std::erf(x * kSqrt1_2));
-}
-inline double gelu_erf_grad(double x) {
-  return 0.5 * (1.0 + std::erf(x * kSqrt1_2)) + x * std::exp(-0.5 * x * x) * kInvSqrt2Pi;
-}
-
-template <class T>
-inline T unary_fwd(UnaryOp op, T x) {
-  switch (op) {
-    case UnaryOp::neg:
-      return -x;
-    case UnaryOp::exp:
-      return std::exp(x);
-    case UnaryOp::log:
-      return std::log(x);
-    case UnaryOp::sqrt:
-      return std::sqrt(x);
-    case UnaryOp::relu:
-      return x > T(0) ? x : T(0);
-    case UnaryOp::gelu:
-      return gelu_fwd(x);
-    case UnaryOp::tanh:
-      return std::tanh(x);
-    case UnaryOp::sigmoid:
-      return T(1) / (T(1) + std::exp(-x));
-    case UnaryOp::sin:
-      return static_cast<T>(std::sin(static_cast<double>(x)));
-    case UnaryOp::cos:
-      return static_cast<T>(std::cos(static_cast<double>(x)));
-    case UnaryOp::gelu_erf:
-      return static_cast<T>(gelu_erf_fwd(static_cast<double>(x)));
-  }
-  return x;
-}
-
-// g * op'(x) given x (src) and y (dst).
-template <class T>
-inline T unary_bwd(UnaryOp op, T g, T x, T y) {
-  switch (op) {
-    case UnaryOp::neg:
-      return -g;
-    case UnaryOp::exp:
-      return g * y;
-    case UnaryOp::log:
-      return g / x;
-    case UnaryOp::sqrt:
-      return g / (T(2) * y);
-    case UnaryOp::relu:
-      return y > T(0) ? g : T(0);
-    case UnaryOp::gelu:
-      return g * gelu_grad(x);
-    case UnaryOp::tanh:
-      return g * (T(1) - y * y);
-    case UnaryOp::sigmoid:
-      return g * y * (T(1) - y);
-    case UnaryOp::sin:
-      return g * static_cast<T>(std::cos(static_cast<double>(x)));
-    case UnaryOp::cos:
-      return -g * static_cast<T>(std::sin(static_cast<double>(x)));
-    case UnaryOp::gelu_erf:
-      return g * static_cast<T>(gelu_erf_grad(static_cast<double>(x)));
-  }
-  return g;
-}
-inline bool unary_bwd_needs_src(UnaryOp op) {
-  return op == UnaryOp::gelu || op == UnaryOp::log || op == UnaryOp::sin || op == UnaryOp::cos ||
-         op == UnaryOp::gelu_erf;
-}
-inline bool unary_bwd_needs_dst(UnaryOp op) {
-  return op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::relu || op == UnaryOp::tanh ||
-         op == UnaryOp::sigmoid;
-}
-
-template <class T>
-inline T binary_fwd(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::add:
-      return a + b;
-    case BinaryOp::sub:
-      return a - b;
-    case BinaryOp::mul:
-      return a * b;
-    case BinaryOp::div:
-      return a / b;
-  }
-  return a;
-}
-
-template <class T>
-inline T scalar_fwd(ScalarOp op, T x, T s) {
-  switch (op) {
-    case ScalarOp::add:
-      return x + s;
-    case ScalarOp::mul:
-      return x * s;
-    case ScalarOp::pow:
-      return std::pow(x, s);
-    case ScalarOp::rsub:
-      return s - x;
-    case ScalarOp::rdiv:
-      return s / x;
-  }
-  return x;
-}
-
-// Dropout keep decision for element i: keep iff hash(seed, i) >= p * 2^32.
-inline uint32_t dropout_threshold(double p) {
-  const double t = p * 4294967296.0;
-  return t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(t);
-}
-inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t threshold) {
-  return sr_bits(seed, i) >= threshold;
 }
 
 }  // namespace mixp::kern

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/math/host_device.h"
+#include "backend/math/host_device.h"
 #include "mixp/format/rounding.h"
 
 namespace mixp::cuda {

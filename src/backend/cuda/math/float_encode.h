@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backend/cuda/math/host_device.h"
+#include "backend/math/host_device.h"
 #include "mixp/format/rounding.h"
 
 namespace mixp::cuda_math {

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backend/cuda/math/host_device.h"
+#include "backend/math/host_device.h"
 
 namespace mixp::cuda_math {
 

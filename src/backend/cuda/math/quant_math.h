@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/math/float_encode.h"
-#include "backend/cuda/math/host_device.h"
+#include "backend/math/host_device.h"
 
 namespace mixp::cuda_math {
 
