@@ -97,7 +97,7 @@ std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_lay
       throw PolicyError(fmt::format(
           "--layer-precision {}={}: a layer can run in fp32, bf16 or fp16{}", key, v,
           fp8 || l == "nvfp4" || l == "mxfp4"
-              ? " (fp8 and fp4 layers need such a recipe: --precision fp8, fp8-current, mxfp8, "
+              ? " (fp8 layers need an FP8 recipe: --precision fp8, fp8-current, mxfp8, "
                 "fp8-block, nvfp4 or mxfp4, which take NAME=fp8 or NAME=<the recipe>)"
               : ""));
     }
