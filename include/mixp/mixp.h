@@ -8,6 +8,7 @@
 #include "mixp/format/block_int4.h"
 #include "mixp/format/block_int8.h"
 #include "mixp/format/block_mx.h"
+#include "mixp/format/block_scaled.h"
 #include "mixp/format/block_tensor.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/describe.h"

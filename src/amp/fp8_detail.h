@@ -3,6 +3,12 @@
 #include <memory>
 
 #include "mixp/amp/fp8_scaling.h"
+#include "mixp/backend/backend.h"
+#include "mixp/tensor/tensor.h"
+
+namespace mixp::amp {
+class Fp8LinearMeta;
+}
 
 namespace mixp::amp::detail {
 
@@ -14,5 +20,9 @@ void note_backward_state(const std::shared_ptr<Fp8ScalingState>& s);
 // Whether casts record their amax now: outside any region, or in a region entered with grad
 // mode on (not an evaluation pass) that is not a recomputation.
 bool records_amax();
+
+// fp8_linear for the block-scaled recipes (fp8_block, nvfp4, mxfp4): block_linear.cpp.
+Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                           Fp8LinearMeta& meta);
 
 }  // namespace mixp::amp::detail

@@ -103,6 +103,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
   // GELU's backward needs the pre-activation: applied as its own op.
   if (act == Activation::gelu)
     return gelu(fp8_linear(x, w, b, Activation::none, meta), GeluApprox::tanh);
+  if (is_block_scaled(meta.recipe().scaling))
+    return detail::block_scaled_linear(x, w, b, act, meta);
 
   const bool rec = mixp::detail::should_record({&x, &w, &b});
   const bool need_dx = rec && x.requires_grad();

@@ -19,7 +19,10 @@ constexpr mixp::detail::EnumName<Fp8Role> kRoleNames[] = {
     {Fp8Role::input, "input"}, {Fp8Role::weight, "weight"}, {Fp8Role::grad_output, "grad_output"}};
 constexpr mixp::detail::EnumName<Fp8Scaling> kScalingNames[] = {{Fp8Scaling::delayed, "delayed"},
                                                                 {Fp8Scaling::current, "current"},
-                                                                {Fp8Scaling::mxfp8, "mxfp8"}};
+                                                                {Fp8Scaling::mxfp8, "mxfp8"},
+                                                                {Fp8Scaling::fp8_block, "fp8-block"},
+                                                                {Fp8Scaling::nvfp4, "nvfp4"},
+                                                                {Fp8Scaling::mxfp4, "mxfp4"}};
 }  // namespace
 
 std::string_view to_string(Fp8Role r) {
@@ -57,6 +60,10 @@ void Fp8Recipe::validate() const {
     throw std::invalid_argument(
         fmt::format("FP8 recipe: the MX block size must be at least 1, got {}", mx_block));
   }
+  if (bf16_last < 0 || promote < 0) {
+    throw std::invalid_argument(fmt::format(
+        "FP8 recipe: bf16_last and promote must be >= 0, got {} and {}", bf16_last, promote));
+  }
 }
 
 std::string Fp8Recipe::describe() const {
@@ -71,6 +78,23 @@ std::string Fp8Recipe::describe() const {
     case Fp8Scaling::mxfp8:
       return fmt::format("MXFP8 block scaling (blocks of {} along K, e8m0 scales), {}", mx_block,
                          fmt_s);
+    case Fp8Scaling::fp8_block:
+      return fmt::format(
+          "FP8 block scaling (E4M3, 1x128 activations and gradients, 128x128 weights, {} scales), "
+          "{}",
+          pow2 ? "power-of-two" : "fp32",
+          promote ? fmt::format("14-bit accumulator promoted to fp32 every {} products", promote)
+                  : std::string("fp32 accumulation"));
+    case Fp8Scaling::nvfp4:
+      return fmt::format(
+          "NVFP4 (E2M1, 1x16 blocks with E4M3 scales and an fp32 tensor scale; weights {}; wgrad "
+          "RHT {}; gradient SR {}; last {} block(s) in bf16)",
+          weight_2d ? "16x16" : "1x16", rht ? "on" : "off", sr ? "on" : "off", bf16_last);
+    case Fp8Scaling::mxfp4:
+      return fmt::format(
+          "MXFP4 (E2M1, 1x32 blocks with E8M0 scales; wgrad RHT {}; gradient SR {}; last {} "
+          "block(s) in bf16)",
+          rht ? "on" : "off", sr ? "on" : "off", bf16_last);
   }
   return {};
 }

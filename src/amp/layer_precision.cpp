@@ -75,7 +75,10 @@ std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_lay
                                         .entry = "layer=dtype",
                                         .example = "embed=fp32,attn=bf16,head=fp32"})) {
       const std::string l = detail::lower(v);
-      if (fp8_layers && (l == "fp8" || l == "fp8_e4m3" || l == "e4m3")) {
+      // The block-scaled recipes' names mark their layers too (train/fp8_recipe.cpp checks that
+      // the name is the recipe's own): "head=bf16,*=nvfp4".
+      if (fp8_layers && (l == "fp8" || l == "fp8_e4m3" || l == "e4m3" || l == "mxfp8" ||
+                         l == "fp8-block" || l == "nvfp4" || l == "mxfp4")) {
         rules.push_back({key, DType::fp8_e4m3});
         continue;
       }
@@ -93,8 +96,9 @@ std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_lay
       }
       throw PolicyError(fmt::format(
           "--layer-precision {}={}: a layer can run in fp32, bf16 or fp16{}", key, v,
-          fp8 ? " (fp8 layers need an FP8 recipe: --precision fp8, fp8-current or mxfp8, which "
-                "take NAME=fp8)"
+          fp8 || l == "nvfp4" || l == "mxfp4"
+              ? " (fp8 layers need an FP8 recipe: --precision fp8, fp8-current, mxfp8, "
+                "fp8-block, nvfp4 or mxfp4, which take NAME=fp8 or NAME=<the recipe>)"
               : ""));
     }
   } catch (const detail::KeyValueError& e) {

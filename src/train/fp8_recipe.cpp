@@ -46,6 +46,54 @@ bool is_fp8_recipe(std::string_view spec) {
   return is_recipe_family(spec, RecipeFamily::fp8);
 }
 
+namespace {
+
+// The keys of the block-scaled recipes (docs/fp4.md, docs/fp8.md "fp8-block").
+std::string block_keys(amp::Fp8Scaling s) {
+  return s == amp::Fp8Scaling::fp8_block ? "pow2, promote" : s == amp::Fp8Scaling::nvfp4
+                                                                 ? "rht, 2d, sr, bf16_last"
+                                                                 : "rht, sr, bf16_last";
+}
+
+// Parses one of those keys into `r`; false for a key that is none of them.
+bool parse_block_key(amp::Fp8Recipe& r, const std::string& base, const std::string& k,
+                     const std::string& v) {
+  constexpr std::string_view kOption = "precision option";
+  const bool fp4 = r.scaling == amp::Fp8Scaling::nvfp4 || r.scaling == amp::Fp8Scaling::mxfp4;
+  auto check = [&](bool applies) {
+    if (!applies)
+      throw ConfigError(fmt::format(
+          "precision option '{}' does not apply to {} (its options: {})", k, base,
+          amp::is_block_scaled(r.scaling) ? block_keys(r.scaling)
+                                          : std::string("preset, amax_history, amax_algo, "
+                                                        "margin, format, block")));
+  };
+  auto flag = [&](bool applies) {
+    check(applies);
+    return ::mixp::detail::parse_choice(kOption, k, v, {"0|off|false", "1|on|true"}) == 1;
+  };
+  if (k == "rht") {
+    r.rht = flag(fp4);
+  } else if (k == "sr") {
+    r.sr = flag(fp4);
+  } else if (k == "2d") {
+    r.weight_2d = flag(r.scaling == amp::Fp8Scaling::nvfp4);
+  } else if (k == "pow2") {
+    r.pow2 = flag(r.scaling == amp::Fp8Scaling::fp8_block);
+  } else if (k == "bf16_last") {
+    check(fp4);
+    r.bf16_last = static_cast<int>(::mixp::detail::parse_integer(kOption, k, v, 0, 1 << 16));
+  } else if (k == "promote") {
+    check(r.scaling == amp::Fp8Scaling::fp8_block);
+    r.promote = static_cast<int>(::mixp::detail::parse_integer(kOption, k, v, 0, 1 << 20));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
                                                    const RecipeOptions& opt,
                                                    const amp::Fp8Recipe& scaling) {
@@ -89,6 +137,13 @@ Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
                                             ? "scales blocks of 32 by powers of two"
                                             : "keeps no amax history"));
       };
+      if (amp::is_block_scaled(p.fp8.scaling) &&
+          (k == "amax_history" || k == "amax_algo" || k == "margin" || k == "format" ||
+           k == "block" || k == "preset"))
+        throw ConfigError(fmt::format(
+            "fp8 option '{}' does not apply to {}: its block scales come from each block's own "
+            "amax and its formats are fixed; its options: {}",
+            k, base, block_keys(p.fp8.scaling)));
       if (k == "amax_history") {
         only(amp::Fp8Scaling::delayed, "fp8 (delayed scaling)");
         p.fp8.amax_history_len = ::mixp::detail::parse_integer(kOption, k, v, 1, 1 << 20);
@@ -113,6 +168,7 @@ Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
       } else if (k == "block") {
         only(amp::Fp8Scaling::mxfp8, "mxfp8");
         p.fp8.mx_block = static_cast<int>(::mixp::detail::parse_integer(kOption, k, v, 1, 1 << 16));
+      } else if (parse_block_key(p.fp8, base, k, v)) {
       } else {
         rest.push_back(k0 + "=" + v);
       }
@@ -142,6 +198,15 @@ Fp8TrainingRecipe::Parsed Fp8TrainingRecipe::parse(std::string_view spec_in,
   }
   for (const amp::LayerRule& r : p.all_rules)
     if (r.dtype != DType::fp8_e4m3) p.rules.push_back(r);
+  // A rule naming another quantized recipe ("*=mxfp4" under nvfp4) is a mistake, not a mix.
+  for (const auto& [key, v] : ::mixp::detail::split_key_values(opt.layer_precision, {})) {
+    const std::string l = lower(v);
+    if ((l == "mxfp8" || l == "fp8-block" || l == "nvfp4" || l == "mxfp4") && l != base)
+      throw ConfigError(fmt::format(
+          "--layer-precision {}={}: under --precision {} a layer runs in {} (NAME={} or "
+          "NAME=fp8), fp32, bf16 or fp16; one run has one quantized recipe",
+          key, v, base, base, base));
+  }
   if (opt.loss_scale_init || opt.growth_interval || opt.min_loss_scale || opt.max_loss_scale) {
     const bool fp16 = amp::needs_fp16_loss_scaling(p.base, p.rules);
     if (!fp16) {
@@ -166,7 +231,10 @@ Fp8TrainingRecipe::Fp8TrainingRecipe(std::string_view spec, const RecipeOptions&
 
 RecipeDtypes Fp8TrainingRecipe::dtypes() const {
   RecipeDtypes d = PolicyRecipe::dtypes();
-  d.compute = DType::fp8_e4m3;  // the Linear layers' GEMMs (E5M2 gradients cost the same)
+  // The Linear layers' GEMMs (E5M2 gradients cost the same); nvfp4 and mxfp4 multiply E2M1.
+  d.compute = fp8_.scaling == amp::Fp8Scaling::nvfp4 || fp8_.scaling == amp::Fp8Scaling::mxfp4
+                  ? DType::fp4_e2m1
+                  : DType::fp8_e4m3;
   return d;
 }
 
@@ -239,10 +307,41 @@ void Fp8TrainingRecipe::prepare_model(nn::Module& model) const {
           rule.key, rule.key));
     }
   }
+  // bf16_last (nvfp4, mxfp4): the Linear layers of the last N blocks ("blocks.<i>." in their
+  // names) stay in bf16 unless a rule other than `*` names them; a model without blocks keeps
+  // its last N Linear layers.
+  std::vector<bool> last(linears.size(), false);
+  if (fp8_.bf16_last > 0) {
+    auto block_of = [](const std::string& n) -> int {
+      const size_t at = n.rfind("blocks.", 0) == 0 ? 0 : n.find(".blocks.");
+      if (at == std::string::npos) return -1;
+      const size_t d = at + (at == 0 ? 7 : 8);
+      const size_t e = n.find('.', d);
+      try {
+        return std::stoi(n.substr(d, e - d));
+      } catch (const std::exception&) {
+        return -1;
+      }
+    };
+    int top = -1;
+    for (auto& [n, l] : linears) top = std::max(top, block_of(n));
+    int counted = 0;
+    for (size_t i = linears.size(); i-- > 0;) {
+      const int b = block_of(linears[i].first);
+      if (top >= 0) last[i] = b >= 0 && b > top - fp8_.bf16_last;
+      else if (linears[i].second->kind() == "linear" && counted < fp8_.bf16_last) {
+        last[i] = true;
+        ++counted;
+      }
+    }
+  }
   fp8_layers_.clear();
-  for (auto& [lname, lin] : linears) {
+  for (size_t i = 0; i < linears.size(); ++i) {
+    auto& [lname, lin] = linears[i];
     const std::optional<size_t> rule = resolver.rule_for(lname);
-    const bool on = rule ? all_rules_[*rule].dtype == DType::fp8_e4m3 : lin->kind() == "linear";
+    const bool explicit_rule = rule && all_rules_[*rule].key != amp::kWholeModelKey;
+    bool on = rule ? all_rules_[*rule].dtype == DType::fp8_e4m3 : lin->kind() == "linear";
+    if (on && last[i] && !explicit_rule) on = false;
     if (!on) continue;
     if (!amp::fp8_meta(*lin)) amp::enable_fp8(*lin, fp8_);  // idempotent on a prepared model
     fp8_layers_.push_back(lname);

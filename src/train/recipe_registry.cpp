@@ -25,6 +25,8 @@ constexpr RecipeDtypes dtypes(D params, D master, D compute, D states, D activat
 constexpr RecipeDtypes kFp32 = dtypes(D::fp32, D::fp32, D::fp32, D::fp32, D::fp32);
 // The FP8 recipes: the bf16 recipe with the Linear layers' GEMMs in FP8 (E4M3 forward).
 constexpr RecipeDtypes kFp8 = dtypes(D::fp32, D::fp32, D::fp8_e4m3, D::fp32, D::bf16);
+// nvfp4, mxfp4: the same with E2M1 GEMM operands.
+constexpr RecipeDtypes kFp4 = dtypes(D::fp32, D::fp32, D::fp4_e2m1, D::fp32, D::bf16);
 
 constexpr std::string_view kNotGpt[] = {"gpt", "gpt2", "gpt2-medium"};
 
@@ -36,6 +38,15 @@ std::unique_ptr<PrecisionRecipe> make_fp8_current(std::string_view spec, const R
 }
 std::unique_ptr<PrecisionRecipe> make_mxfp8(std::string_view spec, const RecipeOptions& opt) {
   return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp8());
+}
+std::unique_ptr<PrecisionRecipe> make_fp8_block(std::string_view spec, const RecipeOptions& opt) {
+  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::fp8_block());
+}
+std::unique_ptr<PrecisionRecipe> make_nvfp4(std::string_view spec, const RecipeOptions& opt) {
+  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::nvfp4());
+}
+std::unique_ptr<PrecisionRecipe> make_mxfp4(std::string_view spec, const RecipeOptions& opt) {
+  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp4());
 }
 
 // A recipe whose accuracy is the trained model's, trained on any built-in model.
@@ -125,6 +136,22 @@ constexpr RecipeTraits kRegistry[] = {
           "Linear layers in MXFP8 (E4M3, blocks of 32 with e8m0 scales), the rest as bf16 (TE's "
           "MXFP8BlockScaling, Blackwell)",
           kFp8Family, kFp8, false, 0, make_mxfp8),
+    entry("fp8-block",
+          "DeepSeek-V3 / TE Float8BlockScaling, emulated: Linear layers in E4M3 with 1x128 "
+          "activation and gradient tiles and 128x128 weight blocks, fp32 scales "
+          "(fp8-block:pow2=1 for powers of two; promote=128 emulates the 14-bit accumulator), "
+          "the rest as bf16 (docs/fp8.md)",
+          kFp8Family, kFp8, false, 0, make_fp8_block),
+    entry("nvfp4",
+          "NVIDIA's NVFP4 recipe / TE NVFP4BlockScaling, emulated: Linear layers in E2M1 with "
+          "E4M3 scales per 16 and an fp32 tensor scale, 16x16 weight tiles, RHT on the wgrad "
+          "operands, stochastic rounding of gradients (switches rht, 2d, sr, and bf16_last=N "
+          "for the paper's last blocks in bf16; docs/fp4.md)",
+          kFp8Family, kFp4, false, 0, make_nvfp4),
+    entry("mxfp4",
+          "MXFP4 training (OCP E2M1, E8M0 scales per 32; Tseng et al. / Quartet backward: RHT "
+          "and stochastic rounding), emulated; switches rht, sr, bf16_last (docs/fp4.md)",
+          kFp8Family, kFp4, false, 0, make_mxfp4),
     {.name = "int8-qat",
      .description = "fp32 training with fake quantization of weights (per channel) and "
                     "activations (per tensor), converted to an int8 model at the end "

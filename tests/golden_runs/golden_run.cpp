@@ -43,7 +43,8 @@ constexpr ModelBase kModels[] = {
 // two lists agree). The QAT recipes quantize Sequential models only: not gpt.
 constexpr const char* kRecipes[] = {"fp64",     "fp32",     "tf32",     "bf16",    "bf16-pure",
                                     "fp16",     "fp16-o2",  "fp16-pure", "fp8",     "fp8-current",
-                                    "mxfp8",    "int8-qat", "int4-qat", "int2-qat", "ternary",
+                                    "mxfp8",    "fp8-block", "nvfp4",  "mxfp4",
+                                    "int8-qat", "int4-qat", "int2-qat", "ternary",
                                     "binary",   "binary-act", "auto"};
 
 // `base` with the flags of `extra` (`--flag [value]`, values without spaces) put in: a flag both

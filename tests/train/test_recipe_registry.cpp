@@ -25,7 +25,7 @@ TEST(RecipeRegistry, NamesInTheDocumentedOrder) {
   const std::vector<std::string> names = recipe_names();
   EXPECT_EQ(names, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "bf16-pure", "fp16",
                                              "fp16-o2", "fp16-pure", "fp8", "fp8-current", "mxfp8",
-                                             "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "auto"}));
+                                             "fp8-block", "nvfp4", "mxfp4", "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "auto"}));
   EXPECT_EQ(available_recipes(), names);
   EXPECT_EQ(planned_recipes(), names);
   // The policy presets amp knows are exactly the policy (and auto) entries.
@@ -34,7 +34,8 @@ TEST(RecipeRegistry, NamesInTheDocumentedOrder) {
     if (t.family == RecipeFamily::policy || t.family == RecipeFamily::automatic)
       presets.emplace_back(t.name);
   EXPECT_EQ(amp::preset_names(), presets);
-  EXPECT_EQ(fp8_recipe_names(), (std::vector<std::string>{"fp8", "fp8-current", "mxfp8"}));
+  EXPECT_EQ(fp8_recipe_names(), (std::vector<std::string>{"fp8", "fp8-current", "mxfp8",
+                                                         "fp8-block", "nvfp4", "mxfp4"}));
 }
 
 TEST(RecipeRegistry, EveryEntryBuildsTheRecipeItDescribes) {
@@ -109,7 +110,7 @@ TEST(RecipeRegistry, SpecsSelectTheirEntry) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown precision 'fp17'; available: fp64, fp32, tf32, "
                                          "bf16, bf16-pure, fp16, fp16-o2, fp16-pure, fp8, "
-                                         "fp8-current, mxfp8, int8-qat, int4-qat, int2-qat, ternary, binary, "
+                                         "fp8-current, mxfp8, fp8-block, nvfp4, mxfp4, int8-qat, int4-qat, int2-qat, ternary, binary, "
                                          "binary-act, auto"),
               std::string::npos)
         << e.what();

@@ -111,7 +111,8 @@ TEST(Recipe, AvailableAndPlanned) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(
                   "unknown precision 'fp12'; available: fp64, fp32, tf32, bf16, bf16-pure, fp16, "
-                  "fp16-o2, fp16-pure, fp8, fp8-current, mxfp8, int8-qat, int4-qat, int2-qat, "
+                  "fp16-o2, fp16-pure, fp8, fp8-current, mxfp8, fp8-block, nvfp4, mxfp4, int8-qat, "
+                  "int4-qat, int2-qat, "
                   "ternary, binary, binary-act, auto"),
               std::string::npos);
   }

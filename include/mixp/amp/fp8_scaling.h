@@ -13,6 +13,11 @@
 //   mxfp8    TE `MXFP8BlockScaling`, OCP MX v1.0: blocks of 32 values along the GEMM's reduction
 //            dimension share one power-of-two (e8m0) scale (mixp/format/block_mx.h). TE's default
 //            format for it is E4M3 in both directions; HYBRID is accepted.
+//   fp8_block, nvfp4, mxfp4   the block-scaled recipes of issue 32 (TE's Float8BlockScaling,
+//            NVFP4BlockScaling; MXFP4 after Tseng et al. / Quartet), emulated by fake quantization
+//            with the quantizers of mixp/format/block_scaled.h; the GEMMs run in fp32 on the
+//            dequantized values. docs/fp4.md and docs/fp8.md ("fp8-block") list what each
+//            switch below does; the recipes keep no state.
 //
 // The scale formula is TE's (transformer_engine/common/recipe/__init__.py, DelayedScaling notes;
 // the CUDA kernel delayed_scaling.cu computes it in fp32 as scaled_max / amax with
@@ -36,7 +41,12 @@
 
 namespace mixp::amp {
 
-enum class Fp8Scaling : uint8_t { delayed, current, mxfp8 };
+enum class Fp8Scaling : uint8_t { delayed, current, mxfp8, fp8_block, nvfp4, mxfp4 };
+
+// fp8_block, nvfp4 or mxfp4: quantized by block_scaled_linear (amp/block_linear.cpp).
+constexpr bool is_block_scaled(Fp8Scaling s) {
+  return s == Fp8Scaling::fp8_block || s == Fp8Scaling::nvfp4 || s == Fp8Scaling::mxfp4;
+}
 enum class Fp8Format : uint8_t { hybrid, e4m3 };
 enum class AmaxComputeAlgo : uint8_t { max, most_recent };
 
@@ -64,6 +74,16 @@ struct Fp8Recipe {
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::max;  // delayed only
   int margin = 0;                                      // delayed and current
   int mx_block = 32;                                   // mxfp8 only
+  // The block-scaled recipes' switches (docs/fp4.md; the keys of the recipe options).
+  bool rht = true;        // nvfp4, mxfp4 "rht": 16-point RHT on both wgrad operands
+  bool weight_2d = true;  // nvfp4 "2d": 16x16 weight tiles (W and W^T quantize alike)
+  bool sr = true;         // nvfp4, mxfp4 "sr": stochastic rounding of the gradients
+  int bf16_last = 0;      // nvfp4, mxfp4 "bf16_last": last N blocks' Linear layers in bf16
+                          // (0 by default: how many depends on the depth; docs/fp4.md)
+  bool pow2 = false;      // fp8_block "pow2": power-of-two scales
+  int promote = 0;        // fp8_block "promote": 0 = fp32 accumulation; N = emulate a
+                          // tensor-core accumulator (fp32 with 14 mantissa bits, truncating)
+                          // promoted to fp32 every N products (DeepSeek-V3 3.3.2)
 
   // The fp8 dtype of a role: E4M3 forward; gradients E5M2 under HYBRID, else E4M3.
   DType dtype(Fp8Role role) const;
@@ -77,6 +97,11 @@ struct Fp8Recipe {
   static Fp8Recipe te_delayed() { return {.amax_history_len = kTeAmaxHistory}; }
   static Fp8Recipe current() { return {.scaling = Fp8Scaling::current}; }
   static Fp8Recipe mxfp8() { return {.scaling = Fp8Scaling::mxfp8, .format = Fp8Format::e4m3}; }
+  static Fp8Recipe fp8_block() {
+    return {.scaling = Fp8Scaling::fp8_block, .format = Fp8Format::e4m3};
+  }
+  static Fp8Recipe nvfp4() { return {.scaling = Fp8Scaling::nvfp4, .format = Fp8Format::e4m3}; }
+  static Fp8Recipe mxfp4() { return {.scaling = Fp8Scaling::mxfp4, .format = Fp8Format::e4m3}; }
 };
 
 // Max finite of fp8_e4m3 (448) or fp8_e5m2 (57344); throws std::invalid_argument for others.

@@ -56,7 +56,8 @@ struct LayerRule {
 };
 
 // Parses "embed=fp32,attn=bf16". With `fp8_layers` (the FP8 recipes of train/fp8_recipe.h) a rule
-// may also say fp8 (or fp8_e4m3, e4m3), which gives DType::fp8_e4m3. Throws PolicyError for a
+// may also say fp8 (or fp8_e4m3, e4m3, or a recipe's name: mxfp8, fp8-block, nvfp4, mxfp4), which
+// gives DType::fp8_e4m3 (the recipe's quantized Linear). Throws PolicyError for a
 // malformed entry or a dtype the rules do not take (fp8 without `fp8_layers` names the recipes it
 // comes with).
 std::vector<LayerRule> parse_layer_precision(std::string_view spec, bool fp8_layers = false);
