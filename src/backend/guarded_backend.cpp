@@ -65,6 +65,18 @@ class GuardedBackend final : public Backend {
                         bool log) override {
     run([&](Backend& be) { be.softmax_backward(dsrc, ddst, dst, dim, log); });
   }
+  void rms_norm(Tensor& dst, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                double eps) override {
+    run([&](Backend& be) { be.rms_norm(dst, rstd, src, weight, eps); });
+  }
+  void rms_norm_backward(Tensor& dsrc, Tensor& dweight, const Tensor& ddst, const Tensor& src,
+                         const Tensor& weight, const Tensor& rstd) override {
+    run([&](Backend& be) { be.rms_norm_backward(dsrc, dweight, ddst, src, weight, rstd); });
+  }
+  void rope(Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin,
+            bool inverse) override {
+    run([&](Backend& be) { be.rope(dst, src, cos, sin, inverse); });
+  }
   void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
                   const Tensor& bias, double eps) override {
     run([&](Backend& be) { be.layer_norm(dst, mean, rstd, src, weight, bias, eps); });

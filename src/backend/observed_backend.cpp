@@ -163,6 +163,22 @@ class ObservedBackend final : public Backend {
     observe("softmax_backward", log ? "log" : "", {&dsrc}, {&ddst, &dst}, 4 * numel_of(dsrc),
             [&] { b_.softmax_backward(dsrc, ddst, dst, dim, log); });
   }
+  void rms_norm(Tensor& dst, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                double eps) override {
+    observe("rms_norm", "", {&dst, &rstd}, {&src, &weight}, 4 * numel_of(dst),
+            [&] { b_.rms_norm(dst, rstd, src, weight, eps); });
+  }
+  void rms_norm_backward(Tensor& dsrc, Tensor& dweight, const Tensor& ddst, const Tensor& src,
+                         const Tensor& weight, const Tensor& rstd) override {
+    observe("rms_norm_backward", "", {&dsrc, &dweight}, {&ddst, &src, &weight, &rstd},
+            8 * numel_of(dsrc),
+            [&] { b_.rms_norm_backward(dsrc, dweight, ddst, src, weight, rstd); });
+  }
+  void rope(Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin,
+            bool inverse) override {
+    observe("rope", inverse ? "inverse" : "", {&dst}, {&src, &cos, &sin}, 3 * numel_of(dst),
+            [&] { b_.rope(dst, src, cos, sin, inverse); });
+  }
   void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight,
                   const Tensor& bias, double eps) override {
     observe("layer_norm", "", {&dst, &mean, &rstd}, {&src, &weight, &bias}, 8 * numel_of(dst),

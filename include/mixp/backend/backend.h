@@ -253,6 +253,22 @@ class Backend {
   // widened values (256 KiB, in L2), at least one row.
   static int64_t layer_norm_xhat_block(int64_t rows, int64_t n);
 
+  // --- RMSNorm (Zhang & Sennrich 2019; LLaMA's LlamaRMSNorm) over the last n elements of each
+  // row: src [rows, n] (any leading shape, contiguous), rstd [rows] = 1 / sqrt(mean(src^2) + eps),
+  // dst = src * rstd * weight (weight [n] or undefined). fp32 or fp64 (the compute dtype).
+  virtual void rms_norm(Tensor& dst, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                        double eps) = 0;
+  // dweight may be undefined (not needed); when defined it is overwritten.
+  virtual void rms_norm_backward(Tensor& dsrc, Tensor& dweight, const Tensor& ddst,
+                                 const Tensor& src, const Tensor& weight, const Tensor& rstd) = 0;
+  // --- rotary position embedding (Su et al. 2021) in the Hugging Face "rotate_half" layout: src
+  // and dst [B, T, H, D] contiguous, cos and sin [T, D / 2] (the angle of position t and pair j);
+  // pair j is the elements j and j + D / 2 of each head:
+  //   dst[j] = src[j] cos - src[j + D/2] sin,   dst[j + D/2] = src[j + D/2] cos + src[j] sin.
+  // inverse rotates by minus the angle (the transpose: rope's backward). src may be dst.
+  virtual void rope(Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin,
+                    bool inverse) = 0;
+
   // --- batch norm over [N, C, *] per channel C. Training: normalize with the batch statistics,
   // save mean/invstd [C], and update running_mean/var (if defined) with momentum and the unbiased
   // variance (PyTorch). Eval: normalize with the running statistics (save_* untouched).

@@ -54,6 +54,15 @@ class CudaBackendBase : public Backend {
   void softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor& dst, int dim, bool log) override {
     not_implemented("softmax_backward");
   }
+  void rms_norm(Tensor& dst, Tensor& rstd, const Tensor& src, const Tensor& weight, double eps) override {
+    not_implemented("rms_norm");
+  }
+  void rms_norm_backward(Tensor& dsrc, Tensor& dweight, const Tensor& ddst, const Tensor& src, const Tensor& weight, const Tensor& rstd) override {
+    not_implemented("rms_norm_backward");
+  }
+  void rope(Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin, bool inverse) override {
+    not_implemented("rope");
+  }
   void layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src, const Tensor& weight, const Tensor& bias, double eps) override {
     not_implemented("layer_norm");
   }

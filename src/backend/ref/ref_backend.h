@@ -46,6 +46,12 @@ class RefBackend : public Backend {
   void layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias, const Tensor& ddst,
                            const Tensor& src, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd) override;
+  void rms_norm(Tensor& dst, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                double eps) override;
+  void rms_norm_backward(Tensor& dsrc, Tensor& dweight, const Tensor& ddst, const Tensor& src,
+                         const Tensor& weight, const Tensor& rstd) override;
+  void rope(Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin,
+            bool inverse) override;
   void batch_norm(Tensor& dst, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                   Tensor& running_var, const Tensor& src, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps) override;
