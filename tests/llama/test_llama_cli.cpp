@@ -3,6 +3,7 @@
 // --init-from starts from a Hugging Face directory, and bad directories end in one error line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/cli_runner.h"
