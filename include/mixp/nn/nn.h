@@ -15,6 +15,7 @@
 #include "mixp/nn/layer_norm.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/llama.h"
+#include "mixp/nn/llama_hf.h"
 #include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lstm.h"
 #include "mixp/nn/max_pool2d.h"
