@@ -10,6 +10,7 @@
 #include "mixp/nn/flatten.h"
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/max_pool2d.h"
 #include "mixp/nn/sequential.h"
 
@@ -92,7 +93,10 @@ std::shared_ptr<Module> make_cnn(const ModelConfig& c, Generator& gen) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"cnn", "gpt", "gpt2", "gpt2-medium", "mlp"};
+  std::vector<std::string> n = {"cnn", "gpt", "gpt2", "gpt2-medium", "llama"};
+  for (auto& p : llama_preset_names()) n.push_back(p);
+  n.push_back("mlp");
+  return n;
 }
 
 ModelConfig resolve_model_config(const ModelConfig& cfg) {
@@ -114,6 +118,17 @@ ModelConfig resolve_model_config(const ModelConfig& cfg) {
     def(c.context, 1024);
     def(c.vocab, kGpt2Vocab);
     def(c.mlp_width, 4 * c.width);
+  } else if (is_llama_model(c.name)) {
+    const LlamaConfig p = llama_preset(c.name);
+    def(c.width, p.width);
+    def(c.layers, p.layers);
+    def(c.heads, p.heads);
+    // A head count set without kv_heads keeps multi-head attention unless the preset's k/v
+    // heads still divide it.
+    def(c.kv_heads, c.heads % p.kv() == 0 ? p.kv() : c.heads);
+    def(c.context, p.context);
+    def(c.vocab, p.vocab);
+    def(c.mlp_width, p.mlp_width);
   } else if (c.name == "gpt") {
     def(c.width, 256);
     def(c.layers, 4);
@@ -143,6 +158,7 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
     require_unset(c, "context", c.context);
     require_unset(c, "vocab", c.vocab);
     require_unset(c, "mlp_width", c.mlp_width);
+    require_unset(c, "kv_heads", c.kv_heads);
     if (c.checkpointing)
       throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
     return make_mlp(c, gen);
@@ -155,10 +171,13 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
     require_unset(c, "heads", c.heads);
     require_unset(c, "context", c.context);
     require_unset(c, "vocab", c.vocab);
+    require_unset(c, "kv_heads", c.kv_heads);
     if (c.checkpointing)
       throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
     return make_cnn(c, gen);
   }
+  if (is_llama_model(c.name)) return std::make_shared<Llama>(llama_config_of(c), gen);
+  require_unset(c, "kv_heads", c.kv_heads);
   if (c.context > 0 && is_gpt2_model(c.name) && c.context > 1024) {
     throw std::invalid_argument(
         fmt::format("mixp::nn::make_model: '{}' learns positions up to 1024, got context={}",
@@ -191,6 +210,34 @@ GptConfig gpt_config_of(const ModelConfig& cfg) {
   g.mlp_width = c.mlp_width;
   g.checkpointing = c.checkpointing;
   return g;
+}
+
+LlamaConfig llama_config_of(const ModelConfig& cfg) {
+  const ModelConfig c = resolve_model_config(cfg);
+  if (!is_llama_model(c.name)) {
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::make_model: '{}' is not a LLaMA-family model", c.name));
+  }
+  LlamaConfig l = llama_preset(c.name);
+  l.width = c.width;
+  l.layers = c.layers;
+  l.heads = c.heads;
+  l.kv_heads = c.kv_heads;
+  l.context = c.context;
+  l.vocab = c.vocab;
+  l.mlp_width = c.mlp_width;
+  l.checkpointing = c.checkpointing;
+  try {
+    l.validate();
+  } catch (const std::invalid_argument& e) {
+    std::string m = e.what();
+    if (m.rfind("mixp::nn::Llama: ", 0) == 0) m = m.substr(17);
+    throw std::invalid_argument(fmt::format("mixp::nn::make_model: '{}': {}{}", c.name, m,
+                                            m.find("kv_heads") != std::string::npos
+                                                ? " (`mixp train --kv-heads N`)"
+                                                : ""));
+  }
+  return l;
 }
 
 }  // namespace mixp::nn

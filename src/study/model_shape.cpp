@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "mixp/nn/llama_presets.h"
+
 namespace mixp::study {
 
 namespace {
@@ -39,6 +41,22 @@ ModelShape llama(const char* name, int64_t layers, int64_t width, int64_t heads,
           .context = 2048};
 }
 
+// The trainable LLaMA-family presets (nn/llama_presets.h), one definition of their shapes.
+ModelShape from_llama(const char* name) {
+  const nn::LlamaConfig c = nn::llama_preset(name);
+  return {.name = name,
+          .family = ShapeFamily::llama,
+          .layers = c.layers,
+          .width = c.width,
+          .heads = c.heads,
+          .ffn = c.mlp_width,
+          .vocab = c.vocab,
+          .padded_vocab = c.vocab,
+          .context = c.context,
+          .kv_heads = c.kv(),
+          .tied_head = c.tied_head};
+}
+
 // GPT-2 (Radford et al. 2019, table 2, as nn/models.h builds gpt2 and gpt2-medium), GPT-3 175B
 // (Brown et al. 2020, table 2.1: 96 layers, d_model 12288, 96 heads, context 2048, GPT-2's
 // tokenizer), LLaMA (Touvron et al. 2023, table 2; FFN hidden 11008 / 13824 from the released
@@ -52,6 +70,10 @@ const std::vector<Preset>& presets() {
       {"gpt3-175b", gpt("gpt3-175b", 96, 12288, 96, 2048)},
       {"llama-7b", llama("llama-7b", 32, 4096, 32, 11008)},
       {"llama-13b", llama("llama-13b", 40, 5120, 40, 13824)},
+      {"llama-tiny", from_llama("llama-tiny")},
+      {"smollm-135m", from_llama("smollm-135m")},
+      {"tinyllama-1.1b", from_llama("tinyllama-1.1b")},
+      {"llama2-7b", from_llama("llama2-7b")},
   };
   return p;
 }
@@ -82,6 +104,10 @@ void validate(const ModelShape& s) {
   positive(s.ffn, "ffn (the FFN hidden width)");
   positive(s.vocab, "vocab");
   positive(s.context, "context");
+  if (s.kv_heads < 0 || (s.kv_heads > 0 && s.heads % s.kv_heads != 0)) {
+    throw std::invalid_argument(
+        fmt::format("kv_heads ({}) must divide heads ({})", s.kv_heads, s.heads));
+  }
   if (s.width % s.heads != 0) {
     throw std::invalid_argument(
         fmt::format("width ({}) must be a multiple of heads ({})", s.width, s.heads));
@@ -94,11 +120,14 @@ void validate(const ModelShape& s) {
 
 namespace {
 
-// GEMM weight values of one block: attention's qkv (3 C^2) and output projection (C^2), and the
-// FFN's two (GELU MLP) or three (SwiGLU) matrices.
+// GEMM weight values of one block: attention's q, k, v (3 C^2; k and v C^2 kv_heads / heads
+// each under grouped-query attention) and output projection (C^2), and the FFN's two (GELU MLP)
+// or three (SwiGLU) matrices.
 int64_t block_gemm_values(const ModelShape& s) {
   const int64_t ffn_mats = s.family == ShapeFamily::llama ? 3 : 2;
-  return 4 * s.width * s.width + ffn_mats * s.width * s.ffn;
+  const int64_t kv = s.kv_heads > 0 ? s.kv_heads : s.heads;
+  const int64_t kvw = s.width / s.heads * kv;
+  return 2 * s.width * s.width + 2 * s.width * kvw + ffn_mats * s.width * s.ffn;
 }
 
 // Embedding rows times width: the token embedding, and for the untied head its own matrix.
@@ -119,8 +148,8 @@ int64_t block_parameters(const ModelShape& s) {
 int64_t parameters(const ModelShape& s) {
   const int64_t C = s.width;
   if (s.family == ShapeFamily::llama) {
-    // The final RMSNorm, the embedding and the untied head.
-    return s.layers * block_parameters(s) + C + 2 * embedding_values(s);
+    // The final RMSNorm, the embedding and the untied (or tied) head.
+    return s.layers * block_parameters(s) + C + (s.tied_head ? 1 : 2) * embedding_values(s);
   }
   // ln_f, the learned positions; the tied head adds nothing.
   return s.layers * block_parameters(s) + 2 * C + s.context * C + embedding_values(s);

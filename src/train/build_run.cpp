@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "mixp/backend/backend.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lora_io.h"
 #include "mixp/train/recipe_registry.h"
 #include "trainer_impl.h"
@@ -103,6 +104,7 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
   // `auto` becomes the recipe it picked on this machine, so that the checkpoint names it.
   if (training) c.precision = p.recipe->name();
   const bool lm = is_language_model(c.model.name);
+  if (nn::is_llama_model(c.model.name) && !c.init_from.empty()) detail::apply_llama_hf_shape(c);
   if (lm && c.model.context == 0) c.model.context = detail::resolve_model(c.model).context;
   if (training && world.size() > 1) {
     // This rank's slice of every global batch of `batch` x ranks samples (sharded_source.h).
@@ -121,14 +123,17 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
                       "{} has {}; evaluate on the corpus it was trained on",
                       c.model.vocab, c.data, v));
     }
-    if (c.model.vocab != 0 && c.model.vocab != v) {
+    // A LLaMA-family model's vocabulary is its tokenizer's: a token file whose ids fit in it
+    // (the data's vocabulary is at most the model's) trains it.
+    const bool fits = nn::is_llama_model(c.model.name) && c.model.vocab >= v;
+    if (c.model.vocab != 0 && c.model.vocab != v && !fits) {
       throw TrainError(
           fmt::format("the model's vocabulary has {} tokens but the corpus {} has {}; a gpt "
                       "checkpoint can only "
                       "continue on a corpus with the same characters",
                       c.model.vocab, c.data, v));
     }
-    c.model.vocab = v;
+    if (!fits) c.model.vocab = v;
   }
   c.model = detail::resolve_model(c.model);  // explicit shape in state.json
   if (!c.lora_from.empty() && !c.lora.empty() && training && c.resume_dir.empty()) {

@@ -4,6 +4,8 @@
 
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/gpt2_weights.h"
+#include "mixp/nn/llama_hf.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lora.h"
 #include "mixp/nn/lora_io.h"
 #include "mixp/nn/models.h"
@@ -33,7 +35,8 @@ auto as_config_error(F&& f) {
 void init_gpt2_from(nn::Module& model, const TrainConfig& c) {
   auto* gpt = dynamic_cast<nn::Gpt*>(&model);
   if (!gpt || !nn::is_gpt2_model(c.model.name)) {
-    throw ConfigError("--init-from loads GPT-2 weights into --model gpt2 or gpt2-medium, not '" +
+    throw ConfigError("--init-from loads GPT-2 weights into --model gpt2 or gpt2-medium, or a "
+                      "Hugging Face LLaMA-family directory into --model llama, not '" +
                       c.model.name + "'");
   }
   try {
@@ -44,7 +47,48 @@ void init_gpt2_from(nn::Module& model, const TrainConfig& c) {
   }
 }
 
+// The LlamaConfig of a llama run with --init-from: config.json's, at the run's context.
+nn::LlamaConfig llama_hf_config(const TrainConfig& c) {
+  nn::LlamaConfig l;
+  try {
+    l = nn::read_llama_hf_config(c.init_from).model;
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("--init-from ") + e.what());
+  }
+  if (c.model.context > 0) l.context = c.model.context;
+  l.checkpointing = c.model.checkpointing;
+  return l;
+}
+
 }  // namespace
+
+void apply_llama_hf_shape(TrainConfig& c) {
+  nn::LlamaConfig l = llama_hf_config(c);
+  nn::ModelConfig& m = c.model;
+  auto same = [&](const char* flag, int64_t& mine, int64_t theirs) {
+    if (mine != 0 && mine != theirs) {
+      throw ConfigError(fmt::format("{} {} differs from {}'s config.json ({}); leave it out with "
+                                    "--init-from",
+                                    flag, mine, c.init_from, theirs));
+    }
+    mine = theirs;
+  };
+  same("--width", m.width, l.width);
+  same("--layers", m.layers, l.layers);
+  same("--heads", m.heads, l.heads);
+  same("--kv-heads", m.kv_heads, l.kv());
+  same("--mlp-width", m.mlp_width, l.mlp_width);
+  if (m.vocab != 0 && m.vocab != l.vocab) {
+    throw ConfigError(fmt::format("the model's vocabulary ({}) is not {}'s ({})", m.vocab,
+                                  c.init_from, l.vocab));
+  }
+  m.vocab = l.vocab;
+  if (m.context == 0) m.context = std::min<int64_t>(l.context, 1024);
+  if (m.context > l.context) {
+    throw ConfigError(fmt::format("--context {} exceeds {}'s max_position_embeddings {}",
+                                  m.context, c.init_from, l.context));
+  }
+}
 
 nn::ModelConfig resolve_model(const nn::ModelConfig& m) {
   return as_config_error([&] { return nn::resolve_model_config(m); });
@@ -52,6 +96,20 @@ nn::ModelConfig resolve_model(const nn::ModelConfig& m) {
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe,
                                         bool with_init) {
+  if (nn::is_llama_model(c.model.name) && !c.init_from.empty()) {
+    // The architecture (theta, rope scaling, tied head, biases) is config.json's, also on resume.
+    Generator gen(c.model.seed);
+    auto llama = as_config_error([&] { return std::make_shared<nn::Llama>(llama_hf_config(c), gen); });
+    if (with_init) {
+      try {
+        nn::load_llama_hf(*llama, c.init_from);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(std::string("--init-from ") + e.what());
+      }
+    }
+    recipe.prepare_model(*llama);
+    return llama;
+  }
   auto model = as_config_error([&] { return nn::make_model(c.model); });
   if (with_init && !c.init_from.empty()) init_gpt2_from(*model, c);
   recipe.prepare_model(*model);

@@ -28,7 +28,10 @@ constexpr RecipeDtypes kFp8 = dtypes(D::fp32, D::fp32, D::fp8_e4m3, D::fp32, D::
 // nvfp4, mxfp4: the same with E2M1 GEMM operands.
 constexpr RecipeDtypes kFp4 = dtypes(D::fp32, D::fp32, D::fp4_e2m1, D::fp32, D::bf16);
 
-constexpr std::string_view kNotGpt[] = {"gpt", "gpt2", "gpt2-medium"};
+// The language models (the QAT recipes build int8 inference models of Linear/Conv2d layers).
+constexpr std::string_view kNotGpt[] = {"gpt",         "gpt2",           "gpt2-medium",
+                                        "llama",       "llama-tiny",     "smollm-135m",
+                                        "tinyllama-1.1b", "llama2-7b"};
 
 std::unique_ptr<PrecisionRecipe> make_fp8(std::string_view spec, const RecipeOptions& opt) {
   return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::delayed());

@@ -9,6 +9,7 @@
 
 #include "mixp/data/image_dataset.h"
 #include "mixp/data/text_corpus.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lora.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/lr_schedule.h"
@@ -44,7 +45,7 @@ const std::vector<std::string>& schedule_names() {
 }
 
 bool is_language_model(std::string_view model) {
-  return model == "gpt" || nn::is_gpt2_model(model);
+  return model == "gpt" || nn::is_gpt2_model(model) || nn::is_llama_model(model);
 }
 
 int64_t default_batch(std::string_view model) {
@@ -158,6 +159,7 @@ std::string config_to_json(const TrainConfig& c) {
   m["context"] = c.model.context;
   m["vocab"] = c.model.vocab;
   m["mlp_width"] = c.model.mlp_width;
+  if (c.model.kv_heads != 0) m["kv_heads"] = c.model.kv_heads;  // llama family only
   m["seed"] = c.model.seed;
   m["checkpointing"] = c.model.checkpointing;
 
@@ -279,6 +281,7 @@ TrainConfig config_from_json(std::string_view text) {
       get(m, "context", c.model.context);
       get(m, "vocab", c.model.vocab);
       get(m, "mlp_width", c.model.mlp_width);
+      get(m, "kv_heads", c.model.kv_heads);
       get(m, "seed", c.model.seed);
       get(m, "checkpointing", c.model.checkpointing);
     }

@@ -31,6 +31,9 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
 // The model config with every 0 replaced by the model's default (ConfigError for a field the
 // model does not have).
 nn::ModelConfig resolve_model(const nn::ModelConfig& m);
+// A llama-family run with --init-from DIR: the model's shape from DIR/config.json (ConfigError
+// when it is not a LLaMA-family config), the context the run's (else the config's, at most 1024).
+void apply_llama_hf_shape(TrainConfig& c);
 // The optimizer the config names over the model's named parameters (state names follow them:
 // "fc1.weight.exp_avg").
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c,

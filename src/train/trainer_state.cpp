@@ -90,6 +90,7 @@ void Trainer::Impl::check_resume_config(const std::filesystem::path& dir) const 
   same(dir, "--heads", saved.model.heads, mine.heads, shape);
   same(dir, "--context", saved.model.context, mine.context, shape);
   same(dir, "--mlp-width", saved.model.mlp_width, mine.mlp_width, shape);
+  same(dir, "--kv-heads", saved.model.kv_heads, mine.kv_heads, shape);
   if (saved.data != cfg.data) {
     // A data set that moved may be named in its new place (the number of samples is then checked
     // against the checkpoint's data order); other data may not. mixp cannot tell a moved copy from

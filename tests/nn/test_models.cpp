@@ -16,7 +16,9 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Models, Names) {
-  EXPECT_THAT(model_names(), ::testing::ElementsAre("cnn", "gpt", "gpt2", "gpt2-medium", "mlp"));
+  EXPECT_THAT(model_names(),
+              ::testing::ElementsAre("cnn", "gpt", "gpt2", "gpt2-medium", "llama", "llama-tiny",
+                                     "smollm-135m", "tinyllama-1.1b", "llama2-7b", "mlp"));
 }
 
 TEST(Models, MlpCountNamesShapes) {
@@ -139,7 +141,8 @@ TEST(Models, ConfigErrors) {
     make_model({.name = "resnet"});
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("unknown model 'resnet'; known models: cnn, gpt, gpt2, gpt2-medium, mlp"));
+    EXPECT_THAT(e.what(), HasSubstr("unknown model 'resnet'; known models: cnn, gpt, gpt2, gpt2-medium, llama, "
+                                    "llama-tiny, smollm-135m, tinyllama-1.1b, llama2-7b, mlp"));
   }
   EXPECT_THROW(make_model({.name = "mlp", .vocab = 10}), std::invalid_argument);
   EXPECT_THROW(make_model({.name = "mlp", .checkpointing = true}), std::invalid_argument);

@@ -53,7 +53,7 @@ RegisterCommand reg(36, [](CLI::App& app) {
       "--layer-precision proposal, and its check by short training runs against fp32 and bf16");
   train::TrainConfig& c = f->o.base;
   c.model.name = "mlp";
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium (default mlp)");
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium | llama (and its presets, docs/llama.md) (default mlp)");
   sub->add_option("--data", c.data,
                   "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for "
                   "gpt a text file or folder");

@@ -165,7 +165,7 @@ RegisterCommand reg(40, [](CLI::App& app) {
   f->sub = sub;
   train::TrainConfig& c = f->sc.base;
   c.model.name = "mlp";
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium (default mlp)");
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium | llama (and its presets, docs/llama.md) (default mlp)");
   sub->add_option("--precisions", f->precisions,
                   "comma-separated recipes, or 'all' (default: " +
                       join(train::recipe_names({.study_default = true}), ",") +

@@ -290,10 +290,11 @@ RegisterCommand reg(35, [](CLI::App& app) {
       "plan", "plan a training run's peak memory and step time (measured on two small probes)");
   a->sub = sub;
   train::TrainConfig& c = a->c;
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium (probed)");
+  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium | llama and its presets (probed)");
   sub->add_option("--model-shape", a->shape,
                   "plan a shape analytically, without probes: gpt2 gpt2-medium gpt2-large "
-                  "gpt2-xl gpt3-175b llama-7b llama-13b, or custom (with --family --layers "
+                  "gpt2-xl gpt3-175b llama-7b llama-13b llama-tiny smollm-135m tinyllama-1.1b "
+                  "llama2-7b, or custom (with --family --layers "
                   "--width --heads --vocab [--mlp-width])");
   sub->add_option("--family", a->family,
                   "--model-shape custom: gpt2 (LayerNorm, GELU, biases, tied head) or llama "

@@ -205,6 +205,7 @@ void run(Flags& f) {
   set("--heads", c.model.heads, f.c.model.heads);
   set("--context", c.model.context, f.c.model.context);
   set("--mlp-width", c.model.mlp_width, f.c.model.mlp_width);
+  set("--kv-heads", c.model.kv_heads, f.c.model.kv_heads);
   set("--checkpointing", c.model.checkpointing, f.c.model.checkpointing);
   set("--data", c.data, f.c.data);
   set("--train-limit", c.train_limit, f.c.train_limit);
@@ -323,7 +324,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
       app.add_subcommand("train", "train a built-in model (mlp, cnn, gpt) in a given precision");
   f->sub = sub;
   train::TrainConfig& c = f->c;
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium");
+  sub->add_option("--model", c.model.name,
+                  "mlp | cnn | gpt | gpt2 | gpt2-medium | llama | llama-tiny | smollm-135m | "
+                  "tinyllama-1.1b | llama2-7b (docs/llama.md)");
   sub->add_option(
       "--data", c.data,
       "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for gpt/gpt2 a "
@@ -380,7 +383,9 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--width", c.model.width,
                   "model width (mlp: hidden size, cnn: conv1 channels, gpt: embedding)");
   sub->add_option("--layers", c.model.layers, "number of layers (mlp hidden layers, gpt blocks)");
-  sub->add_option("--heads", c.model.heads, "attention heads (gpt)");
+  sub->add_option("--heads", c.model.heads, "attention heads (gpt, llama)");
+  sub->add_option("--kv-heads", c.model.kv_heads,
+                  "llama: k/v heads of grouped-query attention (must divide --heads)");
   sub->add_option("--context", c.model.context, "context length (gpt, default 128)");
   sub->add_option("--mlp-width", c.model.mlp_width,
                   "gpt: MLP width (default 1024); cnn: fc1 size (default 128)");
@@ -399,7 +404,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
       "grad-accum, seed, loss-scale-init), which are refused when they differ (docs/train.md)");
   sub->add_option("--init-from", c.init_from,
                   "gpt2/gpt2-medium: start from GPT-2 weights (llm.c .bin, Hugging Face or mixp "
-                  ".safetensors)");
+                  ".safetensors); llama: a Hugging Face directory (config.json + safetensors, "
+                  "docs/llama.md)");
   sub->add_option("--lora", c.lora,
                   "fine-tune LoRA adapters only, base frozen (docs/lora.md): "
                   "r=16,alpha=32,dropout=0.05,targets=PATTERN[,PATTERN...] (glob on Linear names "

@@ -106,6 +106,7 @@ void shared_flag_ranges(CLI::App& command) {
       {"--width", 1, 1 << 20},
       {"--layers", 1, 4096},
       {"--heads", 1, 4096},
+      {"--kv-heads", 1, 4096},
       {"--context", 1, 1 << 20},
       {"--mlp-width", 1, 1 << 22},
       {"--vocab", 1, 1 << 24},

@@ -96,9 +96,13 @@ constexpr CastPolicy cast_policy(OpId op) noexcept {
     case OpId::sin:
     case OpId::cos:
       return P::none;  // in no PyTorch list (sinh, cosh are CUDA fp32; sin, cos are not)
+    case OpId::rope:
+      return P::none;  // computes in fp32 itself and returns x's dtype (ops.h, rope)
     case OpId::softmax:
     case OpId::log_softmax:
     case OpId::layer_norm:
+    case OpId::rms_norm:  // as layer_norm (PyTorch's CUDA fp32 list has rms_norm; HF's
+                          // LlamaRMSNorm computes in fp32 whatever the input dtype)
       return P::fp32;  // CUDA fp32 list
     // PyTorch CUDA lists no policy for batch_norm: cuDNN takes fp16 x with fp32 weight and
     // statistics. mixp's kernels compute in fp32 either way; fp32 also keeps the running

@@ -17,6 +17,10 @@
 //        heads 16 (350M); both context 1024 (the most; smaller is allowed), mlp_width 4 x width,
 //        vocab 50257 (the Trainer passes the data's: a token file's 50257 or a text corpus's
 //        bytes). Any field may be set smaller for tests (`--layers 2 --width 64 --heads 2`).
+//   llama, llama-tiny, smollm-135m, tinyllama-1.1b, llama2-7b  the LLaMA family (nn/llama.h) at
+//        the shapes of nn/llama_presets.h ("llama" is llama-tiny's); int32/int64 token ids [B, T]
+//        -> logits [B, T, vocab]. width, layers, heads, kv_heads, context, vocab and mlp_width
+//        override the preset's (the Trainer passes the data's vocabulary).
 // ModelConfig fields equal to 0 take the model's default; a field the model does not use must be
 // 0 (else std::invalid_argument says which). Init is PyTorch's default for mlp and cnn and GPT-2's
 // for gpt, all drawn from Generator(seed): the same config gives bit-identical parameters.
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "mixp/nn/gpt.h"
+#include "mixp/nn/llama.h"
 #include "mixp/nn/module.h"
 
 namespace mixp::nn {
@@ -39,11 +44,12 @@ namespace mixp::nn {
 struct ModelConfig {
   std::string name;
   int64_t width = 0, layers = 0, heads = 0, context = 0, vocab = 0, mlp_width = 0;
+  int64_t kv_heads = 0;  // llama family only: grouped-query attention's k/v heads
   uint64_t seed = 0;
   bool checkpointing = false;  // gpt only: checkpoint() each block
 };
 
-// {"cnn", "gpt", "gpt2", "gpt2-medium", "mlp"}
+// {"cnn", "gpt", "gpt2", "gpt2-medium", "llama", "llama-tiny", ..., "mlp"}
 std::vector<std::string> model_names();
 // Throws std::invalid_argument for an unknown name (listing the known ones) or a bad shape.
 std::shared_ptr<Module> make_model(const ModelConfig& cfg);
@@ -59,5 +65,7 @@ bool is_gpt2_model(std::string_view name);
 int64_t padded_vocab_size(int64_t vocab);
 // The Gpt configuration of a "gpt", "gpt2" or "gpt2-medium" ModelConfig (defaults resolved).
 GptConfig gpt_config_of(const ModelConfig& cfg);
+// The LlamaConfig of a llama-family ModelConfig (the preset's, with the set fields overridden).
+LlamaConfig llama_config_of(const ModelConfig& cfg);
 
 }  // namespace mixp::nn

@@ -45,6 +45,7 @@ namespace mixp {
   X(dropout, "dropout", pointwise)                                                \
   X(sin, "sin", pointwise)                                                        \
   X(cos, "cos", pointwise)                                                        \
+  X(rope, "rope", pointwise)                                                      \
   /* normalization, softmax, losses */                                            \
   X(softmax, "softmax", reduce)                                                   \
   X(log_softmax, "log_softmax", reduce)                                           \
@@ -55,6 +56,7 @@ namespace mixp {
   X(mse_loss, "mse_loss", reduce)                                                 \
   X(binary_cross_entropy, "binary_cross_entropy", reduce)                         \
   X(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", reduce) \
+  X(rms_norm, "rms_norm", reduce)                                                 \
   /* reductions */                                                                \
   X(sum, "sum", reduce)                                                           \
   X(mean, "mean", reduce)                                                         \

@@ -124,6 +124,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // split and merge would.
 Tensor attention_packed_qkv(const Tensor& qkv, int64_t heads, bool causal = true,
                             double scale = 0.0);
+// Rotary position embedding (RoPE; Su et al. 2021) of x [B, T, H, D] (D even) at positions
+// 0..T-1, in Hugging Face's rotate_half layout (pair j = elements j and j + D/2 of a head):
+// x * cos + rotate_half(x) * sin with cos/sin [>= T, D/2] the angles' tables (the first T rows
+// are used; nn/rotary.h builds them from theta and the rope_scaling of a config.json). Computes in
+// fp32 (fp64 for fp64 x) and returns x's dtype; differentiable in x only (the tables are
+// constants). The backward is the inverse rotation.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // One LSTM step (PyTorch LSTMCell, gate order i, f, g, o): x [N, I], h/c [N, H],
 // w_ih [4H, I], w_hh [4H, H], b_ih/b_hh [4H] or undefined. Returns (h', c').
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tensor& c,
@@ -137,6 +144,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// RMSNorm over the last dim (torch.nn.functional.rms_norm, HF's LlamaRMSNorm): x * w /
+// sqrt(mean(x^2) + eps); weight [x.size(-1)] or undefined. fp32 under autocast, as layer_norm.
+Tensor rms_norm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6);
 // x [N, C] or [N, C, *]. Training: batch statistics, running stats updated in place (momentum
 // 0.1 and unbiased variance, as PyTorch); eval: running statistics. running_* may be undefined
 // in training (no tracking). weight/bias [C] or undefined.

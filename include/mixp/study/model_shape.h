@@ -54,10 +54,16 @@ struct ModelShape {
   int64_t vocab = 50257;         // tokens the loss sees
   int64_t padded_vocab = 50304;  // embedding rows (>= vocab)
   int64_t context = 1024;  // the position table's rows (gpt2 family); the sequence length planned
+  // llama family: k/v heads of grouped-query attention (0 = heads: multi-head attention; the k
+  // and v projections are C x (C kv_heads / heads)) and a head tied to the embedding
+  // (tie_word_embeddings, e.g. SmolLM).
+  int64_t kv_heads = 0;
+  bool tied_head = false;
 };
 
 // The preset shapes: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-7b",
-// "llama-13b". Throws std::invalid_argument naming the presets for another name.
+// "llama-13b", and the shapes of nn/llama_presets.h: "llama-tiny", "smollm-135m",
+// "tinyllama-1.1b", "llama2-7b". Throws std::invalid_argument naming the presets for another name.
 ModelShape model_shape_preset(std::string_view name);
 std::vector<std::string> model_shape_presets();
 // Throws std::invalid_argument naming the first field that is not positive or consistent
