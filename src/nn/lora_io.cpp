@@ -12,6 +12,7 @@
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/gpt.h"
+#include "mixp/nn/llama.h"
 #include "mixp/nn/serialize.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/ops/ops.h"
@@ -78,7 +79,11 @@ std::string read_small_text(const std::filesystem::path& file) {
 }  // namespace
 
 std::string peft_module_path(Module& model, const std::string& mixp_name) {
-  return is_gpt2(model) ? gpt2_path(mixp_name) : mixp_name;
+  if (is_gpt2(model)) return gpt2_path(mixp_name);
+  // The LLaMA family's modules carry Hugging Face's names without LlamaForCausalLM's "model."
+  // (nn/llama.h); PEFT's paths have it: base_model.model.model.layers.0.self_attn.q_proj.
+  if (dynamic_cast<const Llama*>(&model) && mixp_name != "lm_head") return "model." + mixp_name;
+  return mixp_name;
 }
 
 void save_lora_adapter(Module& model, const LoraOptions& opt, const std::filesystem::path& dir,

@@ -9,6 +9,7 @@
 #include "common/temp_dir.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/io/safetensors.h"
+#include "mixp/nn/llama.h"
 #include "mixp/nn/lora_io.h"
 #include "mixp/nn/models.h"
 #include "mixp/nn/serialize.h"
@@ -63,6 +64,34 @@ TEST(LoraIo, Gpt2AdapterHasPeftNamesAndConfig) {
   EXPECT_EQ(j["base_model_name_or_path"], "gpt2");
   EXPECT_EQ(j["target_modules"][0], "transformer.h.0.attn.c_attn");
   EXPECT_EQ(j["target_modules"].size(), 4u);
+}
+
+// LlamaForCausalLM's modules sit under "model." (PEFT: base_model.model.model.layers.N...), the
+// head at the top; no fan_in_fan_out (nn.Linear stores [out, in]).
+TEST(LoraIo, LlamaAdapterHasPeftNames) {
+  TempDir dir;
+  Generator gen(5);
+  Llama m(LlamaConfig{.vocab = 32, .context = 8, .width = 32, .layers = 2, .heads = 4,
+                      .kv_heads = 2, .mlp_width = 48},
+          gen);
+  const LoraOptions opt = LoraOptions::parse("r=2,alpha=4,targets=q_proj,v_proj,lm_head");
+  apply_lora(m, opt, 1);
+  save_lora_adapter(m, opt, dir / "ad", "TinyLlama");
+  const SafeTensorsFile f = read_safetensors(dir / "ad" / "adapter_model.safetensors");
+  EXPECT_EQ(f.tensors.size(), 10u);
+  EXPECT_TRUE(f.find("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"));
+  EXPECT_TRUE(f.find("base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight"));
+  EXPECT_TRUE(f.find("base_model.model.lm_head.lora_A.weight"));
+  std::ifstream in(dir / "ad" / "adapter_config.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["fan_in_fan_out"], false);
+  // And back: the names resolve to the same modules.
+  Generator gen2(6);
+  Llama m2(LlamaConfig{.vocab = 32, .context = 8, .width = 32, .layers = 2, .heads = 4,
+                       .kv_heads = 2, .mlp_width = 48},
+           gen2);
+  EXPECT_NO_THROW(load_lora_adapter(m2, dir / "ad"));
+  EXPECT_EQ(lora_layers(m2).size(), 5u);
 }
 
 TEST(LoraIo, RoundTripRestoresTheAdapters) {
