@@ -182,12 +182,7 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   mixp::detail::record(
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
       [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev](BackwardContext& ctx) {
-        Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(ctx.grad()), Shape{M, N});
-        if (keep_y.defined()) {
-          Tensor gz = Tensor::empty(g.shape(), {.device = g.device()});
-          backend_for(gz, g, keep_y).mask_grad(gz, g, keep_y);
-          g = gz;
-        }
+        Tensor g = linear_output_grad(ctx.grad(), keep_y, M, N);
         if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, Shape{0}, false);
         if (!ctx.needs(0) && !ctx.needs(1)) return;
         const Tensor gh = host_f32(g);

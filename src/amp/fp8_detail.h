@@ -21,6 +21,11 @@ void note_backward_state(const std::shared_ptr<Fp8ScalingState>& s);
 // mode on (not an evaluation pass) that is not a recomputation.
 bool records_amax();
 
+// The output gradient of a Linear as a contiguous [M, N], through the fused ReLU's mask when the
+// forward kept its output (keep_y defined): where fp8_linear's and block_scaled_linear's
+// backward start (fp8_linear.cpp).
+Tensor linear_output_grad(const Tensor& grad, const Tensor& keep_y, int64_t M, int64_t N);
+
 // fp8_linear for the block-scaled recipes (fp8_block, nvfp4, mxfp4): block_linear.cpp.
 Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                            Fp8LinearMeta& meta);

@@ -158,12 +158,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
       [keep_x, keep_w, keep_y, sinv_x, sinv_w, recipe, grad_state, meta_ptr, x_shape, M, N,
        K](BackwardContext& ctx) {
-        Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(ctx.grad()), Shape{M, N});
-        if (keep_y.defined()) {
-          Tensor gz = Tensor::empty(g.shape(), {.device = g.device()});
-          backend_for(gz, g, keep_y).mask_grad(gz, g, keep_y);
-          g = gz;
-        }
+        Tensor g = detail::linear_output_grad(ctx.grad(), keep_y, M, N);
         // TE: the bias gradient comes from the high-precision gradient.
         if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, Shape{0}, false);
         if (!ctx.needs(0) && !ctx.needs(1)) return;
@@ -202,5 +197,15 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
       });
   return out;
 }
+
+namespace detail {
+Tensor linear_output_grad(const Tensor& grad, const Tensor& keep_y, int64_t M, int64_t N) {
+  Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(grad), Shape{M, N});
+  if (!keep_y.defined()) return g;
+  Tensor gz = Tensor::empty(g.shape(), {.device = g.device()});
+  backend_for(gz, g, keep_y).mask_grad(gz, g, keep_y);
+  return gz;
+}
+}  // namespace detail
 
 }  // namespace mixp::amp

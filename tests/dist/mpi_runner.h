@@ -1,7 +1,11 @@
 // Runs the built `mixp` under mpirun (Debian's OpenMPI, installed by scripts/bootstrap.sh) for the
 // data-parallel tests, capturing exit code, stdout and stderr.
 #pragma once
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common/cli_runner.h"
 
@@ -18,6 +22,16 @@ inline CliResult run_mpi(int ranks, const std::string& args, const std::string& 
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 "
       "timeout 300 mpirun --oversubscribe " +
       mpirun_options + " -np " + std::to_string(ranks) + " '" + MIXP_CLI + "' " + args + mpmd);
+}
+
+// The per-step losses of a --log file (one JSON object per optimizer step).
+inline std::vector<double> log_losses(const std::filesystem::path& log) {
+  std::ifstream in(log);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  }
+  return out;
 }
 
 }  // namespace mixp::test

@@ -18,14 +18,6 @@ namespace {
 const std::string kGpt =
     "train --model gpt --width 64 --layers 2 --heads 2 --context 32 --no-eval --threads 1 ";
 
-std::vector<double> losses(const std::filesystem::path& log) {
-  std::ifstream in(log);
-  std::vector<double> out;
-  for (std::string line; std::getline(in, line);) {
-    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  }
-  return out;
-}
 
 double max_weight_difference(const std::filesystem::path& a, const std::filesystem::path& b) {
   const SafeTensorsFile fa = read_safetensors(a / "model.safetensors");
@@ -97,12 +89,12 @@ TEST(DataParallel, RanksTrainLikeOneProcessWithTheGlobalBatch) {
   run_one("ref", "--threads 2");
   run_one("t1", "--threads 1");
   const double own = max_weight_difference(dir / "ref", dir / "t1");
-  const std::vector<double> ref = losses(dir / "ref.jsonl");
+  const std::vector<double> ref = log_losses(dir / "ref.jsonl");
   ASSERT_EQ(ref.size(), 50u);
   for (int n : {2, 4}) {
     const std::string tag = std::to_string(n);
     run_ranks(n, tag, "");
-    const std::vector<double> b = losses(dir / (tag + ".jsonl"));
+    const std::vector<double> b = log_losses(dir / (tag + ".jsonl"));
     ASSERT_EQ(b.size(), 50u);
     for (size_t i = 0; i < ref.size(); ++i) {
       EXPECT_LE(std::fabs(ref[i] - b[i]) / std::fabs(ref[i]), 1e-6) << "step " << i + 1 << ", "

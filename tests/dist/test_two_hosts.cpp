@@ -77,15 +77,6 @@ std::string read_all(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// The per-step losses of a --log file.
-std::vector<double> losses(const std::filesystem::path& log) {
-  std::ifstream in(log);
-  std::vector<double> out;
-  for (std::string line; std::getline(in, line);) {
-    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  }
-  return out;
-}
 
 bool same_weights(const std::filesystem::path& a, const std::filesystem::path& b) {
   return read_all(a / "model.safetensors") == read_all(b / "model.safetensors") &&
@@ -115,7 +106,7 @@ TEST(TwoHosts, OneRankPerHostTrainsLikeTwoRanksOnOneHost) {
   EXPECT_EQ(j["ranks_per_host"][0]["host"], h.host('a'));
   EXPECT_EQ(j["ranks_per_host"][1]["host"], h.host('b'));
   EXPECT_EQ(j["comm_bytes_per_step"], one.json()["comm_bytes_per_step"]);
-  const std::vector<double> a = losses(dir / "1.jsonl"), b = losses(dir / "2.jsonl");
+  const std::vector<double> a = log_losses(dir / "1.jsonl"), b = log_losses(dir / "2.jsonl");
   ASSERT_EQ(a.size(), 4u);
   EXPECT_EQ(a, b);
   EXPECT_TRUE(same_weights(dir / "1", dir / "2"));
@@ -138,7 +129,7 @@ TEST(TwoHosts, TwoRanksPerHostSayWhereSharedMemoryRan) {
             std::string::npos)
       << two.out;
   EXPECT_NE(two.out.find("sent per step per rank"), std::string::npos) << two.out;
-  EXPECT_EQ(losses(dir / "1.jsonl"), losses(dir / "2.jsonl"));
+  EXPECT_EQ(log_losses(dir / "1.jsonl"), log_losses(dir / "2.jsonl"));
 }
 
 // A host whose rank dies ends the run on the other host at once (well within --comm-timeout),
