@@ -17,6 +17,8 @@
 #include "mixp/nn/llama.h"
 #include "mixp/nn/llama_hf.h"
 #include "mixp/nn/llama_presets.h"
+#include "mixp/nn/lora.h"
+#include "mixp/nn/lora_io.h"
 #include "mixp/nn/lstm.h"
 #include "mixp/nn/max_pool2d.h"
 #include "mixp/nn/models.h"
