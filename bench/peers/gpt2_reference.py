@@ -37,7 +37,7 @@ def write_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = metadata
     for name, t in tensors.items():
         t = t.detach().contiguous().cpu()
-        dtype = {torch.float32: "F32", torch.int32: "I32", torch.bfloat16: "BF16",
+        dtype = {torch.float32: "F32", torch.int32: "I32", torch.int64: "I64", torch.bfloat16: "BF16",
                  torch.float16: "F16", torch.uint8: "U8"}[t.dtype]
         data = t.view(torch.uint8).numpy().tobytes() if t.dtype in (torch.bfloat16, torch.float16) \
             else t.numpy().tobytes()

@@ -20,34 +20,16 @@ import json
 import math
 import os
 import struct
+import sys
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_reference import write_safetensors  # noqa: E402  (one safetensors writer for the peers)
+
 DT = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64,
       "I32": torch.int32}
-
-
-def write_safetensors(path, tensors, metadata=None):
-    header, blobs, offset = {}, [], 0
-    if metadata:
-        header["__metadata__"] = metadata
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        dtype = {v: k for k, v in DT.items()}[t.dtype]
-        data = t.view(torch.uint8).numpy().tobytes() if t.dtype in (torch.bfloat16, torch.float16) \
-            else t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def read_safetensors(path):
