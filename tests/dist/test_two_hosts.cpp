@@ -77,6 +77,39 @@ std::string read_all(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// A failure injected into a run across the two hosts: what mpirun returned and said.
+struct Injured {
+  int status = 0;          // std::system's wait status of the script
+  double seconds = 0;      // from the injury to the run's end
+  std::string err;         // the run's stderr
+};
+
+// Starts a long gpt run on 1 rank per host (--comm-timeout 10, --save dir/ck, stderr to
+// dir/err), waits until rank 0 has logged a step (both ranks are training then), runs the shell
+// lines `injury`, and waits for mpirun.
+Injured run_and_injure(const TwoHosts& h, const TempDir& dir, const std::string& injury) {
+  const std::string log = (dir / "log.jsonl").string();
+  const std::string script = (dir / "injure.sh").string();
+  {
+    std::ofstream s(script);
+    s << h.mpirun(1) << kGpt << "--steps 100000 --batch 4 --comm-timeout 10 --log '" << log
+      << "' --save '" << (dir / "ck").string() << "' >/dev/null 2>'" << (dir / "err").string()
+      << "' </dev/null &\n"
+      << "mp=$!\n"
+      << "for j in $(seq 1 1200); do [ -s '" << log << "' ] && break; sleep 0.1; done\n"
+      << injury << "date +%s.%N > '" << (dir / "injured").string() << "'\n"
+      << "wait $mp\n";
+  }
+  Injured r;
+  r.status = std::system(("timeout 200 bash '" + script + "'").c_str());
+  const auto end = std::chrono::system_clock::now();
+  const std::string injured = read_all(dir / "injured");
+  r.seconds = std::chrono::duration<double>(end.time_since_epoch()).count() -
+              (injured.empty() ? 0.0 : std::stod(injured));
+  r.err = read_all(dir / "err");
+  return r;
+}
+
 
 bool same_weights(const std::filesystem::path& a, const std::filesystem::path& b) {
   return read_all(a / "model.safetensors") == read_all(b / "model.safetensors") &&
@@ -137,34 +170,18 @@ TEST(TwoHosts, TwoRanksPerHostSayWhereSharedMemoryRan) {
 TEST(TwoHosts, AKilledHostEndsTheRunNamingIt) {
   MIXP_NEED_TWO_HOSTS(h);
   TempDir dir;
-  const std::string log = (dir / "log.jsonl").string();
-  const std::string script = (dir / "kill.sh").string();
-  {
-    std::ofstream s(script);
-    s << h.mpirun(1) << kGpt << "--steps 100000 --batch 4 --comm-timeout 10 --log '" << log
-      << "' --save '" << (dir / "ck").string() << "' >/dev/null 2>'" << (dir / "err").string()
-      << "' </dev/null &\n"
-      << "mp=$!\n"
-      // Once rank 0 has logged a step, both ranks are training: kill host b's rank (the mixp
-      // processes in host b's namespace, by process id).
-      << "for j in $(seq 1 1200); do [ -s '" << log << "' ] && break; sleep 0.1; done\n"
-      << "for p in $(ip netns pids " << h.host('b') << "); do\n"
-      << "  [ \"$(cat /proc/$p/comm 2>/dev/null)\" = mixp ] && kill -KILL $p\n"
-      << "done\n"
-      << "date +%s.%N > '" << (dir / "killed").string() << "'\n"
-      << "wait $mp\n";
-  }
-  const int status = std::system(("timeout 200 bash '" + script + "'").c_str());
-  const auto end = std::chrono::system_clock::now();
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_NE(WEXITSTATUS(status), 0);
-  EXPECT_NE(WEXITSTATUS(status), 124) << "the run hung";
-  const double killed = std::stod(read_all(dir / "killed"));
-  const double ended = std::chrono::duration<double>(end.time_since_epoch()).count();
-  EXPECT_LT(ended - killed, 10.0) << "within --comm-timeout";
-  const std::string err = read_all(dir / "err");
-  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
-  EXPECT_NE(err.find("198.18.0.2"), std::string::npos) << err;
+  // Host b's rank: the mixp processes in host b's namespace, by process id.
+  const Injured r = run_and_injure(
+      h, dir,
+      "for p in $(ip netns pids " + h.host('b') + "); do\n"
+      "  [ \"$(cat /proc/$p/comm 2>/dev/null)\" = mixp ] && kill -KILL $p\n"
+      "done\n");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_NE(WEXITSTATUS(r.status), 0);
+  EXPECT_NE(WEXITSTATUS(r.status), 124) << "the run hung";
+  EXPECT_LT(r.seconds, 10.0) << "within --comm-timeout";
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("198.18.0.2"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "ck")) << "a checkpoint was published";
   // No staging folder either (io/atomic_file.h: `ck.tmp-XXXXXX`; `ck.lock`, the run's advisory
   // lock file, stays, as after any run).
@@ -181,30 +198,15 @@ TEST(TwoHosts, AKilledHostEndsTheRunNamingIt) {
 TEST(TwoHosts, ACutLinkEndsTheRunNamingTheHost) {
   MIXP_NEED_TWO_HOSTS(h);
   TempDir dir;
-  const std::string log = (dir / "log.jsonl").string();
-  const std::string script = (dir / "cut.sh").string();
-  {
-    std::ofstream s(script);
-    s << h.mpirun(1) << kGpt << "--steps 100000 --batch 4 --comm-timeout 10 --log '" << log
-      << "' --save '" << (dir / "ck").string() << "' >/dev/null 2>'" << (dir / "err").string()
-      << "' </dev/null &\n"
-      << "mp=$!\n"
-      << "for j in $(seq 1 1200); do [ -s '" << log << "' ] && break; sleep 0.1; done\n"
-      << "v=$(ip -n " << h.host('a') << " -br link | awk '/^mx/ {print $1}' | cut -d@ -f1)\n"
-      << "ip -n " << h.host('a') << " link set \"$v\" down\n"
-      << "date +%s.%N > '" << (dir / "cut").string() << "'\n"
-      << "wait $mp\n";
-  }
-  const int status = std::system(("timeout 200 bash '" + script + "'").c_str());
-  const auto end = std::chrono::system_clock::now();
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_NE(WEXITSTATUS(status), 0);
-  EXPECT_NE(WEXITSTATUS(status), 124) << "the run hung";
-  const double cut = std::stod(read_all(dir / "cut"));
-  const double ended = std::chrono::duration<double>(end.time_since_epoch()).count();
-  EXPECT_LT(ended - cut, 10.0) << "within --comm-timeout";
-  const std::string err = read_all(dir / "err");
-  EXPECT_NE(err.find("198.18.0.2"), std::string::npos) << err;
+  const Injured r = run_and_injure(
+      h, dir,
+      "v=$(ip -n " + h.host('a') + " -br link | awk '/^mx/ {print $1}' | cut -d@ -f1)\n"
+      "ip -n " + h.host('a') + " link set \"$v\" down\n");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_NE(WEXITSTATUS(r.status), 0);
+  EXPECT_NE(WEXITSTATUS(r.status), 124) << "the run hung";
+  EXPECT_LT(r.seconds, 10.0) << "within --comm-timeout";
+  EXPECT_NE(r.err.find("198.18.0.2"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "ck")) << "a checkpoint was published";
 }
 
