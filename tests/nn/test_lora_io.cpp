@@ -10,6 +10,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/llama.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lora_io.h"
 #include "mixp/nn/models.h"
 #include "mixp/nn/serialize.h"
@@ -66,23 +67,12 @@ TEST(LoraIo, Gpt2AdapterHasPeftNamesAndConfig) {
   EXPECT_EQ(j["target_modules"].size(), 4u);
 }
 
-LlamaConfig tiny_llama() {
-  LlamaConfig c;
-  c.vocab = 32;
-  c.context = 8;
-  c.width = 32;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_width = 48;
-  return c;
-}
-
 // LlamaForCausalLM's modules sit under "model." (PEFT: base_model.model.model.layers.N...), the
 // head at the top; no fan_in_fan_out (nn.Linear stores [out, in]).
 TEST(LoraIo, LlamaAdapterHasPeftNames) {
   TempDir dir;
   Generator gen(5);
-  Llama m(tiny_llama(), gen);
+  Llama m(llama_preset("llama-tiny"), gen);
   const LoraOptions opt = LoraOptions::parse("r=2,alpha=4,targets=q_proj,v_proj,lm_head");
   apply_lora(m, opt, 1);
   save_lora_adapter(m, opt, dir / "ad", "TinyLlama");
@@ -96,7 +86,7 @@ TEST(LoraIo, LlamaAdapterHasPeftNames) {
   EXPECT_EQ(j["fan_in_fan_out"], false);
   // And back: the names resolve to the same modules.
   Generator gen2(6);
-  Llama m2(tiny_llama(), gen2);
+  Llama m2(llama_preset("llama-tiny"), gen2);
   EXPECT_NO_THROW(load_lora_adapter(m2, dir / "ad"));
   EXPECT_EQ(lora_layers(m2).size(), 5u);
 }
