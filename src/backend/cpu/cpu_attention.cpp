@@ -14,7 +14,7 @@
 // accumulator over the pairs of K in order, as oneDNN's brgemm does; the skipped terms are exact
 // zeros at the end (or, from a zero accumulator, the start) of each sum, and P and dS are rounded
 // by the same converter, so the results are bit for bit those of the chunked kernel below
-// (tests/ops/test_ops_vs_ref.cpp: CpuVsRef.AttentionPerHeadIsTheChunkedKernelBitForBit, and
+// (tests/ops/test_attention_vs_ref.cpp: CpuVsRef.AttentionPerHeadIsTheChunkedKernelBitForBit, and
 // AttentionPerHeadBf16 against ref; docs/benchmarks.md, "GPT-2 attention: one region, whole heads
 // per thread").
 //
