@@ -160,6 +160,13 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
   return outs;
 }
 
+Tensor checkpoint_input(Tensor x) {
+  if (GradMode::is_enabled() && x.defined() && !x.requires_grad() && x.is_leaf()) {
+    x.requires_grad_(true);
+  }
+  return x;
+}
+
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
   SegmentFn seg = [fn](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs[0])}; };
   return checkpoint(seg, std::vector<Tensor>{input})[0];

@@ -89,11 +89,7 @@ Tensor Gpt::forward(const Tensor& idx) {
   }
   Tensor x = add((*tok_emb_)(idx), (*pos_emb_)(positions_.slice(0, 0, T)));  // [B,T,C] + [T,C]
   const bool ckpt = cfg_.checkpointing && GradMode::is_enabled();
-  // checkpoint() differentiates a segment only when an input requires grad (PyTorch's reentrant
-  // checkpoint does the same). With frozen embeddings (LoRA, nn/lora.h) nothing would reach the
-  // blocks' adapters, so the embeddings' output requires grad, as Hugging Face's
-  // enable_input_require_grads() does for PEFT with gradient checkpointing.
-  if (ckpt && !x.requires_grad() && x.is_leaf()) x.requires_grad_(true);
+  if (ckpt) x = checkpoint_input(x);  // frozen embeddings (LoRA): autograd/checkpoint.h
   for (auto& b : blocks_) {
     if (ckpt) {
       // checkpoint() re-enters the autocast, FP8 and fp32 GEMM state of this forward for the

@@ -171,6 +171,7 @@ Tensor Llama::forward(const Tensor& idx) {
   }
   Tensor x = (*embed_)(idx);
   const bool ckpt = cfg_.checkpointing && GradMode::is_enabled();
+  if (ckpt) x = checkpoint_input(x);  // frozen embeddings (LoRA): autograd/checkpoint.h
   for (auto& b : blocks_) {
     if (ckpt) {
       LlamaBlock* blk = b.get();

@@ -21,6 +21,14 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
 // One input, one output.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
+// The input of a model's first checkpointed segment. checkpoint() differentiates a segment only
+// when an input requires grad (as PyTorch's reentrant checkpoint), so when everything before the
+// segments is frozen (LoRA, nn/lora.h: embeddings frozen, adapters inside the blocks) nothing
+// would reach the blocks' parameters. Under grad mode a leaf that does not require grad is made
+// to, as Hugging Face's enable_input_require_grads() does for PEFT with gradient checkpointing;
+// any other tensor is returned as it is. Called by nn/gpt.cpp and nn/llama.cpp.
+Tensor checkpoint_input(Tensor x);
+
 // Thread-local state that a segment's recomputation must see as its forward did: the
 // recomputation runs during backward, outside the caller's regions (torch.utils.checkpoint
 // restores the autocast state the same way). checkpoint() captures, at forward time, the fp32
