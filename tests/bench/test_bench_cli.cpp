@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/cli_runner.h"
+#include "common/test_paths.h"
 
 namespace {
 

@@ -11,6 +11,7 @@
 
 #include "mixp/bench/bench_record.h"
 #include "mixp/format/cpu_features.h"
+#include "common/test_paths.h"
 
 namespace mixp::bench {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "common/cli_commands.h"
 #include "common/cli_runner.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 namespace {

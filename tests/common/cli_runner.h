@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/temp_dir.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 

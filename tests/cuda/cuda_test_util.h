@@ -13,6 +13,7 @@
 #include "mixp/backend/cuda.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
+#include "common/test_paths.h"
 
 namespace mixp::cuda_test {
 

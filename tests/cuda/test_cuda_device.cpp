@@ -29,6 +29,7 @@
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
 #include "cuda/cuda_test_util.h"
+#include "common/test_paths.h"
 
 namespace mixp {
 namespace {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/cli_runner.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 

@@ -10,6 +10,7 @@
 #include "common/temp_dir.h"
 #include "dist/mpi_runner.h"
 #include "mixp/io/safetensors.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 namespace {

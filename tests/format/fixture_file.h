@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "common/test_paths.h"
 
 namespace mixp::test {
 

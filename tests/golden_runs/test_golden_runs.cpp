@@ -24,6 +24,7 @@
 #include "golden_run.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/train/recipe.h"
+#include "common/test_paths.h"
 
 namespace mixp::test::golden {
 namespace {

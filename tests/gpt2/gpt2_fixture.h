@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/temp_dir.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 

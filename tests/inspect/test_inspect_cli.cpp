@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "common/cli_runner.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 namespace {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/temp_dir.h"
+#include "common/test_paths.h"
 
 namespace mixp::integrity {
 

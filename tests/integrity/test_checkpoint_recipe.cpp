@@ -16,6 +16,7 @@
 #include "mixp/data/idx.h"
 #include "mixp/io/manifest.h"
 #include "mixp/train/checkpoint.h"
+#include "common/test_paths.h"
 
 namespace mixp {
 namespace {

@@ -12,6 +12,7 @@
 #include "mixp/format/minifloat.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"
+#include "common/test_paths.h"
 
 namespace mixp {
 namespace {

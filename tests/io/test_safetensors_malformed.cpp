@@ -8,6 +8,7 @@
 #include "common/temp_dir.h"
 #include "mixp/io/atomic_file.h"
 #include "mixp/io/safetensors.h"
+#include "common/test_paths.h"
 
 namespace mixp {
 namespace {

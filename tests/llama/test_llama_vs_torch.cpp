@@ -19,6 +19,7 @@
 #include "mixp/ops/ops.h"
 #include "mixp/optim/adam.h"
 #include "mixp/tensor/factories.h"
+#include "common/test_paths.h"
 
 namespace mixp::test {
 namespace {

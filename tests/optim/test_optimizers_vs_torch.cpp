@@ -13,6 +13,7 @@
 #include "mixp/optim/adam.h"
 #include "mixp/optim/sgd.h"
 #include "mixp/tensor/factories.h"
+#include "common/test_paths.h"
 
 namespace mixp::optim {
 namespace {

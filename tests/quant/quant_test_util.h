@@ -13,6 +13,7 @@
 #include "mixp/quant/lowbit_qat.h"
 #include "mixp/quant/qat.h"
 #include "mixp/tensor/factories.h"
+#include "common/test_paths.h"
 
 namespace mixp::quant::testing {
 

@@ -16,6 +16,7 @@
 #include "mixp/study/report.h"
 #include "png_reader.h"
 #include "study_fixtures.h"
+#include "common/test_paths.h"
 
 namespace mixp::study {
 namespace {

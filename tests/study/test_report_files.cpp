@@ -13,6 +13,7 @@
 #include "mixp/study/report.h"
 #include "mixp/study/verdict.h"
 #include "study_fixtures.h"
+#include "common/test_paths.h"
 
 namespace mixp::study {
 namespace {

@@ -13,6 +13,7 @@
 #include "mixp/train/recipe.h"
 #include "mixp/train/recipe_registry.h"
 #include "mixp/train/train_config.h"
+#include "common/test_paths.h"
 
 namespace mixp::train {
 namespace {

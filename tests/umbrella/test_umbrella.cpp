@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mixp/mixp.h"
+#include "common/test_paths.h"
 
 namespace {
 
