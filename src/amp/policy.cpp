@@ -54,12 +54,6 @@ std::span<const PrecisionPolicy> presets() {
   return k;
 }
 
-const PrecisionPolicy* find_preset(std::string_view n) {
-  for (const PrecisionPolicy& p : presets())
-    if (n == p.name) return &p;
-  return nullptr;
-}
-
 const std::vector<std::string>& key_names() {
   static const std::vector<std::string> k{
       "params",          "compute",         "output",         "autocast",       "master",
@@ -76,6 +70,12 @@ std::string dtype_list(std::initializer_list<DType> ds) {
 }
 
 }  // namespace
+
+const PrecisionPolicy* find_preset(std::string_view n) {
+  for (const PrecisionPolicy& p : presets())
+    if (n == p.name) return &p;
+  return nullptr;
+}
 
 const std::vector<std::string>& policy_keys() {
   return key_names();

@@ -123,8 +123,7 @@ std::string PolicyRecipe::describe() const {
   return s;
 }
 
-RecipeDtypes PolicyRecipe::dtypes() const {
-  const amp::PrecisionPolicy& p = policy_;
+RecipeDtypes detail::policy_dtypes(const amp::PrecisionPolicy& p) {
   const bool narrow = p.params == DType::bf16 || p.params == DType::fp16;
   RecipeDtypes d;
   d.params = p.params;
@@ -134,6 +133,10 @@ RecipeDtypes PolicyRecipe::dtypes() const {
   d.states = p.params == DType::fp64 ? DType::fp64 : p.states;  // optim keeps fp64's in fp64
   d.activations = p.compute == DType::tf32 ? DType::fp32 : p.compute;
   return d;
+}
+
+RecipeDtypes PolicyRecipe::dtypes() const {
+  return detail::policy_dtypes(policy_);
 }
 
 void PolicyRecipe::prepare_model(nn::Module& model) const {

@@ -22,4 +22,8 @@ std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(std::string_view spec,
 std::unique_ptr<PrecisionRecipe> make_lowbit_qat_recipe(std::string_view spec,
                                                         const RecipeOptions& opt);
 
+// The formats of each role a policy trains with: PolicyRecipe::dtypes() and the registry's rows
+// of the policy presets (recipe_registry.cpp) both read this one rule.
+RecipeDtypes policy_dtypes(const amp::PrecisionPolicy& p);
+
 }  // namespace mixp::train::detail

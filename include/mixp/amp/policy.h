@@ -110,6 +110,10 @@ const std::vector<std::string>& preset_names();
 // The keys a policy string accepts, in the order of the list above.
 const std::vector<std::string>& policy_keys();
 
+// The preset of that exact (lower-case) name, nullptr when there is none: the one definition of
+// a policy recipe's formats, which train::recipe_registry()'s rows read (docs/architecture.md 8).
+const PrecisionPolicy* find_preset(std::string_view name);
+
 // The preset `auto` resolves to on this machine (bf16 or fp32).
 std::string auto_preset();
 
