@@ -30,6 +30,7 @@
 #include "mixp/format/dtype.h"
 #include "mixp/format/float_codec.h"
 #include "mixp/format/rounding.h"
+#include "mixp/io/safetensors.h"
 #include "bindings.h"
 
 namespace py = pybind11;
@@ -375,6 +376,9 @@ void translate_error(std::exception_ptr p) {
     PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::bad_alloc&) {
     PyErr_SetString(PyExc_MemoryError, "out of memory");
+  } catch (const SafeTensorsError& e) {
+    // A malformed file is bad input, as json.loads or np.load raise ValueError for theirs.
+    PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::runtime_error& e) {
     // mixp's file errors carry strerror's text (io/atomic_file.h IoError, data/error.h) or say
     // "... does not exist" (a missing data folder, src/data/).
@@ -417,4 +421,5 @@ PYBIND11_MODULE(_mixp, m) {
   m.doc() = "mixp's C++ core (docs/python.md); use the `mixp` package, not this module";
   mixp::python::bind_formats(m);
   mixp::python::bind_engine(m);
+  mixp::python::bind_io(m);
 }
