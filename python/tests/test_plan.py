@@ -6,15 +6,24 @@ from conftest import run_cli
 
 # Measured now (timings, the GEMM throughput behind the estimate): equal keys, not equal values.
 TIMED = {"step_ms", "estimated_step_ms", "gemm_gflops", "non_gemm_factor", "probes", "gemm_source"}
+# Measured by the probes' peak tensor memory, which counts every tensor alive in the process
+# (the allocator's peak since reset_peak_memory, src/train/trainer.cpp): a CLI process holds none
+# before the probes, this pytest process may hold some from earlier tests (docs/python.md).
+PROBED = {"activation_bytes", "peak_bytes"}
+SLACK = 64 << 10
 
 
 def same_plan(py, cli):
     assert list(py) == list(cli)  # the same keys in the same order
     for k in cli:
-        if k not in TIMED:
+        if k in PROBED and not py["analytic"]:
+            assert abs(py[k] - cli[k]) <= SLACK, (k, py[k], cli[k])
+        elif k not in TIMED:
             assert py[k] == cli[k], k
-    assert [(p["layers"], p["peak_bytes"], p["parameters"]) for p in py["probes"]] == \
-           [(p["layers"], p["peak_bytes"], p["parameters"]) for p in cli["probes"]]
+    assert [(p["layers"], p["parameters"]) for p in py["probes"]] == \
+           [(p["layers"], p["parameters"]) for p in cli["probes"]]
+    for a, b in zip(py["probes"], cli["probes"]):
+        assert abs(a["peak_bytes"] - b["peak_bytes"]) <= SLACK
 
 
 def test_plan_probed_equals_cli():
