@@ -39,17 +39,17 @@ def test_plan_probed_equals_cli():
 
 def test_plan_shape_equals_cli():
     py = mixp.plan(model_shape="llama-7b", precision="bf16", batch=4, context=512,
-                   checkpointing=True, zero_stage=2, ranks=8, threads=1)
+                   checkpointing=True, zero_stage=2, ranks=8, threads=1, gemm_record=True)
     cli = run_cli("plan", "--model-shape", "llama-7b", "--precision", "bf16", "--batch", "4",
                   "--context", "512", "--checkpointing", "--zero-stage", "2", "--ranks", "8",
-                  "--threads", "1")
+                  "--threads", "1", "--gemm-record")
     same_plan(py, cli)
     assert py["analytic"] and py["zero_stage"] == 2 and py["ranks"] == 8
     custom = dict(family="llama", layers=2, width=64, heads=4, vocab=1000, context=32)
-    py = mixp.plan(model_shape="custom", ffn=176, threads=1, **custom)
+    py = mixp.plan(model_shape="custom", ffn=176, threads=1, gemm_record=True, **custom)
     cli = run_cli("plan", "--model-shape", "custom", "--family", "llama", "--layers", "2",
                   "--width", "64", "--heads", "4", "--vocab", "1000", "--context", "32",
-                  "--ffn", "176", "--threads", "1")
+                  "--ffn", "176", "--threads", "1", "--gemm-record")
     same_plan(py, cli)
 
 
