@@ -62,9 +62,11 @@ def main():
             times[k].append(time.perf_counter() - s)
     print(f"n = {n:.0e} float32, {rounds} interleaved rounds, torch threads {threads}")
     base = np.median(times["numpy bf16"])
+    mx_base = np.median(times["numpy mxfp8 fake-quant"])
     for k, v in times.items():
         m = np.median(v)
-        print(f"{k:34s} {m * 1e3:9.1f} ms  {n / m / 1e6:8.0f} M/s  {base / m:6.2f}x numpy bf16")
+        vs = f"{mx_base / m:6.2f}x numpy mxfp8" if "mxfp8" in k else f"{base / m:6.2f}x numpy bf16"
+        print(f"{k:34s} {m * 1e3:9.1f} ms  {n / m / 1e6:8.0f} M/s  {vs}")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@
 
 `mixp.torch` (fake quantization of PyTorch tensors) is imported on demand: `import mixp.torch`.
 """
-from ._engine import compare, train
+from ._engine import compare, plan, train
+from ._io import inspect, load_safetensors, save_safetensors
 from ._formats import (Quantized, decode, dequantize, describe, encode, formats,  # noqa: A004
                        quantize, round)
 
 __all__ = ["Quantized", "decode", "dequantize", "describe", "encode", "formats", "quantize",
-           "round", "compare", "train"]
+           "round", "compare", "plan", "train", "inspect", "load_safetensors",
+           "save_safetensors"]

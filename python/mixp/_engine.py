@@ -36,18 +36,25 @@ def _config(model, data, precision, flags):
     return cfg
 
 
-def train(model="mlp", data=None, precision="fp32", progress=None, **flags):
+def train(model="mlp", data=None, precision="fp32", progress=None, on_step=None, **flags):
     """Trains like `mixp train --model MODEL --data DATA --precision PRECISION --FLAG VALUE ...`
     and returns the dict `mixp train --json` prints. Flags take the CLI's names with '_' for '-'
     (steps=20, batch=32, lr=1e-3, width=64, seed=1, no_eval=True, ...). progress: called after
     every optimizer step with a dict (step, total_steps, epoch, loss, loss_scale, skipped,
-    grad_norm, lr, ms, elapsed_s). The GIL is released while training runs."""
+    grad_norm, lr, ms, elapsed_s); on_step is the same (the name Keras/Lightning-style callbacks
+    use; give one of the two). The GIL is released while training runs and held for the
+    callback; an exception the callback raises stops the run after that step and is re-raised
+    here."""
     if not isinstance(model, str) or not isinstance(precision, str):
         raise ValueError("model and precision must be strings")
     if data is not None and not isinstance(data, str):
         data = str(data)  # a pathlib.Path
+    if on_step is not None:
+        if progress is not None:
+            raise ValueError("train: give progress or on_step, not both")
+        progress = on_step
     if progress is not None and not callable(progress):
-        raise ValueError("progress must be callable")
+        raise ValueError("progress/on_step must be callable")
     cfg = _config(model, data, precision, flags)
     return json.loads(_mixp.train(json.dumps(cfg), progress))
 
@@ -73,3 +80,55 @@ def compare(model="mlp", data=None, precisions=None, seeds=1, out=None, force=Fa
     return json.loads(_mixp.compare(json.dumps(cfg), list(precisions or []), seeds,
                                     "" if out is None else str(out), bool(force),
                                     timing_rounds, progress))
+
+
+# `mixp plan`'s flags besides --model/--model-shape/--data/--precision (tools/mixp/cmd_plan.cpp).
+_PLAN_FLAGS = {"batch", "grad_accum", "optimizer", "checkpointing", "optimizer_in_backward",
+               "width", "layers", "heads", "context", "mlp_width", "ffn", "threads", "seed"}
+# The counts the CLI range-checks as >= 1 (tools/mixp/flag_range.cpp shared_flag_ranges).
+_PLAN_POSITIVE = {"batch", "grad_accum", "threads", "width", "layers", "heads", "context",
+                  "mlp_width", "vocab"}
+
+
+def plan(model=None, data=None, precision="fp32", model_shape=None, family="gpt2", vocab=None,
+         zero_stage=0, ranks=1, gemm_record=False, **flags):
+    """Plans like `mixp plan --json` with the same flags and returns its dict: model=... (with
+    data=..., probed by training two small copies) or model_shape=... (a preset such as
+    "llama-7b", or "custom" with family, layers, width, heads, vocab; analytic). Flags: batch,
+    grad_accum, optimizer, checkpointing, optimizer_in_backward, width, layers, heads, context,
+    mlp_width (ffn), threads, seed. The GIL is released while the probes run."""
+    if (model is None) == (model_shape is None):
+        raise ValueError("plan: give model or model_shape (not both)")
+    if model_shape is not None and data is not None:
+        raise ValueError("plan: model_shape plans from the shape: data is not read")
+    for name, value in (("model", model), ("model_shape", model_shape), ("precision", precision),
+                        ("family", family)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"plan: {name} must be a string")
+    if "ffn" in flags:
+        if "mlp_width" in flags:
+            raise ValueError("plan: give mlp_width or ffn, not both")
+        flags["mlp_width"] = flags.pop("ffn")
+    for key in flags:
+        if key not in _PLAN_FLAGS:
+            raise ValueError(f"plan: unknown flag {key!r}; known: "
+                             + ", ".join(sorted(_PLAN_FLAGS | {"data", "precision", "model_shape",
+                                                              "family", "vocab", "zero_stage",
+                                                              "ranks", "gemm_record"})))
+    given = dict(flags)
+    if vocab is not None:
+        given["vocab"] = vocab
+    for key, value in given.items():
+        if key in _PLAN_POSITIVE and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+            raise ValueError(f"plan: {key} must be a positive integer, got {value!r}")
+    for key, value in (("zero_stage", zero_stage), ("ranks", ranks)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"plan: {key} must be an integer, got {value!r}")
+    if not -2**31 <= zero_stage < 2**31 or not -2**31 <= ranks < 2**31:
+        raise ValueError("plan: zero_stage or ranks out of range")
+    cfg = _config(model or "", None if data is None else str(data), precision, flags)
+    shape_fields = [k for k in ("layers", "width", "heads", "mlp_width", "vocab", "context", "batch")
+                    if k in given]
+    return json.loads(_mixp.plan(json.dumps(cfg), model_shape or "", family, vocab or 0,
+                                 shape_fields, zero_stage, ranks, bool(gemm_record)))

@@ -18,4 +18,5 @@ std::vector<int64_t> shape_of(const pybind11::array& a);
 
 void bind_formats(pybind11::module_& m);  // formats_module.cpp
 void bind_engine(pybind11::module_& m);      // engine_module.cpp
+void bind_io(pybind11::module_& m);          // io_module.cpp
 }  // namespace mixp::python

@@ -25,6 +25,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/dtype.h"
+#include "mixp/study/plan_request.h"
 #include "mixp/study/report.h"
 #include "mixp/study/study_runner.h"
 #include "mixp/train/callbacks.h"
@@ -214,9 +215,47 @@ std::string compare_run(const std::string& base_json, const std::vector<std::str
   return study::render_results_json(o.results);
 }
 
+// `mixp plan`: the same request the CLI builds (study::PlanRequest, tools/mixp/cmd_plan.cpp) and
+// the same JSON text. `given`: the shape fields the caller passed (they override the preset's).
+std::string plan_run(const std::string& config_json, const std::string& shape,
+                     const std::string& family, int64_t vocab,
+                     const std::vector<std::string>& given, int zero_stage, int ranks,
+                     bool gemm_record) {
+  study::PlanRequest r;
+  r.config = train::config_from_json(config_json);
+  r.shape = shape;
+  r.family = family;
+  r.vocab = vocab;
+  r.options.zero_stage = zero_stage;
+  r.options.ranks = ranks;
+  r.options.gemm_from_record = gemm_record;
+  for (const std::string& g : given) {
+    auto& f = r.given;
+    bool* flag = g == "layers"      ? &f.layers
+                 : g == "width"     ? &f.width
+                 : g == "heads"     ? &f.heads
+                 : g == "mlp_width" ? &f.mlp_width
+                 : g == "vocab"     ? &f.vocab
+                 : g == "context"   ? &f.context
+                 : g == "batch"     ? &f.batch
+                                    : nullptr;
+    if (flag == nullptr) throw std::invalid_argument("plan: unknown shape field '" + g + "'");
+    *flag = true;
+  }
+  study::MemoryPlan p;
+  {
+    py::gil_scoped_release nogil;  // the probes train two small models
+    p = study::plan_request(r);
+  }
+  return study::plan_to_json(p);
+}
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
+  m.def("plan", &plan_run, py::arg("config_json"), py::arg("shape"), py::arg("family"),
+        py::arg("vocab"), py::arg("given"), py::arg("zero_stage"), py::arg("ranks"),
+        py::arg("gemm_record"));
   m.def("compare", &compare_run, py::arg("base_json"), py::arg("precisions"), py::arg("seeds"),
         py::arg("out_dir"), py::arg("force"), py::arg("timing_rounds"), py::arg("progress"));
   m.def("train", &train_run, py::arg("config_json"), py::arg("progress"));

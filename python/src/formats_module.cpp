@@ -20,16 +20,19 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "mixp/format/block_mx.h"
 #include "mixp/format/block_tensor.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/describe.h"
 #include "mixp/format/dtype.h"
 #include "mixp/format/float_codec.h"
 #include "mixp/format/rounding.h"
+#include "mixp/io/safetensors.h"
 #include "bindings.h"
 
 namespace py = pybind11;
@@ -182,10 +185,58 @@ py::array_t<uint8_t> bytes_array(const std::vector<T>& v) {
   return a;
 }
 
+// MXFP8 straight into the NumPy arrays returned (mx_quantize, the library's parallel SIMD path in
+// src/format/block_mx.cpp): quantize_block's BlockTensor would be a second 1-byte-per-value buffer
+// to fill and copy, and on a large array first touching those pages costs as much as the
+// quantization itself. The same codes and scales as quantize_block (the layout is block_mx.h's
+// either way); other schemes and a negative block size (quantize_block's error) take the
+// general path below.
+std::optional<py::dict> quantize_mxfp8(const FloatArray& x, const std::string& scheme,
+                                       int block_size, Round round, uint64_t seed) {
+  MxElement e;
+  if (scheme == "mxfp8_e4m3") {
+    e = MxElement::fp8_e4m3;
+  } else if (scheme == "mxfp8_e5m2") {
+    e = MxElement::fp8_e5m2;
+  } else {
+    return std::nullopt;
+  }
+  if (block_size < 0) return std::nullopt;
+  BlockTensor t;  // the description only (block_scale_shape), no data
+  t.scheme = scheme;
+  t.shape = shape_of(x);
+  t.block_size = block_size == 0 ? default_block_size(scheme) : block_size;
+  t.element = mx_info(e).dtype;
+  t.scale_dtype = DType::e8m0;
+  const auto n = static_cast<int64_t>(x.size());
+  const int64_t row = t.shape.empty() ? 1 : t.shape.back();
+  py::array_t<uint8_t> data(static_cast<py::ssize_t>(mx_data_bytes(e, n)));
+  py::array_t<uint8_t> scales(static_cast<py::ssize_t>(mx_num_blocks(n, row, t.block_size)));
+  {
+    py::gil_scoped_release nogil;
+    mx_quantize(std::span<uint8_t>(data.mutable_data(), static_cast<size_t>(data.size())),
+                std::span<uint8_t>(scales.mutable_data(), static_cast<size_t>(scales.size())),
+                std::span<const float>(x.data(), static_cast<size_t>(n)), row, e,
+                MxOptions{t.block_size, round, seed});
+  }
+  py::dict d;
+  d["scheme"] = t.scheme;
+  d["shape"] = t.shape;
+  d["block_size"] = t.block_size;
+  d["element"] = std::string(name(t.element));
+  d["data"] = data;
+  d["scale_dtype"] = std::string(name(t.scale_dtype));
+  d["scales"] = scales;
+  d["scale_shape"] = block_scale_shape(t);
+  d["zero_points"] = t.zero_points;
+  return d;
+}
+
 // quantize_block over x; the Python layer wraps the dict in mixp.Quantized (python/mixp/_formats.py).
 py::dict quantize_array(const FloatArray& x, const std::string& scheme, int block_size,
                         const std::string& rounding, uint64_t seed) {
   const BlockSpec spec{scheme, block_size, parse_rounding(rounding), seed};
+  if (auto d = quantize_mxfp8(x, scheme, block_size, spec.round, seed)) return *d;
   const std::vector<int64_t> shape = shape_of(x);
   BlockTensor t;
   {
@@ -375,6 +426,9 @@ void translate_error(std::exception_ptr p) {
     PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::bad_alloc&) {
     PyErr_SetString(PyExc_MemoryError, "out of memory");
+  } catch (const SafeTensorsError& e) {
+    // A malformed file is bad input, as json.loads or np.load raise ValueError for theirs.
+    PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::runtime_error& e) {
     // mixp's file errors carry strerror's text (io/atomic_file.h IoError, data/error.h) or say
     // "... does not exist" (a missing data folder, src/data/).
@@ -417,4 +471,5 @@ PYBIND11_MODULE(_mixp, m) {
   m.doc() = "mixp's C++ core (docs/python.md); use the `mixp` package, not this module";
   mixp::python::bind_formats(m);
   mixp::python::bind_engine(m);
+  mixp::python::bind_io(m);
 }

@@ -236,3 +236,31 @@ def test_encode_layout_equals_numpy_float16_and_torch_bf16():
     torch = pytest.importorskip("torch")
     t = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     np.testing.assert_array_equal(mixp.encode(x, "bf16"), t)
+
+
+@pytest.mark.parametrize("scheme", ["mxfp8_e4m3", "mxfp8_e5m2"])
+def test_mxfp8_direct_path_shapes_blocks_rounding(scheme):
+    """mixp.quantize's MXFP8 path (python/src/formats_module.cpp quantize_mxfp8: mx_quantize into
+    the returned arrays) on every layout: scalars, empty arrays, partial blocks, other block
+    sizes; the values against the NumPy reference, the scale shape as quantize_block gives it."""
+    rng = np.random.default_rng(8)
+    for shape, block in [((), 32), ((0,), 32), ((5,), 32), ((3, 45), 32), ((2, 3, 70), 16),
+                         ((4, 30), 7)]:
+        x = (rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))).astype(np.float32)
+        q = mixp.quantize(x, scheme, block_size=block if block != 32 else 0)
+        assert q.block_size == block and q.codes.shape == np.shape(x)
+        k = shape[-1] if shape else 1
+        assert q.scales.shape == (shape[:-1] + (-(-k // block),) if shape else (1,))
+        want = mx_fake_quant(x.reshape(-1, k) if x.size else x.reshape(0, 1), scheme, block)
+        same_bits(mixp.dequantize(q).ravel(), want.ravel())
+    x = rng.standard_normal((6, 64)).astype(np.float32)
+    a = mixp.quantize(x, scheme, rounding="stochastic", seed=3)
+    b = mixp.quantize(x, scheme, rounding="stochastic", seed=3)
+    c = mixp.quantize(x, scheme, rounding="stochastic", seed=4)
+    np.testing.assert_array_equal(a.codes, b.codes)  # reproducible from the seed
+    assert (a.codes != c.codes).any()
+    near = mixp.dequantize(mixp.quantize(x, scheme))
+    err = np.abs(mixp.dequantize(a) - x)
+    assert (err <= 2 * np.abs(near - x) + 1e-30).mean() > 0.5  # stochastic, not wild
+    with pytest.raises(ValueError, match="block_size"):
+        mixp.quantize(x, scheme, block_size=-4)

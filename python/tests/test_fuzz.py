@@ -86,3 +86,43 @@ def test_fuzz_1000_bad_calls_raise():
 def test_dequantize_rejects_non_quantized():
     with pytest.raises(ValueError):
         mixp.dequantize((np.zeros(4, np.uint8), np.zeros(1, np.uint8)))
+
+
+def bad_io_call(rng, tmp):
+    """One bad call to the file, inspector and planner functions (python/mixp/_io.py, _engine.py)."""
+    pick = lambda seq: seq[rng.integers(0, len(seq))]  # noqa: E731
+    x = good_array(rng)
+    kind = rng.integers(0, 7)
+    if kind == 0:  # a path that is not a file, not a path, or a corrupt file
+        junk = tmp / f"junk{rng.integers(0, 1 << 30)}.safetensors"
+        junk.write_bytes(rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8).tobytes())
+        return lambda: mixp.load_safetensors(pick([junk, tmp / "missing", tmp, None, 3, b"\x00"]))
+    if kind == 1:  # a bad dtype, dict, name or metadata
+        args = pick([dict(dtypes=pick(BAD_STRINGS + BAD_VALUES[:3] + [5])),
+                     dict(dtypes={"nope": "bf16"}), dict(metadata={"k": 1}),
+                     dict(metadata="m")])
+        return lambda: mixp.save_safetensors(tmp / "f.safetensors", {"x": x}, **args)
+    if kind == 2:
+        bad = pick([{1: x}, {"x": np.zeros(3, np.complex64)}, {"x": np.zeros(3, np.uint16)},
+                    [x], "x", {"__metadata__": x}, {"x": np.array(["a"])}])
+        return lambda: mixp.save_safetensors(tmp / "f.safetensors", bad)
+    if kind == 3:
+        return lambda: mixp.inspect(x, formats=pick([["fp7"], [1], "mxfp9", [None]]))
+    if kind == 4:
+        return lambda: mixp.inspect(pick([{"i": np.arange(3)}, {2: x}, tmp / "none.safetensors",
+                                          np.array(["a"]), {"c": np.zeros(2, np.complex64)}]))
+    if kind == 5:  # planner arguments refused before any probe runs
+        bad = pick([dict(batch=0), dict(batch=1.5), dict(layers=-1), dict(lr=1.0),
+                    dict(zero_stage=9), dict(ranks=0), dict(vocab=True), dict(width="8")])
+        return lambda: mixp.plan(model_shape=pick(["gpt2", "custom", "llama-99b"]), **bad)
+    return lambda: mixp.plan(model=pick([None, 3, "gpt"]), model_shape=pick([None, 4, "gpt2"]),
+                             data=pick([None, "synthetic"]), precision=pick(["bf17", 5]))
+
+
+def test_fuzz_300_bad_io_calls_raise(tmp_path):
+    rng = np.random.default_rng(34)
+    for _ in range(300):
+        call = bad_io_call(rng, tmp_path)
+        with pytest.raises(ALLOWED):
+            call()
+    assert not (tmp_path / "f.safetensors").exists()  # no refused write left a file

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "format/block_common.h"
+#include "mixp/format/convert.h"
 #include "mixp/format/float_codec.h"
 
 namespace mixp {
@@ -136,6 +137,71 @@ e8m0 quantize_one_block(const float* x, int64_t begin, int64_t len, MxElement e,
   return s;
 }
 
+// MXFP8 (fp8 elements) through the SIMD converters, over the OpenMP threads: the blocks in chunks
+// of about kFp8Chunk values (consecutive blocks are contiguous in x: a row's blocks, then the
+// next row's); per chunk first each block's scale from its amax, then, in pieces of at most
+// kFp8Chunk values (a stack buffer; a block longer than that spans pieces), the scaled values
+// x * 2^-scale in fp32 and one convert_f32_to call per piece (saturating; element i's random bits
+// sr_bits(seed, i) through ConvertOptions::offset). The same codes as quantize_one_block's
+// encode_float per element (tests/block/test_block_mx_fp8_path.cpp):
+//  - the scale 2^-exponent is a normal fp32 (the exponent lies in [-127, 119] for E4M3's emax 8
+//    and [-127, 112] for E5M2's 15), and x * 2^-exponent is exact in fp32 unless it falls below
+//    fp32's normal range (2^-126), where any rounding of it stays far below half of E4M3's or
+//    E5M2's smallest subnormal (2^-10, 2^-17): its code is a signed zero either way;
+//  - convert_f32_to is encode_float element for element (convert.h), for every rounding;
+//  - a block holding inf or NaN has the NaN scale and codes 0: its scaled values are set to +0.
+// Python's mixp.quantize(x, "mxfp8_e4m3") runs here (docs/python.md "Speed").
+constexpr int64_t kFp8Chunk = 16384;
+
+void mx_quantize_fp8(uint8_t* d, uint8_t* scales, const float* x, int64_t n, int64_t row_len,
+                     MxElement e, const MxOptions& opt) {
+  if (n == 0) return;
+  const int64_t bs = opt.block_size;
+  const int64_t per_row = (row_len + bs - 1) / bs;
+  const int64_t nb = (n / row_len) * per_row;
+  const int64_t chunk_blocks = std::max<int64_t>(1, kFp8Chunk / bs);
+  const int64_t chunks = (nb + chunk_blocks - 1) / chunk_blocks;
+  const DType dtype = mx_info(e).dtype;
+  const auto block_begin = [&](int64_t b) { return (b / per_row) * row_len + (b % per_row) * bs; };
+  const auto block_end = [&](int64_t b) {
+    return block_begin(b) + std::min<int64_t>(bs, row_len - (b % per_row) * bs);
+  };
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b0 = c * chunk_blocks, b1 = std::min(nb, b0 + chunk_blocks);
+    for (int64_t b = b0; b < b1; ++b) {
+      // amax as ordered bits (finite below inf, NaN above), as mx_shared_scale(span) takes it;
+      // signed compares vectorize on every x86-64 tier, and |x|'s bits are non-negative.
+      int32_t amax = 0;
+      for (int64_t i = block_begin(b), end = block_end(b); i < end; ++i) {
+        amax = std::max(amax, static_cast<int32_t>(std::bit_cast<uint32_t>(x[i]) & kAbsMask));
+      }
+      scales[b] = mx_shared_scale(static_cast<uint32_t>(amax), e).bits;
+    }
+    alignas(64) float scaled[kFp8Chunk];
+    int64_t b = b0;
+    for (int64_t at = block_begin(b0), end = block_end(b1 - 1); at < end; at += kFp8Chunk) {
+      const int64_t stop = std::min(end, at + kFp8Chunk);
+      for (int64_t i = at; i < stop;) {
+        while (block_end(b) <= i) ++b;
+        const int64_t upto = std::min(stop, block_end(b));
+        const e8m0 s{scales[b]};
+        if (s.is_nan()) {
+          std::fill(scaled + (i - at), scaled + (upto - at), 0.0f);
+        } else {
+          const float inv = std::bit_cast<float>(static_cast<uint32_t>(127 - s.exponent()) << 23);
+          for (int64_t k = i; k < upto; ++k) scaled[k - at] = x[k] * inv;
+        }
+        i = upto;
+      }
+      convert_f32_to(dtype, std::span<const float>(scaled, static_cast<size_t>(stop - at)),
+                     d + at,
+                     ConvertOptions{opt.round, Overflow::saturate, opt.seed,
+                                    static_cast<uint64_t>(at)});
+    }
+  }
+}
+
 // Decoded value of every code of every element type (the codec's decode_float, tabulated once).
 struct CodeTables {
   double v[std::size(kInfo)][256];
@@ -222,6 +288,10 @@ void mx_quantize(std::span<uint8_t> data, std::span<uint8_t> scales, std::span<c
   }
   if (!data.empty()) data.back() = 0;  // an odd fp4 count leaves the last high nibble as padding
   uint8_t* d = data.data();
+  if (e == MxElement::fp8_e4m3 || e == MxElement::fp8_e5m2) {
+    mx_quantize_fp8(d, scales.data(), x.data(), n, row_len, e, opt);
+    return;
+  }
   for_each_block(n, row_len, opt.block_size, [&](int64_t begin, int64_t len, int64_t b) {
     scales[static_cast<size_t>(b)] =
         quantize_one_block(x.data(), begin, len, e, opt, [&](int64_t i, uint32_t code) {

@@ -8,21 +8,30 @@
 #include "command.h"
 #include "flag_range.h"
 #include "mixp/study/memory_plan.h"
+#include "mixp/study/plan_request.h"
 #include "output.h"
 
 namespace mixp::cli {
 namespace {
 
 struct PlanArgs {
-  train::TrainConfig c;
-  study::PlanOptions opt;
+  study::PlanRequest req;  // the flags below fill it (study/plan_request.h, shared with Python)
   bool json = false;
-  // The analytic plan of a shape (--model-shape).
-  std::string shape, family = "gpt2";
-  int64_t vocab = 0;
   bool seed_table = false;
   CLI::App* sub = nullptr;
   bool given(const char* flag) const { return sub->count(flag) > 0; }
+  // req with the given shape flags recorded (which fields override the shape's preset).
+  const study::PlanRequest& request() {
+    auto& g = req.given;
+    g.layers = given("--layers");
+    g.width = given("--width");
+    g.heads = given("--heads");
+    g.mlp_width = given("--mlp-width");
+    g.vocab = given("--vocab");
+    g.context = given("--context");
+    g.batch = given("--batch");
+    return req;
+  }
 };
 
 std::string mib(int64_t b) {
@@ -38,57 +47,13 @@ std::string size(int64_t b) {
 }
 
 // --model-shape NAME (a preset) or custom, with --layers --width --heads --mlp-width --vocab
-// --context overriding the preset's fields.
-study::ModelShape shape_of(const PlanArgs& a) {
-  study::ModelShape s;
+// --context overriding the preset's fields (study::request_shape).
+study::ModelShape shape_of(PlanArgs& a) {
   try {
-    if (a.shape == "custom") {
-      s.name = "custom";
-      if (a.family != "gpt2" && a.family != "llama") {
-        throw UsageError("--family must be gpt2 or llama, got '" + a.family + "'");
-      }
-      s.family = a.family == "llama" ? study::ShapeFamily::llama : study::ShapeFamily::gpt2;
-      for (const char* f : {"--layers", "--width", "--heads", "--vocab"}) {
-        if (!a.given(f)) {
-          throw UsageError(std::string("--model-shape custom needs ") + f +
-                           " (and --mlp-width, default 4 x width)");
-        }
-      }
-    } else {
-      s = study::model_shape_preset(a.shape);
-    }
-  } catch (const std::invalid_argument& e) {
+    return study::request_shape(a.request());
+  } catch (const train::ConfigError& e) {
     throw UsageError(e.what());
   }
-  const auto& m = a.c.model;
-  if (a.given("--layers")) s.layers = m.layers;
-  if (a.given("--width")) s.width = m.width;
-  if (a.given("--heads")) s.heads = m.heads;
-  if (a.given("--mlp-width")) {
-    s.ffn = m.mlp_width;
-  } else if (a.shape == "custom") {
-    s.ffn = 4 * s.width;
-  }
-  if (a.given("--vocab")) {
-    s.vocab = a.vocab;
-    // Padded to a multiple of 64 as mixp's gpt2 does (nn/models.h); LLaMA's 32000 already is.
-    s.padded_vocab = (a.vocab + 63) / 64 * 64;
-  }
-  if (a.given("--context") && s.family == study::ShapeFamily::gpt2) s.context = m.context;
-  return s;
-}
-
-study::ShapeRun shape_run(const PlanArgs& a, const study::ModelShape& s) {
-  study::ShapeRun r;
-  r.batch = a.given("--batch") ? a.c.batch : 1;
-  r.seq = a.given("--context") ? a.c.model.context : s.context;
-  r.micro_batches = a.c.grad_accum;
-  r.precision = a.c.precision.empty() ? "fp32" : a.c.precision;
-  r.optimizer = a.c.optimizer.empty() ? "adamw" : a.c.optimizer;
-  r.checkpointing = a.c.model.checkpointing;
-  r.optimizer_in_backward = a.c.optimizer_in_backward;
-  r.threads = a.c.threads;
-  return r;
 }
 
 study::MemoryPlan plan_or_usage(const study::ModelShape& s, const study::ShapeRun& r,
@@ -104,7 +69,7 @@ study::MemoryPlan plan_or_usage(const study::ModelShape& s, const study::ShapeRu
 // bf16; docs/plan.md "The seed's LLaMA-7B table"), next to this model's plan of the same runs.
 void print_seed_table(PlanArgs& a) {
   const study::ModelShape s = shape_of(a);
-  study::ShapeRun base = shape_run(a, s);
+  study::ShapeRun base = study::request_run(a.request(), s);
   if (!a.given("--batch")) base.batch = 4;
   if (!a.given("--context")) base.seq = 512;
   struct Row {
@@ -118,7 +83,7 @@ void print_seed_table(PlanArgs& a) {
                       {"bf16", "bf16", false, base.batch, 18},
                       {"bf16 + checkpointing", "bf16", true, base.batch, 12},
                       {"bf16 + checkpointing, batch 1", "bf16", true, 1, 6.5}};
-  study::PlanOptions opt = a.opt;
+  study::PlanOptions opt = a.req.options;
   opt.estimate_time = false;
   Json jrows = Json::array();
   TextTable t(
@@ -171,7 +136,7 @@ void print_seed_table(PlanArgs& a) {
 void print_plan(const PlanArgs& a, const study::MemoryPlan& p);
 
 void run(PlanArgs& a) {
-  if (!a.shape.empty()) {
+  if (!a.req.shape.empty()) {
     if (a.given("--model")) throw UsageError("give --model or --model-shape, not both");
     if (a.given("--data"))
       throw UsageError("--model-shape plans from the shape: --data is not read");
@@ -179,16 +144,13 @@ void run(PlanArgs& a) {
       print_seed_table(a);
       return;
     }
-    const study::ModelShape s = shape_of(a);
-    print_plan(a, plan_or_usage(s, shape_run(a, s), a.opt));
-    return;
+    (void)shape_of(a);  // a bad shape is a usage error
+  } else if (a.seed_table) {
+    throw UsageError("--seed-table needs --model-shape (e.g. llama-7b)");
   }
-  if (a.seed_table) throw UsageError("--seed-table needs --model-shape (e.g. llama-7b)");
-  if (a.c.model.name.empty()) throw UsageError("--model or --model-shape is required");
-  a.c.steps = 1;
   study::MemoryPlan p;
   try {
-    p = study::plan_memory(a.c, a.opt);
+    p = study::plan_request(a.request());
   } catch (const train::ConfigError& e) {
     throw UsageError(e.what());
   }
@@ -197,43 +159,7 @@ void run(PlanArgs& a) {
 
 void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
   if (a.json) {
-    Json probes = Json::array();
-    for (const auto& pr : p.probes) {
-      probes.push_back({{"layers", pr.layers},
-                        {"peak_bytes", pr.peak_bytes},
-                        {"parameters", pr.params},
-                        {"ms_per_step", json_number(pr.ms)}});
-    }
-    print_json({{"model", p.model},
-                {"precision", p.precision},
-                {"parameters", p.parameters},
-                {"layers", p.layers},
-                {"batch", p.batch},
-                {"context", p.context},
-                {"checkpointing", p.checkpointing},
-                {"optimizer_in_backward", p.optimizer_in_backward},
-                {"zero_stage", p.zero_stage},
-                {"ranks", p.ranks},
-                {"param_bytes", p.param_bytes},
-                {"grad_bytes", p.grad_bytes},
-                {"master_bytes", p.master_bytes},
-                {"state_bytes", p.state_bytes},
-                {"cast_copy_bytes", p.cast_copy_bytes},
-                {"comm_bytes", p.comm_bytes},
-                {"activation_bytes", p.activation_bytes},
-                {"peak_bytes", p.peak_bytes},
-                {"step_ms", json_number(p.step_ms)},
-                {"step_flops", json_number(p.step_flops)},
-                {"analytic", p.analytic},
-                {"analytic_activation_bytes", p.analytic_activation_bytes},
-                {"analytic_peak_bytes", p.analytic_peak_bytes},
-                {"gemm_flops", json_number(p.gemm_flops)},
-                {"gemm_dtype", p.gemm_dtype},
-                {"gemm_gflops", json_number(p.gemm_gflops)},
-                {"gemm_source", p.gemm_source},
-                {"non_gemm_factor", json_number(p.non_gemm_factor)},
-                {"estimated_step_ms", json_number(p.estimated_step_ms)},
-                {"probes", probes}});
+    std::cout << study::plan_to_json(p, 2) << "\n";
     return;
   }
   std::cout << fmt::format("plan for {} ({} parameters) in {}, batch {}{}{}{}{}:\n", p.model,
@@ -289,22 +215,22 @@ RegisterCommand reg(35, [](CLI::App& app) {
   auto* sub = app.add_subcommand(
       "plan", "plan a training run's peak memory and step time (measured on two small probes)");
   a->sub = sub;
-  train::TrainConfig& c = a->c;
+  train::TrainConfig& c = a->req.config;
   sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium | llama and its presets (probed)");
-  sub->add_option("--model-shape", a->shape,
+  sub->add_option("--model-shape", a->req.shape,
                   "plan a shape analytically, without probes: gpt2 gpt2-medium gpt2-large "
                   "gpt2-xl gpt3-175b llama-7b llama-13b llama-tiny smollm-135m tinyllama-1.1b "
                   "llama2-7b, or custom (with --family --layers "
                   "--width --heads --vocab [--mlp-width])");
-  sub->add_option("--family", a->family,
+  sub->add_option("--family", a->req.family,
                   "--model-shape custom: gpt2 (LayerNorm, GELU, biases, tied head) or llama "
                   "(RMSNorm, SwiGLU, RoPE, no biases, untied head)");
-  sub->add_option("--vocab", a->vocab, "--model-shape: vocabulary size (padded to 64)");
+  sub->add_option("--vocab", a->req.vocab, "--model-shape: vocabulary size (padded to 64)");
   sub->add_flag("--seed-table", a->seed_table,
                 "with --model-shape llama-7b: the seed's fine-tuning memory table (fp32 32 GB, "
                 "bf16 18 GB, bf16 + checkpointing 12 GB) next to this plan (default batch 4 x "
                 "512 tokens)");
-  sub->add_flag("--gemm-record", a->opt.gemm_from_record,
+  sub->add_flag("--gemm-record", a->req.options.gemm_from_record,
                 "step-time estimate from the saved `mixp bench gemm` record instead of "
                 "measuring the GEMM now");
   sub->add_option("--data", c.data, "as for mixp train (the vocabulary comes from it)");
@@ -323,9 +249,9 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--mlp-width,--ffn", c.model.mlp_width, "MLP / FFN hidden width");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
   sub->add_option("--seed", c.seed, "seed (default 0)");
-  sub->add_option("--zero-stage", a->opt.zero_stage,
+  sub->add_option("--zero-stage", a->req.options.zero_stage,
                   "ZeRO stage 0-3: shard optimizer states (1), gradients (2), parameters (3)");
-  sub->add_option("--ranks", a->opt.ranks, "data-parallel processes the ZeRO stage shards over");
+  sub->add_option("--ranks", a->req.options.ranks, "data-parallel processes the ZeRO stage shards over");
   // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
   shared_flag_ranges(*sub);
   int_range(sub->get_option("--zero-stage"), 0, 3);
