@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "block_tile_flag.h"
 #include "command.h"
 #include "flag_range.h"
 #include "mixp/io/convert_safetensors.h"
@@ -25,16 +26,11 @@ struct ConvertArgs {
   bool block_given = false;  // --block was on the command line
 };
 
-// --tile RxC of nvfp4 (1x16, 16x16) or fp8-block (1x128, 128x128): the rows of a tile (the
-// library checks which it has); the columns must be the format's block.
+// --tile of --to nvfp4 or fp8-block (block_tile_flag.h): the rows of a tile.
 int parse_tile(const std::string& tile, const std::string& to) {
   const ConvertTarget t = resolve_convert_target(to);
   if (!t.block_scaled) throw UsageError("--tile applies to --to nvfp4 and fp8-block");
-  const std::string block = t.name == "nvfp4" ? "16" : "128";
-  if (tile == "1x" + block) return 1;
-  if (tile == block + "x" + block) return std::stoi(block);
-  throw UsageError("--tile '" + tile + "': " + t.name + " tiles are 1x" + block + " or " + block +
-                   "x" + block);
+  return parse_block_tile(tile, t.name == "nvfp4" ? BlockScheme::nvfp4 : BlockScheme::fp8_block);
 }
 
 std::string shape_text(const std::vector<int64_t>& s) {
