@@ -83,4 +83,42 @@ BlockScaledStats block_scaled_stats(std::span<const float> x, int64_t rows, int6
   return s;
 }
 
+BlockScaledStats stored_block_stats(const BlockScaledTensor& q) {
+  BlockScaledStats s;
+  s.options.scheme = q.scheme;
+  s.options.tile_rows = q.tile_rows;
+  s.tile_cols = q.tile_cols;
+  s.rows = q.rows;
+  s.cols = q.cols;
+  s.numel = q.rows * q.cols;
+  s.from_codes = true;
+  s.underflow = s.saturated = s.blocks_with_underflow = s.blocks_with_saturation = -1;
+  const int64_t gc = q.tile_grid_cols();
+  s.blocks = q.tile_grid_rows() * gc;
+  std::vector<uint8_t> nonzero(static_cast<size_t>(s.blocks), 0);
+  const bool fp8 = q.scheme == BlockScheme::fp8_block;
+  for (int64_t r = 0; r < q.rows; ++r) {
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const uint8_t mag = fp8 ? (q.codes[static_cast<size_t>(r * q.cols + c)] & 0x7F)
+                              : (q.codes[static_cast<size_t>(r * q.cols + c)] & 0x7);
+      if (mag == 0) {
+        ++s.zeros;
+        continue;
+      }
+      nonzero[static_cast<size_t>((r / q.tile_rows) * gc + c / q.tile_cols)] = 1;
+      if (mag == (fp8 ? 0x7E : 0x7)) ++s.at_max;
+    }
+  }
+  s.block_scale_saturated.assign(static_cast<size_t>(s.blocks), 0);
+  const float clamped_inv = 1.0f / FLT_MAX;  // fp8-block's scale_inv when scale hit FLT_MAX
+  for (size_t b = 0; b < static_cast<size_t>(s.blocks); ++b) {
+    const bool sat = q.scheme == BlockScheme::nvfp4 ? nonzero[b] && q.scales[b] == 0.0f
+                     : fp8 ? q.scales[b] == clamped_inv
+                           : false;
+    s.block_scale_saturated[b] = sat ? 1 : 0;
+    s.scale_saturated += sat;
+  }
+  return s;
+}
+
 }  // namespace mixp::inspect

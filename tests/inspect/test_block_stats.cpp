@@ -6,6 +6,7 @@
 
 #include "common/cli_runner.h"
 #include "mixp/inspect/block_stats.h"
+#include "mixp/io/convert_safetensors.h"
 #include "mixp/io/safetensors.h"
 
 namespace mixp::test {
@@ -72,6 +73,29 @@ TEST(BlockStats, ScalesAtTheirFormatsLimits) {
                std::invalid_argument);
 }
 
+// From stored codes (a file in the nvfp4 layout): the flushed tile of 1e-6 values encodes as +-6
+// with scale 0 (16 values at the top, the block's scale saturated), 1000 and the clamped 1.0 are
+// at the top too, 0.01 is a zero code.
+TEST(BlockStats, FromStoredCodes) {
+  const BlockScaledTensor q =
+      block_scaled_quantize(hand_tensor(), 2, 32, {BlockScheme::nvfp4, 1, false});
+  const inspect::BlockScaledStats s = inspect::stored_block_stats(q);
+  EXPECT_TRUE(s.from_codes);
+  EXPECT_EQ(s.blocks, 4);
+  EXPECT_EQ(s.at_max, 18);
+  EXPECT_EQ(s.zeros, 64 - 18);
+  EXPECT_EQ(s.underflow, -1);
+  EXPECT_EQ(s.block_scale_saturated, (std::vector<uint8_t>{1, 0, 0, 0}));
+  // fp8-block: a block of amax 1e-40 has its scale clamped to FLT_MAX (decoding scale 1/FLT_MAX).
+  std::vector<float> x(256, 0.0f);
+  x[0] = 1e-40f;
+  x[128] = 3.0f;
+  const inspect::BlockScaledStats f8 = inspect::stored_block_stats(
+      block_scaled_quantize(x, 1, 256, {BlockScheme::fp8_block, 1, false}));
+  EXPECT_EQ(f8.block_scale_saturated, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(f8.at_max, 1);  // 3.0 at scale 448 / 3
+}
+
 TEST(BlockStats, Cli) {
   TempDir dir;
   SafeTensorsFile f;
@@ -97,6 +121,23 @@ TEST(BlockStats, Cli) {
   r = run_cli("inspect blocks '" + path + "' --format nvfp4 --tile 1x16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("17 (89.5%)"), std::string::npos) << r.out;  // of the 19 nonzero values
+  // The same tensor stored as nvfp4 (1x16), reported from its codes without --format.
+  FileConvertOptions to;
+  to.to = "nvfp4";
+  to.tile_rows = 1;
+  const std::string q = dir / "q.safetensors";
+  write_safetensors(q, convert_safetensors(f, to).file);
+  r = run_cli("inspect blocks '" + q + "' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json k = r.json();
+  ASSERT_EQ(k["tensors"].size(), 1u);
+  EXPECT_EQ(k["tensors"][0]["source"], "codes");
+  EXPECT_EQ(k["tensors"][0]["tile"], "1x16");
+  EXPECT_EQ(k["tensors"][0]["at_max"], 18);
+  EXPECT_EQ(k["tensors"][0]["scale_saturated"], 1);
+  EXPECT_TRUE(k["tensors"][0]["underflow"].is_null());
+  EXPECT_EQ(k["skipped"], nlohmann::json({"b"}));
+  EXPECT_EQ(run_cli("inspect blocks '" + q + "' --tile 1x16").exit_code, 2);
   EXPECT_EQ(run_cli("inspect blocks '" + path + "' --format nvfp5").exit_code, 2);
   EXPECT_EQ(run_cli("inspect blocks '" + path + "' --format mxfp4 --tile 32x32").exit_code, 2);
   EXPECT_EQ(run_cli("inspect blocks '" + (dir / "no").string() + "' --format mxfp4").exit_code, 1);

@@ -10,6 +10,7 @@
 #include "command.h"
 #include "mixp/inspect/block_stats.h"
 #include "mixp/inspect/inspect_report.h"
+#include "mixp/io/block_scaled_safetensors.h"
 #include "mixp/io/manifest.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
@@ -41,7 +42,10 @@ struct BlocksOptions {
 
 void run_blocks(const BlocksOptions& o) {
   BlockScaledOptions opt;
-  if (o.format == "nvfp4") {
+  const bool stored_only = o.format.empty();  // tensors already in an nvfp4/fp8-block layout
+  if (stored_only) {
+    if (!o.tile.empty()) throw UsageError("--tile goes with --format");
+  } else if (o.format == "nvfp4") {
     opt.scheme = BlockScheme::nvfp4;
   } else if (o.format == "mxfp4") {
     opt.scheme = BlockScheme::mxfp4;
@@ -52,8 +56,10 @@ void run_blocks(const BlocksOptions& o) {
   }
   // The recipes' weight tiles by default (16x16, 1x32, 128x128), as mixp convert.
   const int tc = block_scaled_tile_cols(opt.scheme);
-  opt.tile_rows = o.tile.empty() ? (opt.scheme == BlockScheme::mxfp4 ? 1 : tc)
-                                 : parse_block_tile(o.tile, opt.scheme);
+  if (!stored_only) {
+    opt.tile_rows = o.tile.empty() ? (opt.scheme == BlockScheme::mxfp4 ? 1 : tc)
+                                   : parse_block_tile(o.tile, opt.scheme);
+  }
   const SafeTensorsFile f = parse_safetensors(read_file_verified(o.input), o.input);
   Json records = Json::array(), skipped = Json::array();
   TextTable tt({"tensor", "shape", "blocks", "underflow", "saturated", "blocks w/ underflow",
@@ -62,27 +68,41 @@ void run_blocks(const BlocksOptions& o) {
     std::vector<int64_t> shape;
     std::vector<float> x;
     const SafeTensor* t = f.find(name);
-    const bool floating = is_block_tensor(f, name) || traits(t->dtype).kind == DKind::floating;
-    if (floating) x = read_tensor_f32(f, name, &shape);
-    if (!floating || shape.size() != 2) {
-      skipped.push_back(name);
-      continue;
-    }
     inspect::BlockScaledStats s;
-    try {
-      s = inspect::block_scaled_stats(x, shape[0], shape[1], opt);
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error(o.input + ": tensor '" + name + "': " + e.what());
+    if (stored_only) {
+      if (!is_block_scaled_tensor(f, name)) {
+        skipped.push_back(name);
+        continue;
+      }
+      const BlockScaledTensor q = get_block_scaled_tensor(f, name);
+      shape = {q.rows, q.cols};
+      s = inspect::stored_block_stats(q);
+    } else {
+      const bool floating = is_block_tensor(f, name) || traits(t->dtype).kind == DKind::floating;
+      if (floating) x = read_tensor_f32(f, name, &shape);
+      if (!floating || shape.size() != 2) {
+        skipped.push_back(name);
+        continue;
+      }
+      try {
+        s = inspect::block_scaled_stats(x, shape[0], shape[1], opt);
+      } catch (const std::invalid_argument& e) {
+        throw std::runtime_error(o.input + ": tensor '" + name + "': " + e.what());
+      }
     }
+    const auto known = [](int64_t n) { return n < 0 ? Json(nullptr) : Json(n); };
     Json r = {{"tensor", name},
+              {"format", std::string(to_string(s.options.scheme))},
+              {"tile", fmt::format("{}x{}", s.options.tile_rows, s.tile_cols)},
+              {"source", s.from_codes ? "codes" : "values"},
               {"shape", shape},
               {"numel", s.numel},
               {"zeros", s.zeros},
               {"blocks", s.blocks},
-              {"underflow", s.underflow},
-              {"saturated", s.saturated},
-              {"blocks_with_underflow", s.blocks_with_underflow},
-              {"blocks_with_saturation", s.blocks_with_saturation},
+              {"underflow", known(s.underflow)},
+              {"saturated", known(s.saturated)},
+              {"blocks_with_underflow", known(s.blocks_with_underflow)},
+              {"blocks_with_saturation", known(s.blocks_with_saturation)},
               {"scale_saturated", s.scale_saturated},
               {"share_scale_saturated", s.share_scale_saturated()},
               {"mse", s.mse}};
@@ -91,8 +111,10 @@ void run_blocks(const BlocksOptions& o) {
                         {"saturated", s.block_saturated},
                         {"scale_saturated", s.block_scale_saturated}};
     }
+    if (s.from_codes) r["at_max"] = s.at_max;
     records.push_back(r);
     const auto pct = [&](int64_t n, int64_t of) {
+      if (n < 0) return std::string("-");
       return fmt::format("{} ({:.3g}%)", n, of > 0 ? 100.0 * double(n) / double(of) : 0.0);
     };
     tt.add({name, fmt::format("[{}, {}]", shape[0], shape[1]), std::to_string(s.blocks),
@@ -103,13 +125,18 @@ void run_blocks(const BlocksOptions& o) {
   const std::string tile = fmt::format("{}x{}", opt.tile_rows, tc);
   if (o.json) {
     print_json({{"input", o.input},
-                {"format", std::string(to_string(opt.scheme))},
-                {"tile", tile},
+                {"format", stored_only ? Json(nullptr) : Json(std::string(to_string(opt.scheme)))},
+                {"tile", stored_only ? Json(nullptr) : Json(tile)},
                 {"tensors", records},
                 {"skipped", skipped}});
     return;
   }
-  std::cout << o.input << " under " << to_string(opt.scheme) << " (" << tile << " tiles):\n";
+  if (stored_only) {
+    std::cout << o.input << ": the tensors stored in nvfp4/fp8-block layouts, from their codes "
+              << "(underflow and saturation need the original values: give --format):\n";
+  } else {
+    std::cout << o.input << " under " << to_string(opt.scheme) << " (" << tile << " tiles):\n";
+  }
   tt.print(std::cout);
   std::cout << "\nunderflow and saturated: % of the nonzero values; blocks: % of the tiles. "
             << skipped.size() << " tensor(s) not 2-D floating skipped.\n";
@@ -143,7 +170,10 @@ RegisterCommand reg(35, [](CLI::App& app) {
   blk->add_option("FILE.safetensors", b->input,
                   "the model file (any layout mixp reads; block tensors are decoded first)")
       ->required();
-  blk->add_option("--format", b->format, "nvfp4, mxfp4 or fp8-block")->required();
+  blk->add_option("--format", b->format,
+                  "nvfp4, mxfp4 or fp8-block: quantize every 2-D tensor with it; without it, "
+                  "report the tensors already stored in an nvfp4/fp8-block layout from their "
+                  "codes");
   blk->add_option("--tile", b->tile,
                   "nvfp4 16x16 (default) or 1x16; fp8-block 128x128 (default) or 1x128; mxfp4 "
                   "1x32");

@@ -34,6 +34,11 @@ struct BlockScaledStats {
   // Per block, tiles row-major: counts of underflowed and saturated values, scale saturated.
   std::vector<int32_t> block_underflow, block_saturated;
   std::vector<uint8_t> block_scale_saturated;
+  // stored_block_stats only: the statistics come from stored codes, without the original values,
+  // so underflow and saturated are unknown (-1, and their per-block vectors empty); at_max counts
+  // the values stored at the element's largest magnitude (where saturated values end up).
+  bool from_codes = false;
+  int64_t at_max = 0;
   double share_scale_saturated() const {
     return blocks > 0 ? double(scale_saturated) / double(blocks) : 0.0;
   }
@@ -43,5 +48,11 @@ struct BlockScaledStats {
 // block_scaled_quantize does, and for non-finite values (outside the quantizers' contract).
 BlockScaledStats block_scaled_stats(std::span<const float> x, int64_t rows, int64_t cols,
                                     const BlockScaledOptions& opt);
+
+// A tensor already in a block-scaled layout (a file `mixp convert --to nvfp4|fp8-block` wrote,
+// io/block_scaled_safetensors.h): zeros (zero codes), at_max, and the blocks whose scale sits at
+// its format's limit: nvfp4 a tile with nonzero codes and scale 0 (flushed: its values all
+// decode to 0), fp8-block the decoding scale 1 / FLT_MAX (the clamped scale).
+BlockScaledStats stored_block_stats(const BlockScaledTensor& q);
 
 }  // namespace mixp::inspect
