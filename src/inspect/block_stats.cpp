@@ -112,9 +112,9 @@ BlockScaledStats stored_block_stats(const BlockScaledTensor& q) {
   s.block_scale_saturated.assign(static_cast<size_t>(s.blocks), 0);
   const float clamped_inv = 1.0f / FLT_MAX;  // fp8-block's scale_inv when scale hit FLT_MAX
   for (size_t b = 0; b < static_cast<size_t>(s.blocks); ++b) {
-    const bool sat = q.scheme == BlockScheme::nvfp4 ? nonzero[b] && q.scales[b] == 0.0f
-                     : fp8 ? q.scales[b] == clamped_inv
-                           : false;
+    bool sat = false;  // mxfp4 is stored in the MX layout, not measured here
+    if (q.scheme == BlockScheme::nvfp4) sat = nonzero[b] && q.scales[b] == 0.0f;
+    if (fp8) sat = q.scales[b] == clamped_inv;
     s.block_scale_saturated[b] = sat ? 1 : 0;
     s.scale_saturated += sat;
   }
