@@ -93,6 +93,11 @@ bool is_block_tensor(const SafeTensorsFile& file, std::string_view name) {
 }
 
 BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name) {
+  if (is_block_scaled_tensor(file, name)) {  // nvfp4, fp8-block (block_scaled_safetensors.h)
+    fail(name, "is stored in the " + std::string(to_string(get_block_scaled_tensor(file, name).scheme)) +
+                   " training layout, which only decodes to fp32 (read_tensor_f32, mixp convert "
+                   "--to fp32)");
+  }
   const auto it = file.metadata.find(key_of(name));
   if (it == file.metadata.end()) fail(name, "no metadata entry '" + key_of(name) + "'");
   json d;

@@ -138,6 +138,14 @@ TEST(BlockScaledFile, DocumentedLayout) {
   EXPECT_EQ(f.find("w.amax")->dtype, DType::fp32);
   EXPECT_EQ(f.find("w.amax")->shape, (std::vector<int64_t>{1}));
   EXPECT_EQ(logical_tensor_names(f), (std::vector<std::string>{"w", "bias", "ids"}));
+  // The storage block reader (weight-only loading) says what the tensor is instead of failing on
+  // an unknown scheme.
+  try {
+    (void)get_block_tensor(f, "w");
+    ADD_FAILURE() << "get_block_tensor accepted an nvfp4 tensor";
+  } catch (const SafeTensorsError& e) {
+    EXPECT_NE(std::string(e.what()).find("nvfp4 training layout"), std::string::npos) << e.what();
+  }
   // Element 2i in the low nibble.
   const BlockScaledTensor q = get_block_scaled_tensor(f, "w");
   const auto b0 = static_cast<uint8_t>(f.find("w")->data[0]);
