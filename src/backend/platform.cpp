@@ -219,6 +219,36 @@ std::vector<FormatSupport> gpu_format_support(int major, int minor) {
   return out;
 }
 
+std::vector<RecipeSupport> cpu_recipe_support() {
+  const std::string how =
+      "emulated (exact): the published quantizers bit for bit, GEMMs in fp32 on the dequantized "
+      "values";
+  return {{"nvfp4", Support::emulated, how},
+          {"mxfp4", Support::emulated, how},
+          {"fp8-block", Support::emulated, how}};
+}
+
+std::vector<RecipeSupport> gpu_recipe_support(int cc_major, int cc_minor) {
+  const int cc = cc_major * 10 + cc_minor;
+  const auto need = [](const char* arch) {
+    return std::string("emulated: no such tensor cores before ") + arch;
+  };
+  std::vector<RecipeSupport> out;
+  out.push_back(cc >= 100 ? RecipeSupport{"nvfp4", Support::native,
+                                          "Blackwell FP4 tensor cores: E2M1 with E4M3 scales per "
+                                          "16 (sm100+)"}
+                          : RecipeSupport{"nvfp4", Support::emulated, need("Blackwell (sm100)")});
+  out.push_back(cc >= 100 ? RecipeSupport{"mxfp4", Support::native,
+                                          "Blackwell FP4 tensor cores: E2M1 with E8M0 scales per "
+                                          "32 (sm100+)"}
+                          : RecipeSupport{"mxfp4", Support::emulated, need("Blackwell (sm100)")});
+  out.push_back(cc >= 90 ? RecipeSupport{"fp8-block", Support::native,
+                                         "FP8 tensor cores with fp32 scales per 128 / 128x128 "
+                                         "(sm90+, cuBLASLt block scaling)"}
+                         : RecipeSupport{"fp8-block", Support::emulated, need("Hopper (sm90)")});
+  return out;
+}
+
 PrecisionAdvice recommend_precision(const CpuFeatures& cpu, std::span<const GpuInfo> gpus) {
   if (!gpus.empty()) {
     const GpuInfo& g =

@@ -5,11 +5,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
+#include "mixp/format/block_scaled.h"
 #include "mixp/format/block_tensor.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/float_codec.h"
+#include "mixp/io/block_scaled_safetensors.h"
 #include "mixp/io/quantized_safetensors.h"
 
 namespace mixp {
@@ -75,9 +79,62 @@ std::vector<std::byte> encode_from_double(DType to, std::span<const double> x,
   return out;
 }
 
+// The recipe quantizer (format/block_scaled.h) a target uses, or nullopt: nvfp4, fp8-block, and
+// mxfp4 with scale_mode "ceil". Throws std::invalid_argument for options that do not apply.
+std::optional<BlockScaledOptions> recipe_quantizer(const ConvertTarget& t,
+                                                   const FileConvertOptions& opt) {
+  if (!opt.scale_mode.empty() && opt.scale_mode != "floor" && opt.scale_mode != "ceil")
+    throw std::invalid_argument("scale mode '" + opt.scale_mode + "': use floor or ceil");
+  if (!opt.scale_mode.empty() && t.name != "mxfp4")
+    throw std::invalid_argument("a scale mode applies to mxfp4 only, not to " + t.name);
+  const bool mx_ceil = t.name == "mxfp4" && opt.scale_mode == "ceil";
+  if (!t.block_scaled && !mx_ceil) {
+    if (opt.tile_rows != 0)
+      throw std::invalid_argument("a tile applies to nvfp4 and fp8-block only, not to " + t.name);
+    if (opt.pow2_scales) throw std::invalid_argument("power-of-two scales apply to fp8-block only");
+    return std::nullopt;
+  }
+  BlockScaledOptions o;
+  o.round = opt.round;
+  o.pow2_scales = opt.pow2_scales;
+  if (mx_ceil) {
+    if (opt.block_size != 0 && opt.block_size != 32)
+      throw std::invalid_argument("mxfp4 with the ceil scale mode has blocks of 32");
+    if (opt.tile_rows != 0) throw std::invalid_argument("mxfp4 has 1x32 blocks; no tile applies");
+    o.scheme = BlockScheme::mxfp4;
+    o.tile_rows = 1;
+  } else {
+    if (opt.block_size != 0)
+      throw std::invalid_argument(t.name + " has fixed blocks; choose the tile instead");
+    o.scheme = t.name == "nvfp4" ? BlockScheme::nvfp4 : BlockScheme::fp8_block;
+    const int tc = block_scaled_tile_cols(o.scheme);
+    o.tile_rows = opt.tile_rows == 0 ? tc : opt.tile_rows;
+    if (o.tile_rows != 1 && o.tile_rows != tc)
+      throw std::invalid_argument(t.name + " tiles are 1x" + std::to_string(tc) + " or " +
+                                  std::to_string(tc) + "x" + std::to_string(tc));
+  }
+  // Let the quantizer judge the rounding mode and pow2 option on one block of zeros.
+  const std::vector<float> zeros(static_cast<size_t>(block_scaled_tile_cols(o.scheme)), 0.0f);
+  (void)block_scaled_quantize(zeros, 1, static_cast<int64_t>(zeros.size()), o);
+  return o;
+}
+
+// rows x cols of a tensor for the recipe quantizer: leading dims x last dim (rank 0: 1 x 1).
+std::pair<int64_t, int64_t> as_matrix(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return {1, 1};
+  return {shape_numel(std::span<const int64_t>(shape.data(), shape.size() - 1)), shape.back()};
+}
+
+uint64_t block_scaled_bytes(const BlockScaledTensor& q) {
+  if (q.scheme == BlockScheme::fp8_block) return q.codes.size() + 4 * q.scales.size();
+  return (q.codes.size() + 1) / 2 + q.scale_codes.size() + 4;
+}
+
 }  // namespace
 
 ConvertTarget resolve_convert_target(std::string_view to) {
+  if (to == "nvfp4") return {"nvfp4", true, DType::fp4_e2m1, true};
+  if (to == "fp8-block" || to == "fp8_block") return {"fp8-block", true, DType::fp8_e4m3, true};
   if (is_block_scheme(to)) {  // int8, int4, nf4 are schemes (they need a scale)
     return {std::string(to), true, DType::int8};
   }
@@ -112,7 +169,7 @@ std::string convert_target_names() {
     out += std::string(out.empty() ? "" : ", ") + std::string(name(e));
   out += ", fp6_e2m3, fp6_e3m2, fp4_e2m1";
   for (const std::string& s : block_scheme_names()) out += ", " + s;
-  return out;
+  return out + ", nvfp4, fp8-block";
 }
 
 void validate_convert_options(const FileConvertOptions& opt) {
@@ -122,6 +179,7 @@ void validate_convert_options(const FileConvertOptions& opt) {
     throw std::invalid_argument("a block size applies to block formats only, not to " +
                                 target.name);
   }
+  if (recipe_quantizer(target, opt)) return;
   if (target.block) {  // let the scheme judge block size and rounding on a two-element tensor
     const float zeros[2] = {0.0f, 0.0f};
     (void)quantize_block(zeros, {2}, BlockSpec{target.name, opt.block_size, opt.round, opt.seed});
@@ -131,6 +189,7 @@ void validate_convert_options(const FileConvertOptions& opt) {
 FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertOptions& opt) {
   validate_convert_options(opt);
   const ConvertTarget target = resolve_convert_target(opt.to);
+  const std::optional<BlockScaledOptions> recipe = recipe_quantizer(target, opt);
   FileConversion result;
   // Metadata first: everything but the descriptions of block tensors this conversion decodes.
   for (const auto& [k, v] : in.metadata) {
@@ -148,7 +207,10 @@ FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertO
     TensorConversion r;
     r.name = nm;
     const uint64_t seed = tensor_seed(opt.seed, k);
-    if (!block_src && !is_float_source(src.dtype)) {  // integers and bools pass through
+    // Integers and bools pass through; so do tensors other than 2-D ones (biases, norms) under
+    // nvfp4 and fp8-block, which quantize weight matrices only.
+    if (!block_src &&
+        (!is_float_source(src.dtype) || (target.block_scaled && src.shape.size() != 2))) {
       r.shape = src.shape;
       r.from = r.to = std::string(traits(src.dtype).safetensors);
       r.bytes_before = r.bytes_after = src.data.size();
@@ -160,7 +222,12 @@ FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertO
       // The original values, in double so that F64 sources keep every bit for the error.
       std::vector<double> orig;
       std::vector<float> f32;
-      if (block_src) {
+      if (block_src && is_block_scaled_tensor(in, nm)) {
+        const BlockScaledTensor q = get_block_scaled_tensor(in, nm);
+        r.from = to_string(q.scheme);
+        r.bytes_before = block_scaled_bytes(q);
+        f32 = read_tensor_f32(in, nm, &r.shape);
+      } else if (block_src) {
         const BlockTensor b = get_block_tensor(in, nm);
         r.from = b.scheme;
         r.bytes_before = block_bytes(b);
@@ -179,7 +246,26 @@ FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertO
       std::vector<double> back(orig.size());
       r.converted = true;
 
-      if (target.block) {
+      if (recipe && (!target.block_scaled || r.shape.size() == 2)) {
+        BlockScaledOptions o = *recipe;
+        o.seed = seed;
+        const auto [rows, cols] = as_matrix(r.shape);
+        const BlockScaledTensor q = block_scaled_quantize(f32, rows, cols, o);
+        std::vector<float> deq(f32.size());
+        block_scaled_dequantize(q, deq);
+        back.assign(deq.begin(), deq.end());
+        r.to = target.name;
+        r.bytes_after = block_scaled_bytes(q);
+        if (q.scheme == BlockScheme::mxfp4) {
+          add_block_tensor(result.file, nm, to_mx_block_tensor(q, r.shape), r.from);
+          // Record the scale rule (the decoder does not need it: the scales are stored).
+          auto d = nlohmann::ordered_json::parse(result.file.metadata.at("mixp." + nm));
+          d["scale_mode"] = "ceil";
+          result.file.metadata["mixp." + nm] = d.dump();
+        } else {
+          add_block_scaled_tensor(result.file, nm, q, o.pow2_scales, r.from);
+        }
+      } else if (target.block && !target.block_scaled) {
         BlockSpec spec{target.name, opt.block_size, opt.round, seed};
         const BlockTensor b = quantize_block(f32, r.shape, spec);
         std::vector<float> deq(f32.size());
@@ -189,20 +275,22 @@ FileConversion convert_safetensors(const SafeTensorsFile& in, const FileConvertO
         r.bytes_after = block_bytes(b);
         add_block_tensor(result.file, nm, b, r.from);
       } else {
-        const DType st = storage_of(target.dtype);
+        // nvfp4/fp8-block keep a block source other than 2-D decoded, as F32.
+        const DType to_dt = target.block_scaled ? DType::fp32 : target.dtype;
+        const DType st = storage_of(to_dt);
         SafeTensor out{nm, st, r.shape, {}};
-        if (target.dtype == DType::fp64) {  // widening is exact
+        if (to_dt == DType::fp64) {  // widening is exact
           out.data.resize(orig.size() * 8);
           if (!orig.empty()) std::memcpy(out.data.data(), orig.data(), out.data.size());
           back = orig;
         } else if (src.dtype == DType::fp64 && !block_src) {
-          out.data = encode_from_double(target.dtype, orig, opt, seed, back);
+          out.data = encode_from_double(to_dt, orig, opt, seed, back);
         } else {
           out.data.resize(f32.size() * static_cast<size_t>(traits(st).storage_bytes));
-          convert_f32_to(target.dtype, f32, out.data.data(),
+          convert_f32_to(to_dt, f32, out.data.data(),
                          ConvertOptions{opt.round, opt.overflow, seed, 0});
           std::vector<float> deq(f32.size());
-          convert_to_f32(st == DType::fp32 ? DType::fp32 : target.dtype, out.data.data(), deq);
+          convert_to_f32(st == DType::fp32 ? DType::fp32 : to_dt, out.data.data(), deq);
           back.assign(deq.begin(), deq.end());
         }
         r.to = std::string(traits(st).safetensors);

@@ -8,6 +8,7 @@
 
 #include "mixp/format/convert.h"
 #include "mixp/format/float_codec.h"
+#include "mixp/io/block_scaled_safetensors.h"
 
 namespace mixp {
 namespace {
@@ -92,6 +93,11 @@ bool is_block_tensor(const SafeTensorsFile& file, std::string_view name) {
 }
 
 BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name) {
+  if (is_block_scaled_tensor(file, name)) {  // nvfp4, fp8-block (block_scaled_safetensors.h)
+    fail(name, "is stored in the " + std::string(to_string(get_block_scaled_tensor(file, name).scheme)) +
+                   " training layout, which only decodes to fp32 (read_tensor_f32, mixp convert "
+                   "--to fp32)");
+  }
   const auto it = file.metadata.find(key_of(name));
   if (it == file.metadata.end()) fail(name, "no metadata entry '" + key_of(name) + "'");
   json d;
@@ -140,6 +146,7 @@ std::vector<std::string> logical_tensor_names(const SafeTensorsFile& file) {
     if (is_block_tensor(file, t.name)) {
       companions.insert(t.name + ".scale");
       companions.insert(t.name + ".zero_point");
+      for (std::string_view c : kBlockScaledCompanions) companions.insert(t.name + std::string(c));
     }
   }
   std::vector<std::string> out;
@@ -153,6 +160,13 @@ std::vector<float> read_tensor_f32(const SafeTensorsFile& file, std::string_view
                                    std::vector<int64_t>* shape) {
   const SafeTensor* t = file.find(name);
   if (!t) throw SafeTensorsError("no tensor '" + std::string(name) + "' in the file");
+  if (is_block_scaled_tensor(file, name)) {  // nvfp4, fp8-block (block_scaled_safetensors.h)
+    const BlockScaledTensor q = get_block_scaled_tensor(file, name);
+    std::vector<float> out(static_cast<size_t>(q.rows * q.cols));
+    block_scaled_dequantize(q, out);
+    if (shape) *shape = {q.rows, q.cols};
+    return out;
+  }
   if (is_block_tensor(file, name)) {
     const BlockTensor b = get_block_tensor(file, name);
     std::vector<float> out(static_cast<size_t>(shape_numel(b.shape)));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "mixp/format/dtype.h"
 #include "mixp/nn/gpt.h"
@@ -13,6 +14,7 @@
 #include "mixp/study/step_counts.h"
 #include "mixp/study/step_time.h"
 #include "mixp/train/build_run.h"
+#include "mixp/train/fp8_recipe.h"
 #include "mixp/train/trainer.h"
 
 namespace mixp::study {
@@ -76,6 +78,30 @@ MemoryFormats formats_of(const train::RecipeDtypes& d, const StepPrecision& sp,
   return f;
 }
 
+// The block-scaled recipes' weight copies (docs/plan.md "Block-scaled recipes"): bits per
+// quantized value, the element's codes plus one block scale per weight tile (nvfp4: E4M3 per
+// 16x16, or per 16 with 2d=0; mxfp4: E8M0 per 32; fp8-block: fp32 per 128x128), and the blocks
+// the recipe keeps in bf16 (bf16_last). nvfp4's per-tensor fp32 (4 bytes a weight) is left out.
+void add_block_cast(MemoryFormats& f, const train::PrecisionRecipe& recipe) {
+  const auto* r = dynamic_cast<const train::Fp8TrainingRecipe*>(&recipe);
+  if (!r) return;
+  const amp::Fp8Recipe& q = r->fp8();
+  switch (q.scaling) {
+    case amp::Fp8Scaling::nvfp4:
+      f.block_cast_bits = 4.0 + 8.0 / (q.weight_2d ? 256.0 : 16.0);
+      break;
+    case amp::Fp8Scaling::mxfp4:
+      f.block_cast_bits = 4.0 + 8.0 / 32.0;
+      break;
+    case amp::Fp8Scaling::fp8_block:
+      f.block_cast_bits = 8.0 + 32.0 / (128.0 * 128.0);
+      break;
+    default:
+      return;
+  }
+  f.bf16_blocks = q.bf16_last;
+}
+
 // The model's shape for the analytic model, from the resolved GPT configuration.
 ModelShape shape_of(const nn::GptConfig& g) {
   ModelShape s;
@@ -116,7 +142,9 @@ MemoryFormats memory_formats(std::string_view precision, std::string_view optimi
                              bool checkpointing) {
   const auto recipe = train::make_recipe(precision);
   const train::RecipeDtypes d = recipe->dtypes();
-  return formats_of(d, step_precision(d, optimizer), checkpointing);
+  MemoryFormats f = formats_of(d, step_precision(d, optimizer), checkpointing);
+  add_block_cast(f, *recipe);
+  return f;
 }
 
 MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt) {
@@ -197,6 +225,13 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
                           ? gemm_params * bytes_of(sp.compute)
                           : 0;
+  MemoryFormats block_f;
+  add_block_cast(block_f, *parts.recipe);
+  if (block_f.block_cast_bits > 0) {  // codes + scales, and the bf16 layers the recipe keeps
+    p.cast_copy_bytes =
+        lm ? cast_copy_bytes(shape_of(nn::gpt_config_of(parts.config.model)), block_f)
+           : int64_t(std::ceil(double(gemm_params) * block_f.block_cast_bits / 8.0));
+  }
   // What the probes measured beyond the persistent tensors (one process, no ZeRO).
   const int64_t persistent =
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;
@@ -217,6 +252,7 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     // The analytic model of the same configuration, next to the probes' (study/model_shape.h).
     const ModelShape ms = shape_of(nn::gpt_config_of(parts.config.model));
     MemoryFormats mf = formats_of(d, sp, c.model.checkpointing);
+    add_block_cast(mf, *parts.recipe);
     mf.optimizer_in_backward = c.optimizer_in_backward;
     const AnalyticMemory am = analytic_memory(ms, c.batch, p.context, mf, c.model.checkpointing);
     p.analytic_activation_bytes = am.activation_bytes;
@@ -255,6 +291,7 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   const train::RecipeDtypes d = recipe->dtypes();
   const StepPrecision sp = step_precision(d, run.optimizer);
   MemoryFormats mf = formats_of(d, sp, run.checkpointing);
+  add_block_cast(mf, *recipe);
   mf.optimizer_in_backward = run.optimizer_in_backward;
   const AnalyticMemory am = analytic_memory(shape, run.batch, run.seq, mf, run.checkpointing);
   MemoryPlan p;

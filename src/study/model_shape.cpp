@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "mixp/nn/llama_presets.h"
@@ -169,6 +170,15 @@ double step_gemm_flops(const ModelShape& s, int64_t tokens, int64_t seq, bool ch
   return double(s.layers) * block_fwd * passes + head_fwd * 3.0;
 }
 
+int64_t cast_copy_bytes(const ModelShape& s, const MemoryFormats& f) {
+  if (f.block_cast_bits <= 0) return gemm_weight_values(s) * f.cast_bytes;
+  const int64_t bf16_blocks = std::clamp<int64_t>(f.bf16_blocks, 0, s.layers);
+  const double quantized =
+      double((s.layers - bf16_blocks) * block_gemm_values(s)) * f.block_cast_bits / 8.0;
+  return int64_t(std::ceil(quantized)) +
+         (bf16_blocks * block_gemm_values(s) + embedding_values(s)) * 2;
+}
+
 AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
                                const MemoryFormats& f, bool checkpointing) {
   const int64_t P = parameters(s);
@@ -178,7 +188,7 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   m.master_bytes = P * f.master_bytes;
   m.grad_bytes = P * f.grad_bytes;
   m.state_bytes = P * f.state_bytes;
-  m.cast_bytes = gemm_weight_values(s) * f.cast_bytes;
+  m.cast_bytes = cast_copy_bytes(s, f);
   // One block's saves per token (see the header): norm inputs 2C, attention side 2C (norm
   // output, attention output) + the packed q, k, v 3C, FFN input C and its activations (2F GELU,
   // 3F SwiGLU); the statistics (norm mean/rstd, log-sum-exp per head) are fp32 scalars per token.

@@ -171,9 +171,22 @@ std::string evaluated_model(const RunRecord& r) {
 
 std::vector<std::string> precision_notes(const PreparedStudy& p) {
   std::vector<std::string> notes;
-  std::vector<std::string> fp8;
+  std::vector<std::string> fp8, block;
   for (const RunRecord& r : p.study.runs) {
-    if (train::is_recipe_family(r.precision, train::RecipeFamily::fp8)) fp8.push_back(r.precision);
+    if (!train::is_recipe_family(r.precision, train::RecipeFamily::fp8)) continue;
+    // The block-scaled recipes (docs/fp4.md) are emulated differently: a note of their own.
+    const std::string base = r.precision.substr(0, r.precision.find(':'));
+    (base == "fp8-block" || base == "nvfp4" || base == "mxfp4" ? block : fp8)
+        .push_back(r.precision);
+  }
+  if (!block.empty()) {
+    notes.push_back(fmt::format(
+        "{}: emulated exactly on this CPU: each GEMM operand is quantized with the recipe's "
+        "block quantizer (E4M3 with fp32 scales per 128 values or 128x128 block; E2M1 with E4M3 "
+        "or E8M0 scales per 16 or 32 values), dequantized, and multiplied in fp32 (docs/fp4.md). "
+        "Its time is the emulation's, far above what block-scaled tensor cores spend, and its "
+        "memory holds fp32 dequantized copies.",
+        fmt::join(block, ", ")));
   }
   if (!fp8.empty()) {
     notes.push_back(fmt::format(

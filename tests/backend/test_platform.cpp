@@ -127,6 +127,24 @@ TEST(FormatSupportTable, GpuByComputeCapability) {
   EXPECT_EQ(support_of(gpu_format_support(5, 2), DType::fp16), Support::emulated);
 }
 
+// The block-scaled recipes (issue 32): Blackwell (sm100+) has FP4 for nvfp4/mxfp4, Hopper (sm90)
+// and newer FP8 with block scales for fp8-block; a CPU emulates all three.
+TEST(RecipeSupportTable, ByDevice) {
+  const auto support = [](const std::vector<RecipeSupport>& rs) {
+    std::string out;
+    for (const RecipeSupport& r : rs)
+      out += r.recipe + "=" + std::string(to_string(r.support)) + " ";
+    return out;
+  };
+  EXPECT_EQ(support(cpu_recipe_support()), "nvfp4=emulated mxfp4=emulated fp8-block=emulated ");
+  EXPECT_NE(cpu_recipe_support()[0].how.find("exact"), std::string::npos);
+  EXPECT_EQ(support(gpu_recipe_support(8, 9)), "nvfp4=emulated mxfp4=emulated fp8-block=emulated ");
+  EXPECT_EQ(support(gpu_recipe_support(9, 0)), "nvfp4=emulated mxfp4=emulated fp8-block=native ");
+  EXPECT_EQ(support(gpu_recipe_support(10, 0)), "nvfp4=native mxfp4=native fp8-block=native ");
+  EXPECT_EQ(support(gpu_recipe_support(12, 0)), "nvfp4=native mxfp4=native fp8-block=native ");
+  for (const RecipeSupport& r : gpu_recipe_support(7, 5)) EXPECT_FALSE(r.how.empty());
+}
+
 TEST(GpuArchitecture, Names) {
   EXPECT_EQ(gpu_architecture(7, 0), "Volta");
   EXPECT_EQ(gpu_architecture(7, 5), "Turing");

@@ -156,6 +156,11 @@ TEST(ConvertCli, FailuresLeaveNoOutputFile) {
       "convert '" + in + "' -o '" + (dir / "no/such/dir/out.safetensors").string() + "' --to bf16",
       "convert '" + in + "' --to bf16",
       "convert '" + in + "' -o '" + out + "' --to bf16 --json --block x",
+      "convert '" + in + "' -o '" + out + "' --to nvfp4 --tile 2x16",
+      "convert '" + in + "' -o '" + out + "' --to fp8-block --tile 16x16",
+      "convert '" + in + "' -o '" + out + "' --to bf16 --tile 1x16",
+      "convert '" + in + "' -o '" + out + "' --to nvfp4 --pow2-scales",
+      "convert '" + in + "' -o '" + out + "' --to mxfp4 --scale-mode up",
   };
   for (const std::string& c : cases) {
     const CliResult r = run_cli(c);
@@ -176,6 +181,32 @@ TEST(ConvertCli, FailuresLeaveNoOutputFile) {
   EXPECT_EQ(run_cli("convert '" + (dir / "missing").string() + "' -o '" + out + "' --to bf16").exit_code, 1);
   EXPECT_NE(run_cli("convert '" + in + "' -o '" + out + "' --to int8").err.find("'extra'"),
             std::string::npos);
+}
+
+// The recipes' formats (issue 32; docs/fp4.md "Files and tools"): the weight is quantized, the
+// 1-D bias kept, and `--to fp32` of the file decodes it to what the library's reader gives
+// (tests/io/test_block_scaled_safetensors.cpp pins that to the quantizer, byte for byte).
+TEST(ConvertCli, RecipeFormatsRoundTrip) {
+  TempDir dir;
+  const std::string in = write_model(dir);
+  const std::vector<std::string> runs = {"--to nvfp4", "--to nvfp4 --tile 1x16",
+                                         "--to fp8-block --tile 1x128 --pow2-scales",
+                                         "--to mxfp4 --scale-mode ceil"};
+  for (const std::string& flags : runs) {
+    const std::string q = dir / "q.safetensors", back = dir / "back.safetensors";
+    CliResult r = run_cli("convert '" + in + "' -o '" + q + "' " + flags + " --json");
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.err;
+    const json j = r.json();
+    EXPECT_EQ(j["tensors"][0]["to"], flags.substr(5, flags.find(' ', 5) - 5)) << flags;
+    const bool mx = flags.find("mxfp4") != std::string::npos;
+    EXPECT_EQ(j["tensors"][1]["converted"], mx) << flags;  // the bias [32]
+    r = run_cli("convert '" + q + "' -o '" + back + "' --to fp32");
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.err;
+    const SafeTensorsFile qf = read_safetensors(q), bf = read_safetensors(back);
+    EXPECT_EQ(read_tensor_f32(bf, "layer.weight"), read_tensor_f32(qf, "layer.weight")) << flags;
+    EXPECT_EQ(bf.find("layer.weight")->dtype, DType::fp32);
+    EXPECT_TRUE(bf.metadata.empty() || !bf.metadata.count("mixp.layer.weight"));
+  }
 }
 
 TEST(ConvertCli, Help) {

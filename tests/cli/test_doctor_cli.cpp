@@ -52,6 +52,15 @@ TEST(DoctorCli, JsonFieldsMatchTheLibrary) {
     EXPECT_EQ(j["recommended_precision"], bf16 ? "bf16" : "fp32");
     EXPECT_NE(j["gpu_status"].get<std::string>().find("no NVIDIA driver"), std::string::npos);
   }
+  // The block-scaled recipes: one line each, emulated (exactly) on the CPU.
+  ASSERT_EQ(j["cpu"].at("recipes").size(), 3u);
+  for (const json& r : j["cpu"]["recipes"]) EXPECT_EQ(r.at("support"), "emulated") << r;
+  EXPECT_EQ(j["cpu"]["recipes"][0]["recipe"], "nvfp4");
+  EXPECT_EQ(j["cpu"]["recipes"][2]["recipe"], "fp8-block");
+  EXPECT_EQ(j.at("recipes").size(), 3u);
+  if (probe.gpus.empty()) {
+    EXPECT_EQ(j["recipes"], j["cpu"]["recipes"]);
+  }
   // fp16 is emulated on every CPU, AVX512_FP16 or not: widened to fp32 (platform.cpp).
   const auto cpu_fp16 = std::find_if(j["cpu"]["formats"].begin(), j["cpu"]["formats"].end(),
                                      [](const json& f) { return f["format"] == "fp16"; });
@@ -65,6 +74,9 @@ TEST(DoctorCli, Text) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Recommended precision:"), std::string::npos);
   EXPECT_NE(r.out.find("bf16"), std::string::npos);
+  EXPECT_NE(r.out.find("Block-scaled recipes (--precision; docs/fp4.md) on the CPU:"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("fp8-block  emulated  emulated (exact)"), std::string::npos) << r.out;
   EXPECT_EQ(run_cli("doctor --help").exit_code, 0);
   EXPECT_NE(run_cli("doctor --bogus").exit_code, 0);
 }
@@ -122,8 +134,12 @@ TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
       EXPECT_EQ(f["support"], "emulated");  // no bf16 on Turing
     }
   }
+  // The fake GPUs (sm75, sm80) have no block-scaled tensor cores.
+  for (const json& r : j["gpus"][1]["recipes"]) EXPECT_EQ(r["support"], "emulated") << r;
+  EXPECT_EQ(j["recipes"], j["gpus"][1]["recipes"]);
   const CliResult text = run_cli("doctor", {{"MIXP_LIBCUDA", lib}});
   EXPECT_NE(text.out.find("Fake A100"), std::string::npos);
+  EXPECT_NE(text.out.find("Block-scaled recipes on cuda:1"), std::string::npos);
   EXPECT_NE(text.out.find("CUDA 12.4"), std::string::npos);
 }
 

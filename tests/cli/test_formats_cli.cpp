@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
 
 #include "common/cli_runner.h"
 
@@ -187,6 +190,45 @@ TEST(FormatsCli, TableJson) {
   const CliResult text = run_cli("formats --table");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.out.find("65504"), std::string::npos);
+}
+
+// The block-scaled rows of the recipes (issue 32), against hand computations: bits per value
+// with the scales, ranges from E2M1 {0.5 .. 6}, E4M3 {2^-9 .. 448}, E8M0 {2^-127 .. 2^127}.
+TEST(FormatsCli, TableBlockScaledRows) {
+  const json j = run_cli("formats --table --json").json();
+  ASSERT_EQ(j["block_scaled"].size(), 5u);
+  std::map<std::string, json> rows;
+  for (const json& r : j["block_scaled"])
+    rows[r["format"].get<std::string>() + " " + r["tile"].get<std::string>()] = r;
+  EXPECT_EQ(rows.at("nvfp4 1x16")["bits_per_value"].get<double>(), 4.0 + 8.0 / 16);
+  EXPECT_EQ(rows.at("nvfp4 16x16")["bits_per_value"].get<double>(), 4.0 + 8.0 / 256);
+  EXPECT_EQ(rows.at("mxfp4 1x32")["bits_per_value"].get<double>(), 4.25);
+  EXPECT_EQ(rows.at("fp8-block 1x128")["bits_per_value"].get<double>(), 8.25);
+  EXPECT_EQ(rows.at("fp8-block 128x128")["bits_per_value"].get<double>(), 8.0 + 32.0 / 16384);
+  const json& nv = rows.at("nvfp4 16x16");
+  EXPECT_EQ(nv["relative_to_amax"], true);
+  EXPECT_EQ(nv["max"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(nv["min_positive"].get<double>(), 0.5 * std::ldexp(1.0, -9) / 2688.0);
+  EXPECT_EQ(nv["block_dynamic_range"].get<double>(), 12.0);
+  EXPECT_EQ(nv["block_scale"], "fp8_e4m3");
+  const json& mx = rows.at("mxfp4 1x32");
+  EXPECT_EQ(mx["min_positive"].get<double>(), std::ldexp(1.0, -128));
+  EXPECT_EQ(mx["max"].get<double>(), static_cast<double>(std::numeric_limits<float>::max()));
+  EXPECT_EQ(mx["block_scale"], "e8m0");
+  const json& f8 = rows.at("fp8-block 128x128");
+  EXPECT_EQ(f8["block_dynamic_range"].get<double>(), 448.0 * 512.0);
+  EXPECT_EQ(f8["element"], "fp8_e4m3");
+  // --formats picks rows by recipe name, alone or with dtypes; the text table shows them.
+  const json only = run_cli("formats --table --json --formats nvfp4").json();
+  EXPECT_EQ(only["formats"].size(), 0u);
+  EXPECT_EQ(only["block_scaled"].size(), 2u);
+  EXPECT_EQ(
+      run_cli("formats --table --json --formats bf16,fp8-block").json()["block_scaled"].size(), 2u);
+  EXPECT_EQ(run_cli("formats --table --json --formats bf16").json()["block_scaled"].size(), 0u);
+  const CliResult text = run_cli("formats --table");
+  EXPECT_NE(text.out.find("Block-scaled formats"), std::string::npos);
+  EXPECT_NE(text.out.find("4.0312"), std::string::npos) << text.out;
+  EXPECT_EQ(run_cli("formats --formats nvfp4 1").exit_code, 2);  // values: not a dtype
 }
 
 TEST(FormatsCli, HelpHasExamples) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "block_tile_flag.h"
 #include "command.h"
 #include "flag_range.h"
 #include "mixp/io/convert_safetensors.h"
@@ -17,13 +18,20 @@ namespace mixp::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string input, output, to, round = "nearest-even", layout;
+  std::string input, output, to, round = "nearest-even", layout, tile, scale_mode;
   int64_t heads = 0;
   uint64_t seed = 0;
-  bool saturate = false, json = false;
+  bool saturate = false, json = false, pow2_scales = false;
   int block = 0;
   bool block_given = false;  // --block was on the command line
 };
+
+// --tile of --to nvfp4 or fp8-block (block_tile_flag.h): the rows of a tile.
+int parse_tile(const std::string& tile, const std::string& to) {
+  const ConvertTarget t = resolve_convert_target(to);
+  if (!t.block_scaled) throw UsageError("--tile applies to --to nvfp4 and fp8-block");
+  return parse_block_tile(tile, t.name == "nvfp4" ? BlockScheme::nvfp4 : BlockScheme::fp8_block);
+}
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -47,9 +55,11 @@ void run_layout(const ConvertArgs& a, bool round_given) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  if (a.block_given || a.saturate || round_given) {
+  if (a.block_given || a.saturate || round_given || !a.tile.empty() || a.pow2_scales ||
+      !a.scale_mode.empty()) {
     throw UsageError(
-        "--layout converts GPT-2 weights; --block, --saturate and --round do not apply");
+        "--layout converts GPT-2 weights; --block, --saturate, --round, --tile, --pow2-scales "
+        "and --scale-mode do not apply");
   }
   if (a.heads < 0) throw UsageError("--heads must be positive");
   const nn::Gpt2Layout from = nn::detect_gpt2_layout(a.input);
@@ -83,6 +93,13 @@ void run(const ConvertArgs& a) {
   opt.to = a.to;
   opt.overflow = a.saturate ? Overflow::saturate : Overflow::ieee;
   opt.seed = a.seed;
+  opt.pow2_scales = a.pow2_scales;
+  opt.scale_mode = a.scale_mode;
+  try {
+    if (!a.tile.empty()) opt.tile_rows = parse_tile(a.tile, a.to);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (a.block_given) {
     if (a.block <= 0)
       throw UsageError("--block must be a positive number of elements, not " +
@@ -190,6 +207,13 @@ RegisterCommand reg(20, [](CLI::App& app) {
   // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
   shared_flag_ranges(*sub);  // --heads, --seed
   int_range(block, 1, 1 << 16);
+  sub->add_option("--tile", a->tile,
+                  "nvfp4: 16x16 (default, the recipe's weight tiles) or 1x16; fp8-block: "
+                  "128x128 (default) or 1x128");
+  sub->add_flag("--pow2-scales", a->pow2_scales, "fp8-block: power-of-two block scales");
+  sub->add_option("--scale-mode", a->scale_mode,
+                  "mxfp4: floor (default, OCP MX: floor(log2 amax) - 2) or ceil (the mxfp4 "
+                  "training recipe's: ceil(log2(amax / 6)))");
   sub->add_flag("--json", a->json, "print one JSON object on stdout");
   sub->footer(
       "Element formats (fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2) are written as safetensors "
@@ -202,11 +226,23 @@ RegisterCommand reg(20, [](CLI::App& app) {
       "so mixp can decode them. Integer tensors are copied unchanged; an earlier mixp block "
       "tensor\n"
       "is decoded first. The output is written atomically: on error there is no output file.\n\n"
+      "The training recipes' formats nvfp4 and fp8-block (docs/fp4.md \"Files and tools\") "
+      "quantize\n"
+      "2-D tensors only (rows x cols, cols the reduction dimension, as a Linear weight [out, "
+      "in]);\n"
+      "tensors of other ranks (biases, norms) are kept as they are. <name> holds the codes (U8), "
+      "<name>.scale\n"
+      "the block scales (U8 E4M3 for nvfp4, F32 for fp8-block), <name>.amax nvfp4's tensor amax "
+      "(F32).\n"
+      "--to fp32 decodes any of these files exactly as the quantizer's dequantization.\n\n"
       "Examples:\n"
       "  mixp convert model.safetensors -o model-bf16.safetensors --to bf16\n"
       "  mixp convert model.safetensors -o model-e4m3.safetensors --to fp8_e4m3 --saturate\n"
       "  mixp convert model.safetensors -o model-mxfp4.safetensors --to mxfp4 --block 32\n"
       "  mixp convert model.safetensors -o model-nf4.safetensors --to nf4 --json\n"
+      "  mixp convert model.safetensors -o model-nvfp4.safetensors --to nvfp4 --tile 1x16\n"
+      "  mixp convert model.safetensors -o model-fp8b.safetensors --to fp8-block\n"
+      "  mixp convert model-nvfp4.safetensors -o model-back.safetensors --to fp32\n"
       "  mixp convert model.safetensors -o model-sr.safetensors --to bf16 --round stochastic "
       "--seed 1\n\n"
       "GPT-2 weights (--layout; docs/io.md): the input is read in any of the layouts mixp (a\n"

@@ -31,6 +31,19 @@ void print_formats(const std::vector<FormatSupport>& fs) {
   tt.print(std::cout);
 }
 
+Json recipes_json(const std::vector<RecipeSupport>& rs) {
+  Json out = Json::array();
+  for (const RecipeSupport& r : rs)
+    out.push_back({{"recipe", r.recipe}, {"support", to_string(r.support)}, {"how", r.how}});
+  return out;
+}
+
+void print_recipes(const std::vector<RecipeSupport>& rs) {
+  TextTable tt({"recipe", "support", "how"});
+  for (const RecipeSupport& r : rs) tt.add({r.recipe, std::string(to_string(r.support)), r.how});
+  tt.print(std::cout);
+}
+
 std::string gib(uint64_t bytes) {
   return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1ULL << 30));
 }
@@ -55,9 +68,14 @@ void run(bool json) {
   const std::vector<FormatSupport> cpu_formats = cpu_format_support(cpu);
   // The top-level "formats" describe the device the advice is for.
   std::vector<FormatSupport> device_formats = cpu_formats;
+  // The block-scaled recipes (nvfp4, mxfp4, fp8-block), likewise per device.
+  const std::vector<RecipeSupport> cpu_recipes = cpu_recipe_support();
+  std::vector<RecipeSupport> device_recipes = cpu_recipes;
   for (const GpuInfo& g : probe.gpus) {
-    if (advice.device == "cuda:" + std::to_string(g.index))
+    if (advice.device == "cuda:" + std::to_string(g.index)) {
       device_formats = gpu_format_support(g.cc_major, g.cc_minor);
+      device_recipes = gpu_recipe_support(g.cc_major, g.cc_minor);
+    }
   }
 
   // What `mixp bench gemm` measured here, when it has been run (bench/bench_record.h).
@@ -75,7 +93,8 @@ void run(bool json) {
                       {"architecture", gpu_architecture(g.cc_major, g.cc_minor)},
                       {"memory_bytes", g.memory_bytes},
                       {"multiprocessors", g.multiprocessors},
-                      {"formats", formats_json(gpu_format_support(g.cc_major, g.cc_minor))}});
+                      {"formats", formats_json(gpu_format_support(g.cc_major, g.cc_minor))},
+                      {"recipes", recipes_json(gpu_recipe_support(g.cc_major, g.cc_minor))}});
     }
     print_json(
         {{"cpu",
@@ -86,7 +105,8 @@ void run(bool json) {
            {"online_cpus", host.online_cpus},
            {"simd_tier", to_string(simd_tier())},
            {"class", cpu_class()},
-           {"formats", formats_json(cpu_formats)}}},
+           {"formats", formats_json(cpu_formats)},
+           {"recipes", recipes_json(cpu_recipes)}}},
          {"memory",
           {{"total_bytes", host.memory_bytes}, {"available_bytes", host.available_bytes}}},
          {"gpu_status", probe.status},
@@ -109,6 +129,7 @@ void run(bool json) {
            {"status", nccl.message}}},
          {"device", advice.device},
          {"formats", formats_json(device_formats)},
+         {"recipes", recipes_json(device_recipes)},
          {"recommended_precision", advice.precision},
          {"reason", advice.reason},
          {"measured", measured ? Json::parse(bench::gemm_bench_record_to_json(*measured))
@@ -141,6 +162,12 @@ void run(bool json) {
     std::cout << "\nFormats on cuda:" << g.index << ":\n";
     print_formats(gpu_format_support(g.cc_major, g.cc_minor));
   }
+  std::cout << "\nBlock-scaled recipes (--precision; docs/fp4.md) on the CPU:\n";
+  print_recipes(cpu_recipes);
+  for (const GpuInfo& g : probe.gpus) {
+    std::cout << "\nBlock-scaled recipes on cuda:" << g.index << " (the hardware's):\n";
+    print_recipes(gpu_recipe_support(g.cc_major, g.cc_minor));
+  }
   std::cout << "\nRecommended precision: " << advice.precision << " on " << advice.device << "\n  "
             << advice.reason << "\n";
   for (const std::string& e : evidence) std::cout << "  " << e << "\n";
@@ -160,7 +187,9 @@ RegisterCommand reg(90, [](CLI::App& app) {
       "computed\n"
       "in a wider format. The advice follows the decision tree: Ampere or newer -> bf16,\n"
       "Volta/Turing -> fp16 with loss scaling, older GPUs -> fp32; without a GPU, bf16 where the\n"
-      "CPU has AVX512_BF16 or AMX-BF16, else fp32.\n\n"
+      "CPU has AVX512_BF16 or AMX-BF16, else fp32.\n"
+      "Block-scaled recipes: nvfp4 and mxfp4 are native on Blackwell (sm100+), fp8-block on\n"
+      "Hopper (sm90) and newer; on a CPU all three are emulated, exactly.\n\n"
       "Examples:\n"
       "  mixp doctor\n"
       "  mixp doctor --json\n");

@@ -1,5 +1,6 @@
 // `mixp formats`: how values are stored in each number format, and the formats' facts (--table).
 // The work is mixp::describe_value / mixp::format_facts (include/mixp/format/describe.h).
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "command.h"
 #include "flag_range.h"
 #include "mixp/format/describe.h"
+#include "mixp/format/recipe_facts.h"
 #include "output.h"
 
 namespace mixp::cli {
@@ -24,6 +26,24 @@ struct FormatsArgs {
   std::vector<std::string> values;
 };
 
+// The training recipes' block-scaled formats, named in --formats of --table (not dtypes).
+bool is_recipe_name(const std::string& n) {
+  return n == "nvfp4" || n == "mxfp4" || n == "fp8-block" || n == "fp8_block";
+}
+
+// The rows of block_scaled_facts() that --table shows: all by default, else those named.
+std::vector<BlockScaledFacts> chosen_block_rows(const FormatsArgs& a) {
+  std::vector<BlockScaledFacts> out;
+  for (BlockScaledFacts& f : block_scaled_facts()) {
+    bool keep = a.formats.empty();
+    for (const std::string& n : split_list(a.formats))
+      keep = keep ||
+             (is_recipe_name(n) && (n == f.name || (n == "fp8_block" && f.name == "fp8-block")));
+    if (keep) out.push_back(std::move(f));
+  }
+  return out;
+}
+
 std::vector<DType> chosen_formats(const FormatsArgs& a, bool table) {
   std::vector<DType> out;
   if (a.formats.empty()) {
@@ -32,10 +52,16 @@ std::vector<DType> chosen_formats(const FormatsArgs& a, bool table) {
     if (table) out.push_back(DType::e8m0);  // the MX block scale belongs in the table
     return out;
   }
+  bool recipes = false;
   for (const std::string& n : split_list(a.formats)) {
+    if (table && is_recipe_name(n)) {
+      recipes = true;
+      continue;
+    }
     const auto t = find_dtype(n);
     if (!t) {
-      throw UsageError("--formats: unknown format '" + n + "'; known formats: " + dtype_names());
+      throw UsageError("--formats: unknown format '" + n + "'; known formats: " + dtype_names() +
+                       (table ? " and the block-scaled nvfp4, mxfp4, fp8-block" : ""));
     }
     if (!table && !is_describable(*t)) {
       throw UsageError("--formats: '" + n + "' does not store values on its own (it is a " +
@@ -43,7 +69,7 @@ std::vector<DType> chosen_formats(const FormatsArgs& a, bool table) {
     }
     out.push_back(*t);
   }
-  if (out.empty()) throw UsageError("--formats: the list is empty");
+  if (out.empty() && !recipes) throw UsageError("--formats: the list is empty");
   return out;
 }
 
@@ -140,6 +166,7 @@ Json opt_json(const std::optional<T>& v) {
 void run_table(const FormatsArgs& a) {
   if (!a.values.empty()) throw UsageError("--table takes no VALUE arguments");
   const std::vector<DType> formats = chosen_formats(a, true);
+  const std::vector<BlockScaledFacts> block_rows = chosen_block_rows(a);
   std::vector<FormatFacts> facts;
   for (DType t : formats) facts.push_back(format_facts(t));
   const auto hex = [](const FormatFacts& f, const std::optional<uint64_t>& b) {
@@ -168,7 +195,21 @@ void run_table(const FormatsArgs& a) {
                      {"scale_type", f.scale_dtype ? Json(name(*f.scale_dtype)) : Json(nullptr)},
                      {"safetensors", f.safetensors.empty() ? Json(nullptr) : Json(f.safetensors)}});
     }
-    print_json({{"formats", out}});
+    Json blocks = Json::array();
+    for (const BlockScaledFacts& f : block_rows) {
+      blocks.push_back({{"format", f.name},
+                        {"tile", fmt::format("{}x{}", f.tile_rows, f.tile_cols)},
+                        {"element", name(f.element)},
+                        {"block_scale", f.block_scale},
+                        {"tensor_scale", f.tensor_scale},
+                        {"bits_per_value", f.bits_per_value},
+                        {"max", f.max_value},
+                        {"min_positive", f.min_positive},
+                        {"relative_to_amax", f.relative_to_amax},
+                        {"block_dynamic_range", f.block_dynamic_range},
+                        {"tensor_dynamic_range", f.tensor_dynamic_range}});
+    }
+    print_json({{"formats", out}, {"block_scaled", blocks}});
     return;
   }
   TextTable tt({"format", "bits", "E", "M", "bias", "max finite", "min normal", "min subnormal",
@@ -183,10 +224,31 @@ void run_table(const FormatsArgs& a) {
             fmt::format("{:.2f}", f.decimal_digits), f.inf_bits ? hex(f, f.inf_bits) : "none",
             f.nan_bits ? hex(f, f.nan_bits) : "none", block, std::string(f.nan_rule)});
   }
-  tt.print(std::cout);
-  std::cout
-      << "\nE/M: exponent/mantissa bits; digits: log10(2^(M+1)); min subnormal: smallest positive "
-         "value;\nint4/nf4 and the MX elements (fp6, fp4) are stored with a scale per block.\n";
+  if (!facts.empty()) {
+    tt.print(std::cout);
+    std::cout << "\nE/M: exponent/mantissa bits; digits: log10(2^(M+1)); min subnormal: smallest "
+                 "positive value;\nint4/nf4 and the MX elements (fp6, fp4) are stored with a "
+                 "scale per block.\n";
+  }
+  if (block_rows.empty()) return;
+  if (!facts.empty()) std::cout << "\n";
+  std::cout << "Block-scaled formats of the training recipes (--precision; docs/fp4.md):\n";
+  TextTable bt({"format", "tile", "element", "block scale", "tensor scale", "bits/value", "max",
+                "min positive", "block range", "tensor range"});
+  for (const BlockScaledFacts& f : block_rows) {
+    const auto val = [&](double v) {
+      return f.relative_to_amax ? fmt::format("{:.3g} amax", v) : fmt::format("{:.3g}", v);
+    };
+    bt.add({f.name, fmt::format("{}x{}", f.tile_rows, f.tile_cols), std::string(name(f.element)),
+            std::string(f.block_scale), std::string(f.tensor_scale),
+            fmt::format("{:.5g}", f.bits_per_value), val(f.max_value), val(f.min_positive),
+            fmt::format("2^{:.1f}", std::log2(f.block_dynamic_range)),
+            fmt::format("2^{:.1f}", std::log2(f.tensor_dynamic_range))});
+  }
+  bt.print(std::cout);
+  std::cout << "\nbits/value includes the block scales (nvfp4's per-tensor fp32 adds 32 bits per "
+               "tensor);\nnvfp4 scales each tensor so that its amax is the largest value; "
+               "range: max / min positive.\n";
 }
 
 RegisterCommand reg(10, [](CLI::App& app) {

@@ -61,6 +61,19 @@ std::vector<FormatSupport> cpu_format_support(const CpuFeatures& cpu);
 // The same for an NVIDIA GPU of the given compute capability.
 std::vector<FormatSupport> gpu_format_support(int cc_major, int cc_minor);
 
+// The block-scaled training recipes (docs/fp4.md): "nvfp4", "mxfp4", "fp8-block", in that order.
+struct RecipeSupport {
+  std::string recipe;
+  Support support;
+  std::string how;
+};
+// On a CPU: always emulated, bit-exact to the published quantizers (format/block_scaled.h).
+std::vector<RecipeSupport> cpu_recipe_support();
+// What an NVIDIA GPU's tensor cores have (as gpu_format_support, the hardware, not mixp's CUDA
+// backend): Blackwell (sm_100+) block-scaled FP4 for nvfp4 and mxfp4; Hopper (sm_90) and newer
+// FP8 GEMMs with per-128 fp32 block scales for fp8-block; older GPUs none (emulated).
+std::vector<RecipeSupport> gpu_recipe_support(int cc_major, int cc_minor);
+
 struct PrecisionAdvice {
   std::string precision;  // a recipe name: "bf16", "fp16" or "fp32"
   std::string device;     // "cuda:N" or "cpu"

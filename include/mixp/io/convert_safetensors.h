@@ -7,7 +7,14 @@
 //    F8_E5M2, rounded with `round` and overflowing per `overflow`;
 //  - block schemes (block_scheme_names(): mxfp8_e4m3 ... nf4, int8, int8_affine, int8_channel),
 //    and the MX element names fp6_e2m3, fp6_e3m2, fp4_e2m1 meaning their MX scheme, are written as
-//    described in quantized_safetensors.h. MX elements always saturate (OCP MX).
+//    described in quantized_safetensors.h. MX elements always saturate (OCP MX);
+//  - the training recipes' block-scaled formats nvfp4 and fp8-block (format/block_scaled.h),
+//    written as described in block_scaled_safetensors.h. They quantize 2-D tensors only, as
+//    rows x cols with cols the reduction dimension (a Linear weight [out, in]); tensors of any
+//    other rank (biases, norms) are kept as they are, a block tensor of another rank is decoded
+//    to F32. mxfp4 with scale_mode "ceil" is the mxfp4 recipe's quantizer (TE's power-of-two
+//    rule, block_scaled.h) stored as the MX storage format: it takes every floating tensor as
+//    leading dims x last dim, like the default "floor" (OCP MX, block_mx.h).
 // Sources: F64, F32, BF16, F16, F8_E4M3, F8_E5M2 and block tensors of an earlier conversion
 // (decoded first). Integer and bool tensors pass through unchanged. F64 sources are rounded
 // straight from double to element targets (no double rounding); block targets take fp32, so
@@ -30,6 +37,7 @@ struct ConvertTarget {
   std::string name;           // canonical: the dtype name ("bf16") or the scheme name ("mxfp4")
   bool block = false;         // a block scheme
   DType dtype = DType::fp32;  // element targets only: the format
+  bool block_scaled = false;  // nvfp4, fp8-block (block_scaled_safetensors.h)
 };
 // Resolves a --to name (registry names and aliases, scheme names). Throws std::invalid_argument
 // listing every accepted name.
@@ -43,6 +51,9 @@ struct FileConvertOptions {
   Overflow overflow = Overflow::ieee;
   uint64_t seed = 0;
   int block_size = 0;  // block targets only; 0 = the scheme's default (32 for MX, 64 int4/nf4)
+  int tile_rows = 0;   // nvfp4 (1 or 16), fp8-block (1 or 128); 0 = the weights' tile (16, 128)
+  bool pow2_scales = false;  // fp8-block: power-of-two scales
+  std::string scale_mode;    // mxfp4: "floor" (OCP MX, the default) or "ceil" (the recipe's)
 };
 
 struct TensorConversion {

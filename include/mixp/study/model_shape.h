@@ -104,6 +104,12 @@ struct MemoryFormats {
   // only the tied token embedding's, which the head starts and the embedding's backward at the
   // very end completes, lives through backward. grad_bytes is then 0 (nothing persistent).
   bool optimizer_in_backward = false;
+  // The block-scaled recipes (nvfp4, mxfp4, fp8-block; docs/fp4.md, docs/plan.md): the quantized
+  // Linear weights' copy costs block_cast_bits per value (codes plus one block scale per tile,
+  // e.g. nvfp4 with 16x16 tiles 4 + 8/256) instead of cast_bytes; the head's and the last
+  // bf16_blocks blocks' weights (the layers the recipe keeps in bf16) a bf16 copy. 0: not one.
+  double block_cast_bits = 0;
+  int bf16_blocks = 0;
 };
 
 struct AnalyticMemory {
@@ -119,5 +125,10 @@ struct AnalyticMemory {
 // step, with the optimizer states: see the top of this file).
 AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
                                const MemoryFormats& f, bool checkpointing);
+
+// The GEMM weights' persistent copies in the compute format: gemm_weight_values x cast_bytes, or
+// for a block-scaled recipe (f.block_cast_bits > 0) the quantized blocks' codes and scales plus a
+// bf16 copy of the head and the bf16_blocks last blocks.
+int64_t cast_copy_bytes(const ModelShape& s, const MemoryFormats& f);
 
 }  // namespace mixp::study
