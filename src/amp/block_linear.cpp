@@ -88,10 +88,10 @@ uint64_t value_seed(const float* p, size_t n, uint64_t role) {
   return h;
 }
 
-// Host fp32 copy of a 2-D tensor, [R, C] contiguous.
+// Host fp32 view or copy of a 2-D tensor, [R, C] contiguous (read only).
 Tensor host_f32(const Tensor& t) {
   Tensor h = mixp::detail::raw_contiguous(mixp::detail::as_compute(t.detach(), DType::fp32));
-  return h.device().kind == DeviceKind::cpu ? h.clone() : h.to(Device::cpu());
+  return h.device().kind == DeviceKind::cpu ? h : h.to(Device::cpu());  // only read: no copy
 }
 
 Tensor host_empty(int64_t r, int64_t c, DType d) {
@@ -126,22 +126,13 @@ Operand quantize(const Tensor& t, const BlockScaledOptions& o, uint64_t role, bo
     r.v.bump_version();
     return r;
   }
-  Tensor f = host_empty(R, C, DType::fp32);
-  float* fp = f.data<float>();
-  BlockScaledFactors fac =
-      block_scaled_fake_quantize_factors(std::span<const float>(p, n), R, C, op, std::span<float>(fp, n));
+  r.v = host_empty(R, C, DType::bf16);  // the values are exact in bf16 (block_scaled.h)
+  BlockScaledFactors fac = block_scaled_fake_quantize_factors(
+      std::span<const float>(p, n), R, C, op,
+      std::span<uint16_t>(static_cast<uint16_t*>(r.v.data_ptr()), n));
   r.scale = fac.tensor_scale;
   r.tiles = std::move(fac.tile_scales);
   r.grid_cols = (C + 127) / 128;
-  // Exact in bf16 (block_scaled.h): the top half of each fp32 is the bf16.
-  r.v = host_empty(R, C, DType::bf16);
-  auto* d = static_cast<uint16_t*>(r.v.data_ptr());
-#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, fp + i, 4);
-    d[i] = static_cast<uint16_t>(u >> 16);
-  }
   r.v.bump_version();
   return r;
 }

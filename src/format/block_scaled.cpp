@@ -93,6 +93,7 @@ float tensor_amax(const detail::BlockKernels& k, const float* x, int64_t n) {
 struct Sink {
   uint8_t* codes = nullptr;
   float* deq = nullptr;
+  uint16_t* deq16 = nullptr;  // the top halves of deq's values (bf16 bits), may be null
   bool unscaled = false;
   uint8_t* scale_codes = nullptr;  // per tile, may be null
   float* scales = nullptr;         // per tile, may be null
@@ -137,8 +138,9 @@ float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows,
           const int64_t end = r * cols + std::min(cols, (tc + 1) * tw);
           uint8_t* codes = out.codes ? out.codes + i : nullptr;
           float* deq = out.deq ? out.deq + i : nullptr;
+          uint16_t* deq16 = out.deq16 ? out.deq16 + i : nullptr;
           if (fp8) {
-            k.e4m3(x + i, end - i, s.enc, codes, deq, out.unscaled ? 1.0f : s.s);
+            k.e4m3(x + i, end - i, s.enc, codes, deq, deq16, out.unscaled ? 1.0f : s.s);
             continue;
           }
           while (i < end) {  // sr_key takes the index's high word: one call per 2^32 block
@@ -147,7 +149,8 @@ float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows,
                 end - i, static_cast<int64_t>((uint64_t{1} << 32) - static_cast<uint32_t>(ui)));
             const int64_t o = i - (r * cols + tc * tw);
             k.e2m1(x + i, len, s.enc, sr, sr ? sr_key(opt.seed, ui) : 0u, static_cast<uint32_t>(ui),
-                   codes ? codes + o : nullptr, deq ? deq + o : nullptr, s.s, g);
+                   codes ? codes + o : nullptr, deq ? deq + o : nullptr,
+                   deq16 ? deq16 + o : nullptr, s.s, g);
             i += len;
           }
         }
@@ -275,13 +278,15 @@ void block_scaled_fake_quantize(std::span<float> x, int64_t rows, int64_t cols,
   detail::block_scaled_fake_quantize_with(detail::block_kernels(), x, rows, cols, opt);
 }
 
-BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
-                                                      int64_t cols, const BlockScaledOptions& opt,
-                                                      std::span<float> out) {
+namespace {
+
+BlockScaledFactors factors(std::span<const float> x, int64_t rows, int64_t cols,
+                           const BlockScaledOptions& opt, size_t out_size, float* out,
+                           uint16_t* out16) {
   detail::block_scaled_check(x, rows, cols, opt);
-  if (out.size() != x.size())
+  if (out_size != x.size())
     throw std::invalid_argument("block_scaled_fake_quantize_factors: output holds " +
-                                std::to_string(out.size()) + " values, the input " +
+                                std::to_string(out_size) + " values, the input " +
                                 std::to_string(x.size()));
   BlockScaledFactors f;
   const bool fp8 = opt.scheme == BlockScheme::fp8_block;
@@ -290,10 +295,24 @@ BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, 
     f.tile_scales.resize(static_cast<size_t>(((rows + th - 1) / th) * ((cols + tw - 1) / tw)));
   }
   const float amax = quantize_core(detail::block_kernels(), x.data(), rows, cols, opt,
-                                   {.deq = out.data(), .unscaled = true,
+                                   {.deq = out, .deq16 = out16, .unscaled = true,
                                     .scales = fp8 ? f.tile_scales.data() : nullptr});
   if (opt.scheme == BlockScheme::nvfp4) f.tensor_scale = amax / (kE4M3Max * kE2M1Max);
   return f;
+}
+
+}  // namespace
+
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<float> out) {
+  return factors(x, rows, cols, opt, out.size(), out.data(), nullptr);
+}
+
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<uint16_t> out_bf16) {
+  return factors(x, rows, cols, opt, out_bf16.size(), nullptr, out_bf16.data());
 }
 
 float rht16_sign(int i) {

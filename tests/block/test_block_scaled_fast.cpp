@@ -98,6 +98,13 @@ void check(const Case& c, int64_t rows, int64_t cols, const Vec& x, const std::s
   for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same(deq[i], deq_ref[i])) << what << " " << name(c) << " dequantize " << i;
   Vec part(x.size());
   const BlockScaledFactors f = block_scaled_fake_quantize_factors(x, rows, cols, o, part);
+  std::vector<uint16_t> part16(x.size());
+  const BlockScaledFactors f16 = block_scaled_fake_quantize_factors(x, rows, cols, o, part16);
+  ASSERT_TRUE(same(f16.tensor_scale, f.tensor_scale));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::isfinite(part[i])) {
+      ASSERT_EQ(part16[i], std::bit_cast<uint32_t>(part[i]) >> 16) << what << " " << name(c) << " bf16 " << i;
+    }
   const int tw = block_scaled_tile_cols(c.scheme);
   const int64_t gc = (cols + tw - 1) / tw;
   for (int64_t r = 0; r < rows; ++r)

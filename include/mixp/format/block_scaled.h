@@ -97,6 +97,10 @@ struct BlockScaledFactors {
 BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
                                                       int64_t cols, const BlockScaledOptions& opt,
                                                       std::span<float> out);
+// The same values written as bf16 bits (exact: the top halves of the fp32 values above).
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<uint16_t> out_bf16);
 
 // The scalar reference of block_scaled_quantize / _dequantize (src/format/block_scaled_ref.cpp):
 // one element at a time through the generic float encoder. The functions above are the fast
