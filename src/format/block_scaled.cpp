@@ -118,41 +118,31 @@ float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows,
   const bool fp8 = opt.scheme == BlockScheme::fp8_block;
 #pragma omp parallel if (rows * cols >= kParallelWork)
   {
-    std::vector<float> am(static_cast<size_t>(gc));
-    std::vector<TileScale> ts(static_cast<size_t>(gc));
+    std::vector<float> am(static_cast<size_t>(gc)), enc(am.size()), sc(am.size());
 #pragma omp for schedule(static)
     for (int64_t tr = 0; tr < gr; ++tr) {
       const int64_t r0 = tr * th, r1 = std::min(rows, r0 + th);
       std::fill(am.begin(), am.end(), 0.0f);
       for (int64_t r = r0; r < r1; ++r) k.row_amax(x + r * cols, cols, tw, am.data());
       for (int64_t tc = 0; tc < gc; ++tc) {
-        ts[static_cast<size_t>(tc)] = tile_scale(opt, am[static_cast<size_t>(tc)], gdec, gmult);
-        const size_t t = static_cast<size_t>(tr * gc + tc);
-        if (out.scales) out.scales[t] = ts[static_cast<size_t>(tc)].s;
-        if (out.scale_codes) out.scale_codes[t] = ts[static_cast<size_t>(tc)].code;
+        const size_t j = static_cast<size_t>(tc);
+        const TileScale ts = tile_scale(opt, am[j], gdec, gmult);
+        enc[j] = ts.enc;
+        sc[j] = fp8 && out.unscaled ? 1.0f : ts.s;  // fp8_block's factors: the E4M3 values
+        const size_t t = static_cast<size_t>(tr * gc) + j;
+        if (out.scales) out.scales[t] = ts.s;
+        if (out.scale_codes) out.scale_codes[t] = ts.code;
       }
       for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t tc = 0; tc < gc; ++tc) {
-          const TileScale& s = ts[static_cast<size_t>(tc)];
-          int64_t i = r * cols + tc * tw;
-          const int64_t end = r * cols + std::min(cols, (tc + 1) * tw);
-          uint8_t* codes = out.codes ? out.codes + i : nullptr;
-          float* deq = out.deq ? out.deq + i : nullptr;
-          uint16_t* deq16 = out.deq16 ? out.deq16 + i : nullptr;
-          if (fp8) {
-            k.e4m3(x + i, end - i, s.enc, codes, deq, deq16, out.unscaled ? 1.0f : s.s);
-            continue;
-          }
-          while (i < end) {  // sr_key takes the index's high word: one call per 2^32 block
-            const uint64_t ui = static_cast<uint64_t>(i);
-            const int64_t len = std::min<int64_t>(
-                end - i, static_cast<int64_t>((uint64_t{1} << 32) - static_cast<uint32_t>(ui)));
-            const int64_t o = i - (r * cols + tc * tw);
-            k.e2m1(x + i, len, s.enc, sr, sr ? sr_key(opt.seed, ui) : 0u, static_cast<uint32_t>(ui),
-                   codes ? codes + o : nullptr, deq ? deq + o : nullptr,
-                   deq16 ? deq16 + o : nullptr, s.s, g);
-            i += len;
-          }
+        const int64_t i = r * cols;
+        uint8_t* codes = out.codes ? out.codes + i : nullptr;
+        float* deq = out.deq ? out.deq + i : nullptr;
+        uint16_t* deq16 = out.deq16 ? out.deq16 + i : nullptr;
+        if (fp8) {
+          k.e4m3(x + i, cols, tw, enc.data(), sc.data(), codes, deq, deq16);
+        } else {
+          k.e2m1(x + i, cols, tw, enc.data(), sc.data(), g, sr, opt.seed, static_cast<uint64_t>(i),
+                 codes, deq, deq16);
         }
       }
     }

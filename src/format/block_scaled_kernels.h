@@ -19,14 +19,17 @@ struct BlockKernels {
   void (*row_amax)(const float* x, int64_t n, int tw, float* amax);
   // max |x| over n values, NaN skipped.
   float (*amax)(const float* x, int64_t n);
+  // One row of n values in blocks of tw (a power of two; the last block may be partial), block
+  // j scaled by enc[j] with decoding scale s[j]:
   // E2M1 codes of clamp(x[i] * enc, -6, 6), round to nearest even, or stochastic with the bits
-  // sr_bits_with_key(key, idx_lo + i) when sr. codes may be null; deq (may alias x) gets
+  // sr_bits(seed, idx0 + i) when sr. codes may be null; deq (may alias x) gets
   // (e2m1_value(code) * s) * g when not null, deq16 its top 16 bits (the bf16, when exact).
-  void (*e2m1)(const float* x, int64_t n, float enc, bool sr, uint32_t key, uint32_t idx_lo,
-               uint8_t* codes, float* deq, uint16_t* deq16, float s, float g);
+  void (*e2m1)(const float* x, int64_t n, int tw, const float* enc, const float* s, float g,
+               bool sr, uint64_t seed, uint64_t idx0, uint8_t* codes, float* deq,
+               uint16_t* deq16);
   // E4M3 codes of clamp(x[i] * enc, -448, 448), round to nearest even; deq gets value * s.
-  void (*e4m3)(const float* x, int64_t n, float enc, uint8_t* codes, float* deq, uint16_t* deq16,
-               float s);
+  void (*e4m3)(const float* x, int64_t n, int tw, const float* enc, const float* s,
+               uint8_t* codes, float* deq, uint16_t* deq16);
   // The 16-point RHT of groups of 16 values (rht16_rows), ng groups.
   void (*rht16)(float* x, int64_t ng, const float (*t)[16]);
 };
