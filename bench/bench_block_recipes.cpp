@@ -2,11 +2,12 @@
 // fp8-block <= 1.3x bf16's step, nvfp4 and mxfp4 <= 1.5x, on GPT-2 124M at B8 T256;
 // docs/fp4.md "Speed", docs/benchmarks.md "Block-scaled recipes"):
 //
-//   build/release/mixp_bench_block_recipes [--small] [--pairs=5] [--threads=0]
+//   build/release/mixp_bench_block_recipes [--small] [--layers=N] [--pairs=5] [--threads=0]
 //                                          [--recipes=bf16,fp8-block,nvfp4,mxfp4]
 //
 // One Trainer per recipe on the same model and synthetic data (GPT-2 124M, batch 8, context 256;
-// --small: a 2-layer gpt of width 256, context 128, for a loaded or small machine), each warmed up
+// --small: a 2-layer gpt of width 256, context 128, for a loaded or small machine; --layers=N:
+// GPT-2 124M's blocks, N of them instead of 12, same per-block shapes), each warmed up
 // by one step, then single optimizer steps interleaved round-robin (recipe A, B, C, ..., A, B, ...)
 // for --pairs rounds: on a shared machine the load drifts between separate runs, the interleaved
 // ratios do not. Prints each recipe's median and best step and the median's ratio to bf16's.
@@ -27,6 +28,7 @@ using namespace mixp;
 
 struct Options {
   bool small = false;
+  int layers = 0;  // 0: the model's own
   int pairs = 5;
   int threads = 0;
   std::vector<std::string> recipes{"bf16", "fp8-block", "nvfp4", "mxfp4"};
@@ -56,6 +58,7 @@ train::TrainConfig config(const Options& o, const std::string& recipe) {
   } else {
     c.model.name = "gpt2";  // GPT-2 124M: width 768, 12 layers, 12 heads
     c.model.context = 256;
+    c.model.layers = o.layers;
   }
   c.data = train::kSyntheticData;
   c.batch = 8;
@@ -80,6 +83,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--small") {
       o.small = true;
+    } else if (a.rfind("--layers=", 0) == 0) {
+      o.layers = std::max(1, std::atoi(a.c_str() + 9));
     } else if (a.rfind("--pairs=", 0) == 0) {
       o.pairs = std::max(1, std::atoi(a.c_str() + 8));
     } else if (a.rfind("--threads=", 0) == 0) {
@@ -88,7 +93,7 @@ int main(int argc, char** argv) {
       o.recipes = split(a.substr(10));
     } else {
       std::fprintf(stderr,
-                   "usage: mixp_bench_block_recipes [--small] [--pairs=N] [--threads=N] "
+                   "usage: mixp_bench_block_recipes [--small] [--layers=N] [--pairs=N] [--threads=N] "
                    "[--recipes=bf16,fp8-block,nvfp4,mxfp4]\n");
       return 2;
     }
@@ -112,10 +117,13 @@ int main(int argc, char** argv) {
     const size_t ib = static_cast<size_t>(
         std::find(o.recipes.begin(), o.recipes.end(), "bf16") - o.recipes.begin());
     const double base = median(ms[ib]);
-    std::printf("%s, batch 8, %d interleaved rounds, %s threads\n",
-                o.small ? "gpt width 256, 2 layers, context 128 (--small)"
-                        : "GPT-2 124M, context 256",
-                o.pairs, o.threads ? std::to_string(o.threads).c_str() : "all");
+    const std::string model =
+        o.small ? "gpt width 256, 2 layers, context 128 (--small)"
+                : "GPT-2 124M" +
+                      (o.layers ? " with " + std::to_string(o.layers) + " of its 12 blocks" : std::string()) +
+                      ", context 256";
+    std::printf("%s, batch 8, %d interleaved rounds, %s threads\n", model.c_str(), o.pairs,
+                o.threads ? std::to_string(o.threads).c_str() : "all");
     std::printf("%-12s %12s %12s %10s %8s\n", "recipe", "median ms", "best ms", "x bf16", "target");
     for (size_t i = 0; i < o.recipes.size(); ++i) {
       const std::string& r = o.recipes[i];
