@@ -255,23 +255,21 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
   }
   // fp8_block: per 128-wide K chunk, a bf16 GEMM of the E4M3 values, times the chunk's scales of
   // row m and column n, added in fp32 in chunk order.
-  Tensor y = zeros(Shape{M, N}, {.device = Device::cpu()});
-  if (M == 0 || N == 0) return y;
+  Tensor y = host_empty(M, N, DType::fp32);
+  const size_t mn = static_cast<size_t>(M * N);
+  if (K == 0) {
+    y.fill_(0.0);
+    return y;
+  }
   Tensor part = host_empty(M, N, DType::fp32);
-  float* py = y.data<float>();
-  const float* pp = part.data<float>();
-  std::vector<float> sb(static_cast<size_t>(N));
+  std::vector<float> sa(static_cast<size_t>(M)), sb(static_cast<size_t>(N));
   for (int64_t c = 0; c * 128 < K; ++c) {
     const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
     gemm(part, a.v.slice(1, k0, k1), b.v.slice(1, k0, k1).t());
+    for (int64_t m = 0; m < M; ++m) sa[static_cast<size_t>(m)] = a.tile(m, c);
     for (int64_t n = 0; n < N; ++n) sb[static_cast<size_t>(n)] = b.tile(n, c);
-#pragma omp parallel for schedule(static) if (M * N >= (int64_t{1} << 16))
-    for (int64_t m = 0; m < M; ++m) {
-      const float sa = a.tile(m, c);
-      float* yr = py + m * N;
-      const float* pr = pp + m * N;
-      for (int64_t n = 0; n < N; ++n) yr[n] += pr[n] * (sa * sb[static_cast<size_t>(n)]);
-    }
+    block_scaled_accumulate(std::span<float>(y.data<float>(), mn),
+                            std::span<const float>(part.data<float>(), mn), M, N, sa, sb, c == 0);
   }
   y.bump_version();
   return y;

@@ -305,6 +305,20 @@ BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, 
   return factors(x, rows, cols, opt, out_bf16.size(), nullptr, out_bf16.data());
 }
 
+void block_scaled_accumulate(std::span<float> y, std::span<const float> partial, int64_t rows,
+                             int64_t cols, std::span<const float> row_scale,
+                             std::span<const float> col_scale, bool first) {
+  if (static_cast<int64_t>(y.size()) != rows * cols || partial.size() != y.size() ||
+      static_cast<int64_t>(row_scale.size()) != rows || static_cast<int64_t>(col_scale.size()) != cols)
+    throw std::invalid_argument("block_scaled_accumulate: sizes do not match a " +
+                                std::to_string(rows) + "x" + std::to_string(cols) + " result");
+  const detail::BlockKernels& k = detail::block_kernels();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
+  for (int64_t r = 0; r < rows; ++r)
+    k.scaled_add(y.data() + r * cols, partial.data() + r * cols, cols, row_scale[static_cast<size_t>(r)],
+                 col_scale.data(), first);
+}
+
 float rht16_sign(int i) {
   // TE reference_nvfp4.py get_wgrad_sign_vector().
   static constexpr float kSign[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};

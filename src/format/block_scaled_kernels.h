@@ -30,6 +30,9 @@ struct BlockKernels {
   // E4M3 codes of clamp(x[i] * enc, -448, 448), round to nearest even; deq gets value * s.
   void (*e4m3)(const float* x, int64_t n, int tw, const float* enc, const float* s,
                uint8_t* codes, float* deq, uint16_t* deq16);
+  // y[i] = (first ? 0 : y[i]) + p[i] * (sa * sb[i]): one row of fp8_block's per-chunk GEMM
+  // epilogue (block_scaled_accumulate).
+  void (*scaled_add)(float* y, const float* p, int64_t n, float sa, const float* sb, bool first);
   // The 16-point RHT of groups of 16 values (rht16_rows), ng groups.
   void (*rht16)(float* x, int64_t ng, const float (*t)[16]);
 };

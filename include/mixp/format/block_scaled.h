@@ -102,6 +102,14 @@ BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, 
                                                       int64_t cols, const BlockScaledOptions& opt,
                                                       std::span<uint16_t> out_bf16);
 
+// fp8_block's GEMM per 128-wide chunk of K (src/amp/block_linear.cpp): adds one chunk's fp32
+// partial product into the result, y[r][c] += partial[r][c] * (row_scale[r] * col_scale[c]) (the
+// chunk's scales of row r of A and row c of B), or y = 0 + that for the first chunk. Row-parallel,
+// SIMD; the same fp32 operations element by element.
+void block_scaled_accumulate(std::span<float> y, std::span<const float> partial, int64_t rows,
+                             int64_t cols, std::span<const float> row_scale,
+                             std::span<const float> col_scale, bool first);
+
 // The scalar reference of block_scaled_quantize / _dequantize (src/format/block_scaled_ref.cpp):
 // one element at a time through the generic float encoder. The functions above are the fast
 // path (SIMD loops per tier, OpenMP over tile rows) and equal it bit for bit
