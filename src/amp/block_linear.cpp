@@ -158,31 +158,8 @@ Operand columns(const Tensor& t, const BlockScaledOptions& o, bool rht, uint64_t
   const int64_t R = t.size(0), C = t.size(1);
   const int64_t Rp = rht ? (R + 15) / 16 * 16 : R;
   Tensor out = host_empty(C, Rp, DType::fp32);
-  const float* s = t.data<float>();
-  float* d = out.data<float>();
-  // Transposed in 16 x 16 tiles through a local copy (full tiles: fixed-size loops the compiler
-  // turns into vector shuffles), the edges element by element.
-  constexpr int64_t kT = 16;
-#pragma omp parallel for schedule(static) if (R * C >= (int64_t{1} << 16))
-  for (int64_t c0 = 0; c0 < C; c0 += kT) {
-    const int64_t c1 = std::min(C, c0 + kT);
-    for (int64_t r0 = 0; r0 < R; r0 += kT) {
-      const int64_t r1 = std::min(R, r0 + kT);
-      if (c1 - c0 == kT && r1 - r0 == kT) {
-        float in[kT][kT], tr[kT][kT];
-        for (int64_t i = 0; i < kT; ++i) std::memcpy(in[i], s + (r0 + i) * C + c0, sizeof in[i]);
-        for (int64_t i = 0; i < kT; ++i)
-          for (int64_t j = 0; j < kT; ++j) tr[j][i] = in[i][j];
-        for (int64_t j = 0; j < kT; ++j) std::memcpy(d + (c0 + j) * Rp + r0, tr[j], sizeof tr[j]);
-      } else {
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r) d[c * Rp + r] = s[r * C + c];
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t r = R; r < Rp; ++r) d[c * Rp + r] = 0.0f;
-  }
-  if (rht && C * Rp > 0) rht16_rows(std::span<float>(d, static_cast<size_t>(C * Rp)), C, Rp);
+  block_scaled_columns(std::span<const float>(t.data<float>(), static_cast<size_t>(R * C)), R, C,
+                       rht, std::span<float>(out.data<float>(), static_cast<size_t>(C * Rp)));
   out.bump_version();
   return quantize(out, o, role, fp32_values);
 }

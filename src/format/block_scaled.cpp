@@ -319,6 +319,36 @@ void block_scaled_accumulate(std::span<float> y, std::span<const float> partial,
                  col_scale.data(), first);
 }
 
+void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, bool rht,
+                          std::span<float> out) {
+  const int64_t rp = rht ? (rows + 15) / 16 * 16 : rows;
+  if (rows < 0 || cols < 0 || static_cast<int64_t>(x.size()) != rows * cols ||
+      static_cast<int64_t>(out.size()) != cols * rp)
+    throw std::invalid_argument("block_scaled_columns: " + std::to_string(x.size()) + " values in, " +
+                                std::to_string(out.size()) + " out, for a " + std::to_string(rows) +
+                                "x" + std::to_string(cols) + " tensor");
+  const detail::BlockKernels& k = detail::block_kernels();
+  const float* s = x.data();
+  float* d = out.data();
+  constexpr int64_t kT = 16;  // full 16 x 16 tiles by the kernel, the edges element by element
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
+  for (int64_t c0 = 0; c0 < cols; c0 += kT) {
+    const int64_t c1 = std::min(cols, c0 + kT);
+    for (int64_t r0 = 0; r0 < rows; r0 += kT) {
+      const int64_t r1 = std::min(rows, r0 + kT);
+      if (c1 - c0 == kT && r1 - r0 == kT) {
+        k.transpose16(s + r0 * cols + c0, cols, d + c0 * rp + r0, rp);
+      } else {
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) d[c * rp + r] = s[r * cols + c];
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t r = rows; r < rp; ++r) d[c * rp + r] = 0.0f;
+  }
+  if (rht && cols * rp > 0) rht16_rows(out, cols, rp);
+}
+
 float rht16_sign(int i) {
   // TE reference_nvfp4.py get_wgrad_sign_vector().
   static constexpr float kSign[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};

@@ -33,6 +33,8 @@ struct BlockKernels {
   // y[i] = (first ? 0 : y[i]) + p[i] * (sa * sb[i]): one row of fp8_block's per-chunk GEMM
   // epilogue (block_scaled_accumulate).
   void (*scaled_add)(float* y, const float* p, int64_t n, float sa, const float* sb, bool first);
+  // d[j * ld + i] = s[i * ls + j] for i, j < 16: one 16 x 16 tile transposed.
+  void (*transpose16)(const float* s, int64_t ls, float* d, int64_t ld);
   // The 16-point RHT of groups of 16 values (rht16_rows), ng groups.
   void (*rht16)(float* x, int64_t ng, const float (*t)[16]);
 };

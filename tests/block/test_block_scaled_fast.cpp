@@ -7,6 +7,7 @@
 // definitions, written independently.)
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -176,6 +177,27 @@ TEST(BlockScaledFast, RhtEqualsTheScalarLoopOnEveryTier) {
   Vec fast = x;
   rht16_rows(fast, rows, cols);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same(fast[i], ref[i])) << i;
+}
+
+// The column-wise operand: x^T (16 x 16 tiles by the tier's kernel, ragged edges), zero-padded to
+// a multiple of 16 and transformed when rht.
+TEST(BlockScaledFast, ColumnsIsTheTransposeZeroPaddedAndTransformed) {
+  for (const auto& s : {std::array<int64_t, 2>{37, 50}, std::array<int64_t, 2>{64, 48},
+                        std::array<int64_t, 2>{5, 3}}) {
+    const int64_t rows = s[0], cols = s[1];
+    const Vec x = make_data(rows * cols, 9, true);
+    for (bool rht : {false, true}) {
+      const int64_t rp = rht ? (rows + 15) / 16 * 16 : rows;
+      Vec want(static_cast<size_t>(cols * rp), 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(c * rp + r)] = x[static_cast<size_t>(r * cols + c)];
+      if (rht) rht16_rows(want, cols, rp);
+      Vec got(want.size(), 7.0f);
+      block_scaled_columns(x, rows, cols, rht, got);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_TRUE(same(got[i], want[i])) << rows << "x" << cols << " rht " << rht << " at " << i;
+    }
+  }
 }
 
 }  // namespace

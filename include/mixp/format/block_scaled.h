@@ -110,6 +110,12 @@ void block_scaled_accumulate(std::span<float> y, std::span<const float> partial,
                              int64_t cols, std::span<const float> row_scale,
                              std::span<const float> col_scale, bool first);
 
+// The column-wise operand of a tensor (the wgrad GEMM's, src/amp/block_linear.cpp): out [cols, rp]
+// = x^T, rp = rows, or rows rounded up to a multiple of 16 with zero columns and then rht16_rows
+// applied when rht. out.size() == cols * rp.
+void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, bool rht,
+                          std::span<float> out);
+
 // The scalar reference of block_scaled_quantize / _dequantize (src/format/block_scaled_ref.cpp):
 // one element at a time through the generic float encoder. The functions above are the fast
 // path (SIMD loops per tier, OpenMP over tile rows) and equal it bit for bit
