@@ -179,6 +179,36 @@ TEST(BlockScaledFast, RhtEqualsTheScalarLoopOnEveryTier) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same(fast[i], ref[i])) << i;
 }
 
+// Exact ties and thresholds on every tier: with a block amax of 6 (mxfp4: scale 1) or 448
+// (fp8_block: scale 1) the values below are E2M1 / E4M3 midpoints (round to even), their
+// neighbours one ulp away, signed zeros and E4M3 subnormal midpoints.
+TEST(BlockScaledFast, EqualsTheScalarReferenceOnTies) {
+  Vec e2{6.0f};
+  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f})
+    for (float v : {t, std::nextafter(t, 0.0f), std::nextafter(t, 7.0f)}) {
+      e2.push_back(v);
+      e2.push_back(-v);
+    }
+  e2.push_back(-0.0f);
+  e2.push_back(0.0f);
+  e2.resize(64, 0.1f);  // two mxfp4 blocks, each with the 6 first
+  e2[32] = -6.0f;
+  for (size_t i = 33; i < 64; ++i) e2[i] = -e2[i - 32];
+  Vec e4{448.0f};
+  for (float t : {1.0625f, 17.0f, 0.0009765625f, 0.0029296875f, 0.0146484375f, 416.0f + 16.0f})
+    for (float v : {t, std::nextafter(t, 0.0f), std::nextafter(t, 500.0f)}) {
+      e4.push_back(v);
+      e4.push_back(-v);
+    }
+  e4.push_back(-0.0f);
+  e4.resize(128, 3.0f);
+  for (Round r : {Round::nearest_even, Round::stochastic}) {
+    check({BlockScheme::mxfp4, 1, r, false}, 1, 64, e2, "ties");
+    check({BlockScheme::nvfp4, 1, r, false}, 1, 64, e2, "ties");
+  }
+  check({BlockScheme::fp8_block, 1, Round::nearest_even, false}, 1, 128, e4, "ties");
+}
+
 // The column-wise operand: x^T (16 x 16 tiles by the tier's kernel, ragged edges), zero-padded to
 // a multiple of 16 and transformed when rht.
 TEST(BlockScaledFast, ColumnsIsTheTransposeZeroPaddedAndTransformed) {
