@@ -1,8 +1,21 @@
 // block_scaled_linear: fp8_linear for the block-scaled recipes fp8_block, nvfp4 and mxfp4
 // (fp8_scaling.h; docs/fp4.md and docs/fp8.md "fp8-block" are the user's guide). Emulated by
 // fake quantization: each GEMM operand is quantized with mixp/format/block_scaled.h along that
-// GEMM's reduction dimension, dequantized to fp32, and the GEMM runs in fp32 (oneDNN f32), so the
-// products are exact and only the accumulation order differs from a tensor core's.
+// GEMM's reduction dimension, and the GEMM runs on the quantized values with exact products and
+// fp32 accumulation, as a block-scaled tensor core does:
+//   nvfp4, mxfp4  the values e2m1 x block scale are exact in bf16 (block_scaled.h,
+//                 BlockScaledFactors: at most 6 significant bits of bf16's 8, fp32's exponent
+//                 range), so one oneDNN bf16 GEMM (exact products, fp32 accumulation) forms the
+//                 products, and the fp32 per-tensor scales (nvfp4's amax / 2688 of each operand)
+//                 multiply the fp32 result, as TE passes them to cuBLASLt as alpha.
+//   fp8_block     the scales vary along K (per 1x128 / 128x128 tile): one bf16 GEMM per 128-wide
+//                 K chunk on the E4M3 values (exact in bf16), each partial sum multiplied by its
+//                 two tiles' scales and added in fp32: DeepSeek-V3's promotion every 128
+//                 (section 3.3.2) with an fp32 partial accumulator. `promote` > 0 (the emulated
+//                 limited accumulator) keeps the fp32 path: dequantized fp32 operands and
+//                 gemm_promoted.
+// Compared with multiplying dequantized fp32 copies, the products are the same numbers; only the
+// order of the sums (and, for nvfp4, where the per-tensor factor is applied) differs.
 //
 // Which quantization each operand gets (TE's Float8BlockScaling / NVFP4BlockScaling roles):
 //   fprop  y  = x w^T      x rows (1xB along K), RNE; w with the weight tile along K
@@ -16,10 +29,13 @@
 //   B = 16 (nvfp4), 32 (mxfp4), 128 (fp8_block). The bias gradient is the row sum of the
 //   unquantized gradient, as in fp8_linear.
 // Stochastic rounding draws its bits from a seed hashed from the tensor's own values and its
-// role, so a run is reproducible, resumes bit for bit and two roles never share bits.
+// role (value_seed: per-block hashes, computed in parallel, combined in order), so a run is
+// reproducible, resumes bit for bit and two roles never share bits.
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "amp/fp8_detail.h"
 #include "mixp/amp/fp8_linear.h"
@@ -39,48 +55,114 @@ BlockScheme scheme_of(Fp8Scaling s) {
                                     : BlockScheme::mxfp4;
 }
 
+// FNV-1a over 32-bit words, 16 interleaved lanes per block of 4096 values (a loop the compiler
+// vectorises), the blocks hashed in parallel and combined in order with the length and role: a
+// pure function of the values, their order and the role, as the serial hash it replaces.
 uint64_t value_seed(const float* p, size_t n, uint64_t role) {
-  uint64_t h = 0xcbf29ce484222325ULL ^ (role * 0x9E3779B97F4A7C15ULL);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, p + i, 4);
-    h = (h ^ u) * 0x100000001b3ULL;
+  constexpr size_t kBlock = 4096;
+  const size_t nb = (n + kBlock - 1) / kBlock;
+  std::vector<uint64_t> hb(nb);
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
+  for (size_t b = 0; b < nb; ++b) {
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    uint32_t lane[16];
+    for (uint32_t l = 0; l < 16; ++l) lane[l] = 0x811C9DC5u + l;
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16)
+      for (int l = 0; l < 16; ++l) {
+        uint32_t u;
+        std::memcpy(&u, p + i + l, 4);
+        lane[l] = (lane[l] ^ u) * 0x01000193u;
+      }
+    for (int l = 0; i < hi; ++i, ++l) {
+      uint32_t u;
+      std::memcpy(&u, p + i, 4);
+      lane[l] = (lane[l] ^ u) * 0x01000193u;
+    }
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (uint32_t l : lane) h = (h ^ l) * 0x100000001b3ULL;
+    hb[b] = h;
   }
+  uint64_t h = (0xcbf29ce484222325ULL ^ (role * 0x9E3779B97F4A7C15ULL)) + n;
+  for (uint64_t v : hb) h = ((h ^ v) * 0x100000001b3ULL) ^ (h >> 29);
   return h;
 }
 
-// Host fp32 copy of a 2-D tensor, [R, C] contiguous.
+// Host fp32 view or copy of a 2-D tensor, [R, C] contiguous (read only).
 Tensor host_f32(const Tensor& t) {
   Tensor h = mixp::detail::raw_contiguous(mixp::detail::as_compute(t.detach(), DType::fp32));
-  return h.device().kind == DeviceKind::cpu ? h.clone() : h.to(Device::cpu());
+  return h.device().kind == DeviceKind::cpu ? h : h.to(Device::cpu());  // only read: no copy
 }
 
-// Fake-quantizes a host [R, C] fp32 tensor in place, blocks along C.
-void fq(Tensor& t, const BlockScaledOptions& o, uint64_t role) {
-  float* p = t.data<float>();
-  const size_t n = static_cast<size_t>(t.numel());
+Tensor host_empty(int64_t r, int64_t c, DType d) {
+  return Tensor::empty(Shape{r, c}, {.dtype = d, .device = Device::cpu()});
+}
+
+// A GEMM operand [R, C], quantized along C: v holds the values before the factor (bf16, exact),
+// or the dequantized fp32 values when the limited accumulator is emulated (promote > 0).
+struct Operand {
+  Tensor v;
+  float scale = 1.0f;        // nvfp4: amax / 2688; else 1
+  std::vector<float> tiles;  // fp8_block: scale per tile (tile_rows x 128), tiles row-major
+  int tile_rows = 1;
+  int64_t grid_cols = 0;
+  float tile(int64_t r, int64_t chunk) const {
+    return tiles[static_cast<size_t>((r / tile_rows) * grid_cols + chunk)];
+  }
+};
+
+// Quantizes a host fp32 [R, C] tensor along C.
+Operand quantize(const Tensor& t, const BlockScaledOptions& o, uint64_t role, bool fp32_values) {
+  const float* p = t.data<float>();
+  const int64_t R = t.size(0), C = t.size(1);
+  const size_t n = static_cast<size_t>(R * C);
   BlockScaledOptions op = o;
   if (op.round == Round::stochastic) op.seed = value_seed(p, n, role);
-  block_scaled_fake_quantize(std::span<float>(p, n), t.size(0), t.size(1), op);
-  t.bump_version();
+  Operand r;
+  r.tile_rows = o.tile_rows;
+  if (fp32_values) {
+    r.v = t.clone();
+    block_scaled_fake_quantize(std::span<float>(r.v.data<float>(), n), R, C, op);
+    r.v.bump_version();
+    return r;
+  }
+  r.v = host_empty(R, C, DType::bf16);  // the values are exact in bf16 (block_scaled.h)
+  BlockScaledFactors fac = block_scaled_fake_quantize_factors(
+      std::span<const float>(p, n), R, C, op,
+      std::span<uint16_t>(static_cast<uint16_t*>(r.v.data_ptr()), n));
+  r.scale = fac.tensor_scale;
+  r.tiles = std::move(fac.tile_scales);
+  r.grid_cols = (C + 127) / 128;
+  r.v.bump_version();
+  return r;
+}
+
+// The operand of W^T when W's tiles are square (W and W^T quantize alike): a transposed view
+// and the transposed tile grid.
+Operand transposed(const Operand& w) {
+  Operand t = w;
+  t.v = w.v.t();
+  if (!w.tiles.empty()) {
+    const int64_t gr = static_cast<int64_t>(w.tiles.size()) / w.grid_cols, gc = w.grid_cols;
+    for (int64_t i = 0; i < gr; ++i)
+      for (int64_t j = 0; j < gc; ++j) t.tiles[static_cast<size_t>(j * gr + i)] = w.tiles[static_cast<size_t>(i * gc + j)];
+    t.grid_cols = gr;
+  }
+  return t;
 }
 
 // t [R, C] -> its transpose [C, Rp] quantized with blocks along R (Rp = R, or R rounded up to a
 // multiple of 16 with zero rows when the RHT is applied first).
-Tensor columns(const Tensor& t, const BlockScaledOptions& o, bool rht, uint64_t role) {
+Operand columns(const Tensor& t, const BlockScaledOptions& o, bool rht, uint64_t role,
+                bool fp32_values) {
   const int64_t R = t.size(0), C = t.size(1);
   const int64_t Rp = rht ? (R + 15) / 16 * 16 : R;
-  Tensor out = zeros(Shape{C, Rp}, {.device = Device::cpu()});
-  const float* s = t.data<float>();
-  float* d = out.data<float>();
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) d[c * Rp + r] = s[r * C + c];
-  if (rht && C * Rp > 0) rht16_rows(std::span<float>(d, static_cast<size_t>(C * Rp)), C, Rp);
+  Tensor out = host_empty(C, Rp, DType::fp32);
+  block_scaled_columns(std::span<const float>(t.data<float>(), static_cast<size_t>(R * C)), R, C,
+                       rht, std::span<float>(out.data<float>(), static_cast<size_t>(C * Rp)));
   out.bump_version();
-  fq(out, o, role);
-  return out;
+  return quantize(out, o, role, fp32_values);
 }
-
 
 // DeepSeek-V3 3.3.2: Hopper's FP8 tensor cores keep about 14 bits of the accumulator. Emulated
 // as an fp32 accumulator whose sum is truncated to 14 significant bits after every addition,
@@ -108,6 +190,7 @@ Tensor gemm_promoted(const Tensor& a_in, const Tensor& bt_in, int promote) {
   return y;
 }
 
+
 struct Plan {
   BlockScaledOptions act, weight, grad;  // rows of x, w, g
   bool rht = false, square_weight = false;
@@ -131,11 +214,42 @@ Plan plan_of(const Fp8Recipe& r) {
   return p;
 }
 
-Tensor gemm_abt(const Tensor& a, const Tensor& bt, int promote) {
-  if (promote > 0) return gemm_promoted(a, bt, promote);
-  Tensor dst = Tensor::empty(Shape{a.size(0), bt.size(0)}, {.device = Device::cpu()});
-  gemm(dst, a, bt.t());
-  return dst;
+// y [M, N] = a [M, K] . b [N, K]^T, both quantized along K (see the top of this file).
+Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
+  if (promote > 0) return gemm_promoted(a.v, b.v, promote);
+  const int64_t M = a.v.size(0), K = a.v.size(1), N = b.v.size(0);
+  if (a.tiles.empty()) {  // nvfp4, mxfp4: one bf16 GEMM, the per-tensor factors on the result
+    Tensor y = host_empty(M, N, DType::fp32);
+    gemm(y, a.v, b.v.t());
+    const float f = a.scale * b.scale;
+    if (f != 1.0f) {
+      float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (M * N >= (int64_t{1} << 16))
+      for (int64_t i = 0; i < M * N; ++i) py[i] *= f;
+      y.bump_version();
+    }
+    return y;
+  }
+  // fp8_block: per 128-wide K chunk, a bf16 GEMM of the E4M3 values, times the chunk's scales of
+  // row m and column n, added in fp32 in chunk order.
+  Tensor y = host_empty(M, N, DType::fp32);
+  const size_t mn = static_cast<size_t>(M * N);
+  if (K == 0) {
+    y.fill_(0.0);
+    return y;
+  }
+  Tensor part = host_empty(M, N, DType::fp32);
+  std::vector<float> sa(static_cast<size_t>(M)), sb(static_cast<size_t>(N));
+  for (int64_t c = 0; c * 128 < K; ++c) {
+    const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
+    gemm(part, a.v.slice(1, k0, k1), b.v.slice(1, k0, k1).t());
+    for (int64_t m = 0; m < M; ++m) sa[static_cast<size_t>(m)] = a.tile(m, c);
+    for (int64_t n = 0; n < N; ++n) sb[static_cast<size_t>(n)] = b.tile(n, c);
+    block_scaled_accumulate(std::span<float>(y.data<float>(), mn),
+                            std::span<const float>(part.data<float>(), mn), M, N, sa, sb, c == 0);
+  }
+  y.bump_version();
+  return y;
 }
 
 enum : uint64_t { kRoleX = 1, kRoleW, kRoleWc, kRoleG, kRoleGc, kRoleXc };
@@ -156,16 +270,17 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
                                                  Shape{K ? x.numel() / K : 0, K}));
   Tensor wf = host_f32(w);
   const int64_t M = x2.size(0);
-  Tensor y, keep_xc, keep_w;
+  const bool f32 = plan.promote > 0;  // the emulated accumulator multiplies fp32 values
+  Tensor y;
+  Operand keep_xc, keep_w;
   {
     NoGradGuard ng;
-    Tensor xq = x2.clone();
-    fq(xq, plan.act, kRoleX);
-    if (need_dw) keep_xc = columns(x2, plan.act, plan.rht, kRoleXc);  // [K, Mp]
-    Tensor wq = wf.clone();
-    fq(wq, plan.weight, kRoleW);
-    if (need_dx) keep_w = plan.square_weight ? wq : columns(wf, plan.weight, false, kRoleWc).t();
-    y = gemm_abt(xq, wq, plan.promote);
+    const Operand xq = quantize(x2, plan.act, kRoleX, f32);
+    if (need_dw) keep_xc = columns(x2, plan.act, plan.rht, kRoleXc, f32);  // [K, Mp]
+    const Operand wq = quantize(wf, plan.weight, kRoleW, f32);
+    if (need_dx)  // W^T [K, N], quantized along N
+      keep_w = plan.square_weight ? transposed(wq) : columns(wf, plan.weight, false, kRoleWc, f32);
+    y = gemm_nt(xq, wq, plan.promote);
     if (dev.kind != DeviceKind::cpu) y = y.to(dev);
     Tensor bf = b.defined() ? mixp::detail::raw_contiguous(
                                   mixp::detail::as_compute(b.detach(), DType::fp32))
@@ -187,15 +302,13 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
         if (!ctx.needs(0) && !ctx.needs(1)) return;
         const Tensor gh = host_f32(g);
         if (ctx.needs(0)) {  // dx [M, K] = g [M, N] @ w [N, K], blocks along N
-          Tensor gq = gh.clone();
-          fq(gq, plan.grad, kRoleG);
-          Tensor dx = gemm_abt(gq, keep_w.t(), plan.promote);
+          Tensor dx = gemm_nt(quantize(gh, plan.grad, kRoleG, plan.promote > 0), keep_w, plan.promote);
           if (dev.kind != DeviceKind::cpu) dx = dx.to(dev);
           ctx.grad_inputs[0] = mixp::detail::raw_reshape(dx, x_shape);
         }
         if (ctx.needs(1)) {  // dw [N, K] = g^T [N, M] @ x [M, K], blocks along M
-          const Tensor gc = columns(gh, plan.grad, plan.rht, kRoleGc);  // [N, Mp]
-          Tensor dw = gemm_abt(gc, keep_xc, plan.promote);
+          const Operand gc = columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0);  // [N, Mp]
+          Tensor dw = gemm_nt(gc, keep_xc, plan.promote);
           if (dev.kind != DeviceKind::cpu) dw = dw.to(dev);
           ctx.grad_inputs[1] = dw;
         }

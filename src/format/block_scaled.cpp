@@ -1,8 +1,12 @@
-// Block-scaled training quantizers: nvfp4, mxfp4, fp8_block, and the 16-point RHT.
+// Block-scaled training quantizers: nvfp4, mxfp4, fp8_block, and the 16-point RHT; the fast path.
 // The definitions (and the Transformer Engine references they equal) are in
-// include/mixp/format/block_scaled.h; every step below is one fp32 operation of those references,
-// in their order, so results match bit for bit.
+// include/mixp/format/block_scaled.h. Same bits as the scalar reference (block_scaled_ref.cpp):
+// the per-tile scale is the reference's scalar arithmetic, the per-element loops are
+// block_scaled_kernels.inc (one table per SIMD tier), and the work is split over tile rows with
+// OpenMP (each tile is computed by one thread, from the same inputs, so the split changes no bit).
 #include "mixp/format/block_scaled.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -10,7 +14,9 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "format/block_scaled_kernels.h"
 #include "mixp/format/float_codec.h"
 
 namespace mixp {
@@ -19,39 +25,137 @@ namespace {
 
 constexpr float kE2M1Max = 6.0f;
 constexpr float kE4M3Max = 448.0f;
-
-// TE cast_to_fp4x2: round to nearest even with its exact thresholds; v already in [-6, 6].
-inline uint8_t e2m1_rne(float v) {
-  const float a = std::fabs(v);
-  uint8_t m;
-  if (a <= 0.25f) m = 0;
-  else if (a < 0.75f) m = 1;
-  else if (a <= 1.25f) m = 2;
-  else if (a < 1.75f) m = 3;
-  else if (a <= 2.5f) m = 4;
-  else if (a < 3.5f) m = 5;
-  else if (a <= 5.0f) m = 6;
-  else m = 7;
-  return v < 0.0f ? static_cast<uint8_t>(m | 8) : m;  // -0.0 is not < 0: code 0, as TE
-}
-
-inline uint8_t e2m1_encode(float v, Round round, uint32_t bits) {
-  if (std::isnan(v)) return 0;  // TE: no threshold matches NaN, the code stays 0
-  if (round == Round::stochastic)
-    return static_cast<uint8_t>(encode_float(kFp4E2M1, v, round, Overflow::saturate, bits, nullptr));
-  return e2m1_rne(v);
-}
+// Below this many elements one thread does it (a parallel region costs microseconds).
+constexpr int64_t kParallelWork = int64_t{1} << 15;
 
 inline float clampf(float v, float lo, float hi) { return std::min(std::max(v, lo), hi); }
 
-// Exact ceil(log2(v)) for finite v > 0 (frexp is exact: v = m * 2^e, m in [0.5, 1)).
-inline int ceil_log2(float v) {
+inline int ceil_log2(float v) {  // exact for finite v > 0 (as block_scaled_ref.cpp)
   int e = 0;
   const float m = std::frexp(v, &e);
   return m == 0.5f ? e - 1 : e;
 }
 
-void check_shape(std::span<const float> x, int64_t rows, int64_t cols, const BlockScaledOptions& o) {
+struct TileScale {
+  float enc = 1.0f;  // what the elements are multiplied by before rounding
+  float s = 1.0f;    // the decoding scale (BlockScaledTensor::scales)
+  uint8_t code = 0;  // E4M3 / E8M0 byte (nvfp4, mxfp4)
+};
+
+// One tile's scale from its amax: the reference's arithmetic (block_scaled_ref.cpp), per scheme.
+TileScale tile_scale(const BlockScaledOptions& opt, float vmax, float gdec, float gmult) {
+  TileScale t;
+  switch (opt.scheme) {
+    case BlockScheme::nvfp4: {
+      const float ds = clampf(std::min(vmax * gmult, FLT_MAX), -kE4M3Max, kE4M3Max);
+      t.code = detail::e4m3_rne_mag(ds, &t.s);  // ds >= 0: vmax >= 0, gmult > 0
+      t.enc = std::min(1.0f / (t.s * gdec), FLT_MAX);
+      break;
+    }
+    case BlockScheme::mxfp4: {
+      const float ds = vmax / kE2M1Max;
+      const int e = ds == 0.0f ? -127 : std::clamp(ceil_log2(ds), -127, 127);
+      t.s = std::ldexp(1.0f, e);
+      t.code = static_cast<uint8_t>(e + 127);
+      t.enc = 1.0f / t.s;
+      break;
+    }
+    case BlockScheme::fp8_block: {
+      float scale = kE4M3Max / vmax;
+      if (std::isinf(scale)) scale = FLT_MAX;
+      if (opt.pow2_scales) {
+        int e = 0;
+        (void)std::frexp(scale, &e);
+        scale = std::ldexp(1.0f, e - 1);
+        if (std::isinf(vmax)) scale = 0.0f;
+      }
+      if (vmax == 0.0f) scale = 1.0f;
+      t.s = 1.0f / scale;
+      t.enc = scale;
+      break;
+    }
+  }
+  return t;
+}
+
+// max |x| over the tensor (NaN skipped), in parallel chunks (max is order-free).
+float tensor_amax(const detail::BlockKernels& k, const float* x, int64_t n) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t nc = (n + kChunk - 1) / kChunk;
+  float m = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : m) if (n >= kParallelWork)
+  for (int64_t c = 0; c < nc; ++c) m = std::max(m, k.amax(x + c * kChunk, std::min(kChunk, n - c * kChunk)));
+  return m;
+}
+
+// Where quantize_core writes: codes (may be null), deq (may be null or x itself), and whether deq
+// leaves out the per-tensor / per-tile factor (block_scaled_fake_quantize_factors).
+struct Sink {
+  uint8_t* codes = nullptr;
+  float* deq = nullptr;
+  uint16_t* deq16 = nullptr;  // the top halves of deq's values (bf16 bits), may be null
+  bool unscaled = false;
+  uint8_t* scale_codes = nullptr;  // per tile, may be null
+  float* scales = nullptr;         // per tile, may be null
+};
+
+// Quantizes x (rows x cols) tile row by tile row; returns nvfp4's global amax (else 0).
+float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows, int64_t cols,
+                    const BlockScaledOptions& opt, const Sink& out) {
+  const int th = opt.tile_rows, tw = block_scaled_tile_cols(opt.scheme);
+  const int64_t gr = (rows + th - 1) / th, gc = (cols + tw - 1) / tw;
+  float amax = 0.0f, gdec = 1.0f, gmult = 1.0f, g = 1.0f;
+  if (opt.scheme == BlockScheme::nvfp4) {
+    // reference_nvfp4.py's per-tensor scales (see block_scaled_ref.cpp).
+    amax = tensor_amax(k, x, rows * cols);
+    float genc = std::min((kE4M3Max * kE2M1Max) / amax, FLT_MAX);
+    if (genc == 0.0f) genc = 1.0f;
+    gdec = 1.0f / genc;
+    gmult = genc * (1.0f / kE2M1Max);
+    if (!out.unscaled) g = amax / (kE4M3Max * kE2M1Max);  // the dequantization's factor
+  }
+  const bool sr = opt.round == Round::stochastic;
+  const bool fp8 = opt.scheme == BlockScheme::fp8_block;
+#pragma omp parallel if (rows * cols >= kParallelWork)
+  {
+    std::vector<float> am(static_cast<size_t>(gc)), enc(am.size()), sc(am.size());
+#pragma omp for schedule(static)
+    for (int64_t tr = 0; tr < gr; ++tr) {
+      const int64_t r0 = tr * th, r1 = std::min(rows, r0 + th);
+      std::fill(am.begin(), am.end(), 0.0f);
+      for (int64_t r = r0; r < r1; ++r) k.row_amax(x + r * cols, cols, tw, am.data());
+      for (int64_t tc = 0; tc < gc; ++tc) {
+        const size_t j = static_cast<size_t>(tc);
+        const TileScale ts = tile_scale(opt, am[j], gdec, gmult);
+        enc[j] = ts.enc;
+        sc[j] = fp8 && out.unscaled ? 1.0f : ts.s;  // fp8_block's factors: the E4M3 values
+        const size_t t = static_cast<size_t>(tr * gc) + j;
+        if (out.scales) out.scales[t] = ts.s;
+        if (out.scale_codes) out.scale_codes[t] = ts.code;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r * cols;
+        uint8_t* codes = out.codes ? out.codes + i : nullptr;
+        float* deq = out.deq ? out.deq + i : nullptr;
+        uint16_t* deq16 = out.deq16 ? out.deq16 + i : nullptr;
+        if (fp8) {
+          k.e4m3(x + i, cols, tw, enc.data(), sc.data(), codes, deq, deq16);
+        } else {
+          k.e2m1(x + i, cols, tw, enc.data(), sc.data(), g, sr, opt.seed, static_cast<uint64_t>(i),
+                 codes, deq, deq16);
+        }
+      }
+    }
+  }
+  return amax;
+}
+
+}  // namespace
+
+namespace detail {
+
+void block_scaled_check(std::span<const float> x, int64_t rows, int64_t cols,
+                        const BlockScaledOptions& o) {
   if (rows < 0 || cols < 0 || static_cast<int64_t>(x.size()) != rows * cols)
     throw std::invalid_argument("block_scaled_quantize: " + std::to_string(x.size()) +
                                 " values for a " + std::to_string(rows) + "x" +
@@ -72,17 +176,7 @@ void check_shape(std::span<const float> x, int64_t rows, int64_t cols, const Blo
     throw std::invalid_argument("block_scaled_quantize: pow2 scales are an fp8_block option");
 }
 
-// max |x| over tile (tr, tc); partial tiles read only the elements that exist (zero padding).
-float tile_amax(std::span<const float> x, int64_t rows, int64_t cols, int64_t r0, int64_t c0,
-                int th, int tw) {
-  float m = 0.0f;
-  const int64_t r1 = std::min(rows, r0 + th), c1 = std::min(cols, c0 + tw);
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t c = c0; c < c1; ++c) m = std::max(m, std::fabs(x[static_cast<size_t>(r * cols + c)]));
-  return m;
-}
-
-}  // namespace
+}  // namespace detail
 
 std::string_view to_string(BlockScheme s) {
   switch (s) {
@@ -110,116 +204,149 @@ float e2m1_value(uint8_t code) {
 
 BlockScaledTensor block_scaled_quantize(std::span<const float> x, int64_t rows, int64_t cols,
                                         const BlockScaledOptions& opt) {
-  check_shape(x, rows, cols, opt);
+  return detail::block_scaled_quantize_with(detail::block_kernels(), x, rows, cols, opt);
+}
+
+namespace detail {
+
+BlockScaledTensor block_scaled_quantize_with(const BlockKernels& k, std::span<const float> x,
+                                             int64_t rows, int64_t cols,
+                                             const BlockScaledOptions& opt) {
+  block_scaled_check(x, rows, cols, opt);
   BlockScaledTensor q;
   q.scheme = opt.scheme;
   q.rows = rows;
   q.cols = cols;
   q.tile_rows = opt.tile_rows;
   q.tile_cols = block_scaled_tile_cols(opt.scheme);
-  q.codes.assign(x.size(), 0);
-  const int64_t gr = q.tile_grid_rows(), gc = q.tile_grid_cols();
-  q.scales.assign(static_cast<size_t>(gr * gc), 0.0f);
-  if (opt.scheme != BlockScheme::fp8_block) q.scale_codes.assign(q.scales.size(), 0);
-
-  // nvfp4's per-tensor scales (reference_nvfp4.py: global_encode_scale, its reciprocal and the
-  // multiplier with torch.reciprocal(6) folded in).
-  float gdec = 1.0f, gmult = 1.0f;
-  if (opt.scheme == BlockScheme::nvfp4) {
-    float amax = 0.0f;
-    for (float v : x) amax = std::max(amax, std::fabs(v));
-    q.global_amax = amax;
-    float genc = std::min((kE4M3Max * kE2M1Max) / amax, FLT_MAX);
-    if (genc == 0.0f) genc = 1.0f;
-    gdec = 1.0f / genc;
-    gmult = genc * (1.0f / kE2M1Max);
-  }
-
-  for (int64_t tr = 0; tr < gr; ++tr) {
-    for (int64_t tc = 0; tc < gc; ++tc) {
-      const int64_t r0 = tr * q.tile_rows, c0 = tc * q.tile_cols;
-      const float vmax = tile_amax(x, rows, cols, r0, c0, q.tile_rows, q.tile_cols);
-      const size_t t = static_cast<size_t>(tr * gc + tc);
-      float enc = 1.0f;
-      switch (opt.scheme) {
-        case BlockScheme::nvfp4: {
-          const float ds = clampf(std::min(vmax * gmult, FLT_MAX), -kE4M3Max, kE4M3Max);
-          const uint32_t sc = encode_float(kFp8E4M3, ds, Round::nearest_even, Overflow::saturate, 0, nullptr);
-          const float s = static_cast<float>(decode_float(kFp8E4M3, sc));
-          q.scale_codes[t] = static_cast<uint8_t>(sc);
-          q.scales[t] = s;
-          enc = std::min(1.0f / (s * gdec), FLT_MAX);
-          break;
-        }
-        case BlockScheme::mxfp4: {
-          const float ds = vmax / kE2M1Max;
-          const int e = ds == 0.0f ? -127 : std::clamp(ceil_log2(ds), -127, 127);
-          const float s = std::ldexp(1.0f, e);
-          q.scale_codes[t] = static_cast<uint8_t>(e + 127);
-          q.scales[t] = s;
-          enc = 1.0f / s;
-          break;
-        }
-        case BlockScheme::fp8_block: {
-          float scale = kE4M3Max / vmax;
-          if (std::isinf(scale)) scale = FLT_MAX;
-          if (opt.pow2_scales) {
-            int e = 0;
-            (void)std::frexp(scale, &e);
-            scale = std::ldexp(1.0f, e - 1);
-            if (std::isinf(vmax)) scale = 0.0f;
-          }
-          if (vmax == 0.0f) scale = 1.0f;
-          q.scales[t] = 1.0f / scale;
-          enc = scale;
-          break;
-        }
-      }
-      const int64_t r1 = std::min(rows, r0 + q.tile_rows), c1 = std::min(cols, c0 + q.tile_cols);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const size_t i = static_cast<size_t>(r * cols + c);
-          const float v = x[i] * enc;
-          if (opt.scheme == BlockScheme::fp8_block) {
-            q.codes[i] = static_cast<uint8_t>(encode_float(kFp8E4M3, clampf(v, -kE4M3Max, kE4M3Max),
-                                                           Round::nearest_even, Overflow::saturate, 0, nullptr));
-          } else {
-            const uint32_t bits = opt.round == Round::stochastic ? sr_bits(opt.seed, i) : 0;
-            q.codes[i] = e2m1_encode(std::isnan(v) ? v : clampf(v, -kE2M1Max, kE2M1Max), opt.round, bits);
-          }
-        }
-      }
-    }
-  }
+  q.codes.resize(x.size());
+  q.scales.resize(static_cast<size_t>(q.tile_grid_rows() * q.tile_grid_cols()));
+  if (opt.scheme != BlockScheme::fp8_block) q.scale_codes.resize(q.scales.size());
+  const float amax = quantize_core(k, x.data(), rows, cols, opt,
+                                   {.codes = q.codes.data(),
+                                    .scale_codes = q.scale_codes.empty() ? nullptr : q.scale_codes.data(),
+                                    .scales = q.scales.data()});
+  if (opt.scheme == BlockScheme::nvfp4) q.global_amax = amax;
   return q;
 }
+
+void block_scaled_fake_quantize_with(const BlockKernels& k, std::span<float> x, int64_t rows,
+                                     int64_t cols, const BlockScaledOptions& opt) {
+  block_scaled_check(x, rows, cols, opt);
+  // Fused: the dequantized value is written in place of each element; no codes are kept.
+  (void)quantize_core(k, x.data(), rows, cols, opt, {.deq = x.data()});
+}
+
+}  // namespace detail
 
 void block_scaled_dequantize(const BlockScaledTensor& q, std::span<float> out) {
   if (static_cast<int64_t>(out.size()) != q.rows * q.cols)
     throw std::invalid_argument("block_scaled_dequantize: output holds " +
                                 std::to_string(out.size()) + " values, the tensor " +
                                 std::to_string(q.rows * q.cols));
-  const int64_t gc = q.tile_grid_cols();
+  // The element values by code (exact), then the reference's products in its order.
+  float lut[256];
+  for (int c = 0; c < 256; ++c)
+    lut[c] = q.scheme == BlockScheme::fp8_block ? static_cast<float>(decode_float(kFp8E4M3, static_cast<uint32_t>(c)))
+                                                : e2m1_value(static_cast<uint8_t>(c));
+  const int64_t gc = q.tile_grid_cols(), cols = q.cols;
   const float gdec = q.global_amax / (kE4M3Max * kE2M1Max);
+  const bool nv = q.scheme == BlockScheme::nvfp4;
+#pragma omp parallel for schedule(static) if (q.rows * q.cols >= kParallelWork)
   for (int64_t r = 0; r < q.rows; ++r) {
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const size_t i = static_cast<size_t>(r * q.cols + c);
-      const float s = q.scales[static_cast<size_t>((r / q.tile_rows) * gc + c / q.tile_cols)];
-      switch (q.scheme) {
-        case BlockScheme::nvfp4: out[i] = (e2m1_value(q.codes[i]) * s) * gdec; break;
-        case BlockScheme::mxfp4: out[i] = e2m1_value(q.codes[i]) * s; break;
-        case BlockScheme::fp8_block:
-          out[i] = static_cast<float>(decode_float(kFp8E4M3, q.codes[i])) * s;
-          break;
-      }
+    const float* srow = q.scales.data() + (r / q.tile_rows) * gc;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      const float v = lut[q.codes[i]] * srow[c / q.tile_cols];
+      out[i] = nv ? v * gdec : v;
     }
   }
 }
 
 void block_scaled_fake_quantize(std::span<float> x, int64_t rows, int64_t cols,
                                 const BlockScaledOptions& opt) {
-  const BlockScaledTensor q = block_scaled_quantize(x, rows, cols, opt);
-  block_scaled_dequantize(q, x);
+  detail::block_scaled_fake_quantize_with(detail::block_kernels(), x, rows, cols, opt);
+}
+
+namespace {
+
+BlockScaledFactors factors(std::span<const float> x, int64_t rows, int64_t cols,
+                           const BlockScaledOptions& opt, size_t out_size, float* out,
+                           uint16_t* out16) {
+  detail::block_scaled_check(x, rows, cols, opt);
+  if (out_size != x.size())
+    throw std::invalid_argument("block_scaled_fake_quantize_factors: output holds " +
+                                std::to_string(out_size) + " values, the input " +
+                                std::to_string(x.size()));
+  BlockScaledFactors f;
+  const bool fp8 = opt.scheme == BlockScheme::fp8_block;
+  if (fp8) {
+    const int th = opt.tile_rows, tw = block_scaled_tile_cols(opt.scheme);
+    f.tile_scales.resize(static_cast<size_t>(((rows + th - 1) / th) * ((cols + tw - 1) / tw)));
+  }
+  const float amax = quantize_core(detail::block_kernels(), x.data(), rows, cols, opt,
+                                   {.deq = out, .deq16 = out16, .unscaled = true,
+                                    .scales = fp8 ? f.tile_scales.data() : nullptr});
+  if (opt.scheme == BlockScheme::nvfp4) f.tensor_scale = amax / (kE4M3Max * kE2M1Max);
+  return f;
+}
+
+}  // namespace
+
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<float> out) {
+  return factors(x, rows, cols, opt, out.size(), out.data(), nullptr);
+}
+
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<uint16_t> out_bf16) {
+  return factors(x, rows, cols, opt, out_bf16.size(), nullptr, out_bf16.data());
+}
+
+void block_scaled_accumulate(std::span<float> y, std::span<const float> partial, int64_t rows,
+                             int64_t cols, std::span<const float> row_scale,
+                             std::span<const float> col_scale, bool first) {
+  if (static_cast<int64_t>(y.size()) != rows * cols || partial.size() != y.size() ||
+      static_cast<int64_t>(row_scale.size()) != rows || static_cast<int64_t>(col_scale.size()) != cols)
+    throw std::invalid_argument("block_scaled_accumulate: sizes do not match a " +
+                                std::to_string(rows) + "x" + std::to_string(cols) + " result");
+  const detail::BlockKernels& k = detail::block_kernels();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
+  for (int64_t r = 0; r < rows; ++r)
+    k.scaled_add(y.data() + r * cols, partial.data() + r * cols, cols, row_scale[static_cast<size_t>(r)],
+                 col_scale.data(), first);
+}
+
+void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, bool rht,
+                          std::span<float> out) {
+  const int64_t rp = rht ? (rows + 15) / 16 * 16 : rows;
+  if (rows < 0 || cols < 0 || static_cast<int64_t>(x.size()) != rows * cols ||
+      static_cast<int64_t>(out.size()) != cols * rp)
+    throw std::invalid_argument("block_scaled_columns: " + std::to_string(x.size()) + " values in, " +
+                                std::to_string(out.size()) + " out, for a " + std::to_string(rows) +
+                                "x" + std::to_string(cols) + " tensor");
+  const detail::BlockKernels& k = detail::block_kernels();
+  const float* s = x.data();
+  float* d = out.data();
+  constexpr int64_t kT = 16;  // full 16 x 16 tiles by the kernel, the edges element by element
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
+  for (int64_t c0 = 0; c0 < cols; c0 += kT) {
+    const int64_t c1 = std::min(cols, c0 + kT);
+    for (int64_t r0 = 0; r0 < rows; r0 += kT) {
+      const int64_t r1 = std::min(rows, r0 + kT);
+      if (c1 - c0 == kT && r1 - r0 == kT) {
+        k.transpose16(s + r0 * cols + c0, cols, d + c0 * rp + r0, rp);
+      } else {
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) d[c * rp + r] = s[r * cols + c];
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t r = rows; r < rp; ++r) d[c * rp + r] = 0.0f;
+  }
+  if (rht && cols * rp > 0) rht16_rows(out, cols, rp);
 }
 
 float rht16_sign(int i) {
@@ -236,15 +363,13 @@ void rht16_rows(std::span<float> x, int64_t rows, int64_t cols) {
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j)
       t[i][j] = rht16_sign(i) * ((std::popcount(static_cast<unsigned>(i & j)) & 1) ? -0.25f : 0.25f);
-  float in[16];
-  for (size_t g = 0; g < x.size(); g += 16) {
-    std::copy_n(x.data() + g, 16, in);
-    for (int j = 0; j < 16; ++j) {
-      float acc = 0.0f;
-      for (int i = 0; i < 16; ++i) acc += in[i] * t[i][j];
-      x[g + static_cast<size_t>(j)] = acc;
-    }
-  }
+  const detail::BlockKernels& k = detail::block_kernels();
+  const int64_t ng = static_cast<int64_t>(x.size()) / 16;
+  constexpr int64_t kChunk = 1024;  // groups per task
+  const int64_t nc = (ng + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
+  for (int64_t c = 0; c < nc; ++c)
+    k.rht16(x.data() + c * kChunk * 16, std::min(kChunk, ng - c * kChunk), t);
 }
 
 }  // namespace mixp

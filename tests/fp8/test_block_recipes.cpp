@@ -19,6 +19,7 @@
 #include "mixp/tensor/factories.h"
 #include "mixp/train/fp8_recipe.h"
 #include "mixp/train/trainer.h"
+#include "train/resume_check.h"
 #include "train/train_test_util.h"
 
 namespace mixp {
@@ -164,6 +165,41 @@ TEST(BlockRecipes, Mxfp4AndFp8BlockOperands) {
   }
 }
 
+// fp8-block's GEMMs run per 128-wide chunk of the reduction dimension (block_linear.cpp gemm_nt:
+// a bf16 GEMM per chunk, times the chunk's scales of the row and the column): on ragged shapes
+// spanning several chunks, with magnitudes that differ from chunk to chunk (so that a scale of the
+// wrong chunk, row block or column block shows), all three GEMMs equal the products of the
+// dequantized operands up to fp32 summation order.
+TEST(BlockRecipes, Fp8BlockChunkedGemmsOnRaggedShapes) {
+  const int64_t m = 40, k = 300, n = 260;
+  Vec xs(static_cast<size_t>(m * k)), ws(static_cast<size_t>(n * k)), gs(static_cast<size_t>(m * n));
+  Generator gen(11);
+  const Vec rx = randn(Shape{m, k}, gen).to_vector<float>(), rw = randn(Shape{n, k}, gen).to_vector<float>(),
+            rg = randn(Shape{m, n}, gen).to_vector<float>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      xs[static_cast<size_t>(i * k + j)] = rx[static_cast<size_t>(i * k + j)] * std::ldexp(1.0f, static_cast<int>((j / 128) * 3 + i % 5));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      ws[static_cast<size_t>(i * k + j)] = rw[static_cast<size_t>(i * k + j)] * std::ldexp(0.01f, static_cast<int>((i / 128) * 2 - (j / 128)));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      gs[static_cast<size_t>(i * n + j)] = rg[static_cast<size_t>(i * n + j)] * std::ldexp(1e-3f, static_cast<int>(j / 128 + i % 3));
+  amp::Fp8LinearMeta meta(Fp8Recipe::fp8_block());
+  Tensor x = from_vector(xs, Shape{m, k}).requires_grad_();
+  Tensor w = from_vector(ws, Shape{n, k}).requires_grad_();
+  Tensor y = amp::fp8_linear(x, w, Tensor(), Activation::none, meta);
+  sum(y * from_vector(gs, Shape{m, n})).backward();
+  EXPECT_LT(rel(y.to_vector<float>(), nt(fq(xs, m, k, BlockScheme::fp8_block, 1),
+                                         fq(ws, n, k, BlockScheme::fp8_block, 128), m, n, k)), kTol);
+  EXPECT_LT(rel(x.grad().to_vector<float>(),
+                nt(fq(gs, m, n, BlockScheme::fp8_block, 1),
+                   transpose(fq(ws, n, k, BlockScheme::fp8_block, 128), n, k), m, k, n)), kTol);
+  EXPECT_LT(rel(w.grad().to_vector<float>(),
+                nt(fq(transpose(gs, m, n), n, m, BlockScheme::fp8_block, 1),
+                   fq(transpose(xs, m, k), k, m, BlockScheme::fp8_block, 1), n, k, m)), kTol);
+}
+
 // promote: a 14-bit accumulator loses the small addends of a long sum; promoting every 128
 // products keeps most of them.
 TEST(BlockRecipes, Fp8BlockPromotionEmulatesTheLimitedAccumulator) {
@@ -253,6 +289,18 @@ TEST(BlockRecipes, Bf16LastKeepsTheLastBlocksOutAndRulesOverrideIt) {
   EXPECT_EQ(star.size(), some.size() + 1);
   EXPECT_EQ(std::count(star.begin(), star.end(), "head"), 1);
   for (const std::string& n : star) EXPECT_NE(n.find("blocks.2."), 0u) << n;
+}
+
+// The stochastic-rounding seeds are hashed from the gradients' values (block_linear.cpp
+// value_seed, per-block hashes combined), so a resumed run draws the same bits: the losses and
+// weights of 2 + 2 steps equal those of 4 uninterrupted steps, bit for bit.
+TEST(BlockRecipes, ResumeIsBitIdentical) {
+  for (const char* p : {"nvfp4", "mxfp4", "fp8-block"}) {
+    SCOPED_TRACE(p);
+    train::TrainConfig c = train::testing::small_gpt(p);
+    c.batch = 4;
+    train::testing::expect_resume_identical(c, 2);
+  }
 }
 
 class BlockRecipeTrains : public ::testing::TestWithParam<const char*> {};

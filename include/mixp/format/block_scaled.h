@@ -76,9 +76,53 @@ BlockScaledTensor block_scaled_quantize(std::span<const float> x, int64_t rows, 
                                         const BlockScaledOptions& opt);
 // out.size() == rows * cols.
 void block_scaled_dequantize(const BlockScaledTensor& q, std::span<float> out);
-// Quantize + dequantize in place (training's fake quantization).
+// Quantize + dequantize in place (training's fake quantization), fused: no codes are stored.
 void block_scaled_fake_quantize(std::span<float> x, int64_t rows, int64_t cols,
                                 const BlockScaledOptions& opt);
+
+// Fake quantization in the factors a GEMM consumes (src/amp/block_linear.cpp): out gets the
+// values before the per-tensor or per-tile factor, which is returned, so that the dequantized
+// tensor is
+//   nvfp4, mxfp4:  out[i] * tensor_scale, out[i] = e2m1_value(code) * block scale, and
+//                  tensor_scale = amax / 2688 (nvfp4) or 1 (mxfp4);
+//   fp8_block:     out[i] * tile_scales[tile of i], out[i] = the E4M3 value (tiles row-major).
+// Every out[i] is exactly representable in bf16 (E2M1 has 2 significant bits, E4M3 and E8M0
+// scales 4 and 1, so a product has at most 6; E4M3 values have 4; bf16 keeps 8 and fp32's
+// exponent range), so a bf16 GEMM on them forms the exact products. nvfp4's
+// (e2m1 * s) * tensor_scale equals block_scaled_dequantize bit for bit.
+struct BlockScaledFactors {
+  float tensor_scale = 1.0f;
+  std::vector<float> tile_scales;  // fp8_block only
+};
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<float> out);
+// The same values written as bf16 bits (exact: the top halves of the fp32 values above).
+BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, int64_t rows,
+                                                      int64_t cols, const BlockScaledOptions& opt,
+                                                      std::span<uint16_t> out_bf16);
+
+// fp8_block's GEMM per 128-wide chunk of K (src/amp/block_linear.cpp): adds one chunk's fp32
+// partial product into the result, y[r][c] += partial[r][c] * (row_scale[r] * col_scale[c]) (the
+// chunk's scales of row r of A and row c of B), or y = 0 + that for the first chunk. Row-parallel,
+// SIMD; the same fp32 operations element by element.
+void block_scaled_accumulate(std::span<float> y, std::span<const float> partial, int64_t rows,
+                             int64_t cols, std::span<const float> row_scale,
+                             std::span<const float> col_scale, bool first);
+
+// The column-wise operand of a tensor (the wgrad GEMM's, src/amp/block_linear.cpp): out [cols, rp]
+// = x^T, rp = rows, or rows rounded up to a multiple of 16 with zero columns and then rht16_rows
+// applied when rht. out.size() == cols * rp.
+void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, bool rht,
+                          std::span<float> out);
+
+// The scalar reference of block_scaled_quantize / _dequantize (src/format/block_scaled_ref.cpp):
+// one element at a time through the generic float encoder. The functions above are the fast
+// path (SIMD loops per tier, OpenMP over tile rows) and equal it bit for bit
+// (tests/block/test_block_scaled_fast.cpp); it is kept as the reference they are tested against.
+BlockScaledTensor block_scaled_quantize_reference(std::span<const float> x, int64_t rows,
+                                                  int64_t cols, const BlockScaledOptions& opt);
+void block_scaled_dequantize_reference(const BlockScaledTensor& q, std::span<float> out);
 
 // Value of an E2M1 code (sign bit 3): 0, 0.5, 1, 1.5, 2, 3, 4, 6.
 float e2m1_value(uint8_t code);
