@@ -1,8 +1,11 @@
 // Front ends of the pointwise ops: binary (broadcasting), scalar, unary, dropout, operators.
+#include <atomic>
+
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
-#include "mixp/autograd/checkpoint.h"
+#include "mixp/tensor/generator.h"
 #include "ops/dispatch.h"
+#include "ops/dropout_seed.h"
 
 namespace mixp {
 using namespace detail;
@@ -201,9 +204,22 @@ Tensor cos(const Tensor& a) {
   return unary_op(OpId::cos, UnaryOp::cos, a);
 }
 
+namespace {
+// Constant-initialized, so it is set before any dynamic initializer could draw a seed.
+std::atomic<detail::DropoutSeedSource> g_dropout_seed_source{nullptr};
+}  // namespace
+
+void detail::set_dropout_seed_source(DropoutSeedSource source) {
+  g_dropout_seed_source.store(source);
+}
+uint64_t detail::dropout_seed(Generator& gen) {
+  const DropoutSeedSource source = g_dropout_seed_source.load();
+  return source ? source(gen) : gen.next_u64();
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
-  return dropout(x, p, training, detail::checkpoint_aware_seed(gen));
+  return dropout(x, p, training, detail::dropout_seed(gen));
 }
 
 Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {
