@@ -67,7 +67,6 @@ SHARED_INTERNAL = {
     "backend/cpu/onednn_util.h": {"quant"},
     "backend/cpu/qkernels.h": {"quant"},
     "backend/cpu/lowbit_codes_kernel.h": {"quant"},
-    "backend/cuda/cuda_device.h": {"dist"},
 }
 
 # Back-imports that exist today, each to be removed (issue 12, "Layering holds"). file -> the
