@@ -4,10 +4,11 @@
 // A = float; MIXP_HD). The cpu backend's vectorised row loops (src/backend/cpu/vec_kernels.inc,
 // cpu_norm.cpp) are the family's second and only other form, and take norm_rstd from here.
 //
-// A row is walked as its caller runs it (RowLoop): the ref's one thread visits j = 0, 1, ..,
-// n - 1; a cuda block's threads visit j = threadIdx.x, + blockDim.x, .. and `total` sums the
-// threads' partial sums (block_reduce) where the ref's total is the identity. Loads, stores and
-// the optional weight and bias are callables, so each backend keeps its own memory layout.
+// A row is walked as its caller runs it: the ref's one thread visits j = 0, 1, .., n - 1
+// (SerialRow); a cuda block's threads visit j = threadIdx.x, + blockDim.x, .. (RowLoop) and `total`
+// sums the threads' partial sums (block_reduce) where the ref's total is the identity. Loads,
+// stores and the optional weight and bias are callables, so each backend keeps its own memory
+// layout.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -16,8 +17,15 @@
 
 namespace mixp::kern {
 
+// A cuda block's walk (first = threadIdx.x, step = blockDim.x).
 struct RowLoop {
   int64_t n, first, step;
+};
+// The ref's walk: one thread, j = 0, 1, ..; the step known at compile time, so the loops compile
+// as plain counted loops.
+struct SerialRow {
+  int64_t n;
+  static constexpr int64_t first = 0, step = 1;
 };
 
 struct StdSqrt {
@@ -44,8 +52,8 @@ MIXP_HD A layer_norm_xhat(A x, A mean, A rstd) {
 
 // y = xhat [* w] [+ b] for row (n = L.n) of a LayerNorm; x(j), w(j), b(j) load (as A), y(j, v)
 // stores; mean and rstd get the row's statistics.
-template <class A, class X, class W, class B, class Y, class Total>
-MIXP_HD void layer_norm_row(RowLoop L, A eps, X x, bool has_w, W w, bool has_b, B b, Y y,
+template <class Loop, class A, class X, class W, class B, class Y, class Total>
+MIXP_HD void layer_norm_row(Loop L, A eps, X x, bool has_w, W w, bool has_b, B b, Y y,
                             Total total, A& mean, A& rstd) {
   A s = 0;
   for (int64_t j = L.first; j < L.n; j += L.step) s += x(j);
@@ -70,8 +78,8 @@ MIXP_HD void layer_norm_row(RowLoop L, A eps, X x, bool has_w, W w, bool has_b, 
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
 // and each element's contribution to dweight (g * xhat) and dbias (g) handed to params(j, dw, db)
 // (the ref sums them over rows in order; cuda's column kernel sums g * xhat itself).
-template <class A, class X, class G, class W, class P, class Y, class Total>
-MIXP_HD void layer_norm_backward_row(RowLoop L, A mean, A rstd, X x, G g, bool has_w, W w,
+template <class Loop, class A, class X, class G, class W, class P, class Y, class Total>
+MIXP_HD void layer_norm_backward_row(Loop L, A mean, A rstd, X x, G g, bool has_w, W w,
                                      P params, Y dx, Total total) {
   A sum_d = 0, sum_dx = 0;
   for (int64_t j = L.first; j < L.n; j += L.step) {
@@ -94,8 +102,8 @@ MIXP_HD void layer_norm_backward_row(RowLoop L, A mean, A rstd, X x, G g, bool h
 }
 
 // RMSNorm (Hugging Face's LlamaRMSNorm): y = x * rstd [* w], rstd = norm_rstd(mean(x^2), eps).
-template <class A, class X, class W, class Y, class Total>
-MIXP_HD void rms_norm_row(RowLoop L, A eps, X x, bool has_w, W w, Y y, Total total, A& rstd) {
+template <class Loop, class A, class X, class W, class Y, class Total>
+MIXP_HD void rms_norm_row(Loop L, A eps, X x, bool has_w, W w, Y y, Total total, A& rstd) {
   A ss = 0;
   for (int64_t j = L.first; j < L.n; j += L.step) ss += x(j) * x(j);
   const A rs = norm_rstd(total(ss) / static_cast<A>(L.n), eps);
@@ -109,8 +117,8 @@ MIXP_HD void rms_norm_row(RowLoop L, A eps, X x, bool has_w, W w, Y y, Total tot
 
 // RMSNorm's backward for one row, with xhat = x * rstd and dxhat = g [* w]:
 //   dx = rstd * (dxhat - xhat * mean(dxhat * xhat)); params(j, g * xhat) gets dweight's part.
-template <class A, class X, class G, class W, class P, class Y, class Total>
-MIXP_HD void rms_norm_backward_row(RowLoop L, A rstd, X x, G g, bool has_w, W w, P params, Y dx,
+template <class Loop, class A, class X, class G, class W, class P, class Y, class Total>
+MIXP_HD void rms_norm_backward_row(Loop L, A rstd, X x, G g, bool has_w, W w, P params, Y dx,
                                    Total total) {
   A dot = 0;
   for (int64_t j = L.first; j < L.n; j += L.step) {

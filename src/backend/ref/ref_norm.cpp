@@ -25,7 +25,7 @@ void require_contiguous(std::initializer_list<const Tensor*> ts, const char* op)
 }
 // The ref's row walk: one thread, so a row's total is its own sum.
 constexpr auto kOneThread = [](double v) { return v; };
-RowLoop one_row(int64_t n) { return RowLoop{n, 0, 1}; }
+SerialRow one_row(int64_t n) { return SerialRow{n}; }
 }  // namespace
 
 void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
@@ -40,12 +40,10 @@ void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tenso
     const T* w = weight.defined() ? ptr<T>(weight) : nullptr;
     const T* b = bias.defined() ? ptr<T>(bias) : nullptr;
     const bool sc = src.is_contiguous();
-    auto wj = [&](int64_t j) {
-      return static_cast<double>(w[weight.is_contiguous() ? j : offset_of(weight, j)]);
-    };
-    auto bj = [&](int64_t j) {
-      return static_cast<double>(b[bias.is_contiguous() ? j : offset_of(bias, j)]);
-    };
+    const bool wc = weight.defined() && weight.is_contiguous();
+    const bool bc = bias.defined() && bias.is_contiguous();
+    auto wj = [&](int64_t j) { return static_cast<double>(w[wc ? j : offset_of(weight, j)]); };
+    auto bj = [&](int64_t j) { return static_cast<double>(b[bc ? j : offset_of(bias, j)]); };
     for (int64_t r = 0; r < rows; ++r) {
       auto x = [&](int64_t j) {
         return static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]);
