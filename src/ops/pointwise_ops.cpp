@@ -142,18 +142,32 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::add, BinaryOp::add, a, b);
-}
-Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::sub, BinaryOp::sub, a, b);
-}
-Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::mul, BinaryOp::mul, a, b);
-}
-Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::div, BinaryOp::div, a, b);
-}
+// The front ends whose op id (ops/op_list.h) and kernel code (backend/op_codes.h) share their
+// name: one line each (docs/architecture.md 10, "add an op").
+#define MIXP_BINARY_FRONT_END(name)                     \
+  Tensor name(const Tensor& a, const Tensor& b) {       \
+    return binary_op(OpId::name, BinaryOp::name, a, b); \
+  }
+#define MIXP_UNARY_FRONT_END(name)                 \
+  Tensor name(const Tensor& a) {                   \
+    return unary_op(OpId::name, UnaryOp::name, a); \
+  }
+MIXP_BINARY_FRONT_END(add)
+MIXP_BINARY_FRONT_END(sub)
+MIXP_BINARY_FRONT_END(mul)
+MIXP_BINARY_FRONT_END(div)
+MIXP_UNARY_FRONT_END(neg)
+MIXP_UNARY_FRONT_END(exp)
+MIXP_UNARY_FRONT_END(log)
+MIXP_UNARY_FRONT_END(sqrt)
+MIXP_UNARY_FRONT_END(relu)
+MIXP_UNARY_FRONT_END(tanh)
+MIXP_UNARY_FRONT_END(sigmoid)
+MIXP_UNARY_FRONT_END(sin)
+MIXP_UNARY_FRONT_END(cos)
+#undef MIXP_UNARY_FRONT_END
+#undef MIXP_BINARY_FRONT_END
+
 Tensor add(const Tensor& a, double s) {
   return scalar_op(OpId::add_scalar, ScalarOp::add, a, s);
 }
@@ -169,39 +183,12 @@ Tensor rsub(double s, const Tensor& a) {
 Tensor rdiv(double s, const Tensor& a) {
   return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s);
 }
-Tensor neg(const Tensor& a) {
-  return unary_op(OpId::neg, UnaryOp::neg, a);
-}
-Tensor exp(const Tensor& a) {
-  return unary_op(OpId::exp, UnaryOp::exp, a);
-}
-Tensor log(const Tensor& a) {
-  return unary_op(OpId::log, UnaryOp::log, a);
-}
-Tensor sqrt(const Tensor& a) {
-  return unary_op(OpId::sqrt, UnaryOp::sqrt, a);
-}
-Tensor relu(const Tensor& a) {
-  return unary_op(OpId::relu, UnaryOp::relu, a);
-}
 Tensor gelu(const Tensor& a) {
   return gelu(a, GeluApprox::none);
 }
 Tensor gelu(const Tensor& a, GeluApprox approximate) {
   return unary_op(OpId::gelu, approximate == GeluApprox::tanh ? UnaryOp::gelu : UnaryOp::gelu_erf,
                   a);
-}
-Tensor tanh(const Tensor& a) {
-  return unary_op(OpId::tanh, UnaryOp::tanh, a);
-}
-Tensor sigmoid(const Tensor& a) {
-  return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a);
-}
-Tensor sin(const Tensor& a) {
-  return unary_op(OpId::sin, UnaryOp::sin, a);
-}
-Tensor cos(const Tensor& a) {
-  return unary_op(OpId::cos, UnaryOp::cos, a);
 }
 
 namespace {
