@@ -77,15 +77,25 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
-Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
-  const char* nm = op_name(id).data();
-  check_defined(x0, nm, "x");
+// The one-input front ends' start: the input after the cast policy (x), its result dtype (rd),
+// the dtype the kernel computes in (c) and the input in it (xc).
+struct OneInput {
+  Tensor x;
+  DType rd, c;
+  Tensor xc;
+};
+OneInput one_input(OpId id, const Tensor& x0) {
+  check_defined(x0, op_name(id).data(), "x");
   Tensor in[1] = {x0};
   apply_cast_policy(id, in);
-  const Tensor& x = in[0];
-  const DType rd = result_dtype({&x});
+  const DType rd = result_dtype({&in[0]});
   const DType c = pointwise_compute(rd);
-  const Tensor xc = as_compute(x, c);
+  Tensor xc = as_compute(in[0], c);
+  return OneInput{in[0], rd, c, xc};
+}
+
+Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
+  const auto [x, rd, c, xc] = one_input(id, x0);
   Tensor out = new_tensor(x.shape(), c, x.device());
   backend_for(out, xc).scalar(sop, out, xc, s);
   out = finish(out, rd);
@@ -116,14 +126,7 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
 }
 
 Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
-  const char* nm = op_name(id).data();
-  check_defined(x0, nm, "x");
-  Tensor in[1] = {x0};
-  apply_cast_policy(id, in);
-  const Tensor& x = in[0];
-  const DType rd = result_dtype({&x});
-  const DType c = pointwise_compute(rd);
-  const Tensor xc = as_compute(x, c);
+  const auto [x, rd, c, xc] = one_input(id, x0);
   Tensor yc = new_tensor(x.shape(), c, x.device());
   backend_for(yc, xc).unary(uop, yc, xc);
   Tensor out = finish(yc, rd);
