@@ -8,6 +8,7 @@
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/tensor/generator.h"
 #include "ops/dispatch.h"
+#include "ops/dropout_seed.h"
 
 namespace mixp {
 
@@ -37,6 +38,10 @@ uint64_t checkpoint_aware_seed(Generator& gen) {
   log->seeds.push_back(fresh);
   return fresh;
 }
+
+// dropout(x, p, training, Generator&) draws its seeds here (ops/dropout_seed.h), registered
+// while libmixp loads.
+const bool kDropoutSeedsRegistered = (set_dropout_seed_source(&checkpoint_aware_seed), true);
 
 struct SeedLogScope {
   SeedLog* prev;

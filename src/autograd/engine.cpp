@@ -15,6 +15,7 @@
 #include "mixp/backend/kernel_observer.h"
 #include "mixp/tensor/factories.h"
 #include "ops/dispatch.h"
+#include "tensor/backward_hook.h"
 
 namespace mixp {
 namespace {
@@ -325,5 +326,14 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> grads, 
     }
   }
 }
+
+namespace {
+// Tensor::backward() runs the engine through this hook (tensor/backward_hook.h), registered while
+// libmixp loads.
+const bool g_backward_registered = [] {
+  detail::set_backward_runner(&run_backward);
+  return true;
+}();
+}  // namespace
 
 }  // namespace mixp

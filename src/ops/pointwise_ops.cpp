@@ -1,8 +1,11 @@
 // Front ends of the pointwise ops: binary (broadcasting), scalar, unary, dropout, operators.
+#include <atomic>
+
 #include "backend/kernel_util.h"
 #include "backend/narrow.h"
-#include "mixp/autograd/checkpoint.h"
+#include "mixp/tensor/generator.h"
 #include "ops/dispatch.h"
+#include "ops/dropout_seed.h"
 
 namespace mixp {
 using namespace detail;
@@ -74,15 +77,25 @@ Tensor binary_op(OpId id, BinaryOp bop, const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
-Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
-  const char* nm = op_name(id).data();
-  check_defined(x0, nm, "x");
+// The one-input front ends' start: the input after the cast policy (x), its result dtype (rd),
+// the dtype the kernel computes in (c) and the input in it (xc).
+struct OneInput {
+  Tensor x;
+  DType rd, c;
+  Tensor xc;
+};
+OneInput one_input(OpId id, const Tensor& x0) {
+  check_defined(x0, op_name(id).data(), "x");
   Tensor in[1] = {x0};
   apply_cast_policy(id, in);
-  const Tensor& x = in[0];
-  const DType rd = result_dtype({&x});
+  const DType rd = result_dtype({&in[0]});
   const DType c = pointwise_compute(rd);
-  const Tensor xc = as_compute(x, c);
+  Tensor xc = as_compute(in[0], c);
+  return OneInput{in[0], rd, c, xc};
+}
+
+Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
+  const auto [x, rd, c, xc] = one_input(id, x0);
   Tensor out = new_tensor(x.shape(), c, x.device());
   backend_for(out, xc).scalar(sop, out, xc, s);
   out = finish(out, rd);
@@ -113,14 +126,7 @@ Tensor scalar_op(OpId id, ScalarOp sop, const Tensor& x0, double s) {
 }
 
 Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
-  const char* nm = op_name(id).data();
-  check_defined(x0, nm, "x");
-  Tensor in[1] = {x0};
-  apply_cast_policy(id, in);
-  const Tensor& x = in[0];
-  const DType rd = result_dtype({&x});
-  const DType c = pointwise_compute(rd);
-  const Tensor xc = as_compute(x, c);
+  const auto [x, rd, c, xc] = one_input(id, x0);
   Tensor yc = new_tensor(x.shape(), c, x.device());
   backend_for(yc, xc).unary(uop, yc, xc);
   Tensor out = finish(yc, rd);
@@ -139,18 +145,32 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::add, BinaryOp::add, a, b);
-}
-Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::sub, BinaryOp::sub, a, b);
-}
-Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::mul, BinaryOp::mul, a, b);
-}
-Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::div, BinaryOp::div, a, b);
-}
+// The front ends whose op id (ops/op_list.h) and kernel code (backend/op_codes.h) share their
+// name: one line each (docs/architecture.md 10, "add an op").
+#define MIXP_BINARY_FRONT_END(name)                     \
+  Tensor name(const Tensor& a, const Tensor& b) {       \
+    return binary_op(OpId::name, BinaryOp::name, a, b); \
+  }
+#define MIXP_UNARY_FRONT_END(name)                 \
+  Tensor name(const Tensor& a) {                   \
+    return unary_op(OpId::name, UnaryOp::name, a); \
+  }
+MIXP_BINARY_FRONT_END(add)
+MIXP_BINARY_FRONT_END(sub)
+MIXP_BINARY_FRONT_END(mul)
+MIXP_BINARY_FRONT_END(div)
+MIXP_UNARY_FRONT_END(neg)
+MIXP_UNARY_FRONT_END(exp)
+MIXP_UNARY_FRONT_END(log)
+MIXP_UNARY_FRONT_END(sqrt)
+MIXP_UNARY_FRONT_END(relu)
+MIXP_UNARY_FRONT_END(tanh)
+MIXP_UNARY_FRONT_END(sigmoid)
+MIXP_UNARY_FRONT_END(sin)
+MIXP_UNARY_FRONT_END(cos)
+#undef MIXP_UNARY_FRONT_END
+#undef MIXP_BINARY_FRONT_END
+
 Tensor add(const Tensor& a, double s) {
   return scalar_op(OpId::add_scalar, ScalarOp::add, a, s);
 }
@@ -166,21 +186,6 @@ Tensor rsub(double s, const Tensor& a) {
 Tensor rdiv(double s, const Tensor& a) {
   return scalar_op(OpId::rdiv_scalar, ScalarOp::rdiv, a, s);
 }
-Tensor neg(const Tensor& a) {
-  return unary_op(OpId::neg, UnaryOp::neg, a);
-}
-Tensor exp(const Tensor& a) {
-  return unary_op(OpId::exp, UnaryOp::exp, a);
-}
-Tensor log(const Tensor& a) {
-  return unary_op(OpId::log, UnaryOp::log, a);
-}
-Tensor sqrt(const Tensor& a) {
-  return unary_op(OpId::sqrt, UnaryOp::sqrt, a);
-}
-Tensor relu(const Tensor& a) {
-  return unary_op(OpId::relu, UnaryOp::relu, a);
-}
 Tensor gelu(const Tensor& a) {
   return gelu(a, GeluApprox::none);
 }
@@ -188,22 +193,23 @@ Tensor gelu(const Tensor& a, GeluApprox approximate) {
   return unary_op(OpId::gelu, approximate == GeluApprox::tanh ? UnaryOp::gelu : UnaryOp::gelu_erf,
                   a);
 }
-Tensor tanh(const Tensor& a) {
-  return unary_op(OpId::tanh, UnaryOp::tanh, a);
+
+namespace {
+// Constant-initialized, so it is set before any dynamic initializer could draw a seed.
+std::atomic<detail::DropoutSeedSource> g_dropout_seed_source{nullptr};
+}  // namespace
+
+void detail::set_dropout_seed_source(DropoutSeedSource source) {
+  g_dropout_seed_source.store(source);
 }
-Tensor sigmoid(const Tensor& a) {
-  return unary_op(OpId::sigmoid, UnaryOp::sigmoid, a);
-}
-Tensor sin(const Tensor& a) {
-  return unary_op(OpId::sin, UnaryOp::sin, a);
-}
-Tensor cos(const Tensor& a) {
-  return unary_op(OpId::cos, UnaryOp::cos, a);
+uint64_t detail::dropout_seed(Generator& gen) {
+  const DropoutSeedSource source = g_dropout_seed_source.load();
+  return source ? source(gen) : gen.next_u64();
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
-  return dropout(x, p, training, detail::checkpoint_aware_seed(gen));
+  return dropout(x, p, training, detail::dropout_seed(gen));
 }
 
 Tensor dropout(const Tensor& x0, double p, bool training, uint64_t seed) {

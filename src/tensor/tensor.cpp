@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
-#include "mixp/autograd/grad_mode.h"
-#include "mixp/autograd/node.h"
 #include "mixp/tensor/allocator.h"
 #include "mixp/tensor/element.h"
+#include "tensor/backward_hook.h"
 
 namespace mixp {
 
@@ -277,10 +277,21 @@ void Tensor::set_grad(const Tensor& g) {
   impl_->grad = g.impl_ptr();
 }
 
+namespace {
+// Constant-initialized, so it is set before any dynamic initializer could call backward().
+std::atomic<detail::BackwardRunner> g_backward_runner{nullptr};
+}  // namespace
+
+void detail::set_backward_runner(BackwardRunner run) {
+  g_backward_runner.store(run);
+}
+
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  const detail::BackwardRunner run = g_backward_runner.load();
+  if (!run) throw std::logic_error("mixp: Tensor::backward: no autograd engine is registered");
   const Tensor roots[1] = {*this};
   const Tensor grads[1] = {grad};
-  run_backward(roots, grads, retain_graph);
+  run(std::span<const Tensor>(roots, 1), std::span<const Tensor>(grads, 1), retain_graph);
 }
 
 Tensor Tensor::detach() const {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <new>
 #include <set>
+#include <string>
 
 #include "mixp/backend/cuda.h"
 #include "mixp/tensor/allocator.h"
@@ -84,6 +85,25 @@ TEST(CudaMemory, ASourceThatRunsOutIsRetriedAfterEmptyingTheCache) {
 TEST(CudaMemory, CudaMemoryIsRegisteredExactlyWhenTheBackendIsBuilt) {
   EXPECT_EQ(device_memory(DeviceKind::cuda) != nullptr, cuda_status().built);
   EXPECT_EQ(device_memory(DeviceKind::cpu), nullptr);
+}
+
+// The device interface gives the backend's stream of a device (what the NCCL group runs its
+// collectives on, src/dist/nccl/nccl_group.cpp, without including the backend): registered with
+// the allocator, and saying "no CUDA device" as the allocator does where there is none.
+TEST(CudaMemory, TheBackendRegistersTheStreamOfEachDevice) {
+  const DeviceMemoryHooks* hooks = device_memory(DeviceKind::cuda);
+  if (!hooks) GTEST_SKIP() << "the CUDA backend is not built";
+  ASSERT_NE(hooks->stream, nullptr);
+  if (cuda_available()) {
+    EXPECT_EQ(hooks->stream(0), hooks->stream(0));  // one stream per device, made once
+    return;
+  }
+  try {
+    (void)hooks->stream(0);
+    FAIL() << "cuda:0's stream without a device";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
 }
 
 // The allocator of a device's memory (what the training loop's peak is read from): the cpu's

@@ -100,6 +100,11 @@ struct DeviceMemoryHooks {
   // Synchronous: the bytes are in place when it returns.
   void (*copy)(void* dst, Device dst_device, const void* src, Device src_device,
                size_t nbytes) = nullptr;
+  // The native stream (cudaStream_t for cuda) on which the backend of device `index` runs its
+  // kernels, with that device made current on the calling thread; throws as `allocator` when the
+  // device is not there. Work queued on it is ordered after the backend's kernels: the NCCL group
+  // (src/dist/nccl/nccl_group.cpp) runs its collectives there.
+  void* (*stream)(int index) = nullptr;
 };
 void register_device_memory(DeviceKind kind, const DeviceMemoryHooks& hooks);
 // The hooks of `kind`, or null when no backend for it is built into this library.

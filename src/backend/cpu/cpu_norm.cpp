@@ -1,10 +1,12 @@
-// CpuBackend normalisations: LayerNorm over the last dims and BatchNorm over [N, C, S], fp32
-// contiguous fast paths on the tiered row kernels (vec_kernels.h); other layouts fall through to
-// the ref kernels.
+// CpuBackend normalisations: LayerNorm over the last dims (and its 16-bit saved xhat), RMSNorm and
+// BatchNorm over [N, C, S], fp32 contiguous fast paths on the tiered row kernels (vec_kernels.h)
+// and row loops; other layouts fall through to the ref kernels (src/backend/ref/ref_norm.cpp,
+// ref_reduce.cpp). The scalar math is backend/math/norm_math.h.
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -13,6 +15,7 @@
 #include "backend/cpu/cpu_parallel.h"
 #include "backend/cpu/vec_kernels.h"
 #include "backend/kernel_util.h"
+#include "backend/math/norm_math.h"
 #include "backend/narrow.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/cpu_features.h"
@@ -158,6 +161,122 @@ void CpuBackend::layer_norm_backward_xhat(Tensor& dx, Tensor& dw, Tensor& db, co
           s += part[(static_cast<size_t>(blk * max_t + t) * 2 + which) * n + i];
         o[i] = blk == 0 ? s : o[i] + s;
       }
+    }
+  }
+}
+
+// ---- LayerNorm's 16-bit saved xhat (ops/layer_norm_saved.h): a row loop whose rounding is the
+// bulk converter's; the ref backend's element loop (ref_norm.cpp) is its oracle in tests/backend.
+namespace {
+constexpr int64_t kParallelRows = 64;  // below this a row loop is cheaper than waking threads
+}  // namespace
+
+void CpuBackend::layer_norm_xhat(Tensor& out, const Tensor& x, const Tensor& mean,
+                                 const Tensor& rstd) {
+  if (!x.is_contiguous() || !out.is_contiguous())
+    throw std::logic_error("mixp: layer_norm_xhat needs contiguous src and dst");
+  const DType low = out.dtype();
+  const int64_t rows = mean.numel(), n = rows ? x.numel() / rows : 0;
+  const float* xp = x.data<float>();
+  const float* mp = mean.data<float>();
+  const float* rp = rstd.data<float>();
+  auto* ob = static_cast<unsigned char*>(out.data_ptr());
+  const size_t es = out.element_size();
+  const ConvertOptions rne{.round = Round::nearest_even, .overflow = Overflow::ieee};
+#pragma omp parallel if (rows >= kParallelRows)
+  {
+    std::vector<float> row(static_cast<size_t>(n));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = xp + r * n;
+      const float m = mp[r], rs = rp[r];
+      for (int64_t i = 0; i < n; ++i) row[static_cast<size_t>(i)] = kern::layer_norm_xhat(xr[i], m, rs);
+      convert_f32_to(low, row, ob + static_cast<size_t>(r * n) * es, rne);
+    }
+  }
+}
+
+
+// ---- RMSNorm: fp32 contiguous row loops split over OpenMP threads, written so the compiler
+// vectorizes the inner loops. The per-row sum of squares (row_dot(x, x)) is accumulated in fp32 in
+// 8 lanes (as the vector kernels of vec_kernels.h do for LayerNorm).
+namespace {
+float row_dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[j + l] * b[j + l];
+  float s = 0;
+  for (; j < n; ++j) s += a[j] * b[j];
+  for (int l = 0; l < 8; ++l) s += acc[l];
+  return s;
+}
+}  // namespace
+
+void CpuBackend::rms_norm(Tensor& dst, Tensor& rstd, const Tensor& src, const Tensor& weight,
+                          double eps) {
+  if (!(f32c(dst) && f32c(rstd) && f32c(src) && f32c(weight))) {
+    return RefBackend::rms_norm(dst, rstd, src, weight, eps);
+  }
+  const int64_t rows = rstd.numel(), n = rows ? src.numel() / rows : 0;
+  const float* s = fp(src);
+  const float* w = fp(weight);
+  float* d = fp(dst);
+  float* rp = fp(rstd);
+  const float e = static_cast<float>(eps);
+  parallel_for(rows, src.numel() * 3, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* x = s + r * n;
+      float* y = d + r * n;
+      const float rs = kern::norm_rstd(row_dot(x, x, n) / static_cast<float>(n), e);
+      rp[r] = rs;
+      if (w) {
+        for (int64_t j = 0; j < n; ++j) y[j] = x[j] * rs * w[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) y[j] = x[j] * rs;
+      }
+    }
+  });
+}
+
+void CpuBackend::rms_norm_backward(Tensor& dsrc, Tensor& dweight, const Tensor& ddst,
+                                   const Tensor& src, const Tensor& weight, const Tensor& rstd) {
+  if (!(f32c(dsrc) && f32c(dweight) && f32c(ddst) && f32c(src) && f32c(weight) && f32c(rstd))) {
+    return RefBackend::rms_norm_backward(dsrc, dweight, ddst, src, weight, rstd);
+  }
+  const int64_t rows = rstd.numel(), n = rows ? src.numel() / rows : 0;
+  const int nt = cpu::parallel_worth(src.numel() * 4) ? omp_get_max_threads() : 1;
+  // Per-thread partial dweight, summed in thread order (deterministic for a thread count).
+  const bool want_w = dweight.defined();
+  std::vector<float> part(want_w ? static_cast<size_t>(nt * n) : 0, 0.0f);
+  const float* s = fp(src);
+  const float* g = fp(ddst);
+  const float* w = fp(weight);
+  const float* rp = fp(rstd);
+  float* dx = fp(dsrc);
+  parallel_for(rows, src.numel() * 4, [&](int64_t lo, int64_t hi) {
+    float* pw = want_w ? part.data() + static_cast<size_t>(omp_get_thread_num()) * n : nullptr;
+    std::vector<float> dxhat(static_cast<size_t>(n));
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* x = s + r * n;
+      const float* gr = g + r * n;
+      const float rs = rp[r];
+      for (int64_t j = 0; j < n; ++j) dxhat[j] = w ? gr[j] * w[j] : gr[j];
+      // mean(dxhat * xhat) = rs * dot(dxhat, x) / n
+      const float m = rs * row_dot(dxhat.data(), x, n) / static_cast<float>(n);
+      const float k = rs * rs * m;
+      float* o = dx + r * n;
+      for (int64_t j = 0; j < n; ++j) o[j] = rs * dxhat[j] - k * x[j];
+      if (pw)
+        for (int64_t j = 0; j < n; ++j) pw[j] += gr[j] * x[j] * rs;
+    }
+  });
+  if (want_w) {
+    float* o = fp(dweight);
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int t = 0; t < nt; ++t) acc += part[static_cast<size_t>(t * n + j)];
+      o[j] = acc;
     }
   }
 }

@@ -1,9 +1,9 @@
 // Internal: CudaBackend, the Backend of the cuda devices (one instance per device). It overrides
 // the kernels whose cuda column is 1 in the kernel table (mixp/backend/kernels.def); the rest
 // throw from CudaBackendBase (cuda_backend_base.h).
-// The kernels themselves are in cuda_pointwise.cu, cuda_rows.cu, cuda_step.cu (launchers in
-// cuda_kernels.h) and cuda_gemm.cpp (cuBLASLt); this class checks dtypes and layouts, turns
-// Tensors into the launchers' descriptors, and checks each launch.
+// The kernels themselves are in cuda_pointwise.cu, cuda_rows.cu, cuda_norm.cu, cuda_step.cu
+// (launchers in cuda_kernels.h) and cuda_gemm.cpp (cuBLASLt); this class checks dtypes and
+// layouts, turns Tensors into the launchers' descriptors, and checks each launch.
 #pragma once
 #include <string>
 
@@ -37,9 +37,10 @@ class CudaBackend final : public CudaBackendBase {
   const char* name() const override { return "cuda"; }
 
   // The kernels whose cuda column is 1 in the kernel table: cuda_backend.cpp (pointwise, rows,
-  // step; kernels in cuda_pointwise.cu, cuda_rows.cu, cuda_step.cu), cuda_backend_nn.cpp (kernels:
-  // cuda_nn.cu, rules: math/nn_math.h; GEMMs: cuBLASLt), cuda_backend_quant.cpp (kernels:
-  // cuda_quant.cu, rules: math/quant_math.h), cuda_gemm.cpp (matmul).
+  // step; kernels in cuda_pointwise.cu, cuda_rows.cu, cuda_norm.cu, cuda_step.cu),
+  // cuda_backend_nn.cpp (kernels: cuda_nn.cu, rules: math/nn_math.h; GEMMs: cuBLASLt),
+  // cuda_backend_quant.cpp (kernels: cuda_quant.cu, rules: math/quant_math.h), cuda_gemm.cpp
+  // (matmul).
 #define MIXP_KERNEL(name, kind, ref, cpu, cuda, params, args, observe) \
   MIXP_KT_IF(cuda, void name params override;)
 #include "mixp/backend/kernels.def"

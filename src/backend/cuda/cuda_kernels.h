@@ -1,4 +1,5 @@
-// Internal: the launchers of the CUDA kernels (cuda_pointwise.cu, cuda_rows.cu, cuda_step.cu).
+// Internal: the launchers of the CUDA kernels (cuda_pointwise.cu, cuda_rows.cu, cuda_norm.cu,
+// cuda_step.cu).
 // Plain C++ over raw device pointers and small by-value descriptors, so that only the .cu files
 // go through nvcc and none of them includes the Tensor headers; cuda_backend.cpp turns Tensors
 // into these descriptors. Every launcher enqueues on `stream` and returns without waiting; a

@@ -49,10 +49,13 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
 CachingAllocator& allocator_of(int index) {
   return cuda_allocator(index);
 }
+void* stream_of(int index) {
+  return cuda::context(index).stream;
+}
 
 const bool g_registered = [] {
   register_device_memory(DeviceKind::cuda,
-                         DeviceMemoryHooks{.allocator = &allocator_of, .copy = &copy_bytes});
+                         DeviceMemoryHooks{.allocator = &allocator_of, .copy = &copy_bytes, .stream = &stream_of});
   return true;
 }();
 

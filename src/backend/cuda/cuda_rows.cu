@@ -1,33 +1,13 @@
-// Reductions and row kernels: reduce (sum/mean/max over any dims), softmax, LayerNorm,
-// cross-entropy, embedding, argmax. One block per output row, a shared-memory tree over the
-// block's threads; fp32 accumulation (backend/backend.h: reductions in fp32 accumulate in fp32).
+// Reductions and row kernels: reduce (sum/mean/max over any dims), softmax, cross-entropy,
+// embedding, argmax (LayerNorm: cuda_norm.cu). One block per output row, a shared-memory tree over
+// the block's threads (cuda_block_reduce.cuh); fp32 accumulation (backend/backend.h: reductions
+// in fp32 accumulate in fp32).
 #include <cfloat>
 
-#include "backend/cuda/cuda_elem.cuh"
+#include "backend/cuda/cuda_block_reduce.cuh"
 
 namespace mixp::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-// Sum (or max) of v over the block; every thread gets the result.
-template <bool kMax>
-__device__ float block_reduce(float v) {
-  __shared__ float buf[kThreads];
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      const float o = buf[threadIdx.x + s];
-      buf[threadIdx.x] = kMax ? (o > buf[threadIdx.x] || o != o ? o : buf[threadIdx.x])
-                              : buf[threadIdx.x] + o;
-    }
-    __syncthreads();
-  }
-  const float r = buf[0];
-  __syncthreads();
-  return r;
-}
 
 __global__ void reduce_kernel(const ReduceArgs a, int64_t outputs) {
   // The reduced dims (src size > 1, dst size 1) and the kept ones, as index spaces.
@@ -95,82 +75,6 @@ __global__ void softmax_backward_kernel(float* dsrc, const float* ddst, const fl
     s = block_reduce<false>(s);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
       dx[j] = log ? g[j] - expf(y[j]) * s : y[j] * (g[j] - s);
-  }
-}
-
-__global__ void layer_norm_kernel(float* dst, float* mean, float* rstd, const float* src,
-                                  const float* w, const float* b, int64_t rows, int64_t n,
-                                  float eps) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = src + r * n;
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += x[j];
-    const float mu = block_reduce<false>(s) / static_cast<float>(n);
-    float q = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) q += (x[j] - mu) * (x[j] - mu);
-    const float var = block_reduce<false>(q) / static_cast<float>(n);
-    const float rs = 1.0f / sqrtf(var + eps);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      float v = (x[j] - mu) * rs;
-      if (w) v = v * w[j];
-      if (b) v = v + b[j];
-      dst[r * n + j] = v;
-    }
-    if (threadIdx.x == 0) {
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
-  }
-}
-
-// dx = rstd * (dy*w - mean(dy*w) - xhat * mean(dy*w * xhat)).
-__global__ void layer_norm_backward_kernel(float* dsrc, const float* ddst, const float* src,
-                                           const float* w, const float* mean, const float* rstd,
-                                           int64_t rows, int64_t n) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = src + r * n;
-    const float* g = ddst + r * n;
-    const float mu = mean[r], rs = rstd[r];
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float gw = w ? g[j] * w[j] : g[j];
-      s1 += gw;
-      s2 += gw * (x[j] - mu) * rs;
-    }
-    s1 = block_reduce<false>(s1) / static_cast<float>(n);
-    s2 = block_reduce<false>(s2) / static_cast<float>(n);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float gw = w ? g[j] * w[j] : g[j];
-      const float xhat = (x[j] - mu) * rs;
-      dsrc[r * n + j] = rs * (gw - s1 - xhat * s2);
-    }
-  }
-}
-
-// dweight[j] = sum_r dy * xhat, dbias[j] = sum_r dy: one thread per column, rows in order.
-__global__ void layer_norm_params_kernel(float* dw, float* db, const float* ddst, const float* src,
-                                         const float* mean, const float* rstd, int64_t rows,
-                                         int64_t n) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < n;
-       j += int64_t{gridDim.x} * blockDim.x) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float g = ddst[r * n + j];
-      sw += g * (src[r * n + j] - mean[r]) * rstd[r];
-      sb += g;
-    }
-    if (dw) dw[j] = sw;
-    if (db) db[j] = sb;
-  }
-}
-
-__global__ void layer_norm_xhat_kernel(void* dst, Elem t, const float* src, const float* mean,
-                                       const float* rstd, int64_t rows, int64_t n) {
-  const int64_t total = rows * n;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / n;
-    store_rne(dst, t, i, (src[i] - mean[r]) * rstd[r]);
   }
 }
 
@@ -284,28 +188,6 @@ void launch_softmax_backward(float* dsrc, const float* ddst, const float* dst, i
   if (rows)
     softmax_backward_kernel<<<blocks_for(rows, 1), kThreads, 0, stream>>>(dsrc, ddst, dst, rows, n,
                                                                           log);
-}
-void launch_layer_norm(float* dst, float* mean, float* rstd, const float* src, const float* weight,
-                       const float* bias, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
-  if (rows)
-    layer_norm_kernel<<<blocks_for(rows, 1), kThreads, 0, stream>>>(dst, mean, rstd, src, weight,
-                                                                    bias, rows, n, eps);
-}
-void launch_layer_norm_backward(float* dsrc, float* dweight, float* dbias, const float* ddst,
-                                const float* src, const float* weight, const float* mean,
-                                const float* rstd, int64_t rows, int64_t n, cudaStream_t stream) {
-  if (rows)
-    layer_norm_backward_kernel<<<blocks_for(rows, 1), kThreads, 0, stream>>>(
-        dsrc, ddst, src, weight, mean, rstd, rows, n);
-  if (dweight || dbias)
-    layer_norm_params_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-        dweight, dbias, ddst, src, mean, rstd, rows, n);
-}
-void launch_layer_norm_xhat(void* dst, Elem dst_type, const float* src, const float* mean,
-                            const float* rstd, int64_t rows, int64_t n, cudaStream_t stream) {
-  if (rows * n != 0)
-    layer_norm_xhat_kernel<<<blocks_for(rows * n, kThreads), kThreads, 0, stream>>>(
-        dst, dst_type, src, mean, rstd, rows, n);
 }
 void launch_cross_entropy(float* loss, float* lse, const float* logits, const void* targets,
                           bool idx64, int64_t rows, int64_t n, int64_t ld, cudaStream_t stream) {

@@ -1,4 +1,5 @@
-// Ref backend: reductions, softmax, layer norm, batch norm, cross entropy (accumulating in double).
+// Ref backend: reductions, softmax, batch norm, cross entropy (accumulating in double). LayerNorm
+// and RMSNorm are ref_norm.cpp.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -177,84 +178,6 @@ void RefBackend::softmax_backward(Tensor& dsrc, const Tensor& ddst, const Tensor
             static_cast<T>(log ? gj - std::exp(yj) * dot : yj * (gj - dot));
       }
     }
-  });
-}
-
-void RefBackend::layer_norm(Tensor& dst, Tensor& mean, Tensor& rstd, const Tensor& src,
-                            const Tensor& weight, const Tensor& bias, double eps) {
-  count_ref_kernel(__func__);
-  dispatch_float(dst.dtype(), "layer_norm", [&](auto t) {
-    using T = decltype(t);
-    const int64_t rows = mean.numel();
-    const int64_t n = rows ? src.numel() / rows : 0;
-    const T* s = ptr<T>(src);
-    T* d = ptr<T>(dst);
-    const T* w = weight.defined() ? ptr<T>(weight) : nullptr;
-    const T* b = bias.defined() ? ptr<T>(bias) : nullptr;
-    const bool sc = src.is_contiguous();
-    for (int64_t r = 0; r < rows; ++r) {
-      double m = 0, v = 0;
-      for (int64_t j = 0; j < n; ++j)
-        m += static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]);
-      m /= static_cast<double>(n);
-      for (int64_t j = 0; j < n; ++j) {
-        const double x = static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]) - m;
-        v += x * x;
-      }
-      v /= static_cast<double>(n);  // biased variance, as PyTorch's layer_norm
-      const double rs = 1.0 / std::sqrt(v + eps);
-      for (int64_t j = 0; j < n; ++j) {
-        double y = (static_cast<double>(s[sc ? r * n + j : offset_of(src, r * n + j)]) - m) * rs;
-        if (w) y *= static_cast<double>(w[weight.is_contiguous() ? j : offset_of(weight, j)]);
-        if (b) y += static_cast<double>(b[bias.is_contiguous() ? j : offset_of(bias, j)]);
-        d[r * n + j] = static_cast<T>(y);
-      }
-      ptr<T>(mean)[r] = static_cast<T>(m);
-      ptr<T>(rstd)[r] = static_cast<T>(rs);
-    }
-  });
-}
-
-void RefBackend::layer_norm_backward(Tensor& dsrc, Tensor& dweight, Tensor& dbias,
-                                     const Tensor& ddst, const Tensor& src, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd) {
-  count_ref_kernel(__func__);
-  dispatch_float(dsrc.dtype(), "layer_norm backward", [&](auto t) {
-    using T = decltype(t);
-    const int64_t rows = mean.numel();
-    const int64_t n = rows ? src.numel() / rows : 0;
-    auto at = [](const Tensor& x, int64_t i) {
-      return static_cast<double>(ptr<T>(x)[x.is_contiguous() ? i : offset_of(x, i)]);
-    };
-    std::vector<double> dw(static_cast<size_t>(n), 0.0), db(static_cast<size_t>(n), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const double m = at(mean, r), rs = at(rstd, r);
-      // y = xhat * w + b; dxhat = g * w;  dx = rs * (dxhat - mean(dxhat) - xhat * mean(dxhat *
-      // xhat))
-      double sum_dxhat = 0, sum_dxhat_xhat = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const double xhat = (at(src, r * n + j) - m) * rs;
-        const double g = at(ddst, r * n + j);
-        const double dxhat = weight.defined() ? g * at(weight, j) : g;
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += dxhat * xhat;
-        dw[static_cast<size_t>(j)] += g * xhat;
-        db[static_cast<size_t>(j)] += g;
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const double xhat = (at(src, r * n + j) - m) * rs;
-        const double g = at(ddst, r * n + j);
-        const double dxhat = weight.defined() ? g * at(weight, j) : g;
-        ptr<T>(dsrc)[r * n + j] =
-            static_cast<T>(rs * (dxhat - sum_dxhat / static_cast<double>(n) -
-                                 xhat * sum_dxhat_xhat / static_cast<double>(n)));
-      }
-    }
-    if (dweight.defined())
-      for (int64_t j = 0; j < n; ++j)
-        ptr<T>(dweight)[j] = static_cast<T>(dw[static_cast<size_t>(j)]);
-    if (dbias.defined())
-      for (int64_t j = 0; j < n; ++j) ptr<T>(dbias)[j] = static_cast<T>(db[static_cast<size_t>(j)]);
   });
 }
 

@@ -1,6 +1,6 @@
 // The training-step kernels of the ref backend: plain element loops through load_element /
 // store_element (tensor/element.h), written from the contracts in backend.h and independent of
-// the cpu backend's tiered loops (backend/cpu/step_kernels.h, cpu_layer_norm_xhat.cpp), which
+// the cpu backend's tiered loops (backend/cpu/step_kernels.h; the 16-bit xhat: ref_norm.cpp, cpu_norm.cpp), which
 // tests/backend/test_step_kernels.cpp compares with them: bit for bit where the arithmetic is
 // defined element by element (the unscale, found_inf, the 16-bit xhat, the optimizer update),
 // within a relative 1e-12 for the sum of squares (the cpu sums in 16 fp64 partial sums, this loop
@@ -52,20 +52,6 @@ void RefBackend::sum_squares(Tensor& dst, const Tensor& src) {
     acc += v * v;
   }
   kern::ptr<double>(dst)[0] = acc;
-}
-
-void RefBackend::layer_norm_xhat(Tensor& dst, const Tensor& src, const Tensor& mean,
-                                 const Tensor& rstd) {
-  if (!src.is_contiguous() || !dst.is_contiguous())
-    throw std::logic_error("mixp: layer_norm_xhat needs contiguous src and dst");
-  const int64_t rows = mean.numel(), n = rows ? src.numel() / rows : 0;
-  const float* x = kern::ptr<const float>(src);
-  const float* m = kern::ptr<const float>(mean);
-  const float* r = kern::ptr<const float>(rstd);
-  for (int64_t i = 0; i < rows * n; ++i) {
-    const float v = (x[i] - m[i / n]) * r[i / n];  // in fp32, then one rounding to dst's dtype
-    store_element(dst.data_ptr(), dst.dtype(), i, v, Round::nearest_even, Overflow::ieee, 0);
-  }
 }
 
 namespace {

@@ -1,7 +1,8 @@
 // The NCCL process group (process_group.h: nccl_group, group_for): the collectives of GPU memory
 // over NCCL, one communicator per process on its GPU, on the CUDA backend's stream of that GPU
 // (so a collective is ordered after the kernels that produced its buffers, as every kernel of the
-// backend is; src/backend/cuda/cuda_device.h). Compiled with the CUDA backend when nccl.h is
+// backend is), which it gets through the device interface (DeviceMemoryHooks::stream,
+// mixp/tensor/allocator.h) without including the backend. Compiled with the CUDA backend when nccl.h is
 // found (cmake/MixpCuda.cmake); libnccl.so.2 is loaded with dlopen on first use, so no binary
 // links it (it is 200+ MB, and a machine without it still runs everything else).
 //
@@ -22,8 +23,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backend/cuda/cuda_device.h"
 #include "mixp/dist/process_group.h"
+#include "mixp/tensor/allocator.h"
 
 namespace mixp::dist {
 namespace {
@@ -92,6 +93,24 @@ void check(ncclResult_t res, const char* call) {
 }
 #define MIXP_NCCL_CHECK(call) check((call), #call)
 
+// The CUDA runtime calls of the group (staging copies, events, syncs), checked as the backend
+// checks its own (the same message: src/backend/cuda/cuda_device.cpp).
+void check_cuda(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return;
+  throw std::runtime_error(fmt::format("mixp: CUDA error {} ({}) in {}", cudaGetErrorName(e),
+                                       cudaGetErrorString(e), call));
+}
+#define MIXP_CUDA_CHECK(call) check_cuda((call), #call)
+
+// The stream the CUDA backend of `device` runs its kernels on (device made current): throws
+// "no CUDA device: ..." as the backend does.
+cudaStream_t backend_stream(int device) {
+  const DeviceMemoryHooks* hooks = device_memory(DeviceKind::cuda);
+  if (!hooks || !hooks->stream)
+    throw std::runtime_error("mixp: NCCL: the CUDA backend is not registered in this build");
+  return static_cast<cudaStream_t>(hooks->stream(device));
+}
+
 bool is_device_memory(const void* p) {
   if (!p) return false;
   cudaPointerAttributes a{};
@@ -128,8 +147,7 @@ class NcclGroup final : public ProcessGroup {
   NcclGroup(ProcessGroup* boot, int device) : device_(device) {
     const Nccl& n = nccl();
     if (!n.reason.empty()) throw std::runtime_error("mixp: NCCL: " + n.reason);
-    cuda::DeviceContext& ctx = cuda::context(device);  // throws "no CUDA device: ..."
-    stream_ = ctx.stream;
+    stream_ = backend_stream(device);  // throws "no CUDA device: ..."
     rank_ = boot ? boot->rank() : 0;
     size_ = boot ? boot->size() : 1;
     local_size_ = boot ? boot->local_size() : 1;
