@@ -183,9 +183,10 @@ std::vector<std::string> precision_notes(const PreparedStudy& p) {
     notes.push_back(fmt::format(
         "{}: emulated exactly on this CPU: each GEMM operand is quantized with the recipe's "
         "block quantizer (E4M3 with fp32 scales per 128 values or 128x128 block; E2M1 with E4M3 "
-        "or E8M0 scales per 16 or 32 values), dequantized, and multiplied in fp32 (docs/fp4.md). "
-        "Its time is the emulation's, far above what block-scaled tensor cores spend, and its "
-        "memory holds fp32 dequantized copies.",
+        "or E8M0 scales per 16 or 32 values) and multiplied as exact bf16 values with fp32 "
+        "accumulation, the scales applied to the sums (docs/fp4.md). Its time is the "
+        "emulation's, above what block-scaled tensor cores spend, and its memory holds "
+        "dequantized copies.",
         fmt::join(block, ", ")));
   }
   if (!fp8.empty()) {
