@@ -72,7 +72,7 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns;
     // stage 2: and only their reduced gradients reach it.
     owner = dp->partition(params);
-    if (cfg.zero == 2) dp->shard_gradients(owner);
+    if (cfg.zero >= 2) dp->shard_gradients(owner);
     mine.clear();
     for (size_t i = 0; i < named.size(); ++i) {
       if (owner[i] == dp->rank()) {
@@ -84,6 +84,11 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   opt = make_optimizer ? make_optimizer(mine, recipe->optimizer_precision())
                        : detail::build_optimizer(cfg, mine, recipe->optimizer_precision());
   if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
+  if (dp && cfg.zero == 3) {
+    // ZeRO stage 3 (trainer_zero3.h): the parameters too; whole until the first step (a
+    // checkpoint is loaded into them first).
+    zero3 = std::make_unique<Zero3>(*dp, *model, named, owner, dist::parse_grad_comm(cfg.grad_comm));
+  }
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
   if (cfg.optimizer_in_backward) {
@@ -230,6 +235,8 @@ TrainResult Trainer::fit() {
   }
   TrainResult r;
   r.train_time_s = (now_ms() - t0) * 1e-3;
+  // ZeRO 3: whole parameters for the evaluation, the checkpoint and the adapters (collective).
+  if (s.zero3) s.zero3->gather_all();
   const AllocatorStats mem = allocator_stats(mem_device);
   r.memory_device = mem_device.str();
   r.peak_memory_bytes = mem.peak_allocated_bytes;
@@ -282,6 +289,7 @@ TrainResult Trainer::fit() {
       std::nth_element(c.begin(), c.begin() + c.size() / 2, c.end());
       r.comm_ms_per_step = c[c.size() / 2];
       r.comm_bytes_per_step = double(s.comm_bytes_total) / double(s.comm_ms.size());
+      r.comm_param_bytes_per_step = double(s.comm_param_bytes_total) / double(s.comm_ms.size());
     }
   }
 
@@ -335,6 +343,7 @@ TrainResult Trainer::fit() {
 }
 
 EvalResult Trainer::evaluate() {
+  if (impl_->zero3) impl_->zero3->gather_all();  // ZeRO 3: evaluated with whole parameters
   return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm,
                                 impl_->loss, impl_->group());
 }

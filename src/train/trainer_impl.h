@@ -21,6 +21,7 @@
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
 #include "tensor_bytes.h"
+#include "trainer_zero3.h"
 
 namespace mixp::train::detail {
 
@@ -114,10 +115,13 @@ struct Trainer::Impl {
   std::unique_ptr<FolderLock> save_lock;
   // Data parallelism (data_parallel.h): null in a single process.
   std::unique_ptr<DataParallel> dp;
-  std::vector<int> owner;          // ZeRO 1/2: the rank that owns each of params (else empty)
-  std::vector<Tensor> owned;       // ZeRO 1/2: the params this rank owns, in order
+  std::vector<int> owner;          // ZeRO 1-3: the rank that owns each of params (else empty)
+  std::vector<Tensor> owned;       // ZeRO 1-3: the params this rank owns, in order
+  // ZeRO 3 (trainer_zero3.h): the parameters gathered around each unit's forward and backward.
+  std::unique_ptr<Zero3> zero3;
   std::vector<double> comm_ms;     // per step of this run
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
+  uint64_t comm_param_bytes_total = 0;  // ZeRO 3: parameter bytes sent by this rank in this run
 
   // --optimizer-in-backward (train_config.h): per parameter (the optimizer's order, which is
   // params' order without ZeRO), the squared norm of its gradient, taken right before its update
@@ -155,6 +159,8 @@ struct Trainer::Impl {
     double lr = 0;
     double scale_used = 1.0;  // what the step's losses were multiplied by
     bool stepped = true;      // false: the loss scaler skipped the step
+    uint64_t param_bytes0 = 0;      // ZeRO 3: Zero3::bytes_sent() at the step's start
+    uint64_t param_bytes_sync = 0;  // ... and when the gradient-sync stage began
   };
   StepState begin_step();                        // clear gradients, buffers, window
   Tensor forward_loss(const Batch& b);           // one micro-batch's loss

@@ -76,6 +76,12 @@ Trainer::Impl::StepState Trainer::Impl::begin_step() {
   for (size_t i = 0; i < owner.size(); ++i) {
     if (owner[i] != dp->rank()) params[i].set_grad(Tensor());
   }
+  if (zero3) {
+    // ZeRO 3: every parameter this rank does not own freed (whole after a checkpoint, an
+    // evaluation or at the start); the units gather them as the forward reaches them.
+    zero3->release_all();
+    st.param_bytes0 = zero3->bytes_sent();
+  }
   // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
   if (dp) dp->broadcast_buffers(*model);
   // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
@@ -124,7 +130,11 @@ void Trainer::Impl::forward_backward(StepState& st) {
       st.global_loss = v[0] / v[1];
       st.global_samples = int64_t(v[1]);
       dp->begin_gradients(params, double(st.samples) / v[1]);
+      if (zero3) st.param_bytes_sync = zero3->bytes_sent();
     }
+    // ZeRO 3: each unit freed again once backward has finished its gradients.
+    const std::unique_ptr<GradReadyHookScope> release =
+        zero3 ? zero3->backward_scope() : nullptr;
     if (cfg.optimizer_in_backward) {
       // The optimizer in backward (train_config.h): the schedule's rate before any update (the
       // ordinary step sets it after backward: the same value), then each parameter stepped by
@@ -152,7 +162,15 @@ void Trainer::Impl::forward_backward(StepState& st) {
 void Trainer::Impl::reduce_gradients(StepState& st) {
   if (dp) {
     dp->finish_gradients();
-    comm_bytes_total += dp->last_gradient_bytes();
+    uint64_t grad_bytes = dp->last_gradient_bytes();
+    if (zero3) {
+      // ZeRO 3: the parameters gathered during the last backward went out in the same window;
+      // and every parameter back to its released state (the owners' fp32 masters in place for
+      // the optimizer).
+      grad_bytes -= zero3->bytes_sent() - st.param_bytes_sync;
+      zero3->release_all();
+    }
+    comm_bytes_total += grad_bytes;
     st.loss = st.global_loss;
     st.samples = st.global_samples;
   }
@@ -204,9 +222,14 @@ void Trainer::Impl::optimizer_step(StepState& st) {
   }
 }
 
-// Phase 6: ZeRO 1/2: every parameter from the rank that updated it.
+// Phase 6: ZeRO 1/2: every parameter from the rank that updated it. ZeRO 3: nothing is sent
+// now; the next forward gathers the new values unit by unit.
 void Trainer::Impl::sync_parameters() {
-  if (!owner.empty()) dp->broadcast_from_owners(params, owner);
+  if (zero3) {
+    zero3->parameters_updated();
+  } else if (!owner.empty()) {
+    dp->broadcast_from_owners(params, owner);
+  }
 }
 
 // Phase 7: the loss scale's update, the counters, the replicas' check, and what the step did.
@@ -221,7 +244,9 @@ StepInfo Trainer::Impl::end_step(const StepState& st) {
   ++step;
   if (skip) ++skipped;
   last_loss = st.loss;
+  if (zero3) comm_param_bytes_total += zero3->bytes_sent() - st.param_bytes0;
   if (dp && cfg.check_replicas > 0 && step % cfg.check_replicas == 0) {
+    if (zero3) zero3->gather_all();  // whole parameters to compare (ZeRO 3)
     dp->check_replicas(model->named_parameters(), step);
   }
   if (dp) comm_ms.push_back(dp->group().stats().ms - st.comm0);

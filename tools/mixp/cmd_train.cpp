@@ -436,7 +436,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--zero", c.zero,
                   "1: ZeRO stage 1, each rank keeps the optimizer state and master weights of "
                   "its share of the parameters; 2: ZeRO stage 2, and only the gradients of its "
-                  "share (default 0)")
+                  "share; 3: ZeRO stage 3, and only its share of the parameters, each module's "
+                  "gathered around its forward and backward (default 0)")
       ->group(dp);
   sub->add_option("--check-replicas", c.check_replicas,
                   "compare every parameter's checksum across ranks every N steps (default 0 = "
@@ -469,7 +470,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   int_range(sub->get_option("--save-every"), 1, 1'000'000'000);
   real_range(sub->get_option("--bucket-mb"), 0, 1 << 20, /*lo_open=*/true);
   real_range(sub->get_option("--comm-timeout"), 0, 1e7);
-  int_range(sub->get_option("--zero"), 0, 2);
+  int_range(sub->get_option("--zero"), 0, 3);
   int_range(sub->get_option("--check-replicas"), 0, 1'000'000'000);
   sub->footer(
       "Examples:\n"

@@ -1,0 +1,211 @@
+// Zero3 (trainer_zero3.h): ZeRO stage 3, parameters gathered per unit around its forward and
+// backward, freed in between.
+#include "trainer_zero3.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "mixp/autograd/backward_pre_hook.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/format/convert.h"
+
+namespace mixp::train {
+namespace {
+
+constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
+// A rounded copy's version is the master's plus this: never the master's own, so that a weight
+// shadow made from one is not taken for the other (tensor.h, WeightShadow).
+constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 &&
+         s[prefix.size()] == '.';
+}
+
+}  // namespace
+
+Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
+             std::vector<int> owner, dist::GradComm wire)
+    : dp_(dp), wire_(wire) {
+  // The units: the root, then every child of a Sequential not inside another unit (FSDP's
+  // transformer auto-wrap: a GPT's blocks), in module order.
+  std::vector<std::string> names{""};
+  Unit root;
+  root.module = &model;
+  root.root = true;
+  units_.push_back(std::move(root));
+  for (auto& [name, m] : model.named_modules()) {
+    if (m->kind() != "sequential") continue;
+    bool inside = false;
+    for (size_t u = 1; u < names.size(); ++u) inside = inside || starts_with(name, names[u]);
+    if (inside) continue;
+    for (auto& [child, c] : m->named_children()) {
+      names.push_back(name.empty() ? child : name + "." + child);
+      Unit unit;
+      unit.module = c.get();
+      units_.push_back(std::move(unit));
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, t] = params[i];
+    if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage()->nbytes != t.nbytes()) {
+      throw std::logic_error("ZeRO 3 needs each parameter in a storage of its own: " + name);
+    }
+    size_t unit = 0;
+    for (size_t u = 1; u < names.size(); ++u) {
+      if (starts_with(name, names[u]) && names[u].size() > names[unit].size()) unit = u;
+    }
+    Param p;
+    p.t = t;
+    p.owner = owner[i];
+    p.unit = unit;
+    params_.push_back(std::move(p));
+    units_[unit].params.push_back(i);
+    index_[t.impl()] = i;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    unit.previous = unit.module->forward_wrapper();
+    unit.module->set_forward_wrapper(
+        [this, u](nn::Module& self, const Tensor& x) { return forward(units_[u], self, x); });
+  }
+}
+
+Zero3::~Zero3() {
+  for (Unit& u : units_) u.module->set_forward_wrapper(u.previous);
+}
+
+DType Zero3::wire_dtype(const Param& p) const {
+  // fp32 parameters go 16-bit on a bf16/fp16 wire; others (bf16-pure's) as they are stored.
+  if (p.t.dtype() != DType::fp32) return p.t.dtype();
+  if (wire_ == dist::GradComm::bf16) return DType::bf16;
+  if (wire_ == dist::GradComm::fp16) return DType::fp16;
+  return DType::fp32;
+}
+
+Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
+  auto run = [&] { return u.previous ? u.previous(self, x) : self.forward(x); };
+  if (full_) return run();
+  gather(u);
+  Tensor y = run();
+  const bool backward = GradMode::is_enabled() && y.defined() && y.requires_grad();
+  if (u.root && backward) return y;  // kept until its backward has finished (on_grad_ready)
+  release(u);
+  if (!backward) return y;
+  Unit* unit = &u;
+  return with_backward_pre_hook(y, [this, unit] { gather(*unit); });
+}
+
+void Zero3::gather(Unit& u) {
+  if (u.gathered || full_) return;
+  for (size_t k : u.params) gather_param(params_[k], /*exact=*/false);
+  u.gathered = true;
+  u.ready = 0;
+}
+
+void Zero3::release(Unit& u) {
+  if (!u.gathered) return;
+  for (size_t k : u.params) release_param(params_[k]);
+  u.gathered = false;
+}
+
+void Zero3::gather_param(Param& p, bool exact) {
+  dist::ProcessGroup& g = dp_.group();
+  TensorImpl* ti = p.t.impl();
+  const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+  const size_t n = size_t(p.t.numel());
+  const size_t bytes = p.t.nbytes();
+  const bool convert = wd != p.t.dtype();
+  const size_t wire_bytes = convert ? n * size_t(traits(wd).storage_bytes) : bytes;
+  const bool mine = p.owner == dp_.rank();
+  if (mine) bytes_sent_ += wire_bytes * size_t(dp_.size() - 1);
+  if (mine && !convert) {
+    g.broadcast({static_cast<std::byte*>(ti->storage->data), bytes}, p.owner);
+    return;
+  }
+  auto fresh = std::make_shared<Storage>(bytes, p.t.device());
+  if (convert) {
+    wire_buf_.resize(wire_bytes);
+    if (mine) {
+      convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n), wire_buf_.data(), kNearest);
+    }
+    g.broadcast(wire_buf_, p.owner);
+    convert_to_f32(wd, wire_buf_.data(), std::span<float>(static_cast<float*>(fresh->data), n));
+  } else {
+    g.broadcast({static_cast<std::byte*>(fresh->data), bytes}, p.owner);
+  }
+  if (mine) {
+    // The owner computes with the rounded values too (every rank the same); its master waits.
+    fresh->version.store(ti->storage->version.load() + kRoundedVersion);
+    p.master = std::exchange(ti->storage, std::move(fresh));
+    return;
+  }
+  // New values after an optimizer step: a new version, so that no copy made from the old ones
+  // (an autocast cache entry) is reused; the same values again within a step keep it.
+  fresh->version.store(p.version + (p.generation != generation_ ? 1 : 0));
+  p.generation = generation_;
+  ti->storage = std::move(fresh);
+}
+
+void Zero3::release_param(Param& p) {
+  TensorImpl* ti = p.t.impl();
+  if (p.owner == dp_.rank()) {
+    if (p.master) ti->storage = std::move(p.master);
+    p.master.reset();
+    return;
+  }
+  p.version = ti->storage->version.load();
+  // An empty storage: a use while freed reads nothing rather than stale values.
+  ti->storage = std::make_shared<Storage>(nullptr, 0, p.t.device());
+  ti->shadow = WeightShadow{};  // autocast's low-precision copy goes with it
+}
+
+void Zero3::release_all() {
+  for (Param& p : params_) {
+    const bool gathered = p.owner == dp_.rank() ? p.master != nullptr
+                                                : p.t.impl()->storage->nbytes > 0;
+    if (gathered) release_param(p);
+  }
+  for (Unit& u : units_) u.gathered = false;
+  full_ = false;
+}
+
+void Zero3::gather_all() {
+  if (full_) return;
+  release_all();
+  // The values as they are stored (a checkpoint saves the masters; an evaluation computes with
+  // them, as without ZeRO), whatever the wire.
+  for (Param& p : params_) gather_param(p, /*exact=*/true);
+  full_ = true;
+}
+
+std::unique_ptr<GradReadyHookScope> Zero3::backward_scope() {
+  GradReadyHook previous;
+  if (const GradReadyHook* h = detail::grad_ready_hook()) previous = *h;
+  return std::make_unique<GradReadyHookScope>([this, previous](const Tensor& leaf) {
+    if (previous) previous(leaf);
+    on_grad_ready(leaf);
+  });
+}
+
+void Zero3::on_grad_ready(const Tensor& leaf) {
+  const auto it = index_.find(leaf.impl());
+  if (it == index_.end() || full_) return;
+  Unit& u = units_[params_[it->second].unit];
+  if (u.gathered && ++u.ready == u.params.size()) release(u);
+}
+
+uint64_t Zero3::expected_bytes_per_step() const {
+  uint64_t total = 0;
+  for (const Param& p : params_) {
+    if (p.owner != dp_.rank()) continue;
+    const DType wd = wire_dtype(p);
+    const uint64_t b = uint64_t(p.t.numel()) * traits(wd).storage_bytes;
+    total += b * (units_[p.unit].root ? 1 : 2) * uint64_t(dp_.size() - 1);
+  }
+  return total;
+}
+
+}  // namespace mixp::train
