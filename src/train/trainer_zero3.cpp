@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -100,7 +101,7 @@ Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
 
 void Zero3::gather(Unit& u) {
   if (u.gathered || full_) return;
-  for (size_t k : u.params) gather_param(params_[k], /*exact=*/false);
+  gather_params(u.params, /*exact=*/false);
   u.gathered = true;
   u.ready = 0;
 }
@@ -111,42 +112,68 @@ void Zero3::release(Unit& u) {
   u.gathered = false;
 }
 
-void Zero3::gather_param(Param& p, bool exact) {
+void Zero3::gather_params(std::span<const size_t> which, bool exact) {
+  // One broadcast per owner: its parameters of `which`, packed in order at the wire's format.
   dist::ProcessGroup& g = dp_.group();
-  TensorImpl* ti = p.t.impl();
-  const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-  const size_t n = size_t(p.t.numel());
-  const size_t bytes = p.t.nbytes();
-  const bool convert = wd != p.t.dtype();
-  const size_t wire_bytes = convert ? n * size_t(traits(wd).storage_bytes) : bytes;
-  const bool mine = p.owner == dp_.rank();
-  if (mine) bytes_sent_ += wire_bytes * size_t(dp_.size() - 1);
-  if (mine && !convert) {
-    g.broadcast({static_cast<std::byte*>(ti->storage->data), bytes}, p.owner);
-    return;
-  }
-  auto fresh = std::make_shared<Storage>(bytes, p.t.device());
-  if (convert) {
-    wire_buf_.resize(wire_bytes);
-    if (mine) {
-      convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n), wire_buf_.data(), kNearest);
+  const int me = dp_.rank();
+  for (int r = 0; r < dp_.size(); ++r) {
+    size_t total = 0;
+    for (size_t k : which) {
+      const Param& p = params_[k];
+      if (p.owner != r) continue;
+      const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+      total += size_t(p.t.numel()) * size_t(traits(wd).storage_bytes);
     }
-    g.broadcast(wire_buf_, p.owner);
-    convert_to_f32(wd, wire_buf_.data(), std::span<float>(static_cast<float*>(fresh->data), n));
-  } else {
-    g.broadcast({static_cast<std::byte*>(fresh->data), bytes}, p.owner);
+    if (total == 0) continue;  // the same on every rank: nothing of r's here
+    wire_buf_.resize(total);
+    if (r == me) {
+      size_t at = 0;
+      for (size_t k : which) {
+        const Param& p = params_[k];
+        if (p.owner != r) continue;
+        const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+        const size_t n = size_t(p.t.numel());
+        if (wd == p.t.dtype()) {
+          std::memcpy(wire_buf_.data() + at, p.t.impl()->storage->data, p.t.nbytes());
+        } else {
+          convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n),
+                         wire_buf_.data() + at, kNearest);
+        }
+        at += n * size_t(traits(wd).storage_bytes);
+      }
+      bytes_sent_ += total * size_t(dp_.size() - 1);
+    }
+    g.broadcast(wire_buf_, r);
+    size_t at = 0;
+    for (size_t k : which) {
+      Param& p = params_[k];
+      if (p.owner != r) continue;
+      const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+      const size_t n = size_t(p.t.numel());
+      const std::byte* src = wire_buf_.data() + at;
+      at += n * size_t(traits(wd).storage_bytes);
+      const bool convert = wd != p.t.dtype();
+      if (r == me && !convert) continue;  // the owner computes with its own values
+      TensorImpl* ti = p.t.impl();
+      auto fresh = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+      if (convert) {
+        convert_to_f32(wd, src, std::span<float>(static_cast<float*>(fresh->data), n));
+      } else {
+        std::memcpy(fresh->data, src, p.t.nbytes());
+      }
+      if (r == me) {
+        // The owner computes with the rounded values too (every rank the same); its master waits.
+        fresh->version.store(ti->storage->version.load() + kRoundedVersion);
+        p.master = std::exchange(ti->storage, std::move(fresh));
+        continue;
+      }
+      // New values after an optimizer step: a new version, so that no copy made from the old
+      // ones (an autocast cache entry) is reused; the same values again within a step keep it.
+      fresh->version.store(p.version + (p.generation != generation_ ? 1 : 0));
+      p.generation = generation_;
+      ti->storage = std::move(fresh);
+    }
   }
-  if (mine) {
-    // The owner computes with the rounded values too (every rank the same); its master waits.
-    fresh->version.store(ti->storage->version.load() + kRoundedVersion);
-    p.master = std::exchange(ti->storage, std::move(fresh));
-    return;
-  }
-  // New values after an optimizer step: a new version, so that no copy made from the old ones
-  // (an autocast cache entry) is reused; the same values again within a step keep it.
-  fresh->version.store(p.version + (p.generation != generation_ ? 1 : 0));
-  p.generation = generation_;
-  ti->storage = std::move(fresh);
 }
 
 void Zero3::release_param(Param& p) {
@@ -177,7 +204,9 @@ void Zero3::gather_all() {
   release_all();
   // The values as they are stored (a checkpoint saves the masters; an evaluation computes with
   // them, as without ZeRO), whatever the wire.
-  for (Param& p : params_) gather_param(p, /*exact=*/true);
+  std::vector<size_t> all(params_.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = k;
+  gather_params(all, /*exact=*/true);
   full_ = true;
 }
 

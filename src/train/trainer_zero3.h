@@ -7,10 +7,11 @@
 // auto-wrap policy cuts it: every child of a Sequential (a GPT's transformer blocks) is a unit,
 // and the root module holds the rest (embeddings, final norm, head).
 //   - forward: a forward wrapper (nn::Module::set_forward_wrapper, chained to the recipe's)
-//     gathers the unit's parameters just before its forward (each from its owner; 16-bit on the
-//     wire with a bf16/fp16 wire, else in the storage dtype), and frees them after it. The root
-//     stays gathered from its forward to the end of its backward (FSDP keeps the root unsharded
-//     after forward, since its backward comes first);
+//     gathers the unit's parameters just before its forward (each owner broadcasts its
+//     parameters of the unit, packed; 16-bit on the wire with a bf16/fp16 wire, else in the
+//     storage dtype), and frees them after it. The root stays gathered from its forward to the
+//     end of its backward (FSDP keeps the root unsharded after forward, since its backward comes
+//     first);
 //   - backward: a backward pre-hook on the unit's output (autograd/backward_pre_hook.h) gathers
 //     them again before the unit's backward; the grad-ready hook (autograd/grad_ready_hook.h)
 //     frees them once backward has finished the gradients of all of them;
@@ -82,8 +83,9 @@ class Zero3 {
   Tensor forward(Unit& u, nn::Module& self, const Tensor& x);
   void gather(Unit& u);
   void release(Unit& u);
+  // The parameters `which` from their owners: one broadcast per owner, its parameters packed.
   // exact: in the storage dtype, whatever the wire.
-  void gather_param(Param& p, bool exact);
+  void gather_params(std::span<const size_t> which, bool exact);
   void release_param(Param& p);
   void on_grad_ready(const Tensor& leaf);
   DType wire_dtype(const Param& p) const;
