@@ -10,7 +10,8 @@ The default is issue 33's: GPT-2 124M (--model gpt2), bf16, batch 4 per rank, co
 interleaved over --rounds:
   - memory: --ranks (default 4) ranks with --zero 3 and with --zero 0 (unsharded), and prints each
     rank-0 peak (peak_memory_bytes), their ratio (the target is <= 0.4) and `mixp plan
-    --zero-stage 3 --ranks N` at the same shape against the measured ZeRO-3 peak;
+    --zero-stage 3 --ranks N` at the same shape against the measured ZeRO-3 peak (and stage 0's
+    plan against the unsharded peak: how far the plan's base is off at this shape);
   - speed: 2 ranks with --zero 3 and with --zero 1 (the median ms/step of each run; the lowest over
     the rounds), and their ratio (the target is <= 1.15).
 Every rank runs 1 thread (--threads); the wire is --grad-comm (default bf16).
@@ -42,8 +43,8 @@ def train(a, ranks, zero):
     return json.loads(out)
 
 
-def plan(a, ranks):
-    cmd = [a.mixp, "plan"] + shape_args(a) + ["--zero-stage", "3", "--ranks", str(ranks),
+def plan(a, ranks, stage):
+    cmd = [a.mixp, "plan"] + shape_args(a) + ["--zero-stage", str(stage), "--ranks", str(ranks),
                                               "--threads", str(a.threads), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out)
@@ -74,11 +75,13 @@ def main():
         for z in (3, 1):
             ms[z].append(train(a, 2, z)["ms_per_step"])
     p3, p0 = min(peak[3]), min(peak[0])
-    planned = plan(a, a.ranks)["peak_bytes"]
+    planned = plan(a, a.ranks, 3)["peak_bytes"]
+    planned0 = plan(a, a.ranks, 0)["peak_bytes"]
     print(f"peak per rank, {a.ranks} ranks: zero 3 {p3 / 2**20:.2f} MiB, unsharded "
           f"{p0 / 2**20:.2f} MiB, ratio {p3 / p0:.3f}")
     print(f"mixp plan --zero-stage 3 --ranks {a.ranks}: {planned / 2**20:.2f} MiB, "
-          f"{planned / p3:.3f}x the measured peak")
+          f"{planned / p3:.3f}x the measured peak (--zero-stage 0: {planned0 / 2**20:.2f} MiB, "
+          f"{planned0 / p0:.3f}x the unsharded peak)")
     t3, t1 = min(ms[3]), min(ms[1])
     print(f"step, 2 ranks: zero 3 {t3:.1f} ms, zero 1 {t1:.1f} ms, ratio {t3 / t1:.3f}")
 
