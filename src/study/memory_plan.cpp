@@ -219,6 +219,9 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   p.grad_bytes = shard(p.grad_bytes, 2);
   p.master_bytes = shard(p.master_bytes, 1);
   p.state_bytes = shard(p.state_bytes, 1);
+  // ZeRO 3 frees a released parameter's autocast copy with it (src/train/trainer_zero3.cpp), so
+  // the cast copies are sharded with the parameters, as in plan_shape.
+  p.cast_copy_bytes = shard(p.cast_copy_bytes, 3);
   p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, P * bytes_of(sp.grad)) : 0;
   p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
                  p.comm_bytes + p.activation_bytes;
