@@ -11,6 +11,7 @@
 #include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
+#include "mixp/train/train_config.h"
 
 namespace mixp::train {
 namespace {
@@ -51,6 +52,14 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, t] = params[i];
+    if (!t.device().is_cpu()) {
+      // The gathers copy and convert on the host (std::memcpy, convert_f32_to); the CUDA build
+      // compiles this file but a GPU's parameters would need device copies.
+      throw ConfigError(fmt::format(
+          "--zero 3 shards parameters in CPU memory only; parameter '{}' is on {}: use --zero 2 "
+          "on GPUs (it shards the optimizer state and gradients)",
+          name, t.device().str()));
+    }
     if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage()->nbytes != t.nbytes()) {
       throw std::logic_error("ZeRO 3 needs each parameter in a storage of its own: " + name);
     }
