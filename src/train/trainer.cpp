@@ -235,14 +235,15 @@ TrainResult Trainer::fit() {
   }
   TrainResult r;
   r.train_time_s = (now_ms() - t0) * 1e-3;
-  // ZeRO 3: whole parameters for the evaluation, the checkpoint and the adapters (collective).
-  if (s.zero3) s.zero3->gather_all();
   const AllocatorStats mem = allocator_stats(mem_device);
   r.memory_device = mem_device.str();
   r.peak_memory_bytes = mem.peak_allocated_bytes;
   r.peak_requested_bytes = mem.peak_requested_bytes;
   r.peak_reserved_bytes = mem.peak_reserved_bytes;
   r.energy_joules = meter.joules();
+  // ZeRO 3: whole parameters for the evaluation, the checkpoint and the adapters (collective);
+  // after the peak was read, which is the training steps'.
+  if (s.zero3) s.zero3->gather_all();
   r.energy_source = meter.source();
 
   r.model = s.cfg.model.name;

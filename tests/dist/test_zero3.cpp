@@ -81,11 +81,15 @@ TEST(ZeroThree, TheBf16WireTrainsWithinTheSixteenBitBound) {
 // writes): it resumes under ZeRO 3 bit-identically to an uninterrupted run, and on one process.
 TEST(ZeroThree, CheckpointsResumeBitIdentically) {
   TempDir dir;
-  const std::string args = kGpt + "--batch 4 --zero 3 --json ";
-  const CliResult straight = run_mpi(2, args + "--steps 6 --save " + path(dir, "straight"));
+  const std::string args = kGpt + "--batch 4 --zero 3 ";
+  const CliResult straight = run_mpi(2, args + "--json --steps 6 --save " + path(dir, "straight"));
   const CliResult first = run_mpi(2, args + "--steps 3 --save " + path(dir, "half"));
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
   ASSERT_EQ(first.exit_code, 0) << first.err;
+  // The summary names the stage and both kinds of bytes.
+  EXPECT_NE(first.out.find("ZeRO stage 3"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("sent per step per rank (gradients; parameters "), std::string::npos)
+      << first.out;
   const CliResult resumed = run_mpi(2, kGpt + "--batch 4 --zero 3 --json --steps 6 --resume " +
                                            path(dir, "half") + " --save " + path(dir, "resumed"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;

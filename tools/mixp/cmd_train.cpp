@@ -110,10 +110,14 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int
     }
     std::cout << fmt::format(
         "ranks:     {} on {} host{} ({}), {} thread{} per rank, gradients {} on the wire, "
-        "shared-memory reduction {}, {} sent per step per rank\n",
+        "shared-memory reduction {}, {} sent per step per rank{}\n",
         r.ranks, r.hosts, r.hosts == 1 ? "" : "s", hosts, r.threads, r.threads == 1 ? "" : "s",
         r.grad_comm, r.shared_memory ? "on" : "off (" + r.shared_memory_note + ")",
-        human_bytes(r.comm_bytes_per_step));
+        human_bytes(r.comm_bytes_per_step),
+        // ZeRO 3: the parameters this rank's owners sent to the others' gathers.
+        r.zero == 3 ? fmt::format(" (gradients; parameters {})",
+                                  human_bytes(r.comm_param_bytes_per_step))
+                    : std::string());
   }
   std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
                            human_bytes(double(r.peak_memory_bytes)),
