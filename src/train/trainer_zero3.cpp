@@ -11,6 +11,7 @@
 #include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
+#include "mixp/tensor/allocator.h"
 #include "mixp/train/train_config.h"
 
 namespace mixp::train {
@@ -60,7 +61,8 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
           "on GPUs (it shards the optimizer state and gradients)",
           name, t.device().str()));
     }
-    if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage()->nbytes != t.nbytes()) {
+    if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage()->nbytes != t.nbytes() ||
+        !t.storage()->owned || !t.storage()->allocator) {
       throw std::logic_error("ZeRO 3 needs each parameter in a storage of its own: " + name);
     }
     size_t unit = 0;
@@ -164,23 +166,32 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact) {
       const bool convert = wd != p.t.dtype();
       if (r == me && !convert) continue;  // the owner computes with its own values
       TensorImpl* ti = p.t.impl();
-      auto fresh = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
-      if (convert) {
-        convert_to_f32(wd, src, std::span<float>(static_cast<float*>(fresh->data), n));
-      } else {
-        std::memcpy(fresh->data, src, p.t.nbytes());
-      }
+      auto write = [&](void* dst) {
+        if (convert) {
+          convert_to_f32(wd, src, std::span<float>(static_cast<float*>(dst), n));
+        } else {
+          std::memcpy(dst, src, p.t.nbytes());
+        }
+      };
       if (r == me) {
         // The owner computes with the rounded values too (every rank the same); its master waits.
+        auto fresh = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+        write(fresh->data);
         fresh->version.store(ti->storage->version.load() + kRoundedVersion);
         p.master = std::exchange(ti->storage, std::move(fresh));
         continue;
       }
+      // The bytes come back into the same Storage (the views autograd saved in the forward, a
+      // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
+      Storage& st = *ti->storage;
+      const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
+      st.data = b.ptr;
+      st.block_size = b.size;
+      write(st.data);
       // New values after an optimizer step: a new version, so that no copy made from the old
       // ones (an autocast cache entry) is reused; the same values again within a step keep it.
-      fresh->version.store(p.version + (p.generation != generation_ ? 1 : 0));
+      if (p.generation != generation_) st.version.fetch_add(1);
       p.generation = generation_;
-      ti->storage = std::move(fresh);
     }
   }
 }
@@ -192,16 +203,20 @@ void Zero3::release_param(Param& p) {
     p.master.reset();
     return;
   }
-  p.version = ti->storage->version.load();
-  // An empty storage: a use while freed reads nothing rather than stale values.
-  ti->storage = std::make_shared<Storage>(nullptr, 0, p.t.device());
+  // The bytes freed in place: every view of the parameter (what autograd saved in the forward)
+  // loses them too, as FSDP's storage.resize_(0); a use while freed reads a null pointer rather
+  // than stale values. The Storage keeps its size, version and allocator for the next gather.
+  Storage& st = *ti->storage;
+  if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
+  st.data = nullptr;
+  st.block_size = 0;
   ti->shadow = WeightShadow{};  // autocast's low-precision copy goes with it
 }
 
 void Zero3::release_all() {
   for (Param& p : params_) {
     const bool gathered = p.owner == dp_.rank() ? p.master != nullptr
-                                                : p.t.impl()->storage->nbytes > 0;
+                                                : p.t.impl()->storage->data != nullptr;
     if (gathered) release_param(p);
   }
   for (Unit& u : units_) u.gathered = false;

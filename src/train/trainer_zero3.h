@@ -69,7 +69,6 @@ class Zero3 {
     int owner = 0;
     size_t unit = 0;
     std::shared_ptr<Storage> master;  // the owner's fp32 values while a rounded copy is in use
-    uint64_t version = 0;             // the storage's version when it was freed
     uint64_t generation = 0;          // generation_ at its last gather
   };
   struct Unit {

@@ -152,7 +152,9 @@ TEST(ZeroThree, BytesSentPerStepMatchTheArithmetic) {
 // The memory: at batch 1 (parameters, gradients and optimizer state make the peak) on a gpt of
 // 8 blocks (the root, embeddings and final norm, is about 1% of it), ZeRO 3 holds less than
 // ZeRO 2 at its peak: ideally the half of the parameters another rank owns (4 bytes each) less
-// one gathered block; measured 0.52x of that half here, checked at > 0.35x (peak_memory_bytes).
+// one gathered block; measured 0.89x of that half here, checked at > 0.7x (peak_memory_bytes).
+// (0.52x while a Linear's saved weight kept the released bytes alive: they are now freed in
+// their Storage, which autograd's saved views share.)
 TEST(ZeroThree, ThePeakHoldsLessThanZeroTwos) {
   const std::string args = "train --model gpt --width 64 --layers 8 --heads 2 --context 32 "
                            "--no-eval --threads 1 --steps 2 --batch 1 --json --zero ";
@@ -163,7 +165,7 @@ TEST(ZeroThree, ThePeakHoldsLessThanZeroTwos) {
   const double half = 0.5 * 4.0 * z3.json()["parameters"].get<double>();
   const double saved = z2.json()["peak_memory_bytes"].get<double>() -
                        z3.json()["peak_memory_bytes"].get<double>();
-  EXPECT_GT(saved, 0.35 * half) << "saved " << saved << " of " << half;
+  EXPECT_GT(saved, 0.7 * half) << "saved " << saved << " of " << half;
   EXPECT_LT(saved, half);
 }
 
