@@ -27,6 +27,16 @@ int64_t bytes_of(DType d) {
   return traits(d).storage_bytes;
 }
 
+// ZeRO 3 (docs/distributed.md, "ZeRO stage 3"): besides its shard of the parameters a rank holds,
+// at its peak, the ones it does not own of the units gathered then: the root (embeddings, final
+// norm, tied head: whole from its forward to the end of its backward) and one block. The
+// gathered copies are in the parameters' dtype.
+int64_t zero3_gathered_bytes(int64_t params, int64_t block_params, int64_t layers, int64_t ranks,
+                             int64_t bytes_per_value) {
+  const int64_t root = std::max<int64_t>(0, params - layers * block_params);
+  return (root + block_params) * bytes_per_value * (ranks - 1) / ranks;
+}
+
 MemoryPlan::Probe run_probe(const train::TrainConfig& base, int64_t layers) {
   train::TrainConfig c = base;
   if (layers > 0) c.model.layers = layers;
@@ -237,9 +247,16 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;
   p.activation_bytes = std::max<int64_t>(0, measured - persistent);
   p.param_bytes = shard(p.param_bytes, 3);
+  if (opt.zero_stage >= 3 && R > 1 && lm) {
+    p.param_bytes +=
+        zero3_gathered_bytes(P, p2.params - p1.params, shape.layers, R, bytes_of(d.params));
+  }
   p.grad_bytes = shard(p.grad_bytes, 2);
   p.master_bytes = shard(p.master_bytes, 1);
   p.state_bytes = shard(p.state_bytes, 1);
+  // ZeRO 3 frees a released parameter's autocast copy with it (src/train/trainer_zero3.cpp), so
+  // the cast copies are sharded with the parameters, as in plan_shape.
+  p.cast_copy_bytes = shard(p.cast_copy_bytes, 3);
   p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, P * bytes_of(sp.grad)) : 0;
   p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
                  p.comm_bytes + p.activation_bytes;
@@ -311,6 +328,13 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
     return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
   };
   p.param_bytes = shard(am.param_bytes, 3);
+  if (opt.zero_stage >= 3 && R > 1) {
+    ModelShape one = shape, two = shape;
+    one.layers = 1;
+    two.layers = 2;
+    p.param_bytes += zero3_gathered_bytes(p.parameters, parameters(two) - parameters(one),
+                                          shape.layers, R, am.param_bytes / p.parameters);
+  }
   p.grad_bytes = shard(am.grad_bytes, 2);
   p.master_bytes = shard(am.master_bytes, 1);
   p.state_bytes = shard(am.state_bytes, 1);

@@ -96,13 +96,15 @@ void check_loop_config(const TrainConfig& c) {
   require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0,
           "the communication timeout (--comm-timeout) must be >= 0 seconds (0 = wait forever)");
   require(c.check_replicas >= 0, "--check-replicas must be >= 0 (0 = never)");
-  require(c.zero >= 0 && c.zero <= 2,
+  require(c.zero >= 0 && c.zero <= 3,
           "--zero must be 0 (every rank holds the whole optimizer state), 1 (ZeRO stage 1: it "
-          "is sharded over the ranks) or 2 (ZeRO stage 2: the gradients too), got " +
+          "is sharded over the ranks), 2 (ZeRO stage 2: the gradients too) or 3 (ZeRO stage 3: "
+          "and the parameters), got " +
               std::to_string(c.zero));
   require(c.zero < 2 || c.grad_comm != "bf16-ring",
-          "--zero 2 sends each gradient to its owner only, which the naive ring (--grad-comm "
-          "bf16-ring) cannot do; use --grad-comm bf16 (16 bits on the wire, summed in fp32)");
+          "--zero " + std::to_string(c.zero) +
+              " sends each gradient to its owner only, which the naive ring (--grad-comm "
+              "bf16-ring) cannot do; use --grad-comm bf16 (16 bits on the wire, summed in fp32)");
   if (c.optimizer_in_backward) {
     require(c.clip == 0,
             "--optimizer-in-backward updates each parameter as soon as its gradient is ready, "

@@ -72,7 +72,7 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
     // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns;
     // stage 2: and only their reduced gradients reach it.
     owner = dp->partition(params);
-    if (cfg.zero == 2) dp->shard_gradients(owner);
+    if (cfg.zero >= 2) dp->shard_gradients(owner);
     mine.clear();
     for (size_t i = 0; i < named.size(); ++i) {
       if (owner[i] == dp->rank()) {
@@ -84,6 +84,11 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   opt = make_optimizer ? make_optimizer(mine, recipe->optimizer_precision())
                        : detail::build_optimizer(cfg, mine, recipe->optimizer_precision());
   if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
+  if (dp && cfg.zero == 3) {
+    // ZeRO stage 3 (trainer_zero3.h): the parameters too; whole until the first step (a
+    // checkpoint is loaded into them first).
+    zero3 = std::make_unique<Zero3>(*dp, *model, named, owner, dist::parse_grad_comm(cfg.grad_comm));
+  }
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
   if (cfg.optimizer_in_backward) {
@@ -123,218 +128,6 @@ void Trainer::Impl::check_optimizer_in_backward() const {
   }
 }
 
-void Trainer::Impl::step_in_backward(const Tensor& leaf) {
-  const auto it = param_index.find(leaf.impl());
-  if (it == param_index.end()) return;  // not a parameter (e.g. a checkpointed segment's input)
-  const size_t k = it->second;
-  if (reported[k]++ > 0) {
-    // Its first report was not final (a parameter shared by two checkpointed segments, or used
-    // both inside and outside one): it was updated with a part of its gradient.
-    throw TrainError(fmt::format(
-        "step {}: --optimizer-in-backward: backward reported the gradient of parameter '{}' "
-        "twice, so it was updated before its gradient was complete (is it shared across "
-        "checkpointed segments?); train this model without --optimizer-in-backward",
-        step + 1, opt->params()[k].name));
-  }
-  // The norm's partial from the gradient the update reads, as optim::grad_norm takes it.
-  const double sq = optim::grad_sum_squares(leaf);
-  grad_sq[k] = sq;
-  // The NaN guard (run_step): a non-finite gradient stops the run; no parameter after it is
-  // updated with it.
-  if (!std::isfinite(sq)) nonfinite_grad = true;
-  if (!nonfinite_grad) opt->step_parameter(k);
-  params[k].set_grad(Tensor());
-}
-
-void Trainer::Impl::nonfinite_error(const std::string& what, double value, int64_t micro,
-                                    int64_t window) const {
-  std::string where = fmt::format("step {} (epoch {}", step + 1, source->epoch());
-  if (window > 1 && micro >= 0) where += fmt::format(", micro-batch {} of {}", micro + 1, window);
-  where += ")";
-  const std::string v = std::isnan(value) ? "NaN" : (value > 0 ? "inf" : "-inf");
-  throw TrainError(fmt::format(
-      "{}: the {} is {} in precision {}; training stopped{}. Lower the learning rate (now {:g}), "
-      "clip gradients (--clip 1.0), or check the data for extreme values",
-      where, what, v, cfg.precision, cfg.save_dir.empty() ? "" : " and no checkpoint was written",
-      detail::schedule_lr(cfg, step, total)));
-}
-
-StepInfo Trainer::Impl::run_step() {
-  const double t0 = now_ms();
-  const double c0 = process_cpu_ms();
-  const double comm0 = dp ? dp->group().stats().ms : 0;
-  opt->zero_grad();
-  // ZeRO: the optimizer clears its own parameters' gradients; the others are cleared here.
-  for (size_t i = 0; i < owner.size(); ++i) {
-    if (owner[i] != dp->rank()) params[i].set_grad(Tensor());
-  }
-  // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
-  if (dp) dp->broadcast_buffers(*model);
-  // An accumulation window never spans two epochs: the last window of an epoch may be shorter,
-  // and its losses are divided by its own length so that the step still sees a mean.
-  const int64_t window = std::min(cfg.grad_accum, source->batches_per_epoch() - source->position());
-  const int64_t epoch = source->epoch();
-  recipe->before_step(*model, epoch);
-  double loss_sum = 0;
-  int64_t samples = 0;
-  double global_loss = 0;
-  int64_t global_samples = 0;
-  // The default loss of a language model: computed by a GPT itself (nn/gpt.h, the fused
-  // classifier), whatever recipe wrapped its layers.
-  nn::Gpt* gpt = lm && default_loss ? dynamic_cast<nn::Gpt*>(model.get()) : nullptr;
-  for (int64_t m = 0; m < window; ++m) {
-    Batch b = source->next();
-    Tensor batch_loss;
-    {
-      auto scope = recipe->forward_scope();
-      if (gpt) {
-        // The GPT's forward returns the loss (nn/gpt.h): the same numbers as cross_entropy_loss,
-        // without the copies of the [tokens, vocabulary] logits at the step's memory peak.
-        gpt->set_loss_targets(b.target);
-        struct Clear {
-          nn::Gpt* g;
-          ~Clear() { g->set_loss_targets(Tensor()); }
-        } clear{gpt};
-        batch_loss = (*model)(b.input);  // through the recipe's forward wrappers
-      } else {
-        batch_loss = loss((*model)(b.input), b.target);  // through the recipe's forward wrappers
-      }
-    }
-    const double l = batch_loss.item();
-    if (!std::isfinite(l) && !recipe->skips_nonfinite()) nonfinite_error("loss", l, m, window);
-    loss_sum += l;
-    samples += b.samples;
-    if (dp && m == window - 1) {
-      // The gradient-sync stage begins before the last backward (data_parallel.h): the step's
-      // loss and samples over all ranks give each rank's weight, and buckets are reduced as
-      // backward finishes their gradients.
-      std::vector<double> v{loss_sum / double(window) * double(samples), double(samples)};
-      dp->group().allreduce(v, dist::ReduceOp::sum);
-      global_loss = v[0] / v[1];
-      global_samples = int64_t(v[1]);
-      dp->begin_gradients(params, double(samples) / v[1]);
-    }
-    if (cfg.optimizer_in_backward) {
-      // The optimizer in backward (train_config.h): the schedule's rate before any update (the
-      // ordinary step sets it after backward: the same value), then each parameter stepped by
-      // the grad-ready hook as soon as its gradient is final, and its gradient freed.
-      opt->set_lr(detail::schedule_lr(cfg, step - skipped, total));
-      grad_sq.assign(params.size(), 0.0);
-      reported.assign(params.size(), 0);
-      nonfinite_grad = false;
-      GradReadyHookScope hook([this](const Tensor& leaf) { step_in_backward(leaf); });
-      recipe->scale_loss(batch_loss).backward();
-    } else {
-      recipe->scale_loss(window == 1 ? batch_loss : mul(batch_loss, 1.0 / double(window)))
-          .backward();
-    }
-    if (!callbacks.empty()) {
-      StepContext ctx{.step = step + 1,
-                      .total_steps = total,
-                      .epoch = epoch,
-                      .micro_batch = m,
-                      .micro_batches = window,
-                      .loss = l,
-                      .loss_scale = recipe->loss_scale(),
-                      .model = *model,
-                      .parameters = params,
-                      .recipe = *recipe,
-                      .optimizer = *opt};
-      for (auto& cb : callbacks) cb->on_backward_end(ctx);
-    }
-  }
-  double step_loss = loss_sum / double(window);
-  if (dp) {
-    // The gradient-sync stage (data_parallel.h): the gradients reduced to the global mean, each
-    // rank weighted by its share of the samples.
-    dp->finish_gradients();
-    comm_bytes_total += dp->last_gradient_bytes();
-    step_loss = global_loss;
-    samples = global_samples;
-  }
-  if (!callbacks.empty()) {
-    // The stage between backward and the optimizer step (callbacks.h): one virtual call per
-    // callback and step.
-    StepContext ctx{.step = step + 1,
-                    .total_steps = total,
-                    .epoch = epoch,
-                    .micro_batch = window - 1,
-                    .micro_batches = window,
-                    .loss = step_loss,
-                    .loss_scale = recipe->loss_scale(),
-                    .model = *model,
-                    .parameters = params,
-                    .recipe = *recipe,
-                    .optimizer = *opt};
-    for (auto& cb : callbacks) cb->on_gradients_ready(ctx);
-  }
-  // Unscale (fp16 recipes), then clip the real gradients. Non-finite gradients skip the step
-  // under loss scaling; otherwise they are an error (the NaN guard).
-  const bool finite = cfg.optimizer_in_backward || recipe->unscale_and_check(*opt);
-  double norm = std::nan("");
-  if (finite) {
-    if (cfg.optimizer_in_backward) {
-      // The gradients are gone; their squares were summed per parameter before each update, and
-      // are added here in optim::grad_norm's order: the same number, bit for bit.
-      double sq = 0.0;
-      for (const double v : grad_sq) sq += v;
-      optim::reduce_step_values(optim::StepValue::grad_sum_squares, std::span<double>(&sq, 1));
-      norm = std::sqrt(sq);
-    } else if (!owner.empty()) {
-      // ZeRO: this rank unscaled (and steps) only its own gradients; the norm is the global one.
-      norm = dp->sharded_grad_norm(params, owner);
-      if (cfg.clip > 0) optim::clip_grads_by_norm(owned, norm, cfg.clip);
-    } else {
-      norm = cfg.clip > 0 ? optim::clip_grad_norm(params, cfg.clip) : optim::grad_norm(params);
-    }
-    if (!std::isfinite(norm) && !recipe->skips_nonfinite())
-      nonfinite_error("gradient norm", norm, -1, window);
-  } else if (!recipe->skips_nonfinite()) {
-    nonfinite_error("gradient", std::nan(""), -1, window);
-  }
-  // The schedule advances on steps taken, not on steps skipped by the loss scaler.
-  const double lr = detail::schedule_lr(cfg, step - skipped, total);
-  opt->set_lr(lr);
-  const double scale_used = recipe->loss_scale();  // what this step's losses were multiplied by
-  bool stepped = true;
-  if (cfg.optimizer_in_backward) {
-    opt->finish_step();  // every parameter was updated in backward (step_in_backward)
-  } else {
-    stepped = recipe->step(*opt);
-  }
-  // ZeRO: every parameter from the rank that updated it.
-  if (!owner.empty()) dp->broadcast_from_owners(params, owner);
-  const bool skip = !stepped;
-  try {
-    recipe->update(skip);
-  } catch (const amp::LossScaleCollapsed& e) {
-    throw TrainError(fmt::format("step {} (epoch {}): {}{}", step + 1, source->epoch(), e.what(),
-                                 cfg.save_dir.empty() ? "" : "; no checkpoint was written"));
-  }
-  ++step;
-  if (skip) ++skipped;
-  last_loss = step_loss;
-  if (dp && cfg.check_replicas > 0 && step % cfg.check_replicas == 0) {
-    dp->check_replicas(model->named_parameters(), step);
-  }
-  if (dp) comm_ms.push_back(dp->group().stats().ms - comm0);
-
-  StepInfo info;
-  info.step = step;
-  info.total_steps = total;
-  info.epoch = epoch;
-  info.loss = last_loss;
-  info.loss_scale = scale_used;
-  info.skipped = skip;
-  info.skipped_steps = skipped;
-  info.grad_norm = norm;
-  info.lr = lr;
-  info.ms = now_ms() - t0;
-  info.cpu_ms = process_cpu_ms() - c0;
-  info.samples = samples;
-  info.tokens = lm ? samples * cfg.model.context : 0;
-  return info;
-}
 
 Trainer::Trainer(const TrainConfig& config) : impl_(std::make_unique<Impl>()) {
   impl_->constructed_ms = now_ms();
@@ -448,6 +241,9 @@ TrainResult Trainer::fit() {
   r.peak_requested_bytes = mem.peak_requested_bytes;
   r.peak_reserved_bytes = mem.peak_reserved_bytes;
   r.energy_joules = meter.joules();
+  // ZeRO 3: whole parameters for the evaluation, the checkpoint and the adapters (collective);
+  // after the peak was read, which is the training steps'.
+  if (s.zero3) s.zero3->gather_all();
   r.energy_source = meter.source();
 
   r.model = s.cfg.model.name;
@@ -494,6 +290,7 @@ TrainResult Trainer::fit() {
       std::nth_element(c.begin(), c.begin() + c.size() / 2, c.end());
       r.comm_ms_per_step = c[c.size() / 2];
       r.comm_bytes_per_step = double(s.comm_bytes_total) / double(s.comm_ms.size());
+      r.comm_param_bytes_per_step = double(s.comm_param_bytes_total) / double(s.comm_ms.size());
     }
   }
 
@@ -547,6 +344,7 @@ TrainResult Trainer::fit() {
 }
 
 EvalResult Trainer::evaluate() {
+  if (impl_->zero3) impl_->zero3->gather_all();  // ZeRO 3: evaluated with whole parameters
   return detail::evaluate_model(*impl_->model, *impl_->source, *impl_->recipe, impl_->lm,
                                 impl_->loss, impl_->group());
 }

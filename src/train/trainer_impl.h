@@ -1,6 +1,7 @@
 // The Trainer's state (internal), shared by trainer.cpp (the loop), trainer_state.cpp
 // (checkpoints) and evaluate.cpp.
 #pragma once
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "mixp/train/recipe.h"
 #include "mixp/train/trainer.h"
 #include "tensor_bytes.h"
+#include "trainer_zero3.h"
 
 namespace mixp::train::detail {
 
@@ -113,10 +115,13 @@ struct Trainer::Impl {
   std::unique_ptr<FolderLock> save_lock;
   // Data parallelism (data_parallel.h): null in a single process.
   std::unique_ptr<DataParallel> dp;
-  std::vector<int> owner;          // ZeRO 1/2: the rank that owns each of params (else empty)
-  std::vector<Tensor> owned;       // ZeRO 1/2: the params this rank owns, in order
+  std::vector<int> owner;          // ZeRO 1-3: the rank that owns each of params (else empty)
+  std::vector<Tensor> owned;       // ZeRO 1-3: the params this rank owns, in order
+  // ZeRO 3 (trainer_zero3.h): the parameters gathered around each unit's forward and backward.
+  std::unique_ptr<Zero3> zero3;
   std::vector<double> comm_ms;     // per step of this run
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
+  uint64_t comm_param_bytes_total = 0;  // ZeRO 3: parameter bytes sent by this rank in this run
 
   // --optimizer-in-backward (train_config.h): per parameter (the optimizer's order, which is
   // params' order without ZeRO), the squared norm of its gradient, taken right before its update
@@ -139,7 +144,33 @@ struct Trainer::Impl {
   void check_resume_config(const std::filesystem::path& dir) const;
   void resume(const std::filesystem::path& dir);
   void check_resume_data(const nlohmann::json& state, const std::string& state_file) const;
+  // One optimizer step: the phases below, in this order (trainer_step.cpp).
   StepInfo run_step();
+  // What one step's phases hand each other.
+  struct StepState {
+    double t0 = 0, c0 = 0, comm0 = 0;  // wall and CPU clocks, time in collectives at the start
+    int64_t window = 1;                // micro-batches in this step
+    int64_t epoch = 0;
+    double loss = 0;      // the step's mean loss (global in a data-parallel run)
+    int64_t samples = 0;  // the step's samples (global in a data-parallel run)
+    double global_loss = 0;
+    int64_t global_samples = 0;
+    double norm = std::nan("");  // the gradient norm (NaN when not finite or not computed)
+    double lr = 0;
+    double scale_used = 1.0;  // what the step's losses were multiplied by
+    bool stepped = true;      // false: the loss scaler skipped the step
+    uint64_t param_bytes0 = 0;      // ZeRO 3: Zero3::bytes_sent() at the step's start
+    uint64_t param_bytes_sync = 0;  // ... and when the gradient-sync stage began
+  };
+  StepState begin_step();                        // clear gradients, buffers, window
+  Tensor forward_loss(const Batch& b);           // one micro-batch's loss
+  void forward_backward(StepState& st);          // every micro-batch, forward and backward
+  void reduce_gradients(StepState& st);          // data parallelism; on_gradients_ready
+  void unscale_clip_check(StepState& st);        // loss scaling, clipping, the NaN guard
+  void optimizer_step(StepState& st);            // learning rate and update
+  void sync_parameters();                        // ZeRO: parameters from their owners
+  StepInfo end_step(const StepState& st);        // loss-scale update, counters, StepInfo
+  StepContext step_context(const StepState& st, int64_t micro, double loss);
   // --optimizer-in-backward: refuses (ConfigError) what it cannot do exactly.
   void check_optimizer_in_backward() const;
   // The grad-ready hook of --optimizer-in-backward: steps `leaf` (when it is a parameter) and

@@ -197,6 +197,10 @@ void merge_optimizer_shard(const std::vector<std::byte>& b, SafeTensorsFile& ten
 }  // namespace
 
 void Trainer::Impl::save(const std::filesystem::path& dir) const {
+  // ZeRO 3: the parameters gathered whole on every rank (collective), in their stored precision;
+  // rank 0 writes the same checkpoint as a run without ZeRO (DeepSpeed's
+  // stage3_gather_16bit_weights_on_model_save, FSDP's full state dict).
+  if (zero3) zero3->gather_all();
   SafeTensorsFile opt_tensors;
   nlohmann::json opt_scalars = nlohmann::json::object();
   detail::save_optimizer_state(*opt, opt_tensors, opt_scalars);

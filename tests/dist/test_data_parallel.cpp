@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/temp_dir.h"
+#include "dist/checkpoint_compare.h"
 #include "dist/mpi_runner.h"
 #include "mixp/io/safetensors.h"
 #include "common/test_paths.h"
@@ -18,41 +19,6 @@ namespace {
 // A small gpt: 2 blocks of width 64 over the fortunes corpus; one thread per rank.
 const std::string kGpt =
     "train --model gpt --width 64 --layers 2 --heads 2 --context 32 --no-eval --threads 1 ";
-
-
-double max_weight_difference(const std::filesystem::path& a, const std::filesystem::path& b) {
-  const SafeTensorsFile fa = read_safetensors(a / "model.safetensors");
-  const SafeTensorsFile fb = read_safetensors(b / "model.safetensors");
-  EXPECT_EQ(fa.tensors.size(), fb.tensors.size());
-  double worst = 0;
-  for (size_t i = 0; i < fa.tensors.size(); ++i) {
-    const auto& x = fa.tensors[i];
-    const auto& y = fb.tensors[i];
-    EXPECT_EQ(x.name, y.name);
-    EXPECT_EQ(x.dtype, DType::fp32);
-    const size_t n = x.data.size() / 4;
-    for (size_t k = 0; k < n; ++k) {
-      float u, v;
-      std::memcpy(&u, x.data.data() + 4 * k, 4);
-      std::memcpy(&v, y.data.data() + 4 * k, 4);
-      worst = std::max(worst, double(std::fabs(u - v)));
-    }
-  }
-  return worst;
-}
-
-// Whether two checkpoints hold the same parameters, bit for bit (any dtype).
-bool same_weights(const std::filesystem::path& a, const std::filesystem::path& b) {
-  const SafeTensorsFile fa = read_safetensors(a / "model.safetensors");
-  const SafeTensorsFile fb = read_safetensors(b / "model.safetensors");
-  if (fa.tensors.size() != fb.tensors.size()) return false;
-  for (size_t i = 0; i < fa.tensors.size(); ++i) {
-    const auto& x = fa.tensors[i];
-    const auto& y = fb.tensors[i];
-    if (x.name != y.name || x.dtype != y.dtype || x.data != y.data) return false;
-  }
-  return true;
-}
 
 // N ranks x batch 8/N train like 1 rank x batch 8, to the bound of issue 33 (docs/distributed.md,
 // "Equivalence with one process"), over 50 steps:

@@ -110,10 +110,14 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int
     }
     std::cout << fmt::format(
         "ranks:     {} on {} host{} ({}), {} thread{} per rank, gradients {} on the wire, "
-        "shared-memory reduction {}, {} sent per step per rank\n",
+        "shared-memory reduction {}, {} sent per step per rank{}\n",
         r.ranks, r.hosts, r.hosts == 1 ? "" : "s", hosts, r.threads, r.threads == 1 ? "" : "s",
         r.grad_comm, r.shared_memory ? "on" : "off (" + r.shared_memory_note + ")",
-        human_bytes(r.comm_bytes_per_step));
+        human_bytes(r.comm_bytes_per_step),
+        // ZeRO 3: the parameters this rank's owners sent to the others' gathers.
+        r.zero == 3 ? fmt::format(" (gradients; parameters {})",
+                                  human_bytes(r.comm_param_bytes_per_step))
+                    : std::string());
   }
   std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
                            human_bytes(double(r.peak_memory_bytes)),
@@ -436,7 +440,8 @@ RegisterCommand reg(30, [](CLI::App& app) {
   sub->add_option("--zero", c.zero,
                   "1: ZeRO stage 1, each rank keeps the optimizer state and master weights of "
                   "its share of the parameters; 2: ZeRO stage 2, and only the gradients of its "
-                  "share (default 0)")
+                  "share; 3: ZeRO stage 3, and only its share of the parameters, each module's "
+                  "gathered around its forward and backward (default 0)")
       ->group(dp);
   sub->add_option("--check-replicas", c.check_replicas,
                   "compare every parameter's checksum across ranks every N steps (default 0 = "
@@ -469,7 +474,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   int_range(sub->get_option("--save-every"), 1, 1'000'000'000);
   real_range(sub->get_option("--bucket-mb"), 0, 1 << 20, /*lo_open=*/true);
   real_range(sub->get_option("--comm-timeout"), 0, 1e7);
-  int_range(sub->get_option("--zero"), 0, 2);
+  int_range(sub->get_option("--zero"), 0, 3);
   int_range(sub->get_option("--check-replicas"), 0, 1'000'000'000);
   sub->footer(
       "Examples:\n"

@@ -136,10 +136,11 @@ struct TrainResult {
   int ranks = 1;
   std::string grad_comm;            // gradients on the wire
   double comm_bytes_per_step = 0;   // gradient bytes one rank sent per step (mean)
+  double comm_param_bytes_per_step = 0;  // ZeRO 3: parameter bytes one rank sent per step (mean)
   double comm_ms_per_step = 0;      // wall time in collectives per step (median)
   int comm_buckets = 0;             // gradient buckets per step
   int comm_buckets_overlapped = 0;  // of them, started during backward (last step)
-  int zero = 0;                     // ZeRO stage (0, 1 or 2)
+  int zero = 0;                     // ZeRO stage (0 to 3)
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (moments, master weights)
   int hosts = 1;                      // distinct host names among the ranks
   // Each host name with its number of ranks (in order of its first rank).

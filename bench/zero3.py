@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""ZeRO stage 3: peak memory per rank and step time (docs/distributed.md, "ZeRO stage 3"; results
+in docs/benchmarks.md, "ZeRO stage 3"):
+
+    /usr/bin/python3 bench/zero3.py --mixp build/release/mixp            # issue 33's shape
+    /usr/bin/python3 bench/zero3.py --model gpt --width 64 --layers 4 --heads 2 --context 32 \\
+        --batch 1 --precision fp32 --steps 4                             # a small shape
+
+The default is issue 33's: GPT-2 124M (--model gpt2), bf16, batch 4 per rank, context 256. It runs,
+interleaved over --rounds:
+  - memory: --ranks (default 4) ranks with --zero 3 and with --zero 0 (unsharded), and prints each
+    rank-0 peak (peak_memory_bytes), their ratio (the target is <= 0.4) and `mixp plan
+    --zero-stage 3 --ranks N` at the same shape against the measured ZeRO-3 peak (and stage 0's
+    plan against the unsharded peak: how far the plan's base is off at this shape);
+  - speed: 2 ranks with --zero 3 and with --zero 1 (the median ms/step of each run; the lowest over
+    the rounds), and their ratio (the target is <= 1.15).
+Every rank runs 1 thread (--threads); the wire is --grad-comm (default bf16).
+"""
+import argparse
+import json
+import os
+import subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_mpi_yield_when_idle="1")
+
+
+def shape_args(a):
+    out = ["--model", a.model, "--precision", a.precision, "--batch", str(a.batch),
+           "--context", str(a.context)]
+    for flag in ("width", "layers", "heads"):
+        if getattr(a, flag):
+            out += ["--" + flag, str(getattr(a, flag))]
+    return out
+
+
+def train(a, ranks, zero):
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), a.mixp, "train"] + shape_args(a) + [
+        "--steps", str(a.steps), "--no-eval", "--json", "--threads", str(a.threads),
+        "--zero", str(zero), "--grad-comm", a.grad_comm]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True).stdout
+    return json.loads(out)
+
+
+def plan(a, ranks, stage):
+    cmd = [a.mixp, "plan"] + shape_args(a) + ["--zero-stage", str(stage), "--ranks", str(ranks),
+                                              "--threads", str(a.threads), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mixp", default=os.path.join(HERE, "..", "build", "release", "mixp"))
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--width", type=int, default=0)
+    p.add_argument("--layers", type=int, default=0)
+    p.add_argument("--heads", type=int, default=0)
+    p.add_argument("--grad-comm", default="bf16")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=2)
+    a = p.parse_args()
+    peak = {0: [], 3: []}
+    ms = {1: [], 3: []}
+    for _ in range(a.rounds):
+        for z in (3, 0):
+            peak[z].append(train(a, a.ranks, z)["peak_memory_bytes"])
+        for z in (3, 1):
+            ms[z].append(train(a, 2, z)["ms_per_step"])
+    p3, p0 = min(peak[3]), min(peak[0])
+    planned = plan(a, a.ranks, 3)["peak_bytes"]
+    planned0 = plan(a, a.ranks, 0)["peak_bytes"]
+    print(f"peak per rank, {a.ranks} ranks: zero 3 {p3 / 2**20:.2f} MiB, unsharded "
+          f"{p0 / 2**20:.2f} MiB, ratio {p3 / p0:.3f}")
+    print(f"mixp plan --zero-stage 3 --ranks {a.ranks}: {planned / 2**20:.2f} MiB, "
+          f"{planned / p3:.3f}x the measured peak (--zero-stage 0: {planned0 / 2**20:.2f} MiB, "
+          f"{planned0 / p0:.3f}x the unsharded peak)")
+    t3, t1 = min(ms[3]), min(ms[1])
+    print(f"step, 2 ranks: zero 3 {t3:.1f} ms, zero 1 {t1:.1f} ms, ratio {t3 / t1:.3f}")
+
+
+if __name__ == "__main__":
+    main()

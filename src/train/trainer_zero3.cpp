@@ -1,0 +1,264 @@
+// Zero3 (trainer_zero3.h): ZeRO stage 3, parameters gathered per unit around its forward and
+// backward, freed in between.
+#include "trainer_zero3.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "mixp/autograd/backward_pre_hook.h"
+#include "mixp/autograd/grad_mode.h"
+#include "mixp/format/convert.h"
+#include "mixp/tensor/allocator.h"
+#include "mixp/train/train_config.h"
+
+namespace mixp::train {
+namespace {
+
+constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
+// A rounded copy's version is the master's plus this: never the master's own, so that a weight
+// shadow made from one is not taken for the other (tensor.h, WeightShadow).
+constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 &&
+         s[prefix.size()] == '.';
+}
+
+}  // namespace
+
+Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
+             std::vector<int> owner, dist::GradComm wire)
+    : dp_(dp), wire_(wire) {
+  // The units: the root, then every child of a Sequential not inside another unit (FSDP's
+  // transformer auto-wrap: a GPT's blocks), in module order.
+  std::vector<std::string> names{""};
+  Unit root;
+  root.module = &model;
+  root.root = true;
+  units_.push_back(std::move(root));
+  for (auto& [name, m] : model.named_modules()) {
+    if (m->kind() != "sequential") continue;
+    bool inside = false;
+    for (size_t u = 1; u < names.size(); ++u) inside = inside || starts_with(name, names[u]);
+    if (inside) continue;
+    for (auto& [child, c] : m->named_children()) {
+      names.push_back(name.empty() ? child : name + "." + child);
+      Unit unit;
+      unit.module = c.get();
+      units_.push_back(std::move(unit));
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, t] = params[i];
+    if (!t.device().is_cpu()) {
+      // The gathers copy and convert on the host (std::memcpy, convert_f32_to); the CUDA build
+      // compiles this file but a GPU's parameters would need device copies.
+      throw ConfigError(fmt::format(
+          "--zero 3 shards parameters in CPU memory only; parameter '{}' is on {}: use --zero 2 "
+          "on GPUs (it shards the optimizer state and gradients)",
+          name, t.device().str()));
+    }
+    if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage()->nbytes != t.nbytes() ||
+        !t.storage()->owned || !t.storage()->allocator) {
+      throw std::logic_error("ZeRO 3 needs each parameter in a storage of its own: " + name);
+    }
+    size_t unit = 0;
+    for (size_t u = 1; u < names.size(); ++u) {
+      if (starts_with(name, names[u]) && names[u].size() > names[unit].size()) unit = u;
+    }
+    Param p;
+    p.t = t;
+    p.owner = owner[i];
+    p.unit = unit;
+    params_.push_back(std::move(p));
+    units_[unit].params.push_back(i);
+    index_[t.impl()] = i;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    unit.previous = unit.module->forward_wrapper();
+    unit.module->set_forward_wrapper(
+        [this, u](nn::Module& self, const Tensor& x) { return forward(units_[u], self, x); });
+  }
+}
+
+Zero3::~Zero3() {
+  for (Unit& u : units_) u.module->set_forward_wrapper(u.previous);
+}
+
+DType Zero3::wire_dtype(const Param& p) const {
+  // fp32 parameters go 16-bit on a bf16/fp16 wire; others (bf16-pure's) as they are stored.
+  if (p.t.dtype() != DType::fp32) return p.t.dtype();
+  if (wire_ == dist::GradComm::bf16) return DType::bf16;
+  if (wire_ == dist::GradComm::fp16) return DType::fp16;
+  return DType::fp32;
+}
+
+Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
+  auto run = [&] { return u.previous ? u.previous(self, x) : self.forward(x); };
+  if (full_) return run();
+  gather(u);
+  Tensor y = run();
+  const bool backward = GradMode::is_enabled() && y.defined() && y.requires_grad();
+  if (u.root && backward) return y;  // kept until its backward has finished (on_grad_ready)
+  release(u);
+  if (!backward) return y;
+  Unit* unit = &u;
+  return with_backward_pre_hook(y, [this, unit] { gather(*unit); });
+}
+
+void Zero3::gather(Unit& u) {
+  if (u.gathered || full_) return;
+  gather_params(u.params, /*exact=*/false);
+  u.gathered = true;
+  u.ready = 0;
+}
+
+void Zero3::release(Unit& u) {
+  if (!u.gathered) return;
+  for (size_t k : u.params) release_param(params_[k]);
+  u.gathered = false;
+}
+
+void Zero3::gather_params(std::span<const size_t> which, bool exact) {
+  // One broadcast per owner: its parameters of `which`, packed in order at the wire's format.
+  dist::ProcessGroup& g = dp_.group();
+  const int me = dp_.rank();
+  for (int r = 0; r < dp_.size(); ++r) {
+    size_t total = 0;
+    for (size_t k : which) {
+      const Param& p = params_[k];
+      if (p.owner != r) continue;
+      const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+      total += size_t(p.t.numel()) * size_t(traits(wd).storage_bytes);
+    }
+    if (total == 0) continue;  // the same on every rank: nothing of r's here
+    wire_buf_.resize(total);
+    if (r == me) {
+      size_t at = 0;
+      for (size_t k : which) {
+        const Param& p = params_[k];
+        if (p.owner != r) continue;
+        const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+        const size_t n = size_t(p.t.numel());
+        if (wd == p.t.dtype()) {
+          std::memcpy(wire_buf_.data() + at, p.t.impl()->storage->data, p.t.nbytes());
+        } else {
+          convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n),
+                         wire_buf_.data() + at, kNearest);
+        }
+        at += n * size_t(traits(wd).storage_bytes);
+      }
+      bytes_sent_ += total * size_t(dp_.size() - 1);
+    }
+    g.broadcast(wire_buf_, r);
+    size_t at = 0;
+    for (size_t k : which) {
+      Param& p = params_[k];
+      if (p.owner != r) continue;
+      const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+      const size_t n = size_t(p.t.numel());
+      const std::byte* src = wire_buf_.data() + at;
+      at += n * size_t(traits(wd).storage_bytes);
+      const bool convert = wd != p.t.dtype();
+      if (r == me && !convert) continue;  // the owner computes with its own values
+      TensorImpl* ti = p.t.impl();
+      auto write = [&](void* dst) {
+        if (convert) {
+          convert_to_f32(wd, src, std::span<float>(static_cast<float*>(dst), n));
+        } else {
+          std::memcpy(dst, src, p.t.nbytes());
+        }
+      };
+      if (r == me) {
+        // The owner computes with the rounded values too (every rank the same); its master waits.
+        auto fresh = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+        write(fresh->data);
+        fresh->version.store(ti->storage->version.load() + kRoundedVersion);
+        p.master = std::exchange(ti->storage, std::move(fresh));
+        continue;
+      }
+      // The bytes come back into the same Storage (the views autograd saved in the forward, a
+      // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
+      Storage& st = *ti->storage;
+      const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
+      st.data = b.ptr;
+      st.block_size = b.size;
+      write(st.data);
+      // New values after an optimizer step: a new version, so that no copy made from the old
+      // ones (an autocast cache entry) is reused; the same values again within a step keep it.
+      if (p.generation != generation_) st.version.fetch_add(1);
+      p.generation = generation_;
+    }
+  }
+}
+
+void Zero3::release_param(Param& p) {
+  TensorImpl* ti = p.t.impl();
+  if (p.owner == dp_.rank()) {
+    if (p.master) ti->storage = std::move(p.master);
+    p.master.reset();
+    return;
+  }
+  // The bytes freed in place: every view of the parameter (what autograd saved in the forward)
+  // loses them too, as FSDP's storage.resize_(0); a use while freed reads a null pointer rather
+  // than stale values. The Storage keeps its size, version and allocator for the next gather.
+  Storage& st = *ti->storage;
+  if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
+  st.data = nullptr;
+  st.block_size = 0;
+  ti->shadow = WeightShadow{};  // autocast's low-precision copy goes with it
+}
+
+void Zero3::release_all() {
+  for (Param& p : params_) {
+    const bool gathered = p.owner == dp_.rank() ? p.master != nullptr
+                                                : p.t.impl()->storage->data != nullptr;
+    if (gathered) release_param(p);
+  }
+  for (Unit& u : units_) u.gathered = false;
+  full_ = false;
+}
+
+void Zero3::gather_all() {
+  if (full_) return;
+  release_all();
+  // The values as they are stored (a checkpoint saves the masters; an evaluation computes with
+  // them, as without ZeRO), whatever the wire.
+  std::vector<size_t> all(params_.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = k;
+  gather_params(all, /*exact=*/true);
+  full_ = true;
+}
+
+std::unique_ptr<GradReadyHookScope> Zero3::backward_scope() {
+  GradReadyHook previous;
+  if (const GradReadyHook* h = detail::grad_ready_hook()) previous = *h;
+  return std::make_unique<GradReadyHookScope>([this, previous](const Tensor& leaf) {
+    if (previous) previous(leaf);
+    on_grad_ready(leaf);
+  });
+}
+
+void Zero3::on_grad_ready(const Tensor& leaf) {
+  const auto it = index_.find(leaf.impl());
+  if (it == index_.end() || full_) return;
+  Unit& u = units_[params_[it->second].unit];
+  if (u.gathered && ++u.ready == u.params.size()) release(u);
+}
+
+uint64_t Zero3::expected_bytes_per_step() const {
+  uint64_t total = 0;
+  for (const Param& p : params_) {
+    if (p.owner != dp_.rank()) continue;
+    const DType wd = wire_dtype(p);
+    const uint64_t b = uint64_t(p.t.numel()) * traits(wd).storage_bytes;
+    total += b * (units_[p.unit].root ? 1 : 2) * uint64_t(dp_.size() - 1);
+  }
+  return total;
+}
+
+}  // namespace mixp::train

@@ -1,0 +1,103 @@
+// ZeRO stage 3 (docs/distributed.md, "ZeRO stage 3: --zero 3"): the parameters are sharded
+// across the ranks too. Internal to the Trainer (trainer.cpp, trainer_step.cpp).
+//
+// Each trainable parameter has one owner (DataParallel::partition, whole parameters as in
+// stages 1 and 2). The owner keeps its values (the fp32 master, with its optimizer state); every
+// other rank frees the parameter's storage between uses. The model is cut into units, as FSDP's
+// auto-wrap policy cuts it: every child of a Sequential (a GPT's transformer blocks) is a unit,
+// and the root module holds the rest (embeddings, final norm, head).
+//   - forward: a forward wrapper (nn::Module::set_forward_wrapper, chained to the recipe's)
+//     gathers the unit's parameters just before its forward (each owner broadcasts its
+//     parameters of the unit, packed; 16-bit on the wire with a bf16/fp16 wire, else in the
+//     storage dtype), and frees them after it. The root stays gathered from its forward to the
+//     end of its backward (FSDP keeps the root unsharded after forward, since its backward comes
+//     first);
+//   - backward: a backward pre-hook on the unit's output (autograd/backward_pre_hook.h) gathers
+//     them again before the unit's backward; the grad-ready hook (autograd/grad_ready_hook.h)
+//     frees them once backward has finished the gradients of all of them;
+//   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients).
+// With a 16-bit wire every rank, the owner too, computes with the values rounded to the wire
+// format (FSDP's MixedPrecision(param_dtype=bf16)); the owner's fp32 master is put back before
+// the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "mixp/autograd/grad_ready_hook.h"
+#include "mixp/dist/grad_reduce.h"
+#include "mixp/nn/module.h"
+#include "mixp/train/data_parallel.h"
+
+namespace mixp::train {
+
+class Zero3 {
+ public:
+  // `params`: the trainable parameters (in the Trainer's order) and `names` theirs; `owner` from
+  // DataParallel::partition. Installs the forward wrappers; the parameters stay whole until
+  // release_all (so that a checkpoint can still be loaded into them).
+  Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
+        std::vector<int> owner, dist::GradComm wire);
+  ~Zero3();  // puts the modules' previous wrappers back
+  Zero3(const Zero3&) = delete;
+  Zero3& operator=(const Zero3&) = delete;
+
+  // Frees every parameter this rank does not own (puts the owners' masters back): before a step,
+  // and before the optimizer step. Local: no communication.
+  void release_all();
+  // Every parameter whole on every rank (collective): for a checkpoint, evaluation, the replicas'
+  // check; the wrappers do nothing until release_all.
+  void gather_all();
+  // The owners' parameters changed (the optimizer stepped): the next gather sends new values.
+  void parameters_updated() { ++generation_; }
+  // Installs, for one backward, the grad-ready hook that frees each unit after its backward
+  // (chained after the hook already installed on this thread: data parallelism's).
+  std::unique_ptr<GradReadyHookScope> backward_scope();
+  // Parameter bytes this rank has sent since it was made (its owned parameters, to N-1 ranks, at
+  // each gather).
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  // Units (the root included) and, per step without accumulation or recomputation, how many
+  // parameter bytes this rank sends: the arithmetic of docs/distributed.md.
+  size_t units() const { return units_.size(); }
+  uint64_t expected_bytes_per_step() const;
+
+ private:
+  struct Param {
+    Tensor t;
+    int owner = 0;
+    size_t unit = 0;
+    std::shared_ptr<Storage> master;  // the owner's fp32 values while a rounded copy is in use
+    uint64_t generation = 0;          // generation_ at its last gather
+  };
+  struct Unit {
+    nn::Module* module = nullptr;
+    nn::Module::ForwardWrapper previous;
+    std::vector<size_t> params;
+    bool root = false;
+    bool gathered = false;
+    size_t ready = 0;  // parameters whose gradient this backward has finished
+  };
+  Tensor forward(Unit& u, nn::Module& self, const Tensor& x);
+  void gather(Unit& u);
+  void release(Unit& u);
+  // The parameters `which` from their owners: one broadcast per owner, its parameters packed.
+  // exact: in the storage dtype, whatever the wire.
+  void gather_params(std::span<const size_t> which, bool exact);
+  void release_param(Param& p);
+  void on_grad_ready(const Tensor& leaf);
+  DType wire_dtype(const Param& p) const;
+
+  DataParallel& dp_;
+  dist::GradComm wire_;
+  std::vector<Param> params_;
+  std::vector<Unit> units_;
+  std::unordered_map<const TensorImpl*, size_t> index_;  // parameter by its TensorImpl
+  bool full_ = true;    // every parameter whole (gather_all, or not yet released)
+  uint64_t generation_ = 0;  // optimizer steps the owners took (parameters_updated)
+  uint64_t bytes_sent_ = 0;
+  std::vector<std::byte> wire_buf_;
+};
+
+}  // namespace mixp::train

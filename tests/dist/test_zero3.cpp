@@ -1,0 +1,173 @@
+// ZeRO stage 3 (docs/distributed.md, "ZeRO stage 3: --zero 3"): parameters sharded across the
+// ranks and gathered per unit around its forward and backward, against --zero 0.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/temp_dir.h"
+#include "dist/checkpoint_compare.h"
+#include "dist/mpi_runner.h"
+#include "mixp/io/safetensors.h"
+
+namespace mixp::test {
+namespace {
+
+// A small gpt: 2 blocks of width 64 over the fortunes corpus; one thread per rank.
+const std::string kGpt =
+    "train --model gpt --width 64 --layers 2 --heads 2 --context 32 --no-eval --threads 1 ";
+
+// A path in `dir`, quoted for the shell.
+std::string path(const TempDir& dir, const std::string& name) {
+  std::string quoted = (dir / name).string();
+  quoted.insert(quoted.begin(), '\'');
+  quoted.push_back('\'');
+  return quoted;
+}
+
+// With the fp32 wire every rank computes with the owners' exact values, so ZeRO 3 trains
+// bit-identically to no ZeRO: the losses of every step, the weights and the optimizer state
+// (the checkpoint gathers them whole). The replicas' check gathers the parameters too.
+TEST(ZeroThree, TrainsBitIdenticallyToNoZeroWithTheFp32Wire) {
+  TempDir dir;
+  // Also with accumulation (every micro-batch gathers), and with checkpointing under bf16
+  // autocast (a block's recomputation gathers it again; autocast's weight copies).
+  for (const std::string variant :
+       {"", "--grad-accum 2 --no-comm-overlap", "--checkpointing --precision bf16"}) {
+    const std::string args = kGpt + "--steps 4 --batch 4 --bucket-mb 0.05 --json " + variant;
+    const CliResult z0 =
+        run_mpi(2, args + " --log " + path(dir, "z0.jsonl") + " --save " + path(dir, "z0"));
+    const CliResult z3 = run_mpi(2, args + " --zero 3 --check-replicas 2 --log " +
+                                        path(dir, "z3.jsonl") + " --save " + path(dir, "z3"));
+    ASSERT_EQ(z0.exit_code, 0) << z0.err;
+    ASSERT_EQ(z3.exit_code, 0) << z3.err;
+    EXPECT_EQ(z3.json()["zero"], 3);
+    EXPECT_EQ(log_losses(dir / "z3.jsonl"), log_losses(dir / "z0.jsonl")) << variant;
+    EXPECT_TRUE(same_weights(dir / "z0", dir / "z3")) << variant;
+    const SafeTensorsFile a = read_safetensors(dir / "z0" / "optimizer.safetensors");
+    const SafeTensorsFile b = read_safetensors(dir / "z3" / "optimizer.safetensors");
+    ASSERT_EQ(a.tensors.size(), b.tensors.size());
+    for (const SafeTensor& t : a.tensors) {
+      const SafeTensor* u = b.find(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      EXPECT_TRUE(u->data == t.data) << t.name << " " << variant;
+    }
+  }
+}
+
+// A bf16 wire rounds the gathered parameters to bf16 (FSDP's MixedPrecision(param_dtype=bf16)):
+// not bit-identical, but within the 16-bit wire's bound (docs/distributed.md: the loss within
+// 1e-2 relative of the fp32 wire's), and the replicas stay identical.
+TEST(ZeroThree, TheBf16WireTrainsWithinTheSixteenBitBound) {
+  TempDir dir;
+  const std::string args = kGpt + "--steps 4 --batch 4 --precision bf16 --json ";
+  const CliResult ref = run_mpi(2, args + "--log " + path(dir, "ref.jsonl"));
+  const CliResult z3 = run_mpi(2, args + "--zero 3 --grad-comm bf16 --check-replicas 1 --log " +
+                                      path(dir, "z3.jsonl"));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  ASSERT_EQ(z3.exit_code, 0) << z3.err;
+  const std::vector<double> a = log_losses(dir / "ref.jsonl"), b = log_losses(dir / "z3.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  bool differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(b[i], a[i], 1e-2 * a[i]) << "step " << i + 1;
+    differs = differs || a[i] != b[i];
+  }
+  // The parameters did go 16-bit: the first step's loss already sees rounded weights.
+  EXPECT_TRUE(differs);
+}
+
+// The checkpoint of a ZeRO 3 run is gathered whole to rank 0 (the file a run without ZeRO
+// writes): it resumes under ZeRO 3 bit-identically to an uninterrupted run, and on one process.
+TEST(ZeroThree, CheckpointsResumeBitIdentically) {
+  TempDir dir;
+  const std::string args = kGpt + "--batch 4 --zero 3 ";
+  const CliResult straight = run_mpi(2, args + "--json --steps 6 --save " + path(dir, "straight"));
+  const CliResult first = run_mpi(2, args + "--steps 3 --save " + path(dir, "half"));
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // The summary names the stage and both kinds of bytes.
+  EXPECT_NE(first.out.find("ZeRO stage 3"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("sent per step per rank (gradients; parameters "), std::string::npos)
+      << first.out;
+  const CliResult resumed = run_mpi(2, kGpt + "--batch 4 --zero 3 --json --steps 6 --resume " +
+                                           path(dir, "half") + " --save " + path(dir, "resumed"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(same_weights(dir / "resumed", dir / "straight"));
+  EXPECT_EQ(resumed.json()["final_loss"], straight.json()["final_loss"]);
+  const CliResult one = run_cli("train --resume " + path(dir, "half") +
+                                " --steps 4 --batch 8 --no-eval --threads 1 --json");
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+}
+
+// Bytes per step and rank, against the arithmetic: the partition (whole parameters, largest
+// first to the least-loaded rank: DataParallel::partition), the units (each block; the root:
+// embeddings, final norm), each block's parameters gathered twice (forward, backward), the
+// root's once (kept from its forward to its backward); each owner sends its parameters to N-1
+// ranks. The gradients go to their owners only (ZeRO 2): rank 0 sends what the others own.
+TEST(ZeroThree, BytesSentPerStepMatchTheArithmetic) {
+  TempDir dir;
+  for (const std::string wire : {"fp32", "bf16"}) {
+    const CliResult r = run_mpi(2, kGpt + "--steps 2 --batch 4 --zero 3 --json --grad-comm " +
+                                       wire + " --save " + path(dir, wire));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const SafeTensorsFile f = read_safetensors(dir / wire / "model.safetensors");
+    std::vector<std::pair<std::string, int64_t>> params;
+    for (const SafeTensor& t : f.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      params.emplace_back(t.name, n);
+    }
+    std::vector<size_t> order(params.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return params[a].second > params[b].second; });
+    int64_t load[2] = {0, 0};
+    std::vector<int> owner(params.size());
+    for (size_t i : order) {
+      owner[i] = load[1] < load[0] ? 1 : 0;
+      load[owner[i]] += params[i].second;
+    }
+    const double bytes = wire == "fp32" ? 4 : 2;
+    double param_bytes = 0, grad_bytes = 0, total = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      total += double(params[i].second);
+      if (owner[i] != 0) {
+        grad_bytes += bytes * double(params[i].second);
+        continue;
+      }
+      const bool block = params[i].first.rfind("blocks.", 0) == 0;
+      param_bytes += bytes * double(params[i].second) * (block ? 2 : 1);
+    }
+    const nlohmann::json j = r.json();
+    EXPECT_EQ(total, j["parameters"].get<double>()) << wire;
+    EXPECT_EQ(j["comm_param_bytes_per_step"].get<double>(), param_bytes) << wire;
+    EXPECT_EQ(j["comm_bytes_per_step"].get<double>(), grad_bytes) << wire;
+  }
+}
+
+// The memory: at batch 1 (parameters, gradients and optimizer state make the peak) on a gpt of
+// 8 blocks (the root, embeddings and final norm, is about 1% of it), ZeRO 3 holds less than
+// ZeRO 2 at its peak: ideally the half of the parameters another rank owns (4 bytes each) less
+// one gathered block; measured 0.89x of that half here, checked at > 0.7x (peak_memory_bytes).
+// (0.52x while a Linear's saved weight kept the released bytes alive: they are now freed in
+// their Storage, which autograd's saved views share.)
+TEST(ZeroThree, ThePeakHoldsLessThanZeroTwos) {
+  const std::string args = "train --model gpt --width 64 --layers 8 --heads 2 --context 32 "
+                           "--no-eval --threads 1 --steps 2 --batch 1 --json --zero ";
+  const CliResult z2 = run_mpi(2, args + "2");
+  const CliResult z3 = run_mpi(2, args + "3");
+  ASSERT_EQ(z2.exit_code, 0) << z2.err;
+  ASSERT_EQ(z3.exit_code, 0) << z3.err;
+  const double half = 0.5 * 4.0 * z3.json()["parameters"].get<double>();
+  const double saved = z2.json()["peak_memory_bytes"].get<double>() -
+                       z3.json()["peak_memory_bytes"].get<double>();
+  EXPECT_GT(saved, 0.7 * half) << "saved " << saved << " of " << half;
+  EXPECT_LT(saved, half);
+}
+
+}  // namespace
+}  // namespace mixp::test
