@@ -22,4 +22,8 @@ std::unique_ptr<PrecisionRecipe> make_int8_qat_recipe(std::string_view spec,
 std::unique_ptr<PrecisionRecipe> make_lowbit_qat_recipe(std::string_view spec,
                                                         const RecipeOptions& opt);
 
+// recipe_qlora.cpp: qlora-nf4, qlora-int4 (by the spec's name).
+std::unique_ptr<PrecisionRecipe> make_qlora_recipe(std::string_view spec,
+                                                   const RecipeOptions& opt);
+
 }  // namespace mixp::train::detail

@@ -184,6 +184,17 @@ constexpr RecipeTraits kRegistry[] = {
     lowbit("binary-act",
            "binary weights and sign activations (XNOR-Net; STE clipped at |x| <= 1): the "
            "packed model runs XNOR + popcount"),
+    entry("qlora-nf4",
+          "QLoRA (Dettmers et al. 2023): the frozen base Linear layers in NF4 with double "
+          "quantization, dequantized to bf16 for each GEMM; LoRA adapters (--lora, required) "
+          "with fp32 masters under bf16 autocast; head, embeddings and norms unquantized "
+          "(docs/lora.md)",
+          RecipeFamily::qlora, dtypes(D::nf4, D::fp32, D::bf16, D::fp32, D::bf16), false, 0,
+          detail::make_qlora_recipe),
+    entry("qlora-int4",
+          "as qlora-nf4 with symmetric int4 codes (absmax / 7) instead of the NF4 code book",
+          RecipeFamily::qlora, dtypes(D::int4, D::fp32, D::bf16, D::fp32, D::bf16), false, 0,
+          detail::make_qlora_recipe),
     entry("auto",
           "what `mixp doctor` recommends for this CPU: bf16 with AVX512_BF16 or AMX-BF16, else "
           "fp32",
