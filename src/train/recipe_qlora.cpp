@@ -31,11 +31,6 @@ class QloraRecipe final : public PolicyRecipe {
         "scales), dequantized to bf16 per GEMM; adapters fp32 under bf16 autocast",
         name(), kind_ == Block4::nf4 ? "NF4" : "int4");
   }
-  RecipeDtypes dtypes() const override {
-    RecipeDtypes d = PolicyRecipe::dtypes();
-    d.params = kind_ == Block4::nf4 ? DType::nf4 : DType::int4;
-    return d;
-  }
   void prepare_model(nn::Module& model) const override {
     PolicyRecipe::prepare_model(model);
     try {

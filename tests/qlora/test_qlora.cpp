@@ -11,8 +11,12 @@
 #include <vector>
 
 #include "common/error_of.h"
+#include "common/temp_dir.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/nn/linear.h"
+#include "mixp/nn/llama.h"
+#include "mixp/nn/llama_hf.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lora.h"
 #include "mixp/nn/models.h"
 #include "mixp/ops/ops.h"
@@ -180,6 +184,32 @@ TEST(Qlora, Nf4OnLlamaTrainsOnlyTheAdaptersAndLowersTheLoss) {
 }
 TEST(Qlora, Int4OnGptTrainsOnlyTheAdaptersAndLowersTheLoss) {
   expect_only_adapters_train("gpt", "qlora-int4");
+}
+
+// From a Hugging Face directory (--init-from): the checkpoint's weights are what is quantized,
+// and the adapters are attached (llama + --init-from once skipped --lora).
+TEST(Qlora, StartsFromAHuggingFaceDirectory) {
+  test::TempDir dir;
+  Generator gen(5);
+  nn::Llama src(nn::llama_preset("llama-tiny"), gen);
+  nn::LlamaHfWriteOptions fp32;
+  fp32.dtype = DType::fp32;
+  nn::write_llama_hf(src, dir / "hf", fp32);
+  TrainConfig c = qlora_run("llama", "qlora-nf4");
+  c.init_from = (dir / "hf").string();
+  c.model.width = c.model.layers = c.model.heads = c.model.kv_heads = 0;  // config.json's
+  c.steps = 2;
+  Trainer t(c);
+  auto& q = dynamic_cast<nn::Linear&>(t.model().module("layers.1.self_attn.q_proj"));
+  ASSERT_TRUE(quant::is_4bit_linear(q));
+  EXPECT_NE(nn::lora_adapter_of(q).a, nullptr);
+  EXPECT_EQ(nn::lora_layers(t.model()).size(), 6u);
+  auto& src_q = dynamic_cast<nn::Linear&>(src.module("layers.1.self_attn.q_proj"));
+  std::vector<uint8_t> codes;
+  const Tensor want = reference_weight_bf16(floats(src_q.weight()), q.out_features(),
+                                            q.in_features(), Block4::nf4, &codes);
+  EXPECT_EQ(bits16(quant::dequantized_4bit_weight(q)), bits16(want));
+  t.fit();
 }
 
 TEST(Qlora, ResumeIsBitIdentical) {
