@@ -213,6 +213,16 @@ Tensor dequantized_4bit_weight(const nn::Linear& layer, DType dtype) {
   return st->weight(dtype, Device::cpu());
 }
 
+int64_t parameter_values(const nn::Module& model) {
+  int64_t n = model.num_parameters();
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto* lin = dynamic_cast<const nn::Linear*>(m);
+    if (lin && is_4bit_linear(*lin))
+      n += lin->out_features() * lin->in_features() - lin->weight().numel();
+  }
+  return n;
+}
+
 int64_t weight_4bit_bytes(const nn::Linear& layer) {
   const Frozen4bit* st = state_of(layer);
   if (!st) return 0;

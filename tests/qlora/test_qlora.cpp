@@ -124,6 +124,17 @@ TEST(Qlora, QuantizesEveryLinearButTheHead) {
     EXPECT_EQ(quant::is_4bit_linear(*lin), lin->kind() != "head") << name;
   }
   EXPECT_THROW(quant::quantize_frozen_base(*model, Block4::nf4), std::invalid_argument);
+  // The run record's parameter count: the 4-bit weights count as their values.
+  auto plain = nn::make_model(nn::ModelConfig{.name = "llama",
+                                              .width = 32,
+                                              .layers = 2,
+                                              .heads = 4,
+                                              .context = 8,
+                                              .vocab = 50,
+                                              .kv_heads = 2,
+                                              .seed = 3});
+  EXPECT_LT(model->num_parameters(), plain->num_parameters());
+  EXPECT_EQ(quant::parameter_values(*model), plain->num_parameters());
 }
 
 TrainConfig qlora_run(const std::string& model, const std::string& precision) {

@@ -47,6 +47,9 @@ bool is_4bit_linear(const nn::Linear& layer);
 // the dequantized values before rounding to bf16). Throws std::invalid_argument for a layer that
 // is not 4-bit.
 Tensor dequantized_4bit_weight(const nn::Linear& layer, DType dtype = DType::bf16);
+// The model's parameter count with each 4-bit weight counted as its out x in values (not its
+// packed bytes), as PEFT's print_trainable_parameters counts a bitsandbytes 4-bit base.
+int64_t parameter_values(const nn::Module& model);
 // Bytes that hold the 4-bit weight (codes, scale codes, second-level scales and offset).
 int64_t weight_4bit_bytes(const nn::Linear& layer);
 
