@@ -38,10 +38,16 @@ MemoryPlan::Probe run_probe(const train::TrainConfig& base, int64_t layers) {
   c.init_from.clear();
   train::Trainer t(c);
   const train::TrainResult r = t.fit();
+  int64_t trainable = 0, stored = 0;
+  for (const auto& [name, p] : t.model().named_parameters())
+    if (p.requires_grad()) trainable += p.numel();
+  for (const auto& [name, v] : t.model().state_dict()) stored += int64_t(v.nbytes());
   return {.layers = layers,
           .peak_bytes = r.peak_memory_bytes,
           .params = r.parameters,
-          .ms = r.ms_per_step};
+          .ms = r.ms_per_step,
+          .trainable = trainable,
+          .stored_bytes = stored};
 }
 
 // The gradients' format as autograd keeps them: leaves narrower than fp32 accumulate in fp32
@@ -197,6 +203,25 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
                           ? gemm_params * bytes_of(sp.compute)
                           : 0;
+  p.lora = !c.lora.empty() || !c.lora_from.empty();
+  if (p.lora) {
+    // Only the adapters train: their gradients, masters, states and cast copies (every adapter
+    // weight is a GEMM weight); the frozen base is stored bytes only (in its format: fp32, or
+    // the 4-bit codes and scales under qlora-*), and what its GEMMs hold in backward (the bf16
+    // copies autocast saves for the input gradient) is in the measured rest.
+    auto extrapolate = [&](int64_t MemoryPlan::Probe::*f) {
+      return p1.*f + extra * (p2.*f - p1.*f);
+    };
+    const int64_t T = extrapolate(&MemoryPlan::Probe::trainable);
+    p.trainable = T;
+    p.param_bytes = extrapolate(&MemoryPlan::Probe::stored_bytes);
+    p.grad_bytes = c.optimizer_in_backward ? 0 : T * grad_bytes_per_value(d, sp);
+    p.master_bytes = d.master != d.params ? T * bytes_of(d.master) : 0;
+    p.state_bytes = T * sp.states * bytes_of(sp.state);
+    p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
+                            ? T * bytes_of(sp.compute)
+                            : 0;
+  }
   // What the probes measured beyond the persistent tensors (one process, no ZeRO).
   const int64_t persistent =
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;

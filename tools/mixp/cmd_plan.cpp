@@ -214,6 +214,8 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
                 {"optimizer_in_backward", p.optimizer_in_backward},
                 {"zero_stage", p.zero_stage},
                 {"ranks", p.ranks},
+                {"lora", p.lora},
+                {"trainable", p.trainable},
                 {"param_bytes", p.param_bytes},
                 {"grad_bytes", p.grad_bytes},
                 {"master_bytes", p.master_bytes},
@@ -236,8 +238,10 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
                 {"probes", probes}});
     return;
   }
-  std::cout << fmt::format("plan for {} ({} parameters) in {}, batch {}{}{}{}{}:\n", p.model,
-                           p.parameters, p.precision, p.batch,
+  std::cout << fmt::format("plan for {} ({} parameters{}) in {}, batch {}{}{}{}{}:\n", p.model,
+                           p.parameters,
+                           p.lora ? fmt::format(", {} trainable in LoRA adapters", p.trainable) : "",
+                           p.precision, p.batch,
                            p.context ? fmt::format(" x {} tokens", p.context) : "",
                            p.checkpointing ? ", checkpointing" : "",
                            p.optimizer_in_backward ? ", optimizer in backward" : "",
@@ -313,6 +317,10 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_flag("--checkpointing", c.model.checkpointing, "gpt/gpt2: checkpoint each block");
+  sub->add_option("--lora", c.lora,
+                  "LoRA adapters as for mixp train (r=16,alpha=32,targets=q_proj,v_proj): the "
+                  "base frozen, gradients and states for the adapters only; with --precision "
+                  "qlora-nf4|qlora-int4 the base Linear layers are 4-bit (docs/lora.md)");
   sub->add_flag("--optimizer-in-backward", c.optimizer_in_backward,
                 "as for mixp train: each parameter updated in backward, its gradient freed then");
   sub->add_option("--width", c.model.width, "model width");
@@ -346,6 +354,8 @@ RegisterCommand reg(35, [](CLI::App& app) {
       "--json\n"
       "  mixp plan --model-shape llama-7b --batch 4 --context 512 --precision bf16 "
       "--checkpointing\n"
+      "  mixp plan --model llama --data synthetic --precision qlora-nf4 --lora "
+      "r=16,targets=q_proj,v_proj\n"
       "  mixp plan --model-shape llama-7b --seed-table\n"
       "  mixp plan --model-shape custom --family llama --layers 32 --width 4096 --heads 32 "
       "--ffn 11008 --vocab 32000 --context 2048\n");
