@@ -9,10 +9,12 @@
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/models.h"
+#include "mixp/study/lora_memory.h"
 #include "mixp/study/memory_check.h"
 #include "mixp/study/step_counts.h"
 #include "mixp/study/step_time.h"
 #include "mixp/train/build_run.h"
+#include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 
 namespace mixp::study {
@@ -281,8 +283,29 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   const StepPrecision sp = step_precision(d, run.optimizer);
   MemoryFormats mf = formats_of(d, sp, run.checkpointing);
   mf.optimizer_in_backward = run.optimizer_in_backward;
-  const AnalyticMemory am = analytic_memory(shape, run.batch, run.seq, mf, run.checkpointing);
+  const bool four_bit = train::is_recipe_family(run.precision, train::RecipeFamily::qlora);
+  if (four_bit && run.lora.empty())
+    throw train::ConfigError(
+        fmt::format("--precision {} trains LoRA adapters on a frozen 4-bit base: give --lora "
+                    "r=16,alpha=32,targets=...",
+                    run.precision));
+  AnalyticMemory am;
+  int64_t trainable = 0;
+  if (!run.lora.empty()) {
+    try {
+      const LoraMemory lm = analytic_lora_memory(shape, run.batch, run.seq, mf, run.checkpointing,
+                                                 nn::LoraOptions::parse(run.lora), four_bit);
+      am = lm.memory;
+      trainable = lm.adapter_values;
+    } catch (const std::invalid_argument& e) {
+      throw train::ConfigError(e.what());
+    }
+  } else {
+    am = analytic_memory(shape, run.batch, run.seq, mf, run.checkpointing);
+  }
   MemoryPlan p;
+  p.lora = !run.lora.empty();
+  p.trainable = trainable;
   p.analytic = true;
   p.model = shape.name;
   p.precision = run.precision;
