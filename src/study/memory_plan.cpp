@@ -358,9 +358,21 @@ MemoryNeed plan_training_memory(const train::TrainConfig& c) {
     run.optimizer = c.optimizer;
     run.checkpointing = c.model.checkpointing;
     run.optimizer_in_backward = c.optimizer_in_backward;
+    run.lora = c.lora;
     PlanOptions opt;
     opt.estimate_time = false;
-    const MemoryPlan p = plan_shape(shape_of(g), run, opt);
+    MemoryPlan p;
+    try {
+      // LoRA / QLoRA: gradients and states for the adapters only, the base as stored.
+      p = plan_shape(shape_of(g), run, opt);
+    } catch (const train::ConfigError&) {
+      if (run.lora.empty()) throw;
+      // Targets the analytic shape does not name: price the run as full fine-tuning (an upper
+      // bound), in the bf16 recipe's formats for qlora-*.
+      run.lora.clear();
+      if (train::is_recipe_family(run.precision, train::RecipeFamily::qlora)) run.precision = "bf16";
+      p = plan_shape(shape_of(g), run, opt);
+    }
     need.peak_bytes = p.peak_bytes;
     need.activation_bytes = p.activation_bytes;
     need.persistent_bytes = p.peak_bytes - p.activation_bytes;

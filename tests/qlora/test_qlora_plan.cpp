@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "mixp/study/memory_check.h"
 #include "mixp/study/memory_plan.h"
 #include "mixp/study/model_shape.h"
 #include "mixp/train/trainer.h"
@@ -113,6 +114,25 @@ TEST(QloraPlan, AnalyticLoraWithin5PercentOfTheRun) {
   EXPECT_EQ(q.trainable, p.trainable);
   EXPECT_LT(q.param_bytes, p.param_bytes / 3);
   EXPECT_LT(q.peak_bytes, p.peak_bytes);
+}
+
+// `mixp train`'s memory check (study::plan_training_memory) prices a LoRA run as LoRA: only the
+// adapters' gradients and states, so a QLoRA run is not refused for full fine-tuning's memory.
+TEST(QloraPlan, TheTrainMemoryCheckPricesTheAdaptersOnly) {
+  train::TrainConfig full = train::testing::small_gpt("bf16");
+  full.model.width = 256;
+  full.model.layers = 4;
+  full.model.heads = 4;
+  train::TrainConfig q = full;
+  q.precision = "qlora-nf4";
+  q.lora = "r=4,targets=qkv";
+  train::TrainConfig l = q;
+  l.precision = "bf16";
+  const int64_t nf = study::plan_training_memory(full.resolved()).persistent_bytes;
+  const int64_t nl = study::plan_training_memory(l.resolved()).persistent_bytes;
+  const int64_t nq = study::plan_training_memory(q.resolved()).persistent_bytes;
+  EXPECT_LT(nl, nf / 3);  // fp32 base + adapters vs 18 bytes per parameter
+  EXPECT_LT(nq, nl / 3);  // the 4-bit base
 }
 
 // --seed-table's LoRA and QLoRA rows on Llama-2-70B: PEFT's adapter count for r=16 on every
