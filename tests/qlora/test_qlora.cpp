@@ -241,6 +241,22 @@ TEST(Qlora, GradientCheckpointingGivesTheSameAdapters) {
     EXPECT_EQ(a[i].second.to_double_vector(), b[i].second.to_double_vector()) << a[i].first;
 }
 
+// `mixp convert` of a QLoRA checkpoint: no merge into 4-bit weights, a clear error (exit 1).
+TEST(Qlora, ConvertRefusesToMergeIntoTheFourBitBase) {
+  test::TempDir dir;
+  const std::string ck = (dir / "ck").string();
+  auto r = train::testing::run_cli(
+      "train --model gpt --width 32 --layers 1 --heads 2 --context 16 --data synthetic "
+      "--train-limit 5000 --steps 1 --threads 1 --no-eval --precision qlora-nf4 "
+      "--lora r=2,targets=qkv --save '" +
+      ck + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train::testing::run_cli("convert '" + ck + "/model.safetensors' -o '" +
+                              (dir / "m.safetensors").string() + "' --layout hf");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("'blocks.0.attn.qkv' is a 4-bit QLoRA base"), std::string::npos) << r.err;
+}
+
 TEST(Qlora, WithoutLoraIsRefused) {
   TrainConfig c = qlora_run("gpt", "qlora-nf4");
   c.lora.clear();

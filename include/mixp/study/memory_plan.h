@@ -99,7 +99,7 @@ struct ShapeRun {
   bool optimizer_in_backward = false;  // train_config.h
   int threads = 0;                     // for the GEMM measurement
   // LoRA adapters (the --lora spec; study/lora_memory.h prices them); required by qlora-*.
-  std::string lora;
+  std::string lora = {};
 };
 
 // The analytic plan of a shape (LLaMA-7B, GPT-3 175B, or explicit): every row from
