@@ -116,6 +116,7 @@
 #include "mixp/study/advise.h"
 #include "mixp/study/energy_meter.h"
 #include "mixp/study/energy_model.h"
+#include "mixp/study/lora_memory.h"
 #include "mixp/study/memory_check.h"
 #include "mixp/study/memory_plan.h"
 #include "mixp/study/model_shape.h"

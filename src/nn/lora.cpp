@@ -178,7 +178,9 @@ std::vector<std::string> apply_lora(Module& model, const LoraOptions& opt, uint6
       Tensor bw = b->weight();  // a handle on the parameter
       bw.zero_();
     }
-    const DType dt = lin->weight().dtype();
+    // A 4-bit frozen base (quant/qlora.h: uint8 codes) keeps fp32 adapters: the bf16 recipe's
+    // masters, as PEFT's prepare_model_for_kbit_training leaves them.
+    const DType dt = lin->weight().is_floating_point() ? lin->weight().dtype() : DType::fp32;
     if (dt != DType::fp32) {
       convert_module(*a, dt);
       convert_module(*b, dt);
@@ -215,6 +217,10 @@ std::vector<std::pair<std::string, Linear*>> lora_layers(Module& model) {
 Tensor lora_merged_weight(Linear& layer) {
   const LoraAdapter ad = lora_adapter_of(layer);
   if (!ad.a) throw std::invalid_argument("mixp::nn::lora_merged_weight: the layer has no adapter");
+  if (!layer.weight().is_floating_point())
+    throw std::invalid_argument(
+        "mixp::nn::lora_merged_weight: the base weight is 4-bit (QLoRA); merge into a "
+        "dequantized copy of the base");
   NoGradGuard ng;
   const Tensor w = layer.weight().to(DType::fp32);
   const Tensor delta = matmul(ad.b->weight().to(DType::fp32), ad.a->weight().to(DType::fp32));

@@ -253,6 +253,14 @@ void merge_lora_tensors(SafeTensorsFile& file, const std::string& source) {
   };
   NoGradGuard ng;
   for (const std::string& m : modules) {
+    // A QLoRA run's base is 4-bit (quant/qlora.h: the codes in "weight", scales beside them).
+    if (file.find(m + ".weight_absmax")) {
+      throw std::invalid_argument(fmt::format(
+          "{}: '{}' is a 4-bit QLoRA base (qlora-nf4/qlora-int4); adapters are not merged into "
+          "4-bit weights: merge the adapter (--lora-out, PEFT's layout) into the unquantized base "
+          "instead, as PEFT merges into a dequantized copy",
+          source, m));
+    }
     const Tensor w = tensor(m + ".weight"), a = tensor(m + ".lora_A.weight"),
                  b = tensor(m + ".lora_B.weight");
     if (w.dim() != 2 || a.dim() != 2 || b.dim() != 2 || a.size(0) != o.r || b.size(1) != o.r ||

@@ -87,28 +87,49 @@ WeightOnlyLinear::WeightOnlyLinear(int64_t in_features, int64_t out_features,
                          : &no_bias_;
 }
 
-void WeightOnlyLinear::double_quantize() {
-  const size_t n = scales_.size();
+DoubleQuantized double_quantize_scales(std::span<float> scales) {
+  DoubleQuantized d;
+  const size_t n = scales.size();
   double sum = 0;
-  for (float s : scales_) sum += s;
-  dq_mean_ = n ? static_cast<float>(sum / static_cast<double>(n)) : 0.0f;
-  dq_codes_.resize(n);
-  dq_scales_.clear();
+  for (float s : scales) sum += s;
+  d.mean = n ? static_cast<float>(sum / static_cast<double>(n)) : 0.0f;
+  d.codes.resize(n);
   const QParams unit{1.0f, 0, -127, 127};
   for (size_t b = 0; b < n; b += kDoubleQuantBlock) {
     const size_t e = std::min(n, b + kDoubleQuantBlock);
     float amax = 0.0f;
-    for (size_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(scales_[i] - dq_mean_));
+    for (size_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(scales[i] - d.mean));
     const float s2 = amax > 0.0f ? amax / 127.0f : 1.0f;
-    dq_scales_.push_back(s2);
+    d.dq_scales.push_back(s2);
     for (size_t i = b; i < e; ++i) {
       QParams p = unit;
       p.scale = s2;
-      const int32_t q = quantize_int8_value(scales_[i] - dq_mean_, p, Round::nearest_even, 0);
-      dq_codes_[i] = static_cast<int8_t>(q);
-      scales_[i] = dq_mean_ + static_cast<float>(q) * s2;  // what the GEMM will use
+      const int32_t q = quantize_int8_value(scales[i] - d.mean, p, Round::nearest_even, 0);
+      d.codes[i] = static_cast<int8_t>(q);
+      scales[i] = d.mean + static_cast<float>(q) * s2;  // what the GEMM will use
     }
   }
+  return d;
+}
+
+void decode_double_quantized(std::span<float> out, std::span<const int8_t> codes,
+                             std::span<const float> dq_scales, float mean) {
+  if (codes.size() != out.size() ||
+      dq_scales.size() != (codes.size() + kDoubleQuantBlock - 1) / kDoubleQuantBlock) {
+    throw std::invalid_argument(fmt::format(
+        "mixp::quant::decode_double_quantized: {} codes need {} second-level scales, got {}",
+        codes.size(), (codes.size() + kDoubleQuantBlock - 1) / kDoubleQuantBlock,
+        dq_scales.size()));
+  }
+  for (size_t i = 0; i < codes.size(); ++i)
+    out[i] = mean + static_cast<float>(codes[i]) * dq_scales[i / kDoubleQuantBlock];
+}
+
+void WeightOnlyLinear::double_quantize() {
+  DoubleQuantized d = double_quantize_scales(scales_);
+  dq_mean_ = d.mean;
+  dq_codes_ = std::move(d.codes);
+  dq_scales_ = std::move(d.dq_scales);
 }
 
 Tensor WeightOnlyLinear::dequantized_weight() const {

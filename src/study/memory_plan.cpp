@@ -10,11 +10,13 @@
 #include "mixp/nn/gpt.h"
 #include "mixp/nn/linear.h"
 #include "mixp/nn/models.h"
+#include "mixp/study/lora_memory.h"
 #include "mixp/study/memory_check.h"
 #include "mixp/study/step_counts.h"
 #include "mixp/study/step_time.h"
 #include "mixp/train/build_run.h"
 #include "mixp/train/fp8_recipe.h"
+#include "mixp/train/recipe_registry.h"
 #include "mixp/train/trainer.h"
 
 namespace mixp::study {
@@ -50,10 +52,16 @@ MemoryPlan::Probe run_probe(const train::TrainConfig& base, int64_t layers) {
   c.init_from.clear();
   train::Trainer t(c);
   const train::TrainResult r = t.fit();
+  int64_t trainable = 0, stored = 0;
+  for (const auto& [name, p] : t.model().named_parameters())
+    if (p.requires_grad()) trainable += p.numel();
+  for (const auto& [name, v] : t.model().state_dict()) stored += int64_t(v.nbytes());
   return {.layers = layers,
           .peak_bytes = r.peak_memory_bytes,
           .params = r.parameters,
-          .ms = r.ms_per_step};
+          .ms = r.ms_per_step,
+          .trainable = trainable,
+          .stored_bytes = stored};
 }
 
 // The gradients' format as autograd keeps them: leaves narrower than fp32 accumulate in fp32
@@ -242,6 +250,25 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
         lm ? cast_copy_bytes(shape_of(nn::gpt_config_of(parts.config.model)), block_f)
            : int64_t(std::ceil(double(gemm_params) * block_f.block_cast_bits / 8.0));
   }
+  p.lora = !c.lora.empty() || !c.lora_from.empty();
+  if (p.lora) {
+    // Only the adapters train: their gradients, masters, states and cast copies (every adapter
+    // weight is a GEMM weight); the frozen base is stored bytes only (in its format: fp32, or
+    // the 4-bit codes and scales under qlora-*), and what its GEMMs hold in backward (the bf16
+    // copies autocast saves for the input gradient) is in the measured rest.
+    auto extrapolate = [&](int64_t MemoryPlan::Probe::*f) {
+      return p1.*f + extra * (p2.*f - p1.*f);
+    };
+    const int64_t T = extrapolate(&MemoryPlan::Probe::trainable);
+    p.trainable = T;
+    p.param_bytes = extrapolate(&MemoryPlan::Probe::stored_bytes);
+    p.grad_bytes = c.optimizer_in_backward ? 0 : T * grad_bytes_per_value(d, sp);
+    p.master_bytes = d.master != d.params ? T * bytes_of(d.master) : 0;
+    p.state_bytes = T * sp.states * bytes_of(sp.state);
+    p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
+                            ? T * bytes_of(sp.compute)
+                            : 0;
+  }
   // What the probes measured beyond the persistent tensors (one process, no ZeRO).
   const int64_t persistent =
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;
@@ -310,8 +337,29 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   MemoryFormats mf = formats_of(d, sp, run.checkpointing);
   add_block_cast(mf, *recipe);
   mf.optimizer_in_backward = run.optimizer_in_backward;
-  const AnalyticMemory am = analytic_memory(shape, run.batch, run.seq, mf, run.checkpointing);
+  const bool four_bit = train::is_recipe_family(run.precision, train::RecipeFamily::qlora);
+  if (four_bit && run.lora.empty())
+    throw train::ConfigError(
+        fmt::format("--precision {} trains LoRA adapters on a frozen 4-bit base: give --lora "
+                    "r=16,alpha=32,targets=...",
+                    run.precision));
+  AnalyticMemory am;
+  int64_t trainable = 0;
+  if (!run.lora.empty()) {
+    try {
+      const LoraMemory lm = analytic_lora_memory(shape, run.batch, run.seq, mf, run.checkpointing,
+                                                 nn::LoraOptions::parse(run.lora), four_bit);
+      am = lm.memory;
+      trainable = lm.adapter_values;
+    } catch (const std::invalid_argument& e) {
+      throw train::ConfigError(e.what());
+    }
+  } else {
+    am = analytic_memory(shape, run.batch, run.seq, mf, run.checkpointing);
+  }
   MemoryPlan p;
+  p.lora = !run.lora.empty();
+  p.trainable = trainable;
   p.analytic = true;
   p.model = shape.name;
   p.precision = run.precision;
@@ -371,9 +419,21 @@ MemoryNeed plan_training_memory(const train::TrainConfig& c) {
     run.optimizer = c.optimizer;
     run.checkpointing = c.model.checkpointing;
     run.optimizer_in_backward = c.optimizer_in_backward;
+    run.lora = c.lora;
     PlanOptions opt;
     opt.estimate_time = false;
-    const MemoryPlan p = plan_shape(shape_of(g), run, opt);
+    MemoryPlan p;
+    try {
+      // LoRA / QLoRA: gradients and states for the adapters only, the base as stored.
+      p = plan_shape(shape_of(g), run, opt);
+    } catch (const train::ConfigError&) {
+      if (run.lora.empty()) throw;
+      // Targets the analytic shape does not name: price the run as full fine-tuning (an upper
+      // bound), in the bf16 recipe's formats for qlora-*.
+      run.lora.clear();
+      if (train::is_recipe_family(run.precision, train::RecipeFamily::qlora)) run.precision = "bf16";
+      p = plan_shape(shape_of(g), run, opt);
+    }
     need.peak_bytes = p.peak_bytes;
     need.activation_bytes = p.activation_bytes;
     need.persistent_bytes = p.peak_bytes - p.activation_bytes;

@@ -42,6 +42,13 @@ ModelShape llama(const char* name, int64_t layers, int64_t width, int64_t heads,
           .context = 2048};
 }
 
+ModelShape llama70b() {
+  ModelShape s = llama("llama2-70b", 80, 8192, 64, 28672);
+  s.kv_heads = 8;
+  s.context = 4096;
+  return s;
+}
+
 // The trainable LLaMA-family presets (nn/llama_presets.h), one definition of their shapes.
 ModelShape from_llama(const char* name) {
   const nn::LlamaConfig c = nn::llama_preset(name);
@@ -75,6 +82,9 @@ const std::vector<Preset>& presets() {
       {"smollm-135m", from_llama("smollm-135m")},
       {"tinyllama-1.1b", from_llama("tinyllama-1.1b")},
       {"llama2-7b", from_llama("llama2-7b")},
+      // Llama-2-70B (meta-llama/Llama-2-70b-hf config.json: 80 layers, hidden 8192, 64 heads on
+      // 8 k/v heads, intermediate 28672, vocab 32000, 4096 positions): QLoRA's seed example.
+      {"llama2-70b", llama70b()},
   };
   return p;
 }
@@ -227,8 +237,8 @@ AnalyticMemory analytic_memory(const ModelShape& s, int64_t batch, int64_t seq,
   // With the optimizer in backward only the head's (tied) gradient is still alive there.
   const int64_t other_grads =
       f.optimizer_in_backward ? head_grad : m.grad_bytes - block_parameters(s) * f.grad_bytes;
-  const int64_t first_block = fixed + other_grads + m.block_activation_bytes + ffn_grads +
-                              N * C * 4 + block_cast;
+  const int64_t first_block =
+      fixed + other_grads + m.block_activation_bytes + ffn_grads + N * C * 4 + block_cast;
   m.head_peak_bytes = std::max(m.head_peak_bytes, first_block);
   // The end of backward: every gradient (in backward: the embedding's only), the fp32 gradient of
   // the embedding's output and, for a weight that is not fp32, the embedding's dense gradient

@@ -72,6 +72,7 @@ ShapeRun request_run(const PlanRequest& r, const ModelShape& s) {
   run.checkpointing = c.model.checkpointing;
   run.optimizer_in_backward = c.optimizer_in_backward;
   run.threads = c.threads;
+  run.lora = c.lora;
   return run;
 }
 
@@ -104,6 +105,8 @@ std::string plan_to_json(const MemoryPlan& p, int indent) {
                   {"optimizer_in_backward", p.optimizer_in_backward},
                   {"zero_stage", p.zero_stage},
                   {"ranks", p.ranks},
+                  {"lora", p.lora},
+                  {"trainable", p.trainable},
                   {"param_bytes", p.param_bytes},
                   {"grad_bytes", p.grad_bytes},
                   {"master_bytes", p.master_bytes},

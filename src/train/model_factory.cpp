@@ -96,6 +96,7 @@ nn::ModelConfig resolve_model(const nn::ModelConfig& m) {
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRecipe& recipe,
                                         bool with_init) {
+  std::shared_ptr<nn::Module> model;
   if (nn::is_llama_model(c.model.name) && !c.init_from.empty()) {
     // The architecture (theta, rope scaling, tied head, biases) is config.json's, also on resume.
     Generator gen(c.model.seed);
@@ -107,14 +108,14 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
         throw ConfigError(std::string("--init-from ") + e.what());
       }
     }
-    recipe.prepare_model(*llama);
-    return llama;
+    model = llama;
+  } else {
+    model = as_config_error([&] { return nn::make_model(c.model); });
+    if (with_init && !c.init_from.empty()) init_gpt2_from(*model, c);
   }
-  auto model = as_config_error([&] { return nn::make_model(c.model); });
-  if (with_init && !c.init_from.empty()) init_gpt2_from(*model, c);
   recipe.prepare_model(*model);
   // After the recipe: the adapters take the dtype of the weights they adapt, and the recipe's
-  // FP8 implementation stays on the frozen base GEMMs only (nn/lora.h).
+  // FP8 implementation (or QLoRA's 4-bit GEMM) stays on the frozen base GEMMs only (nn/lora.h).
   const uint64_t lora_seed = Generator::splitmix64(c.model.seed ^ 0x4c6f5241ULL);  // "LoRA"
   if (with_init && !c.lora_from.empty()) {
     as_config_error([&] {

@@ -26,4 +26,8 @@ std::unique_ptr<PrecisionRecipe> make_lowbit_qat_recipe(std::string_view spec,
 // of the policy presets (recipe_registry.cpp) both read this one rule.
 RecipeDtypes policy_dtypes(const amp::PrecisionPolicy& p);
 
+// recipe_qlora.cpp: qlora-nf4, qlora-int4 (by the spec's name).
+std::unique_ptr<PrecisionRecipe> make_qlora_recipe(std::string_view spec,
+                                                   const RecipeOptions& opt);
+
 }  // namespace mixp::train::detail

@@ -27,6 +27,9 @@ constexpr RecipeDtypes dtypes(D params, D master, D compute, D states, D activat
 constexpr RecipeDtypes kFp32 = dtypes(D::fp32, D::fp32, D::fp32, D::fp32, D::fp32);
 // The FP8 recipes: the bf16 recipe with the Linear layers' GEMMs in FP8 (E4M3 forward).
 constexpr RecipeDtypes kFp8 = dtypes(D::fp32, D::fp32, D::fp8_e4m3, D::fp32, D::bf16);
+// qlora-nf4, qlora-int4: the bf16 recipe's formats for what trains (the adapters) and for the
+// unquantized rest; the frozen base Linear weights are 4-bit (quant/qlora.h), outside this table.
+constexpr RecipeDtypes kQlora = dtypes(D::fp32, D::fp32, D::bf16, D::fp32, D::bf16);
 // nvfp4, mxfp4: the same with E2M1 GEMM operands.
 constexpr RecipeDtypes kFp4 = dtypes(D::fp32, D::fp32, D::fp4_e2m1, D::fp32, D::bf16);
 
@@ -194,6 +197,15 @@ std::span<const RecipeTraits> registry() {
       lowbit("binary-act",
              "binary weights and sign activations (XNOR-Net; STE clipped at |x| <= 1): the "
              "packed model runs XNOR + popcount"),
+      entry("qlora-nf4",
+            "QLoRA (Dettmers et al. 2023): the frozen base Linear layers in NF4 with double "
+            "quantization, dequantized to bf16 for each GEMM; LoRA adapters (--lora, required) "
+            "with fp32 masters under bf16 autocast; head, embeddings and norms unquantized "
+            "(docs/lora.md)",
+            RecipeFamily::qlora, kQlora, false, 0, detail::make_qlora_recipe),
+      entry("qlora-int4",
+            "as qlora-nf4 with symmetric int4 codes (absmax / 7) instead of the NF4 code book",
+            RecipeFamily::qlora, kQlora, false, 0, detail::make_qlora_recipe),
       entry("auto",
             "what `mixp doctor` recommends for this CPU: bf16 with AVX512_BF16 or AMX-BF16, else "
             "fp32",

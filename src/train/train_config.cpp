@@ -13,6 +13,7 @@
 #include "mixp/nn/lora.h"
 #include "mixp/nn/models.h"
 #include "mixp/optim/lr_schedule.h"
+#include "mixp/train/recipe_registry.h"
 #include "trainer_impl.h"
 #include "util/text.h"
 
@@ -135,6 +136,11 @@ TrainConfig TrainConfig::resolved() const {
   if (c.model.seed == 0) c.model.seed = c.seed;
   if (!c.lora_out.empty() && c.lora.empty() && c.lora_from.empty())
     throw ConfigError("--lora-out writes LoRA adapters: give --lora or --lora-from too");
+  if (is_recipe_family(c.precision, RecipeFamily::qlora) && c.lora.empty() && c.lora_from.empty())
+    throw ConfigError(fmt::format(
+        "--precision {} trains LoRA adapters on a frozen 4-bit base: give --lora "
+        "r=16,alpha=32,targets=... (or --lora-from DIR); without adapters nothing would train",
+        c.precision));
   if (!c.lora.empty()) {
     try {
       c.lora = nn::LoraOptions::parse(c.lora).str();  // canonical, as state.json records it

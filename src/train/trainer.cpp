@@ -14,6 +14,7 @@
 #include "mixp/ops/ops.h"
 #include "mixp/optim/clip_grad.h"
 #include "mixp/optim/step_reductions.h"
+#include "mixp/quant/qlora.h"
 #include "mixp/tensor/allocator.h"
 #include "mixp/train/build_run.h"
 #include "trainer_impl.h"
@@ -267,7 +268,8 @@ TrainResult Trainer::fit() {
   r.threads = get_num_threads();
   r.batch = s.cfg.batch;
   r.grad_accum = s.cfg.grad_accum;
-  r.parameters = s.model->num_parameters();  // all of them, frozen ones (LoRA's base) included
+  // All of them, frozen ones (LoRA's base) included; a 4-bit base (QLoRA) counts its values.
+  r.parameters = quant::parameter_values(*s.model);
   r.seed = s.cfg.seed;
   r.losses = s.losses;
   if (s.dp) {

@@ -49,7 +49,7 @@ TEST(Fp8Recipe, NamesOptionsAndErrors) {
   const auto avail = available_recipes();
   EXPECT_EQ(avail, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "bf16-pure", "fp16",
                                              "fp16-o2", "fp16-pure", "fp8", "fp8-current",
-                                             "mxfp8", "fp8-block", "nvfp4", "mxfp4", "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "auto"}));
+                                             "mxfp8", "fp8-block", "nvfp4", "mxfp4", "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "qlora-nf4", "qlora-int4", "auto"}));
   auto d = make_recipe("fp8:amax_history=16,amax_algo=most_recent,margin=2,format=e4m3");
   const auto& f = dynamic_cast<Fp8TrainingRecipe&>(*d).fp8();
   EXPECT_EQ(f.amax_history_len, 16);

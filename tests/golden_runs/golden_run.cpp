@@ -41,11 +41,11 @@ constexpr ModelBase kModels[] = {
 
 // The recipes of `mixp train --precision` (train::available_recipes(); a test checks that the
 // two lists agree). The QAT recipes quantize Sequential models only: not gpt.
-constexpr const char* kRecipes[] = {"fp64",     "fp32",     "tf32",     "bf16",    "bf16-pure",
-                                    "fp16",     "fp16-o2",  "fp16-pure", "fp8",     "fp8-current",
-                                    "mxfp8",    "fp8-block", "nvfp4",  "mxfp4",
-                                    "int8-qat", "int4-qat", "int2-qat", "ternary",
-                                    "binary",   "binary-act", "auto"};
+constexpr const char* kRecipes[] = {"fp64",      "fp32",       "tf32",      "bf16",   "bf16-pure",
+                                    "fp16",      "fp16-o2",    "fp16-pure", "fp8",    "fp8-current",
+                                    "mxfp8",     "fp8-block",  "nvfp4",     "mxfp4",  "int8-qat",
+                                    "int4-qat",  "int2-qat",   "ternary",   "binary", "binary-act",
+                                    "qlora-nf4", "qlora-int4", "auto"};
 
 // `base` with the flags of `extra` (`--flag [value]`, values without spaces) put in: a flag both
 // give takes extra's value in base's place (the CLI refuses a repeated flag), new flags follow.
@@ -86,6 +86,9 @@ std::vector<GoldenRun> make_runs() {
       if (!train::recipe_supports_model(r, m.model)) continue;  // the QAT recipes: not gpt
       std::string args = fmt::format("{} --precision {}", m.base, r);
       if (std::string(r) == "fp64") args = merge_args(args, m.fp64_shape);
+      // QLoRA trains adapters only (docs/lora.md): on every Linear, the 4-bit base's included.
+      if (std::string(r).starts_with("qlora"))
+        args = merge_args(args, "--lora r=4,alpha=8,targets=*");
       runs.push_back({fmt::format("{}-{}", m.model, r), m.model, args});
     }
   }
@@ -418,8 +421,8 @@ nlohmann::json structure(const nlohmann::json& rec) {
 std::vector<std::string> cross_class_diff(const nlohmann::json& want, const nlohmann::json& got,
                                           const CrossClassTolerance& tol, std::string* measured) {
   std::vector<std::string> out = diff_records(structure(want), structure(got));
-  std::string m = fmt::format("{} family (loss within rel {:g}, accuracy within {:g}):",
-                              tol.family, tol.loss_rel, tol.accuracy_abs);
+  std::string m = fmt::format("{} family (loss within rel {:g}, accuracy within {:g}):", tol.family,
+                              tol.loss_rel, tol.accuracy_abs);
   const nlohmann::json& w = want.at("result");
   const nlohmann::json& g = got.at("result");
   auto value = [](const nlohmann::json& j) {
@@ -439,8 +442,8 @@ std::vector<std::string> cross_class_diff(const nlohmann::json& want, const nloh
     m += fmt::format(" {} {} {:+.3g};", k, loss ? "rel" : "diff", d);
     // !(<=) so that a NaN fails.
     if (!(std::fabs(d) <= limit)) {
-      out.push_back(fmt::format("/result/{}: got {} want {}, {} {:+.3g} beyond {:g} ({} family)",
-                                k, a, b, loss ? "rel" : "diff", d, limit, tol.family));
+      out.push_back(fmt::format("/result/{}: got {} want {}, {} {:+.3g} beyond {:g} ({} family)", k,
+                                a, b, loss ? "rel" : "diff", d, limit, tol.family));
     }
   }
   if (measured != nullptr) *measured = m;

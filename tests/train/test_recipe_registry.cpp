@@ -26,7 +26,7 @@ TEST(RecipeRegistry, NamesInTheDocumentedOrder) {
   const std::vector<std::string> names = recipe_names();
   EXPECT_EQ(names, (std::vector<std::string>{"fp64", "fp32", "tf32", "bf16", "bf16-pure", "fp16",
                                              "fp16-o2", "fp16-pure", "fp8", "fp8-current", "mxfp8",
-                                             "fp8-block", "nvfp4", "mxfp4", "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "auto"}));
+                                             "fp8-block", "nvfp4", "mxfp4", "int8-qat", "int4-qat", "int2-qat", "ternary", "binary", "binary-act", "qlora-nf4", "qlora-int4", "auto"}));
   EXPECT_EQ(available_recipes(), names);
   EXPECT_EQ(planned_recipes(), names);
   // The policy presets amp knows are exactly the policy (and auto) entries.
@@ -65,7 +65,8 @@ TEST(RecipeRegistry, EveryEntryBuildsTheRecipeItDescribes) {
     EXPECT_EQ(r->loss_scale() != 1.0, t.loss_scaling);
     EXPECT_EQ(dynamic_cast<Fp8TrainingRecipe*>(r.get()) != nullptr, t.family == RecipeFamily::fp8);
     EXPECT_EQ(dynamic_cast<PolicyRecipe*>(r.get()) != nullptr,
-              t.family == RecipeFamily::policy || t.family == RecipeFamily::fp8);
+              t.family == RecipeFamily::policy || t.family == RecipeFamily::fp8 ||
+                  t.family == RecipeFamily::qlora);
     EXPECT_EQ(r->trained_model_label() != "trained", t.accuracy != ReportedModel::trained);
     EXPECT_EQ(&recipe_traits(t.name), &t);
   }
@@ -112,7 +113,7 @@ TEST(RecipeRegistry, SpecsSelectTheirEntry) {
     EXPECT_NE(std::string(e.what()).find("unknown precision 'fp17'; available: fp64, fp32, tf32, "
                                          "bf16, bf16-pure, fp16, fp16-o2, fp16-pure, fp8, "
                                          "fp8-current, mxfp8, fp8-block, nvfp4, mxfp4, int8-qat, int4-qat, int2-qat, ternary, binary, "
-                                         "binary-act, auto"),
+                                         "binary-act, qlora-nf4, qlora-int4, auto"),
               std::string::npos)
         << e.what();
   }

@@ -113,7 +113,7 @@ TEST(Recipe, AvailableAndPlanned) {
                   "unknown precision 'fp12'; available: fp64, fp32, tf32, bf16, bf16-pure, fp16, "
                   "fp16-o2, fp16-pure, fp8, fp8-current, mxfp8, fp8-block, nvfp4, mxfp4, int8-qat, "
                   "int4-qat, int2-qat, "
-                  "ternary, binary, binary-act, auto"),
+                  "ternary, binary, binary-act, qlora-nf4, qlora-int4, auto"),
               std::string::npos);
   }
   try {

@@ -77,40 +77,55 @@ void print_seed_table(PlanArgs& a) {
     const char* precision;
     bool ckpt;
     int64_t batch;
-    double seed_gb;
+    double seed_gb;         // 0: the seed has no such row
+    const char* lora = "";  // LoRA / QLoRA rows (docs/plan.md "LoRA and QLoRA")
   };
+  // The LoRA rows: r=16 on every Linear of the blocks (QLoRA's "all linear layers"), dropout 0.05.
+  constexpr const char* kAll =
+      "r=16,alpha=32,dropout=0.05,targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
   const Row rows[] = {{"fp32", "fp32", false, base.batch, 32},
                       {"bf16", "bf16", false, base.batch, 18},
                       {"bf16 + checkpointing", "bf16", true, base.batch, 12},
-                      {"bf16 + checkpointing, batch 1", "bf16", true, 1, 6.5}};
+                      {"bf16 + checkpointing, batch 1", "bf16", true, 1, 6.5},
+                      {"LoRA r=16 bf16 + checkpointing", "bf16", true, base.batch, 0, kAll},
+                      {"QLoRA nf4 r=16 + checkpointing", "qlora-nf4", true, base.batch, 0, kAll},
+                      {"QLoRA nf4 r=16 + checkpointing, batch 1", "qlora-nf4", true, 1, 0, kAll}};
+  const bool llama = s.family == study::ShapeFamily::llama;
   study::PlanOptions opt = a.req.options;
   opt.estimate_time = false;
   Json jrows = Json::array();
-  TextTable t(
-      {"run", "seed", "mixp plan (full fine-tuning)", "weights + activations", "weights alone"});
+  TextTable t({"run", "seed", "mixp plan", "weights + activations", "weights alone"});
   for (const Row& row : rows) {
+    if (*row.lora && !llama) continue;  // the LoRA rows name llama's projections
     study::ShapeRun r = base;
     r.precision = row.precision;
     r.checkpointing = row.ckpt;
     r.batch = row.batch;
+    r.lora = row.lora;
     const study::MemoryPlan p = plan_or_usage(s, r, opt);
-    const study::MemoryFormats f = study::memory_formats(row.precision, r.optimizer, r.checkpointing);
+    const study::MemoryFormats f =
+        study::memory_formats(row.precision, r.optimizer, r.checkpointing);
     const study::AnalyticMemory m = study::analytic_memory(s, r.batch, r.seq, f, r.checkpointing);
     // What the seed's fp32 and bf16 rows can be counting: the weights in the training format
     // (bf16 for the bf16 rows, as a pure-bf16 fine-tune or inference holds them) and the
     // activations, without gradients or optimizer states.
-    const int64_t weight_bytes = p.parameters * (row.precision == std::string("fp32") ? 4 : 2);
+    // LoRA rows: the frozen base as stored plus the adapters (the plan's parameter row).
+    const int64_t weight_bytes =
+        *row.lora ? p.param_bytes : p.parameters * (row.precision == std::string("fp32") ? 4 : 2);
     const int64_t wa = weight_bytes + m.activation_bytes;
     auto gb = [](int64_t b) { return double(b) / 1e9; };
     t.add({fmt::format("{} (batch {} x {})", row.what, r.batch, r.seq),
-           fmt::format("{:g} GB", row.seed_gb), fmt::format("{:.1f} GB", gb(p.peak_bytes)),
-           fmt::format("{:.1f} GB", gb(wa)), fmt::format("{:.1f} GB", gb(weight_bytes))});
+           row.seed_gb > 0 ? fmt::format("{:g} GB", row.seed_gb) : std::string("-"),
+           fmt::format("{:.1f} GB", gb(p.peak_bytes)), fmt::format("{:.1f} GB", gb(wa)),
+           fmt::format("{:.1f} GB", gb(weight_bytes))});
     jrows.push_back({{"run", row.what},
                      {"precision", row.precision},
                      {"checkpointing", row.ckpt},
                      {"batch", r.batch},
                      {"seq", r.seq},
-                     {"seed_gb", row.seed_gb},
+                     {"seed_gb", row.seed_gb > 0 ? Json(row.seed_gb) : Json(nullptr)},
+                     {"lora", row.lora},
+                     {"trainable", p.trainable},
                      {"plan_peak_bytes", p.peak_bytes},
                      {"weights_and_activations_bytes", wa},
                      {"weight_bytes", weight_bytes},
@@ -162,14 +177,15 @@ void print_plan(const PlanArgs& a, const study::MemoryPlan& p) {
     std::cout << study::plan_to_json(p, 2) << "\n";
     return;
   }
-  std::cout << fmt::format("plan for {} ({} parameters) in {}, batch {}{}{}{}{}:\n", p.model,
-                           p.parameters, p.precision, p.batch,
-                           p.context ? fmt::format(" x {} tokens", p.context) : "",
-                           p.checkpointing ? ", checkpointing" : "",
-                           p.optimizer_in_backward ? ", optimizer in backward" : "",
-                           p.ranks > 1 || p.zero_stage
-                               ? fmt::format(", ZeRO stage {} over {} ranks", p.zero_stage, p.ranks)
-                               : "");
+  std::cout << fmt::format(
+      "plan for {} ({} parameters{}) in {}, batch {}{}{}{}{}:\n", p.model, p.parameters,
+      p.lora ? fmt::format(", {} trainable in LoRA adapters", p.trainable) : "", p.precision,
+      p.batch, p.context ? fmt::format(" x {} tokens", p.context) : "",
+      p.checkpointing ? ", checkpointing" : "",
+      p.optimizer_in_backward ? ", optimizer in backward" : "",
+      p.ranks > 1 || p.zero_stage
+          ? fmt::format(", ZeRO stage {} over {} ranks", p.zero_stage, p.ranks)
+          : "");
   TextTable t({"what", "per device"});
   t.add({"parameters", size(p.param_bytes)});
   t.add({"gradients", size(p.grad_bytes)});
@@ -216,11 +232,12 @@ RegisterCommand reg(35, [](CLI::App& app) {
       "plan", "plan a training run's peak memory and step time (measured on two small probes)");
   a->sub = sub;
   train::TrainConfig& c = a->req.config;
-  sub->add_option("--model", c.model.name, "mlp | cnn | gpt | gpt2 | gpt2-medium | llama and its presets (probed)");
+  sub->add_option("--model", c.model.name,
+                  "mlp | cnn | gpt | gpt2 | gpt2-medium | llama and its presets (probed)");
   sub->add_option("--model-shape", a->req.shape,
                   "plan a shape analytically, without probes: gpt2 gpt2-medium gpt2-large "
                   "gpt2-xl gpt3-175b llama-7b llama-13b llama-tiny smollm-135m tinyllama-1.1b "
-                  "llama2-7b, or custom (with --family --layers "
+                  "llama2-7b llama2-70b, or custom (with --family --layers "
                   "--width --heads --vocab [--mlp-width])");
   sub->add_option("--family", a->req.family,
                   "--model-shape custom: gpt2 (LayerNorm, GELU, biases, tied head) or llama "
@@ -239,6 +256,10 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step (default 1)");
   sub->add_option("--optimizer", c.optimizer, "adamw | adam | sgd (default adamw)");
   sub->add_flag("--checkpointing", c.model.checkpointing, "gpt/gpt2: checkpoint each block");
+  sub->add_option("--lora", c.lora,
+                  "LoRA adapters as for mixp train (r=16,alpha=32,targets=q_proj,v_proj): the "
+                  "base frozen, gradients and states for the adapters only; with --precision "
+                  "qlora-nf4|qlora-int4 the base Linear layers are 4-bit (docs/lora.md)");
   sub->add_flag("--optimizer-in-backward", c.optimizer_in_backward,
                 "as for mixp train: each parameter updated in backward, its gradient freed then");
   sub->add_option("--width", c.model.width, "model width");
@@ -272,6 +293,8 @@ RegisterCommand reg(35, [](CLI::App& app) {
       "--json\n"
       "  mixp plan --model-shape llama-7b --batch 4 --context 512 --precision bf16 "
       "--checkpointing\n"
+      "  mixp plan --model llama --data synthetic --precision qlora-nf4 --lora "
+      "r=16,targets=q_proj,v_proj\n"
       "  mixp plan --model-shape llama-7b --seed-table\n"
       "  mixp plan --model-shape custom --family llama --layers 32 --width 4096 --heads 32 "
       "--ffn 11008 --vocab 32000 --context 2048\n");

@@ -1,5 +1,5 @@
 // Umbrella for the quant module (docs/architecture.md 3.8, quant; docs/quantization.md): observers,
-// fake quantization, QAT/PTQ prepare, int8 inference, weight-only int4/NF4.
+// fake quantization, QAT/PTQ prepare, int8 inference, weight-only int4/NF4, QLoRA's 4-bit base.
 #pragma once
 #include "mixp/quant/fake_quantize.h"
 #include "mixp/quant/int8_model.h"
@@ -9,4 +9,5 @@
 #include "mixp/quant/observer.h"
 #include "mixp/quant/qat.h"
 #include "mixp/quant/qat_modules.h"
+#include "mixp/quant/qlora.h"
 #include "mixp/quant/weight_only.h"

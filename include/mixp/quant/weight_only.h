@@ -18,7 +18,9 @@
 // with bitsandbytes' dynamic map; int8 absmax is mixp's simpler variant (the decoded scales differ
 // by at most half an int8 step of their block's largest deviation from the mean).
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,21 @@
 namespace mixp::quant {
 
 inline constexpr int kDoubleQuantBlock = 256;
+
+// Double quantization of fp32 block scales (above; shared with QLoRA's frozen base, qlora.h):
+// mean = their mean (fp32 of the double sum), then per block of kDoubleQuantBlock scales
+// s2 = max |scale - mean| / 127 (1 when all equal the mean) and code = round_nearest_even(
+// (scale - mean) / s2) in [-127, 127]. The decoded scale is mean + float(code) * s2 (fp32), what
+// the GEMMs use; `scales` is rewritten to the decoded values.
+struct DoubleQuantized {
+  float mean = 0.0f;
+  std::vector<int8_t> codes;     // one per block scale
+  std::vector<float> dq_scales;  // one per kDoubleQuantBlock scales
+};
+DoubleQuantized double_quantize_scales(std::span<float> scales);
+// The decoded scales (bit for bit those double_quantize_scales wrote back).
+void decode_double_quantized(std::span<float> out, std::span<const int8_t> codes,
+                             std::span<const float> dq_scales, float mean);
 
 struct WeightOnlyOptions {
   Block4 kind = Block4::nf4;

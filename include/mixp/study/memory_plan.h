@@ -67,9 +67,18 @@ struct MemoryPlan {
   int64_t analytic_peak_bytes = 0;
   int zero_stage = 0, ranks = 1;
   // The probes measured: {layers, peak tensor bytes, ms per step}.
+  // LoRA / QLoRA (TrainConfig::lora, docs/lora.md): only the adapters train; `parameters` is
+  // still the full model's (4-bit weights counted as their values) and `trainable` the adapters'.
+  // The persistent rows then come from the probes' own tensors: param_bytes is every stored
+  // tensor (the frozen base in its format, 4-bit codes and scales included, and the adapters),
+  // gradients, master weights, optimizer states and cast copies count the adapters only.
+  bool lora = false;
+  int64_t trainable = 0;
   struct Probe {
     int64_t layers = 0, peak_bytes = 0, params = 0;
     double ms = 0;
+    int64_t trainable = 0;     // values of the parameters that require a gradient
+    int64_t stored_bytes = 0;  // bytes of every parameter and buffer of the model
   };
   std::vector<Probe> probes;
 };
@@ -88,7 +97,9 @@ struct ShapeRun {
   std::string optimizer = "adamw";
   bool checkpointing = false;
   bool optimizer_in_backward = false;  // train_config.h
-  int threads = 0;  // for the GEMM measurement
+  int threads = 0;                     // for the GEMM measurement
+  // LoRA adapters (the --lora spec; study/lora_memory.h prices them); required by qlora-*.
+  std::string lora = {};
 };
 
 // The analytic plan of a shape (LLaMA-7B, GPT-3 175B, or explicit): every row from

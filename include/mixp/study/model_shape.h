@@ -63,7 +63,8 @@ struct ModelShape {
 
 // The preset shapes: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-7b",
 // "llama-13b", and the shapes of nn/llama_presets.h: "llama-tiny", "smollm-135m",
-// "tinyllama-1.1b", "llama2-7b". Throws std::invalid_argument naming the presets for another name.
+// "tinyllama-1.1b", "llama2-7b", and "llama2-70b" (plan only). Throws std::invalid_argument naming
+// the presets for another name.
 ModelShape model_shape_preset(std::string_view name);
 std::vector<std::string> model_shape_presets();
 // Throws std::invalid_argument naming the first field that is not positive or consistent

@@ -25,6 +25,7 @@ enum class RecipeFamily : uint8_t {
   int8_qat,   // fp32 training with fake quantization, converted to int8 at the end
   lowbit_qat,  // fp32 latent weights with fake quantization below 8 bits, packed at the end
   automatic,  // `auto`: the policy preset `mixp doctor` recommends for this CPU
+  qlora,      // bf16 LoRA training over a frozen 4-bit base (QloraRecipe, recipe_qlora.cpp)
 };
 
 // Which model a run's test_accuracy (gpt: val_loss) is measured on.
