@@ -9,6 +9,7 @@
 #include "mixp/format/block_int8.h"
 #include "mixp/format/block_mx.h"
 #include "mixp/format/block_scaled.h"
+#include "mixp/format/recipe_facts.h"
 #include "mixp/format/block_tensor.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/describe.h"
@@ -39,6 +40,7 @@
 
 // Autograd, modules, optimizers.
 #include "mixp/autograd/checkpoint.h"
+#include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/autograd/gradcheck.h"
@@ -76,6 +78,7 @@
 #include "mixp/io/manifest.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/io/safetensors.h"
+#include "mixp/io/block_scaled_safetensors.h"
 
 // Data parallelism (docs/distributed.md).
 #include "mixp/dist/grad_reduce.h"
@@ -101,6 +104,7 @@
 // Looking inside a run: tensor statistics, NaN/Inf origin, the op profiler.
 #include "mixp/inspect/advisor.h"
 #include "mixp/inspect/anomaly.h"
+#include "mixp/inspect/block_stats.h"
 #include "mixp/inspect/inspect_report.h"
 #include "mixp/inspect/inspect_spec.h"
 #include "mixp/inspect/module_tracker.h"
@@ -119,6 +123,7 @@
 #include "mixp/study/lora_memory.h"
 #include "mixp/study/memory_check.h"
 #include "mixp/study/memory_plan.h"
+#include "mixp/study/plan_request.h"
 #include "mixp/study/model_shape.h"
 #include "mixp/study/report.h"
 #include "mixp/study/run_record.h"

@@ -100,7 +100,12 @@ TEST(MemoryPlan, ZeroStagesShardOverRanks) {
   EXPECT_EQ(z2.param_bytes, one.param_bytes);
   EXPECT_GT(z2.comm_bytes, 0);
   const study::MemoryPlan z3 = study::plan_memory(tiny("fp32"), {.zero_stage = 3, .ranks = 4});
-  EXPECT_EQ(z3.param_bytes, (one.param_bytes + 3) / 4);
+  // Stage 3: each rank's shard, plus what is gathered at the peak: (R-1)/R of the root's
+  // parameters and of one block's (src/train/trainer_zero3.cpp; docs/plan.md).
+  ASSERT_EQ(one.probes.size(), 2u);
+  const int64_t block = one.probes[1].params - one.probes[0].params;
+  const int64_t root = one.parameters - one.layers * block;
+  EXPECT_EQ(z3.param_bytes, (one.param_bytes + 3) / 4 + (root + block) * 4 * 3 / 4);
   EXPECT_THROW(study::plan_memory(tiny("fp32"), {.zero_stage = 4}), train::ConfigError);
   EXPECT_THROW(study::plan_memory(tiny("fp32"), {.ranks = 0}), train::ConfigError);
 }
