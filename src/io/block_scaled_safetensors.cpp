@@ -6,33 +6,24 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "io/block_file_util.h"
 #include "mixp/format/float_codec.h"
 #include "mixp/io/quantized_safetensors.h"
 
 namespace mixp {
 namespace {
 
+using detail::to_bytes;
 using nlohmann::json;
-
-std::string key_of(std::string_view name) {
-  return std::string(kBlockMetadataPrefix) + std::string(name);
-}
 
 [[noreturn]] void fail(std::string_view name, const std::string& what) {
   throw SafeTensorsError("block-scaled tensor '" + std::string(name) + "': " + what);
 }
 
-template <class T>
-std::vector<std::byte> to_bytes(const std::vector<T>& v) {
-  std::vector<std::byte> out(v.size() * sizeof(T));
-  if (!out.empty()) std::memcpy(out.data(), v.data(), out.size());
-  return out;
-}
-
 // The description, or nullopt when `name` has none or it is not JSON of this layout's schemes
 // (get_block_scaled_tensor reports the details).
 std::optional<json> description(const SafeTensorsFile& file, std::string_view name) {
-  const auto it = file.metadata.find(key_of(name));
+  const auto it = file.metadata.find(detail::block_metadata_key(name));
   if (it == file.metadata.end()) return std::nullopt;
   json d = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
   if (!d.is_object() || !d.contains("scheme") || !d["scheme"].is_string() ||
@@ -73,9 +64,9 @@ void add_block_scaled_tensor(SafeTensorsFile& file, const std::string& name,
       throw SafeTensorsError("cannot store block-scaled tensor '" + name + "': a tensor '" + n +
                              "' exists");
   }
-  if (file.metadata.count(key_of(name)))
+  if (file.metadata.count(detail::block_metadata_key(name)))
     throw SafeTensorsError("cannot store block-scaled tensor '" + name + "': metadata key '" +
-                           key_of(name) + "' exists");
+                           detail::block_metadata_key(name) + "' exists");
   const std::vector<int64_t> grid = {q.tile_grid_rows(), q.tile_grid_cols()};
   if (fp4) {
     std::vector<uint8_t> packed((q.codes.size() + 1) / 2, 0);
@@ -98,7 +89,7 @@ void add_block_scaled_tensor(SafeTensorsFile& file, const std::string& name,
                               {"scale_dtype", fp4 ? "fp8_e4m3" : "fp32"}};
   if (!fp4) d["pow2_scales"] = pow2_scales;
   if (!source_dtype.empty()) d["source_dtype"] = std::string(source_dtype);
-  file.metadata[key_of(name)] = d.dump();
+  file.metadata[detail::block_metadata_key(name)] = d.dump();
 }
 
 bool is_block_scaled_tensor(const SafeTensorsFile& file, std::string_view name) {
@@ -107,7 +98,7 @@ bool is_block_scaled_tensor(const SafeTensorsFile& file, std::string_view name) 
 
 BlockScaledTensor get_block_scaled_tensor(const SafeTensorsFile& file, std::string_view name) {
   const std::optional<json> d = description(file, name);
-  if (!d) fail(name, "no nvfp4/fp8-block description '" + key_of(name) + "'");
+  if (!d) fail(name, "no nvfp4/fp8-block description '" + detail::block_metadata_key(name) + "'");
   BlockScaledTensor q;
   std::vector<int64_t> shape, tile;
   std::string element, scale_dtype;
@@ -118,7 +109,7 @@ BlockScaledTensor get_block_scaled_tensor(const SafeTensorsFile& file, std::stri
     element = d->at("element").get<std::string>();
     scale_dtype = d->at("scale_dtype").get<std::string>();
   } catch (const json::exception&) {
-    fail(name, "metadata '" + key_of(name) +
+    fail(name, "metadata '" + detail::block_metadata_key(name) +
                    "' lacks a field or has a wrong type (needs scheme, shape, tile, element, "
                    "scale_dtype)");
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/block_file_util.h"
 #include "mixp/format/convert.h"
 #include "mixp/format/float_codec.h"
 #include "mixp/io/block_scaled_safetensors.h"
@@ -13,21 +14,11 @@
 namespace mixp {
 namespace {
 
+using detail::to_bytes;
 using nlohmann::json;
-
-std::string key_of(std::string_view name) {
-  return std::string(kBlockMetadataPrefix) + std::string(name);
-}
 
 [[noreturn]] void fail(std::string_view name, const std::string& what) {
   throw SafeTensorsError("block tensor '" + std::string(name) + "': " + what);
-}
-
-template <class Bytes>
-std::vector<std::byte> to_bytes(const Bytes& v) {
-  std::vector<std::byte> out(v.size() * sizeof(typename Bytes::value_type));
-  if (!out.empty()) std::memcpy(out.data(), v.data(), out.size());
-  return out;
 }
 
 const SafeTensor& companion(const SafeTensorsFile& file, std::string_view name,
@@ -51,9 +42,9 @@ void add_block_tensor(SafeTensorsFile& file, const std::string& name, const Bloc
       throw SafeTensorsError("cannot store block tensor '" + name + "': a tensor '" + n +
                              "' exists");
   }
-  if (file.metadata.count(key_of(name))) {
+  if (file.metadata.count(detail::block_metadata_key(name))) {
     throw SafeTensorsError("cannot store block tensor '" + name + "': metadata key '" +
-                           key_of(name) + "' exists");
+                           detail::block_metadata_key(name) + "' exists");
   }
   file.tensors.push_back(
       {name, DType::uint8, {static_cast<int64_t>(t.data.size())}, to_bytes(t.data)});
@@ -72,7 +63,7 @@ void add_block_tensor(SafeTensorsFile& file, const std::string& name, const Bloc
                               {"element", std::string(traits(t.element).name)},
                               {"scale_dtype", std::string(traits(t.scale_dtype).name)}};
   if (!source_dtype.empty()) d["source_dtype"] = std::string(source_dtype);
-  file.metadata[key_of(name)] = d.dump();
+  file.metadata[detail::block_metadata_key(name)] = d.dump();
 }
 
 namespace {
@@ -89,22 +80,25 @@ std::string json_what(const json::exception& e) {
 }  // namespace
 
 bool is_block_tensor(const SafeTensorsFile& file, std::string_view name) {
-  return file.metadata.count(key_of(name)) != 0;
+  return file.metadata.count(detail::block_metadata_key(name)) != 0;
 }
 
 BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name) {
   if (is_block_scaled_tensor(file, name)) {  // nvfp4, fp8-block (block_scaled_safetensors.h)
-    fail(name, "is stored in the " + std::string(to_string(get_block_scaled_tensor(file, name).scheme)) +
+    fail(name, "is stored in the " +
+                   std::string(to_string(get_block_scaled_tensor(file, name).scheme)) +
                    " training layout, which only decodes to fp32 (read_tensor_f32, mixp convert "
                    "--to fp32)");
   }
-  const auto it = file.metadata.find(key_of(name));
-  if (it == file.metadata.end()) fail(name, "no metadata entry '" + key_of(name) + "'");
+  const auto it = file.metadata.find(detail::block_metadata_key(name));
+  if (it == file.metadata.end())
+    fail(name, "no metadata entry '" + detail::block_metadata_key(name) + "'");
   json d;
   try {
     d = json::parse(it->second);
   } catch (const json::exception& e) {
-    fail(name, "metadata '" + key_of(name) + "' is not JSON (" + json_what(e) + ")");
+    fail(name,
+         "metadata '" + detail::block_metadata_key(name) + "' is not JSON (" + json_what(e) + ")");
   }
   BlockTensor t;
   try {
@@ -120,8 +114,8 @@ BlockTensor get_block_tensor(const SafeTensorsFile& file, std::string_view name)
     t.element = *el;
     t.scale_dtype = *sc;
   } catch (const json::exception& e) {
-    fail(name, "metadata '" + key_of(name) + "' lacks a field or has a wrong type (" +
-                   json_what(e) + ")");
+    fail(name, "metadata '" + detail::block_metadata_key(name) +
+                   "' lacks a field or has a wrong type (" + json_what(e) + ")");
   }
   if (!is_block_scheme(t.scheme)) fail(name, "unknown scheme '" + t.scheme + "'");
   const std::string n(name);
