@@ -192,9 +192,19 @@ void Optimizer::step_parameter(size_t index) {
 uint64_t Optimizer::write_back_seed(size_t index, int64_t step) const {
   // A counter-based stream: independent of thread count and of which other parameters had
   // gradients, and a pure function of (seed, index, step) so that a resumed run rounds the same.
+  const uint64_t stream = streams_.empty() ? static_cast<uint64_t>(index) : streams_.at(index);
   return Generator::splitmix64(
-      precision_.seed ^ Generator::splitmix64(static_cast<uint64_t>(index) * 0x100000001B3ULL +
-                                              static_cast<uint64_t>(step)));
+      precision_.seed ^
+      Generator::splitmix64(stream * 0x100000001B3ULL + static_cast<uint64_t>(step)));
+}
+
+void Optimizer::set_write_back_streams(std::vector<uint64_t> streams) {
+  if (streams.size() != params_.size()) {
+    throw std::invalid_argument(
+        fmt::format("mixp::optim: {} write-back streams for {} parameters", streams.size(),
+                    params_.size()));
+  }
+  streams_ = std::move(streams);
 }
 
 void Optimizer::step_param(size_t index) {

@@ -85,6 +85,14 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   opt = make_optimizer ? make_optimizer(mine, recipe->optimizer_precision())
                        : detail::build_optimizer(cfg, mine, recipe->optimizer_precision());
   if (!opt) throw ConfigError("TrainOptions::make_optimizer returned no optimizer");
+  if (dp && cfg.zero > 0 && opt->params().size() == owned.size()) {
+    // The shard's parameters draw the stochastic write-back streams of their places in the whole
+    // list, so bf16-pure rounds as under --zero 0 (the unsharded optimizer's index i).
+    std::vector<uint64_t> streams;
+    for (size_t i = 0; i < named.size(); ++i)
+      if (owner[i] == dp->rank()) streams.push_back(i);
+    opt->set_write_back_streams(std::move(streams));
+  }
   if (dp && cfg.zero == 3) {
     // ZeRO stage 3 (trainer_zero3.h): the parameters too; whole until the first step (a
     // checkpoint is loaded into them first).

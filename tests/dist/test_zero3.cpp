@@ -58,6 +58,28 @@ TEST(ZeroThree, TrainsBitIdenticallyToNoZeroWithTheFp32Wire) {
   }
 }
 
+// bf16-pure writes its updates back with stochastic rounding, each parameter drawing the stream
+// of its index in the optimizer (optim/optimizer.h write_back_seed). A ZeRO shard's optimizer
+// holds a subset of the parameters; it is given their indices in the whole list, so every stage
+// rounds exactly as --zero 0 does (before, the losses parted from the second step on).
+TEST(ZeroStages, Bf16PureRoundsAsWithoutZero) {
+  TempDir dir;
+  const std::string args =
+      kGpt + "--steps 3 --batch 4 --precision bf16-pure --grad-comm fp32 --json ";
+  const CliResult z0 =
+      run_mpi(2, args + "--log " + path(dir, "z0.jsonl") + " --save " + path(dir, "z0"));
+  ASSERT_EQ(z0.exit_code, 0) << z0.err;
+  for (const std::string stage : {"1", "2", "3"}) {
+    const std::string name = "z" + stage;
+    const CliResult z = run_mpi(2, args + "--zero " + stage + " --log " +
+                                       path(dir, name + ".jsonl") + " --save " + path(dir, name));
+    ASSERT_EQ(z.exit_code, 0) << z.err;
+    EXPECT_EQ(log_losses(dir / (name + ".jsonl")), log_losses(dir / "z0.jsonl"))
+        << "--zero " << stage;
+    EXPECT_TRUE(same_weights(dir / "z0", dir / name)) << "--zero " << stage;
+  }
+}
+
 // A bf16 wire rounds the gathered parameters to bf16 (FSDP's MixedPrecision(param_dtype=bf16)):
 // not bit-identical, but within the 16-bit wire's bound (docs/distributed.md: the loss within
 // 1e-2 relative of the fp32 wire's), and the replicas stay identical.

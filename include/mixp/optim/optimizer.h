@@ -127,8 +127,14 @@ class Optimizer {
   // outside the optimizer; load_state_dict restores masters itself).
   void reset_masters_from_params();
 
-  // The stochastic-rounding seed of parameter `index` at per-parameter step `step`.
+  // The stochastic-rounding seed of parameter `index` at per-parameter step `step`: a function
+  // of its stream (by default `index`), the step and PrecisionOptions::seed.
   uint64_t write_back_seed(size_t index, int64_t step) const;
+  // Gives parameter i the write-back stream streams[i] instead of i. A ZeRO shard's optimizer
+  // holds a subset of the model's parameters; given their indices in the whole list it rounds
+  // exactly as the unsharded optimizer does (train/trainer.cpp). Throws std::invalid_argument
+  // when the size is not params().size().
+  void set_write_back_streams(std::vector<uint64_t> streams);
 
  protected:
   // params: named leaves (floating, contiguous, distinct); unnamed ones are called "0", "1", ...
@@ -148,6 +154,7 @@ class Optimizer {
   std::vector<ParamState> params_;
   std::vector<std::string> slot_names_;
   PrecisionOptions precision_;
+  std::vector<uint64_t> streams_;  // empty: parameter i draws stream i
   double lr_;
   int64_t steps_ = 0;
 };
