@@ -234,40 +234,32 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   auto shard = [&](int64_t bytes, int from_stage) {
     return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
   };
-  p.param_bytes = P * bytes_of(d.params);
+  // Under LoRA only the adapters train: their gradients, masters, states and cast copies (every
+  // adapter weight is a GEMM weight); the frozen base is stored bytes only (in its format: fp32,
+  // or the 4-bit codes and scales under qlora-*), and what its GEMMs hold in backward (the bf16
+  // copies autocast saves for the input gradient) is in the measured rest.
+  p.lora = !c.lora.empty() || !c.lora_from.empty();
+  auto extrapolate = [&](int64_t MemoryPlan::Probe::*f) {
+    return p1.*f + extra * (p2.*f - p1.*f);
+  };
+  const int64_t T = p.lora ? extrapolate(&MemoryPlan::Probe::trainable) : P;  // trained values
+  if (p.lora) p.trainable = T;
+  p.param_bytes =
+      p.lora ? extrapolate(&MemoryPlan::Probe::stored_bytes) : P * bytes_of(d.params);
   // The optimizer in backward frees each gradient at its update: none is persistent, and those
   // alive at the peak (the tied embedding's, the running block's) are in the probes' rest.
-  p.grad_bytes = c.optimizer_in_backward ? 0 : P * grad_bytes_per_value(d, sp);
-  p.master_bytes = d.master != d.params ? P * bytes_of(d.master) : 0;
-  p.state_bytes = P * sp.states * bytes_of(sp.state);
+  p.grad_bytes = c.optimizer_in_backward ? 0 : T * grad_bytes_per_value(d, sp);
+  p.master_bytes = d.master != d.params ? T * bytes_of(d.master) : 0;
+  p.state_bytes = T * sp.states * bytes_of(sp.state);
   p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
-                          ? gemm_params * bytes_of(sp.compute)
+                          ? (p.lora ? T : gemm_params) * bytes_of(sp.compute)
                           : 0;
   MemoryFormats block_f;
   add_block_cast(block_f, *parts.recipe);
-  if (block_f.block_cast_bits > 0) {  // codes + scales, and the bf16 layers the recipe keeps
+  if (block_f.block_cast_bits > 0 && !p.lora) {  // codes + scales, and the bf16 layers it keeps
     p.cast_copy_bytes =
         lm ? cast_copy_bytes(shape_of(nn::gpt_config_of(parts.config.model)), block_f)
            : int64_t(std::ceil(double(gemm_params) * block_f.block_cast_bits / 8.0));
-  }
-  p.lora = !c.lora.empty() || !c.lora_from.empty();
-  if (p.lora) {
-    // Only the adapters train: their gradients, masters, states and cast copies (every adapter
-    // weight is a GEMM weight); the frozen base is stored bytes only (in its format: fp32, or
-    // the 4-bit codes and scales under qlora-*), and what its GEMMs hold in backward (the bf16
-    // copies autocast saves for the input gradient) is in the measured rest.
-    auto extrapolate = [&](int64_t MemoryPlan::Probe::*f) {
-      return p1.*f + extra * (p2.*f - p1.*f);
-    };
-    const int64_t T = extrapolate(&MemoryPlan::Probe::trainable);
-    p.trainable = T;
-    p.param_bytes = extrapolate(&MemoryPlan::Probe::stored_bytes);
-    p.grad_bytes = c.optimizer_in_backward ? 0 : T * grad_bytes_per_value(d, sp);
-    p.master_bytes = d.master != d.params ? T * bytes_of(d.master) : 0;
-    p.state_bytes = T * sp.states * bytes_of(sp.state);
-    p.cast_copy_bytes = sp.casts_weights && !casts_per_use(d, sp, c.model.checkpointing)
-                            ? T * bytes_of(sp.compute)
-                            : 0;
   }
   // What the probes measured beyond the persistent tensors (one process, no ZeRO).
   const int64_t persistent =

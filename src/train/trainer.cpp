@@ -69,6 +69,8 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   std::erase_if(named, [](const auto& e) { return !e.second.requires_grad(); });
   for (const auto& [name, p] : named) params.push_back(p);
   nn::NamedTensors mine = named;
+  // The owned parameters' places in the whole list: their stochastic write-back streams.
+  std::vector<uint64_t> streams;
   if (dp && cfg.zero > 0) {
     // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns;
     // stage 2: and only their reduced gradients reach it.
@@ -79,6 +81,7 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
       if (owner[i] == dp->rank()) {
         mine.push_back(named[i]);
         owned.push_back(params[i]);
+        streams.push_back(i);
       }
     }
   }
@@ -88,9 +91,6 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   if (dp && cfg.zero > 0 && opt->params().size() == owned.size()) {
     // The shard's parameters draw the stochastic write-back streams of their places in the whole
     // list, so bf16-pure rounds as under --zero 0 (the unsharded optimizer's index i).
-    std::vector<uint64_t> streams;
-    for (size_t i = 0; i < named.size(); ++i)
-      if (owner[i] == dp->rank()) streams.push_back(i);
     opt->set_write_back_streams(std::move(streams));
   }
   if (dp && cfg.zero == 3) {
