@@ -221,8 +221,9 @@ std::vector<FormatSupport> gpu_format_support(int major, int minor) {
 
 std::vector<RecipeSupport> cpu_recipe_support() {
   const std::string how =
-      "emulated (exact): the published quantizers bit for bit, GEMMs in fp32 on the dequantized "
-      "values";
+      "exact: the published quantizers bit for bit; bf16 GEMMs of exact operands "
+      "(codes, times their block scales where that is exact) with fp32 accumulation, other scales "
+      "applied in fp32 (docs/fp4.md)";
   return {{"nvfp4", Support::emulated, how},
           {"mxfp4", Support::emulated, how},
           {"fp8-block", Support::emulated, how}};
