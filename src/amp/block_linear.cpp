@@ -238,6 +238,15 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
     y.fill_(0.0);
     return y;
   }
+  const int64_t chunks = (K + 127) / 128;
+  {  // One pass where this CPU has the fused kernel (mixp/backend/gemm.h): the same numbers.
+    std::vector<float> ra(static_cast<size_t>(M * chunks)), cb(static_cast<size_t>(chunks * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < chunks; ++c) ra[static_cast<size_t>(m * chunks + c)] = a.tile(m, c);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < chunks; ++c) cb[static_cast<size_t>(c * N + n)] = b.tile(n, c);
+    if (gemm_chunk_scaled(y, a.v, b.v.t(), ra.data(), cb.data())) return y;
+  }
   Tensor part = host_empty(M, N, DType::fp32);
   std::vector<float> sa(static_cast<size_t>(M)), sb(static_cast<size_t>(N));
   for (int64_t c = 0; c * 128 < K; ++c) {
