@@ -106,6 +106,7 @@ struct Operand {
   std::vector<float> tiles;  // fp8_block: scale per tile (tile_rows x 128), tiles row-major
   int tile_rows = 1;
   int64_t grid_cols = 0;
+  bool view = false;  // v is a transposed view (fp8_columns): contiguous for the chunk loop
   float tile(int64_t r, int64_t chunk) const {
     return tiles[static_cast<size_t>((r / tile_rows) * grid_cols + chunk)];
   }
@@ -164,6 +165,30 @@ Operand columns(const Tensor& t, const BlockScaledOptions& o, bool rht, uint64_t
   return quantize(out, o, role, fp32_values);
 }
 
+// fp8_block's column-wise operand of t [R, C] without the fp32 transpose of columns(): t
+// quantized in 128 x 1 tiles in its own layout (fp8_block_columns_factors: the same values and
+// scales), v its transposed view [C, R] and the tile grid transposed to [C, R / 128]. Used where
+// gemm_chunk_scaled takes the wgrad GEMM, which reads the view as it is.
+Operand fp8_columns(const Tensor& t, const BlockScaledOptions& o) {
+  const int64_t R = t.size(0), C = t.size(1);
+  const size_t n = static_cast<size_t>(R * C);
+  Tensor q = host_empty(R, C, DType::bf16);
+  const BlockScaledFactors fac = fp8_block_columns_factors(
+      std::span<const float>(t.data<float>(), n), R, C, o,
+      std::span<uint16_t>(static_cast<uint16_t*>(q.data_ptr()), n));
+  q.bump_version();
+  Operand r;
+  r.v = q.t();
+  r.view = true;
+  const int64_t gr = (R + 127) / 128;
+  r.grid_cols = gr;
+  r.tiles.resize(fac.tile_scales.size());
+  for (int64_t i = 0; i < gr; ++i)
+    for (int64_t c = 0; c < C; ++c)
+      r.tiles[static_cast<size_t>(c * gr + i)] = fac.tile_scales[static_cast<size_t>(i * C + c)];
+  return r;
+}
+
 // DeepSeek-V3 3.3.2: Hopper's FP8 tensor cores keep about 14 bits of the accumulator. Emulated
 // as an fp32 accumulator whose sum is truncated to 14 significant bits after every addition,
 // added into an fp32 total (and reset) every `promote` products. a [M, K] @ bt [N, K]^T.
@@ -195,6 +220,12 @@ struct Plan {
   BlockScaledOptions act, weight, grad;  // rows of x, w, g
   bool rht = false, square_weight = false;
   int promote = 0;  // fp8_block: emulate the limited accumulator (gemm_promoted)
+  // Whether the wgrad GEMM dw [n, k] = g^T x (reduction over the m tokens) takes its column-wise
+  // operands as transposed views (fp8_columns): fp8_block where gemm_chunk_scaled runs it, which
+  // would also run it on the transposed copies (the same numbers either way).
+  bool fp8_columns(int64_t n, int64_t k, int64_t m) const {
+    return act.scheme == BlockScheme::fp8_block && promote == 0 && gemm_chunk_scaled_runs(n, k, m);
+  }
 };
 
 Plan plan_of(const Fp8Recipe& r) {
@@ -249,9 +280,10 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
   }
   Tensor part = host_empty(M, N, DType::fp32);
   std::vector<float> sa(static_cast<size_t>(M)), sb(static_cast<size_t>(N));
+  const Tensor av = a.view ? a.v.contiguous() : a.v, bv = b.view ? b.v.contiguous() : b.v;
   for (int64_t c = 0; c * 128 < K; ++c) {
     const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
-    gemm(part, a.v.slice(1, k0, k1), b.v.slice(1, k0, k1).t());
+    gemm(part, av.slice(1, k0, k1), bv.slice(1, k0, k1).t());
     for (int64_t m = 0; m < M; ++m) sa[static_cast<size_t>(m)] = a.tile(m, c);
     for (int64_t n = 0; n < N; ++n) sb[static_cast<size_t>(n)] = b.tile(n, c);
     block_scaled_accumulate(std::span<float>(y.data<float>(), mn),
@@ -280,12 +312,14 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   Tensor wf = host_f32(w);
   const int64_t M = x2.size(0);
   const bool f32 = plan.promote > 0;  // the emulated accumulator multiplies fp32 values
+  const bool fp8c = plan.fp8_columns(N, K, M);
   Tensor y;
   Operand keep_xc, keep_w;
   {
     NoGradGuard ng;
     const Operand xq = quantize(x2, plan.act, kRoleX, f32);
-    if (need_dw) keep_xc = columns(x2, plan.act, plan.rht, kRoleXc, f32);  // [K, Mp]
+    if (need_dw)  // [K, Mp]
+      keep_xc = fp8c ? fp8_columns(x2, plan.act) : columns(x2, plan.act, plan.rht, kRoleXc, f32);
     const Operand wq = quantize(wf, plan.weight, kRoleW, f32);
     if (need_dx)  // W^T [K, N], quantized along N
       keep_w = plan.square_weight ? transposed(wq) : columns(wf, plan.weight, false, kRoleWc, f32);
@@ -305,7 +339,7 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   const Shape x_shape = x.shape();
   mixp::detail::record(
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
-      [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev](BackwardContext& ctx) {
+      [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev, fp8c](BackwardContext& ctx) {
         Tensor g = linear_output_grad(ctx.grad(), keep_y, M, N);
         if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, Shape{0}, false);
         if (!ctx.needs(0) && !ctx.needs(1)) return;
@@ -316,7 +350,8 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
           ctx.grad_inputs[0] = mixp::detail::raw_reshape(dx, x_shape);
         }
         if (ctx.needs(1)) {  // dw [N, K] = g^T [N, M] @ x [M, K], blocks along M
-          const Operand gc = columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0);  // [N, Mp]
+          const Operand gc = fp8c ? fp8_columns(gh, plan.grad)  // [N, Mp]
+                                  : columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0);
           Tensor dw = gemm_nt(gc, keep_xc, plan.promote);
           if (dev.kind != DeviceKind::cpu) dw = dw.to(dev);
           ctx.grad_inputs[1] = dw;

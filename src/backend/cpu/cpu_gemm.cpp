@@ -176,6 +176,19 @@ bool gemm_chunk_scaled(Tensor& dst, const Tensor& a, const Tensor& b, const floa
   return true;
 }
 
+bool gemm_chunk_scaled_runs(int64_t m, int64_t n, int64_t k) {
+  if (k <= 0 || k % 128 != 0 || !onednn_bf16()) return false;
+  cpu::Bf16Gemm g;  // one chunk's GEMM, a and b row-major
+  g.m = m;
+  g.n = n;
+  g.k = 128;
+  g.a_rs = k;
+  g.a_cs = 1;
+  g.b_rs = n;
+  g.b_cs = 1;
+  return cpu::own_bf16_gemm(g);
+}
+
 Tensor gemm(const Tensor& a, const Tensor& b) {
   if (a.dim() != 2 || b.dim() != 2) {
     throw std::invalid_argument("mixp::gemm: expected a [M, K] and b [K, N], got a " +
