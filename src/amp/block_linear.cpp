@@ -88,6 +88,30 @@ uint64_t value_seed(const float* p, size_t n, uint64_t role) {
   return h;
 }
 
+enum : uint64_t { kRoleX = 1, kRoleW, kRoleWc, kRoleG, kRoleGc, kRoleXc };
+
+// The operands' names for the block-operand observer (fp8_linear.h).
+std::string_view role_name(uint64_t role) {
+  switch (role) {
+    case kRoleX: return "input";
+    case kRoleW: return "weight";
+    case kRoleWc: return "weight.columns";
+    case kRoleG: return "grad_output";
+    case kRoleGc: return "grad_output.columns";
+    default: return "input.columns";
+  }
+}
+
+BlockOperandObserver& block_observer() {
+  static BlockOperandObserver o;
+  return o;
+}
+
+void observe(const Fp8LinearMeta* meta, uint64_t role, const Tensor& t,
+             const BlockScaledOptions& o) {
+  if (const BlockOperandObserver& f = block_observer(); f && meta) f(*meta, role_name(role), t, o);
+}
+
 // Host fp32 view or copy of a 2-D tensor, [R, C] contiguous (read only).
 Tensor host_f32(const Tensor& t) {
   Tensor h = mixp::detail::raw_contiguous(mixp::detail::as_compute(t.detach(), DType::fp32));
@@ -112,13 +136,15 @@ struct Operand {
   }
 };
 
-// Quantizes a host fp32 [R, C] tensor along C.
-Operand quantize(const Tensor& t, const BlockScaledOptions& o, uint64_t role, bool fp32_values) {
+// Quantizes a host fp32 [R, C] tensor along C (handing it to the observer first, with meta).
+Operand quantize(const Tensor& t, const BlockScaledOptions& o, uint64_t role, bool fp32_values,
+                 const Fp8LinearMeta* meta) {
   const float* p = t.data<float>();
   const int64_t R = t.size(0), C = t.size(1);
   const size_t n = static_cast<size_t>(R * C);
   BlockScaledOptions op = o;
   if (op.round == Round::stochastic) op.seed = value_seed(p, n, role);
+  observe(meta, role, t, op);
   Operand r;
   r.tile_rows = o.tile_rows;
   if (fp32_values) {
@@ -155,21 +181,23 @@ Operand transposed(const Operand& w) {
 // t [R, C] -> its transpose [C, Rp] quantized with blocks along R (Rp = R, or R rounded up to a
 // multiple of 16 with zero rows when the RHT is applied first).
 Operand columns(const Tensor& t, const BlockScaledOptions& o, bool rht, uint64_t role,
-                bool fp32_values) {
+                bool fp32_values, const Fp8LinearMeta* meta) {
   const int64_t R = t.size(0), C = t.size(1);
   const int64_t Rp = rht ? (R + 15) / 16 * 16 : R;
   Tensor out = host_empty(C, Rp, DType::fp32);
   block_scaled_columns(std::span<const float>(t.data<float>(), static_cast<size_t>(R * C)), R, C,
                        rht, std::span<float>(out.data<float>(), static_cast<size_t>(C * Rp)));
   out.bump_version();
-  return quantize(out, o, role, fp32_values);
+  return quantize(out, o, role, fp32_values, meta);
 }
 
 // fp8_block's column-wise operand of t [R, C] without the fp32 transpose of columns(): t
 // quantized in 128 x 1 tiles in its own layout (fp8_block_columns_factors: the same values and
 // scales), v its transposed view [C, R] and the tile grid transposed to [C, R / 128]. Used where
 // gemm_chunk_scaled takes the wgrad GEMM, which reads the view as it is.
-Operand fp8_columns(const Tensor& t, const BlockScaledOptions& o) {
+Operand fp8_columns(const Tensor& t, const BlockScaledOptions& o, uint64_t role,
+                    const Fp8LinearMeta* meta) {
+  observe(meta, role, t.t(), o);  // the operand as columns() hands it over (a view here)
   const int64_t R = t.size(0), C = t.size(1);
   const size_t n = static_cast<size_t>(R * C);
   Tensor q = host_empty(R, C, DType::bf16);
@@ -293,8 +321,6 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
   return y;
 }
 
-enum : uint64_t { kRoleX = 1, kRoleW, kRoleWc, kRoleG, kRoleGc, kRoleXc };
-
 }  // namespace
 
 Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
@@ -313,16 +339,20 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   const int64_t M = x2.size(0);
   const bool f32 = plan.promote > 0;  // the emulated accumulator multiplies fp32 values
   const bool fp8c = plan.fp8_columns(N, K, M);
+  // The layer (owner of meta) outlives its backward; the observer only names it.
+  const Fp8LinearMeta* obs = &meta;
   Tensor y;
   Operand keep_xc, keep_w;
   {
     NoGradGuard ng;
-    const Operand xq = quantize(x2, plan.act, kRoleX, f32);
+    const Operand xq = quantize(x2, plan.act, kRoleX, f32, obs);
     if (need_dw)  // [K, Mp]
-      keep_xc = fp8c ? fp8_columns(x2, plan.act) : columns(x2, plan.act, plan.rht, kRoleXc, f32);
-    const Operand wq = quantize(wf, plan.weight, kRoleW, f32);
+      keep_xc = fp8c ? fp8_columns(x2, plan.act, kRoleXc, obs)
+                     : columns(x2, plan.act, plan.rht, kRoleXc, f32, obs);
+    const Operand wq = quantize(wf, plan.weight, kRoleW, f32, obs);
     if (need_dx)  // W^T [K, N], quantized along N
-      keep_w = plan.square_weight ? transposed(wq) : columns(wf, plan.weight, false, kRoleWc, f32);
+      keep_w = plan.square_weight ? transposed(wq)
+                                  : columns(wf, plan.weight, false, kRoleWc, f32, obs);
     y = gemm_nt(xq, wq, plan.promote);
     if (dev.kind != DeviceKind::cpu) y = y.to(dev);
     Tensor bf = b.defined() ? mixp::detail::raw_contiguous(
@@ -339,19 +369,20 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   const Shape x_shape = x.shape();
   mixp::detail::record(
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
-      [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev, fp8c](BackwardContext& ctx) {
+      [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev, fp8c, obs](BackwardContext& ctx) {
         Tensor g = linear_output_grad(ctx.grad(), keep_y, M, N);
         if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, Shape{0}, false);
         if (!ctx.needs(0) && !ctx.needs(1)) return;
         const Tensor gh = host_f32(g);
         if (ctx.needs(0)) {  // dx [M, K] = g [M, N] @ w [N, K], blocks along N
-          Tensor dx = gemm_nt(quantize(gh, plan.grad, kRoleG, plan.promote > 0), keep_w, plan.promote);
+          Tensor dx = gemm_nt(quantize(gh, plan.grad, kRoleG, plan.promote > 0, obs), keep_w,
+                              plan.promote);
           if (dev.kind != DeviceKind::cpu) dx = dx.to(dev);
           ctx.grad_inputs[0] = mixp::detail::raw_reshape(dx, x_shape);
         }
         if (ctx.needs(1)) {  // dw [N, K] = g^T [N, M] @ x [M, K], blocks along M
-          const Operand gc = fp8c ? fp8_columns(gh, plan.grad)  // [N, Mp]
-                                  : columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0);
+          const Operand gc = fp8c ? fp8_columns(gh, plan.grad, kRoleGc, obs)  // [N, Mp]
+                                  : columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0, obs);
           Tensor dw = gemm_nt(gc, keep_xc, plan.promote);
           if (dev.kind != DeviceKind::cpu) dw = dw.to(dev);
           ctx.grad_inputs[1] = dw;
@@ -361,3 +392,11 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
 }
 
 }  // namespace mixp::amp::detail
+
+namespace mixp::amp {
+
+void set_block_operand_observer(BlockOperandObserver observer) {
+  detail::block_observer() = std::move(observer);
+}
+
+}  // namespace mixp::amp
