@@ -11,7 +11,10 @@
 //   fp8_block     the scales vary along K (per 1x128 / 128x128 tile): one bf16 GEMM per 128-wide
 //                 K chunk on the E4M3 values (exact in bf16), each partial sum multiplied by its
 //                 two tiles' scales and added in fp32: DeepSeek-V3's promotion every 128
-//                 (section 3.3.2) with an fp32 partial accumulator. `promote` > 0 (the emulated
+//                 (section 3.3.2) with an fp32 partial accumulator. Where mixp's bf16 kernel
+//                 runs those chunks, one call does it all (gemm_chunk_scaled, mixp/backend/
+//                 gemm.h: the same bits) and the wgrad operands are quantized column-wise
+//                 without a transpose (fp8_columns). `promote` > 0 (the emulated
 //                 limited accumulator) keeps the fp32 path: dequantized fp32 operands and
 //                 gemm_promoted.
 // Compared with multiplying dequantized fp32 copies, the products are the same numbers; only the
