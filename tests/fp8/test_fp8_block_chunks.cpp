@@ -42,23 +42,34 @@ Quantized quantize(const Vec& x, int64_t r, int64_t c, int tile_rows) {
   return q;
 }
 
-// a [M, K] . b [N, K]^T, both quantized along K, as the chunk loop computes it.
-Vec chunk_loop(const Vec& a, int a_tile_rows, const Vec& b, int b_tile_rows, int64_t M, int64_t N,
+// a [M, K] . b [N, K]^T as the chunk loop computes it, from the operands' bf16 values (any
+// layout) and their chunk scales: ta(m, c), tb(n, c).
+template <class TileA, class TileB>
+Vec chunk_loop(const Tensor& av, TileA ta, const Tensor& bv, TileB tb, int64_t M, int64_t N,
                int64_t K) {
-  const Quantized qa = quantize(a, M, K, a_tile_rows), qb = quantize(b, N, K, b_tile_rows);
   const int64_t C = (K + 127) / 128;
   Tensor y = empty({M, N}), part = empty({M, N});
   std::vector<float> sa(static_cast<size_t>(M)), sb(static_cast<size_t>(N));
   for (int64_t c = 0; c < C; ++c) {
     const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
-    gemm(part, qa.v.slice(1, k0, k1), qb.v.slice(1, k0, k1).t());
-    for (int64_t m = 0; m < M; ++m) sa[static_cast<size_t>(m)] = qa.tiles[static_cast<size_t>((m / a_tile_rows) * C + c)];
-    for (int64_t n = 0; n < N; ++n) sb[static_cast<size_t>(n)] = qb.tiles[static_cast<size_t>((n / b_tile_rows) * C + c)];
+    gemm(part, av.slice(1, k0, k1), bv.slice(1, k0, k1).t());
+    for (int64_t m = 0; m < M; ++m) sa[static_cast<size_t>(m)] = ta(m, c);
+    for (int64_t n = 0; n < N; ++n) sb[static_cast<size_t>(n)] = tb(n, c);
     block_scaled_accumulate(std::span<float>(y.data<float>(), static_cast<size_t>(M * N)),
                             std::span<const float>(part.data<float>(), static_cast<size_t>(M * N)),
                             M, N, sa, sb, c == 0);
   }
   return y.to_vector<float>();
+}
+
+// Both operands quantized along K (a with 1x128 tiles, b with b_tile_rows x 128).
+Vec chunk_loop(const Vec& a, const Vec& b, int b_tile_rows, int64_t M, int64_t N, int64_t K) {
+  const Quantized qa = quantize(a, M, K, 1), qb = quantize(b, N, K, b_tile_rows);
+  const int64_t C = (K + 127) / 128;
+  return chunk_loop(
+      qa.v, [&](int64_t m, int64_t c) { return qa.tiles[static_cast<size_t>(m * C + c)]; }, qb.v,
+      [&](int64_t n, int64_t c) { return qb.tiles[static_cast<size_t>((n / b_tile_rows) * C + c)]; },
+      M, N, K);
 }
 
 void expect_same_bits(const Vec& got, const Vec& want, const char* what) {
@@ -84,11 +95,20 @@ TEST(Fp8BlockChunks, OnePassGemmsGiveTheChunkLoopsBits) {
   Tensor y = amp::fp8_linear(x, w, Tensor(), Activation::none, meta);
   sum(y * from_vector(gs, Shape{M, N})).backward();
   if (!gemm_chunk_scaled_runs(M, N, K)) std::printf("(no fused kernel here: the chunk loop is checked)\n");
-  expect_same_bits(y.to_vector<float>(), chunk_loop(xs, 1, ws, 128, M, N, K), "y");
-  expect_same_bits(x.grad().to_vector<float>(),
-                   chunk_loop(gs, 1, transpose(ws, N, K), 128, M, K, N), "dx");
+  expect_same_bits(y.to_vector<float>(), chunk_loop(xs, ws, 128, M, N, K), "y");
+  // dx = g . W: W's 128x128 values reused as W^T (a transposed view and tile grid, as the layer
+  // keeps them: the same layout for the chunk GEMMs on every host).
+  const Quantized qg = quantize(gs, M, N, 1), qw = quantize(ws, N, K, 128);
+  const int64_t CN = N / 128, CK = K / 128;
+  expect_same_bits(
+      x.grad().to_vector<float>(),
+      chunk_loop(
+          qg.v, [&](int64_t m, int64_t c) { return qg.tiles[static_cast<size_t>(m * CN + c)]; },
+          qw.v.t(), [&](int64_t k, int64_t c) { return qw.tiles[static_cast<size_t>(c * CK + k / 128)]; },
+          M, K, N),
+      "dx");
   expect_same_bits(w.grad().to_vector<float>(),
-                   chunk_loop(transpose(gs, M, N), 1, transpose(xs, M, K), 1, N, K, M), "dw");
+                   chunk_loop(transpose(gs, M, N), transpose(xs, M, K), 1, N, K, M), "dw");
 }
 
 }  // namespace
