@@ -11,7 +11,10 @@
 //   fp8_block     the scales vary along K (per 1x128 / 128x128 tile): one bf16 GEMM per 128-wide
 //                 K chunk on the E4M3 values (exact in bf16), each partial sum multiplied by its
 //                 two tiles' scales and added in fp32: DeepSeek-V3's promotion every 128
-//                 (section 3.3.2) with an fp32 partial accumulator. `promote` > 0 (the emulated
+//                 (section 3.3.2) with an fp32 partial accumulator. Where mixp's bf16 kernel
+//                 runs those chunks, one call does it all (gemm_chunk_scaled, mixp/backend/
+//                 gemm.h: the same bits) and the wgrad operands are quantized column-wise
+//                 without a transpose (fp8_columns). `promote` > 0 (the emulated
 //                 limited accumulator) keeps the fp32 path: dequantized fp32 operands and
 //                 gemm_promoted.
 // Compared with multiplying dequantized fp32 copies, the products are the same numbers; only the
@@ -88,6 +91,30 @@ uint64_t value_seed(const float* p, size_t n, uint64_t role) {
   return h;
 }
 
+enum : uint64_t { kRoleX = 1, kRoleW, kRoleWc, kRoleG, kRoleGc, kRoleXc };
+
+// The operands' names for the block-operand observer (fp8_linear.h).
+std::string_view role_name(uint64_t role) {
+  switch (role) {
+    case kRoleX: return "input";
+    case kRoleW: return "weight";
+    case kRoleWc: return "weight.columns";
+    case kRoleG: return "grad_output";
+    case kRoleGc: return "grad_output.columns";
+    default: return "input.columns";
+  }
+}
+
+BlockOperandObserver& block_observer() {
+  static BlockOperandObserver o;
+  return o;
+}
+
+void observe(const Fp8LinearMeta* meta, uint64_t role, const Tensor& t,
+             const BlockScaledOptions& o) {
+  if (const BlockOperandObserver& f = block_observer(); f && meta) f(*meta, role_name(role), t, o);
+}
+
 // Host fp32 view or copy of a 2-D tensor, [R, C] contiguous (read only).
 Tensor host_f32(const Tensor& t) {
   Tensor h = mixp::detail::raw_contiguous(mixp::detail::as_compute(t.detach(), DType::fp32));
@@ -106,18 +133,21 @@ struct Operand {
   std::vector<float> tiles;  // fp8_block: scale per tile (tile_rows x 128), tiles row-major
   int tile_rows = 1;
   int64_t grid_cols = 0;
+  bool view = false;  // v is a transposed view (fp8_columns): contiguous for the chunk loop
   float tile(int64_t r, int64_t chunk) const {
     return tiles[static_cast<size_t>((r / tile_rows) * grid_cols + chunk)];
   }
 };
 
-// Quantizes a host fp32 [R, C] tensor along C.
-Operand quantize(const Tensor& t, const BlockScaledOptions& o, uint64_t role, bool fp32_values) {
+// Quantizes a host fp32 [R, C] tensor along C (handing it to the observer first, with meta).
+Operand quantize(const Tensor& t, const BlockScaledOptions& o, uint64_t role, bool fp32_values,
+                 const Fp8LinearMeta* meta) {
   const float* p = t.data<float>();
   const int64_t R = t.size(0), C = t.size(1);
   const size_t n = static_cast<size_t>(R * C);
   BlockScaledOptions op = o;
   if (op.round == Round::stochastic) op.seed = value_seed(p, n, role);
+  observe(meta, role, t, op);
   Operand r;
   r.tile_rows = o.tile_rows;
   if (fp32_values) {
@@ -154,14 +184,40 @@ Operand transposed(const Operand& w) {
 // t [R, C] -> its transpose [C, Rp] quantized with blocks along R (Rp = R, or R rounded up to a
 // multiple of 16 with zero rows when the RHT is applied first).
 Operand columns(const Tensor& t, const BlockScaledOptions& o, bool rht, uint64_t role,
-                bool fp32_values) {
+                bool fp32_values, const Fp8LinearMeta* meta) {
   const int64_t R = t.size(0), C = t.size(1);
   const int64_t Rp = rht ? (R + 15) / 16 * 16 : R;
   Tensor out = host_empty(C, Rp, DType::fp32);
   block_scaled_columns(std::span<const float>(t.data<float>(), static_cast<size_t>(R * C)), R, C,
                        rht, std::span<float>(out.data<float>(), static_cast<size_t>(C * Rp)));
   out.bump_version();
-  return quantize(out, o, role, fp32_values);
+  return quantize(out, o, role, fp32_values, meta);
+}
+
+// fp8_block's column-wise operand of t [R, C] without the fp32 transpose of columns(): t
+// quantized in 128 x 1 tiles in its own layout (fp8_block_columns_factors: the same values and
+// scales), v its transposed view [C, R] and the tile grid transposed to [C, R / 128]. Used where
+// gemm_chunk_scaled takes the wgrad GEMM, which reads the view as it is.
+Operand fp8_columns(const Tensor& t, const BlockScaledOptions& o, uint64_t role,
+                    const Fp8LinearMeta* meta) {
+  observe(meta, role, t.t(), o);  // the operand as columns() hands it over (a view here)
+  const int64_t R = t.size(0), C = t.size(1);
+  const size_t n = static_cast<size_t>(R * C);
+  Tensor q = host_empty(R, C, DType::bf16);
+  const BlockScaledFactors fac = fp8_block_columns_factors(
+      std::span<const float>(t.data<float>(), n), R, C, o,
+      std::span<uint16_t>(static_cast<uint16_t*>(q.data_ptr()), n));
+  q.bump_version();
+  Operand r;
+  r.v = q.t();
+  r.view = true;
+  const int64_t gr = (R + 127) / 128;
+  r.grid_cols = gr;
+  r.tiles.resize(fac.tile_scales.size());
+  for (int64_t i = 0; i < gr; ++i)
+    for (int64_t c = 0; c < C; ++c)
+      r.tiles[static_cast<size_t>(c * gr + i)] = fac.tile_scales[static_cast<size_t>(i * C + c)];
+  return r;
 }
 
 // DeepSeek-V3 3.3.2: Hopper's FP8 tensor cores keep about 14 bits of the accumulator. Emulated
@@ -195,6 +251,12 @@ struct Plan {
   BlockScaledOptions act, weight, grad;  // rows of x, w, g
   bool rht = false, square_weight = false;
   int promote = 0;  // fp8_block: emulate the limited accumulator (gemm_promoted)
+  // Whether the wgrad GEMM dw [n, k] = g^T x (reduction over the m tokens) takes its column-wise
+  // operands as transposed views (fp8_columns): fp8_block where gemm_chunk_scaled runs it, which
+  // would also run it on the transposed copies (the same numbers either way).
+  bool fp8_columns(int64_t n, int64_t k, int64_t m) const {
+    return act.scheme == BlockScheme::fp8_block && promote == 0 && gemm_chunk_scaled_runs(n, k, m);
+  }
 };
 
 Plan plan_of(const Fp8Recipe& r) {
@@ -238,11 +300,21 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
     y.fill_(0.0);
     return y;
   }
+  const int64_t chunks = (K + 127) / 128;
+  {  // One pass where this CPU has the fused kernel (mixp/backend/gemm.h): the same numbers.
+    std::vector<float> ra(static_cast<size_t>(M * chunks)), cb(static_cast<size_t>(chunks * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < chunks; ++c) ra[static_cast<size_t>(m * chunks + c)] = a.tile(m, c);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < chunks; ++c) cb[static_cast<size_t>(c * N + n)] = b.tile(n, c);
+    if (gemm_chunk_scaled(y, a.v, b.v.t(), ra.data(), cb.data())) return y;
+  }
   Tensor part = host_empty(M, N, DType::fp32);
   std::vector<float> sa(static_cast<size_t>(M)), sb(static_cast<size_t>(N));
+  const Tensor av = a.view ? a.v.contiguous() : a.v, bv = b.view ? b.v.contiguous() : b.v;
   for (int64_t c = 0; c * 128 < K; ++c) {
     const int64_t k0 = c * 128, k1 = std::min(K, k0 + 128);
-    gemm(part, a.v.slice(1, k0, k1), b.v.slice(1, k0, k1).t());
+    gemm(part, av.slice(1, k0, k1), bv.slice(1, k0, k1).t());
     for (int64_t m = 0; m < M; ++m) sa[static_cast<size_t>(m)] = a.tile(m, c);
     for (int64_t n = 0; n < N; ++n) sb[static_cast<size_t>(n)] = b.tile(n, c);
     block_scaled_accumulate(std::span<float>(y.data<float>(), mn),
@@ -251,8 +323,6 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
   y.bump_version();
   return y;
 }
-
-enum : uint64_t { kRoleX = 1, kRoleW, kRoleWc, kRoleG, kRoleGc, kRoleXc };
 
 }  // namespace
 
@@ -271,15 +341,21 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   Tensor wf = host_f32(w);
   const int64_t M = x2.size(0);
   const bool f32 = plan.promote > 0;  // the emulated accumulator multiplies fp32 values
+  const bool fp8c = plan.fp8_columns(N, K, M);
+  // The layer (owner of meta) outlives its backward; the observer only names it.
+  const Fp8LinearMeta* obs = &meta;
   Tensor y;
   Operand keep_xc, keep_w;
   {
     NoGradGuard ng;
-    const Operand xq = quantize(x2, plan.act, kRoleX, f32);
-    if (need_dw) keep_xc = columns(x2, plan.act, plan.rht, kRoleXc, f32);  // [K, Mp]
-    const Operand wq = quantize(wf, plan.weight, kRoleW, f32);
+    const Operand xq = quantize(x2, plan.act, kRoleX, f32, obs);
+    if (need_dw)  // [K, Mp]
+      keep_xc = fp8c ? fp8_columns(x2, plan.act, kRoleXc, obs)
+                     : columns(x2, plan.act, plan.rht, kRoleXc, f32, obs);
+    const Operand wq = quantize(wf, plan.weight, kRoleW, f32, obs);
     if (need_dx)  // W^T [K, N], quantized along N
-      keep_w = plan.square_weight ? transposed(wq) : columns(wf, plan.weight, false, kRoleWc, f32);
+      keep_w = plan.square_weight ? transposed(wq)
+                                  : columns(wf, plan.weight, false, kRoleWc, f32, obs);
     y = gemm_nt(xq, wq, plan.promote);
     if (dev.kind != DeviceKind::cpu) y = y.to(dev);
     Tensor bf = b.defined() ? mixp::detail::raw_contiguous(
@@ -296,18 +372,20 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   const Shape x_shape = x.shape();
   mixp::detail::record(
       OpId::linear, DType::fp32, {&x, &w, &b}, {&out},
-      [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev](BackwardContext& ctx) {
+      [keep_xc, keep_w, keep_y, plan, x_shape, M, N, dev, fp8c, obs](BackwardContext& ctx) {
         Tensor g = linear_output_grad(ctx.grad(), keep_y, M, N);
         if (ctx.needs(2)) ctx.grad_inputs[2] = sum(g, Shape{0}, false);
         if (!ctx.needs(0) && !ctx.needs(1)) return;
         const Tensor gh = host_f32(g);
         if (ctx.needs(0)) {  // dx [M, K] = g [M, N] @ w [N, K], blocks along N
-          Tensor dx = gemm_nt(quantize(gh, plan.grad, kRoleG, plan.promote > 0), keep_w, plan.promote);
+          Tensor dx = gemm_nt(quantize(gh, plan.grad, kRoleG, plan.promote > 0, obs), keep_w,
+                              plan.promote);
           if (dev.kind != DeviceKind::cpu) dx = dx.to(dev);
           ctx.grad_inputs[0] = mixp::detail::raw_reshape(dx, x_shape);
         }
         if (ctx.needs(1)) {  // dw [N, K] = g^T [N, M] @ x [M, K], blocks along M
-          const Operand gc = columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0);  // [N, Mp]
+          const Operand gc = fp8c ? fp8_columns(gh, plan.grad, kRoleGc, obs)  // [N, Mp]
+                                  : columns(gh, plan.grad, plan.rht, kRoleGc, plan.promote > 0, obs);
           Tensor dw = gemm_nt(gc, keep_xc, plan.promote);
           if (dev.kind != DeviceKind::cpu) dw = dw.to(dev);
           ctx.grad_inputs[1] = dw;
@@ -317,3 +395,11 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
 }
 
 }  // namespace mixp::amp::detail
+
+namespace mixp::amp {
+
+void set_block_operand_observer(BlockOperandObserver observer) {
+  detail::block_observer() = std::move(observer);
+}
+
+}  // namespace mixp::amp

@@ -100,9 +100,12 @@ struct Sink {
 };
 
 // Quantizes x (rows x cols) tile row by tile row; returns nvfp4's global amax (else 0).
+// columns: tiles of (the scheme's tile width) rows x 1 column instead (blocks along the rows:
+// the quantization of x^T along its rows, in x's layout; fp8_block_columns_factors).
 float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows, int64_t cols,
-                    const BlockScaledOptions& opt, const Sink& out) {
-  const int th = opt.tile_rows, tw = block_scaled_tile_cols(opt.scheme);
+                    const BlockScaledOptions& opt, const Sink& out, bool columns = false) {
+  const int th = columns ? block_scaled_tile_cols(opt.scheme) : opt.tile_rows;
+  const int tw = columns ? 1 : block_scaled_tile_cols(opt.scheme);
   const int64_t gr = (rows + th - 1) / th, gc = (cols + tw - 1) / tw;
   float amax = 0.0f, gdec = 1.0f, gmult = 1.0f, g = 1.0f;
   if (opt.scheme == BlockScheme::nvfp4) {
@@ -303,6 +306,24 @@ BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, 
                                                       int64_t cols, const BlockScaledOptions& opt,
                                                       std::span<uint16_t> out_bf16) {
   return factors(x, rows, cols, opt, out_bf16.size(), nullptr, out_bf16.data());
+}
+
+BlockScaledFactors fp8_block_columns_factors(std::span<const float> x, int64_t rows, int64_t cols,
+                                             const BlockScaledOptions& opt,
+                                             std::span<uint16_t> out_bf16) {
+  if (opt.scheme != BlockScheme::fp8_block || opt.tile_rows != 1)
+    throw std::invalid_argument("fp8_block_columns_factors: fp8_block with 1x128 tiles only");
+  detail::block_scaled_check(x, rows, cols, opt);
+  if (out_bf16.size() != x.size())
+    throw std::invalid_argument("fp8_block_columns_factors: output holds " +
+                                std::to_string(out_bf16.size()) + " values, the input " +
+                                std::to_string(x.size()));
+  BlockScaledFactors f;
+  f.tile_scales.resize(static_cast<size_t>(((rows + 127) / 128) * cols));
+  (void)quantize_core(detail::block_kernels(), x.data(), rows, cols, opt,
+                      {.deq16 = out_bf16.data(), .unscaled = true, .scales = f.tile_scales.data()},
+                      true);
+  return f;
 }
 
 void block_scaled_accumulate(std::span<float> y, std::span<const float> partial, int64_t rows,

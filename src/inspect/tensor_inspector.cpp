@@ -74,6 +74,19 @@ std::string to_json_line(const StatRecord& r) {
                                {"subnormal_count", fs.subnormal}};
   }
   j["formats"] = f;
+  if (r.block) {
+    const BlockScaledStats& b = *r.block;
+    j["block"] = {{"format", std::string(to_string(b.options.scheme))},
+                  {"tile", fmt::format("{}x{}", b.options.tile_rows, b.tile_cols)},
+                  {"blocks", b.blocks},
+                  {"underflow", b.underflow},
+                  {"saturated", b.saturated},
+                  {"blocks_with_underflow", b.blocks_with_underflow},
+                  {"blocks_with_saturation", b.blocks_with_saturation},
+                  {"scale_saturated", b.scale_saturated},
+                  {"share_scale_saturated", b.share_scale_saturated()},
+                  {"mse", num(b.mse)}};
+  }
   if (!r.dump.empty()) j["dump"] = r.dump;
   return j.dump();
 }
@@ -108,13 +121,19 @@ void TensorInspector::attach(nn::Module& model) {
     amp::set_fp8_operand_observer(
         [this](const amp::Fp8LinearMeta& meta, amp::Fp8Role role, const Tensor& operand,
                float scale) { record_fp8_operand(meta, role, operand, scale); });
+    amp::set_block_operand_observer(
+        [this](const amp::Fp8LinearMeta& meta, std::string_view tensor, const Tensor& operand,
+               const BlockScaledOptions& o) { record_block_operand(meta, tensor, operand, o); });
     observing_fp8_ = true;
   }
 }
 
 void TensorInspector::detach() {
   tracker_.detach();
-  if (observing_fp8_) amp::set_fp8_operand_observer({});
+  if (observing_fp8_) {
+    amp::set_fp8_operand_observer({});
+    amp::set_block_operand_observer({});
+  }
   observing_fp8_ = false;
   model_ = nullptr;
 }
@@ -145,6 +164,35 @@ void TensorInspector::record_fp8_operand(const amp::Fp8LinearMeta& meta, amp::Fp
                                                                      : StatFormat::fp8_e4m3;
   record_as(layer->first, layer->second, Role::fp8_operand, tensor, operand, scale, call,
             std::span<const StatFormat>(&f, 1), scale);
+}
+
+void TensorInspector::record_block_operand(const amp::Fp8LinearMeta& meta,
+                                           std::string_view tensor, const Tensor& operand,
+                                           const BlockScaledOptions& options) {
+  if (!active_ || !spec_.wants(Role::fp8_operand)) return;
+  const auto* layer = fp8_layer(&meta);
+  if (!layer || !spec_.module_selected(layer->first)) return;
+  KernelPhaseScope phase(KernelPhase::other);  // the inspector's own work
+  StatRecord r;
+  r.step = step_;
+  r.module = layer->first;
+  r.kind = layer->second;
+  r.role = Role::fp8_operand;
+  r.tensor = std::string(tensor);
+  r.call = calls_[layer->first + "#block." + r.tensor]++;
+  r.dtype = operand.dtype();
+  r.shape = operand.shape();
+  const int64_t rows = operand.size(0), cols = operand.size(1);
+  const std::vector<float> v = values_as_fp32(operand, 1.0);
+  r.stats = tensor_stats(v, cols, {});
+  if (r.stats.nan == 0 && r.stats.inf == 0) {
+    BlockScaledStats b = block_scaled_stats(v, rows, cols, options);
+    b.block_underflow = {};  // the record keeps the totals
+    b.block_saturated = {};
+    b.block_scale_saturated = {};
+    r.block = std::move(b);
+  }
+  write(std::move(r), &v);
 }
 
 void TensorInspector::begin_step(int64_t step, double loss_scale) {

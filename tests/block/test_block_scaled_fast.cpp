@@ -230,5 +230,36 @@ TEST(BlockScaledFast, ColumnsIsTheTransposeZeroPaddedAndTransformed) {
   }
 }
 
+// fp8_block_columns_factors (the wgrad operand without a transpose, src/amp/block_linear.cpp):
+// every bf16 value and tile scale equals block_scaled_fake_quantize_factors of the transpose,
+// with ragged tiles (rows not a multiple of 128), specials and both scale kinds.
+TEST(BlockScaledFast, Fp8ColumnsEqualTheRowQuantizerOfTheTranspose) {
+  for (const auto& s : {std::array<int64_t, 2>{300, 70}, std::array<int64_t, 2>{256, 17},
+                        std::array<int64_t, 2>{5, 3}}) {
+    const int64_t rows = s[0], cols = s[1];
+    const size_t n = static_cast<size_t>(rows * cols);
+    for (bool pow2 : {false, true}) {
+      const Vec x = make_data(rows * cols, 21, true);
+      Vec xt(n);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) xt[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+      const BlockScaledOptions o{.scheme = BlockScheme::fp8_block, .tile_rows = 1, .pow2_scales = pow2};
+      std::vector<uint16_t> want(n), got(n, 0x7777);
+      const BlockScaledFactors fw = block_scaled_fake_quantize_factors(xt, cols, rows, o, want);
+      const BlockScaledFactors fg = fp8_block_columns_factors(x, rows, cols, o, got);
+      const int64_t gr = (rows + 127) / 128;
+      ASSERT_EQ(fg.tile_scales.size(), fw.tile_scales.size());
+      for (int64_t c = 0; c < cols; ++c) {
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(got[static_cast<size_t>(r * cols + c)], want[static_cast<size_t>(c * rows + r)])
+              << rows << "x" << cols << " pow2 " << pow2 << " at " << r << "," << c;
+        for (int64_t t = 0; t < gr; ++t)
+          ASSERT_TRUE(same(fg.tile_scales[static_cast<size_t>(t * cols + c)],
+                           fw.tile_scales[static_cast<size_t>(c * gr + t)]));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mixp

@@ -56,6 +56,10 @@
 #include "mixp/nn/linear.h"
 #include "mixp/tensor/tensor.h"
 
+namespace mixp {
+struct BlockScaledOptions;
+}
+
 namespace mixp::amp {
 
 // One layer's FP8 state (TE's fp8_meta): the recipe and, for delayed scaling, a scaling state per
@@ -121,6 +125,20 @@ void set_fp8_amax_reducer(Fp8AmaxReducer reducer);
 using Fp8OperandObserver = std::function<void(const Fp8LinearMeta& meta, Fp8Role role,
                                               const Tensor& operand, float scale)>;
 void set_fp8_operand_observer(Fp8OperandObserver observer);
+
+// The same for the block recipes (fp8-block, nvfp4, mxfp4; amp/block_linear.cpp), for the
+// inspector's block statistics (docs/inspect.md "fp8-operand"): when set, every operand a block
+// layer quantizes is handed over just before: the layer's meta, the operand's name ("input" and
+// "weight" of the forward GEMM, "grad_output" of the input-gradient GEMM, "weight.columns" where
+// that GEMM quantizes W^T anew (1x16 weight tiles), "input.columns" and "grad_output.columns" of
+// the weight-gradient GEMM), the fp32 values [R, C] (C the reduction dimension; the column-wise
+// operands transposed and, with the RHT, transformed; possibly a transposed view) and the
+// quantizer's options, stochastic rounding's seed included, so that quantizing them again gives
+// the training's values. Process-wide, one at a time; empty turns it off (the default).
+using BlockOperandObserver =
+    std::function<void(const Fp8LinearMeta& meta, std::string_view tensor, const Tensor& operand,
+                       const BlockScaledOptions& options)>;
+void set_block_operand_observer(BlockOperandObserver observer);
 
 // Makes `layer` compute in FP8 (inside Fp8Autocast regions): installs the forward
 // implementation and, for delayed scaling, registers the scaling state as buffers of the layer

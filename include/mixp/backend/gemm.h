@@ -36,6 +36,20 @@ namespace mixp {
 void gemm(Tensor& dst, const Tensor& a, const Tensor& b);
 Tensor gemm(const Tensor& a, const Tensor& b);  // allocates dst
 
+// fp8-block's K-chunked GEMM in one pass (amp/block_linear.cpp; docs/fp4.md "Speed"): bf16 a
+// [M, K] and b [K, N] (K a multiple of 128), fp32 dst [M, N] contiguous:
+//   dst(i, j) = sum over the 128-wide K chunks c, in order, of P_c(i, j) * (row_scale[i * K/128 + c]
+//               * col_scale[c * N + j]),
+// P_c the chunk's fp32 sum of products, the first term added to +0, no FMA: exactly what gemm()
+// on each chunk followed by block_scaled_accumulate gives. Runs where gemm() would run each
+// chunk on mixp's own bf16 kernel (AVX512_BF16 without AMX, large enough shapes: gemm_bf16.h)
+// and returns true; elsewhere returns false, dst untouched, and the caller runs the chunks.
+bool gemm_chunk_scaled(Tensor& dst, const Tensor& a, const Tensor& b, const float* row_scale,
+                       const float* col_scale);
+// Whether gemm_chunk_scaled runs for a row-major a [m, k] (and then for any layout of a and b the
+// kernel reads: row- or column-major, a 4-byte aligned row-major a). Describes, runs nothing.
+bool gemm_chunk_scaled_runs(int64_t m, int64_t n, int64_t k);
+
 // The dtype of dst for inputs (a, b); throws std::invalid_argument naming the supported pairs.
 DType gemm_result_dtype(DType a, DType b);
 

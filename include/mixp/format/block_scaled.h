@@ -102,6 +102,15 @@ BlockScaledFactors block_scaled_fake_quantize_factors(std::span<const float> x, 
                                                       int64_t cols, const BlockScaledOptions& opt,
                                                       std::span<uint16_t> out_bf16);
 
+// fp8_block's column-wise operand without a transpose (the weight gradient's, src/amp/
+// block_linear.cpp): x (rows x cols) quantized in tiles of 128 rows x 1 column, i.e. x^T with
+// opt's 1x128 tiles, written in x's layout: out_bf16[r * cols + c] and tile_scales[(r / 128) *
+// cols + c] are the value and scale that block_scaled_fake_quantize_factors of x^T gives for
+// element (c, r), the same bits. opt: fp8_block, tile_rows 1, nearest-even.
+BlockScaledFactors fp8_block_columns_factors(std::span<const float> x, int64_t rows, int64_t cols,
+                                             const BlockScaledOptions& opt,
+                                             std::span<uint16_t> out_bf16);
+
 // fp8_block's GEMM per 128-wide chunk of K (src/amp/block_linear.cpp): adds one chunk's fp32
 // partial product into the result, y[r][c] += partial[r][c] * (row_scale[r] * col_scale[c]) (the
 // chunk's scales of row r of A and row c of B), or y = 0 + that for the first chunk. Row-parallel,

@@ -18,8 +18,9 @@
 // per-tensor cast quantizes -- tensor "input", "weight" or "grad_output" -- multiplied by the
 // scale that cast used, with the statistics of the FP8 format it is cast to; so its `underflow`
 // counts the nonzero values the cast flushes to zero. The record's loss_scale holds that FP8
-// scale. Delayed and current scaling only, from amp::set_fp8_operand_observer, which attach()
-// installs: one attached inspector at a time). Weights, gradients and states belong to the module
+// scale. Delayed and current scaling from amp::set_fp8_operand_observer; the block recipes
+// (fp8-block, nvfp4, mxfp4) from amp::set_block_operand_observer, their records with a `block`
+// object instead of formats; attach() installs both: one attached inspector at a time). Weights, gradients and states belong to the module
 // that owns the parameter ("blocks.0.attn.qkv" for "blocks.0.attn.qkv.weight"); `tensor` names
 // the parameter or slot.
 #pragma once
@@ -27,10 +28,12 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "mixp/inspect/block_stats.h"
 #include "mixp/inspect/inspect_spec.h"
 #include "mixp/io/line_file.h"
 #include "mixp/inspect/module_tracker.h"
@@ -60,6 +63,10 @@ struct StatRecord {
   Shape shape;
   double loss_scale = 1.0;
   TensorStats stats;
+  // fp8-operand records of the block recipes: what the layer's block quantizer does to the
+  // operand (block_stats.h, as `mixp inspect blocks` computes it; without the per-block vectors).
+  // Absent elsewhere, and when the operand holds non-finite values.
+  std::optional<BlockScaledStats> block;
   std::string dump;  // file name in the dump folder, or ""
 };
 std::string to_json_line(const StatRecord& r);
@@ -91,6 +98,10 @@ class TensorInspector {
   // (whatever formats= says), for the FP8 layer that owns `meta`.
   void record_fp8_operand(const amp::Fp8LinearMeta& meta, amp::Fp8Role role,
                           const Tensor& operand, float scale);
+  // An fp8-operand record of a block recipe's layer (amp::set_block_operand_observer): the
+  // operand's statistics (no formats) and its `block` statistics under `options`.
+  void record_block_operand(const amp::Fp8LinearMeta& meta, std::string_view tensor,
+                            const Tensor& operand, const BlockScaledOptions& options);
 
   const std::vector<StatRecord>& records() const { return records_; }
   // A table of the worst cases: per role and format, the module with the largest overflow and
@@ -117,7 +128,7 @@ class TensorInspector {
   std::vector<StatRecord> records_;  // without per-value data; for the summary
   std::map<std::string, int64_t> calls_;  // outputs of each module so far in this step
   nn::Module* model_ = nullptr;
-  bool observing_fp8_ = false;  // installed the FP8 operand observer
+  bool observing_fp8_ = false;  // installed the FP8 (and block) operand observers
   // FP8 layers by their meta: (path, kind); rebuilt when a meta is not found (the recipe may
   // enable FP8 after attach()).
   std::map<const amp::Fp8LinearMeta*, std::pair<std::string, std::string>> fp8_layers_;

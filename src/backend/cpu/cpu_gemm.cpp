@@ -155,6 +155,40 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
   onednn::execute(p, args);
 }
 
+bool gemm_chunk_scaled(Tensor& dst, const Tensor& a, const Tensor& b, const float* row_scale,
+                       const float* col_scale) {
+  check_shapes(dst, a, b);
+  const int64_t K = a.shape()[1];
+  if (a.dtype() != DType::bf16 || b.dtype() != DType::bf16 || dst.dtype() != DType::fp32 ||
+      !dst.device().is_cpu() || !a.device().is_cpu() || !b.device().is_cpu() ||
+      !dst.is_contiguous() || K == 0 || K % 128 != 0 || !onednn_bf16())
+    return false;
+  // Taken exactly where gemm() would run every 128-deep chunk on mixp's kernel (the chunk's
+  // GEMM differs from the whole one only in k), so the numbers are those of the chunk loop.
+  cpu::Bf16Gemm g = cpu::describe_bf16_gemm(dst, a, b, Tensor(), false);
+  g.k = 128;
+  if (!cpu::own_bf16_gemm(g)) return false;
+  g.k = K;
+  g.row_scale = row_scale;
+  g.col_scale = col_scale;
+  cpu::gemm_bf16_chunk_scaled(g);
+  dst.bump_version();
+  return true;
+}
+
+bool gemm_chunk_scaled_runs(int64_t m, int64_t n, int64_t k) {
+  if (k <= 0 || k % 128 != 0 || !onednn_bf16()) return false;
+  cpu::Bf16Gemm g;  // one chunk's GEMM, a and b row-major
+  g.m = m;
+  g.n = n;
+  g.k = 128;
+  g.a_rs = k;
+  g.a_cs = 1;
+  g.b_rs = n;
+  g.b_cs = 1;
+  return cpu::own_bf16_gemm(g);
+}
+
 Tensor gemm(const Tensor& a, const Tensor& b) {
   if (a.dim() != 2 || b.dim() != 2) {
     throw std::invalid_argument("mixp::gemm: expected a [M, K] and b [K, N], got a " +

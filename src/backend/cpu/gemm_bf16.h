@@ -38,6 +38,10 @@ struct Bf16Gemm {
   const void* bias = nullptr;  // n values, stride bias_stride; fp32, or bf16 when bias_bf16
   int64_t bias_stride = 1;
   bool bias_bf16 = false;
+  // Chunk-scaled mode (gemm_bf16_chunk_scaled; fp8-block, amp/block_linear.cpp): row i's scale
+  // of K chunk c (128 wide) at row_scale[i * k / 128 + c], column j's at col_scale[c * n + j].
+  const float* row_scale = nullptr;
+  const float* col_scale = nullptr;
 };
 
 // The GEMM dst = a . b (+ bias) (+ dst when accumulate) of rank-2 tensors (bf16 a and b, dst and
@@ -62,6 +66,13 @@ void* gemm_bf16_scratch_or_null(int slot, size_t bytes) noexcept;
 
 // Runs it on the OpenMP threads (omp_get_max_threads()). Requires own_bf16_gemm(g).
 void gemm_bf16(const Bf16Gemm& g);
+// fp8-block's GEMM in one pass (fp32 dst, no bias, no accumulate, k a multiple of 128):
+//   dst(i, j) = sum over the 128-wide K chunks c, in order, of P_c(i, j) * (rs(i, c) * cs(c, j))
+// with P_c the chunk's fp32 sum of products, each rounded as written (no FMA), the first term
+// added to +0. The same numbers as gemm_bf16 on each chunk (a 128-deep GEMM: one accumulator
+// over its pairs in order) followed by block_scaled_accumulate, without the M x N partial sums
+// going through memory. Requires own_bf16_gemm of one chunk's GEMM (k = 128).
+void gemm_bf16_chunk_scaled(const Bf16Gemm& g);
 // The same, as slices of `cols` columns (one GEMM each): what gemm_bf16 does for a bf16 dst over
 // several K blocks when the fp32 partial sums of all the columns would be large; for tests.
 void gemm_bf16_columns(const Bf16Gemm& g, int64_t cols);

@@ -43,6 +43,14 @@ struct Out {
   uint16_t* c16 = nullptr;
   int64_t ldc16 = 0;
   bool add_c16 = false;
+  // Chunk-scaled mode (micro_chunked): the register block's row scales (row r, chunk c at
+  // rs[r * rs_ld + c]) and column scales (cs[c * cs_ld + col]), c counted from the first chunk
+  // of the matrix; c0 is the K block's first chunk.
+  const float* rs = nullptr;
+  int64_t rs_ld = 0;
+  const float* cs = nullptr;
+  int64_t cs_ld = 0;
+  int64_t c0 = 0;
 };
 
 // An MR x (16 NV) block: A is a packed panel (pair kp of row r at a[kp * kMR + r]), B the
@@ -85,20 +93,66 @@ void micro(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const O
   }
 }
 
+// fp8-block (gemm_bf16_chunk_scaled): per 128-deep chunk of the K block, the chunk's sums of
+// products from zero (what micro computes for a K = 128 GEMM), then
+// c32 = (first chunk ? +0 : c32) + P * (rs * cs). The _round_ forms (zero-masked: all lanes) (round to nearest even, as
+// MXCSR's default) are builtins the compiler never contracts into an FMA, so each multiply and
+// the add round separately, as block_scaled_accumulate's scalar code does.
+template <int MR, int NV, bool INPLACE>
+void micro_chunked(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const Out& o,
+                   __mmask16 last_mask) {
+  constexpr int kRnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  constexpr int64_t kChunkPairs = 64;
+  for (int64_t q = 0; q * kChunkPairs < k2; ++q) {
+    __m512 acc[MR][NV];
+    const int64_t p0 = q * kChunkPairs;
+    if constexpr (INPLACE)
+      vdpbf16_block(
+          acc, [&](int r, int64_t kp) { return a[r * as + p0 + kp]; }, b + p0 * kNR, kNR,
+          kChunkPairs);
+    else
+      vdpbf16_block(
+          acc, [&](int r, int64_t kp) { return a[(p0 + kp) * kMR + r]; }, b + p0 * kNR, kNR,
+          kChunkPairs);
+    const int64_t c = o.c0 + q;
+    const bool first = c == 0;
+    __m512 sb[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      sb[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last_mask : __mmask16(0xFFFF),
+                                    o.cs + c * o.cs_ld + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 sa = _mm512_set1_ps(o.rs[r * o.rs_ld + c]);
+      float* y = o.c32 + r * o.ldc32;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const __mmask16 m = v == NV - 1 ? last_mask : __mmask16(0xFFFF);
+        const __m512 s = _mm512_maskz_mul_round_ps(0xFFFF, sa, sb[v], kRnd);
+        const __m512 x = _mm512_maskz_mul_round_ps(0xFFFF, acc[r][v], s, kRnd);
+        const __m512 old = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + 16 * v);
+        _mm512_mask_storeu_ps(y + 16 * v, m, _mm512_maskz_add_round_ps(0xFFFF, old, x, kRnd));
+      }
+    }
+  }
+}
+
 using MicroFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, const Out&, __mmask16);
 
 // The register block for mr rows (1..8) and nv vectors (1..3): the ragged edges of M and N.
-template <int NV, bool IP, size_t... R>
+template <int NV, bool IP, bool CH, size_t... R>
 MicroFn micro_rows(int64_t mr, std::index_sequence<R...>) {
-  static constexpr MicroFn table[] = {&micro<static_cast<int>(R) + 1, NV, IP>...};
+  static constexpr MicroFn table[] = {
+      (CH ? &micro_chunked<static_cast<int>(R) + 1, NV, IP>
+          : &micro<static_cast<int>(R) + 1, NV, IP>)...};
   return table[std::clamp<int64_t>(mr, 1, kMR) - 1];
 }
-template <bool IP>
+template <bool IP, bool CH = false>
 MicroFn micro_for(int64_t mr, int64_t nv) {
   constexpr auto rows = std::make_index_sequence<kMR>{};
-  return nv == 1   ? micro_rows<1, IP>(mr, rows)
-         : nv == 2 ? micro_rows<2, IP>(mr, rows)
-                   : micro_rows<3, IP>(mr, rows);
+  return nv == 1   ? micro_rows<1, IP, CH>(mr, rows)
+         : nv == 2 ? micro_rows<2, IP, CH>(mr, rows)
+                   : micro_rows<3, IP, CH>(mr, rows);
 }
 
 // Packs B rows [k0, k0 + kc) x columns [n0, n0 + nc) (nc <= kNR) as one panel of pairs.
@@ -140,8 +194,11 @@ void pack_a_panels(uint32_t* dst, const Bf16Gemm& g, int64_t m0, int64_t rows, i
 
 void run(const Bf16Gemm& g) {
   const int64_t M = g.m, N = g.n, K = g.k;
+  const bool chunked = g.row_scale != nullptr;  // gemm_bf16_chunk_scaled
   const int64_t kblocks = (K + kKcMax - 1) / kKcMax;
-  const int64_t kc_max = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;  // even, blocks balanced
+  // Even, the blocks balanced; whole 128-deep chunks in the chunk-scaled mode.
+  const int64_t kalign = chunked ? 128 : 2;
+  const int64_t kc_max = ((K + kblocks - 1) / kblocks + kalign - 1) / kalign * kalign;
   // Bias as fp32 once (n values; bf16 widened exactly).
   float* bias32 = nullptr;
   if (g.bias) {
@@ -242,11 +299,22 @@ void run(const Bf16Gemm& g) {
               Out orow = o;
               if (orow.c16) orow.c16 += row * orow.ldc16;
               if (orow.c32) orow.c32 += (g.dst_bf16 ? row - m_lo : row) * orow.ldc32;
+              if (chunked) {
+                orow.rs = g.row_scale + row * (K / 128);
+                orow.rs_ld = K / 128;
+                orow.cs = g.col_scale + j0;
+                orow.cs_ld = N;
+                orow.c0 = k0 / 128;
+              }
+              const MicroFn f = chunked ? (inplace ? micro_for<true, true>(mr, nv)
+                                                   : micro_for<false, true>(mr, nv))
+                                        : (inplace ? micro_for<true>(mr, nv)
+                                                   : micro_for<false>(mr, nv));
               if (inplace)
-                micro_for<true>(mr, nv)(reinterpret_cast<const uint32_t*>(g.a + row * g.a_rs + k0),
-                                        g.a_rs / 2, bpan, k2, orow, mask);
+                f(reinterpret_cast<const uint32_t*>(g.a + row * g.a_rs + k0), g.a_rs / 2, bpan,
+                  k2, orow, mask);
               else
-                micro_for<false>(mr, nv)(ablk + r0 * k2, 0, bpan, k2, orow, mask);
+                f(ablk + r0 * k2, 0, bpan, k2, orow, mask);
             }
           }
         }
@@ -272,6 +340,10 @@ void gemm_bf16_columns(const Bf16Gemm& g, int64_t cols) {
               : static_cast<const void*>(static_cast<const float*>(g.bias) + j0 * g.bias_stride);
     run(s);
   }
+}
+
+void gemm_bf16_chunk_scaled(const Bf16Gemm& g) {
+  run(g);
 }
 
 void gemm_bf16(const Bf16Gemm& g) {
