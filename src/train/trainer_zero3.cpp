@@ -22,6 +22,22 @@ constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Over
 // shadow made from one is not taken for the other (tensor.h, WeightShadow).
 constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
 
+// A Storage's bytes given back to its allocator, the Storage kept (its size, version and
+// allocator; every tensor that views it loses them too), as FSDP's storage().resize_(0).
+void free_bytes(Storage& st) {
+  if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
+  st.data = nullptr;
+  st.block_size = 0;
+}
+
+// Bytes again for a Storage that free_bytes emptied.
+void alloc_bytes(Storage& st) {
+  if (st.data) return;
+  const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
+  st.data = b.ptr;
+  st.block_size = b.size;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 &&
          s[prefix.size()] == '.';
@@ -173,44 +189,74 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact) {
           std::memcpy(dst, src, p.t.nbytes());
         }
       };
+      const bool same = p.generation == generation_ && !exact;
       if (r == me) {
-        // The owner computes with the rounded values too (every rank the same); its master waits.
-        auto fresh = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
-        write(fresh->data);
-        fresh->version.store(ti->storage->version.load() + kRoundedVersion);
-        p.master = std::exchange(ti->storage, std::move(fresh));
-        continue;
+        // The owner computes with the rounded values too (every rank the same); its master
+        // waits. The rounded copy's Storage is the same at every gather (see Param::rounded).
+        if (!p.rounded) {
+          p.rounded = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+        } else {
+          alloc_bytes(*p.rounded);
+        }
+        write(p.rounded->data);
+        p.rounded->version.store(ti->storage->version.load() + kRoundedVersion);
+        p.master = std::exchange(ti->storage, p.rounded);
+      } else {
+        // The bytes come back into the same Storage (the views autograd saved in the forward, a
+        // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
+        Storage& st = *ti->storage;
+        alloc_bytes(st);
+        write(st.data);
+        // New values after an optimizer step: a new version, so that no copy made from the old
+        // ones (an autocast cache entry) is reused; the same values again within a step keep it.
+        if (p.generation != generation_) st.version.fetch_add(1);
       }
-      // The bytes come back into the same Storage (the views autograd saved in the forward, a
-      // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
-      Storage& st = *ti->storage;
-      const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
-      st.data = b.ptr;
-      st.block_size = b.size;
-      write(st.data);
-      // New values after an optimizer step: a new version, so that no copy made from the old
-      // ones (an autocast cache entry) is reused; the same values again within a step keep it.
-      if (p.generation != generation_) st.version.fetch_add(1);
       p.generation = generation_;
+      if (!same) p.shadow = WeightShadow{};  // new values: autocast casts them afresh
+      restore_shadow(p);
     }
   }
 }
 
+void Zero3::restore_shadow(Param& p) {
+  if (!p.shadow.storage) return;
+  TensorImpl* ti = p.t.impl();
+  // The same bits autocast made from these values in the forward (its rounding is
+  // kShadowRound/kShadowOverflow, tensor.h), into the Storage autograd saved.
+  alloc_bytes(*p.shadow.storage);
+  convert_f32_to(p.shadow.dtype,
+                 std::span<const float>(static_cast<const float*>(ti->storage->data),
+                                        size_t(p.t.numel())),
+                 p.shadow.storage->data, {.round = kShadowRound, .overflow = kShadowOverflow});
+  p.shadow.version = ti->storage->version.load();
+  ti->shadow = p.shadow;
+}
+
 void Zero3::release_param(Param& p) {
   TensorImpl* ti = p.t.impl();
-  if (p.owner == dp_.rank()) {
-    if (p.master) ti->storage = std::move(p.master);
+  const bool mine = p.owner == dp_.rank();
+  if (mine && !p.master) return;  // the owner's own values (fp32 wire): its shadow stays too
+  // Autocast's 16-bit copy of the gathered values (a weight shadow, tensor.h): autograd saved it
+  // for the unit's backward, so dropping the shadow alone would keep its bytes until then (a
+  // block's GEMM weights at 2 bytes a value, for every block between its forward and backward).
+  // Its bytes are freed in place like the parameter's, and made again at the next gather of the
+  // same values (restore_shadow).
+  if (ti->shadow.storage && ti->shadow.dtype != DType::fp32 && shadow_is_current(*ti) &&
+      ti->shadow.storage->owned && ti->shadow.storage->allocator) {
+    p.shadow = ti->shadow;
+    free_bytes(*p.shadow.storage);
+  }
+  ti->shadow = WeightShadow{};
+  if (mine) {
+    ti->storage = std::move(p.master);
     p.master.reset();
+    free_bytes(*p.rounded);  // the views autograd saved of it lose the bytes too
     return;
   }
   // The bytes freed in place: every view of the parameter (what autograd saved in the forward)
   // loses them too, as FSDP's storage.resize_(0); a use while freed reads a null pointer rather
   // than stale values. The Storage keeps its size, version and allocator for the next gather.
-  Storage& st = *ti->storage;
-  if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
-  st.data = nullptr;
-  st.block_size = 0;
-  ti->shadow = WeightShadow{};  // autocast's low-precision copy goes with it
+  free_bytes(*ti->storage);
 }
 
 void Zero3::release_all() {

@@ -69,7 +69,15 @@ class Zero3 {
     int owner = 0;
     size_t unit = 0;
     std::shared_ptr<Storage> master;  // the owner's fp32 values while a rounded copy is in use
-    uint64_t generation = 0;          // generation_ at its last gather
+    // The owner's rounded copy (16-bit wire): one Storage for the run, its bytes freed in place
+    // between uses as a non-owner's parameter is, so that the views autograd saved of it in the
+    // forward do not keep it alive until the backward.
+    std::shared_ptr<Storage> rounded;
+    // Autocast's 16-bit copy of the gathered values (the weight shadow the forward made and
+    // autograd saved for the backward), its bytes freed in place between the unit's forward and
+    // backward and made again from the re-gathered values; dropped when the values change.
+    WeightShadow shadow;
+    uint64_t generation = 0;  // generation_ at its last gather
   };
   struct Unit {
     nn::Module* module = nullptr;
@@ -86,6 +94,8 @@ class Zero3 {
   // exact: in the storage dtype, whatever the wire.
   void gather_params(std::span<const size_t> which, bool exact);
   void release_param(Param& p);
+  // After a gather: the autocast copy saved in this unit's forward, made again in place.
+  void restore_shadow(Param& p);
   void on_grad_ready(const Tensor& leaf);
   DType wire_dtype(const Param& p) const;
 

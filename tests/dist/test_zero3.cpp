@@ -33,10 +33,13 @@ std::string path(const TempDir& dir, const std::string& name) {
 // (the checkpoint gathers them whole). The replicas' check gathers the parameters too.
 TEST(ZeroThree, TrainsBitIdenticallyToNoZeroWithTheFp32Wire) {
   TempDir dir;
-  // Also with accumulation (every micro-batch gathers), and with checkpointing under bf16
-  // autocast (a block's recomputation gathers it again; autocast's weight copies).
-  for (const std::string variant :
-       {"", "--grad-accum 2 --no-comm-overlap", "--checkpointing --precision bf16"}) {
+  // Also with accumulation (every micro-batch gathers), with checkpointing under bf16 autocast
+  // (a block's recomputation gathers it again; autocast's weight copies), and under bf16
+  // autocast with weight shadows: the 16-bit copies autograd saved in a block's forward have
+  // their bytes freed at its release and made again at its backward's gather
+  // (Zero3::restore_shadow); wrong bits there change the gradients, missing ones crash.
+  for (const std::string variant : {"", "--grad-accum 2 --no-comm-overlap",
+                                    "--checkpointing --precision bf16", "--precision bf16"}) {
     const std::string args = kGpt + "--steps 4 --batch 4 --bucket-mb 0.05 --json " + variant;
     const CliResult z0 =
         run_mpi(2, args + " --log " + path(dir, "z0.jsonl") + " --save " + path(dir, "z0"));
