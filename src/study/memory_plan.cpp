@@ -30,13 +30,14 @@ int64_t bytes_of(DType d) {
 }
 
 // ZeRO 3 (docs/distributed.md, "ZeRO stage 3: --zero 3", "Memory"): what a rank holds at its
-// peak beyond its shards, as src/train/trainer_zero3.cpp gathers: in backward, the root unit
-// (embeddings, final norm, the head: whole from its forward to the end of its backward) and one
-// block. Of each, the values in the parameters' format: the other ranks' (R-1)/R, and with a
-// 16-bit wire over fp32 parameters the owner's rounded copy as well (the whole unit); and
-// autocast's copies of the unit's GEMM weights (`cast_bytes` a value, 0 without persistent
-// casts), made again for the backward: the other ranks' share, or the whole unit under a 16-bit
-// wire, where the owner's copy is freed with the unit too (the cast-copy row is then 0).
+// peak beyond its shards, as src/train/trainer_zero3.cpp gathers. At the start of backward (the
+// peak: zero3_backward_moment) these are the root unit (embeddings, final norm, the head: whole
+// from its forward to the end of its backward), its values and autocast's copies of its GEMM
+// weights (`cast_bytes` a value, 0 without persistent casts), and the last block as gathered
+// for its backward: the copies of its GEMM weights only (which its backward reads), its other
+// parameters' values; without casts, all its values. Of each the other ranks' (R-1)/R, or the
+// whole unit with a 16-bit wire over fp32 parameters (the owner computes with a rounded copy,
+// gathered and freed like the others' values; the cast-copy row is then 0).
 struct Zero3Units {
   int64_t root = 0, block = 0;            // parameter values
   int64_t root_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)
@@ -44,9 +45,11 @@ struct Zero3Units {
 
 int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t ranks, int64_t param_bytes,
                              int64_t cast_bytes, bool rounded) {
-  const int64_t values = (u.root + u.block) * param_bytes;
-  const int64_t casts = (u.root_gemm + u.block_gemm) * cast_bytes;
-  return rounded ? values + casts : (values + casts) * (ranks - 1) / ranks;
+  const int64_t root = u.root * param_bytes + u.root_gemm * cast_bytes;
+  const int64_t block = cast_bytes > 0
+                            ? u.block_gemm * cast_bytes + (u.block - u.block_gemm) * param_bytes
+                            : u.block * param_bytes;
+  return rounded ? root + block : (root + block) * (ranks - 1) / ranks;
 }
 
 // Whether ZeRO 3 gathers fp32 parameters rounded to a 16-bit wire (trainer_zero3.cpp

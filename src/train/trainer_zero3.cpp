@@ -116,6 +116,9 @@ DType Zero3::wire_dtype(const Param& p) const {
 Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
   auto run = [&] { return u.previous ? u.previous(self, x) : self.forward(x); };
   if (full_) return run();
+  // A forward inside the unit's backward (a checkpointed block's recomputation) needs the values
+  // themselves, which the backward's gather left out.
+  if (u.gathered && u.copies_only) release(u);
   gather(u);
   Tensor y = run();
   const bool backward = GradMode::is_enabled() && y.defined() && y.requires_grad();
@@ -123,13 +126,14 @@ Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
   release(u);
   if (!backward) return y;
   Unit* unit = &u;
-  return with_backward_pre_hook(y, [this, unit] { gather(*unit); });
+  return with_backward_pre_hook(y, [this, unit] { gather(*unit, /*backward=*/true); });
 }
 
-void Zero3::gather(Unit& u) {
+void Zero3::gather(Unit& u, bool backward) {
   if (u.gathered || full_) return;
-  gather_params(u.params, /*exact=*/false);
+  gather_params(u.params, /*exact=*/false, backward);
   u.gathered = true;
+  u.copies_only = backward;
   u.ready = 0;
 }
 
@@ -139,7 +143,7 @@ void Zero3::release(Unit& u) {
   u.gathered = false;
 }
 
-void Zero3::gather_params(std::span<const size_t> which, bool exact) {
+void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backward) {
   // One broadcast per owner: its parameters of `which`, packed in order at the wire's format.
   dist::ProcessGroup& g = dp_.group();
   const int me = dp_.rank();
@@ -190,6 +194,28 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact) {
         }
       };
       const bool same = p.generation == generation_ && !exact;
+      if (backward && same && p.shadow.storage &&
+          (wd == p.shadow.dtype || wd == DType::fp32)) {
+        // The gather before the unit's backward: the forward's autocast copy is what its
+        // backward reads (the GEMMs saved it, linalg_ops.cpp keep_w), not the fp32 values, so
+        // only the copy gets bytes, straight from the wire (the same bits: the wire's 16-bit
+        // values are the copy's, or the fp32 values rounded as autocast rounds them). The
+        // parameter's own Storage (the owner's rounded copy) stays empty until the next
+        // forward: a unit's backward holds 2 bytes a GEMM weight value, not 4 + 2.
+        alloc_bytes(*p.shadow.storage);
+        if (wd == p.shadow.dtype) {
+          std::memcpy(p.shadow.storage->data, src, p.shadow.storage->nbytes);
+        } else {
+          convert_f32_to(p.shadow.dtype,
+                         std::span<const float>(reinterpret_cast<const float*>(src), n),
+                         p.shadow.storage->data,
+                         {.round = kShadowRound, .overflow = kShadowOverflow});
+        }
+        if (r == me) p.master = std::exchange(ti->storage, p.rounded);  // released as usual
+        p.shadow.version = ti->storage->version.load();
+        ti->shadow = p.shadow;
+        continue;
+      }
       if (r == me) {
         // The owner computes with the rounded values too (every rank the same); its master
         // waits. The rounded copy's Storage is the same at every gather (see Param::rounded).
@@ -260,11 +286,9 @@ void Zero3::release_param(Param& p) {
 }
 
 void Zero3::release_all() {
-  for (Param& p : params_) {
-    const bool gathered = p.owner == dp_.rank() ? p.master != nullptr
-                                                : p.t.impl()->storage->data != nullptr;
-    if (gathered) release_param(p);
-  }
+  // Every parameter (releasing a released one does nothing): a backward gather leaves a
+  // non-owner's own bytes empty and only its autocast copy filled.
+  for (Param& p : params_) release_param(p);
   for (Unit& u : units_) u.gathered = false;
   full_ = false;
 }

@@ -85,14 +85,17 @@ class Zero3 {
     std::vector<size_t> params;
     bool root = false;
     bool gathered = false;
+    bool copies_only = false;  // gathered for its backward: the autocast copies, not the values
     size_t ready = 0;  // parameters whose gradient this backward has finished
   };
   Tensor forward(Unit& u, nn::Module& self, const Tensor& x);
-  void gather(Unit& u);
+  void gather(Unit& u, bool backward = false);
   void release(Unit& u);
   // The parameters `which` from their owners: one broadcast per owner, its parameters packed.
   // exact: in the storage dtype, whatever the wire.
-  void gather_params(std::span<const size_t> which, bool exact);
+  // backward: the gather before a unit's backward, which needs only the autocast copies of the
+  // parameters that have one (see gather_params).
+  void gather_params(std::span<const size_t> which, bool exact, bool backward = false);
   void release_param(Param& p);
   // After a gather: the autocast copy saved in this unit's forward, made again in place.
   void restore_shadow(Param& p);
