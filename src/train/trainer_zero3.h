@@ -18,7 +18,10 @@
 //   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients).
 // With a 16-bit wire every rank, the owner too, computes with the values rounded to the wire
 // format (FSDP's MixedPrecision(param_dtype=bf16)); the owner's fp32 master is put back before
-// the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers).
+// the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers);
+// under autocast the unit's 16-bit weight copies (which autograd saves for its backward) are
+// freed with it and, before its backward, gathered alone (docs/distributed.md, "What is
+// gathered when").
 #pragma once
 #include <cstdint>
 #include <memory>
