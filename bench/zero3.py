@@ -10,8 +10,9 @@ The default is issue 33's: GPT-2 124M (--model gpt2), bf16, batch 4 per rank, co
 interleaved over --rounds:
   - memory: --ranks (default 4) ranks with --zero 3 and with --zero 0 (unsharded), and prints each
     rank-0 peak (peak_memory_bytes), their ratio (the target is <= 0.4) and `mixp plan
-    --zero-stage 3 --ranks N` at the same shape against the measured ZeRO-3 peak (and stage 0's
-    plan against the unsharded peak: how far the plan's base is off at this shape);
+    --zero-stage 3 --ranks N --grad-comm W` at the same shape against the measured ZeRO-3 peak
+    (and stage 0's plan against the unsharded peak: how far the plan's base is off at this
+    shape);
   - speed: 2 ranks with --zero 3 and with --zero 1 (the median ms/step of each run; the lowest over
     the rounds), and their ratio (the target is <= 1.15).
 Every rank runs 1 thread (--threads); the wire is --grad-comm (default bf16).
@@ -40,12 +41,13 @@ def train(a, ranks, zero):
         "--steps", str(a.steps), "--no-eval", "--json", "--threads", str(a.threads),
         "--zero", str(zero), "--grad-comm", a.grad_comm]
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True).stdout
-    return json.loads(out)
+    return json.JSONDecoder().raw_decode(out)[0]  # rank 0's summary
 
 
 def plan(a, ranks, stage):
     cmd = [a.mixp, "plan"] + shape_args(a) + ["--zero-stage", str(stage), "--ranks", str(ranks),
-                                              "--threads", str(a.threads), "--json"]
+                                              "--threads", str(a.threads), "--grad-comm",
+                                              a.grad_comm, "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 

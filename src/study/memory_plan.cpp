@@ -29,14 +29,55 @@ int64_t bytes_of(DType d) {
   return traits(d).storage_bytes;
 }
 
-// ZeRO 3 (docs/distributed.md, "ZeRO stage 3"): besides its shard of the parameters a rank holds,
-// at its peak, the ones it does not own of the units gathered then: the root (embeddings, final
-// norm, tied head: whole from its forward to the end of its backward) and one block. The
-// gathered copies are in the parameters' dtype.
-int64_t zero3_gathered_bytes(int64_t params, int64_t block_params, int64_t layers, int64_t ranks,
-                             int64_t bytes_per_value) {
-  const int64_t root = std::max<int64_t>(0, params - layers * block_params);
-  return (root + block_params) * bytes_per_value * (ranks - 1) / ranks;
+// ZeRO 3 (docs/distributed.md, "ZeRO stage 3: --zero 3", "Memory"): what a rank holds at its
+// peak beyond its shards, as src/train/trainer_zero3.cpp gathers. At the start of backward (the
+// peak: zero3_backward_moment) these are the root unit (embeddings, final norm, the head: whole
+// from its forward to the end of its backward), its values and autocast's copies of its GEMM
+// weights (`cast_bytes` a value, 0 without persistent casts), and the last block as gathered
+// for its backward: the copies of its GEMM weights only (which its backward reads), its other
+// parameters' values; without casts, all its values. Of each the other ranks' (R-1)/R, or the
+// whole unit with a 16-bit wire over fp32 parameters (the owner computes with a rounded copy,
+// gathered and freed like the others' values; the cast-copy row is then 0).
+struct Zero3Units {
+  int64_t root = 0, block = 0;            // parameter values
+  int64_t root_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)
+};
+
+int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t ranks, int64_t param_bytes,
+                             int64_t cast_bytes, bool rounded) {
+  const int64_t root = u.root * param_bytes + u.root_gemm * cast_bytes;
+  const int64_t block = cast_bytes > 0
+                            ? u.block_gemm * cast_bytes + (u.block - u.block_gemm) * param_bytes
+                            : u.block * param_bytes;
+  return rounded ? root + block : (root + block) * (ranks - 1) / ranks;
+}
+
+// Whether ZeRO 3 gathers fp32 parameters rounded to a 16-bit wire (trainer_zero3.cpp
+// wire_dtype): the owner computes with a rounded copy then, and keeps no cast copy between uses.
+bool zero3_rounds(const std::string& grad_comm, DType params) {
+  return params == DType::fp32 && (grad_comm == "bf16" || grad_comm == "fp16");
+}
+
+// The gradients in reduction at the peak: one bucket (PyTorch DDP's 25 MiB). From ZeRO 2 on a
+// rank drops the gradients other ranks own as soon as their bucket starts (train/
+// data_parallel.cpp start_next_bucket), so what waits beyond its own shard (the gradient row) is
+// the others' (R-1)/R of the bucket that is filling. The wire's staging and receive buffers are
+// outside the tensor allocator (std::vector, shared memory) and not in peak_memory_bytes.
+int64_t comm_bytes(const PlanOptions& opt, int64_t bucket) {
+  if (opt.ranks <= 1) return 0;
+  return opt.zero_stage >= 2 ? bucket * (opt.ranks - 1) / opt.ranks : bucket;
+}
+
+// ZeRO 3 moves the peak. One process (and the probes) peaks at the optimizer step, where the
+// whole parameters, gradients and states are held, so the probes' rest beyond them is small.
+// With those sharded the larger moment is the start of backward: every block's saved
+// activations (the analytic model's, model_shape.h moment (a)) are live while the gradients
+// have not come yet, besides the gathered units and the first bucket of gradients. The
+// activation row then holds that moment's activations less the gradient row (not yet allocated
+// then), so that the rows still add up to the peak. Measured: docs/distributed.md, "Memory".
+void zero3_backward_moment(MemoryPlan& p) {
+  p.activation_bytes =
+      std::max(p.activation_bytes, p.analytic_activation_bytes - p.grad_bytes);
 }
 
 MemoryPlan::Probe run_probe(const train::TrainConfig& base, int64_t layers) {
@@ -265,20 +306,27 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   const int64_t persistent =
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;
   p.activation_bytes = std::max<int64_t>(0, measured - persistent);
+  const bool zero3 = opt.zero_stage >= 3 && R > 1;
+  const bool rounded = zero3 && zero3_rounds(c.grad_comm, d.params);
   p.param_bytes = shard(p.param_bytes, 3);
-  if (opt.zero_stage >= 3 && R > 1 && lm) {
-    p.param_bytes +=
-        zero3_gathered_bytes(P, p2.params - p1.params, shape.layers, R, bytes_of(d.params));
+  if (zero3 && lm && !p.lora) {
+    const nn::GptConfig g = nn::gpt_config_of(parts.config.model);
+    Zero3Units u;
+    u.block = p2.params - p1.params;
+    u.root = P - shape.layers * u.block;
+    u.block_gemm = 4 * g.width * g.width + 2 * g.width * g.mlp_width;
+    u.root_gemm = gemm_params - g.layers * u.block_gemm;
+    const int64_t cast = p.cast_copy_bytes > 0 ? bytes_of(sp.compute) : 0;
+    p.param_bytes += zero3_gathered_bytes(u, R, bytes_of(d.params), cast, rounded);
   }
   p.grad_bytes = shard(p.grad_bytes, 2);
   p.master_bytes = shard(p.master_bytes, 1);
   p.state_bytes = shard(p.state_bytes, 1);
-  // ZeRO 3 frees a released parameter's autocast copy with it (src/train/trainer_zero3.cpp), so
-  // the cast copies are sharded with the parameters, as in plan_shape.
-  p.cast_copy_bytes = shard(p.cast_copy_bytes, 3);
-  p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, P * bytes_of(sp.grad)) : 0;
-  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
-                 p.comm_bytes + p.activation_bytes;
+  // ZeRO 3 frees a released parameter's autocast copy with it (src/train/trainer_zero3.cpp):
+  // the owners keep theirs between steps (a shard of the copies), except under a 16-bit wire,
+  // where they compute with a rounded copy gathered and freed like the others' parameters.
+  p.cast_copy_bytes = rounded ? 0 : shard(p.cast_copy_bytes, 3);
+  p.comm_bytes = comm_bytes(opt, std::min<int64_t>(kDdpBucketBytes, P * bytes_of(sp.grad)));
 
   const double tokens = double(c.batch) * double(c.grad_accum) * (lm ? double(p.context) : 1.0);
   p.step_flops = 6.0 * double(P) * tokens;
@@ -295,6 +343,7 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     p.analytic_peak_bytes = am.peak_bytes;
     p.gemm_flops = double(c.grad_accum) *
                    step_gemm_flops(ms, c.batch * p.context, p.context, c.model.checkpointing);
+    if (zero3 && !p.lora) zero3_backward_moment(p);
   } else {
     const StepTrace trace = trace_step_gemms(parts.config.model, c.batch);
     for (const auto& g : trace.gemms) {
@@ -303,6 +352,8 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     }
     p.gemm_flops *= double(c.grad_accum);
   }
+  p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
+                 p.comm_bytes + p.activation_bytes;
   add_estimate(p, sp.compute, opt, c.threads);
   return p;
 }
@@ -367,26 +418,35 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   auto shard = [&](int64_t bytes, int from_stage) {
     return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
   };
+  const bool zero3 = opt.zero_stage >= 3 && R > 1;
+  const bool rounded = zero3 && zero3_rounds(run.grad_comm, d.params);
   p.param_bytes = shard(am.param_bytes, 3);
-  if (opt.zero_stage >= 3 && R > 1) {
+  if (zero3 && run.lora.empty()) {
     ModelShape one = shape, two = shape;
     one.layers = 1;
     two.layers = 2;
-    p.param_bytes += zero3_gathered_bytes(p.parameters, parameters(two) - parameters(one),
-                                          shape.layers, R, am.param_bytes / p.parameters);
+    Zero3Units u;
+    u.block = parameters(two) - parameters(one);
+    u.root = p.parameters - shape.layers * u.block;
+    u.block_gemm = gemm_weight_values(two) - gemm_weight_values(one);
+    u.root_gemm = gemm_weight_values(one) - u.block_gemm;
+    const int64_t cast = mf.casts_per_use || mf.block_cast_bits > 0 ? 0 : mf.cast_bytes;
+    p.param_bytes += zero3_gathered_bytes(u, R, am.param_bytes / p.parameters, cast, rounded);
   }
   p.grad_bytes = shard(am.grad_bytes, 2);
   p.master_bytes = shard(am.master_bytes, 1);
   p.state_bytes = shard(am.state_bytes, 1);
-  // ZeRO-3 gathers each layer's weights when it runs, so the cast copies are sharded with them.
-  p.cast_copy_bytes = shard(am.cast_bytes, 3);
-  p.comm_bytes = R > 1 ? std::min<int64_t>(kDdpBucketBytes, am.grad_bytes) : 0;
+  // ZeRO 3 gathers each unit's weights when it runs: the cast copies are sharded with them, and
+  // none is kept between uses under a 16-bit wire (as in plan_memory).
+  p.cast_copy_bytes = rounded ? 0 : shard(am.cast_bytes, 3);
+  p.comm_bytes = comm_bytes(opt, std::min<int64_t>(kDdpBucketBytes, am.grad_bytes));
   // The analytic peak is one of two moments (model_shape.h); the row shows what it adds to the
   // persistent tensors at that moment, so that the rows add up to the peak.
   const int64_t unsharded =
       am.param_bytes + am.grad_bytes + am.master_bytes + am.state_bytes + am.cast_bytes;
   p.activation_bytes = std::max<int64_t>(0, am.peak_bytes - unsharded);
   p.analytic_activation_bytes = am.activation_bytes;
+  if (zero3 && run.lora.empty()) zero3_backward_moment(p);
   p.peak_bytes = p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes +
                  p.comm_bytes + p.activation_bytes;
   p.analytic_peak_bytes = p.peak_bytes;

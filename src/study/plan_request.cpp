@@ -73,6 +73,7 @@ ShapeRun request_run(const PlanRequest& r, const ModelShape& s) {
   run.optimizer_in_backward = c.optimizer_in_backward;
   run.threads = c.threads;
   run.lora = c.lora;
+  run.grad_comm = c.grad_comm;
   return run;
 }
 

@@ -22,6 +22,22 @@ constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Over
 // shadow made from one is not taken for the other (tensor.h, WeightShadow).
 constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
 
+// A Storage's bytes given back to its allocator, the Storage kept (its size, version and
+// allocator; every tensor that views it loses them too), as FSDP's storage().resize_(0).
+void free_bytes(Storage& st) {
+  if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
+  st.data = nullptr;
+  st.block_size = 0;
+}
+
+// Bytes again for a Storage that free_bytes emptied.
+void alloc_bytes(Storage& st) {
+  if (st.data) return;
+  const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
+  st.data = b.ptr;
+  st.block_size = b.size;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 &&
          s[prefix.size()] == '.';
@@ -100,6 +116,9 @@ DType Zero3::wire_dtype(const Param& p) const {
 Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
   auto run = [&] { return u.previous ? u.previous(self, x) : self.forward(x); };
   if (full_) return run();
+  // A forward inside the unit's backward (a checkpointed block's recomputation) needs the values
+  // themselves, which the backward's gather left out.
+  if (u.gathered && u.copies_only) release(u);
   gather(u);
   Tensor y = run();
   const bool backward = GradMode::is_enabled() && y.defined() && y.requires_grad();
@@ -107,13 +126,14 @@ Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
   release(u);
   if (!backward) return y;
   Unit* unit = &u;
-  return with_backward_pre_hook(y, [this, unit] { gather(*unit); });
+  return with_backward_pre_hook(y, [this, unit] { gather(*unit, /*backward=*/true); });
 }
 
-void Zero3::gather(Unit& u) {
+void Zero3::gather(Unit& u, bool backward) {
   if (u.gathered || full_) return;
-  gather_params(u.params, /*exact=*/false);
+  gather_params(u.params, /*exact=*/false, backward);
   u.gathered = true;
+  u.copies_only = backward;
   u.ready = 0;
 }
 
@@ -123,7 +143,7 @@ void Zero3::release(Unit& u) {
   u.gathered = false;
 }
 
-void Zero3::gather_params(std::span<const size_t> which, bool exact) {
+void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backward) {
   // One broadcast per owner: its parameters of `which`, packed in order at the wire's format.
   dist::ProcessGroup& g = dp_.group();
   const int me = dp_.rank();
@@ -173,52 +193,102 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact) {
           std::memcpy(dst, src, p.t.nbytes());
         }
       };
-      if (r == me) {
-        // The owner computes with the rounded values too (every rank the same); its master waits.
-        auto fresh = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
-        write(fresh->data);
-        fresh->version.store(ti->storage->version.load() + kRoundedVersion);
-        p.master = std::exchange(ti->storage, std::move(fresh));
+      const bool same = p.generation == generation_ && !exact;
+      if (backward && same && p.shadow.storage &&
+          (wd == p.shadow.dtype || wd == DType::fp32)) {
+        // The gather before the unit's backward: the forward's autocast copy is what its
+        // backward reads (the GEMMs saved it, linalg_ops.cpp keep_w), not the fp32 values, so
+        // only the copy gets bytes, straight from the wire (the same bits: the wire's 16-bit
+        // values are the copy's, or the fp32 values rounded as autocast rounds them). The
+        // parameter's own Storage (the owner's rounded copy) stays empty until the next
+        // forward: a unit's backward holds 2 bytes a GEMM weight value, not 4 + 2.
+        alloc_bytes(*p.shadow.storage);
+        if (wd == p.shadow.dtype) {
+          std::memcpy(p.shadow.storage->data, src, p.shadow.storage->nbytes);
+        } else {
+          convert_f32_to(p.shadow.dtype,
+                         std::span<const float>(reinterpret_cast<const float*>(src), n),
+                         p.shadow.storage->data,
+                         {.round = kShadowRound, .overflow = kShadowOverflow});
+        }
+        if (r == me) p.master = std::exchange(ti->storage, p.rounded);  // released as usual
+        p.shadow.version = ti->storage->version.load();
+        ti->shadow = p.shadow;
         continue;
       }
-      // The bytes come back into the same Storage (the views autograd saved in the forward, a
-      // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
-      Storage& st = *ti->storage;
-      const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
-      st.data = b.ptr;
-      st.block_size = b.size;
-      write(st.data);
-      // New values after an optimizer step: a new version, so that no copy made from the old
-      // ones (an autocast cache entry) is reused; the same values again within a step keep it.
-      if (p.generation != generation_) st.version.fetch_add(1);
+      if (r == me) {
+        // The owner computes with the rounded values too (every rank the same); its master
+        // waits. The rounded copy's Storage is the same at every gather (see Param::rounded).
+        if (!p.rounded) {
+          p.rounded = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+        } else {
+          alloc_bytes(*p.rounded);
+        }
+        write(p.rounded->data);
+        p.rounded->version.store(ti->storage->version.load() + kRoundedVersion);
+        p.master = std::exchange(ti->storage, p.rounded);
+      } else {
+        // The bytes come back into the same Storage (the views autograd saved in the forward, a
+        // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
+        Storage& st = *ti->storage;
+        alloc_bytes(st);
+        write(st.data);
+        // New values after an optimizer step: a new version, so that no copy made from the old
+        // ones (an autocast cache entry) is reused; the same values again within a step keep it.
+        if (p.generation != generation_) st.version.fetch_add(1);
+      }
       p.generation = generation_;
+      if (!same) p.shadow = WeightShadow{};  // new values: autocast casts them afresh
+      restore_shadow(p);
     }
   }
 }
 
+void Zero3::restore_shadow(Param& p) {
+  if (!p.shadow.storage) return;
+  TensorImpl* ti = p.t.impl();
+  // The same bits autocast made from these values in the forward (its rounding is
+  // kShadowRound/kShadowOverflow, tensor.h), into the Storage autograd saved.
+  alloc_bytes(*p.shadow.storage);
+  convert_f32_to(p.shadow.dtype,
+                 std::span<const float>(static_cast<const float*>(ti->storage->data),
+                                        size_t(p.t.numel())),
+                 p.shadow.storage->data, {.round = kShadowRound, .overflow = kShadowOverflow});
+  p.shadow.version = ti->storage->version.load();
+  ti->shadow = p.shadow;
+}
+
 void Zero3::release_param(Param& p) {
   TensorImpl* ti = p.t.impl();
-  if (p.owner == dp_.rank()) {
-    if (p.master) ti->storage = std::move(p.master);
+  const bool mine = p.owner == dp_.rank();
+  if (mine && !p.master) return;  // the owner's own values (fp32 wire): its shadow stays too
+  // Autocast's 16-bit copy of the gathered values (a weight shadow, tensor.h): autograd saved it
+  // for the unit's backward, so dropping the shadow alone would keep its bytes until then (a
+  // block's GEMM weights at 2 bytes a value, for every block between its forward and backward).
+  // Its bytes are freed in place like the parameter's, and made again at the next gather of the
+  // same values (restore_shadow).
+  if (ti->shadow.storage && ti->shadow.dtype != DType::fp32 && shadow_is_current(*ti) &&
+      ti->shadow.storage->owned && ti->shadow.storage->allocator) {
+    p.shadow = ti->shadow;
+    free_bytes(*p.shadow.storage);
+  }
+  ti->shadow = WeightShadow{};
+  if (mine) {
+    ti->storage = std::move(p.master);
     p.master.reset();
+    free_bytes(*p.rounded);  // the views autograd saved of it lose the bytes too
     return;
   }
   // The bytes freed in place: every view of the parameter (what autograd saved in the forward)
   // loses them too, as FSDP's storage.resize_(0); a use while freed reads a null pointer rather
   // than stale values. The Storage keeps its size, version and allocator for the next gather.
-  Storage& st = *ti->storage;
-  if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
-  st.data = nullptr;
-  st.block_size = 0;
-  ti->shadow = WeightShadow{};  // autocast's low-precision copy goes with it
+  free_bytes(*ti->storage);
 }
 
 void Zero3::release_all() {
-  for (Param& p : params_) {
-    const bool gathered = p.owner == dp_.rank() ? p.master != nullptr
-                                                : p.t.impl()->storage->data != nullptr;
-    if (gathered) release_param(p);
-  }
+  // Every parameter (releasing a released one does nothing): a backward gather leaves a
+  // non-owner's own bytes empty and only its autocast copy filled.
+  for (Param& p : params_) release_param(p);
   for (Unit& u : units_) u.gathered = false;
   full_ = false;
 }

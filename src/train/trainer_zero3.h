@@ -18,7 +18,10 @@
 //   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients).
 // With a 16-bit wire every rank, the owner too, computes with the values rounded to the wire
 // format (FSDP's MixedPrecision(param_dtype=bf16)); the owner's fp32 master is put back before
-// the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers).
+// the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers);
+// under autocast the unit's 16-bit weight copies (which autograd saves for its backward) are
+// freed with it and, before its backward, gathered alone (docs/distributed.md, "What is
+// gathered when").
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -69,7 +72,15 @@ class Zero3 {
     int owner = 0;
     size_t unit = 0;
     std::shared_ptr<Storage> master;  // the owner's fp32 values while a rounded copy is in use
-    uint64_t generation = 0;          // generation_ at its last gather
+    // The owner's rounded copy (16-bit wire): one Storage for the run, its bytes freed in place
+    // between uses as a non-owner's parameter is, so that the views autograd saved of it in the
+    // forward do not keep it alive until the backward.
+    std::shared_ptr<Storage> rounded;
+    // Autocast's 16-bit copy of the gathered values (the weight shadow the forward made and
+    // autograd saved for the backward), its bytes freed in place between the unit's forward and
+    // backward and made again from the re-gathered values; dropped when the values change.
+    WeightShadow shadow;
+    uint64_t generation = 0;  // generation_ at its last gather
   };
   struct Unit {
     nn::Module* module = nullptr;
@@ -77,15 +88,20 @@ class Zero3 {
     std::vector<size_t> params;
     bool root = false;
     bool gathered = false;
+    bool copies_only = false;  // gathered for its backward: the autocast copies, not the values
     size_t ready = 0;  // parameters whose gradient this backward has finished
   };
   Tensor forward(Unit& u, nn::Module& self, const Tensor& x);
-  void gather(Unit& u);
+  void gather(Unit& u, bool backward = false);
   void release(Unit& u);
   // The parameters `which` from their owners: one broadcast per owner, its parameters packed.
   // exact: in the storage dtype, whatever the wire.
-  void gather_params(std::span<const size_t> which, bool exact);
+  // backward: the gather before a unit's backward, which needs only the autocast copies of the
+  // parameters that have one (see gather_params).
+  void gather_params(std::span<const size_t> which, bool exact, bool backward = false);
   void release_param(Param& p);
+  // After a gather: the autocast copy saved in this unit's forward, made again in place.
+  void restore_shadow(Param& p);
   void on_grad_ready(const Tensor& leaf);
   DType wire_dtype(const Param& p) const;
 

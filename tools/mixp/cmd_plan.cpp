@@ -273,6 +273,9 @@ RegisterCommand reg(35, [](CLI::App& app) {
   sub->add_option("--zero-stage", a->req.options.zero_stage,
                   "ZeRO stage 0-3: shard optimizer states (1), gradients (2), parameters (3)");
   sub->add_option("--ranks", a->req.options.ranks, "data-parallel processes the ZeRO stage shards over");
+  sub->add_option("--grad-comm", c.grad_comm,
+                  "as for mixp train: fp32 | bf16 | fp16 | bf16-ring (default fp32); ZeRO 3 "
+                  "gathers fp32 parameters rounded to a 16-bit wire");
   // Ranges of the numeric flags (flag_range.h; docs/cli.md "Numeric flags").
   shared_flag_ranges(*sub);
   int_range(sub->get_option("--zero-stage"), 0, 3);

@@ -100,6 +100,9 @@ struct ShapeRun {
   int threads = 0;                     // for the GEMM measurement
   // LoRA adapters (the --lora spec; study/lora_memory.h prices them); required by qlora-*.
   std::string lora = {};
+  // Gradients (and ZeRO 3's parameters) on the wire, as mixp train --grad-comm: with bf16/fp16
+  // over fp32 parameters ZeRO 3 keeps no autocast copy between a unit's uses.
+  std::string grad_comm = "fp32";
 };
 
 // The analytic plan of a shape (LLaMA-7B, GPT-3 175B, or explicit): every row from
