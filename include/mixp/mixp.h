@@ -62,6 +62,7 @@
 #include "mixp/amp/layer_precision.h"
 #include "mixp/amp/policy.h"
 #include "mixp/amp/tf32.h"
+#include "mixp/amp/weight_shadow.h"
 
 // Quantization: observers, QAT/PTQ, int8 inference, weight-only.
 #include "mixp/quant/quant.h"

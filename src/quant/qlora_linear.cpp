@@ -172,8 +172,7 @@ void quantize_linear_4bit(nn::Linear& layer, Block4 kind) {
   impl->strides = codes.strides();
   impl->dtype = DType::uint8;
   impl->requires_grad = false;
-  impl->grad.reset();
-  impl->shadow = {};
+  impl->grad.reset();  // (amp's weight shadow of the fp32 values is stale now: keyed by storage)
   Frozen4bit st{kind, out, in, wref, Tensor(), Tensor(), Tensor(), layer.bias()};
   st.absmax =
       layer.register_buffer("weight_absmax", dev.kind == DeviceKind::cpu ? absmax : absmax.to(dev));

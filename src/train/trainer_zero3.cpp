@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mixp/amp/weight_shadow.h"
 #include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
@@ -19,7 +20,7 @@ namespace {
 
 constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
 // A rounded copy's version is the master's plus this: never the master's own, so that a weight
-// shadow made from one is not taken for the other (tensor.h, WeightShadow).
+// shadow made from one is not taken for the other (amp/weight_shadow.h).
 constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
 
 bool starts_with(const std::string& s, const std::string& prefix) {
@@ -210,7 +211,7 @@ void Zero3::release_param(Param& p) {
   if (st.data) st.allocator->deallocate({st.data, st.block_size}, st.nbytes);
   st.data = nullptr;
   st.block_size = 0;
-  ti->shadow = WeightShadow{};  // autocast's low-precision copy goes with it
+  amp::weight_shadows().drop(ti);  // autocast's low-precision copy goes with it
 }
 
 void Zero3::release_all() {

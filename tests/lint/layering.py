@@ -75,6 +75,13 @@ BACKEND_IMPL = ("backend/cpu/", "backend/cuda/", "backend/ref/")
 # included header. Remove an entry together with the include.
 KNOWN = {}
 
+# Concepts a module's code must not name (comments aside), with who owns them instead. amp owns
+# precision: the weight shadows live in amp's cache (amp/weight_shadow.h), not on Tensor, and
+# the optimizer reaches them only through its hook (optim/weight_shadow_hook.h).
+FORBIDDEN_NAMES = {
+    "tensor": (re.compile(r"shadow", re.I), "weight shadows belong to amp (amp/weight_shadow.h)"),
+}
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
@@ -123,6 +130,10 @@ def main():
                 allowed = closure(m)
                 with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
                     for n, line in enumerate(f, 1):
+                        if m in FORBIDDEN_NAMES:
+                            pattern, owner = FORBIDDEN_NAMES[m]
+                            if pattern.search(line.split("//")[0]):
+                                errors.append(f"{rel}:{n}: names '{pattern.pattern}': {owner}")
                         g = INCLUDE.match(line)
                         if not g:
                             continue
