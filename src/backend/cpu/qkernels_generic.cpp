@@ -4,12 +4,6 @@
 #include "mixp/format/cpu_features.h"
 #include "backend/cpu/qkernels.inc"
 
-namespace mixp::cpu::qk {
-const Kernels& kernels_generic() {
-  return generic::table();
-}
-}  // namespace mixp::cpu::qk
-
 namespace mixp::qk {
 const Kernels& kernels() {
   // The getters, not their tables: only the chosen tier's code may run on this CPU.
@@ -18,3 +12,9 @@ const Kernels& kernels() {
   return *k;
 }
 }  // namespace mixp::qk
+
+namespace mixp::cpu::qk {
+const Kernels& kernels_generic() {
+  return generic::table();
+}
+}  // namespace mixp::cpu::qk
