@@ -30,9 +30,12 @@
 #include "mixp/backend/cuda.h"
 #include "mixp/backend/cuda_gemm.h"
 #include "mixp/backend/gemm.h"
+#include "mixp/backend/host_parallel.h"
+#include "mixp/backend/int8_primitive.h"
 #include "mixp/backend/kernel_observer.h"
 #include "mixp/backend/nvml_energy.h"
 #include "mixp/backend/platform.h"
+#include "mixp/backend/quant_kernels.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/op_list.h"
@@ -59,6 +62,7 @@
 #include "mixp/amp/layer_precision.h"
 #include "mixp/amp/policy.h"
 #include "mixp/amp/tf32.h"
+#include "mixp/amp/weight_shadow.h"
 
 // Quantization: observers, QAT/PTQ, int8 inference, weight-only.
 #include "mixp/quant/quant.h"

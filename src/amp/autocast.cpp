@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <mutex>
 #include <unordered_map>
 
+#include "mixp/amp/weight_shadow.h"
 #include "mixp/autograd/checkpoint.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/ops/ops.h"
@@ -69,38 +69,12 @@ Tensor cast(const Tensor& t, DType to) {
   return t.to(to, kAutocastRound, kAutocastOverflow, 0);
 }
 
-// The shadow fields of a weight are shared between threads (the cast cache is not): two threads
-// running forwards of one model must not attach shadows to the same weight at the same time.
-std::mutex g_shadow_mutex;
-
 // The low-precision copy of weight `t` taken from its shadow (no conversion), with the history
 // Tensor::to would record; undefined when t has no current shadow of dtype `to`.
 Tensor from_shadow(const Tensor& t, DType to) {
-  std::shared_ptr<Storage> bytes;
-  {
-    std::lock_guard lock(g_shadow_mutex);
-    const TensorImpl& w = *t.impl();
-    if (w.shadow.dtype != to || !shadow_is_current(w)) return Tensor();
-    bytes = w.shadow.storage;
-  }
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(bytes);
-  impl->shape = t.shape();
-  impl->strides = contiguous_strides(t.shape());
-  impl->dtype = to;
-  impl->device = t.device();
-  Tensor copy(std::move(impl));
-  mixp::detail::record_to(t, copy);
+  Tensor copy = weight_shadows().lookup(t, to);
+  if (copy.defined()) mixp::detail::record_to(t, copy);
   return copy;
-}
-
-// Makes `copy` (= cast(t, to), just made) t's shadow, unless t has a current one already (of
-// another dtype: a weight used under two dtypes keeps the first one's shadow).
-void attach_shadow(const Tensor& t, const Tensor& copy) {
-  std::lock_guard lock(g_shadow_mutex);
-  TensorImpl& w = *t.impl();
-  if (shadow_is_current(w)) return;
-  w.shadow = WeightShadow{copy.storage(), copy.dtype(), t.version()};
 }
 
 Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
@@ -133,7 +107,7 @@ Tensor cast_lower(const Tensor& t, DType to, bool use_cache) {
     ++s.stats.shadow_hits;
   } else {
     copy = cast(t, to);
-    if (shadows) attach_shadow(t, copy);
+    if (shadows) weight_shadows().attach(t, copy);
   }
   s.cache.insert_or_assign(key, CacheEntry{t, copy, want_history, t.version()});
   s.stats.entries = static_cast<int64_t>(s.cache.size());
@@ -224,6 +198,8 @@ Autocast::Autocast(const AutocastOptions& options) {
   check_dtype(options.dtype);
   install_hook_once();
   ThreadState& s = tls();
+  // An outermost region frees the shadows of weights that are gone (weight_shadow.h).
+  if (s.nesting == 0) weight_shadows().purge();
   prev_ = s.cur;
   s.cur = options;
   ++s.nesting;

@@ -11,6 +11,7 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/backend/backend.h"
 #include "mixp/format/convert.h"
+#include "mixp/optim/weight_shadow_hook.h"
 #include "mixp/tensor/factories.h"
 #include "mixp/tensor/generator.h"
 
@@ -29,36 +30,29 @@ bool narrower_than_fp32(DType d) {
 
 constexpr size_t kMaxSlots = 8;  // of the backend's fused update (optimizer_update)
 
-// The weight shadow (tensor.h) the step of `st` rewrites, as a contiguous tensor of the shadow's
-// dtype over its storage, or an undefined tensor. Only an fp32 parameter's current shadow that
-// nothing else holds (a retained graph or a user's copy still reads it) is rewritten, and only
-// while shadows are on; any other shadow is dropped here (a stale one is useless, autocast
-// attaches a fresh one at its next cast).
+WeightShadowHook* g_shadow_hook = nullptr;  // amp's cache, registered while libmixp loads
+
+// The weight shadow (optim/weight_shadow_hook.h) the step of `st` rewrites, or an undefined
+// tensor; the hook drops one that may not be rewritten.
 Tensor shadow_to_rewrite(ParamState& st) {
-  TensorImpl& w = *st.param.impl();
-  if (!w.shadow.storage) return Tensor();
-  if (st.param.dtype() == DType::fp32 && weight_shadows_enabled() && shadow_is_current(w) &&
-      w.shadow.storage.use_count() == 1) {
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = w.shadow.storage;
-    impl->shape = w.shape;
-    impl->strides = contiguous_strides(w.shape);
-    impl->dtype = w.shadow.dtype;
-    impl->device = w.device;
-    return Tensor(std::move(impl));
-  }
-  w.shadow = WeightShadow{};
-  return Tensor();
+  return g_shadow_hook ? g_shadow_hook->take(st.param) : Tensor();
 }
 
 // After a step wrote st.param: a new version (stale copies of the old values are never used
 // again), which the shadow shares when the step rewrote it too.
 void finish_param_write(ParamState& st, bool shadow_rewritten) {
   st.param.bump_version();
-  if (shadow_rewritten) st.param.impl()->shadow.version = st.param.version();
+  if (shadow_rewritten) g_shadow_hook->rewritten(st.param);
 }
 
 }  // namespace
+
+void set_weight_shadow_hook(WeightShadowHook* hook) {
+  g_shadow_hook = hook;
+}
+WeightShadowHook* weight_shadow_hook() {
+  return g_shadow_hook;
+}
 
 const Tensor* StateDict::find_tensor(const std::string& name) const {
   for (const auto& [n, t] : tensors) {

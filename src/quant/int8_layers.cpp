@@ -1,6 +1,7 @@
-// Int8 Linear and Conv2d on oneDNN with fused requantization; see include/mixp/quant/int8_model.h
-// for the arithmetic. Each layer keeps, per input shape (batch size), a primitive with its
-// attributes and the weights reordered once into the layout the primitive chose.
+// Int8 Linear and Conv2d with fused requantization; see include/mixp/quant/int8_model.h for the
+// arithmetic. Each layer keeps, per input shape (batch size), an Int8Primitive
+// (mixp/backend/int8_primitive.h: the cpu backend's oneDNN primitive with its epilogue and the
+// weights reordered once into the layout the primitive chose).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -8,17 +9,13 @@
 #include <map>
 #include <stdexcept>
 
-#include "backend/cpu/onednn_util.h"
+#include "mixp/backend/int8_primitive.h"
 #include "mixp/quant/int8_model.h"
 #include "mixp/tensor/factories.h"
 
 namespace mixp::quant {
 
 namespace {
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 // Output scales and the bias in accumulator units (header comment of int8_model.h).
 struct Requant {
   std::vector<float> scales;  // m / s_y, or m for fp32 output
@@ -67,49 +64,16 @@ Requant make_requant(Int8WeightLayerParams& p) {
   return r;
 }
 
-dnnl::primitive_attr requant_attr(const Int8WeightLayerParams& p, const Requant& r) {
-  dnnl::primitive_attr attr = onednn::base_attr();
-  attr.set_output_scales(1 << 1, r.scales);
-  if (p.relu) {
-    dnnl::post_ops po;
-    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(po);
-  }
-  if (p.output && p.output->zero_point != 0) {
-    attr.set_zero_points(DNNL_ARG_DST, 0, {p.output->zero_point});
-  }
-  return attr;
+Int8Epilogue epilogue(const Int8WeightLayerParams& p, const Requant& r) {
+  Int8Epilogue ep;
+  ep.scales = r.scales;
+  ep.relu = p.relu;
+  if (p.output) ep.dst_zero_point = p.output->zero_point;
+  return ep;
 }
 
-// A primitive, its scratchpad size, and the weights in its layout.
-struct Entry {
-  onednn::CachedPrimitive prim;
-  dnnl::memory::desc src_md, bias_md, dst_md;
-  Tensor weights;  // bytes in the primitive's weights layout
-  dnnl::memory::desc weights_md;
-};
-
-Tensor reorder_weights(const memory::desc& plain, const Tensor& codes, const memory::desc& want) {
-  Tensor buf = empty(Shape{static_cast<int64_t>(want.get_size())}, {.dtype = DType::uint8});
-  memory from(plain, onednn::engine(), codes.data_ptr());
-  memory to(want, onednn::engine(), buf.data_ptr());
-  dnnl::reorder::primitive_desc pd(onednn::engine(), plain, onednn::engine(), want,
-                                   onednn::base_attr());
-  onednn::CachedPrimitive r{dnnl::reorder(pd), pd.scratchpad_desc().get_size(), {}};
-  std::unordered_map<int, memory> a{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-  onednn::execute(r, a);
-  return buf;
-}
-
-void run(Entry& e, const Tensor& src, const Tensor& bias, const Tensor& dst) {
-  std::unordered_map<int, memory> args;
-  args.insert({DNNL_ARG_SRC, memory(e.src_md, onednn::engine(), src.data_ptr())});
-  args.insert({DNNL_ARG_WEIGHTS, memory(e.weights_md, onednn::engine(), e.weights.data_ptr())});
-  if (bias.defined()) {
-    args.insert({DNNL_ARG_BIAS, memory(e.bias_md, onednn::engine(), bias.data_ptr())});
-  }
-  args.insert({DNNL_ARG_DST, memory(e.dst_md, onednn::engine(), dst.data_ptr())});
-  onednn::execute(e.prim, args);
+Int8Dst dst_type(const Int8WeightLayerParams& p) {
+  return p.output ? Int8Dst::u8 : Int8Dst::f32;
 }
 
 QAct make_out(const Shape& shape, const Int8WeightLayerParams& p) {
@@ -145,7 +109,7 @@ void check_input(const QAct& in, const Int8WeightLayerParams& p, int rank, const
 struct Int8Linear::Impl {
   Requant rq;
   Tensor bias;                     // fp32 [1, O] in accumulator units
-  std::map<int64_t, Entry> cache;  // by M
+  std::map<int64_t, Int8Primitive> cache;  // by M
 };
 
 Int8Linear::Int8Linear(Int8WeightLayerParams p)
@@ -174,21 +138,12 @@ QAct Int8Linear::forward(const QAct& in) {
   if (M == 0) return out;
   auto it = impl_->cache.find(M);
   if (it == impl_->cache.end()) {
-    Entry e;
-    e.src_md = memory::desc({M, K}, dt::u8, tag::ab);
-    e.bias_md = memory::desc({1, O}, dt::f32, tag::ab);
-    e.dst_md = memory::desc({M, O}, p_.output ? dt::u8 : dt::f32, tag::ab);
-    const memory::desc w_any({K, O}, dt::s8, tag::any);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.src_md, w_any, e.bias_md, e.dst_md),
-                                          requant_attr(p_, impl_->rq), onednn::engine());
-    e.prim = {dnnl::matmul(pd), pd.scratchpad_desc().get_size(), {}};
-    e.weights_md = pd.weights_desc();
-    // W is [O, K] row-major: as the [K, O] operand it is column-major (strides {1, K}).
-    const memory::desc w_plain({K, O}, dt::s8, memory::dims{1, K});
-    e.weights = reorder_weights(w_plain, p_.weight, e.weights_md);
-    it = impl_->cache.emplace(M, std::move(e)).first;
+    it = impl_->cache
+             .emplace(M, Int8Primitive::linear(M, K, O, p_.weight, dst_type(p_),
+                                               epilogue(p_, impl_->rq)))
+             .first;
   }
-  run(it->second, in.data, impl_->bias, out.data);
+  it->second.run(in.data, impl_->bias, out.data);
   return out;
 }
 
@@ -209,7 +164,7 @@ struct Int8Conv2d::Impl {
   Requant rq;
   Tensor bias;  // fp32 [O]
   bool explicit_pad = false;
-  std::map<std::array<int64_t, 3>, Entry> cache;  // by (N, H, W) of the (padded) input
+  std::map<std::array<int64_t, 3>, Int8Primitive> cache;  // by (N, H, W) of the (padded) input
 };
 
 Int8Conv2d::Int8Conv2d(Int8WeightLayerParams p)
@@ -249,38 +204,6 @@ Tensor pad_nhwc(const Tensor& x, int64_t ph, int64_t pw, uint8_t fill) {
   return y;
 }
 
-memory::dims pad_r(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad_l) {
-  return {(out - 1) * stride + k - in - pad_l};
-}
-
-Entry make_conv_entry(const Shape& src, const Shape& w, int64_t OH, int64_t OW, int64_t ph,
-                      int64_t pw, int64_t sh, int64_t sw, dt dst_dt, bool bias,
-                      const dnnl::primitive_attr& attr, const Tensor& codes) {
-  const int64_t N = src[0], H = src[1], W = src[2], C = src[3], O = w[0];
-  Entry e;
-  e.src_md = memory::desc({N, C, H, W}, dt::u8, tag::nhwc);
-  if (bias) e.bias_md = memory::desc({O}, dt::f32, tag::a);
-  // u8 (and s32) results stay NHWC for the next int8 layer; fp32 results leave the int8 model and
-  // take the NCHW layout of the rest of mixp.
-  e.dst_md = memory::desc({N, O, OH, OW}, dst_dt, dst_dt == dt::f32 ? tag::nchw : tag::nhwc);
-  const memory::desc w_any({O, C, w[2], w[3]}, dt::s8, tag::any);
-  const memory::dims strides{sh, sw}, dil{0, 0}, pl{ph, pw};
-  const memory::dims pr{pad_r(H, OH, w[2], sh, ph)[0], pad_r(W, OW, w[3], sw, pw)[0]};
-  const auto desc =
-      bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::convolution_direct, e.src_md, w_any,
-                                             e.bias_md, e.dst_md, strides, dil, pl, pr)
-           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::convolution_direct, e.src_md, w_any,
-                                             e.dst_md, strides, dil, pl, pr);
-  const dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn::engine());
-  e.prim = {dnnl::convolution_forward(pd), pd.scratchpad_desc().get_size(), {}};
-  e.weights_md = pd.weights_desc();
-  const memory::desc w_plain({O, C, w[2], w[3]}, dt::s8, tag::oihw);
-  e.weights = reorder_weights(w_plain, codes, e.weights_md);
-  return e;
-}
-
 int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
   return (in + 2 * pad - k) / stride + 1;
 }
@@ -315,12 +238,13 @@ QAct Int8Conv2d::forward(const QAct& in) {
   const std::array<int64_t, 3> key{N, src.size(1), src.size(2)};
   auto it = impl_->cache.find(key);
   if (it == impl_->cache.end()) {
-    Entry e =
-        make_conv_entry(src.shape(), ws, OH, OW, ph, pw, c.stride_h, c.stride_w,
-                        p_.output ? dt::u8 : dt::f32, true, requant_attr(p_, impl_->rq), p_.weight);
-    it = impl_->cache.emplace(key, std::move(e)).first;
+    it = impl_->cache
+             .emplace(key, Int8Primitive::conv2d(src.shape(), p_.weight, OH, OW, ph, pw,
+                                                 c.stride_h, c.stride_w, dst_type(p_), true,
+                                                 epilogue(p_, impl_->rq)))
+             .first;
   }
-  run(it->second, src, impl_->bias, out.data);
+  it->second.run(src, impl_->bias, out.data);
   return out;
 }
 
@@ -350,9 +274,9 @@ Tensor int8_conv2d_s32(const Tensor& src, const Tensor& weight, const Conv2dPara
   const int64_t OW = conv_out(s.size(2), w.size(3), p.stride_w, p.pad_w);
   Tensor dst = empty(Shape{s.size(0), OH, OW, w.size(0)}, {.dtype = DType::int32});
   if (dst.numel() == 0) return dst;
-  Entry e = make_conv_entry(s.shape(), w.shape(), OH, OW, p.pad_h, p.pad_w, p.stride_h, p.stride_w,
-                            dt::s32, false, onednn::base_attr(), w);
-  run(e, s, Tensor(), dst);
+  Int8Primitive::conv2d(s.shape(), w, OH, OW, p.pad_h, p.pad_w, p.stride_h, p.stride_w,
+                        Int8Dst::s32, false, Int8Epilogue{})
+      .run(s, Tensor(), dst);
   return dst;
 }
 

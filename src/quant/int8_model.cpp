@@ -8,9 +8,9 @@
 #include <limits>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/qkernels.h"
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/host_parallel.h"
+#include "mixp/backend/quant_kernels.h"
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/flatten.h"
 #include "mixp/nn/max_pool2d.h"
@@ -24,7 +24,7 @@ namespace mixp::quant {
 
 namespace {
 
-cpu::qk::QP to_qp(const QParams& p) {
+qk::QP to_qp(const QParams& p) {
   return {p.scale, 1.0f / p.scale, static_cast<float>(p.zero_point), static_cast<float>(p.qmin),
           static_cast<float>(p.qmax)};
 }
@@ -34,7 +34,7 @@ Tensor dequantize_act(const QAct& a) {
   const Tensor& d = a.data;
   Tensor out = empty(d.shape(), {.dtype = DType::fp32});
   const int64_t n = d.numel();
-  const cpu::qk::Kernels& k = cpu::qk::kernels();
+  const qk::Kernels& k = qk::kernels();
   k.dequantize_u8(out.data<float>(), d.data<uint8_t>(), n, a.q.scale,
                   static_cast<float>(a.q.zero_point));
   if (d.dim() == 4) return out.permute({0, 3, 1, 2}).contiguous();
@@ -100,12 +100,12 @@ QAct Int8Quantize::forward(const QAct& in) {
   out.q = q_;
   out.data = empty(x.dim() == 4 ? Shape{x.size(0), x.size(2), x.size(3), x.size(1)} : x.shape(),
                    {.dtype = DType::uint8});
-  const cpu::qk::Kernels& k = cpu::qk::kernels();
-  const cpu::qk::QP qp = to_qp(q_);
+  const qk::Kernels& k = qk::kernels();
+  const qk::QP qp = to_qp(q_);
   const float* src = xc.data<float>();
   uint8_t* dst = out.data.data<uint8_t>();
   const int64_t n = xc.numel();
-  cpu::parallel_for(
+  host_parallel_for(
       n, n, [&](int64_t lo, int64_t hi) { k.quantize_u8(dst + lo, src + lo, hi - lo, qp); });
   return out;
 }
@@ -133,8 +133,8 @@ QAct Int8MaxPool2d::forward(const QAct& in) {
   const uint8_t* src = x.data<uint8_t>();
   uint8_t* dst = out.data.data<uint8_t>();
   const bool fast = k_ == 2 && s_ == 2 && p_ == 0;
-  const cpu::qk::Kernels& kk = cpu::qk::kernels();
-  cpu::parallel_for(N, x.numel(), [&](int64_t lo, int64_t hi) {
+  const qk::Kernels& kk = qk::kernels();
+  host_parallel_for(N, x.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const uint8_t* xs = src + n * H * W * C;
       uint8_t* ys = dst + n * OH * OW * C;
@@ -188,7 +188,7 @@ QAct Int8Flatten::forward(const QAct& in) {
   out.data = empty(Shape{N, C * HW}, {.dtype = DType::uint8});
   const uint8_t* src = xc.data<uint8_t>();
   uint8_t* dst = out.data.data<uint8_t>();
-  cpu::parallel_for(N, xc.numel(), [&](int64_t lo, int64_t hi) {
+  host_parallel_for(N, xc.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const uint8_t* s = src + n * HW * C;
       uint8_t* d = dst + n * HW * C;

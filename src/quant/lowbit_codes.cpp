@@ -5,8 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "backend/cpu/lowbit_codes_kernel.h"
 #include "mixp/backend/backend.h"
+#include "mixp/backend/quant_kernels.h"
 #include "mixp/quant/lowbit.h"
 #include "mixp/tensor/factories.h"
 #include "ops/dispatch.h"
@@ -96,7 +96,7 @@ LowBitCodesSpec weight_codes_spec(LowBitScheme scheme) {
 
 void lowbit_weight_codes_raw(const float* w, int64_t O, int64_t K, LowBitScheme scheme,
                              float* codes, float* scales, uint8_t* mask) {
-  cpu::lowbit_codes_loop(weight_codes_spec(scheme), w, O, K, codes, scales, mask);
+  qk::lowbit_codes(weight_codes_spec(scheme), w, O, K, codes, scales, mask);
 }
 
 namespace {

@@ -17,7 +17,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
+#include "mixp/backend/host_parallel.h"
 #include "mixp/backend/lowbit_gemm.h"
 #include "mixp/quant/lowbit_qat.h"
 #include "mixp/tensor/factories.h"
@@ -194,7 +194,7 @@ BitMap max_pool(const BitMap& x, const PackedStep& s) {
   auto* dst = reinterpret_cast<uint64_t*>(y.words.data_ptr());
   if (k == 2 && st == 2 && p == 0) {
     // The common 2 x 2 window: four rows of words ANDed, without the general bounds.
-    cpu::parallel_for(x.N * y.H, x.N * y.H * y.W * CW * 4, [&](int64_t lo, int64_t hi) {
+    host_parallel_for(x.N * y.H, x.N * y.H * y.W * CW * 4, [&](int64_t lo, int64_t hi) {
       for (int64_t nh = lo; nh < hi; ++nh) {
         const int64_t n = nh / y.H, oh = nh % y.H;
         const uint64_t* r0 = src + (n * x.H + 2 * oh) * x.W * CW;
@@ -210,7 +210,7 @@ BitMap max_pool(const BitMap& x, const PackedStep& s) {
     });
     return y;
   }
-  cpu::parallel_for(x.N * y.H, x.N * y.H * y.W * CW * k * k, [&](int64_t lo, int64_t hi) {
+  host_parallel_for(x.N * y.H, x.N * y.H * y.W * CW * k * k, [&](int64_t lo, int64_t hi) {
     for (int64_t nh = lo; nh < hi; ++nh) {
       const int64_t n = nh / y.H, oh = nh % y.H;
       for (int64_t ow = 0; ow < y.W; ++ow) {
@@ -235,7 +235,7 @@ BitMap max_pool(const BitMap& x, const PackedStep& s) {
 void linear_rows(const BitMap& x, uint64_t* rows, int64_t words) {
   const int64_t P = x.H * x.W, C = x.C, CW = x.CW;
   const uint64_t* src = x.data();
-  cpu::parallel_for(x.N, x.N * P * CW, [&](int64_t lo, int64_t hi) {
+  host_parallel_for(x.N, x.N * P * CW, [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       uint64_t* r = rows + n * words;
       const uint64_t* in = src + n * P * CW;

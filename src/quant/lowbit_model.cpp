@@ -12,8 +12,8 @@
 #include <optional>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/backend/host_parallel.h"
 #include "mixp/nn/flatten.h"
 #include "mixp/nn/max_pool2d.h"
 #include "mixp/nn/sequential.h"
@@ -159,7 +159,7 @@ struct LayerRun {
     if (binary()) {
       Tensor at = empty(Shape{M, rt.words}, {.dtype = DType::int64});
       auto* a = reinterpret_cast<uint64_t*>(at.data_ptr());
-      cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
+      host_parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
         for (int64_t m = lo; m < hi; ++m) fill(m, a + m * rt.words, nullptr);
       });
       if (sign_out) {
@@ -172,7 +172,7 @@ struct LayerRun {
     } else {
       Tensor at = empty(Shape{M, K}, {.dtype = DType::uint8});
       uint8_t* a = at.data<uint8_t>();
-      cpu::parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
+      host_parallel_for(M, M * K, [&](int64_t lo, int64_t hi) {
         for (int64_t m = lo; m < hi; ++m) fill(m, nullptr, a + m * K);
       });
       if (rt.lowb && !src_signed()) {
@@ -243,7 +243,7 @@ struct LayerRun {
     Tensor src = empty(Shape{N, HP, WP, C}, {.dtype = DType::uint8});
     const float* xp = x.data<float>();
     uint8_t* sp = src.data<uint8_t>();
-    cpu::parallel_for(N * HP, N * HP * WP * C, [&](int64_t lo, int64_t hi) {
+    host_parallel_for(N * HP, N * HP * WP * C, [&](int64_t lo, int64_t hi) {
       for (int64_t nh = lo; nh < hi; ++nh) {
         const int64_t n = nh / HP, h = nh % HP - P;
         uint8_t* row = sp + nh * WP * C;
@@ -289,7 +289,7 @@ struct LayerRun {
     Tensor img = empty(Shape{N * C * HP * WPS}, {.dtype = DType::uint8});
     uint8_t* ip = img.data<uint8_t>();
     const float* xp = x.data<float>();
-    cpu::parallel_for(N * C, N * C * HP * WPS, [&](int64_t lo, int64_t hi) {
+    host_parallel_for(N * C, N * C * HP * WPS, [&](int64_t lo, int64_t hi) {
       for (int64_t nc = lo; nc < hi; ++nc) {
         uint8_t* plane = ip + nc * HP * WPS;
         std::memset(plane, fill, static_cast<size_t>(HP * WPS));
@@ -373,7 +373,7 @@ struct LayerRun {
       own = zeros(Shape{N * H * W * CW}, {.dtype = DType::int64});
       auto* sg = reinterpret_cast<uint64_t*>(own.data_ptr());
       const float* xp = x->data<float>();
-      cpu::parallel_for(N * H, N * C * H * W, [&](int64_t lo, int64_t hi) {
+      host_parallel_for(N * H, N * C * H * W, [&](int64_t lo, int64_t hi) {
         for (int64_t nh = lo; nh < hi; ++nh) {
           const int64_t n = nh / H, h = nh % H;
           for (int64_t c = 0; c < C; ++c) {
@@ -493,7 +493,7 @@ struct LayerRun {
       if (any) {
         const int64_t O = s.out;
         int32_t* ap = acc.data<int32_t>();
-        cpu::parallel_for(M, M * O, [&](int64_t lo, int64_t hi) {
+        host_parallel_for(M, M * O, [&](int64_t lo, int64_t hi) {
           for (int64_t m = lo; m < hi; ++m) {
             const int32_t* c = corr[static_cast<size_t>(m % (OH * OW))];
             if (c == nullptr) continue;

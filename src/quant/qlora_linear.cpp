@@ -6,10 +6,10 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/qkernels.h"
 #include "mixp/backend/backend.h"
 #include "mixp/backend/gemm.h"
+#include "mixp/backend/host_parallel.h"
+#include "mixp/backend/quant_kernels.h"
 #include "mixp/format/convert.h"
 #include "mixp/quant/qlora.h"
 #include "mixp/quant/weight_only.h"
@@ -48,20 +48,20 @@ struct Frozen4bit {
     std::array<float, 16> lut;
     for (uint32_t k = 0; k < 16; ++k) lut[k] = block4_code_value(kind, k);
     const bool high = kind == Block4::nf4;
-    const cpu::qk::Kernels& k = cpu::qk::kernels();
+    const qk::Kernels& k = qk::kernels();
     Tensor w = empty(Shape{out, in}, {.dtype = dt, .device = Device::cpu()});
     const uint8_t* data = c.data<uint8_t>();
     const int64_t blocks = (n + kBlock - 1) / kBlock;
     if (dt == DType::fp32) {
       float* y = w.data<float>();
-      cpu::parallel_for(blocks, n, [&](int64_t b0, int64_t b1) {
+      host_parallel_for(blocks, n, [&](int64_t b0, int64_t b1) {
         const int64_t lo = b0 * kBlock, hi = std::min(n, b1 * kBlock);
         k.dequant4(y + lo, data, scales.data(), lo, hi, kBlock, lut.data(), high);
       });
     } else {
       auto* y = static_cast<uint16_t*>(w.data_ptr());
       constexpr int64_t kChunk = 64 * kBlock;
-      cpu::parallel_for(blocks, n, [&](int64_t b0, int64_t b1) {
+      host_parallel_for(blocks, n, [&](int64_t b0, int64_t b1) {
         std::array<float, kChunk> buf;
         for (int64_t lo = b0 * kBlock, end = std::min(n, b1 * kBlock); lo < end; lo += kChunk) {
           const int64_t hi = std::min(end, lo + kChunk);
@@ -172,8 +172,7 @@ void quantize_linear_4bit(nn::Linear& layer, Block4 kind) {
   impl->strides = codes.strides();
   impl->dtype = DType::uint8;
   impl->requires_grad = false;
-  impl->grad.reset();
-  impl->shadow = {};
+  impl->grad.reset();  // (amp's weight shadow of the fp32 values is stale now: keyed by storage)
   Frozen4bit st{kind, out, in, wref, Tensor(), Tensor(), Tensor(), layer.bias()};
   st.absmax =
       layer.register_buffer("weight_absmax", dev.kind == DeviceKind::cpu ? absmax : absmax.to(dev));

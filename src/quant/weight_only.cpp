@@ -8,9 +8,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_parallel.h"
-#include "backend/cpu/qkernels.h"
 #include "mixp/backend/gemm.h"
+#include "mixp/backend/host_parallel.h"
+#include "mixp/backend/quant_kernels.h"
 #include "mixp/format/block_int8.h"
 #include "mixp/io/quantized_safetensors.h"
 #include "mixp/nn/sequential.h"
@@ -136,13 +136,13 @@ Tensor WeightOnlyLinear::dequantized_weight() const {
   Tensor w = empty(Shape{out_, in_}, {.dtype = DType::fp32});
   float lut[16];
   for (uint32_t c = 0; c < 16; ++c) lut[c] = block4_code_value(opt_.kind, c);
-  const cpu::qk::Kernels& k = cpu::qk::kernels();
+  const qk::Kernels& k = qk::kernels();
   const int64_t n = w.numel(), block = opt_.block_size;
   float* y = w.data<float>();
   const bool high = opt_.kind == Block4::nf4;
   // Chunks aligned to blocks so that every thread starts on an even index.
   const int64_t blocks = (n + block - 1) / block;
-  cpu::parallel_for(blocks, n, [&](int64_t b0, int64_t b1) {
+  host_parallel_for(blocks, n, [&](int64_t b0, int64_t b1) {
     const int64_t lo = b0 * block, hi = std::min(n, b1 * block);
     k.dequant4(y + lo, data_.data(), scales_.data(), lo, hi, block, lut, high);
   });

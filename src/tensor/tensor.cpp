@@ -52,25 +52,6 @@ Storage::~Storage() {
   if (owned && data) allocator->deallocate({data, block_size}, nbytes);
 }
 
-namespace {
-std::atomic<bool> g_weight_shadows{true};
-}  // namespace
-
-void set_weight_shadows(bool on) {
-  g_weight_shadows.store(on, std::memory_order_relaxed);
-}
-bool weight_shadows_enabled() {
-  return g_weight_shadows.load(std::memory_order_relaxed);
-}
-
-bool shadow_is_current(const TensorImpl& w) {
-  const WeightShadow& sh = w.shadow;
-  return sh.storage != nullptr &&
-         sh.version == w.storage->version.load(std::memory_order_relaxed) &&
-         sh.storage->nbytes ==
-             static_cast<size_t>(w.shape.numel()) * traits(sh.dtype).storage_bytes;
-}
-
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& opts) {
   for (int64_t d : shape) {
     if (d < 0)

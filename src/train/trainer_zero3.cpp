@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mixp/amp/weight_shadow.h"
 #include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/format/convert.h"
@@ -19,7 +20,7 @@ namespace {
 
 constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
 // A rounded copy's version is the master's plus this: never the master's own, so that a weight
-// shadow made from one is not taken for the other (tensor.h, WeightShadow).
+// shadow made from one is not taken for the other (amp/weight_shadow.h).
 constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
 
 // A Storage's bytes given back to its allocator, the Storage kept (its size, version and
@@ -194,26 +195,25 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backwa
         }
       };
       const bool same = p.generation == generation_ && !exact;
-      if (backward && same && p.shadow.storage &&
-          (wd == p.shadow.dtype || wd == DType::fp32)) {
+      if (backward && same && p.shadow.defined() &&
+          (wd == p.shadow.dtype() || wd == DType::fp32)) {
         // The gather before the unit's backward: the forward's autocast copy is what its
         // backward reads (the GEMMs saved it, linalg_ops.cpp keep_w), not the fp32 values, so
         // only the copy gets bytes, straight from the wire (the same bits: the wire's 16-bit
         // values are the copy's, or the fp32 values rounded as autocast rounds them). The
         // parameter's own Storage (the owner's rounded copy) stays empty until the next
         // forward: a unit's backward holds 2 bytes a GEMM weight value, not 4 + 2.
-        alloc_bytes(*p.shadow.storage);
-        if (wd == p.shadow.dtype) {
-          std::memcpy(p.shadow.storage->data, src, p.shadow.storage->nbytes);
+        Storage& sh = *p.shadow.impl()->storage;
+        alloc_bytes(sh);
+        if (wd == p.shadow.dtype()) {
+          std::memcpy(sh.data, src, sh.nbytes);
         } else {
-          convert_f32_to(p.shadow.dtype,
-                         std::span<const float>(reinterpret_cast<const float*>(src), n),
-                         p.shadow.storage->data,
+          convert_f32_to(p.shadow.dtype(),
+                         std::span<const float>(reinterpret_cast<const float*>(src), n), sh.data,
                          {.round = kShadowRound, .overflow = kShadowOverflow});
         }
         if (r == me) p.master = std::exchange(ti->storage, p.rounded);  // released as usual
-        p.shadow.version = ti->storage->version.load();
-        ti->shadow = p.shadow;
+        amp::weight_shadows().attach(p.t, p.shadow);  // current at the storage's version now
         continue;
       }
       if (r == me) {
@@ -238,41 +238,42 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backwa
         if (p.generation != generation_) st.version.fetch_add(1);
       }
       p.generation = generation_;
-      if (!same) p.shadow = WeightShadow{};  // new values: autocast casts them afresh
+      if (!same) p.shadow = Tensor();  // new values: autocast casts them afresh
       restore_shadow(p);
     }
   }
 }
 
 void Zero3::restore_shadow(Param& p) {
-  if (!p.shadow.storage) return;
+  if (!p.shadow.defined()) return;
   TensorImpl* ti = p.t.impl();
   // The same bits autocast made from these values in the forward (its rounding is
-  // kShadowRound/kShadowOverflow, tensor.h), into the Storage autograd saved.
-  alloc_bytes(*p.shadow.storage);
-  convert_f32_to(p.shadow.dtype,
+  // kShadowRound/kShadowOverflow, backend.h), into the Storage autograd saved.
+  Storage& sh = *p.shadow.impl()->storage;
+  alloc_bytes(sh);
+  convert_f32_to(p.shadow.dtype(),
                  std::span<const float>(static_cast<const float*>(ti->storage->data),
                                         size_t(p.t.numel())),
-                 p.shadow.storage->data, {.round = kShadowRound, .overflow = kShadowOverflow});
-  p.shadow.version = ti->storage->version.load();
-  ti->shadow = p.shadow;
+                 sh.data, {.round = kShadowRound, .overflow = kShadowOverflow});
+  amp::weight_shadows().attach(p.t, p.shadow);
 }
 
 void Zero3::release_param(Param& p) {
   TensorImpl* ti = p.t.impl();
   const bool mine = p.owner == dp_.rank();
   if (mine && !p.master) return;  // the owner's own values (fp32 wire): its shadow stays too
-  // Autocast's 16-bit copy of the gathered values (a weight shadow, tensor.h): autograd saved it
-  // for the unit's backward, so dropping the shadow alone would keep its bytes until then (a
+  // Autocast's 16-bit copy of the gathered values (a weight shadow, amp/weight_shadow.h):
+  // autograd saved it for the unit's backward, so dropping the shadow alone would keep its bytes until then (a
   // block's GEMM weights at 2 bytes a value, for every block between its forward and backward).
   // Its bytes are freed in place like the parameter's, and made again at the next gather of the
   // same values (restore_shadow).
-  if (ti->shadow.storage && ti->shadow.dtype != DType::fp32 && shadow_is_current(*ti) &&
-      ti->shadow.storage->owned && ti->shadow.storage->allocator) {
-    p.shadow = ti->shadow;
-    free_bytes(*p.shadow.storage);
+  if (Tensor sh = amp::weight_shadows().current(p.t);
+      sh.defined() && sh.dtype() != DType::fp32 && sh.impl()->storage->owned &&
+      sh.impl()->storage->allocator) {
+    p.shadow = sh;
+    free_bytes(*sh.impl()->storage);
   }
-  ti->shadow = WeightShadow{};
+  amp::weight_shadows().drop(ti);
   if (mine) {
     ti->storage = std::move(p.master);
     p.master.reset();

@@ -79,7 +79,7 @@ class Zero3 {
     // Autocast's 16-bit copy of the gathered values (the weight shadow the forward made and
     // autograd saved for the backward), its bytes freed in place between the unit's forward and
     // backward and made again from the re-gathered values; dropped when the values change.
-    WeightShadow shadow;
+    Tensor shadow;
     uint64_t generation = 0;  // generation_ at its last gather
   };
   struct Unit {

@@ -1,4 +1,4 @@
-// Weight shadows (autocast.h, tensor.h WeightShadow): the optimizer rewrites the low-precision copy
+// Weight shadows (autocast.h, amp's cache weight_shadow.h): the optimizer rewrites the low-precision copy
 // of each fp32 weight in its update pass and the next autocast region uses it instead of casting.
 // Checked here: shadows are used from the second step on, hold exactly what a fresh cast gives, are
 // never used once the weight was written some other way, are not overwritten while someone else
@@ -81,6 +81,34 @@ TEST(WeightShadows, UsedFromTheSecondStepAndEqualToAFreshCast) {
   EXPECT_EQ(autocast_cache_stats().shadow_hits, 9);
 }
 
+// The cache is amp's (Tensor carries no shadow): an entry is the weight's only while the weight
+// lives and keeps its storage, and is freed after (a model that is gone, or QLoRA swapping the
+// frozen weight's storage for its packed codes, src/quant/qlora_linear.cpp).
+TEST(WeightShadows, FreedWhenTheWeightIsGoneOrItsStorageSwapped) {
+  ShadowSwitch on(true);
+  weight_shadows().purge();
+  const size_t before = weight_shadows().size();
+  Tensor kept;
+  {
+    TinyMlp m;
+    optim::AdamW opt(m.params(), {.lr = 1e-2});
+    take_steps(m, opt, 1);
+    EXPECT_TRUE(weight_shadows().holds(m.w1));
+    EXPECT_EQ(weight_shadows().size(), before + 3);
+    kept = m.w2;
+  }
+  { Autocast ac(DType::bf16); }  // an outermost region frees the entries of dead weights
+  EXPECT_EQ(weight_shadows().size(), before + 1);
+  ASSERT_TRUE(weight_shadows().holds(kept));
+  const Tensor copy = kept.detach().clone();
+  kept.impl()->storage = copy.impl()->storage;  // the same values in another storage
+  EXPECT_FALSE(weight_shadows().lookup(kept, DType::bf16).defined());
+  weight_shadows().purge();
+  EXPECT_FALSE(weight_shadows().holds(kept));
+  EXPECT_EQ(weight_shadows().size(), before);
+  EXPECT_NE(optim::weight_shadow_hook(), nullptr);  // amp registered its cache with optim
+}
+
 TEST(WeightShadows, AStaleShadowIsNeverUsed) {
   ShadowSwitch on(true);
   TinyMlp m;
@@ -127,7 +155,7 @@ TEST(WeightShadows, OffMeansNeitherAttachedNorUsed) {
   reset_autocast_cache_stats();
   take_steps(m, opt, 2);
   EXPECT_EQ(autocast_cache_stats().shadow_hits, 0);
-  EXPECT_EQ(m.w1.impl()->shadow.storage, nullptr);
+  EXPECT_FALSE(weight_shadows().holds(m.w1));
 }
 
 struct RunResult {
@@ -233,7 +261,7 @@ TEST(WeightShadows, OffForOneRegion) {
     opt.zero_grad();
   }
   EXPECT_EQ(autocast_cache_stats().shadow_hits, 0);
-  for (const Tensor& w : m.params()) EXPECT_EQ(w.impl()->shadow.storage, nullptr);
+  for (const Tensor& w : m.params()) EXPECT_FALSE(weight_shadows().holds(w));
   // The same steps with shadows: the same losses and weights.
   TinyMlp ref;
   optim::AdamW ref_opt(ref.params(), {.lr = 1e-2});

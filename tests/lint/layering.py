@@ -63,15 +63,24 @@ SHARED_INTERNAL = {
     "tensor/backward_hook.h": {"autograd"},
     "backend/narrow.h": {"ops"},
     "backend/kernel_util.h": {"ops"},
-    "backend/cpu/cpu_parallel.h": {"quant"},
-    "backend/cpu/onednn_util.h": {"quant"},
-    "backend/cpu/qkernels.h": {"quant"},
-    "backend/cpu/lowbit_codes_kernel.h": {"quant"},
 }
+
+# A backend implementation's internals (src/backend/cpu/, cuda/, ref/) belong to the backend
+# module alone: other modules call the Backend interface or a narrow public header of
+# include/mixp/backend/ (host_parallel.h, quant_kernels.h, int8_primitive.h, lowbit_gemm.h)
+# that an implementation defines. No SHARED_INTERNAL entry may open them.
+BACKEND_IMPL = ("backend/cpu/", "backend/cuda/", "backend/ref/")
 
 # Back-imports that exist today, each to be removed (issue 12, "Layering holds"). file -> the
 # included header. Remove an entry together with the include.
 KNOWN = {}
+
+# Concepts a module's code must not name (comments aside), with who owns them instead. amp owns
+# precision: the weight shadows live in amp's cache (amp/weight_shadow.h), not on Tensor, and
+# the optimizer reaches them only through its hook (optim/weight_shadow_hook.h).
+FORBIDDEN_NAMES = {
+    "tensor": (re.compile(r"shadow", re.I), "weight shadows belong to amp (amp/weight_shadow.h)"),
+}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -101,6 +110,10 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     root = os.path.abspath(root)
     errors, seen_known = [], set()
+    for inc, who in SHARED_INTERNAL.items():
+        if inc.startswith(BACKEND_IMPL):
+            errors.append(f"tests/lint/layering.py: SHARED_INTERNAL opens {inc} to {who}; a "
+                          "backend implementation's internals stay in backend")
     for top in ("include/mixp", "src"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for fn in sorted(files):
@@ -117,6 +130,10 @@ def main():
                 allowed = closure(m)
                 with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
                     for n, line in enumerate(f, 1):
+                        if m in FORBIDDEN_NAMES:
+                            pattern, owner = FORBIDDEN_NAMES[m]
+                            if pattern.search(line.split("//")[0]):
+                                errors.append(f"{rel}:{n}: names '{pattern.pattern}': {owner}")
                         g = INCLUDE.match(line)
                         if not g:
                             continue
@@ -132,6 +149,11 @@ def main():
                             target = parts[0]
                             if len(parts) == 1 or target == m:
                                 continue  # a header of the same folder / module
+                            if m != "backend" and inc.startswith(BACKEND_IMPL):
+                                errors.append(f"{rel}:{n}: includes {inc}, an internal header of "
+                                              "a backend implementation (only backend may; call "
+                                              "the Backend or a header of include/mixp/backend/)")
+                                continue
                             who = SHARED_INTERNAL.get(inc)
                             ok = who == "*" or (who is not None and m in who)
                         if ok:

@@ -32,7 +32,7 @@
 //    re-converted. Do not step the optimizer inside a region (the copies would be stale).
 //    A copy made under NoGradGuard has no history; a later use with grad mode on re-converts.
 //  - Weight shadows (on by default; set_weight_shadows): the copy made for a weight stays attached
-//    to it after the region (WeightShadow, tensor.h). An optimizer step rewrites it from the new
+//    to it after the region (amp's cache, weight_shadow.h). An optimizer step rewrites it from the new
 //    weight in the same pass (bit for bit the cast), and the next region takes it instead of
 //    converting again. A shadow is used only while the weight's version counter is unchanged since
 //    it was written, so any other write (copy_, load_state_dict, ...) makes the next region cast
@@ -47,15 +47,17 @@
 #include <cstdint>
 
 #include "mixp/amp/cast_policy.h"
+#include "mixp/amp/weight_shadow.h"
 #include "mixp/format/dtype.h"
 #include "mixp/format/rounding.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::amp {
 
-// How autocast rounds its casts (and how optimizers write weight shadows, bit for bit the same).
-inline constexpr Round kAutocastRound = kShadowRound;
-inline constexpr Overflow kAutocastOverflow = kShadowOverflow;
+// How autocast rounds its casts; optimizers write weight shadows by the same rule (backend.h
+// kShadowRound, checked equal in src/amp/weight_shadow.cpp), so both give the same bits.
+inline constexpr Round kAutocastRound = Round::nearest_even;
+inline constexpr Overflow kAutocastOverflow = Overflow::ieee;
 
 struct AutocastOptions {
   DType dtype = DType::bf16;  // bf16 or fp16
@@ -119,9 +121,7 @@ void reset_autocast_cache_stats();
 // and optimizers drop the ones they meet instead of updating them (their memory is freed then).
 // Results are the same either way (bit for bit); off trades the memory of the low-precision weight
 // copies between steps for one conversion of every weight per region.
-// (The switch lives beside the shadow in mixp/tensor/tensor.h: mixp::set_weight_shadows.)
-using mixp::set_weight_shadows;
-using mixp::weight_shadows_enabled;
+// (set_weight_shadows and weight_shadows_enabled are declared with the cache, weight_shadow.h.)
 // Drops this thread's cached copies now (torch.clear_autocast_cache); the guard does it on exit.
 void clear_autocast_cache();
 

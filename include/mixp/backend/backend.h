@@ -82,6 +82,11 @@ struct UpdateRule {
   bool sgd_weight_decay = false;
 };
 
+// How ParamUpdate::shadow is rounded from the new fp32 values: exactly as autocast casts
+// (amp::kAutocastRound, amp/autocast.h), so a rewritten weight shadow is a fresh cast bit for bit.
+inline constexpr Round kShadowRound = Round::nearest_even;
+inline constexpr Overflow kShadowOverflow = Overflow::ieee;
+
 // One parameter's optimizer step (optim/optimizer.h describes the precision choices).
 struct ParamUpdate {
   // chunked == false: `values` (fp32 or fp64, contiguous: the parameter or its master) and the

@@ -6,3 +6,4 @@
 #include "mixp/optim/optimizer.h"
 #include "mixp/optim/sgd.h"
 #include "mixp/optim/step_reductions.h"
+#include "mixp/optim/weight_shadow_hook.h"

@@ -36,10 +36,11 @@
 // The element rules only ever see fp32/fp64 values; the storage formats are the kernel's.
 //
 // Versions and weight shadows. Every step that writes a parameter bumps its version counter
-// (tensor.h). An fp32 parameter with a current autocast weight shadow (tensor.h, docs/amp.md) gets
-// the shadow rewritten in the same pass, chunk by chunk, rounded exactly as autocast casts, so the
-// next forward uses it without converting; a shadow that is stale, held elsewhere or unwanted
-// (amp::set_weight_shadows(false)) is dropped instead. Skipped steps touch neither.
+// (tensor.h). An fp32 parameter with a current autocast weight shadow (amp's cache, reached
+// through optim/weight_shadow_hook.h; docs/amp.md) gets the shadow rewritten in the same pass,
+// chunk by chunk, rounded exactly as autocast casts, so the next forward uses it without
+// converting; a shadow that is stale, held elsewhere or unwanted (amp::set_weight_shadows(false))
+// is dropped instead. Skipped steps touch neither.
 //
 // State dict. tensors: "<param>.<slot>" for each state slot (e.g. "fc1.weight.exp_avg") and
 // "<param>.master" for master copies, "<param>.kahan" for compensation buffers; scalars: "step"

@@ -34,8 +34,8 @@ class CachingAllocator;
 // (zero_, fill_, copy_, add_, mul_, set_at, the optimizers' parameter updates, checkpoint and
 // state-dict loading) bumps it, and it lives here so that all views of the storage share it.
 // Writes through raw pointers (data<T>(), data_ptr()) cannot be seen: code that writes a tensor's
-// values that way must call Tensor::bump_version() afterwards. What relies on it: autocast's weight
-// shadows (WeightShadow below) are used only while the version they were made at is current.
+// values that way must call Tensor::bump_version() afterwards. What relies on it: amp's weight
+// shadows (amp/weight_shadow.h) are used only while the version they were made at is current.
 //
 // `device` says which backend may compute on the bytes (backend_for, backend/backend.h) and
 // `allocator` which allocator owns them (null for memory the caller owns, from_blob).
@@ -54,19 +54,6 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
 };
 
-// A low-precision copy of a weight kept between steps (docs/amp.md, "Weight shadows"): autocast
-// makes it when it casts an fp32 leaf, the optimizer rewrites it in the same pass that updates the
-// weight (while each chunk is in L1), and the next autocast region uses it instead of casting the
-// weight again. It is valid only while `version` equals the owner's Storage::version and only for
-// its own dtype; anything else (a write through copy_, a load, a skipped shadow update) leaves it
-// stale and autocast casts afresh. The bytes are the contiguous row-major copy of the owner,
-// exactly what Tensor::to(dtype, Round::nearest_even, Overflow::ieee) would give.
-struct WeightShadow {
-  std::shared_ptr<Storage> storage;  // null: none
-  DType dtype = DType::fp32;
-  uint64_t version = 0;  // the owner's Storage::version these bytes were made from
-};
-
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
@@ -80,21 +67,7 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;         // null for leaves
   std::shared_ptr<TensorImpl> grad;      // accumulated gradient (leaves)
   std::weak_ptr<Node> grad_accumulator;  // cached AccumulateGrad node of a leaf
-  WeightShadow shadow;                   // autocast/optimizer only (fp32 leaves)
 };
-
-// Whether w.shadow holds w's current values (its version is the storage's, its size is w's).
-bool shadow_is_current(const TensorImpl& w);
-
-// How a shadow's bytes are rounded from the fp32 weight: autocast's casts and the optimizer's
-// rewrites use these, so both give the same bits (amp::kAutocastRound is this rule).
-inline constexpr Round kShadowRound = Round::nearest_even;
-inline constexpr Overflow kShadowOverflow = Overflow::ieee;
-// Weight shadows on (default) or off, process-wide (amp::set_weight_shadows documents the
-// trade-off). Kept here, beside the shadow itself, so that the optimizer that rewrites shadows
-// and the autocast that makes them both see it without one module reaching into the other.
-void set_weight_shadows(bool on);
-bool weight_shadows_enabled();
 
 struct TensorOptions {
   DType dtype = DType::fp32;

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "backend/cpu/cpu_parallel.h"
+#include "mixp/backend/quant_kernels.h"
 
 namespace mixp::cpu {
 
@@ -114,3 +115,13 @@ void lowbit_codes_backward_loop(float* d, const float* g, const uint8_t* m, cons
 }
 
 }  // namespace mixp::cpu
+
+namespace mixp::qk {
+
+// The quant packer's entry (mixp/backend/quant_kernels.h): the same loop as the backends'.
+void lowbit_codes(const LowBitCodesSpec& spec, const float* src, int64_t O, int64_t K,
+                  float* codes, float* scales, uint8_t* mask) {
+  cpu::lowbit_codes_loop(spec, src, O, K, codes, scales, mask);
+}
+
+}  // namespace mixp::qk
