@@ -263,8 +263,9 @@ void Zero3::release_param(Param& p) {
   const bool mine = p.owner == dp_.rank();
   if (mine && !p.master) return;  // the owner's own values (fp32 wire): its shadow stays too
   // Autocast's 16-bit copy of the gathered values (a weight shadow, amp/weight_shadow.h):
-  // autograd saved it for the unit's backward, so dropping the shadow alone would keep its bytes until then (a
-  // block's GEMM weights at 2 bytes a value, for every block between its forward and backward).
+  // autograd saved it for the unit's backward, so dropping the shadow alone would keep its bytes
+  // until then (a block's GEMM weights at 2 bytes a value, for every block between its forward
+  // and backward).
   // Its bytes are freed in place like the parameter's, and made again at the next gather of the
   // same values (restore_shadow).
   if (Tensor sh = amp::weight_shadows().current(p.t);
