@@ -186,7 +186,7 @@ std::shared_ptr<Llama> read_llama_hf(const fs::path& dir) {
   return model;
 }
 
-void write_llama_hf(const Llama& model, const fs::path& dir, const LlamaHfWriteOptions& opt) {
+int write_llama_hf(const Llama& model, const fs::path& dir, const LlamaHfWriteOptions& opt) {
   const LlamaConfig& c = model.config();
   const std::string type = opt.model_type.empty() ? (c.qkv_bias ? "qwen2" : "llama") : opt.model_type;
   if (type != "llama" && type != "mistral" && type != "qwen2")
@@ -216,8 +216,10 @@ void write_llama_hf(const Llama& model, const fs::path& dir, const LlamaHfWriteO
     total += bytes;
   }
   write_directory_atomic(dir, [&](const fs::path& staging) {
+    LlamaConfig written = c;
+    if (opt.max_position_embeddings > 0) written.context = opt.max_position_embeddings;
     write_text_atomic(staging / "config.json",
-                      detail::llama_hf_config_json(c, type, opt.dtype).dump(2) + "\n");
+                      detail::llama_hf_config_json(written, type, opt.dtype).dump(2) + "\n");
     const size_t n = shards.size();
     json weight_map = json::object();
     for (size_t i = 0; i < n; ++i) {
@@ -238,6 +240,7 @@ void write_llama_hf(const Llama& model, const fs::path& dir, const LlamaHfWriteO
       write_text_atomic(staging / kIndex, idx.dump(2) + "\n");
     }
   });
+  return static_cast<int>(shards.size());
 }
 
 }  // namespace mixp::nn

@@ -169,6 +169,21 @@ std::string evaluated_model(const RunRecord& r) {
   return j["evaluated_model"].get<std::string>();
 }
 
+std::string trainable_text(const RunRecord& r) {
+  if (r.extra_json.empty()) return "";
+  const auto j = nlohmann::json::parse(r.extra_json, nullptr, false);
+  if (!j.is_object() || !j.contains("trainable_parameters") ||
+      !j["trainable_parameters"].is_number())
+    return "";
+  const double t = j["trainable_parameters"].get<double>();
+  const double all = j.contains("parameters") && j["parameters"].is_number()
+                         ? j["parameters"].get<double>()
+                         : 0;
+  if (all <= 0) return format_count(int64_t(t));
+  return fmt::format("{} of {} ({:.2g}%)", format_count(int64_t(t)), format_count(int64_t(all)),
+                     100.0 * t / all);
+}
+
 std::vector<std::string> precision_notes(const PreparedStudy& p) {
   std::vector<std::string> notes;
   std::vector<std::string> fp8, block;

@@ -56,5 +56,8 @@ std::vector<std::string> precision_notes(const PreparedStudy& p);
 // The model whose test accuracy a run reports when it is not the trained one (results.json's
 // `evaluated_model`, e.g. "int8 model converted after training"), or "".
 std::string evaluated_model(const RunRecord& r);
+// A LoRA run's trained values and all of the model's (results.json's `trainable_parameters` and
+// `parameters`, train/trainer.cpp): "4.9M of 139M (3.5%)"; "" for a run that trains everything.
+std::string trainable_text(const RunRecord& r);
 
 }  // namespace mixp::study::detail

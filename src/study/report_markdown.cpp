@@ -126,6 +126,17 @@ std::string render_report_markdown(const PreparedStudy& p) {
         r.skipped_steps, r.num_seeds);
   }
 
+  // LoRA studies (--lora): what each run trained, next to the peak memory above.
+  std::string lora;
+  for (const RunRecord& r : s.runs) {
+    const std::string t = trainable_text(r);
+    if (!t.empty()) lora += fmt::format("| {} | {} |\n", md_escape(r.precision), t);
+  }
+  if (!lora.empty()) {
+    o += "\nLoRA adapters: trainable parameters (gradients and optimizer state for these only; "
+         "the base is frozen):\n\n| Precision | Trainable parameters |\n|---|---|\n" + lora;
+  }
+
   o += "\n## Notes\n\n";
   o += "- " + std::string(kCriteriaSource) + "\n";
   for (const std::string& n : speed_notes(p)) o += "- " + md_escape(n) + "\n";

@@ -80,6 +80,11 @@ std::string format_study_table(const StudyResults& in) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"precision", lm ? "val loss" : "accuracy %", "final loss", "ms/step", "speed-up",
                   "peak memory", "energy", "status"});
+  // LoRA studies: what each run trains (the adapters), next to its memory.
+  const bool lora = std::any_of(s.runs.begin(), s.runs.end(), [](const RunRecord& r) {
+    return !detail::trainable_text(r).empty();
+  });
+  if (lora) rows[0].insert(rows[0].begin() + 6, "trainable");
   for (size_t i = 0; i < s.runs.size(); ++i) {
     const RunRecord& r = s.runs[i];
     const Verdict& v = verdicts[i];
@@ -108,6 +113,10 @@ std::string format_study_table(const StudyResults& in) {
         energy_text(r),
         status(r),
     });
+    if (lora) {
+      const std::string t = detail::trainable_text(r);
+      rows.back().insert(rows.back().begin() + 6, t.empty() ? "all" : t);
+    }
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {

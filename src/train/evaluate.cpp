@@ -329,7 +329,11 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["test_accuracy"] = opt_number(r.test_accuracy);
     j["test_loss"] = opt_number(r.test_loss);
   }
-  for (const auto& [k, v] : r.extra_metrics) j[k] = finite_or_null(v);
+  for (const auto& [k, v] : r.extra_metrics) {
+    // Counts (trainable_parameters) as integers, like `parameters`.
+    if (k.ends_with("parameters") && std::isfinite(v)) j[k] = int64_t(v);
+    else j[k] = finite_or_null(v);
+  }
   j["final_loss"] = finite_or_null(r.final_loss);
   j["trained"] = r.trained;  // docs/train.md "When a run did not train"
   if (!r.trained) j["not_trained"] = r.not_trained;

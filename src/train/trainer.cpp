@@ -278,6 +278,13 @@ TrainResult Trainer::fit() {
   r.grad_accum = s.cfg.grad_accum;
   // All of them, frozen ones (LoRA's base) included; a 4-bit base (QLoRA) counts its values.
   r.parameters = quant::parameter_values(*s.model);
+  if (!s.cfg.lora.empty() || !s.cfg.lora_from.empty()) {
+    // A LoRA run's trained values (the adapters; PEFT's print_trainable_parameters), next to the
+    // total above: `trainable_parameters` in --json and in the study's report (docs/lora.md).
+    int64_t trainable = 0;
+    for (const Tensor& p : s.params) trainable += p.numel();
+    r.extra_metrics.emplace_back("trainable_parameters", double(trainable));
+  }
   r.seed = s.cfg.seed;
   r.losses = s.losses;
   if (s.dp) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "common/cli_runner.h"
 #include "mixp/nn/llama_hf.h"
@@ -85,6 +86,64 @@ TEST(LlamaCli, PlanKnowsThePresets) {
     ASSERT_EQ(r.exit_code, 0) << shape << ": " << r.err;
     EXPECT_EQ(r.json()["parameters"].get<int64_t>(), params) << shape;
   }
+}
+
+// The fine-tuning study (issue 31): `mixp compare --model llama --init-from DIR --data text.txt
+// --precisions bf16,fp8,qlora-nf4 --lora ...` tokenizes the text with DIR's tokenizer.model once,
+// runs every recipe with the adapters from the same weights, and reports each run's trainable
+// parameters next to its memory; a text without a tokenizer and QLoRA without --lora are exit 2.
+TEST(LlamaCli, CompareRunsTheFineTuningStudy) {
+  TempDir dir;
+  nn::LlamaConfig c;
+  c.vocab = 128;
+  c.context = 64;
+  c.width = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.mlp_width = 48;
+  Generator g(3);
+  const nn::Llama model(c, g);
+  nn::write_llama_hf(model, dir / "hf", {.dtype = DType::bf16, .max_shard_bytes = 1 << 30, .model_type = ""});
+  {
+    std::ofstream text(dir / "text.txt");
+    for (int i = 0; i < 300; ++i)
+      text << "line " << i << ": the quick brown fox jumps over the lazy dog " << i * 7 % 13 << "\n";
+  }
+  const auto tok = run_cli("tokenize " + q(dir / "text.txt") + " --train -o " +
+                           q(dir / "hf" / "tokenizer.model") +
+                           " --vocab-size 60 --model-type bpe --threads 1");
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  const std::string study = "compare --model llama --init-from " + q(dir / "hf") + " --data " +
+                            q(dir / "text.txt") + " --steps 3 --batch 2 --context 16 --threads 1 ";
+  const std::string lora = "--lora r=4,alpha=8,targets=q_proj,k_proj,v_proj,o_proj ";
+  const auto r = run_cli(study + lora + "--precisions bf16,fp8,qlora-nf4 --json --out " +
+                         q(dir / "study"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("tokenized"), std::string::npos) << r.err;
+  const auto runs = r.json()["runs"];
+  ASSERT_EQ(runs.size(), 3u);
+  // Per layer A [4, in] + B [out, 4] on q and o (32 -> 32) and on k and v (32 -> 16).
+  const int64_t adapters = 2 * (2 * 4 * (32 + 32) + 2 * 4 * (32 + 16));
+  for (const auto& run : runs) {
+    EXPECT_FALSE(run["diverged"].get<bool>()) << run["precision"];
+    EXPECT_TRUE(std::isfinite(run["val_loss"].get<double>())) << run["precision"];
+    EXPECT_EQ(run["trainable_parameters"].get<int64_t>(), adapters) << run["precision"];
+    EXPECT_GT(run["peak_memory_bytes"].get<int64_t>(), 0);
+  }
+  const std::string md = read_text(dir / "study" / "report.md");
+  EXPECT_NE(md.find("| qlora-nf4 | 1,792 of"), std::string::npos) << md;
+  const auto no_lora = run_cli(study + "--precisions bf16,qlora-nf4 --out " + q(dir / "s4"));
+  EXPECT_EQ(no_lora.exit_code, 2) << no_lora.err;
+  EXPECT_NE(no_lora.err.find("give --lora"), std::string::npos) << no_lora.err;
+  const auto bad_tok = run_cli(study + "--precisions bf16 --tokenizer " +
+                               q(dir / "nothere.model") + " --out " + q(dir / "s2"));
+  EXPECT_EQ(bad_tok.exit_code, 1) << bad_tok.err;  // a missing tokenizer file: while working
+  std::filesystem::remove(dir / "hf" / "tokenizer.model");
+  const auto no_tok = run_cli(study + "--precisions bf16 --out " + q(dir / "s3"));
+  EXPECT_EQ(no_tok.exit_code, 2) << no_tok.err;
+  EXPECT_NE(no_tok.err.find("has no tokenizer.model: give --tokenizer"), std::string::npos)
+      << no_tok.err;
 }
 
 }  // namespace

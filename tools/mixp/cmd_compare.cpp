@@ -2,7 +2,9 @@
 // runs mixp::study::run_study with a progress display, prints the summary table (or results.json
 // with --json) and where the report is. Printing only.
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,7 +14,10 @@
 #include "flag_range.h"
 #include "device_flag.h"
 #include "compare_progress.h"
+#include "mixp/data/token_file.h"
+#include "mixp/data/tokenizer.h"
 #include "mixp/dist/process_group.h"
+#include "mixp/nn/llama_presets.h"
 #include "mixp/nn/models.h"
 #include "mixp/study/report.h"
 #include "mixp/study/study_runner.h"
@@ -72,9 +77,54 @@ struct Flags {
   int64_t epochs = 0, steps = 0;
   bool json = false;
   std::string device = "cpu";
+  std::string tokenizer;  // llama: a SentencePiece model for a text --data
   CLI::App* sub = nullptr;
   bool given(const char* name) const { return sub->count(name) > 0; }
 };
+
+// A temporary token file, removed when the study is done.
+struct TempTokens {
+  std::filesystem::path path;
+  ~TempTokens() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove(path, ec);
+  }
+};
+
+// llama: a text --data becomes tokens of the checkpoint's own tokenizer (--tokenizer, or
+// tokenizer.model in the --init-from directory) once, before the runs, so that every precision
+// reads the same ids; a llama checkpoint given text without a tokenizer would read characters as
+// its token ids. Returns false when there is nothing to tokenize.
+bool tokenize_study_text(Flags& f, TempTokens& tmp) {
+  train::TrainConfig& c = f.sc.base;
+  std::error_code ec;
+  if (!nn::is_llama_model(c.model.name) || c.data.empty() || c.data == "synthetic" ||
+      data::is_token_file(c.data) || std::filesystem::path(c.data).extension() == ".bin") {
+    if (!f.tokenizer.empty())
+      throw UsageError("--tokenizer applies to a llama study on a text --data; " +
+                       (c.data.empty() ? std::string("no --data given") : c.data + " is not text"));
+    return false;
+  }
+  std::filesystem::path model = f.tokenizer;
+  if (model.empty() && !c.init_from.empty() &&
+      std::filesystem::exists(std::filesystem::path(c.init_from) / "tokenizer.model", ec))
+    model = std::filesystem::path(c.init_from) / "tokenizer.model";
+  if (model.empty()) {
+    if (c.init_from.empty()) return false;  // from scratch: characters are the vocabulary
+    throw UsageError(fmt::format(
+        "--data {} is text and {} has no tokenizer.model: give --tokenizer (a SentencePiece "
+        "model), or tokens from `mixp tokenize {} --tokenizer DIR -o tokens.bin`",
+        c.data, c.init_from, c.data));
+  }
+  const data::Tokenizer tok = data::Tokenizer::load(model);
+  tmp.path = std::filesystem::temp_directory_path() /
+             fmt::format("mixp-compare-{}-tokens.bin", ::getpid());
+  const data::TokenizeResult r = data::tokenize_corpus(tok, c.data, tmp.path);
+  std::cerr << fmt::format("tokenized {} with {}: {} tokens (vocabulary {})\n", c.data,
+                           tok.source(), r.tokens, r.vocab);
+  c.data = tmp.path.string();
+  return true;
+}
 
 void run(Flags& f) {
   ensure_passive_omp_wait();
@@ -115,14 +165,20 @@ void run(Flags& f) {
   try {
     study::check_precisions(sc.precisions, c.model.name);
     if (rank0) study::check_output_dir(sc.out_dir, sc.force);
-    train::TrainConfig probe = c;
-    probe.precision = sc.precisions.front();
-    (void)probe.resolved();
+    // Every precision's configuration (qlora-* needs --lora, a LoRA spec must parse).
+    for (const std::string& p : sc.precisions) {
+      train::TrainConfig probe = c;
+      probe.precision = p;
+      (void)probe.resolved();
+    }
   } catch (const train::ConfigError& e) {
     throw UsageError(e.what());
   } catch (const study::StudyError& e) {
     throw UsageError(e.what());
   }
+
+  TempTokens tokens;
+  tokenize_study_text(f, tokens);
 
   const bool live = stderr_is_tty() && rank0;
   CompareProgress progress(live);
@@ -184,6 +240,17 @@ RegisterCommand reg(40, [](CLI::App& app) {
   sub->add_option("--data", c.data,
                   "fashion-mnist (default for mlp/cnn), synthetic, a folder of IDX files, or for "
                   "gpt a text file or folder");
+  sub->add_option("--init-from", c.init_from,
+                  "every run starts from these weights: gpt2 (GPT-2 .bin/.safetensors) or llama "
+                  "(a Hugging Face directory, docs/llama.md): a fine-tuning study");
+  sub->add_option("--lora", c.lora,
+                  "every run fine-tunes LoRA adapters, base frozen (as mixp train --lora, "
+                  "docs/lora.md): r=16,alpha=32,targets=q_proj,v_proj; needed by qlora-nf4/"
+                  "qlora-int4; the report adds each run's trainable parameters");
+  sub->add_option("--tokenizer", f->tokenizer,
+                  "llama with a text --data: the SentencePiece tokenizer.model (or its folder) "
+                  "that turns it into tokens once for all runs (default: --init-from's "
+                  "tokenizer.model)");
   sub->add_option("--batch", c.batch, "samples per batch (default: mlp/cnn 128, gpt 16)");
   sub->add_option("--context", c.model.context,
                   "gpt/gpt2: tokens per sequence (default: gpt 128, gpt2 1024); a short context "
@@ -228,7 +295,11 @@ RegisterCommand reg(40, [](CLI::App& app) {
       "  mixp compare --precisions fp32,bf16,fp16,fp8 --steps 200 --inspect every=50\n"
       "  mixp compare --model gpt2 --steps 20 --batch 4 --context 64 --precisions fp32,bf16,"
       "bf16-pure,fp8\n"
-      "  mixp compare --device cuda --precisions fp32,tf32,bf16,fp8 --steps 200   # on a GPU\n");
+      "  mixp compare --device cuda --precisions fp32,tf32,bf16,fp8 --steps 200   # on a GPU\n"
+      "  mixp compare --model llama --init-from SmolLM-135M/ --data tokens.bin --precisions "
+      "bf16,fp8,qlora-nf4 \\\n"
+      "      --lora r=16,alpha=32,targets=q_proj,k_proj,v_proj,o_proj --steps 50 --batch 4 "
+      "--context 256   # fine-tuning recipes (docs/llama.md)\n");
   sub->callback([f] { run(*f); });
 });
 

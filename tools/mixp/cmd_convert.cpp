@@ -1,6 +1,9 @@
 // `mixp convert`: re-encode every floating tensor of a .safetensors file into one format. The
 // work is mixp::convert_safetensors (include/mixp/io/convert_safetensors.h); the file is written
-// atomically, so a failure leaves no output file (and an existing one unchanged).
+// atomically, so a failure leaves no output file (and an existing one unchanged). --layout moves
+// GPT-2 weights between layouts (nn/gpt2_weights.h) and exports a LLaMA-family checkpoint folder
+// to a Hugging Face directory (train/export_hf.h).
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,6 +15,9 @@
 #include "mixp/io/manifest.h"
 #include "mixp/io/safetensors.h"
 #include "mixp/nn/gpt2_weights.h"
+#include "mixp/nn/llama_presets.h"
+#include "mixp/train/checkpoint.h"
+#include "mixp/train/export_hf.h"
 #include "output.h"
 
 namespace mixp::cli {
@@ -19,6 +25,7 @@ namespace {
 
 struct ConvertArgs {
   std::string input, output, to, round = "nearest-even", layout, tile, scale_mode;
+  std::string shard_size, lora_from;  // --layout hf of a llama checkpoint folder
   int64_t heads = 0;
   uint64_t seed = 0;
   bool saturate = false, json = false, pow2_scales = false;
@@ -85,6 +92,83 @@ void run_layout(const ConvertArgs& a, bool round_given) {
             << c.layers << ", heads " << c.heads << "\nwrote " << a.output << " ("
             << nn::to_string(layout) << " layout, "
             << (dtype ? std::string(name(*dtype)) : std::string("dtypes kept")) << ")\n";
+}
+
+// The llama checkpoint folder `input` names (the folder, or its model.safetensors), or empty.
+std::filesystem::path llama_checkpoint(const std::string& input) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = input;
+  if (!fs::is_directory(dir, ec)) {
+    if (dir.filename() != train::kModelFile) return {};
+    dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+    if (!fs::exists(dir / train::kStateFile, ec)) return {};
+    try {
+      if (!nn::is_llama_model(train::read_checkpoint_config(dir).model.name)) return {};
+    } catch (const std::exception&) {
+      return {};  // not a checkpoint mixp can read: the GPT-2 file path reports the error
+    }
+  }
+  return dir;
+}
+
+// --layout hf of a LLaMA-family checkpoint folder: a Hugging Face directory (train/export_hf.h).
+void run_llama_export(const ConvertArgs& a, const std::filesystem::path& ck, bool round_given) {
+  if (a.layout != "hf") {
+    throw UsageError(fmt::format(
+        "{} is a checkpoint folder; a LLaMA-family checkpoint exports with --layout hf (a "
+        "Hugging Face directory), not --layout {}",
+        a.input, a.layout.empty() ? std::string("(none)") : a.layout));
+  }
+  if (a.block_given || a.saturate || round_given || !a.tile.empty() || a.pow2_scales ||
+      !a.scale_mode.empty() || a.heads != 0) {
+    throw UsageError(
+        "--layout hf of a llama checkpoint writes a Hugging Face directory; --block, --saturate, "
+        "--round, --tile, --pow2-scales, --scale-mode and --heads do not apply");
+  }
+  train::HfExportOptions opt;
+  try {
+    if (!a.to.empty()) opt.write.dtype = parse_dtype(a.to);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--to: ") + e.what());
+  }
+  const DType d = opt.write.dtype;
+  if (d != DType::fp32 && d != DType::bf16 && d != DType::fp16)
+    throw UsageError("with --layout hf, --to is the storage dtype: fp32, bf16 or fp16");
+  try {
+    if (!a.shard_size.empty()) opt.write.max_shard_bytes = train::parse_byte_size(a.shard_size);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--shard-size: ") + e.what());
+  }
+  opt.lora_from = a.lora_from;
+  const train::HfExportResult r = train::export_checkpoint_hf(ck, a.output, opt);
+  const nn::LlamaConfig& c = r.config;
+  if (a.json) {
+    print_json({{"input", a.input},
+                {"output", a.output},
+                {"layout", "hf"},
+                {"model_type", r.model_type},
+                {"dtype", std::string(name(opt.write.dtype))},
+                {"parameters", r.parameters},
+                {"shards", r.shards},
+                {"max_shard_bytes", opt.write.max_shard_bytes},
+                {"merged_lora_layers", r.merged_layers},
+                {"vocab", c.vocab},
+                {"width", c.width},
+                {"layers", c.layers},
+                {"heads", c.heads},
+                {"kv_heads", c.kv()}});
+    return;
+  }
+  std::cout << "read checkpoint " << ck.string() << ": " << r.model_type << ", " << c.layers
+            << " layers, width " << c.width << ", heads " << c.heads << " / " << c.kv()
+            << ", vocab " << c.vocab << ", " << r.parameters << " parameters";
+  if (r.merged_layers > 0)
+    std::cout << "; LoRA adapters merged into " << r.merged_layers << " Linear layers";
+  std::cout << "\nwrote " << a.output << " (Hugging Face layout, " << name(opt.write.dtype) << ", "
+            << (r.shards == 1 ? std::string("model.safetensors")
+                              : fmt::format("{} shards + model.safetensors.index.json", r.shards))
+            << ")\n";
 }
 
 void run(const ConvertArgs& a) {
@@ -185,8 +269,11 @@ RegisterCommand reg(20, [](CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
   auto* sub =
       app.add_subcommand("convert", "re-encode every floating tensor of a .safetensors file");
-  sub->add_option("input", a->input, "the .safetensors file to read")->required();
-  sub->add_option("-o,--output", a->output, "the .safetensors file to write (atomically)")
+  sub->add_option("input", a->input,
+                  "the .safetensors file to read, or a llama checkpoint folder (--layout hf)")
+      ->required();
+  sub->add_option("-o,--output", a->output,
+                  "the .safetensors file to write (atomically), or the Hugging Face directory")
       ->required();
   sub->add_option("--to", a->to,
                   "target format: " + convert_target_names() +
@@ -214,6 +301,13 @@ RegisterCommand reg(20, [](CLI::App& app) {
   sub->add_option("--scale-mode", a->scale_mode,
                   "mxfp4: floor (default, OCP MX: floor(log2 amax) - 2) or ceil (the mxfp4 "
                   "training recipe's: ceil(log2(amax / 6)))");
+  sub->add_option("--shard-size", a->shard_size,
+                  "--layout hf of a llama checkpoint: largest shard, e.g. 2GB, 500MB, 1GiB "
+                  "(default 5GB, save_pretrained's); larger models get model-0000N-of-0000M "
+                  "shards and model.safetensors.index.json");
+  sub->add_option("--lora-from", a->lora_from,
+                  "--layout hf of a llama checkpoint: merge this PEFT adapter folder into the "
+                  "base (a --lora run's own adapters are always merged)");
   sub->add_flag("--json", a->json, "print one JSON object on stdout");
   sub->footer(
       "Element formats (fp64 fp32 tf32 bf16 fp16 fp8_e4m3 fp8_e5m2) are written as safetensors "
@@ -252,9 +346,25 @@ RegisterCommand reg(20, [](CLI::App& app) {
       "from\n"
       "the file, and written in the one named; --to fp32|bf16|fp16 picks the storage dtype.\n"
       "  mixp convert gpt2_124M.bin -o gpt2.safetensors --layout hf\n"
-      "  mixp convert model.safetensors -o gpt2_124M_bf16.bin --layout llmc --to bf16\n");
+      "  mixp convert model.safetensors -o gpt2_124M_bf16.bin --layout llmc --to bf16\n\n"
+      "LLaMA-family checkpoints (--layout hf; docs/llama.md \"Export\"): the input is a checkpoint\n"
+      "folder of `mixp train --model llama|<preset> --save DIR` (or its model.safetensors), the\n"
+      "output a Hugging Face directory: config.json, model.safetensors or shards of at most\n"
+      "--shard-size and model.safetensors.index.json; HF's tensor names, --to fp32|bf16|fp16\n"
+      "(default bf16). A LoRA run's adapters, or --lora-from's, are merged (W + scaling B A).\n"
+      "The directory is written atomically (an existing one is replaced only when all is done).\n"
+      "  mixp convert run/ -o smollm-ft --layout hf\n"
+      "  mixp convert run/ -o llama-ft --layout hf --to fp16 --shard-size 2GB\n"
+      "  mixp convert base-run/ -o merged --layout hf --lora-from adapter/\n");
   sub->callback([a, block, round] {
     a->block_given = block->count() > 0;
+    const std::filesystem::path ck = llama_checkpoint(a->input);
+    if (!ck.empty()) return run_llama_export(*a, ck, round->count() > 0);
+    if (!a->shard_size.empty() || !a->lora_from.empty()) {
+      throw UsageError(
+          "--shard-size and --lora-from apply to --layout hf of a llama checkpoint folder; " +
+          a->input + " is not one");
+    }
     if (!a->layout.empty()) return run_layout(*a, round->count() > 0);
     if (a->to.empty()) throw UsageError("--to is required (the target format)");
     run(*a);

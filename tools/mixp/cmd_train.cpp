@@ -2,6 +2,7 @@
 // Trainer, and prints a summary (or one JSON object with --json). Printing only.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -94,7 +95,12 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int
   std::cout << "\n";
   if (!r.extra_metrics.empty()) {
     std::string extra;
-    for (const auto& [k, v] : r.extra_metrics) extra += fmt::format("{}{} {:.6g}", extra.empty() ? "" : ", ", k, v);
+    for (const auto& [k, v] : r.extra_metrics) {
+      // Counts (trainable_parameters) in full; measurements to 6 digits.
+      const bool count = v == std::floor(v) && std::fabs(v) < 9e15;
+      extra += fmt::format("{}{} ", extra.empty() ? "" : ", ", k) +
+               (count ? std::to_string(int64_t(v)) : fmt::format("{:.6g}", v));
+    }
     std::cout << "also:      " << extra << "\n";
   }
   std::cout << fmt::format("speed:     {:.2f} ms/step (median), {:.0f} samples/s", r.ms_per_step,

@@ -59,8 +59,12 @@ struct LlamaHfWriteOptions {
   uint64_t max_shard_bytes = 5'000'000'000;    // save_pretrained's default "5GB"
   // "llama", "mistral" or "qwen2"; empty: qwen2 when the model has q/k/v biases, else llama.
   std::string model_type;
+  // config.json's max_position_embeddings; 0: the model's context. A run's context is often
+  // shorter than its checkpoint's (at most 1024 by default), and an export keeps the original's.
+  int64_t max_position_embeddings = 0;
 };
-void write_llama_hf(const Llama& model, const std::filesystem::path& dir,
-                    const LlamaHfWriteOptions& opt = {});
+// Returns the number of safetensors files written (1: model.safetensors, no index).
+int write_llama_hf(const Llama& model, const std::filesystem::path& dir,
+                   const LlamaHfWriteOptions& opt = {});
 
 }  // namespace mixp::nn
