@@ -95,6 +95,7 @@
 #include "mixp/train/data_parallel.h"
 #include "mixp/train/data_source.h"
 #include "mixp/train/energy_meter.h"
+#include "mixp/train/export_hf.h"
 #include "mixp/train/fp8_recipe.h"
 #include "mixp/train/inspect_callback.h"
 #include "mixp/train/metrics.h"
