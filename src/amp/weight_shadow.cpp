@@ -45,7 +45,7 @@ bool same_storage(const Entry& e, const TensorImpl& w) {
 
 // Whether e holds w's current values (w's storage at the version the bytes were made from, the
 // copy's size w's).
-bool current(const Entry& e, const TensorImpl& w) {
+bool is_current(const Entry& e, const TensorImpl& w) {
   return e.bytes != nullptr && same_storage(e, w) &&
          e.version == w.storage->version.load(std::memory_order_relaxed) &&
          e.bytes->nbytes == static_cast<size_t>(w.shape.numel()) * traits(e.dtype).storage_bytes;
@@ -113,7 +113,7 @@ Tensor WeightShadowCache::lookup(const Tensor& w, DType to) {
   {
     std::lock_guard lock(g_mutex);
     const Entry* e = find(w);
-    if (!e || e->dtype != to || !current(*e, *w.impl())) return Tensor();
+    if (!e || e->dtype != to || !is_current(*e, *w.impl())) return Tensor();
     bytes = e->bytes;
   }
   return over(bytes, w, to);
@@ -125,7 +125,7 @@ Tensor WeightShadowCache::current(const Tensor& w) {
   {
     std::lock_guard lock(g_mutex);
     const Entry* e = find(w);
-    if (!e || !amp::current(*e, *w.impl())) return Tensor();
+    if (!e || !is_current(*e, *w.impl())) return Tensor();
     bytes = e->bytes;
     dtype = e->dtype;
   }
@@ -134,7 +134,7 @@ Tensor WeightShadowCache::current(const Tensor& w) {
 
 void WeightShadowCache::attach(const Tensor& w, const Tensor& copy) {
   std::lock_guard lock(g_mutex);
-  if (const Entry* e = find(w); e && current(*e, *w.impl())) return;
+  if (const Entry* e = find(w); e && is_current(*e, *w.impl())) return;
   purge_locked();
   g_entries.insert_or_assign(w.impl(), Entry{w.impl_ptr(), w.storage(), copy.storage(),
                                              copy.dtype(), w.version()});
@@ -147,7 +147,7 @@ Tensor WeightShadowCache::take(const Tensor& w) {
     std::lock_guard lock(g_mutex);
     Entry* e = find(w);
     if (!e) return Tensor();
-    if (!(w.dtype() == DType::fp32 && weight_shadows_enabled() && current(*e, *w.impl()) &&
+    if (!(w.dtype() == DType::fp32 && weight_shadows_enabled() && is_current(*e, *w.impl()) &&
           e->bytes.use_count() == 1)) {
       g_entries.erase(w.impl());
       return Tensor();
