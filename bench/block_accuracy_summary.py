@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Summarizes bench/block_accuracy.sh's results: per configuration the mean, sample standard
+deviation and min..max over the seeds of the final validation loss (`mixp train --json`'s
+`val_loss`), the ratio of the mean to bf16's mean, and issue 32's bars (fp8-block within 0.5% of
+bf16, nvfp4 within 1.5%). A run whose loss is missing or not finite is counted as diverged; a run
+that failed (an .err file, no result) as failed; neither is dropped silently, and a configuration
+with a diverged or failed seed gets no mean.
+
+    bench/block_accuracy_summary.py OUT [--json]
+"""
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+# Issue 32's bars, relative to bf16's mean final validation loss.
+BARS = {"fp8-block": 0.005, "nvfp4": 0.015}
+
+
+def finite(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def load(out):
+    study = {}
+    path = os.path.join(out, "study.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            study = json.load(f)
+    runs = {}  # config -> {seed: result dict or None (failed)}
+    name_re = re.compile(r"^(?P<config>.+)\.s(?P<seed>\d+)\.(?P<ext>json|err)$")
+    for p in sorted(glob.glob(os.path.join(out, "*.s*.*"))):
+        m = name_re.match(os.path.basename(p))
+        if not m:
+            continue
+        config, seed = m["config"], int(m["seed"])
+        if m["ext"] == "json":
+            try:
+                with open(p) as f:
+                    runs.setdefault(config, {})[seed] = json.load(f)
+            except (OSError, ValueError):
+                runs.setdefault(config, {})[seed] = {"unreadable": True}
+        else:
+            runs.setdefault(config, {}).setdefault(seed, None)
+    order = study.get("configs", "").split() or sorted(runs)
+    order += [c for c in sorted(runs) if c not in order]
+    return study, runs, order
+
+
+def summarize(out):
+    study, runs, order = load(out)
+    rows = []
+    for config in order:
+        seeds = runs.get(config, {})
+        losses, diverged, failed, ms = [], [], [], []
+        precision = None
+        for seed, r in sorted(seeds.items()):
+            if r is None or r.get("unreadable"):
+                failed.append(seed)
+                continue
+            precision = r.get("precision", precision)
+            loss = r.get("val_loss")
+            if finite(loss) and finite(r.get("final_loss")):
+                losses.append(float(loss))
+            else:
+                diverged.append(seed)
+            if finite(r.get("ms_per_step")):
+                ms.append(float(r["ms_per_step"]))
+        complete = bool(losses) and not diverged and not failed
+        rows.append({
+            "config": config, "precision": precision, "seeds": sorted(seeds),
+            "losses": losses, "diverged_seeds": diverged, "failed_seeds": failed,
+            "mean": statistics.fmean(losses) if complete else None,
+            "std": statistics.stdev(losses) if complete and len(losses) > 1 else None,
+            "min": min(losses) if losses else None, "max": max(losses) if losses else None,
+            "ms_per_step": statistics.median(ms) if ms else None,
+        })
+    base = next((r for r in rows if r["config"] == "bf16"), None)
+    base_mean = base["mean"] if base else None
+    for r in rows:
+        r["ratio"] = r["mean"] / base_mean if r["mean"] is not None and base_mean else None
+        bar = BARS.get(r["config"])
+        r["bar"] = bar
+        if bar is None:
+            r["verdict"] = None
+        elif r["ratio"] is None:
+            r["verdict"] = "n/a"
+        else:
+            r["verdict"] = "pass" if r["ratio"] - 1 <= bar else "fail"
+        # Inside the seeds' spread: this configuration's min..max overlaps bf16's.
+        r["overlaps_bf16"] = (None if base is None or base["min"] is None or r["min"] is None
+                              else r["min"] <= base["max"] and base["min"] <= r["max"])
+    return study, rows
+
+
+def fmt(x, spec):
+    return format(x, spec) if x is not None else "-"
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: block_accuracy_summary.py OUT [--json]")
+    out = sys.argv[1]
+    study, rows = summarize(out)
+    if "--json" in sys.argv[2:]:
+        print(json.dumps({"study": study, "rows": rows}, indent=1))
+        return
+    if study:
+        print(f"gpt width {study.get('width')}, {study.get('layers')} layers, {study.get('heads')} heads, "
+              f"context {study.get('context')}, batch {study.get('batch')}, {study.get('steps')} steps, "
+              f"lr {study.get('lr')}, warmup {study.get('warmup')}, seeds {study.get('seeds')}, "
+              f"data {study.get('data')}")
+    print(f"{'config':16} {'n':>2} {'val loss mean':>13} {'std':>7} {'min..max':>15} "
+          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'ms/step':>8}  note")
+    for r in rows:
+        note = []
+        if r["diverged_seeds"]:
+            note.append("diverged: seeds " + ",".join(map(str, r["diverged_seeds"])))
+        if r["failed_seeds"]:
+            note.append("failed: seeds " + ",".join(map(str, r["failed_seeds"])))
+        rng = f"{r['min']:.4f}..{r['max']:.4f}" if r["min"] is not None else "-"
+        ov = {None: "-", True: "yes", False: "no"}[r["overlaps_bf16"]]
+        bar = f"{r['bar'] * 100:.1f}%" if r["bar"] is not None else "-"
+        print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} {fmt(r['std'], '7.4f')} "
+              f"{rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} {r['verdict'] or '-':>7} {ov:>7} "
+              f"{fmt(r['ms_per_step'], '8.1f')}  {'; '.join(note)}")
+
+
+if __name__ == "__main__":
+    main()
