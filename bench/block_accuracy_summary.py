@@ -56,12 +56,13 @@ def summarize(out):
     for config in order:
         seeds = runs.get(config, {})
         losses, diverged, failed, ms = [], [], [], []
-        precision = None
+        precision = layers = None
         for seed, r in sorted(seeds.items()):
             if r is None or r.get("unreadable"):
                 failed.append(seed)
                 continue
             precision = r.get("precision", precision)
+            layers = r.get("layer_precision", layers)
             loss = r.get("val_loss")
             if finite(loss) and finite(r.get("final_loss")):
                 losses.append(float(loss))
@@ -71,7 +72,7 @@ def summarize(out):
                 ms.append(float(r["ms_per_step"]))
         complete = bool(losses) and not diverged and not failed
         rows.append({
-            "config": config, "precision": precision, "seeds": sorted(seeds),
+            "config": config, "precision": precision, "layer_precision": layers, "seeds": sorted(seeds),
             "losses": losses, "diverged_seeds": diverged, "failed_seeds": failed,
             "mean": statistics.fmean(losses) if complete else None,
             "std": statistics.stdev(losses) if complete and len(losses) > 1 else None,

@@ -107,6 +107,10 @@ TEST(BlockAccuracy, DriverRunsEveryConfigurationAndResumes) {
   EXPECT_EQ(row(j, "nvfp4-no-2d")["precision"], "nvfp4:2d=0,bf16_last=1");
   EXPECT_EQ(row(j, "mxfp4-no-rht-sr")["precision"], "mxfp4:rht=0,sr=0,bf16_last=1");
   EXPECT_EQ(row(j, "bf16")["losses"].size(), 1u);
+  // "No bf16 layers": no bf16 block and the head in nvfp4 too.
+  EXPECT_EQ(row(j, "nvfp4-no-bf16")["precision"], "nvfp4:bf16_last=0");
+  EXPECT_EQ(row(j, "nvfp4-no-bf16")["layer_precision"], "head=nvfp4,*=nvfp4");
+  EXPECT_TRUE(row(j, "nvfp4")["layer_precision"].is_null());
 
   // Resumable: an existing result is kept, a missing one is run again.
   write_text(d / "out" / "bf16.s0.json", R"({"precision": "bf16", "val_loss": 1.5, "final_loss": 1.5})");
