@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Summarizes bench/block_accuracy.sh's results: per configuration the mean, sample standard
 deviation and min..max over the seeds of the final validation loss (`mixp train --json`'s
-`val_loss`), the ratio of the mean to bf16's mean, and issue 32's bars (fp8-block within 0.5% of
+`val_loss`), the ratio of the mean to bf16's mean (and, for an ablation `<recipe>-no-<component>`,
+to its full recipe's mean: "x full"), whether the min..max overlaps bf16's, and issue 32's bars (fp8-block within 0.5% of
 bf16, nvfp4 within 1.5%). A run whose loss is missing or not finite is counted as diverged; a run
-that failed (an .err file, no result) as failed; neither is dropped silently, and a configuration
+that failed (an .err file, no result) as failed, one still being written (an .err and a
+.json.tmp) as running; none is dropped silently, and a configuration
 with a diverged or failed seed gets no mean.
 
     bench/block_accuracy_summary.py OUT [--json]
@@ -31,6 +33,7 @@ def load(out):
         with open(path) as f:
             study = json.load(f)
     runs = {}  # config -> {seed: result dict or None (failed)}
+    running = {}  # config -> [seed]
     name_re = re.compile(r"^(?P<config>.+)\.s(?P<seed>\d+)\.(?P<ext>json|err)$")
     for p in sorted(glob.glob(os.path.join(out, "*.s*.*"))):
         m = name_re.match(os.path.basename(p))
@@ -43,15 +46,17 @@ def load(out):
                     runs.setdefault(config, {})[seed] = json.load(f)
             except (OSError, ValueError):
                 runs.setdefault(config, {})[seed] = {"unreadable": True}
-        else:
+        elif not os.path.exists(p[:-len("err")] + "json.tmp"):
             runs.setdefault(config, {}).setdefault(seed, None)
+        else:  # still running: stderr goes to the .err file while the result is written
+            running.setdefault(config, []).append(seed)
     order = study.get("configs", "").split() or sorted(runs)
     order += [c for c in sorted(runs) if c not in order]
-    return study, runs, order
+    return study, runs, running, order
 
 
 def summarize(out):
-    study, runs, order = load(out)
+    study, runs, running, order = load(out)
     rows = []
     for config in order:
         seeds = runs.get(config, {})
@@ -70,10 +75,11 @@ def summarize(out):
                 diverged.append(seed)
             if finite(r.get("ms_per_step")):
                 ms.append(float(r["ms_per_step"]))
-        complete = bool(losses) and not diverged and not failed
+        complete = bool(losses) and not diverged and not failed and not running.get(config)
         rows.append({
             "config": config, "precision": precision, "layer_precision": layers, "seeds": sorted(seeds),
             "losses": losses, "diverged_seeds": diverged, "failed_seeds": failed,
+            "running_seeds": sorted(running.get(config, [])),
             "mean": statistics.fmean(losses) if complete else None,
             "std": statistics.stdev(losses) if complete and len(losses) > 1 else None,
             "min": min(losses) if losses else None, "max": max(losses) if losses else None,
@@ -81,8 +87,14 @@ def summarize(out):
         })
     base = next((r for r in rows if r["config"] == "bf16"), None)
     base_mean = base["mean"] if base else None
+    means = {r["config"]: r["mean"] for r in rows}
     for r in rows:
         r["ratio"] = r["mean"] / base_mean if r["mean"] is not None and base_mean else None
+        # An ablation "<recipe>-no-<component>" against its full recipe: the component's effect.
+        full = r["config"].split("-no-")[0] if "-no-" in r["config"] else None
+        r["ablation_of"] = full if full in means else None
+        r["ratio_to_full"] = (r["mean"] / means[full] if r["ablation_of"] and r["mean"] is not None
+                              and means[full] else None)
         bar = BARS.get(r["config"])
         r["bar"] = bar
         if bar is None:
@@ -115,18 +127,21 @@ def main():
               f"lr {study.get('lr')}, warmup {study.get('warmup')}, seeds {study.get('seeds')}, "
               f"data {study.get('data')}")
     print(f"{'config':16} {'n':>2} {'val loss mean':>13} {'std':>7} {'min..max':>15} "
-          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'ms/step':>8}  note")
+          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'x full':>7} {'ms/step':>8}  note")
     for r in rows:
         note = []
         if r["diverged_seeds"]:
             note.append("diverged: seeds " + ",".join(map(str, r["diverged_seeds"])))
         if r["failed_seeds"]:
             note.append("failed: seeds " + ",".join(map(str, r["failed_seeds"])))
+        if r["running_seeds"]:
+            note.append("running: seeds " + ",".join(map(str, r["running_seeds"])))
         rng = f"{r['min']:.4f}..{r['max']:.4f}" if r["min"] is not None else "-"
         ov = {None: "-", True: "yes", False: "no"}[r["overlaps_bf16"]]
         bar = f"{r['bar'] * 100:.1f}%" if r["bar"] is not None else "-"
         print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} {fmt(r['std'], '7.4f')} "
               f"{rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} {r['verdict'] or '-':>7} {ov:>7} "
+              f"{fmt(r['ratio_to_full'], '7.4f')} "
               f"{fmt(r['ms_per_step'], '8.1f')}  {'; '.join(note)}")
 
 

@@ -40,7 +40,8 @@ const nlohmann::json& row(const nlohmann::json& j, const std::string& config) {
 
 TEST(BlockAccuracy, SummaryMeansRatiosBarsAndDivergence) {
   TempDir d;
-  write_text(d / "study.json", R"({"configs": "bf16 fp8-block nvfp4 mxfp4 nvfp4-no-sr"})");
+  write_text(d / "study.json",
+             R"({"configs": "bf16 fp8-block nvfp4 mxfp4 nvfp4-no-sr nvfp4-no-rht nvfp4-no-2d"})");
   result(d, "bf16", 0, "2.0");
   result(d, "bf16", 1, "2.2");
   result(d, "fp8-block", 0, "2.1");   // mean 2.105: 1.0024x bf16's 2.1, inside 0.5%
@@ -51,11 +52,17 @@ TEST(BlockAccuracy, SummaryMeansRatiosBarsAndDivergence) {
   write_text(d / "mxfp4.s1.err", "mixp train: error: ...\n");  // failed, no result
   result(d, "nvfp4-no-sr", 0, "2.3", "null");  // finite val_loss but non-finite training loss
   result(d, "nvfp4-no-sr", 1, "2.3");
+  result(d, "nvfp4-no-rht", 0, "2.2");
+  result(d, "nvfp4-no-rht", 1, "2.2");
+  result(d, "nvfp4-no-2d", 0, "2.2");  // an ablation: 2.2 / 2.15 of the full recipe
+  result(d, "nvfp4-no-2d", 1, "2.2");
+  write_text(d / "nvfp4-no-rht.s2.err", "");  // a run in progress: neither failed nor counted
+  write_text(d / "nvfp4-no-rht.s2.json.tmp", "");
 
   const auto r = run_shell(summary_cmd(d.path(), " --json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["rows"].size(), 5u);
+  ASSERT_EQ(j["rows"].size(), 7u);
   EXPECT_EQ(j["rows"][0]["config"], "bf16");  // the order of study.json
   EXPECT_EQ(j["rows"][4]["config"], "nvfp4-no-sr");
 
@@ -78,6 +85,19 @@ TEST(BlockAccuracy, SummaryMeansRatiosBarsAndDivergence) {
   EXPECT_EQ(s["diverged_seeds"], nlohmann::json::array({0}));
   EXPECT_TRUE(s["mean"].is_null());
   EXPECT_FALSE(s["min"].is_null());
+  EXPECT_TRUE(s["ratio_to_full"].is_null());
+  const auto& h = row(j, "nvfp4-no-rht");
+  EXPECT_EQ(h["ablation_of"], "nvfp4");
+  EXPECT_EQ(h["running_seeds"], nlohmann::json::array({2}));
+  EXPECT_EQ(h["failed_seeds"], nlohmann::json::array());
+  EXPECT_TRUE(h["mean"].is_null());  // not until every seed is in
+  EXPECT_EQ(h["losses"].size(), 2u);
+  const auto& t2 = row(j, "nvfp4-no-2d");
+  EXPECT_EQ(t2["ablation_of"], "nvfp4");
+  EXPECT_NEAR(t2["ratio_to_full"].get<double>(), 2.2 / 2.15, 1e-12);
+  EXPECT_EQ(t2["overlaps_bf16"], true);  // 2.2 is bf16's max
+  EXPECT_TRUE(n["ratio_to_full"].is_null());
+  EXPECT_EQ(n["overlaps_bf16"], true);
 
   const auto t = run_shell(summary_cmd(d.path()));
   ASSERT_EQ(t.exit_code, 0) << t.err;
