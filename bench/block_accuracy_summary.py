@@ -2,7 +2,8 @@
 """Summarizes bench/block_accuracy.sh's results: per configuration the mean, sample standard
 deviation and min..max over the seeds of the final validation loss (`mixp train --json`'s
 `val_loss`), the ratio of the mean to bf16's mean (and, for an ablation `<recipe>-no-<component>`,
-to its full recipe's mean: "x full"), whether the min..max overlaps bf16's, and issue 32's bars (fp8-block within 0.5% of
+to its full recipe's mean: "x full"), whether the min..max overlaps bf16's, the paired ratios (each seed's loss over bf16's of the same
+seed: mean and min..max), and issue 32's bars (fp8-block within 0.5% of
 bf16, nvfp4 within 1.5%). A run whose loss is missing or not finite is counted as diverged; a run
 that failed (an .err file, no result) as failed, one still being written (an .err and a
 .json.tmp) as running; none is dropped silently, and a configuration
@@ -60,7 +61,7 @@ def summarize(out):
     rows = []
     for config in order:
         seeds = runs.get(config, {})
-        losses, diverged, failed, ms = [], [], [], []
+        losses, diverged, failed, ms, by_seed = [], [], [], [], {}
         precision = layers = None
         for seed, r in sorted(seeds.items()):
             if r is None or r.get("unreadable"):
@@ -71,6 +72,7 @@ def summarize(out):
             loss = r.get("val_loss")
             if finite(loss) and finite(r.get("final_loss")):
                 losses.append(float(loss))
+                by_seed[seed] = float(loss)
             else:
                 diverged.append(seed)
             if finite(r.get("ms_per_step")):
@@ -83,11 +85,20 @@ def summarize(out):
             "mean": statistics.fmean(losses) if complete else None,
             "std": statistics.stdev(losses) if complete and len(losses) > 1 else None,
             "min": min(losses) if losses else None, "max": max(losses) if losses else None,
-            "ms_per_step": statistics.median(ms) if ms else None,
+            "ms_per_step": statistics.median(ms) if ms else None, "by_seed": by_seed,
         })
     base = next((r for r in rows if r["config"] == "bf16"), None)
     base_mean = base["mean"] if base else None
     means = {r["config"]: r["mean"] for r in rows}
+    # Paired: each seed's loss over bf16's of the same seed (the same initialisation and batches),
+    # which removes the seed-to-seed spread that both runs share.
+    base_seeds = base["by_seed"] if base else {}
+    for r in rows:
+        r["paired_ratios"] = {str(s): v / base_seeds[s] for s, v in sorted(r["by_seed"].items())
+                              if base_seeds.get(s)}
+        p = list(r["paired_ratios"].values())
+        r["paired_mean"] = statistics.fmean(p) if p else None
+        r["paired_min"], r["paired_max"] = (min(p), max(p)) if p else (None, None)
     for r in rows:
         r["ratio"] = r["mean"] / base_mean if r["mean"] is not None and base_mean else None
         # An ablation "<recipe>-no-<component>" against its full recipe: the component's effect.
@@ -127,7 +138,8 @@ def main():
               f"lr {study.get('lr')}, warmup {study.get('warmup')}, seeds {study.get('seeds')}, "
               f"data {study.get('data')}")
     print(f"{'config':16} {'n':>2} {'val loss mean':>13} {'std':>7} {'min..max':>15} "
-          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'x full':>7} {'ms/step':>8}  note")
+          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'x full':>7} {'paired x bf16':>21} "
+          f"{'ms/step':>8}  note")
     for r in rows:
         note = []
         if r["diverged_seeds"]:
@@ -138,10 +150,12 @@ def main():
             note.append("running: seeds " + ",".join(map(str, r["running_seeds"])))
         rng = f"{r['min']:.4f}..{r['max']:.4f}" if r["min"] is not None else "-"
         ov = {None: "-", True: "yes", False: "no"}[r["overlaps_bf16"]]
+        paired = (f"{r['paired_mean']:.4f} ({r['paired_min']:.4f}..{r['paired_max']:.4f})"
+                  if r["paired_mean"] is not None else "-")
         bar = f"{r['bar'] * 100:.1f}%" if r["bar"] is not None else "-"
         print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} {fmt(r['std'], '7.4f')} "
               f"{rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} {r['verdict'] or '-':>7} {ov:>7} "
-              f"{fmt(r['ratio_to_full'], '7.4f')} "
+              f"{fmt(r['ratio_to_full'], '7.4f')} {paired:>21} "
               f"{fmt(r['ms_per_step'], '8.1f')}  {'; '.join(note)}")
 
 

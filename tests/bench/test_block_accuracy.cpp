@@ -74,6 +74,11 @@ TEST(BlockAccuracy, SummaryMeansRatiosBarsAndDivergence) {
   EXPECT_NEAR(f["ratio"].get<double>(), 2.105 / 2.1, 1e-12);
   EXPECT_EQ(f["verdict"], "pass");
   EXPECT_EQ(f["overlaps_bf16"], true);
+  // Paired: seed 0 over bf16's seed 0 (2.1 / 2.0), seed 1 over bf16's seed 1 (2.11 / 2.2).
+  EXPECT_NEAR(f["paired_ratios"]["0"].get<double>(), 2.1 / 2.0, 1e-12);
+  EXPECT_NEAR(f["paired_ratios"]["1"].get<double>(), 2.11 / 2.2, 1e-12);
+  EXPECT_NEAR(f["paired_mean"].get<double>(), (2.1 / 2.0 + 2.11 / 2.2) / 2, 1e-12);
+  EXPECT_NEAR(f["paired_min"].get<double>(), 2.11 / 2.2, 1e-12);
   const auto& n = row(j, "nvfp4");
   EXPECT_NEAR(n["ratio"].get<double>(), 2.15 / 2.1, 1e-12);
   EXPECT_EQ(n["verdict"], "fail");
@@ -81,6 +86,7 @@ TEST(BlockAccuracy, SummaryMeansRatiosBarsAndDivergence) {
   EXPECT_EQ(m["diverged_seeds"], nlohmann::json::array({0}));
   EXPECT_EQ(m["failed_seeds"], nlohmann::json::array({1}));
   EXPECT_TRUE(m["mean"].is_null());  // no mean over the seeds that survived
+  EXPECT_TRUE(m["paired_mean"].is_null());
   const auto& s = row(j, "nvfp4-no-sr");
   EXPECT_EQ(s["diverged_seeds"], nlohmann::json::array({0}));
   EXPECT_TRUE(s["mean"].is_null());
