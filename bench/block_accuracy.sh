@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 32's accuracy study (docs/fp4.md "Accuracy"): a GPT-2-architecture model (`--model gpt`)
 # trained in bf16, fp8-block, nvfp4 and its ablations, mxfp4 with and without Hadamard + SR, over
-# several seeds, then the table of final validation losses against bf16 (bench/block_accuracy_summary.py).
+# several seeds, then the table of final validation losses against bf16
+# (bench/block_accuracy_summary.py).
 #
 #   bench/block_accuracy.sh [OUT]          # OUT defaults to block-accuracy/
 #
@@ -9,8 +10,8 @@
 # written to a temporary name and renamed, so an interrupted run leaves no result behind. A run
 # that fails (non-zero exit) leaves OUT/<config>.s<seed>.err and no result; the summary counts it
 # as failed. Knobs (environment): MIXP, STEPS, BATCH, CONTEXT, WIDTH, LAYERS, HEADS, LR, WARMUP,
-# MLP_WIDTH, CLIP, SEEDS ("0 1 2"), JOBS (runs at a time), THREADS (per run), DATA, TEST_LIMIT, CONFIGS (names
-# below).
+# MLP_WIDTH, CLIP, SEEDS ("0 1 2"), JOBS (runs at a time), THREADS (per run), DATA, TEST_LIMIT,
+# CONFIGS (names below).
 set -u
 OUT=${1:-block-accuracy}
 MIXP=${MIXP:-build/release/mixp}
@@ -51,11 +52,13 @@ declare -A PREC=(
 declare -A LAYER=(
   [nvfp4-no-bf16]='head=nvfp4,*=nvfp4'
 )
-CONFIGS=${CONFIGS:-bf16 fp8-block nvfp4 nvfp4-no-rht nvfp4-no-2d nvfp4-no-sr nvfp4-no-bf16 mxfp4 mxfp4-no-rht-sr}
+ALL="bf16 fp8-block nvfp4 nvfp4-no-rht nvfp4-no-2d nvfp4-no-sr nvfp4-no-bf16 mxfp4 mxfp4-no-rht-sr"
+CONFIGS=${CONFIGS:-$ALL}
 
 mkdir -p "$OUT"
 cat >"$OUT/study.json.tmp" <<EOF
-{"model": "gpt", "width": $WIDTH, "layers": $LAYERS, "heads": $HEADS, "mlp_width": $MLP_WIDTH, "clip": "$CLIP", "context": $CONTEXT,
+{"model": "gpt", "width": $WIDTH, "layers": $LAYERS, "heads": $HEADS, "mlp_width": $MLP_WIDTH,
+ "clip": "$CLIP", "context": $CONTEXT,
  "batch": $BATCH, "steps": $STEPS, "lr": "$LR", "warmup": $WARMUP, "data": "$DATA",
  "test_limit": "$TEST_LIMIT", "seeds": "$SEEDS", "configs": "$CONFIGS"}
 EOF
@@ -80,9 +83,10 @@ run_one() {  # config seed
   if [ -s "$res.tmp" ] && { [ $rc -eq 0 ] || [ $rc -eq 1 ]; }; then
     mv "$res.tmp" "$res" && rm -f "$OUT/$name.s$seed.err"
   elif [ $rc -eq 1 ] && grep -q 'NaN\|infinite\|non-finite' "$OUT/$name.s$seed.err"; then
-    /usr/bin/python3 -c 'import json, sys; print(json.dumps({"precision": sys.argv[1], "val_loss": None,
-      "final_loss": None, "trained": False, "not_trained": open(sys.argv[2]).read().strip()}))' \
-      "$prec" "$OUT/$name.s$seed.err" >"$res.tmp" && mv "$res.tmp" "$res" && rm -f "$OUT/$name.s$seed.err"
+    /usr/bin/python3 -c 'import json, sys; print(json.dumps({"precision": sys.argv[1],
+      "val_loss": None, "final_loss": None, "trained": False,
+      "not_trained": open(sys.argv[2]).read().strip()}))' "$prec" "$OUT/$name.s$seed.err" \
+      >"$res.tmp" && mv "$res.tmp" "$res" && rm -f "$OUT/$name.s$seed.err"
   else
     echo "block_accuracy: $name seed $seed failed (exit $rc), see $OUT/$name.s$seed.err" >&2
     rm -f "$res.tmp"

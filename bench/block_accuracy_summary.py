@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """Summarizes bench/block_accuracy.sh's results: per configuration the mean, sample standard
 deviation and min..max over the seeds of the final validation loss (`mixp train --json`'s
-`val_loss`), the ratio of the mean to bf16's mean (and, for an ablation `<recipe>-no-<component>`,
-to its full recipe's mean: "x full"), whether the min..max overlaps bf16's, the paired ratios (each seed's loss over bf16's of the same
-seed: mean and min..max), and issue 32's bars (fp8-block within 0.5% of
-bf16, nvfp4 within 1.5%). A run whose loss is missing or not finite is counted as diverged; a run
-that failed (an .err file, no result) as failed, one still being written (an .err and a
-.json.tmp) as running; none is dropped silently, and a configuration
-with a diverged or failed seed gets no mean.
+`val_loss`); the ratio of the mean to bf16's mean and, for an ablation `<recipe>-no-<component>`,
+to its full recipe's mean ("x full"); whether the min..max overlaps bf16's; the paired ratios
+(each seed's loss over bf16's of the same seed: mean and min..max); and issue 32's bars (fp8-block
+within 0.5% of bf16, nvfp4 within 1.5%; a loss below bf16's passes). A run whose loss is missing
+or not finite is counted as diverged; a run that failed (an .err file, no result) as failed; one
+still being written (an .err and a .json.tmp) as running. None is dropped silently, and a
+configuration with a diverged, failed or running seed gets no mean.
 
     bench/block_accuracy_summary.py OUT [--json]
 """
@@ -79,7 +79,8 @@ def summarize(out):
                 ms.append(float(r["ms_per_step"]))
         complete = bool(losses) and not diverged and not failed and not running.get(config)
         rows.append({
-            "config": config, "precision": precision, "layer_precision": layers, "seeds": sorted(seeds),
+            "config": config, "precision": precision, "layer_precision": layers,
+            "seeds": sorted(seeds),
             "losses": losses, "diverged_seeds": diverged, "failed_seeds": failed,
             "running_seeds": sorted(running.get(config, [])),
             "mean": statistics.fmean(losses) if complete else None,
@@ -133,13 +134,13 @@ def main():
         print(json.dumps({"study": study, "rows": rows}, indent=1))
         return
     if study:
-        print(f"gpt width {study.get('width')}, {study.get('layers')} layers, {study.get('heads')} heads, "
-              f"context {study.get('context')}, batch {study.get('batch')}, {study.get('steps')} steps, "
-              f"lr {study.get('lr')}, warmup {study.get('warmup')}, seeds {study.get('seeds')}, "
-              f"data {study.get('data')}")
+        g = study.get
+        print(f"gpt width {g('width')}, {g('layers')} layers, {g('heads')} heads, "
+              f"context {g('context')}, batch {g('batch')}, {g('steps')} steps, lr {g('lr')}, "
+              f"warmup {g('warmup')}, seeds {g('seeds')}, data {g('data')}")
     print(f"{'config':16} {'n':>2} {'val loss mean':>13} {'std':>7} {'min..max':>15} "
-          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'x full':>7} {'paired x bf16':>21} "
-          f"{'ms/step':>8}  note")
+          f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'x full':>7} "
+          f"{'paired x bf16':>21} {'ms/step':>8}  note")
     for r in rows:
         note = []
         if r["diverged_seeds"]:
@@ -153,8 +154,9 @@ def main():
         paired = (f"{r['paired_mean']:.4f} ({r['paired_min']:.4f}..{r['paired_max']:.4f})"
                   if r["paired_mean"] is not None else "-")
         bar = f"{r['bar'] * 100:.1f}%" if r["bar"] is not None else "-"
-        print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} {fmt(r['std'], '7.4f')} "
-              f"{rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} {r['verdict'] or '-':>7} {ov:>7} "
+        print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} "
+              f"{fmt(r['std'], '7.4f')} {rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} "
+              f"{r['verdict'] or '-':>7} {ov:>7} "
               f"{fmt(r['ratio_to_full'], '7.4f')} {paired:>21} "
               f"{fmt(r['ms_per_step'], '8.1f')}  {'; '.join(note)}")
 

@@ -139,7 +139,8 @@ TEST(BlockAccuracy, DriverRunsEveryConfigurationAndResumes) {
   EXPECT_TRUE(row(j, "nvfp4")["layer_precision"].is_null());
 
   // Resumable: an existing result is kept, a missing one is run again.
-  write_text(d / "out" / "bf16.s0.json", R"({"precision": "bf16", "val_loss": 1.5, "final_loss": 1.5})");
+  write_text(d / "out" / "bf16.s0.json",
+             R"({"precision": "bf16", "val_loss": 1.5, "final_loss": 1.5})");
   std::filesystem::remove(d / "out" / "mxfp4.s0.json");
   const auto again = run_shell(cmd);
   ASSERT_EQ(again.exit_code, 0) << again.err;
