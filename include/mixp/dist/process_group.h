@@ -119,6 +119,13 @@ class ProcessGroup {
     return nullptr;
   }
 
+  // A collective: a group over the same ranks whose collectives are independent of this one's
+  // (MPI_Comm_dup), for one other thread to call while this one's thread calls this group (ZeRO
+  // 3's prefetching gathers, src/train/zero3_prefetch.h). It has its own statistics and its own
+  // timeout watch (the timeout is this group's at the time). Null, on every rank, where the
+  // transport cannot (MPI without MPI_THREAD_MULTIPLE; NCCL).
+  virtual std::unique_ptr<ProcessGroup> duplicate() { return nullptr; }
+
   // Seconds a collective may wait for the other ranks before the process ends with an error
   // (default 60; 0 = forever).
   virtual void set_timeout(double seconds) = 0;
