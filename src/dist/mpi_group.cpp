@@ -238,6 +238,15 @@ class MpiGroup final : public ProcessGroup {
           "MPI_Bcast");
   }
 
+  Request ibroadcast(std::span<std::byte> data, int root) override {
+    count(rank_ == root ? data.size() * size_t(size_ - 1) : 0);
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check(MPI_Ibcast(data.data(), checked_count(data.size(), "broadcast"), MPI_BYTE, root, comm_,
+                     req.get()),
+          "MPI_Ibcast");
+    return Request{req};
+  }
+
   void barrier() override {
     Guard g(*this, "barrier", 0);
     check(MPI_Barrier(comm_), "MPI_Barrier");

@@ -1,6 +1,7 @@
 // GatherThread (zero3_prefetch.h): ZeRO 3's parameter broadcasts on a thread of their own.
 #include "zero3_prefetch.h"
 
+#include <chrono>
 #include <utility>
 
 namespace mixp::train {
@@ -34,6 +35,27 @@ void GatherThread::wait(uint64_t ticket) {
   if (error_) std::rethrow_exception(error_);
 }
 
+void GatherThread::broadcast(const std::vector<Piece>& pieces) {
+  // Nonblocking broadcasts tested with a pause between tries, not blocking ones: OpenMPI polls
+  // while it waits inside a blocking call, and this thread would take the core from the training
+  // thread whose compute it is meant to hide behind (measured at GPT-2 124M on 2 cores:
+  // docs/benchmarks.md, "ZeRO stage 3"). A peer more than a second late gets the guarded wait,
+  // where the group's timeout watch applies (a dead rank ends the run as before).
+  using Clock = std::chrono::steady_clock;
+  std::vector<dist::Request> requests;
+  for (const Piece& p : pieces) requests.push_back(group_->ibroadcast(p.data, p.root));
+  const Clock::time_point t0 = Clock::now();
+  for (dist::Request& r : requests) {
+    while (!group_->test(r)) {
+      if (Clock::now() - t0 > std::chrono::seconds(1)) {
+        group_->wait(r);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
 void GatherThread::run() {
   std::unique_lock lock(mu_);
   for (;;) {
@@ -46,7 +68,7 @@ void GatherThread::run() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      for (const Piece& p : pieces) group_->broadcast(p.data, p.root);
+      broadcast(pieces);
     } catch (...) {
       error = std::current_exception();
     }

@@ -4,11 +4,14 @@
 // as FSDP's forward_prefetch/backward_prefetch and DeepSpeed's prefetch bucket overlap the
 // all-gathers with compute. Internal to Zero3 (trainer_zero3.cpp).
 //
-// Why a thread and not MPI_Ibcast: OpenMPI here has no asynchronous progress thread, so a
-// nonblocking broadcast moves only while its caller is inside an MPI call, and the forward of a
-// unit makes none. The thread's blocking broadcasts progress by themselves; each rank's thread
-// runs the same broadcasts in the same order (the training threads submit them at the same
-// points), and the duplicate's own timeout watch ends a rank whose peer died, as the group's does.
+// Why a thread and not MPI_Ibcast on the training thread: OpenMPI here has no asynchronous
+// progress thread, so a nonblocking broadcast moves only while its caller is inside an MPI call,
+// and the forward of a unit makes none. The thread starts nonblocking broadcasts and tests them
+// with short sleeps in between (a blocking broadcast polls and takes the training thread's core:
+// slower at GPT-2 124M on 2 cores, docs/benchmarks.md "ZeRO stage 3"). Each rank's thread runs
+// the same broadcasts in the same order (the training threads submit them at the same points);
+// a peer more than a second late gets the duplicate group's guarded wait, whose timeout watch
+// ends a rank whose peer died, as the group's does.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
@@ -48,6 +51,7 @@ class GatherThread {
 
  private:
   void run();
+  void broadcast(const std::vector<Piece>& pieces);
 
   std::unique_ptr<dist::ProcessGroup> group_;
   std::mutex mu_;

@@ -108,6 +108,12 @@ class ProcessGroup {
                         int from) = 0;
   // Rank `root`'s bytes to every rank.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  // The same, nonblocking (MPI_Ibcast), under the rules of the nonblocking collectives above.
+  // The default runs the blocking one and returns a complete request.
+  virtual Request ibroadcast(std::span<std::byte> data, int root) {
+    broadcast(data, root);
+    return {};
+  }
   virtual void barrier() = 0;
 
   // A collective: `bytes` of memory per rank that every rank maps (SharedMemory), when all ranks
