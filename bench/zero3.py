@@ -13,8 +13,11 @@ interleaved over --rounds:
     --zero-stage 3 --ranks N --grad-comm W` at the same shape against the measured ZeRO-3 peak
     (and stage 0's plan against the unsharded peak: how far the plan's base is off at this
     shape);
-  - speed: 2 ranks with --zero 3 and with --zero 1 (the median ms/step of each run; the lowest over
-    the rounds), and their ratio (the target is <= 1.15).
+  - speed: 2 ranks with --zero 3 (prefetch on, the default, and --zero3-prefetch 0) and with
+    --zero 1 (the median ms/step of each run; the lowest over the rounds), their ratios (the
+    target is <= 1.15), and where ZeRO 3's gathers spend the training thread's time per step
+    (param_gather_ms_per_step and its wait, pack and unpack parts, from --json).
+--speed-only skips the memory runs.
 Every rank runs 1 thread (--threads); the wire is --grad-comm (default bf16).
 """
 import argparse
@@ -36,10 +39,10 @@ def shape_args(a):
     return out
 
 
-def train(a, ranks, zero):
+def train(a, ranks, zero, extra=()):
     cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), a.mixp, "train"] + shape_args(a) + [
         "--steps", str(a.steps), "--no-eval", "--json", "--threads", str(a.threads),
-        "--zero", str(zero), "--grad-comm", a.grad_comm]
+        "--zero", str(zero), "--grad-comm", a.grad_comm] + list(extra)
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True).stdout
     return json.JSONDecoder().raw_decode(out)[0]  # rank 0's summary
 
@@ -68,14 +71,36 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--speed-only", action="store_true")
     a = p.parse_args()
     peak = {0: [], 3: []}
-    ms = {1: [], 3: []}
+    runs = {"zero 3": ["--zero3-prefetch", "1"], "zero 3 no prefetch": ["--zero3-prefetch", "0"],
+            "zero 1": []}
+    ms = {k: [] for k in runs}
+    split = {k: None for k in runs}
     for _ in range(a.rounds):
-        for z in (3, 0):
-            peak[z].append(train(a, a.ranks, z)["peak_memory_bytes"])
-        for z in (3, 1):
-            ms[z].append(train(a, 2, z)["ms_per_step"])
+        if not a.speed_only:
+            for z in (3, 0):
+                peak[z].append(train(a, a.ranks, z)["peak_memory_bytes"])
+        for k, extra in runs.items():
+            j = train(a, 2, 1 if k == "zero 1" else 3, extra)
+            ms[k].append(j["ms_per_step"])
+            if split[k] is None or j["ms_per_step"] <= min(ms[k]):
+                split[k] = j
+    t = {k: min(v) for k, v in ms.items()}
+    print(f"step, 2 ranks: " + ", ".join(f"{k} {v:.1f} ms" for k, v in t.items()) +
+          f"; zero 3 / zero 1 {t['zero 3'] / t['zero 1']:.3f}, without prefetch "
+          f"{t['zero 3 no prefetch'] / t['zero 1']:.3f}")
+    for k in ("zero 3", "zero 3 no prefetch"):
+        j = split[k]
+        print(f"  {k} (its fastest run): {j['ms_per_step']:.1f} ms/step, gathers "
+              f"{j['param_gather_ms_per_step']:.1f} ms (wait {j['param_gather_wait_ms_per_step']:.1f}"
+              f", pack {j['param_pack_ms_per_step']:.1f}, unpack "
+              f"{j['param_unpack_ms_per_step']:.1f}), comm {j['comm_ms_per_step']:.1f} ms, "
+              f"{j['param_gathers_prefetched_last_step']} of {j['param_gathers_last_step']} "
+              f"gathers prefetched")
+    if a.speed_only:
+        return
     p3, p0 = min(peak[3]), min(peak[0])
     planned = plan(a, a.ranks, 3)["peak_bytes"]
     planned0 = plan(a, a.ranks, 0)["peak_bytes"]
@@ -84,8 +109,6 @@ def main():
     print(f"mixp plan --zero-stage 3 --ranks {a.ranks}: {planned / 2**20:.2f} MiB, "
           f"{planned / p3:.3f}x the measured peak (--zero-stage 0: {planned0 / 2**20:.2f} MiB, "
           f"{planned0 / p0:.3f}x the unsharded peak)")
-    t3, t1 = min(ms[3]), min(ms[1])
-    print(f"step, 2 ranks: zero 3 {t3:.1f} ms, zero 1 {t1:.1f} ms, ratio {t3 / t1:.3f}")
 
 
 if __name__ == "__main__":

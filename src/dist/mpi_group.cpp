@@ -1,6 +1,9 @@
 // The MPI process group (process_group.h): OpenMPI from Debian (libopenmpi-dev), started by
-// `mpirun`. Only the thread that created the group calls MPI (MPI_THREAD_FUNNELED); a watchdog
-// thread only reads two atomics and ends the process when a collective has waited too long.
+// `mpirun`. MPI is initialised with MPI_THREAD_MULTIPLE where the library provides it, so that a
+// duplicate of the group (ProcessGroup::duplicate, its own communicator) can be called from a
+// second thread (ZeRO 3's prefetching gathers, src/train/zero3_prefetch.h); each group is still
+// called by one thread only. A watchdog thread per group only reads two atomics and ends the
+// process when a collective has waited too long.
 #include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
@@ -60,8 +63,9 @@ class MpiGroup final : public ProcessGroup {
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     }
+    MPI_Query_thread(&thread_level_);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     // Errors come back as codes (turned into exceptions by check()) rather than aborting inside
@@ -72,6 +76,16 @@ class MpiGroup final : public ProcessGroup {
     watchdog_ = std::thread([this] { watch(); });
   }
 
+  // A duplicate of `parent` (duplicate()): its own communicator, no shared memory, MPI finalised
+  // by the world's group only.
+  MpiGroup(const MpiGroup& parent, MPI_Comm comm)
+      : comm_(comm), owns_mpi_(false), rank_(parent.rank_), size_(parent.size_),
+        local_size_(parent.local_size_), thread_level_(parent.thread_level_) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    timeout_s_.store(parent.timeout_s_.load());
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
   ~MpiGroup() override {
     {
       std::lock_guard lock(mu_);
@@ -79,6 +93,12 @@ class MpiGroup final : public ProcessGroup {
     }
     cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
+    if (!owns_mpi_) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Comm_free(&comm_);
+      return;
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
@@ -93,7 +113,7 @@ class MpiGroup final : public ProcessGroup {
     Guard g(*this, "all-reduce", v.size_bytes());
     const MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
     check(MPI_Allreduce(MPI_IN_PLACE, v.data(), checked_count(v.size(), "all-reduce"), MPI_DOUBLE,
-                        mop, MPI_COMM_WORLD),
+                        mop, comm_),
           "MPI_Allreduce");
   }
 
@@ -102,7 +122,7 @@ class MpiGroup final : public ProcessGroup {
     Guard g(*this, "all-gather", send.size() * size_t(size_ - 1));
     check(MPI_Allgather(send.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
                         recv.data(), checked_count(send.size(), "all-gather"), MPI_BYTE,
-                        MPI_COMM_WORLD),
+                        comm_),
           "MPI_Allgather");
   }
 
@@ -113,7 +133,7 @@ class MpiGroup final : public ProcessGroup {
     const size_t piece = send.size() / size_t(size_);
     Guard g(*this, "all-to-all", piece * size_t(size_ - 1));
     check(MPI_Alltoall(send.data(), checked_count(piece, "all-to-all"), MPI_BYTE, recv.data(),
-                       checked_count(piece, "all-to-all"), MPI_BYTE, MPI_COMM_WORLD),
+                       checked_count(piece, "all-to-all"), MPI_BYTE, comm_),
           "MPI_Alltoall");
   }
 
@@ -136,7 +156,7 @@ class MpiGroup final : public ProcessGroup {
       v->displs.push_back(checked_count(size_t(r) * piece, "all-to-all"));
     }
     check(MPI_Ialltoallv(send.data(), v->counts.data(), v->displs.data(), MPI_BYTE, recv.data(),
-                         v->counts.data(), v->displs.data(), MPI_BYTE, MPI_COMM_WORLD, &v->req),
+                         v->counts.data(), v->displs.data(), MPI_BYTE, comm_, &v->req),
           "MPI_Ialltoall");
     return Request{std::shared_ptr<void>(v, &v->req)};
   }
@@ -148,7 +168,7 @@ class MpiGroup final : public ProcessGroup {
     auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
     check(MPI_Iallgather(in_place ? MPI_IN_PLACE : send.data(),
                          checked_count(send.size(), "all-gather"), MPI_BYTE, recv.data(),
-                         checked_count(send.size(), "all-gather"), MPI_BYTE, MPI_COMM_WORLD,
+                         checked_count(send.size(), "all-gather"), MPI_BYTE, comm_,
                          req.get()),
           "MPI_Iallgather");
     return Request{req};
@@ -178,7 +198,7 @@ class MpiGroup final : public ProcessGroup {
     if (so > send.size() || ro > recv.size()) throw std::invalid_argument("alltoallv sizes");
     count(sent);
     check(MPI_Ialltoallv(send.data(), v->sc.data(), v->sd.data(), MPI_BYTE, recv.data(),
-                         v->rc.data(), v->rd.data(), MPI_BYTE, MPI_COMM_WORLD, &v->req),
+                         v->rc.data(), v->rd.data(), MPI_BYTE, comm_, &v->req),
           "MPI_Ialltoallv");
     // An aliasing pointer: test() and wait() see an MPI_Request*, and the counts live as long.
     return Request{std::shared_ptr<void>(v, &v->req)};
@@ -207,20 +227,29 @@ class MpiGroup final : public ProcessGroup {
     Guard g(*this, "send-receive", send.size());
     check(MPI_Sendrecv(send.data(), checked_count(send.size(), "send-receive"), MPI_BYTE, to, 7,
                        recv.data(), checked_count(recv.size(), "send-receive"), MPI_BYTE, from, 7,
-                       MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                       comm_, MPI_STATUS_IGNORE),
           "MPI_Sendrecv");
   }
 
   void broadcast(std::span<std::byte> data, int root) override {
     Guard g(*this, "broadcast", rank_ == root ? data.size() * size_t(size_ - 1) : 0);
     check(MPI_Bcast(data.data(), checked_count(data.size(), "broadcast"), MPI_BYTE, root,
-                    MPI_COMM_WORLD),
+                    comm_),
           "MPI_Bcast");
+  }
+
+  Request ibroadcast(std::span<std::byte> data, int root) override {
+    count(rank_ == root ? data.size() * size_t(size_ - 1) : 0);
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check(MPI_Ibcast(data.data(), checked_count(data.size(), "broadcast"), MPI_BYTE, root, comm_,
+                     req.get()),
+          "MPI_Ibcast");
+    return Request{req};
   }
 
   void barrier() override {
     Guard g(*this, "barrier", 0);
-    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 
   void set_timeout(double seconds) override {
@@ -228,6 +257,16 @@ class MpiGroup final : public ProcessGroup {
     timeout_s_.store(seconds);
   }
   double timeout() const override { return timeout_s_.load(); }
+
+  std::unique_ptr<ProcessGroup> duplicate() override {
+    // Every rank agrees (the lowest level any has), so that all or none get the duplicate.
+    int multiple = thread_level_ >= MPI_THREAD_MULTIPLE ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &multiple, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    if (!multiple) return nullptr;
+    MPI_Comm dup = MPI_COMM_NULL;
+    check(MPI_Comm_dup(comm_, &dup), "MPI_Comm_dup");
+    return std::make_unique<MpiGroup>(*this, dup);
+  }
 
   void abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
@@ -260,7 +299,7 @@ class MpiGroup final : public ProcessGroup {
   // True on every rank when `mine` is true on every rank.
   bool all(bool mine) {
     int v = mine ? 1 : 0;
-    check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
     return v != 0;
   }
 
@@ -305,9 +344,12 @@ class MpiGroup final : public ProcessGroup {
     }
   }
 
+  MPI_Comm comm_ = MPI_COMM_WORLD;
+  bool owns_mpi_ = true;  // the world's group: finalises MPI
   int rank_ = 0;
   int size_ = 1;
   int local_size_ = 1;
+  int thread_level_ = MPI_THREAD_SINGLE;
   std::atomic<double> timeout_s_{60.0};
   std::atomic<double> since_ms_{0};
   std::atomic<const char*> what_{""};

@@ -41,6 +41,9 @@ class SingleProcess final : public ProcessGroup {
   }
   void broadcast(std::span<std::byte>, int) override {}
   void barrier() override {}
+  std::unique_ptr<ProcessGroup> duplicate() override {
+    return std::make_unique<SingleProcess>();
+  }
   void set_timeout(double s) override { timeout_ = s; }
   double timeout() const override { return timeout_; }
 

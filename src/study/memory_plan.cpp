@@ -37,7 +37,10 @@ int64_t bytes_of(DType d) {
 // for its backward: the copies of its GEMM weights only (which its backward reads), its other
 // parameters' values; without casts, all its values. Of each the other ranks' (R-1)/R, or the
 // whole unit with a 16-bit wire over fp32 parameters (the owner computes with a rounded copy,
-// gathered and freed like the others' values; the cast-copy row is then 0).
+// gathered and freed like the others' values; the cast-copy row is then 0). The prefetch
+// (src/train/zero3_prefetch.h) adds no row: the next unit's bytes wait in a wire buffer outside
+// the tensor allocator (as the blocking gather's staging buffer did) and reach the parameters at
+// the moment the blocking gather would have put them there.
 struct Zero3Units {
   int64_t root = 0, block = 0;            // parameter values
   int64_t root_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)

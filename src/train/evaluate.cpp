@@ -362,7 +362,16 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["global_batch"] = r.batch * r.ranks;
     j["grad_comm"] = r.grad_comm;
     j["comm_bytes_per_step"] = r.comm_bytes_per_step;
-    if (r.zero == 3) j["comm_param_bytes_per_step"] = r.comm_param_bytes_per_step;
+    if (r.zero == 3) {
+      j["comm_param_bytes_per_step"] = r.comm_param_bytes_per_step;
+      j["param_gather_ms_per_step"] = r.param_gather_ms_per_step;
+      j["param_gather_wait_ms_per_step"] = r.param_gather_wait_ms_per_step;
+      j["param_pack_ms_per_step"] = r.param_pack_ms_per_step;
+      j["param_unpack_ms_per_step"] = r.param_unpack_ms_per_step;
+      j["zero3_prefetch"] = r.zero3_prefetch;
+      j["param_gathers_last_step"] = r.param_gathers_last_step;
+      j["param_gathers_prefetched_last_step"] = r.param_gathers_prefetched_last_step;
+    }
     j["comm_ms_per_step"] = r.comm_ms_per_step;
     j["comm_buckets"] = r.comm_buckets;
     j["comm_buckets_overlapped"] = r.comm_buckets_overlapped;

@@ -210,6 +210,7 @@ std::string config_to_json(const TrainConfig& c) {
   if (c.comm_timeout != d.comm_timeout) j["comm_timeout"] = c.comm_timeout;
   if (c.check_replicas != d.check_replicas) j["check_replicas"] = c.check_replicas;
   if (c.zero != d.zero) j["zero"] = c.zero;
+  if (c.zero3_prefetch != d.zero3_prefetch) j["zero3_prefetch"] = c.zero3_prefetch;
   // Likewise only when on (tests/golden_runs pins the state.json of runs without it).
   if (c.optimizer_in_backward) j["optimizer_in_backward"] = true;
   if (!c.lora.empty()) j["lora"] = c.lora;
@@ -327,6 +328,7 @@ TrainConfig config_from_json(std::string_view text) {
     get(j, "comm_timeout", c.comm_timeout);
     get(j, "check_replicas", c.check_replicas);
     get(j, "zero", c.zero);
+    get(j, "zero3_prefetch", c.zero3_prefetch);
     get(j, "optimizer_in_backward", c.optimizer_in_backward);
     get(j, "lora", c.lora);
     get(j, "lora_from", c.lora_from);

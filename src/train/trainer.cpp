@@ -96,7 +96,8 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   if (dp && cfg.zero == 3) {
     // ZeRO stage 3 (trainer_zero3.h): the parameters too; whole until the first step (a
     // checkpoint is loaded into them first).
-    zero3 = std::make_unique<Zero3>(*dp, *model, named, owner, dist::parse_grad_comm(cfg.grad_comm));
+    zero3 = std::make_unique<Zero3>(*dp, *model, named, owner,
+                                    dist::parse_grad_comm(cfg.grad_comm), cfg.zero3_prefetch);
   }
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
@@ -308,6 +309,21 @@ TrainResult Trainer::fit() {
       r.comm_ms_per_step = c[c.size() / 2];
       r.comm_bytes_per_step = double(s.comm_bytes_total) / double(s.comm_ms.size());
       r.comm_param_bytes_per_step = double(s.comm_param_bytes_total) / double(s.comm_ms.size());
+    }
+    if (!s.gather_ms.empty()) {
+      auto median = [&](size_t k) {
+        std::vector<double> c;
+        for (const auto& g : s.gather_ms) c.push_back(g[k]);
+        std::nth_element(c.begin(), c.begin() + c.size() / 2, c.end());
+        return c[c.size() / 2];
+      };
+      r.param_gather_ms_per_step = median(0);
+      r.param_gather_wait_ms_per_step = median(1);
+      r.param_pack_ms_per_step = median(2);
+      r.param_unpack_ms_per_step = median(3);
+      r.zero3_prefetch = s.zero3->prefetching();
+      r.param_gathers_last_step = int64_t(s.gathers_last);
+      r.param_gathers_prefetched_last_step = int64_t(s.prefetched_last);
     }
   }
 

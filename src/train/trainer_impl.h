@@ -1,6 +1,7 @@
 // The Trainer's state (internal), shared by trainer.cpp (the loop), trainer_state.cpp
 // (checkpoints) and evaluate.cpp.
 #pragma once
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -120,6 +121,9 @@ struct Trainer::Impl {
   // ZeRO 3 (trainer_zero3.h): the parameters gathered around each unit's forward and backward.
   std::unique_ptr<Zero3> zero3;
   std::vector<double> comm_ms;     // per step of this run
+  // ZeRO 3: time in the parameter gathers per step: all, waiting, packing, unpacking
+  std::vector<std::array<double, 4>> gather_ms;
+  uint64_t gathers_last = 0, prefetched_last = 0;  // ZeRO 3: in the last step
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
   uint64_t comm_param_bytes_total = 0;  // ZeRO 3: parameter bytes sent by this rank in this run
 
@@ -160,7 +164,10 @@ struct Trainer::Impl {
     double scale_used = 1.0;  // what the step's losses were multiplied by
     bool stepped = true;      // false: the loss scaler skipped the step
     uint64_t param_bytes0 = 0;      // ZeRO 3: Zero3::bytes_sent() at the step's start
-    uint64_t param_bytes_sync = 0;  // ... and when the gradient-sync stage began
+    uint64_t param_bytes_sync = 0;  // Zero3::group_bytes_sent() when the gradient-sync stage began
+    // ZeRO 3: Zero3::gather_ms(), wait_ms(), pack_ms(), unpack_ms() at the step's start
+    std::array<double, 4> gather0{};
+    uint64_t gathers0 = 0, prefetched0 = 0;  // Zero3::gathers(), prefetched()
   };
   StepState begin_step();                        // clear gradients, buffers, window
   Tensor forward_loss(const Batch& b);           // one micro-batch's loss

@@ -81,6 +81,9 @@ Trainer::Impl::StepState Trainer::Impl::begin_step() {
     // evaluation or at the start); the units gather them as the forward reaches them.
     zero3->release_all();
     st.param_bytes0 = zero3->bytes_sent();
+    st.gather0 = {zero3->gather_ms(), zero3->wait_ms(), zero3->pack_ms(), zero3->unpack_ms()};
+    st.gathers0 = zero3->gathers();
+    st.prefetched0 = zero3->prefetched();
   }
   // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
   if (dp) dp->broadcast_buffers(*model);
@@ -130,7 +133,7 @@ void Trainer::Impl::forward_backward(StepState& st) {
       st.global_loss = v[0] / v[1];
       st.global_samples = int64_t(v[1]);
       dp->begin_gradients(params, double(st.samples) / v[1]);
-      if (zero3) st.param_bytes_sync = zero3->bytes_sent();
+      if (zero3) st.param_bytes_sync = zero3->group_bytes_sent();
     }
     // ZeRO 3: each unit freed again once backward has finished its gradients.
     const std::unique_ptr<GradReadyHookScope> release =
@@ -164,10 +167,11 @@ void Trainer::Impl::reduce_gradients(StepState& st) {
     dp->finish_gradients();
     uint64_t grad_bytes = dp->last_gradient_bytes();
     if (zero3) {
-      // ZeRO 3: the parameters gathered during the last backward went out in the same window;
-      // and every parameter back to its released state (the owners' fp32 masters in place for
-      // the optimizer).
-      grad_bytes -= zero3->bytes_sent() - st.param_bytes_sync;
+      // ZeRO 3: the parameters gathered during the last backward through the group went out in
+      // the same window (with prefetch they go through its duplicate, not counted there); and
+      // every parameter back to its released state (the owners' fp32 masters in place for the
+      // optimizer).
+      grad_bytes -= zero3->group_bytes_sent() - st.param_bytes_sync;
       zero3->release_all();
     }
     comm_bytes_total += grad_bytes;
@@ -249,7 +253,18 @@ StepInfo Trainer::Impl::end_step(const StepState& st) {
     if (zero3) zero3->gather_all();  // whole parameters to compare (ZeRO 3)
     dp->check_replicas(model->named_parameters(), step);
   }
-  if (dp) comm_ms.push_back(dp->group().stats().ms - st.comm0);
+  // ZeRO 3 with prefetch: the gathers' transfers run on another thread; what this one waited for
+  // them is its time in communication.
+  if (dp) {
+    comm_ms.push_back(dp->group().stats().ms - st.comm0 +
+                      (zero3 ? zero3->wait_ms() - st.gather0[1] : 0.0));
+  }
+  if (zero3) {
+    gather_ms.push_back({zero3->gather_ms() - st.gather0[0], zero3->wait_ms() - st.gather0[1],
+                         zero3->pack_ms() - st.gather0[2], zero3->unpack_ms() - st.gather0[3]});
+    gathers_last = zero3->gathers() - st.gathers0;
+    prefetched_last = zero3->prefetched() - st.prefetched0;
+  }
 
   StepInfo info;
   info.step = step;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,20 @@ void alloc_bytes(Storage& st) {
   st.block_size = b.size;
 }
 
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Adds the time from its making to its end to `ms`, when `on`.
+struct AddElapsed {
+  double& ms;
+  bool on = true;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~AddElapsed() {
+    if (on) ms += ms_since(t0);
+  }
+};
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 &&
          s[prefix.size()] == '.';
@@ -47,7 +62,7 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 }  // namespace
 
 Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
-             std::vector<int> owner, dist::GradComm wire)
+             std::vector<int> owner, dist::GradComm wire, bool prefetch)
     : dp_(dp), wire_(wire) {
   // The units: the root, then every child of a Sequential not inside another unit (FSDP's
   // transformer auto-wrap: a GPT's blocks), in module order.
@@ -100,9 +115,20 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
     unit.module->set_forward_wrapper(
         [this, u](nn::Module& self, const Tensor& x) { return forward(units_[u], self, x); });
   }
+  if (prefetch) {
+    // Collective (every rank makes its Zero3 at the same point); null without
+    // MPI_THREAD_MULTIPLE, on every rank: the gathers stay blocking.
+    if (auto g = dp_.group().duplicate()) thread_ = std::make_unique<GatherThread>(std::move(g));
+  }
 }
 
 Zero3::~Zero3() {
+  if (thread_ && pending_.active) {
+    try {
+      thread_->wait(pending_.ticket);  // its buffer goes with this object
+    } catch (...) {  // an error already reported on the way here
+    }
+  }
   for (Unit& u : units_) u.module->set_forward_wrapper(u.previous);
 }
 
@@ -126,13 +152,51 @@ Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
   if (u.root && backward) return y;  // kept until its backward has finished (on_grad_ready)
   release(u);
   if (!backward) return y;
+  if (thread_ && !pending_.active) {
+    // The unit's own backward gather comes next (the last block's: the head computes in
+    // between): its transfer can start now, as it was released.
+    const size_t unit = size_t(&u - units_.data());
+    const auto it = next_.find(unit * 2);
+    if (it != next_.end() && it->second == unit * 2 + 1) submit(unit);
+  }
   Unit* unit = &u;
   return with_backward_pre_hook(y, [this, unit] { gather(*unit, /*backward=*/true); });
 }
 
 void Zero3::gather(Unit& u, bool backward) {
   if (u.gathered || full_) return;
-  gather_params(u.params, /*exact=*/false, backward);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!thread_) {
+    gather_params(u.params, /*exact=*/false, backward);
+  } else {
+    const size_t unit = size_t(&u - units_.data());
+    // The gather in flight is this unit's (the guess was right), or it is waited for and dropped
+    // (every rank guessed the same, so every rank drops it) and this one runs now.
+    if (pending_.active && (pending_.unit != unit || pending_.generation != generation_)) {
+      finish_pending(/*use=*/false, backward);
+    }
+    if (pending_.active) {
+      ++prefetched_;
+    } else {
+      submit(unit);
+    }
+    finish_pending(/*use=*/true, backward);
+    // The next guess: the gather that followed this one the last time (the next block in the
+    // forward, the previous one in the backward, the root after the first block's backward
+    // with accumulation), started now so that it moves while this unit computes. The same
+    // state on every rank, so the same guess. Nothing is learned across release_all: the
+    // optimizer step changes the values in between.
+    const size_t key = unit * 2 + (backward ? 1 : 0);
+    if (last_key_ != SIZE_MAX) next_[last_key_] = key;
+    last_key_ = key;
+    const auto it = next_.find(key);
+    if (it != next_.end()) {
+      const size_t n = it->second / 2;
+      if (n != unit && !units_[n].gathered) submit(n);
+    }
+  }
+  gather_ms_ += ms_since(t0);
+  ++gathers_;
   u.gathered = true;
   u.copies_only = backward;
   u.ready = 0;
@@ -148,99 +212,159 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backwa
   // One broadcast per owner: its parameters of `which`, packed in order at the wire's format.
   dist::ProcessGroup& g = dp_.group();
   const int me = dp_.rank();
+  const std::vector<size_t> bytes = owner_bytes(which, exact);
   for (int r = 0; r < dp_.size(); ++r) {
-    size_t total = 0;
-    for (size_t k : which) {
-      const Param& p = params_[k];
-      if (p.owner != r) continue;
-      const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-      total += size_t(p.t.numel()) * size_t(traits(wd).storage_bytes);
-    }
+    const size_t total = bytes[size_t(r)];
     if (total == 0) continue;  // the same on every rank: nothing of r's here
     wire_buf_.resize(total);
     if (r == me) {
-      size_t at = 0;
-      for (size_t k : which) {
-        const Param& p = params_[k];
-        if (p.owner != r) continue;
-        const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-        const size_t n = size_t(p.t.numel());
-        if (wd == p.t.dtype()) {
-          std::memcpy(wire_buf_.data() + at, p.t.impl()->storage->data, p.t.nbytes());
-        } else {
-          convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n),
-                         wire_buf_.data() + at, kNearest);
-        }
-        at += n * size_t(traits(wd).storage_bytes);
-      }
+      pack(which, exact, wire_buf_.data());
       bytes_sent_ += total * size_t(dp_.size() - 1);
+      group_bytes_sent_ += total * size_t(dp_.size() - 1);
     }
     g.broadcast(wire_buf_, r);
-    size_t at = 0;
-    for (size_t k : which) {
-      Param& p = params_[k];
-      if (p.owner != r) continue;
-      const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-      const size_t n = size_t(p.t.numel());
-      const std::byte* src = wire_buf_.data() + at;
-      at += n * size_t(traits(wd).storage_bytes);
-      const bool convert = wd != p.t.dtype();
-      if (r == me && !convert) continue;  // the owner computes with its own values
-      TensorImpl* ti = p.t.impl();
-      auto write = [&](void* dst) {
-        if (convert) {
-          convert_to_f32(wd, src, std::span<float>(static_cast<float*>(dst), n));
-        } else {
-          std::memcpy(dst, src, p.t.nbytes());
-        }
-      };
-      const bool same = p.generation == generation_ && !exact;
-      if (backward && same && p.shadow.defined() &&
-          (wd == p.shadow.dtype() || wd == DType::fp32)) {
-        // The gather before the unit's backward: the forward's autocast copy is what its
-        // backward reads (the GEMMs saved it, linalg_ops.cpp keep_w), not the fp32 values, so
-        // only the copy gets bytes, straight from the wire (the same bits: the wire's 16-bit
-        // values are the copy's, or the fp32 values rounded as autocast rounds them). The
-        // parameter's own Storage (the owner's rounded copy) stays empty until the next
-        // forward: a unit's backward holds 2 bytes a GEMM weight value, not 4 + 2.
-        Storage& sh = *p.shadow.impl()->storage;
-        alloc_bytes(sh);
-        if (wd == p.shadow.dtype()) {
-          std::memcpy(sh.data, src, sh.nbytes);
-        } else {
-          convert_f32_to(p.shadow.dtype(),
-                         std::span<const float>(reinterpret_cast<const float*>(src), n), sh.data,
-                         {.round = kShadowRound, .overflow = kShadowOverflow});
-        }
-        if (r == me) p.master = std::exchange(ti->storage, p.rounded);  // released as usual
-        amp::weight_shadows().attach(p.t, p.shadow);  // current at the storage's version now
-        continue;
-      }
-      if (r == me) {
-        // The owner computes with the rounded values too (every rank the same); its master
-        // waits. The rounded copy's Storage is the same at every gather (see Param::rounded).
-        if (!p.rounded) {
-          p.rounded = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
-        } else {
-          alloc_bytes(*p.rounded);
-        }
-        write(p.rounded->data);
-        p.rounded->version.store(ti->storage->version.load() + kRoundedVersion);
-        p.master = std::exchange(ti->storage, p.rounded);
-      } else {
-        // The bytes come back into the same Storage (the views autograd saved in the forward, a
-        // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
-        Storage& st = *ti->storage;
-        alloc_bytes(st);
-        write(st.data);
-        // New values after an optimizer step: a new version, so that no copy made from the old
-        // ones (an autocast cache entry) is reused; the same values again within a step keep it.
-        if (p.generation != generation_) st.version.fetch_add(1);
-      }
-      p.generation = generation_;
-      if (!same) p.shadow = Tensor();  // new values: autocast casts them afresh
-      restore_shadow(p);
+    unpack(which, exact, backward, r, wire_buf_.data());
+  }
+}
+
+std::vector<size_t> Zero3::owner_bytes(std::span<const size_t> which, bool exact) const {
+  std::vector<size_t> bytes(size_t(dp_.size()), 0);
+  for (size_t k : which) {
+    const Param& p = params_[k];
+    const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+    bytes[size_t(p.owner)] += size_t(p.t.numel()) * size_t(traits(wd).storage_bytes);
+  }
+  return bytes;
+}
+
+void Zero3::pack(std::span<const size_t> which, bool exact, std::byte* dst) {
+  const AddElapsed timed{pack_ms_, !exact};  // the units' gathers (gather_all's are exact)
+  size_t at = 0;
+  for (size_t k : which) {
+    const Param& p = params_[k];
+    if (p.owner != dp_.rank()) continue;
+    const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+    const size_t n = size_t(p.t.numel());
+    if (wd == p.t.dtype()) {
+      std::memcpy(dst + at, p.t.impl()->storage->data, p.t.nbytes());
+    } else {
+      convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n), dst + at, kNearest);
     }
+    at += n * size_t(traits(wd).storage_bytes);
+  }
+}
+
+void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward, int r,
+                   const std::byte* wire) {
+  const int me = dp_.rank();
+  const AddElapsed timed{unpack_ms_, !exact};  // the units' gathers (gather_all's are exact)
+  size_t at = 0;
+  for (size_t k : which) {
+    Param& p = params_[k];
+    if (p.owner != r) continue;
+    const DType wd = exact ? p.t.dtype() : wire_dtype(p);
+    const size_t n = size_t(p.t.numel());
+    const std::byte* src = wire + at;
+    at += n * size_t(traits(wd).storage_bytes);
+    const bool convert = wd != p.t.dtype();
+    if (r == me && !convert) continue;  // the owner computes with its own values
+    TensorImpl* ti = p.t.impl();
+    auto write = [&](void* dst) {
+      if (convert) {
+        convert_to_f32(wd, src, std::span<float>(static_cast<float*>(dst), n));
+      } else {
+        std::memcpy(dst, src, p.t.nbytes());
+      }
+    };
+    const bool same = p.generation == generation_ && !exact;
+    if (backward && same && p.shadow.defined() &&
+        (wd == p.shadow.dtype() || wd == DType::fp32)) {
+      // The gather before the unit's backward: the forward's autocast copy is what its
+      // backward reads (the GEMMs saved it, linalg_ops.cpp keep_w), not the fp32 values, so
+      // only the copy gets bytes, straight from the wire (the same bits: the wire's 16-bit
+      // values are the copy's, or the fp32 values rounded as autocast rounds them). The
+      // parameter's own Storage (the owner's rounded copy) stays empty until the next
+      // forward: a unit's backward holds 2 bytes a GEMM weight value, not 4 + 2.
+      Storage& sh = *p.shadow.impl()->storage;
+      alloc_bytes(sh);
+      if (wd == p.shadow.dtype()) {
+        std::memcpy(sh.data, src, sh.nbytes);
+      } else {
+        convert_f32_to(p.shadow.dtype(),
+                       std::span<const float>(reinterpret_cast<const float*>(src), n), sh.data,
+                       {.round = kShadowRound, .overflow = kShadowOverflow});
+      }
+      if (r == me) p.master = std::exchange(ti->storage, p.rounded);  // released as usual
+      amp::weight_shadows().attach(p.t, p.shadow);  // current at the storage's version now
+      continue;
+    }
+    if (r == me) {
+      // The owner computes with the rounded values too (every rank the same); its master
+      // waits. The rounded copy's Storage is the same at every gather (see Param::rounded).
+      if (!p.rounded) {
+        p.rounded = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+      } else {
+        alloc_bytes(*p.rounded);
+      }
+      write(p.rounded->data);
+      p.rounded->version.store(ti->storage->version.load() + kRoundedVersion);
+      p.master = std::exchange(ti->storage, p.rounded);
+    } else {
+      // The bytes come back into the same Storage (the views autograd saved in the forward, a
+      // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
+      Storage& st = *ti->storage;
+      alloc_bytes(st);
+      write(st.data);
+      // New values after an optimizer step: a new version, so that no copy made from the old
+      // ones (an autocast cache entry) is reused; the same values again within a step keep it.
+      if (p.generation != generation_) st.version.fetch_add(1);
+    }
+    p.generation = generation_;
+    if (!same) p.shadow = Tensor();  // new values: autocast casts them afresh
+    restore_shadow(p);
+  }
+}
+
+void Zero3::submit(size_t unit) {
+  const Unit& u = units_[unit];
+  Pending& pd = pending_;
+  pd.bytes = owner_bytes(u.params, /*exact=*/false);
+  size_t total = 0, mine = 0;
+  for (int r = 0; r < dp_.size(); ++r) {
+    if (r == dp_.rank()) mine = total;
+    total += pd.bytes[size_t(r)];
+  }
+  prefetch_buf_.resize(total);
+  // This rank's part packed now, on the training thread: the owners' values may be swapped for a
+  // rounded copy once the unit is gathered, which the other thread must not race with.
+  pack(u.params, /*exact=*/false, prefetch_buf_.data() + mine);
+  bytes_sent_ += pd.bytes[size_t(dp_.rank())] * size_t(dp_.size() - 1);
+  std::vector<GatherThread::Piece> pieces;
+  size_t at = 0;
+  for (int r = 0; r < dp_.size(); ++r) {
+    const size_t b = pd.bytes[size_t(r)];
+    if (b > 0) pieces.push_back({std::span<std::byte>(prefetch_buf_.data() + at, b), r});
+    at += b;
+  }
+  pd.ticket = thread_->submit(std::move(pieces));
+  pd.unit = unit;
+  pd.generation = generation_;
+  pd.active = true;
+}
+
+void Zero3::finish_pending(bool use, bool backward) {
+  Pending& pd = pending_;
+  if (!pd.active) return;
+  pd.active = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  thread_->wait(pd.ticket);
+  wait_ms_ += ms_since(t0);
+  if (!use) return;
+  size_t at = 0;
+  for (int r = 0; r < dp_.size(); ++r) {
+    const size_t b = pd.bytes[size_t(r)];
+    if (b > 0) unpack(units_[pd.unit].params, /*exact=*/false, backward, r, prefetch_buf_.data() + at);
+    at += b;
   }
 }
 
@@ -293,6 +417,10 @@ void Zero3::release_all() {
   for (Param& p : params_) release_param(p);
   for (Unit& u : units_) u.gathered = false;
   full_ = false;
+  // A prefetch still in flight (a guess past the last gather) is dropped: the owners' values
+  // may change before the next use.
+  finish_pending(/*use=*/false, false);
+  last_key_ = SIZE_MAX;
 }
 
 void Zero3::gather_all() {

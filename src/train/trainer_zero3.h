@@ -15,7 +15,12 @@
 //   - backward: a backward pre-hook on the unit's output (autograd/backward_pre_hook.h) gathers
 //     them again before the unit's backward; the grad-ready hook (autograd/grad_ready_hook.h)
 //     frees them once backward has finished the gradients of all of them;
-//   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients).
+//   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients);
+//   - prefetch (on by default, --zero3-prefetch): the broadcasts run on a thread of their own
+//     (zero3_prefetch.h), and each gather starts the next one's, the unit that followed it the
+//     last time (forward: the next block; backward: the previous one), so that its transfer
+//     overlaps this unit's compute (FSDP's forward_prefetch/backward_prefetch). The same bytes
+//     arrive and are unpacked at the same moment as without it: the same results, bit for bit.
 // With a 16-bit wire every rank, the owner too, computes with the values rounded to the wire
 // format (FSDP's MixedPrecision(param_dtype=bf16)); the owner's fp32 master is put back before
 // the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers);
@@ -33,6 +38,7 @@
 #include "mixp/dist/grad_reduce.h"
 #include "mixp/nn/module.h"
 #include "mixp/train/data_parallel.h"
+#include "zero3_prefetch.h"
 
 namespace mixp::train {
 
@@ -40,9 +46,12 @@ class Zero3 {
  public:
   // `params`: the trainable parameters (in the Trainer's order) and `names` theirs; `owner` from
   // DataParallel::partition. Installs the forward wrappers; the parameters stay whole until
-  // release_all (so that a checkpoint can still be loaded into them).
+  // release_all (so that a checkpoint can still be loaded into them). `prefetch`: gathers on a
+  // thread of their own, the next unit's started before this one computes (collective: the
+  // group is duplicated; without MPI_THREAD_MULTIPLE the gathers stay blocking, prefetching()
+  // says which).
   Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
-        std::vector<int> owner, dist::GradComm wire);
+        std::vector<int> owner, dist::GradComm wire, bool prefetch = true);
   ~Zero3();  // puts the modules' previous wrappers back
   Zero3(const Zero3&) = delete;
   Zero3& operator=(const Zero3&) = delete;
@@ -61,6 +70,21 @@ class Zero3 {
   // Parameter bytes this rank has sent since it was made (its owned parameters, to N-1 ranks, at
   // each gather).
   uint64_t bytes_sent() const { return bytes_sent_; }
+  // Of them, the bytes sent through the data-parallel group itself (counted in its CommStats):
+  // all of them without prefetch, only gather_all's with it.
+  uint64_t group_bytes_sent() const { return group_bytes_sent_; }
+  // Milliseconds the training thread spent in the gathers of units (packing, the transfer or
+  // the wait for it, unpacking) and, of them, waiting for the prefetch thread.
+  // Of gather_ms, packing this rank's parameters and unpacking every owner's.
+  double gather_ms() const { return gather_ms_; }
+  double wait_ms() const { return wait_ms_; }
+  double pack_ms() const { return pack_ms_; }
+  double unpack_ms() const { return unpack_ms_; }
+  bool prefetching() const { return thread_ != nullptr; }
+  // Units gathered since this object was made, and of them the gathers a prefetch had started
+  // (the guess was right).
+  uint64_t gathers() const { return gathers_; }
+  uint64_t prefetched() const { return prefetched_; }
   // Units (the root included) and, per step without accumulation or recomputation, how many
   // parameter bytes this rank sends: the arithmetic of docs/distributed.md.
   size_t units() const { return units_.size(); }
@@ -99,6 +123,17 @@ class Zero3 {
   // backward: the gather before a unit's backward, which needs only the autocast copies of the
   // parameters that have one (see gather_params).
   void gather_params(std::span<const size_t> which, bool exact, bool backward = false);
+  // The bytes of each owner's parameters of `which` on the wire, by rank.
+  std::vector<size_t> owner_bytes(std::span<const size_t> which, bool exact) const;
+  // This rank's parameters of `which`, packed at the wire's format into `dst`.
+  void pack(std::span<const size_t> which, bool exact, std::byte* dst);
+  // Rank r's parameters of `which` from `src` (what it packed) into the parameters.
+  void unpack(std::span<const size_t> which, bool exact, bool backward, int r,
+              const std::byte* src);
+  // Prefetch: starts unit `unit`'s gather on the thread (packs this rank's part now).
+  void submit(size_t unit);
+  // Waits for the gather in flight; unpacks it when `use` (else drops it: a wrong guess).
+  void finish_pending(bool use, bool backward);
   void release_param(Param& p);
   // After a gather: the autocast copy saved in this unit's forward, made again in place.
   void restore_shadow(Param& p);
@@ -113,7 +148,24 @@ class Zero3 {
   bool full_ = true;    // every parameter whole (gather_all, or not yet released)
   uint64_t generation_ = 0;  // optimizer steps the owners took (parameters_updated)
   uint64_t bytes_sent_ = 0;
+  uint64_t group_bytes_sent_ = 0;
+  double gather_ms_ = 0, wait_ms_ = 0, pack_ms_ = 0, unpack_ms_ = 0;
+  uint64_t gathers_ = 0, prefetched_ = 0;
   std::vector<std::byte> wire_buf_;
+  // Prefetch: the gather in flight (into prefetch_buf_, every owner's part in rank order), the
+  // thread (declared after the buffer: it is joined before the buffer goes) and, per gather
+  // (unit * 2 + backward), the one that followed it the last time.
+  std::vector<std::byte> prefetch_buf_;
+  std::unique_ptr<GatherThread> thread_;
+  struct Pending {
+    bool active = false;
+    size_t unit = 0;
+    uint64_t ticket = 0;
+    uint64_t generation = 0;
+    std::vector<size_t> bytes;  // by owner
+  } pending_;
+  std::unordered_map<size_t, size_t> next_;
+  size_t last_key_ = SIZE_MAX;  // the previous gather since release_all
 };
 
 }  // namespace mixp::train

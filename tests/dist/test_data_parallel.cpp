@@ -164,41 +164,46 @@ TEST(DataParallel, MismatchedConfigurationsAreRefusedAtTheStart) {
 }
 
 // A rank that stops answering ends the run within --comm-timeout, with a message that says so.
+// Also under ZeRO 3, whose parameter gathers run on a thread of their own over a duplicated
+// communicator (src/train/zero3_prefetch.h): that thread's broadcasts are watched too.
 TEST(DataParallel, AHungRankEndsTheRunWithinTheTimeout) {
-  TempDir dir;
-  const std::string script = (dir / "hang.sh").string();
-  {
-    std::ofstream s(script);
-    s << "mpirun --oversubscribe -np 2 '" << MIXP_CLI << "' " << kGpt
-      << "--steps 100000 --batch 4 --comm-timeout 3 --log '" << (dir / "log.jsonl").string()
-      << "' >/dev/null 2>'" << (dir / "err").string()
-      << "' </dev/null &\n"
-      << "mp=$!\n"
-      << "for i in $(seq 1 300); do\n"
-      << "  for p in $(pgrep -x mixp); do\n"
-      << "    if grep -qa '" << dir.path().string() << "' /proc/$p/cmdline 2>/dev/null &&\n"
-      << "       grep -qa OMPI_COMM_WORLD_RANK=1 /proc/$p/environ 2>/dev/null; then\n"
-      // Stopped once rank 0 has logged a step: both ranks are past start-up and in training,
-      // where --comm-timeout watches (a fixed sleep stopped rank 1 still in start-up on a busy
-      // machine, where nothing watches yet, and the run hung).
-      << "      for j in $(seq 1 600); do [ -s '" << (dir / "log.jsonl").string()
-      << "' ] && break; sleep 0.1; done\n"
-      << "      kill -STOP $p; break 2\n"
-      << "    fi\n"
-      << "  done\n"
-      << "  sleep 0.1\n"
-      << "done\n"
-      << "wait $mp\n";
+  for (const std::string variant : {"", "--zero 3 --grad-comm bf16 "}) {
+    TempDir dir;
+    const std::string script = (dir / "hang.sh").string();
+    {
+      std::ofstream s(script);
+      s << "mpirun --oversubscribe -np 2 '" << MIXP_CLI << "' " << kGpt << variant
+        << "--steps 100000 --batch 4 --comm-timeout 3 --log '" << (dir / "log.jsonl").string()
+        << "' >/dev/null 2>'" << (dir / "err").string() << "' </dev/null &\n"
+        << "mp=$!\n"
+        << "for i in $(seq 1 300); do\n"
+        << "  for p in $(pgrep -x mixp); do\n"
+        << "    if grep -qa '" << dir.path().string() << "' /proc/$p/cmdline 2>/dev/null &&\n"
+        << "       grep -qa OMPI_COMM_WORLD_RANK=1 /proc/$p/environ 2>/dev/null; then\n"
+        // Stopped once rank 0 has logged a step: both ranks are past start-up and in training,
+        // where --comm-timeout watches (a fixed sleep stopped rank 1 still in start-up on a busy
+        // machine, where nothing watches yet, and the run hung).
+        << "      for j in $(seq 1 600); do [ -s '" << (dir / "log.jsonl").string()
+        << "' ] && break; sleep 0.1; done\n"
+        << "      kill -STOP $p; break 2\n"
+        << "    fi\n"
+        << "  done\n"
+        << "  sleep 0.1\n"
+        << "done\n"
+        << "wait $mp\n";
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = std::system(("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                    "timeout 120 bash '" +
+                                    script + "'")
+                                       .c_str());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124);
+    EXPECT_LT(s, 60);
+    const std::string err = read_text(dir / "err");
+    EXPECT_NE(err.find("for the other ranks; one of them has died or hangs"), std::string::npos)
+        << variant << err;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  const int status = std::system(("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                  "timeout 120 bash '" + script + "'").c_str());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124);
-  EXPECT_LT(s, 60);
-  const std::string err = read_text(dir / "err");
-  EXPECT_NE(err.find("for the other ranks; one of them has died or hangs"), std::string::npos)
-      << err;
 }
 
 // A checkpoint of 2 ranks x batch 4 continues on 1 rank x batch 8 (the same global batch), and

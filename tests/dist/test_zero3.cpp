@@ -61,6 +61,34 @@ TEST(ZeroThree, TrainsBitIdenticallyToNoZeroWithTheFp32Wire) {
   }
 }
 
+// Prefetch (--zero3-prefetch, default 1; src/train/zero3_prefetch.h): each gather's transfer is
+// started by the gather before it, on a thread of its own, so that it moves while that unit
+// computes. Each step of this gpt gathers 5 units (the root, then the 2 blocks' forwards and
+// backwards); from the second step on all but the root's (the step's first) were started ahead.
+// The same results with it off, bit for bit (the same bytes, unpacked at the same moments).
+TEST(ZeroThree, PrefetchStartsEachGatherWhileTheUnitBeforeComputes) {
+  TempDir dir;
+  const std::string args =
+      kGpt + "--steps 3 --batch 4 --zero 3 --json --precision bf16 --grad-comm bf16 --log ";
+  const CliResult on = run_mpi(2, args + path(dir, "on.jsonl"));
+  const CliResult off = run_mpi(2, args + path(dir, "off.jsonl") + " --zero3-prefetch 0");
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(on.json()["zero3_prefetch"], true);
+  EXPECT_EQ(on.json()["param_gathers_last_step"], 5);
+  EXPECT_EQ(on.json()["param_gathers_prefetched_last_step"], 4);
+  EXPECT_EQ(off.json()["zero3_prefetch"], false);
+  EXPECT_EQ(off.json()["param_gathers_last_step"], 5);
+  EXPECT_EQ(off.json()["param_gathers_prefetched_last_step"], 0);
+  EXPECT_EQ(on.json()["comm_param_bytes_per_step"], off.json()["comm_param_bytes_per_step"]);
+  EXPECT_EQ(on.json()["comm_bytes_per_step"], off.json()["comm_bytes_per_step"]);
+  EXPECT_EQ(log_losses(dir / "on.jsonl"), log_losses(dir / "off.jsonl"));
+  // A switch, not a number: anything but 0 or 1 is a usage error.
+  const CliResult bad = run_cli("train --zero3-prefetch 2");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--zero3-prefetch"), std::string::npos) << bad.err;
+}
+
 // bf16-pure writes its updates back with stochastic rounding, each parameter drawing the stream
 // of its index in the optimizer (optim/optimizer.h write_back_seed). A ZeRO shard's optimizer
 // holds a subset of the parameters; it is given their indices in the whole list, so every stage

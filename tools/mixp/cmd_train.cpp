@@ -121,8 +121,10 @@ void print_summary(const train::TrainResult& r, const train::TrainConfig& c, int
         r.grad_comm, r.shared_memory ? "on" : "off (" + r.shared_memory_note + ")",
         human_bytes(r.comm_bytes_per_step),
         // ZeRO 3: the parameters this rank's owners sent to the others' gathers.
-        r.zero == 3 ? fmt::format(" (gradients; parameters {})",
-                                  human_bytes(r.comm_param_bytes_per_step))
+        r.zero == 3 ? fmt::format(" (gradients; parameters {}, {}, {:.1f} ms/step gathering)",
+                                  human_bytes(r.comm_param_bytes_per_step),
+                                  r.zero3_prefetch ? "prefetched" : "not prefetched",
+                                  r.param_gather_ms_per_step)
                     : std::string());
   }
   std::cout << fmt::format("memory:    peak tensors {}, peak RSS {}\n",
@@ -258,6 +260,7 @@ void run(Flags& f) {
   set("--comm-timeout", c.comm_timeout, f.c.comm_timeout);
   set("--check-replicas", c.check_replicas, f.c.check_replicas);
   set("--zero", c.zero, f.c.zero);
+  set("--zero3-prefetch", c.zero3_prefetch, f.c.zero3_prefetch);
   // In a data-parallel run only rank 0 logs and reports (the ranks' results are the same).
   const bool rank0 = dist::world().rank() == 0;
   if (!rank0) c.log_path.clear();
@@ -449,6 +452,11 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "share; 3: ZeRO stage 3, and only its share of the parameters, each module's "
                   "gathered around its forward and backward (default 0)")
       ->group(dp);
+  sub->add_option("--zero3-prefetch", c.zero3_prefetch,
+                  "with --zero 3: 1 starts each module's parameter gather while the module "
+                  "before it computes, on a communication thread (default); 0 gathers each "
+                  "just before its use (the same results)")
+      ->group(dp);
   sub->add_option("--check-replicas", c.check_replicas,
                   "compare every parameter's checksum across ranks every N steps (default 0 = "
                   "never)")
@@ -481,6 +489,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
   real_range(sub->get_option("--bucket-mb"), 0, 1 << 20, /*lo_open=*/true);
   real_range(sub->get_option("--comm-timeout"), 0, 1e7);
   int_range(sub->get_option("--zero"), 0, 3);
+  int_range(sub->get_option("--zero3-prefetch"), 0, 1);
   int_range(sub->get_option("--check-replicas"), 0, 1'000'000'000);
   sub->footer(
       "Examples:\n"

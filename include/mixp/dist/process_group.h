@@ -108,6 +108,12 @@ class ProcessGroup {
                         int from) = 0;
   // Rank `root`'s bytes to every rank.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  // The same, nonblocking (MPI_Ibcast), under the rules of the nonblocking collectives above.
+  // The default runs the blocking one and returns a complete request.
+  virtual Request ibroadcast(std::span<std::byte> data, int root) {
+    broadcast(data, root);
+    return {};
+  }
   virtual void barrier() = 0;
 
   // A collective: `bytes` of memory per rank that every rank maps (SharedMemory), when all ranks
@@ -118,6 +124,13 @@ class ProcessGroup {
     (void)bytes;
     return nullptr;
   }
+
+  // A collective: a group over the same ranks whose collectives are independent of this one's
+  // (MPI_Comm_dup), for one other thread to call while this one's thread calls this group (ZeRO
+  // 3's prefetching gathers, src/train/zero3_prefetch.h). It has its own statistics and its own
+  // timeout watch (the timeout is this group's at the time). Null, on every rank, where the
+  // transport cannot (MPI without MPI_THREAD_MULTIPLE; NCCL).
+  virtual std::unique_ptr<ProcessGroup> duplicate() { return nullptr; }
 
   // Seconds a collective may wait for the other ranks before the process ends with an error
   // (default 60; 0 = forever).

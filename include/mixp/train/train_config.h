@@ -112,6 +112,9 @@ struct TrainConfig {
   double comm_timeout = 60;        // seconds a rank waits for the others (0 = forever)
   int64_t check_replicas = 0;      // compare the ranks' parameter checksums every N steps
   int zero = 0;  // ZeRO stage: 1 optimizer state and master weights sharded, 2 gradients too
+  // ZeRO 3: each unit's parameter gather started while the unit before it computes, on a thread
+  // of its own (src/train/zero3_prefetch.h; the same results either way)
+  bool zero3_prefetch = true;
 
   // The effective configuration: model defaults filled in (batch, lr, data, shape), model.seed
   // set, and every field checked. Throws ConfigError naming the field, the value and what is

@@ -138,6 +138,19 @@ struct TrainResult {
   double comm_bytes_per_step = 0;   // gradient bytes one rank sent per step (mean)
   double comm_param_bytes_per_step = 0;  // ZeRO 3: parameter bytes one rank sent per step (mean)
   double comm_ms_per_step = 0;      // wall time in collectives per step (median)
+  // ZeRO 3: wall time the training thread spent in the parameter gathers per step (median):
+  // packing, the transfer (or, with prefetch, the wait for what compute did not hide),
+  // unpacking; and whether the gathers were prefetched (--zero3-prefetch, MPI_THREAD_MULTIPLE).
+  // Of it (medians each): the wait for the prefetch thread, packing this rank's parameters,
+  // unpacking the gathered ones; the rest is the blocking broadcasts without prefetch.
+  double param_gather_ms_per_step = 0;
+  double param_gather_wait_ms_per_step = 0;
+  double param_pack_ms_per_step = 0;
+  double param_unpack_ms_per_step = 0;
+  bool zero3_prefetch = false;
+  // Units gathered in the last step, and of them those whose transfer a prefetch had started.
+  int64_t param_gathers_last_step = 0;
+  int64_t param_gathers_prefetched_last_step = 0;
   int comm_buckets = 0;             // gradient buckets per step
   int comm_buckets_overlapped = 0;  // of them, started during backward (last step)
   int zero = 0;                     // ZeRO stage (0 to 3)
