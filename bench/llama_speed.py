@@ -34,6 +34,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "peers"))
+from torch_subprocess import run_torch_snippet  # noqa: E402
 VOCAB = 49152
 LORA = "r=16,alpha=32,targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
@@ -92,11 +94,7 @@ for _ in range({a.steps}):
 print(json.dumps({{"ms": statistics.median(ts), "cpu_ms": statistics.median(cs),
                   "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
 """
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise SystemExit(f"torch failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_torch_snippet(code, a.threads)
 
 
 def main():

@@ -29,6 +29,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+from torch_subprocess import run_torch_snippet  # noqa: E402
+sys.path.insert(0, HERE)
 
 
 def write_tokens(path, n, seed):
@@ -86,11 +88,7 @@ for _ in range({steps}):
 print(json.dumps({{"ms": statistics.median(ts),
                   "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
 """
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise SystemExit(f"torch failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_torch_snippet(code, args.threads)
 
 
 def main():
