@@ -109,14 +109,8 @@ WeightShadowCache& WeightShadowCache::instance() {
 }
 
 Tensor WeightShadowCache::lookup(const Tensor& w, DType to) {
-  std::shared_ptr<Storage> bytes;
-  {
-    std::lock_guard lock(g_mutex);
-    const Entry* e = find(w);
-    if (!e || e->dtype != to || !is_current(*e, *w.impl())) return Tensor();
-    bytes = e->bytes;
-  }
-  return over(bytes, w, to);
+  Tensor t = current(w);
+  return t.defined() && t.dtype() == to ? t : Tensor();
 }
 
 Tensor WeightShadowCache::current(const Tensor& w) {
