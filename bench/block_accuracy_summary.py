@@ -3,8 +3,10 @@
 deviation and min..max over the seeds of the final validation loss (`mixp train --json`'s
 `val_loss`); the ratio of the mean to bf16's mean and, for an ablation `<recipe>-no-<component>`,
 to its full recipe's mean ("x full"); whether the min..max overlaps bf16's; the paired ratios
-(each seed's loss over bf16's of the same seed: mean and min..max); and issue 32's bars (fp8-block
-within 0.5% of bf16, nvfp4 within 1.5%; a loss below bf16's passes). A run whose loss is missing
+(each seed's loss over bf16's of the same seed: mean, min..max and the standard error of the mean,
+and for an ablation the same against its full recipe); whether a paired mean is resolved (more than
+two standard errors from 1); and issue 32's bars (fp8-block within 0.5% of bf16, nvfp4 within 1.5%;
+a loss below bf16's passes). A run whose loss is missing
 or not finite is counted as diverged; a run that failed (an .err file, no result) as failed; one
 still being written (an .err and a .json.tmp) as running. None is dropped silently, and a
 configuration with a diverged, failed or running seed gets no mean.
@@ -94,12 +96,20 @@ def summarize(out):
     # Paired: each seed's loss over bf16's of the same seed (the same initialisation and batches),
     # which removes the seed-to-seed spread that both runs share.
     base_seeds = base["by_seed"] if base else {}
+    by_config = {r["config"]: r for r in rows}
     for r in rows:
-        r["paired_ratios"] = {str(s): v / base_seeds[s] for s, v in sorted(r["by_seed"].items())
-                              if base_seeds.get(s)}
+        r["paired_ratios"] = paired(r["by_seed"], base_seeds)
         p = list(r["paired_ratios"].values())
         r["paired_mean"] = statistics.fmean(p) if p else None
         r["paired_min"], r["paired_max"] = (min(p), max(p)) if p else (None, None)
+        r["paired_se"], r["paired_resolved"] = standard_error(p)
+        # An ablation against its full recipe, seed by seed: the component's effect with the
+        # initialisation and batches held fixed.
+        full = r["config"].split("-no-")[0] if "-no-" in r["config"] else None
+        q = list(paired(r["by_seed"], by_config[full]["by_seed"]).values()) if full in by_config \
+            else []
+        r["paired_to_full_mean"] = statistics.fmean(q) if q else None
+        r["paired_to_full_se"], r["paired_to_full_resolved"] = standard_error(q)
     for r in rows:
         r["ratio"] = r["mean"] / base_mean if r["mean"] is not None and base_mean else None
         # An ablation "<recipe>-no-<component>" against its full recipe: the component's effect.
@@ -121,8 +131,26 @@ def summarize(out):
     return study, rows
 
 
+def paired(by_seed, ref_by_seed):
+    """Each seed's loss over the reference's loss with the same seed."""
+    return {str(s): v / ref_by_seed[s] for s, v in sorted(by_seed.items()) if ref_by_seed.get(s)}
+
+
+def standard_error(ratios):
+    """(standard error of the mean of the paired ratios, whether the mean is more than two of them
+    from 1: a difference the seeds resolve); (None, None) with fewer than two seeds."""
+    if len(ratios) < 2:
+        return None, None
+    se = statistics.stdev(ratios) / math.sqrt(len(ratios))
+    return se, abs(statistics.fmean(ratios) - 1) > 2 * se
+
+
 def fmt(x, spec):
-    return format(x, spec) if x is not None else "-"
+    """x formatted by spec, or "-" in the same width when there is no value."""
+    if x is not None:
+        return format(x, spec)
+    width = spec.split(".")[0]
+    return "-".rjust(int(width)) if width.isdigit() else "-"
 
 
 def main():
@@ -140,7 +168,7 @@ def main():
               f"warmup {g('warmup')}, seeds {g('seeds')}, data {g('data')}")
     print(f"{'config':16} {'n':>2} {'val loss mean':>13} {'std':>7} {'min..max':>15} "
           f"{'x bf16':>7} {'bar':>6} {'verdict':>7} {'overlap':>7} {'x full':>7} "
-          f"{'paired x bf16':>21} {'ms/step':>8}  note")
+          f"{'paired x bf16':>21} {'+-se':>7} {'paired x full':>14} {'ms/step':>8}  note")
     for r in rows:
         note = []
         if r["diverged_seeds"]:
@@ -153,12 +181,18 @@ def main():
         ov = {None: "-", True: "yes", False: "no"}[r["overlaps_bf16"]]
         paired = (f"{r['paired_mean']:.4f} ({r['paired_min']:.4f}..{r['paired_max']:.4f})"
                   if r["paired_mean"] is not None else "-")
+        se = fmt(r["paired_se"], "7.4f") + ("*" if r["paired_resolved"] else " ")
+        to_full = (fmt(r["paired_to_full_mean"], ".4f") + "+-" + fmt(r["paired_to_full_se"], ".4f")
+                   + ("*" if r["paired_to_full_resolved"] else "")
+                   if r["paired_to_full_mean"] is not None else "-")
         bar = f"{r['bar'] * 100:.1f}%" if r["bar"] is not None else "-"
         print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} "
               f"{fmt(r['std'], '7.4f')} {rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} "
               f"{r['verdict'] or '-':>7} {ov:>7} "
-              f"{fmt(r['ratio_to_full'], '7.4f')} {paired:>21} "
+              f"{fmt(r['ratio_to_full'], '7.4f')} {paired:>21} {se:>8} {to_full:>14} "
               f"{fmt(r['ms_per_step'], '8.1f')}  {'; '.join(note)}")
+    print("paired: each seed's loss over bf16's (x full: over its full recipe's) with the same seed; "
+          "+-se: the standard error of that mean; *: more than two standard errors from 1")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 // the driver end to end on a tiny shape (2 steps, 1 seed), so that neither rots silently.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -104,6 +105,17 @@ TEST(BlockAccuracy, SummaryMeansRatiosBarsAndDivergence) {
   EXPECT_EQ(t2["overlaps_bf16"], true);  // 2.2 is bf16's max
   EXPECT_TRUE(n["ratio_to_full"].is_null());
   EXPECT_EQ(n["overlaps_bf16"], true);
+  // Paired standard errors: fp8-block's ratios 1.05 and 0.9591 are 0.0455 apart, so the standard
+  // error of their mean is 0.0227 and the 0.45% difference from 1 is not resolved; the ablation's
+  // 2.2 / 2.15 on both seeds has no spread, so its 2.3% effect over the full recipe is.
+  const double r0 = 2.1 / 2.0, r1 = 2.11 / 2.2;
+  EXPECT_NEAR(f["paired_se"].get<double>(), std::abs(r0 - r1) / 2, 1e-12);
+  EXPECT_EQ(f["paired_resolved"], false);
+  EXPECT_TRUE(f["paired_to_full_mean"].is_null());  // not an ablation
+  EXPECT_NEAR(t2["paired_to_full_mean"].get<double>(), 2.2 / 2.15, 1e-12);
+  EXPECT_NEAR(t2["paired_to_full_se"].get<double>(), 0.0, 1e-12);
+  EXPECT_EQ(t2["paired_to_full_resolved"], true);
+  EXPECT_TRUE(m["paired_se"].is_null());  // no seed survived
 
   const auto t = run_shell(summary_cmd(d.path()));
   ASSERT_EQ(t.exit_code, 0) << t.err;
