@@ -30,7 +30,7 @@ constexpr int64_t kParallelWork = int64_t{1} << 15;
 
 // One tile's scale: block_quant_math.h, the arithmetic the CUDA kernels run too.
 using block_math::TileScale;
-inline TileScale tile_scale(const BlockScaledOptions& opt, float vmax, float gdec, float gmult) {
+inline TileScale tile_scale_of(const BlockScaledOptions& opt, float vmax, float gdec, float gmult) {
   return block_math::tile_scale(static_cast<int>(opt.scheme), opt.pow2_scales, vmax, gdec, gmult);
 }
 static_assert(static_cast<int>(BlockScheme::nvfp4) == block_math::kNvfp4 &&
@@ -87,7 +87,7 @@ float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows,
       for (int64_t r = r0; r < r1; ++r) k.row_amax(x + r * cols, cols, tw, am.data());
       for (int64_t tc = 0; tc < gc; ++tc) {
         const size_t j = static_cast<size_t>(tc);
-        const TileScale ts = tile_scale(opt, am[j], gdec, gmult);
+        const TileScale ts = tile_scale_of(opt, am[j], gdec, gmult);
         enc[j] = ts.enc;
         sc[j] = fp8 && out.unscaled ? 1.0f : ts.s;  // fp8_block's factors: the E4M3 values
         const size_t t = static_cast<size_t>(tr * gc) + j;
