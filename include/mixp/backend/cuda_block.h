@@ -54,6 +54,10 @@ Tensor cuda_block_gemm_nt(const Tensor& a, const Tensor& b, const BlockScaledOpt
                           const BlockScaledOptions& opt_b, BlockGemmPath* used = nullptr,
                           const BlockGemmPath* force = nullptr);
 
+// block_scaled_columns on the device: x fp32 [rows, cols] (cuda) -> [cols, rp] = x^T, rp = rows,
+// or rows rounded up to a multiple of 16 with zero columns and the RHT applied when rht.
+Tensor cuda_block_columns(const Tensor& x, bool rht);
+
 // rht16_rows on the device: x fp32 contiguous [rows, cols], cols % 16 == 0, in place.
 void cuda_rht16_rows(Tensor& x);
 

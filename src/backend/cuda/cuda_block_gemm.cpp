@@ -352,6 +352,20 @@ Tensor cuda_block_gemm_nt(const Tensor& a_in, const Tensor& b_in, const BlockSca
   return gemm_dequantized(ctx, a, b, opt_a, opt_b);
 }
 
+Tensor cuda_block_columns(const Tensor& x_in, bool rht) {
+  using namespace mixp::cuda;
+  const Tensor x = as_rows(x_in, "cuda_block_columns");
+  const int64_t R = x.shape()[0], C = x.shape()[1], rp = rht ? (R + 15) / 16 * 16 : R;
+  DeviceContext& ctx = context(x.device().index);
+  Tensor out = dev_empty(Shape{C, rp}, DType::fp32, x.device());
+  launch_columns(fptr_mut(out), fptr(x), R, C, rp, ctx.stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+  if (rht && C * rp > 0) launch_rht16(fptr_mut(out), C * rp / 16, ctx.stream);
+  MIXP_CUDA_CHECK_LAUNCH();
+  out.bump_version();
+  return out;
+}
+
 void cuda_rht16_rows(Tensor& x) {
   using namespace mixp::cuda;
   if (x.device().kind != DeviceKind::cuda || x.dtype() != DType::fp32 || !x.is_contiguous() ||

@@ -70,6 +70,9 @@ Tensor cuda_block_gemm_nt(const Tensor&, const Tensor&, const BlockScaledOptions
                           const BlockScaledOptions&, BlockGemmPath*, const BlockGemmPath*) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
+Tensor cuda_block_columns(const Tensor&, bool) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
 void cuda_rht16_rows(Tensor&) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
