@@ -43,6 +43,9 @@ std::string read_source(const std::string& rel) {
 }
 
 TEST(CudaBlockMath, TheCpuPathRunsTheSharedHeader) {
+  // A packed test binary (scripts/gpu-pack.sh) runs where this build's source tree is not.
+  if (read_source("src/format/block_scaled.cpp").empty())
+    GTEST_SKIP() << "the source tree " << MIXP_SOURCE_DIR << " is not on this machine";
   const char* header = "#include \"backend/math/block_quant_math.h\"";
   for (const char* file : {"src/format/block_scaled_kernels.inc", "src/format/block_scaled.cpp",
                            "src/backend/cuda/cuda_block_quant.cu"}) {
