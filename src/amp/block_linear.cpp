@@ -335,6 +335,12 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
   const int64_t K = w.size(1), N = w.size(0);
   const Plan plan = plan_of(meta.recipe());
   const Device dev = x.device();
+  // On a GPU the operands stay there (block_linear_cuda.cpp), but for the emulated limited
+  // accumulator and an installed observer, which read host memory: those copy to the host.
+  if (dev.kind == DeviceKind::cuda && plan.promote == 0 && !block_observer())
+    return block_scaled_linear_cuda(x, w, b, act,
+                                    {plan.act, plan.weight, plan.grad, plan.rht, value_seed, kRoleG,
+                                     kRoleGc});
 
   Tensor x2 = host_f32(mixp::detail::raw_reshape(mixp::detail::raw_contiguous(x),
                                                  Shape{K ? x.numel() / K : 0, K}));

@@ -4,6 +4,7 @@
 
 #include "mixp/amp/fp8_scaling.h"
 #include "mixp/backend/backend.h"
+#include "mixp/format/block_scaled.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp::amp {
@@ -29,5 +30,18 @@ Tensor linear_output_grad(const Tensor& grad, const Tensor& keep_y, int64_t M, i
 // fp8_linear for the block-scaled recipes (fp8_block, nvfp4, mxfp4): block_linear.cpp.
 Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                            Fp8LinearMeta& meta);
+
+// block_scaled_linear on a cuda device (block_linear_cuda.cpp): the same operands and roles as
+// the host path (block_linear.cpp), quantized and multiplied on the device
+// (mixp/backend/cuda_block.h). seed(values, n, role) is the host path's value_seed, for the
+// gradient's stochastic rounding (role_g rows, role_gc columns).
+struct BlockLinearCudaPlan {
+  BlockScaledOptions act, weight, grad;
+  bool rht = false;
+  uint64_t (*seed)(const float* p, size_t n, uint64_t role) = nullptr;
+  uint64_t role_g = 0, role_gc = 0;
+};
+Tensor block_scaled_linear_cuda(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                                const BlockLinearCudaPlan& plan);
 
 }  // namespace mixp::amp::detail

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "mixp/backend/cuda_block.h"
 #include "mixp/format/describe.h"
 
 namespace mixp {
@@ -224,30 +225,43 @@ std::vector<RecipeSupport> cpu_recipe_support() {
       "exact: the published quantizers bit for bit; bf16 GEMMs of exact operands "
       "(codes, times their block scales where that is exact) with fp32 accumulation, other scales "
       "applied in fp32 (docs/fp4.md)";
-  return {{"nvfp4", Support::emulated, how},
-          {"mxfp4", Support::emulated, how},
-          {"fp8-block", Support::emulated, how}};
+  return {{"nvfp4", Support::emulated, how, ""},
+          {"mxfp4", Support::emulated, how, ""},
+          {"fp8-block", Support::emulated, how, ""}};
 }
 
 std::vector<RecipeSupport> gpu_recipe_support(int cc_major, int cc_minor) {
   const int cc = cc_major * 10 + cc_minor;
-  const auto need = [](const char* arch) {
-    return std::string("emulated: no such tensor cores before ") + arch;
+  const std::string emulated_how =
+      "quantized on the device (the CPU's bits), dequantized to bf16 (exact) for a bf16 GEMM "
+      "with fp32 accumulation: ";
+  const auto one = [&](BlockScheme s, const char* native_how) {
+    const BlockGemmPath p = block_gemm_path(s, cc_major, cc_minor);
+    std::string how;
+    if (p == BlockGemmPath::cublaslt) {
+      how = native_how;
+    } else if (s == BlockScheme::fp8_block) {
+      how = emulated_how + (cc >= 100 ? std::string("cuBLASLt's fp32 128-block scales are Hopper's "
+                                                    "only (Blackwell's block-scaled GEMMs take "
+                                                    "E8M0 per 32)")
+                                      : std::string("no FP8 block-scaled GEMM before Hopper "
+                                                    "(sm90)"));
+    } else {
+      how = emulated_how + "no FP4 tensor cores before Blackwell (sm100)";
+    }
+    return RecipeSupport{std::string(to_string(s)),
+                         p == BlockGemmPath::cublaslt ? Support::native : Support::emulated, how,
+                         std::string(to_string(p))};
   };
-  std::vector<RecipeSupport> out;
-  out.push_back(cc >= 100 ? RecipeSupport{"nvfp4", Support::native,
-                                          "Blackwell FP4 tensor cores: E2M1 with E4M3 scales per "
-                                          "16 (sm100+)"}
-                          : RecipeSupport{"nvfp4", Support::emulated, need("Blackwell (sm100)")});
-  out.push_back(cc >= 100 ? RecipeSupport{"mxfp4", Support::native,
-                                          "Blackwell FP4 tensor cores: E2M1 with E8M0 scales per "
-                                          "32 (sm100+)"}
-                          : RecipeSupport{"mxfp4", Support::emulated, need("Blackwell (sm100)")});
-  out.push_back(cc >= 90 ? RecipeSupport{"fp8-block", Support::native,
-                                         "FP8 tensor cores with fp32 scales per 128 / 128x128 "
-                                         "(sm90+, cuBLASLt block scaling)"}
-                         : RecipeSupport{"fp8-block", Support::emulated, need("Hopper (sm90)")});
-  return out;
+  return {one(BlockScheme::nvfp4,
+              "cuBLASLt's block-scaled FP4 GEMM: E2M1 with E4M3 scales per 16 (VEC16_UE4M3), the "
+              "fp32 tensor scales after it (sm100+)"),
+          one(BlockScheme::mxfp4,
+              "cuBLASLt's block-scaled FP4 GEMM: E2M1 with E8M0 scales per 32 (VEC32_UE8M0, "
+              "sm100+)"),
+          one(BlockScheme::fp8_block,
+              "cuBLASLt's FP8 GEMM with fp32 scales per 1x128 (VEC128_32F) and 128x128 "
+              "(BLK128x128_32F) blocks (sm90)")};
 }
 
 PrecisionAdvice recommend_precision(const CpuFeatures& cpu, std::span<const GpuInfo> gpus) {

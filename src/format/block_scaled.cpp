@@ -9,13 +9,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backend/math/block_quant_math.h"
 #include "format/block_scaled_kernels.h"
 #include "mixp/format/float_codec.h"
 
@@ -28,55 +28,14 @@ constexpr float kE4M3Max = 448.0f;
 // Below this many elements one thread does it (a parallel region costs microseconds).
 constexpr int64_t kParallelWork = int64_t{1} << 15;
 
-inline float clampf(float v, float lo, float hi) { return std::min(std::max(v, lo), hi); }
-
-inline int ceil_log2(float v) {  // exact for finite v > 0 (as block_scaled_ref.cpp)
-  int e = 0;
-  const float m = std::frexp(v, &e);
-  return m == 0.5f ? e - 1 : e;
+// One tile's scale: block_quant_math.h, the arithmetic the CUDA kernels run too.
+using block_math::TileScale;
+inline TileScale tile_scale_of(const BlockScaledOptions& opt, float vmax, float gdec, float gmult) {
+  return block_math::tile_scale(static_cast<int>(opt.scheme), opt.pow2_scales, vmax, gdec, gmult);
 }
-
-struct TileScale {
-  float enc = 1.0f;  // what the elements are multiplied by before rounding
-  float s = 1.0f;    // the decoding scale (BlockScaledTensor::scales)
-  uint8_t code = 0;  // E4M3 / E8M0 byte (nvfp4, mxfp4)
-};
-
-// One tile's scale from its amax: the reference's arithmetic (block_scaled_ref.cpp), per scheme.
-TileScale tile_scale(const BlockScaledOptions& opt, float vmax, float gdec, float gmult) {
-  TileScale t;
-  switch (opt.scheme) {
-    case BlockScheme::nvfp4: {
-      const float ds = clampf(std::min(vmax * gmult, FLT_MAX), -kE4M3Max, kE4M3Max);
-      t.code = detail::e4m3_rne_mag(ds, &t.s);  // ds >= 0: vmax >= 0, gmult > 0
-      t.enc = std::min(1.0f / (t.s * gdec), FLT_MAX);
-      break;
-    }
-    case BlockScheme::mxfp4: {
-      const float ds = vmax / kE2M1Max;
-      const int e = ds == 0.0f ? -127 : std::clamp(ceil_log2(ds), -127, 127);
-      t.s = std::ldexp(1.0f, e);
-      t.code = static_cast<uint8_t>(e + 127);
-      t.enc = 1.0f / t.s;
-      break;
-    }
-    case BlockScheme::fp8_block: {
-      float scale = kE4M3Max / vmax;
-      if (std::isinf(scale)) scale = FLT_MAX;
-      if (opt.pow2_scales) {
-        int e = 0;
-        (void)std::frexp(scale, &e);
-        scale = std::ldexp(1.0f, e - 1);
-        if (std::isinf(vmax)) scale = 0.0f;
-      }
-      if (vmax == 0.0f) scale = 1.0f;
-      t.s = 1.0f / scale;
-      t.enc = scale;
-      break;
-    }
-  }
-  return t;
-}
+static_assert(static_cast<int>(BlockScheme::nvfp4) == block_math::kNvfp4 &&
+              static_cast<int>(BlockScheme::mxfp4) == block_math::kMxfp4 &&
+              static_cast<int>(BlockScheme::fp8_block) == block_math::kFp8Block);
 
 // max |x| over the tensor (NaN skipped), in parallel chunks (max is order-free).
 float tensor_amax(const detail::BlockKernels& k, const float* x, int64_t n) {
@@ -111,11 +70,10 @@ float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows,
   if (opt.scheme == BlockScheme::nvfp4) {
     // reference_nvfp4.py's per-tensor scales (see block_scaled_ref.cpp).
     amax = tensor_amax(k, x, rows * cols);
-    float genc = std::min((kE4M3Max * kE2M1Max) / amax, FLT_MAX);
-    if (genc == 0.0f) genc = 1.0f;
-    gdec = 1.0f / genc;
-    gmult = genc * (1.0f / kE2M1Max);
-    if (!out.unscaled) g = amax / (kE4M3Max * kE2M1Max);  // the dequantization's factor
+    const block_math::TensorScales ts = block_math::nvfp4_tensor_scales(amax);
+    gdec = ts.gdec;
+    gmult = ts.gmult;
+    if (!out.unscaled) g = ts.g;  // the dequantization's factor
   }
   const bool sr = opt.round == Round::stochastic;
   const bool fp8 = opt.scheme == BlockScheme::fp8_block;
@@ -129,7 +87,7 @@ float quantize_core(const detail::BlockKernels& k, const float* x, int64_t rows,
       for (int64_t r = r0; r < r1; ++r) k.row_amax(x + r * cols, cols, tw, am.data());
       for (int64_t tc = 0; tc < gc; ++tc) {
         const size_t j = static_cast<size_t>(tc);
-        const TileScale ts = tile_scale(opt, am[j], gdec, gmult);
+        const TileScale ts = tile_scale_of(opt, am[j], gdec, gmult);
         enc[j] = ts.enc;
         sc[j] = fp8 && out.unscaled ? 1.0f : ts.s;  // fp8_block's factors: the E4M3 values
         const size_t t = static_cast<size_t>(tr * gc) + j;
@@ -290,7 +248,7 @@ BlockScaledFactors factors(std::span<const float> x, int64_t rows, int64_t cols,
   const float amax = quantize_core(detail::block_kernels(), x.data(), rows, cols, opt,
                                    {.deq = out, .deq16 = out16, .unscaled = true,
                                     .scales = fp8 ? f.tile_scales.data() : nullptr});
-  if (opt.scheme == BlockScheme::nvfp4) f.tensor_scale = amax / (kE4M3Max * kE2M1Max);
+  if (opt.scheme == BlockScheme::nvfp4) f.tensor_scale = block_math::nvfp4_tensor_scales(amax).g;
   return f;
 }
 
@@ -370,11 +328,7 @@ void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, 
   if (rht && cols * rp > 0) rht16_rows(out, cols, rp);
 }
 
-float rht16_sign(int i) {
-  // TE reference_nvfp4.py get_wgrad_sign_vector().
-  static constexpr float kSign[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
-  return kSign[i & 15];
-}
+float rht16_sign(int i) { return block_math::rht16_sign(i); }  // TE's get_wgrad_sign_vector()
 
 void rht16_rows(std::span<float> x, int64_t rows, int64_t cols) {
   if (cols % 16 != 0 || static_cast<int64_t>(x.size()) != rows * cols)
@@ -383,7 +337,7 @@ void rht16_rows(std::span<float> x, int64_t rows, int64_t cols) {
   float t[16][16];
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j)
-      t[i][j] = rht16_sign(i) * ((std::popcount(static_cast<unsigned>(i & j)) & 1) ? -0.25f : 0.25f);
+      t[i][j] = block_math::rht16_entry(i, j);
   const detail::BlockKernels& k = detail::block_kernels();
   const int64_t ng = static_cast<int64_t>(x.size()) / 16;
   constexpr int64_t kChunk = 1024;  // groups per task

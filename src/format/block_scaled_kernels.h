@@ -58,19 +58,4 @@ BlockScaledTensor block_scaled_quantize_with(const BlockKernels& k, std::span<co
 void block_scaled_fake_quantize_with(const BlockKernels& k, std::span<float> x, int64_t rows,
                                      int64_t cols, const BlockScaledOptions& opt);
 
-// E4M3 (OCP E4M3FN) round to nearest even of a in [0, 448]: the code, and its value in *value.
-// Below 2^-6 the subnormal step is 2^-9 (round via the 1.5 * 2^23 trick: exact, RNE in the
-// default rounding mode); above, the fp32 significand is rounded to 3 bits.
-inline uint8_t e4m3_rne_mag(float a, float* value) {
-  if (a < 0.015625f) {
-    const float n = (a * 512.0f + 12582912.0f) - 12582912.0f;
-    *value = n * (1.0f / 512.0f);
-    return static_cast<uint8_t>(n);
-  }
-  uint32_t u = __builtin_bit_cast(uint32_t, a);
-  u = (u + 0x7FFFFu + ((u >> 20) & 1u)) & ~0xFFFFFu;
-  *value = __builtin_bit_cast(float, u);
-  return static_cast<uint8_t>((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u));
-}
-
 }  // namespace mixp::detail

@@ -46,8 +46,12 @@ inline uint8_t e2m1_encode(float v, Round round, uint32_t bits) {
 
 inline float clampf(float v, float lo, float hi) { return std::min(std::max(v, lo), hi); }
 
-// Exact ceil(log2(v)) for finite v > 0 (frexp is exact: v = m * 2^e, m in [0.5, 1)).
+// Exact ceil(log2(v)) for finite v > 0 (frexp is exact: v = m * 2^e, m in [0.5, 1)); +inf gives
+// 128, which the caller clamps to 127 as TE's ceil(log2(inf)) is (frexp's exponent of inf is
+// unspecified; glibc's 0 made an mxfp4 block holding inf scale by 1). block_quant_math.h
+// ceil_log2 is the same.
 inline int ceil_log2(float v) {
+  if (std::isinf(v)) return 128;
   int e = 0;
   const float m = std::frexp(v, &e);
   return m == 0.5f ? e - 1 : e;

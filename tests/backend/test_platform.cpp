@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "mixp/backend/cuda_block.h"
 #include "mixp/backend/platform.h"
 #include "mixp/format/describe.h"
 
@@ -127,8 +128,10 @@ TEST(FormatSupportTable, GpuByComputeCapability) {
   EXPECT_EQ(support_of(gpu_format_support(5, 2), DType::fp16), Support::emulated);
 }
 
-// The block-scaled recipes (issue 32): Blackwell (sm100+) has FP4 for nvfp4/mxfp4, Hopper (sm90)
-// and newer FP8 with block scales for fp8-block; a CPU emulates all three.
+// The block-scaled recipes (issue 32): the CUDA backend runs nvfp4/mxfp4 on cuBLASLt's FP4 GEMMs
+// on Blackwell (sm100+) and fp8-block on its fp32 128-block scales on Hopper (sm90, which only
+// Hopper has: emulated on Blackwell); elsewhere emulated (dequantized bf16 GEMMs); a CPU
+// emulates all three.
 TEST(RecipeSupportTable, ByDevice) {
   const auto support = [](const std::vector<RecipeSupport>& rs) {
     std::string out;
@@ -140,9 +143,20 @@ TEST(RecipeSupportTable, ByDevice) {
   EXPECT_NE(cpu_recipe_support()[0].how.find("exact"), std::string::npos);
   EXPECT_EQ(support(gpu_recipe_support(8, 9)), "nvfp4=emulated mxfp4=emulated fp8-block=emulated ");
   EXPECT_EQ(support(gpu_recipe_support(9, 0)), "nvfp4=emulated mxfp4=emulated fp8-block=native ");
-  EXPECT_EQ(support(gpu_recipe_support(10, 0)), "nvfp4=native mxfp4=native fp8-block=native ");
-  EXPECT_EQ(support(gpu_recipe_support(12, 0)), "nvfp4=native mxfp4=native fp8-block=native ");
+  EXPECT_EQ(support(gpu_recipe_support(10, 0)), "nvfp4=native mxfp4=native fp8-block=emulated ");
+  EXPECT_EQ(support(gpu_recipe_support(12, 0)), "nvfp4=native mxfp4=native fp8-block=emulated ");
   for (const RecipeSupport& r : gpu_recipe_support(7, 5)) EXPECT_FALSE(r.how.empty());
+  // The GEMM path each line names is block_gemm_path's, the rule the backend selects with.
+  for (const auto& [maj, min] : {std::pair{8, 0}, {9, 0}, {10, 0}}) {
+    const std::vector<RecipeSupport> rs = gpu_recipe_support(maj, min);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const BlockScheme s = i == 0 ? BlockScheme::nvfp4 : i == 1 ? BlockScheme::mxfp4 : BlockScheme::fp8_block;
+      EXPECT_EQ(rs[i].recipe, to_string(s));
+      EXPECT_EQ(rs[i].gemm, to_string(block_gemm_path(s, maj, min))) << rs[i].recipe;
+      EXPECT_EQ(rs[i].support == Support::native, rs[i].gemm == "cublaslt") << rs[i].recipe;
+    }
+  }
+  for (const RecipeSupport& r : cpu_recipe_support()) EXPECT_TRUE(r.gemm.empty());
 }
 
 TEST(GpuArchitecture, Names) {

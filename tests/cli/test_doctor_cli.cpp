@@ -135,7 +135,11 @@ TEST(DoctorCli, ReportsGpusThroughTheDriverApi) {
     }
   }
   // The fake GPUs (sm75, sm80) have no block-scaled tensor cores.
-  for (const json& r : j["gpus"][1]["recipes"]) EXPECT_EQ(r["support"], "emulated") << r;
+  for (const json& r : j["gpus"][1]["recipes"]) {
+    EXPECT_EQ(r["support"], "emulated") << r;
+    EXPECT_EQ(r["gemm"], "dequantize") << r;  // the CUDA backend's path on an A100
+  }
+  for (const json& r : j["cpu"]["recipes"]) EXPECT_FALSE(r.contains("gemm")) << r;
   EXPECT_EQ(j["recipes"], j["gpus"][1]["recipes"]);
   const CliResult text = run_cli("doctor", {{"MIXP_LIBCUDA", lib}});
   EXPECT_NE(text.out.find("Fake A100"), std::string::npos);

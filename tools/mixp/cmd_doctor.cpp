@@ -33,8 +33,11 @@ void print_formats(const std::vector<FormatSupport>& fs) {
 
 Json recipes_json(const std::vector<RecipeSupport>& rs) {
   Json out = Json::array();
-  for (const RecipeSupport& r : rs)
-    out.push_back({{"recipe", r.recipe}, {"support", to_string(r.support)}, {"how", r.how}});
+  for (const RecipeSupport& r : rs) {
+    Json j = {{"recipe", r.recipe}, {"support", to_string(r.support)}, {"how", r.how}};
+    if (!r.gemm.empty()) j["gemm"] = r.gemm;  // a GPU's: the CUDA backend's GEMM path
+    out.push_back(std::move(j));
+  }
   return out;
 }
 
@@ -165,7 +168,7 @@ void run(bool json) {
   std::cout << "\nBlock-scaled recipes (--precision; docs/fp4.md) on the CPU:\n";
   print_recipes(cpu_recipes);
   for (const GpuInfo& g : probe.gpus) {
-    std::cout << "\nBlock-scaled recipes on cuda:" << g.index << " (the hardware's):\n";
+    std::cout << "\nBlock-scaled recipes on cuda:" << g.index << " (mixp's CUDA backend):\n";
     print_recipes(gpu_recipe_support(g.cc_major, g.cc_minor));
   }
   std::cout << "\nRecommended precision: " << advice.precision << " on " << advice.device << "\n  "
@@ -188,8 +191,10 @@ RegisterCommand reg(90, [](CLI::App& app) {
       "in a wider format. The advice follows the decision tree: Ampere or newer -> bf16,\n"
       "Volta/Turing -> fp16 with loss scaling, older GPUs -> fp32; without a GPU, bf16 where the\n"
       "CPU has AVX512_BF16 or AMX-BF16, else fp32.\n"
-      "Block-scaled recipes: nvfp4 and mxfp4 are native on Blackwell (sm100+), fp8-block on\n"
-      "Hopper (sm90) and newer; on a CPU all three are emulated, exactly.\n\n"
+      "Block-scaled recipes: nvfp4 and mxfp4 run on cuBLASLt's block-scaled GEMMs (native) on\n"
+      "Blackwell (sm100+), fp8-block on Hopper (sm90); on other GPUs they are quantized on the\n"
+      "device and multiplied as dequantized bf16 (emulated); on a CPU all three are emulated,\n"
+      "exactly.\n\n"
       "Examples:\n"
       "  mixp doctor\n"
       "  mixp doctor --json\n");

@@ -66,12 +66,15 @@ struct RecipeSupport {
   std::string recipe;
   Support support;
   std::string how;
+  std::string gemm;  // on a GPU: the CUDA backend's GEMM path ("cublaslt", "dequantize"); CPU: ""
 };
 // On a CPU: always emulated, bit-exact to the published quantizers (format/block_scaled.h).
 std::vector<RecipeSupport> cpu_recipe_support();
-// What an NVIDIA GPU's tensor cores have (as gpu_format_support, the hardware, not mixp's CUDA
-// backend): Blackwell (sm_100+) block-scaled FP4 for nvfp4 and mxfp4; Hopper (sm_90) and newer
-// FP8 GEMMs with per-128 fp32 block scales for fp8-block; older GPUs none (emulated).
+// How mixp's CUDA backend runs each recipe on an NVIDIA GPU (block_gemm_path,
+// mixp/backend/cuda_block.h; docs/cuda.md "Block-scaled recipes"): native where cuBLASLt has the
+// block-scaled GEMM (fp8-block on Hopper sm_90; nvfp4 and mxfp4 on Blackwell sm_100+), else
+// emulated (quantized on the device with the CPU's bits, then the bf16 GEMM of the dequantized
+// operands).
 std::vector<RecipeSupport> gpu_recipe_support(int cc_major, int cc_minor);
 
 struct PrecisionAdvice {

@@ -5,6 +5,7 @@
 
 #include "backend/cuda_entry.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/cuda_block.h"
 #include "mixp/backend/cuda_gemm.h"
 
 namespace mixp {
@@ -54,6 +55,25 @@ std::string detail::cublaslt_probe() {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 bool cuda_fp8_gemm_native(int) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+BlockScaledTensor CudaBlockTensor::to_host() const {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+CudaBlockTensor cuda_block_quantize(const Tensor&, const BlockScaledOptions&) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+Tensor cuda_block_fake_quantize(const Tensor&, const BlockScaledOptions&) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+Tensor cuda_block_gemm_nt(const Tensor&, const Tensor&, const BlockScaledOptions&,
+                          const BlockScaledOptions&, BlockGemmPath*, const BlockGemmPath*) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+Tensor cuda_block_columns(const Tensor&, bool) {
+  throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
+}
+void cuda_rht16_rows(Tensor&) {
   throw std::invalid_argument(std::string("mixp: no CUDA device: ") + kNotBuilt);
 }
 
