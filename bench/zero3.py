@@ -6,8 +6,9 @@ in docs/benchmarks.md, "ZeRO stage 3"):
     /usr/bin/python3 bench/zero3.py --model gpt --width 64 --layers 4 --heads 2 --context 32 \\
         --batch 1 --precision fp32 --steps 4                             # a small shape
 
-The default is issue 33's: GPT-2 124M (--model gpt2, 124.4M parameters at GPT-2's 50257-token
-vocabulary), bf16, batch 4 per rank, context 256. The vocabulary comes from the data (--data, an
+The default is issue 33's: GPT-2 124M (--model gpt2 at GPT-2's 50257-token vocabulary: 123.9M
+parameters, since at --context 256 the position table has 256 rows, not GPT-2's 1024, which
+would make 124.4M), bf16, batch 4 per rank, context 256. The vocabulary comes from the data (--data, an
 llm.c token file, docs/data.md); without --data the bench writes one: 300,000 seeded
 pseudo-random GPT-2 ids (bench/peers/gpt2_step_time.py write_tokens, seed 0, header vocabulary
 0 = GPT-2's 50257). There is no GPT-2 BPE tokenizer offline, and the tokens' content does not
