@@ -6,8 +6,14 @@ in docs/benchmarks.md, "ZeRO stage 3"):
     /usr/bin/python3 bench/zero3.py --model gpt --width 64 --layers 4 --heads 2 --context 32 \\
         --batch 1 --precision fp32 --steps 4                             # a small shape
 
-The default is issue 33's: GPT-2 124M (--model gpt2), bf16, batch 4 per rank, context 256. It runs,
-interleaved over --rounds:
+The default is issue 33's: GPT-2 124M (--model gpt2 at GPT-2's 50257-token vocabulary: 123.9M
+parameters, since at --context 256 the position table has 256 rows, not GPT-2's 1024, which
+would make 124.4M), bf16, batch 4 per rank, context 256. The vocabulary comes from the data (--data, an
+llm.c token file, docs/data.md); without --data the bench writes one: 300,000 seeded
+pseudo-random GPT-2 ids (bench/peers/gpt2_step_time.py write_tokens, seed 0, header vocabulary
+0 = GPT-2's 50257). There is no GPT-2 BPE tokenizer offline, and the tokens' content does not
+matter here: peak memory and step time depend on the shapes (vocabulary, batch, context), not on
+which ids the batches hold. It runs, interleaved over --rounds:
   - memory: --ranks (default 4) ranks with --zero 3 and with --zero 0 (unsharded), and prints each
     rank-0 peak (peak_memory_bytes), their ratio (the target is <= 0.4) and `mixp plan
     --zero-stage 3 --ranks N --grad-comm W` at the same shape against the measured ZeRO-3 peak
@@ -24,15 +30,18 @@ import argparse
 import json
 import os
 import subprocess
+import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peers"))
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_mpi_yield_when_idle="1")
 
 
 def shape_args(a):
-    out = ["--model", a.model, "--precision", a.precision, "--batch", str(a.batch),
-           "--context", str(a.context)]
+    out = ["--model", a.model, "--data", a.data, "--precision", a.precision, "--batch",
+           str(a.batch), "--context", str(a.context)]
     for flag in ("width", "layers", "heads"):
         if getattr(a, flag):
             out += ["--" + flag, str(getattr(a, flag))]
@@ -60,6 +69,7 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mixp", default=os.path.join(HERE, "..", "build", "release", "mixp"))
     p.add_argument("--model", default="gpt2")
+    p.add_argument("--data", default="", help="token file (default: GPT-2 ids, written here)")
     p.add_argument("--precision", default="bf16")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--context", type=int, default=256)
@@ -73,6 +83,10 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--speed-only", action="store_true")
     a = p.parse_args()
+    if not a.data:
+        from gpt2_step_time import write_tokens
+        a.data = os.path.join(tempfile.mkdtemp(), "tokens.bin")
+        write_tokens(a.data, 300_000, 0)
     peak = {0: [], 3: []}
     runs = {"zero 3": ["--zero3-prefetch", "1"], "zero 3 no prefetch": ["--zero3-prefetch", "0"],
             "zero 1": []}
@@ -81,7 +95,9 @@ def main():
     for _ in range(a.rounds):
         if not a.speed_only:
             for z in (3, 0):
-                peak[z].append(train(a, a.ranks, z)["peak_memory_bytes"])
+                j = train(a, a.ranks, z)
+                peak[z].append(j["peak_memory_bytes"])
+                params = j["parameters"]
         for k, extra in runs.items():
             j = train(a, 2, 1 if k == "zero 1" else 3, extra)
             ms[k].append(j["ms_per_step"])
@@ -104,6 +120,7 @@ def main():
     p3, p0 = min(peak[3]), min(peak[0])
     planned = plan(a, a.ranks, 3)["peak_bytes"]
     planned0 = plan(a, a.ranks, 0)["peak_bytes"]
+    print(f"model: {params / 1e6:.1f}M parameters")
     print(f"peak per rank, {a.ranks} ranks: zero 3 {p3 / 2**20:.2f} MiB, unsharded "
           f"{p0 / 2**20:.2f} MiB, ratio {p3 / p0:.3f}")
     print(f"mixp plan --zero-stage 3 --ranks {a.ranks}: {planned / 2**20:.2f} MiB, "

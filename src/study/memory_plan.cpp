@@ -30,29 +30,44 @@ int64_t bytes_of(DType d) {
 }
 
 // ZeRO 3 (docs/distributed.md, "ZeRO stage 3: --zero 3", "Memory"): what a rank holds at its
-// peak beyond its shards, as src/train/trainer_zero3.cpp gathers. At the start of backward (the
-// peak: zero3_backward_moment) these are the root unit (embeddings, final norm, the head: whole
-// from its forward to the end of its backward), its values and autocast's copies of its GEMM
-// weights (`cast_bytes` a value, 0 without persistent casts), and the last block as gathered
-// for its backward: the copies of its GEMM weights only (which its backward reads), its other
-// parameters' values; without casts, all its values. Of each the other ranks' (R-1)/R, or the
-// whole unit with a 16-bit wire over fp32 parameters (the owner computes with a rounded copy,
-// gathered and freed like the others' values; the cast-copy row is then 0). The prefetch
-// (src/train/zero3_prefetch.h) adds no row: the next unit's bytes wait in a wire buffer outside
-// the tensor allocator (as the blocking gather's staging buffer did) and reach the parameters at
-// the moment the blocking gather would have put them there.
+// peak beyond its shards, as src/train/trainer_zero3.cpp gathers. The peak is in backward
+// (zero3_backward_moment), at the head's backward or, with a small vocabulary, at the last
+// block's. Gathered then: the root unit (the final norm: whole from its forward to the end of
+// its backward) and either the head's unit (GPT-2's tied wte) or the last block, each as
+// gathered for its backward: the autocast copies of its GEMM weights only (which its backward
+// reads, `cast_bytes` a value), its other parameters' values; without casts, all its values.
+// Of each the other ranks' (R-1)/R, or the whole unit with a 16-bit wire over fp32 parameters
+// (the owner computes with a rounded copy, gathered and freed like the others' values; the
+// cast-copy row is then 0). Besides, the head weight's gradient is whole on every rank from the
+// head's backward to its reduction (the tied wte's at the end of backward: the token
+// embedding's backward adds to it), `grad_bytes` a value. The prefetch (src/train/
+// zero3_prefetch.h) adds no row: the next unit's bytes wait in a wire buffer outside the tensor
+// allocator (as the blocking gather's staging buffer did) and reach the parameters at the
+// moment the blocking gather would have put them there.
 struct Zero3Units {
-  int64_t root = 0, block = 0;            // parameter values
-  int64_t root_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)
+  int64_t root = 0, head = 0, block = 0;  // parameter values
+  int64_t head_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)
 };
 
 int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t ranks, int64_t param_bytes,
-                             int64_t cast_bytes, bool rounded) {
-  const int64_t root = u.root * param_bytes + u.root_gemm * cast_bytes;
-  const int64_t block = cast_bytes > 0
-                            ? u.block_gemm * cast_bytes + (u.block - u.block_gemm) * param_bytes
-                            : u.block * param_bytes;
-  return rounded ? root + block : (root + block) * (ranks - 1) / ranks;
+                             int64_t cast_bytes, int64_t grad_bytes, bool rounded) {
+  auto in_backward = [&](int64_t values, int64_t gemm) {
+    return cast_bytes > 0 ? gemm * cast_bytes + (values - gemm) * param_bytes
+                          : values * param_bytes;
+  };
+  const int64_t gathered = u.root * param_bytes + std::max(in_backward(u.head, u.head_gemm),
+                                                           in_backward(u.block, u.block_gemm));
+  return (rounded ? gathered : gathered * (ranks - 1) / ranks) + u.head_gemm * grad_bytes;
+}
+
+// The fraction of the sharded rows the most-loaded rank holds. The ranks own whole parameters,
+// largest first to the least-loaded (train/data_parallel.cpp DataParallel::partition), so one
+// rank owns at least the largest parameter: at GPT-2 124M over 4 ranks rank 0 owns the tied
+// wte alone, 0.31 of the values rather than 0.25 (docs/distributed.md, "Memory"). The plan is
+// for that rank: the one that runs out first. `largest` 0: an even 1/R.
+double zero_share(int64_t largest, int64_t total, int64_t ranks) {
+  const double even = 1.0 / double(ranks);
+  return total > 0 ? std::max(even, double(largest) / double(total)) : even;
 }
 
 // Whether ZeRO 3 gathers fp32 parameters rounded to a 16-bit wire (trainer_zero3.cpp
@@ -258,16 +273,21 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   const train::RunParts parts =
       train::build_run(full, train::RunPurpose::train, /*with_model=*/!lm);
   int64_t gemm_params = 0;
+  int64_t largest = 0;  // values of the largest parameter (zero_share)
   if (lm) {
     p.parameters = p1.params + extra * (p2.params - p1.params);
     const nn::GptConfig g = nn::gpt_config_of(parts.config.model);
     p.context = g.context;
-    gemm_params = g.layers * (4 * g.width * g.width + 2 * g.width * g.mlp_width) +
-                  (g.padded_vocab > 0 ? g.padded_vocab : g.vocab) * g.width;
+    const int64_t rows = g.padded_vocab > 0 ? g.padded_vocab : g.vocab;
+    gemm_params = g.layers * (4 * g.width * g.width + 2 * g.width * g.mlp_width) + rows * g.width;
+    largest = std::max(rows * g.width, g.width * g.mlp_width);
   } else {
     p.parameters = parts.model->num_parameters();
     for (auto& [name, m] : parts.model->named_modules()) {
       if (auto* l = dynamic_cast<nn::Linear*>(m)) gemm_params += l->weight().numel();
+    }
+    for (const auto& [name, t] : parts.model->named_parameters()) {
+      largest = std::max(largest, t.numel());
     }
   }
 
@@ -275,8 +295,9 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   const train::RecipeDtypes d = parts.recipe->dtypes();
   const int64_t P = p.parameters;
   const int64_t R = opt.ranks;
+  const double share = zero_share(p.lora ? 0 : largest, P, R);
   auto shard = [&](int64_t bytes, int from_stage) {
-    return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
+    return opt.zero_stage >= from_stage ? int64_t(std::ceil(double(bytes) * share)) : bytes;
   };
   // Under LoRA only the adapters train: their gradients, masters, states and cast copies (every
   // adapter weight is a GEMM weight); the frozen base is stored bytes only (in its format: fp32,
@@ -316,11 +337,12 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     const nn::GptConfig g = nn::gpt_config_of(parts.config.model);
     Zero3Units u;
     u.block = p2.params - p1.params;
-    u.root = P - shape.layers * u.block;
     u.block_gemm = 4 * g.width * g.width + 2 * g.width * g.mlp_width;
-    u.root_gemm = gemm_params - g.layers * u.block_gemm;
+    u.head = u.head_gemm = gemm_params - g.layers * u.block_gemm;  // the head's matrix
+    u.root = 2 * g.width;  // the final LayerNorm: the embeddings and head are units of their own
     const int64_t cast = p.cast_copy_bytes > 0 ? bytes_of(sp.compute) : 0;
-    p.param_bytes += zero3_gathered_bytes(u, R, bytes_of(d.params), cast, rounded);
+    p.param_bytes += zero3_gathered_bytes(u, R, bytes_of(d.params), cast,
+                                          grad_bytes_per_value(d, sp), rounded);
   }
   p.grad_bytes = shard(p.grad_bytes, 2);
   p.master_bytes = shard(p.master_bytes, 1);
@@ -418,8 +440,17 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   p.zero_stage = opt.zero_stage;
   p.ranks = opt.ranks;
   const int64_t R = opt.ranks;
+  // The largest parameter: the head's matrix (GPT-2's tied wte) or a block's FFN matrix; the
+  // head's is a 1-block model's GEMM weights less a block's (2 x one - two).
+  ModelShape one_block = shape, two_blocks = shape;
+  one_block.layers = 1;
+  two_blocks.layers = 2;
+  const int64_t head_matrix =
+      2 * gemm_weight_values(one_block) - gemm_weight_values(two_blocks);
+  const int64_t largest = run.lora.empty() ? std::max(head_matrix, shape.width * shape.ffn) : 0;
+  const double share = zero_share(largest, p.parameters, R);
   auto shard = [&](int64_t bytes, int from_stage) {
-    return opt.zero_stage >= from_stage ? (bytes + R - 1) / R : bytes;
+    return opt.zero_stage >= from_stage ? int64_t(std::ceil(double(bytes) * share)) : bytes;
   };
   const bool zero3 = opt.zero_stage >= 3 && R > 1;
   const bool rounded = zero3 && zero3_rounds(run.grad_comm, d.params);
@@ -430,11 +461,15 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
     two.layers = 2;
     Zero3Units u;
     u.block = parameters(two) - parameters(one);
-    u.root = p.parameters - shape.layers * u.block;
     u.block_gemm = gemm_weight_values(two) - gemm_weight_values(one);
-    u.root_gemm = gemm_weight_values(one) - u.block_gemm;
+    u.head = u.head_gemm = gemm_weight_values(one) - u.block_gemm;  // the head's matrix
+    // The root keeps the final norm: the embeddings (and an untied head) are units of their own.
+    const bool untied = shape.family == ShapeFamily::llama && !shape.tied_head;
+    const int64_t positions = shape.family == ShapeFamily::gpt2 ? shape.context * shape.width : 0;
+    u.root = p.parameters - shape.layers * u.block - (untied ? 2 : 1) * u.head - positions;
     const int64_t cast = mf.casts_per_use || mf.block_cast_bits > 0 ? 0 : mf.cast_bytes;
-    p.param_bytes += zero3_gathered_bytes(u, R, am.param_bytes / p.parameters, cast, rounded);
+    p.param_bytes += zero3_gathered_bytes(u, R, am.param_bytes / p.parameters, cast,
+                                          am.grad_bytes / p.parameters, rounded);
   }
   p.grad_bytes = shard(am.grad_bytes, 2);
   p.master_bytes = shard(am.master_bytes, 1);

@@ -124,6 +124,7 @@ struct Trainer::Impl {
   // ZeRO 3: time in the parameter gathers per step: all, waiting, packing, unpacking
   std::vector<std::array<double, 4>> gather_ms;
   uint64_t gathers_last = 0, prefetched_last = 0;  // ZeRO 3: in the last step
+  uint64_t gathered_peak_last = 0;  // ZeRO 3: Zero3::gathered_peak_bytes() of the last step
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
   uint64_t comm_param_bytes_total = 0;  // ZeRO 3: parameter bytes sent by this rank in this run
 

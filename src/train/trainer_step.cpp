@@ -84,6 +84,7 @@ Trainer::Impl::StepState Trainer::Impl::begin_step() {
     st.gather0 = {zero3->gather_ms(), zero3->wait_ms(), zero3->pack_ms(), zero3->unpack_ms()};
     st.gathers0 = zero3->gathers();
     st.prefetched0 = zero3->prefetched();
+    zero3->reset_gathered_peak();
   }
   // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
   if (dp) dp->broadcast_buffers(*model);
@@ -264,6 +265,7 @@ StepInfo Trainer::Impl::end_step(const StepState& st) {
                          zero3->pack_ms() - st.gather0[2], zero3->unpack_ms() - st.gather0[3]});
     gathers_last = zero3->gathers() - st.gathers0;
     prefetched_last = zero3->prefetched() - st.prefetched0;
+    gathered_peak_last = zero3->gathered_peak_bytes();
   }
 
   StepInfo info;

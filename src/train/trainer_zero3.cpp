@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -64,25 +65,6 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
              std::vector<int> owner, dist::GradComm wire, bool prefetch)
     : dp_(dp), wire_(wire) {
-  // The units: the root, then every child of a Sequential not inside another unit (FSDP's
-  // transformer auto-wrap: a GPT's blocks), in module order.
-  std::vector<std::string> names{""};
-  Unit root;
-  root.module = &model;
-  root.root = true;
-  units_.push_back(std::move(root));
-  for (auto& [name, m] : model.named_modules()) {
-    if (m->kind() != "sequential") continue;
-    bool inside = false;
-    for (size_t u = 1; u < names.size(); ++u) inside = inside || starts_with(name, names[u]);
-    if (inside) continue;
-    for (auto& [child, c] : m->named_children()) {
-      names.push_back(name.empty() ? child : name + "." + child);
-      Unit unit;
-      unit.module = c.get();
-      units_.push_back(std::move(unit));
-    }
-  }
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, t] = params[i];
     if (!t.device().is_cpu()) {
@@ -97,23 +79,87 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
         !t.storage()->owned || !t.storage()->allocator) {
       throw std::logic_error("ZeRO 3 needs each parameter in a storage of its own: " + name);
     }
-    size_t unit = 0;
-    for (size_t u = 1; u < names.size(); ++u) {
-      if (starts_with(name, names[u]) && names[u].size() > names[unit].size()) unit = u;
-    }
     Param p;
     p.t = t;
     p.owner = owner[i];
-    p.unit = unit;
     params_.push_back(std::move(p));
-    units_[unit].params.push_back(i);
     index_[t.impl()] = i;
   }
-  for (size_t u = 0; u < units_.size(); ++u) {
-    Unit& unit = units_[u];
-    unit.previous = unit.module->forward_wrapper();
-    unit.module->set_forward_wrapper(
-        [this, u](nn::Module& self, const Tensor& x) { return forward(units_[u], self, x); });
+  // The uses, in module order: the root; every child of a Sequential not inside another use
+  // (FSDP's transformer auto-wrap: a GPT's blocks); every embedding and head outside those (FSDP
+  // wraps the embeddings on their own).
+  auto add_use = [&](nn::Module* m, bool backward_reads, bool release_after_backward) {
+    Use& use = uses_.emplace_back();
+    use.module = m;
+    use.backward_reads = backward_reads;
+    use.release_after_backward = release_after_backward;
+  };
+  add_use(&model, true, false);
+  std::vector<std::string> names{""};
+  auto inside = [&](const std::string& name) {
+    for (size_t k = 1; k < names.size(); ++k) {
+      if (starts_with(name, names[k])) return true;
+    }
+    return false;
+  };
+  for (auto& [name, m] : model.named_modules()) {
+    if (m->kind() != "sequential" || inside(name)) continue;
+    for (auto& [child, c] : m->named_children()) {
+      names.push_back(name.empty() ? child : name + "." + child);
+      add_use(c.get(), true, false);
+    }
+  }
+  for (auto& [name, m] : model.named_modules()) {
+    const bool embedding = m->kind() == "embedding";
+    if ((!embedding && m->kind() != "head") || name.empty() || inside(name)) continue;
+    names.push_back(name);
+    add_use(m, /*backward_reads=*/!embedding, true);  // an Embedding's backward reads the ids
+  }
+  // The units: the root's, then one per use, or the unit its parameters already belong to (a
+  // tied head: its weight is the embedding's, one TensorImpl). The parameters of no use stay in
+  // the root's.
+  units_.emplace_back().root = true;
+  std::vector<size_t> unit_of(params_.size(), 0);
+  for (size_t k = 1; k < uses_.size(); ++k) {
+    std::vector<size_t> mine;
+    size_t shared = 0;
+    for (const auto& [pname, t] : uses_[k].module->named_parameters()) {
+      const auto it = index_.find(t.impl());
+      if (it == index_.end()) continue;  // frozen: not sharded
+      if (unit_of[it->second] != 0) {
+        if (shared != 0 && shared != unit_of[it->second]) {
+          throw std::logic_error("ZeRO 3: module '" + names[k] +
+                                 "' shares parameters with two units");
+        }
+        shared = unit_of[it->second];
+      } else {
+        mine.push_back(it->second);
+      }
+    }
+    if (shared != 0 && !mine.empty()) {
+      throw std::logic_error("ZeRO 3: module '" + names[k] +
+                             "' has parameters of its own besides another unit's");
+    }
+    uses_[k].unit = shared != 0 ? shared : units_.size();
+    if (shared == 0) units_.emplace_back();
+    for (size_t i : mine) unit_of[i] = uses_[k].unit;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    p.unit = unit_of[i];
+    Unit& u = units_[p.unit];
+    u.params.push_back(i);
+    u.bytes += uint64_t(p.t.nbytes());
+  }
+  units_[0].gathers_per_step = 1;  // kept from its forward to the end of its backward
+  for (size_t k = 1; k < uses_.size(); ++k) {
+    units_[uses_[k].unit].gathers_per_step += uses_[k].backward_reads ? 2 : 1;
+  }
+  for (size_t k = 0; k < uses_.size(); ++k) {
+    Use& use = uses_[k];
+    use.previous = use.module->forward_wrapper();
+    use.module->set_forward_wrapper(
+        [this, k](nn::Module& self, const Tensor& x) { return forward(k, self, x); });
   }
   if (prefetch) {
     // Collective (every rank makes its Zero3 at the same point); null without
@@ -129,7 +175,7 @@ Zero3::~Zero3() {
     } catch (...) {  // an error already reported on the way here
     }
   }
-  for (Unit& u : units_) u.module->set_forward_wrapper(u.previous);
+  for (Use& use : uses_) use.module->set_forward_wrapper(use.previous);
 }
 
 DType Zero3::wire_dtype(const Param& p) const {
@@ -140,36 +186,47 @@ DType Zero3::wire_dtype(const Param& p) const {
   return DType::fp32;
 }
 
-Tensor Zero3::forward(Unit& u, nn::Module& self, const Tensor& x) {
-  auto run = [&] { return u.previous ? u.previous(self, x) : self.forward(x); };
-  if (full_) return run();
+Tensor Zero3::forward(size_t k, nn::Module& self, const Tensor& x) {
+  const Use& use = uses_[k];
+  auto run = [&](const Tensor& in) {
+    return use.previous ? use.previous(self, in) : self.forward(in);
+  };
+  if (full_) return run(x);
+  Unit& u = units_[use.unit];
   // A forward inside the unit's backward (a checkpointed block's recomputation) needs the values
   // themselves, which the backward's gather left out.
   if (u.gathered && u.copies_only) release(u);
-  gather(u);
-  Tensor y = run();
+  gather(k);
+  Tensor in = x;
+  if (use.release_after_backward && use.backward_reads && GradMode::is_enabled() &&
+      x.requires_grad()) {
+    // Freed once backward has passed through the module: its input's gradient is made by the
+    // node that also makes the weights' (a tied wte's is finished only at the embedding).
+    const size_t unit = use.unit;
+    in = with_backward_pre_hook(x, [this, unit] { release(units_[unit]); });
+  }
+  Tensor y = run(in);
   const bool backward = GradMode::is_enabled() && y.defined() && y.requires_grad();
   if (u.root && backward) return y;  // kept until its backward has finished (on_grad_ready)
   release(u);
-  if (!backward) return y;
+  if (!backward || !use.backward_reads) return y;
   if (thread_ && !pending_.active) {
-    // The unit's own backward gather comes next (the last block's: the head computes in
-    // between): its transfer can start now, as it was released.
-    const size_t unit = size_t(&u - units_.data());
-    const auto it = next_.find(unit * 2);
-    if (it != next_.end() && it->second == unit * 2 + 1) submit(unit);
+    // The use's own backward gather comes next (the last block's: the head computes in between;
+    // the head's: the loss): its transfer can start now, as it was released.
+    const auto it = next_.find(k * 2);
+    if (it != next_.end() && it->second == k * 2 + 1) submit(use.unit);
   }
-  Unit* unit = &u;
-  return with_backward_pre_hook(y, [this, unit] { gather(*unit, /*backward=*/true); });
+  return with_backward_pre_hook(y, [this, k] { gather(k, /*backward=*/true); });
 }
 
-void Zero3::gather(Unit& u, bool backward) {
+void Zero3::gather(size_t k, bool backward) {
+  const size_t unit = uses_[k].unit;
+  Unit& u = units_[unit];
   if (u.gathered || full_) return;
   const auto t0 = std::chrono::steady_clock::now();
   if (!thread_) {
     gather_params(u.params, /*exact=*/false, backward);
   } else {
-    const size_t unit = size_t(&u - units_.data());
     // The gather in flight is this unit's (the guess was right), or it is waited for and dropped
     // (every rank guessed the same, so every rank drops it) and this one runs now.
     if (pending_.active && (pending_.unit != unit || pending_.generation != generation_)) {
@@ -181,17 +238,17 @@ void Zero3::gather(Unit& u, bool backward) {
       submit(unit);
     }
     finish_pending(/*use=*/true, backward);
-    // The next guess: the gather that followed this one the last time (the next block in the
+    // The next guess: the gather that followed this use's the last time (the next block in the
     // forward, the previous one in the backward, the root after the first block's backward
     // with accumulation), started now so that it moves while this unit computes. The same
     // state on every rank, so the same guess. Nothing is learned across release_all: the
     // optimizer step changes the values in between.
-    const size_t key = unit * 2 + (backward ? 1 : 0);
+    const size_t key = k * 2 + (backward ? 1 : 0);
     if (last_key_ != SIZE_MAX) next_[last_key_] = key;
     last_key_ = key;
     const auto it = next_.find(key);
     if (it != next_.end()) {
-      const size_t n = it->second / 2;
+      const size_t n = uses_[it->second / 2].unit;
       if (n != unit && !units_[n].gathered) submit(n);
     }
   }
@@ -200,12 +257,15 @@ void Zero3::gather(Unit& u, bool backward) {
   u.gathered = true;
   u.copies_only = backward;
   u.ready = 0;
+  gathered_now_ += u.bytes;
+  gathered_peak_ = std::max(gathered_peak_, gathered_now_);
 }
 
 void Zero3::release(Unit& u) {
   if (!u.gathered) return;
   for (size_t k : u.params) release_param(params_[k]);
   u.gathered = false;
+  gathered_now_ -= u.bytes;
 }
 
 void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backward) {
@@ -363,7 +423,9 @@ void Zero3::finish_pending(bool use, bool backward) {
   size_t at = 0;
   for (int r = 0; r < dp_.size(); ++r) {
     const size_t b = pd.bytes[size_t(r)];
-    if (b > 0) unpack(units_[pd.unit].params, /*exact=*/false, backward, r, prefetch_buf_.data() + at);
+    if (b > 0) {
+      unpack(units_[pd.unit].params, /*exact=*/false, backward, r, prefetch_buf_.data() + at);
+    }
     at += b;
   }
 }
@@ -416,6 +478,7 @@ void Zero3::release_all() {
   // non-owner's own bytes empty and only its autocast copy filled.
   for (Param& p : params_) release_param(p);
   for (Unit& u : units_) u.gathered = false;
+  gathered_now_ = 0;
   full_ = false;
   // A prefetch still in flight (a guess past the last gather) is dropped: the owners' values
   // may change before the next use.
@@ -456,7 +519,7 @@ uint64_t Zero3::expected_bytes_per_step() const {
     if (p.owner != dp_.rank()) continue;
     const DType wd = wire_dtype(p);
     const uint64_t b = uint64_t(p.t.numel()) * traits(wd).storage_bytes;
-    total += b * (units_[p.unit].root ? 1 : 2) * uint64_t(dp_.size() - 1);
+    total += b * uint64_t(units_[p.unit].gathers_per_step) * uint64_t(dp_.size() - 1);
   }
   return total;
 }

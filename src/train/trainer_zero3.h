@@ -5,7 +5,13 @@
 // stages 1 and 2). The owner keeps its values (the fp32 master, with its optimizer state); every
 // other rank frees the parameter's storage between uses. The model is cut into units, as FSDP's
 // auto-wrap policy cuts it: every child of a Sequential (a GPT's transformer blocks) is a unit,
-// and the root module holds the rest (embeddings, final norm, head).
+// every embedding and LM head outside them (modules of kind "embedding" and "head") is one (as
+// FSDP wraps the embeddings on their own), a head whose weight is an embedding's (GPT-2's tied
+// wte) joining that embedding's unit, and the root module holds the rest (the final norm). A
+// unit is gathered around each use: the tied wte for the embedding's forward, then for the
+// head's forward and again for the head's backward, freed in between (its gradient accumulates
+// both uses before its reduction); an embedding's backward reads only the ids and gathers
+// nothing.
 //   - forward: a forward wrapper (nn::Module::set_forward_wrapper, chained to the recipe's)
 //     gathers the unit's parameters just before its forward (each owner broadcasts its
 //     parameters of the unit, packed; 16-bit on the wire with a bf16/fp16 wire, else in the
@@ -14,12 +20,15 @@
 //     first);
 //   - backward: a backward pre-hook on the unit's output (autograd/backward_pre_hook.h) gathers
 //     them again before the unit's backward; the grad-ready hook (autograd/grad_ready_hook.h)
-//     frees them once backward has finished the gradients of all of them;
+//     frees them once backward has finished the gradients of all of them, or, for an embedding's
+//     or a head's unit, a backward pre-hook on the module's input once backward has passed
+//     through the module (a tied weight's gradient is finished only at the step's last node);
 //   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients);
 //   - prefetch (on by default, --zero3-prefetch): the broadcasts run on a thread of their own
 //     (zero3_prefetch.h), and each gather starts the next one's, the unit that followed it the
 //     last time (forward: the next block; backward: the previous one), so that its transfer
-//     overlaps this unit's compute (FSDP's forward_prefetch/backward_prefetch). The same bytes
+//     overlaps this unit's compute (FSDP's forward_prefetch/backward_prefetch); the guesses
+//     are kept per use of a unit (the tied wte's three gathers each have their own). The same bytes
 //     arrive and are unpacked at the same moment as without it: the same results, bit for bit.
 // With a 16-bit wire every rank, the owner too, computes with the values rounded to the wire
 // format (FSDP's MixedPrecision(param_dtype=bf16)); the owner's fp32 master is put back before
@@ -85,6 +94,11 @@ class Zero3 {
   // (the guess was right).
   uint64_t gathers() const { return gathers_; }
   uint64_t prefetched() const { return prefetched_; }
+  // The largest size of the units gathered at once since reset_gathered_peak (the whole units'
+  // parameters in their storage dtype, the owners' parts included; what reached a rank from
+  // the others is (N-1)/N of it): the tied embedding is not held across the blocks.
+  uint64_t gathered_peak_bytes() const { return gathered_peak_; }
+  void reset_gathered_peak() { gathered_peak_ = gathered_now_; }
   // Units (the root included) and, per step without accumulation or recomputation, how many
   // parameter bytes this rank sends: the arithmetic of docs/distributed.md.
   size_t units() const { return units_.size(); }
@@ -107,16 +121,27 @@ class Zero3 {
     uint64_t generation = 0;  // generation_ at its last gather
   };
   struct Unit {
-    nn::Module* module = nullptr;
-    nn::Module::ForwardWrapper previous;
     std::vector<size_t> params;
+    uint64_t bytes = 0;  // its parameters in their storage dtype (gathered_peak_bytes)
+    int gathers_per_step = 0;  // without accumulation or recomputation (expected_bytes_per_step)
     bool root = false;
     bool gathered = false;
     bool copies_only = false;  // gathered for its backward: the autocast copies, not the values
     size_t ready = 0;  // parameters whose gradient this backward has finished
   };
-  Tensor forward(Unit& u, nn::Module& self, const Tensor& x);
-  void gather(Unit& u, bool backward = false);
+  // A module that computes with a unit's parameters (the tied wte's unit has two: the token
+  // embedding and the head).
+  struct Use {
+    nn::Module* module = nullptr;
+    nn::Module::ForwardWrapper previous;
+    size_t unit = 0;
+    bool backward_reads = true;  // its backward reads the parameters (an Embedding's does not)
+    // Freed when backward has passed through the module (a pre-hook on its input), not when its
+    // unit's gradients are all finished: an embedding's or head's unit.
+    bool release_after_backward = false;
+  };
+  Tensor forward(size_t use, nn::Module& self, const Tensor& x);
+  void gather(size_t use, bool backward = false);
   void release(Unit& u);
   // The parameters `which` from their owners: one broadcast per owner, its parameters packed.
   // exact: in the storage dtype, whatever the wire.
@@ -144,6 +169,7 @@ class Zero3 {
   dist::GradComm wire_;
   std::vector<Param> params_;
   std::vector<Unit> units_;
+  std::vector<Use> uses_;
   std::unordered_map<const TensorImpl*, size_t> index_;  // parameter by its TensorImpl
   bool full_ = true;    // every parameter whole (gather_all, or not yet released)
   uint64_t generation_ = 0;  // optimizer steps the owners took (parameters_updated)
@@ -151,10 +177,11 @@ class Zero3 {
   uint64_t group_bytes_sent_ = 0;
   double gather_ms_ = 0, wait_ms_ = 0, pack_ms_ = 0, unpack_ms_ = 0;
   uint64_t gathers_ = 0, prefetched_ = 0;
+  uint64_t gathered_now_ = 0, gathered_peak_ = 0;
   std::vector<std::byte> wire_buf_;
   // Prefetch: the gather in flight (into prefetch_buf_, every owner's part in rank order), the
   // thread (declared after the buffer: it is joined before the buffer goes) and, per gather
-  // (unit * 2 + backward), the one that followed it the last time.
+  // (use * 2 + backward), the one that followed it the last time.
   std::vector<std::byte> prefetch_buf_;
   std::unique_ptr<GatherThread> thread_;
   struct Pending {

@@ -151,6 +151,9 @@ struct TrainResult {
   // Units gathered in the last step, and of them those whose transfer a prefetch had started.
   int64_t param_gathers_last_step = 0;
   int64_t param_gathers_prefetched_last_step = 0;
+  // The most parameter bytes gathered at once in the last step: the units held together (whole,
+  // in their storage dtype; train/trainer_zero3.h gathered_peak_bytes).
+  int64_t param_gathered_peak_bytes_last_step = 0;
   int comm_buckets = 0;             // gradient buckets per step
   int comm_buckets_overlapped = 0;  // of them, started during backward (last step)
   int zero = 0;                     // ZeRO stage (0 to 3)
