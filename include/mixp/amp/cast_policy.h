@@ -27,8 +27,8 @@
 #include <string>
 #include <string_view>
 
+#include "mixp/autograd/op_list.h"
 #include "mixp/format/dtype.h"
-#include "mixp/ops/op_list.h"
 
 namespace mixp::amp {
 
