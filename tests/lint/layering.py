@@ -67,6 +67,8 @@ SHARED_INTERNAL = {
     "tensor/backward_hook.h": {"autograd"},
     # the Tensor methods that compute run the ops' code through the table the ops register
     "tensor/method_hooks.h": {"ops"},
+    # a weight's shadow dies with it: amp registers the callback ~TensorImpl calls
+    "tensor/release_hook.h": {"amp"},
     "backend/narrow.h": {"ops"},
     "backend/kernel_util.h": {"ops"},
 }
