@@ -5,10 +5,10 @@
 namespace mixp {
 
 namespace {
-#define MIXP_X(id, nm, kind) nm,
+#define MIXP_X(id, nm, kind, policy) nm,
 constexpr std::string_view kOpNames[] = {MIXP_OP_LIST(MIXP_X)};
 #undef MIXP_X
-#define MIXP_X(id, nm, kind) OpKind::kind,
+#define MIXP_X(id, nm, kind, policy) OpKind::kind,
 constexpr OpKind kOpKinds[] = {MIXP_OP_LIST(MIXP_X)};
 #undef MIXP_X
 }  // namespace

@@ -4,85 +4,101 @@
 // graph core (a FunctionNode names its op, node.h), below the ops that record them: it includes
 // nothing of mixp (docs/architecture.md 2.2; tests/lint/layering.py checks it).
 //
-// X(id, "name", kind) where kind says what the autocast policy will most likely want:
-//   gemm      matmul-like, runs in the low-precision compute dtype (lower_precision)
-//   reduce    numerically sensitive, runs in fp32 (softmax, norms, losses, reductions)
-//   pointwise elementwise; promote mixed inputs
-//   layout    shape/view/copy ops; keep the input dtype
+// X(id, "name", kind, policy):
+//   kind      what the op is: gemm (matmul-like), reduce (numerically sensitive: softmax, norms,
+//             losses, reductions), pointwise (elementwise), layout (shape/view/copy ops)
+//   policy    its autocast cast policy, amp::CastPolicy's enumerator (mixp/amp/cast_policy.h
+//             expands this column into its table; PyTorch's autocast op lists, docs/amp.md):
+//             lower_precision  run in the autocast dtype: the GEMM-like ops (PyTorch's
+//                              lower_precision_fp list; conv1d is in both, a conv2d with H = 1)
+//             fp32             run in fp32: PyTorch's CUDA fp32 list (pow, exp, log,
+//                              reciprocal = rdiv_scalar, softmax, log_softmax, layer_norm,
+//                              rms_norm, sum, cross_entropy_loss,
+//                              binary_cross_entropy_with_logits); mean and
+//                              mse_loss as loss-like reductions; batch_norm, in no list, so
+//                              that its fp32 running statistics never meet a 16-bit input;
+//                              fake_quantize, whose scale arithmetic is fp32
+//                              (docs/quantization.md)
+//             promote          mixed inputs go to the widest: add, sub, mul, div (PyTorch's type
+//                              promotion), cat, stack (the promote list)
+//             banned           an error under fp16 (fp32 under bf16): binary_cross_entropy
+//             none             as given: the rest (sqrt and sin/cos are in no list; rope and
+//                              cross_entropy_in_place compute in fp32 themselves, a cast would
+//                              copy what they exist to keep single; max/argmax are exact)
 #pragma once
 #include <cstdint>
 #include <string_view>
 
 namespace mixp {
 
-#define MIXP_OP_LIST(X)                                                           \
-  /* gemm */                                                                      \
-  X(matmul, "matmul", gemm)                                                       \
-  X(linear, "linear", gemm)                                                       \
-  X(bmm, "bmm", gemm)                                                             \
-  X(conv2d, "conv2d", gemm)                                                       \
-  X(attention, "attention", gemm)                                                 \
-  X(lstm_cell, "lstm_cell", gemm)                                                 \
-  X(conv1d, "conv1d", gemm)                                                       \
-  /* pointwise, binary */                                                         \
-  X(add, "add", pointwise)                                                        \
-  X(sub, "sub", pointwise)                                                        \
-  X(mul, "mul", pointwise)                                                        \
-  X(div, "div", pointwise)                                                        \
-  /* pointwise, with a scalar */                                                  \
-  X(add_scalar, "add_scalar", pointwise)                                          \
-  X(mul_scalar, "mul_scalar", pointwise)                                          \
-  X(pow_scalar, "pow_scalar", reduce)                                             \
-  X(rsub_scalar, "rsub_scalar", pointwise)                                        \
-  X(rdiv_scalar, "rdiv_scalar", reduce)                                           \
-  /* pointwise, unary */                                                          \
-  X(neg, "neg", pointwise)                                                        \
-  X(exp, "exp", reduce)                                                           \
-  X(log, "log", reduce)                                                           \
-  X(sqrt, "sqrt", reduce)                                                         \
-  X(relu, "relu", pointwise)                                                      \
-  X(gelu, "gelu", pointwise)                                                      \
-  X(tanh, "tanh", pointwise)                                                      \
-  X(sigmoid, "sigmoid", pointwise)                                                \
-  X(dropout, "dropout", pointwise)                                                \
-  X(sin, "sin", pointwise)                                                        \
-  X(cos, "cos", pointwise)                                                        \
-  X(rope, "rope", pointwise)                                                      \
-  /* normalization, softmax, losses */                                            \
-  X(softmax, "softmax", reduce)                                                   \
-  X(log_softmax, "log_softmax", reduce)                                           \
-  X(layer_norm, "layer_norm", reduce)                                             \
-  X(batch_norm, "batch_norm", reduce)                                             \
-  X(cross_entropy, "cross_entropy", reduce)                                       \
-  X(cross_entropy_in_place, "cross_entropy_in_place", reduce)                     \
-  X(mse_loss, "mse_loss", reduce)                                                 \
-  X(binary_cross_entropy, "binary_cross_entropy", reduce)                         \
-  X(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", reduce) \
-  X(rms_norm, "rms_norm", reduce)                                                 \
-  /* reductions */                                                                \
-  X(sum, "sum", reduce)                                                           \
-  X(mean, "mean", reduce)                                                         \
-  X(max, "max", reduce)                                                           \
-  X(argmax, "argmax", reduce)                                                     \
-  /* pooling, embedding */                                                        \
-  X(max_pool2d, "max_pool2d", layout)                                             \
-  X(avg_pool2d, "avg_pool2d", pointwise)                                          \
-  X(embedding, "embedding", layout)                                               \
-  /* layout and copies */                                                         \
-  X(reshape, "reshape", layout)                                                   \
-  X(transpose, "transpose", layout)                                               \
-  X(permute, "permute", layout)                                                   \
-  X(slice, "slice", layout)                                                       \
-  X(expand, "expand", layout)                                                     \
-  X(cat, "cat", pointwise)                                                        \
-  X(stack, "stack", pointwise)                                                    \
-  X(contiguous, "contiguous", layout)                                             \
-  X(to, "to", layout)                                                             \
-  /* quantization (mixp/quant) */                                                 \
-  X(fake_quantize, "fake_quantize", reduce)
+#define MIXP_OP_LIST(X)                                                                 \
+  /* gemm */                                                                            \
+  X(matmul, "matmul", gemm, lower_precision)                                            \
+  X(linear, "linear", gemm, lower_precision)                                            \
+  X(bmm, "bmm", gemm, lower_precision)                                                  \
+  X(conv2d, "conv2d", gemm, lower_precision)                                            \
+  X(attention, "attention", gemm, lower_precision)                                      \
+  X(lstm_cell, "lstm_cell", gemm, lower_precision)                                      \
+  X(conv1d, "conv1d", gemm, lower_precision)                                            \
+  /* pointwise, binary */                                                               \
+  X(add, "add", pointwise, promote)                                                     \
+  X(sub, "sub", pointwise, promote)                                                     \
+  X(mul, "mul", pointwise, promote)                                                     \
+  X(div, "div", pointwise, promote)                                                     \
+  /* pointwise, with a scalar */                                                        \
+  X(add_scalar, "add_scalar", pointwise, none)                                          \
+  X(mul_scalar, "mul_scalar", pointwise, none)                                          \
+  X(pow_scalar, "pow_scalar", reduce, fp32)                                             \
+  X(rsub_scalar, "rsub_scalar", pointwise, none)                                        \
+  X(rdiv_scalar, "rdiv_scalar", reduce, fp32)                                           \
+  /* pointwise, unary */                                                                \
+  X(neg, "neg", pointwise, none)                                                        \
+  X(exp, "exp", reduce, fp32)                                                           \
+  X(log, "log", reduce, fp32)                                                           \
+  X(sqrt, "sqrt", reduce, none)                                                         \
+  X(relu, "relu", pointwise, none)                                                      \
+  X(gelu, "gelu", pointwise, none)                                                      \
+  X(tanh, "tanh", pointwise, none)                                                      \
+  X(sigmoid, "sigmoid", pointwise, none)                                                \
+  X(dropout, "dropout", pointwise, none)                                                \
+  X(sin, "sin", pointwise, none)                                                        \
+  X(cos, "cos", pointwise, none)                                                        \
+  X(rope, "rope", pointwise, none)                                                      \
+  /* normalization, softmax, losses */                                                  \
+  X(softmax, "softmax", reduce, fp32)                                                   \
+  X(log_softmax, "log_softmax", reduce, fp32)                                           \
+  X(layer_norm, "layer_norm", reduce, fp32)                                             \
+  X(batch_norm, "batch_norm", reduce, fp32)                                             \
+  X(cross_entropy, "cross_entropy", reduce, fp32)                                       \
+  X(cross_entropy_in_place, "cross_entropy_in_place", reduce, none)                     \
+  X(mse_loss, "mse_loss", reduce, fp32)                                                 \
+  X(binary_cross_entropy, "binary_cross_entropy", reduce, banned)                       \
+  X(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", reduce, fp32) \
+  X(rms_norm, "rms_norm", reduce, fp32)                                                 \
+  /* reductions */                                                                      \
+  X(sum, "sum", reduce, fp32)                                                           \
+  X(mean, "mean", reduce, fp32)                                                         \
+  X(max, "max", reduce, none)                                                           \
+  X(argmax, "argmax", reduce, none)                                                     \
+  /* pooling, embedding */                                                              \
+  X(max_pool2d, "max_pool2d", layout, none)                                             \
+  X(avg_pool2d, "avg_pool2d", pointwise, none)                                          \
+  X(embedding, "embedding", layout, none)                                               \
+  /* layout and copies */                                                               \
+  X(reshape, "reshape", layout, none)                                                   \
+  X(transpose, "transpose", layout, none)                                               \
+  X(permute, "permute", layout, none)                                                   \
+  X(slice, "slice", layout, none)                                                       \
+  X(expand, "expand", layout, none)                                                     \
+  X(cat, "cat", pointwise, promote)                                                     \
+  X(stack, "stack", pointwise, promote)                                                 \
+  X(contiguous, "contiguous", layout, none)                                             \
+  X(to, "to", layout, none)                                                             \
+  /* quantization (mixp/quant) */                                                       \
+  X(fake_quantize, "fake_quantize", reduce, fp32)
 
 enum class OpId : uint16_t {
-#define MIXP_X(id, name, kind) id,
+#define MIXP_X(id, name, kind, policy) id,
   MIXP_OP_LIST(MIXP_X)
 #undef MIXP_X
 };
