@@ -38,7 +38,6 @@
 #include "mixp/backend/quant_kernels.h"
 #include "mixp/format/cpu_features.h"
 #include "mixp/ops/matmul_precision.h"
-#include "mixp/ops/op_list.h"
 #include "mixp/ops/ops.h"
 
 // Autograd, modules, optimizers.
@@ -48,6 +47,7 @@
 #include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/autograd/gradcheck.h"
 #include "mixp/autograd/node.h"
+#include "mixp/autograd/op_list.h"
 #include "mixp/nn/nn.h"
 #include "mixp/optim/optim.h"
 

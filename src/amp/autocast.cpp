@@ -198,7 +198,8 @@ Autocast::Autocast(const AutocastOptions& options) {
   check_dtype(options.dtype);
   install_hook_once();
   ThreadState& s = tls();
-  // An outermost region frees the shadows of weights that are gone (weight_shadow.h).
+  // An outermost region frees the shadows of weights whose storage was swapped (weight_shadow.h;
+  // a dead weight's went with it).
   if (s.nesting == 0) weight_shadows().purge();
   prev_ = s.cur;
   s.cur = options;

@@ -8,10 +8,12 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "mixp/amp/autocast.h"
 #include "mixp/backend/backend.h"
 #include "mixp/optim/weight_shadow_hook.h"
+#include "tensor/release_hook.h"
 
 namespace mixp::amp {
 
@@ -62,15 +64,27 @@ Entry* find(const Tensor& w) {
   return &it->second;
 }
 
-void purge_locked() {
+// Frees the entries of weights that have another storage now (a dead weight's entry went with it,
+// on_release). The weights it looks at stay referenced by `alive`, which the caller destroys after
+// unlocking: one of them may lose its last other reference meanwhile, and its release must not
+// run under the lock it takes.
+void purge_locked(std::vector<std::shared_ptr<TensorImpl>>& alive) {
   for (auto it = g_entries.begin(); it != g_entries.end();) {
-    const std::shared_ptr<TensorImpl> w = it->second.owner.lock();
+    std::shared_ptr<TensorImpl> w = it->second.owner.lock();
     if (!w || !same_storage(it->second, *w)) {
       it = g_entries.erase(it);
     } else {
       ++it;
     }
+    if (w) alive.push_back(std::move(w));
   }
+}
+
+// ~TensorImpl of a weight that has (or had) an entry (attach flags it, tensor/release_hook.h):
+// the entry and its bytes go at once, in a Python session between runs too.
+void on_release(const TensorImpl* impl) noexcept {
+  std::lock_guard lock(g_mutex);
+  g_entries.erase(impl);
 }
 
 Tensor over(const std::shared_ptr<Storage>& bytes, const Tensor& w, DType dtype) {
@@ -92,7 +106,8 @@ class OptimizerHook final : public optim::WeightShadowHook {
 };
 
 OptimizerHook g_hook;
-const bool g_registered = (optim::set_weight_shadow_hook(&g_hook), true);
+const bool g_registered = (optim::set_weight_shadow_hook(&g_hook),
+                           mixp::detail::set_impl_release_hook(&on_release), true);
 
 }  // namespace
 
@@ -127,9 +142,11 @@ Tensor WeightShadowCache::current(const Tensor& w) {
 }
 
 void WeightShadowCache::attach(const Tensor& w, const Tensor& copy) {
+  std::vector<std::shared_ptr<TensorImpl>> alive;
   std::lock_guard lock(g_mutex);
   if (const Entry* e = find(w); e && is_current(*e, *w.impl())) return;
-  purge_locked();
+  purge_locked(alive);
+  w.impl()->notify_release = true;  // on_release drops the entry when w dies
   g_entries.insert_or_assign(w.impl(), Entry{w.impl_ptr(), w.storage(), copy.storage(),
                                              copy.dtype(), w.version()});
 }
@@ -172,9 +189,17 @@ size_t WeightShadowCache::size() const {
   return g_entries.size();
 }
 
-void WeightShadowCache::purge() {
+size_t WeightShadowCache::bytes() const {
   std::lock_guard lock(g_mutex);
-  purge_locked();
+  size_t n = 0;
+  for (const auto& [impl, e] : g_entries) n += e.bytes ? e.bytes->nbytes : 0;
+  return n;
+}
+
+void WeightShadowCache::purge() {
+  std::vector<std::shared_ptr<TensorImpl>> alive;
+  std::lock_guard lock(g_mutex);
+  purge_locked(alive);
 }
 
 }  // namespace mixp::amp

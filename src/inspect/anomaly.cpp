@@ -11,7 +11,7 @@
 
 #include "mixp/autograd/node.h"
 #include "mixp/backend/backend.h"
-#include "mixp/ops/op_list.h"
+#include "mixp/autograd/op_list.h"
 #include "mixp/optim/optimizer.h"
 
 namespace mixp::inspect {

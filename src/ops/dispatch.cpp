@@ -10,23 +10,10 @@
 namespace mixp {
 
 namespace {
-#define MIXP_X(id, nm, kind) nm,
-constexpr std::string_view kOpNames[] = {MIXP_OP_LIST(MIXP_X)};
-#undef MIXP_X
-#define MIXP_X(id, nm, kind) OpKind::kind,
-constexpr OpKind kOpKinds[] = {MIXP_OP_LIST(MIXP_X)};
-#undef MIXP_X
 std::atomic<CastPolicyHook> g_hook{nullptr};
 std::atomic<SaveDtypeHook> g_save_hook{nullptr};
 thread_local bool g_suspended = false;
 }  // namespace
-
-std::string_view op_name(OpId op) {
-  return kOpNames[static_cast<int>(op)];
-}
-OpKind op_kind(OpId op) {
-  return kOpKinds[static_cast<int>(op)];
-}
 
 void set_cast_policy_hook(CastPolicyHook hook) {
   g_hook.store(hook);

@@ -145,7 +145,7 @@ Tensor unary_op(OpId id, UnaryOp uop, const Tensor& x0) {
 
 }  // namespace
 
-// The front ends whose op id (ops/op_list.h) and kernel code (backend/op_codes.h) share their
+// The front ends whose op id (autograd/op_list.h) and kernel code (backend/op_codes.h) share their
 // name: one line each (docs/architecture.md 10, "add an op").
 #define MIXP_BINARY_FRONT_END(name)                     \
   Tensor name(const Tensor& a, const Tensor& b) {       \

@@ -9,6 +9,7 @@
 #include "mixp/tensor/allocator.h"
 #include "mixp/tensor/element.h"
 #include "tensor/backward_hook.h"
+#include "tensor/release_hook.h"
 
 namespace mixp {
 
@@ -261,7 +262,16 @@ void Tensor::set_grad(const Tensor& g) {
 namespace {
 // Constant-initialized, so it is set before any dynamic initializer could call backward().
 std::atomic<detail::BackwardRunner> g_backward_runner{nullptr};
+std::atomic<detail::ImplReleaseHook> g_release_hook{nullptr};
 }  // namespace
+
+void detail::set_impl_release_hook(ImplReleaseHook hook) {
+  g_release_hook.store(hook);
+}
+
+void TensorImpl::released() {
+  if (const detail::ImplReleaseHook hook = g_release_hook.load()) hook(this);
+}
 
 void detail::set_backward_runner(BackwardRunner run) {
   g_backward_runner.store(run);

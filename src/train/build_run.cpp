@@ -10,7 +10,6 @@
 
 #include <filesystem>
 
-#include "mixp/amp/weight_shadow.h"
 #include "mixp/backend/backend.h"
 #include "mixp/nn/llama_presets.h"
 #include "mixp/nn/lora_io.h"
@@ -84,11 +83,6 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
   p.config = (training ? config : without_outputs(config)).resolved();
   TrainConfig& c = p.config;
   if (training && !c.save_dir.empty()) detail::check_save_dir(c.save_dir);
-  // amp's weight-shadow cache (amp/weight_shadow.h) holds the copies of weights that may be gone
-  // (an earlier run's model in this process: a plan's probes, a Python session); it frees them
-  // when an outermost autocast region begins, which a run without autocast (bf16-pure, fp32)
-  // never enters, so a new run frees them first: their bytes would count in its peak.
-  amp::weight_shadows().purge();
   dist::ProcessGroup& world = dist::world();
   if (c.threads > 0) {
     set_num_threads(c.threads);

@@ -82,12 +82,13 @@ TEST(WeightShadows, UsedFromTheSecondStepAndEqualToAFreshCast) {
 }
 
 // The cache is amp's (Tensor carries no shadow): an entry is the weight's only while the weight
-// lives and keeps its storage, and is freed after (a model that is gone, or QLoRA swapping the
-// frozen weight's storage for its packed codes, src/quant/qlora_linear.cpp).
+// lives and keeps its storage, and is freed after (a model that is gone: at once, through the
+// release hook; QLoRA swapping the frozen weight's storage for its packed codes,
+// src/quant/qlora_linear.cpp: at the next purge).
 TEST(WeightShadows, FreedWhenTheWeightIsGoneOrItsStorageSwapped) {
   ShadowSwitch on(true);
   weight_shadows().purge();
-  const size_t before = weight_shadows().size();
+  const size_t before = weight_shadows().size(), before_bytes = weight_shadows().bytes();
   Tensor kept;
   {
     TinyMlp m;
@@ -95,10 +96,12 @@ TEST(WeightShadows, FreedWhenTheWeightIsGoneOrItsStorageSwapped) {
     take_steps(m, opt, 1);
     EXPECT_TRUE(weight_shadows().holds(m.w1));
     EXPECT_EQ(weight_shadows().size(), before + 3);
+    EXPECT_EQ(weight_shadows().bytes(), before_bytes + 2 * (64 * 48 + 64 + 10 * 64));  // bf16
     kept = m.w2;
   }
-  { Autocast ac(DType::bf16); }  // an outermost region frees the entries of dead weights
+  // The dead weights' entries went with them: no purge, no autocast region since.
   EXPECT_EQ(weight_shadows().size(), before + 1);
+  EXPECT_EQ(weight_shadows().bytes(), before_bytes + 2 * 10 * 64);
   ASSERT_TRUE(weight_shadows().holds(kept));
   const Tensor copy = kept.detach().clone();
   kept.impl()->storage = copy.impl()->storage;  // the same values in another storage
@@ -107,6 +110,26 @@ TEST(WeightShadows, FreedWhenTheWeightIsGoneOrItsStorageSwapped) {
   EXPECT_FALSE(weight_shadows().holds(kept));
   EXPECT_EQ(weight_shadows().size(), before);
   EXPECT_NE(optim::weight_shadow_hook(), nullptr);  // amp registered its cache with optim
+}
+
+// Issue 30: a weight's shadow dies with the weight (in a Python session, between runs), its
+// memory given back to the allocator at once, not at the next purge.
+TEST(WeightShadows, DieWithTheirWeightAtOnce) {
+  ShadowSwitch on(true);
+  Tensor w = rnd({96, 80}, 11).detach().requires_grad_();
+  const Tensor other = rnd({8, 80}, 12).detach().requires_grad_();
+  (void)autocast_copy(w, DType::bf16);
+  (void)autocast_copy(other, DType::bf16);
+  ASSERT_TRUE(weight_shadows().holds(w));
+  ASSERT_TRUE(weight_shadows().holds(other));
+  const size_t bytes = weight_shadows().bytes(), entries = weight_shadows().size();
+  const int64_t allocated = allocator_stats(Device::cpu()).allocated_bytes;
+  w = Tensor();  // the last reference
+  EXPECT_EQ(weight_shadows().bytes(), bytes - 2 * 96 * 80);
+  EXPECT_EQ(weight_shadows().size(), entries - 1);
+  EXPECT_TRUE(weight_shadows().holds(other));
+  // The weight's fp32 bytes and its shadow's bf16 bytes are both back in the allocator.
+  EXPECT_GE(allocated - allocator_stats(Device::cpu()).allocated_bytes, 6 * 96 * 80);
 }
 
 TEST(WeightShadows, AStaleShadowIsNeverUsed) {

@@ -10,9 +10,11 @@
 // version and the copy's size is the weight's, and only for its own dtype. Anything else (a write
 // through copy_, a load, a storage swapped in, a skipped rewrite) leaves it stale: autocast casts
 // afresh and replaces it. The bytes are the contiguous row-major copy of the weight, exactly what
-// Tensor::to(dtype, kShadowRound, kShadowOverflow) gives. Entries of weights that are gone, or
-// whose storage was swapped, are freed when the next copy is attached and when an outermost
-// autocast region begins.
+// Tensor::to(dtype, kShadowRound, kShadowOverflow) gives. An entry dies with its weight: attach
+// flags the weight's TensorImpl, whose destructor calls back into this cache (the release hook of
+// src/tensor/release_hook.h), so the copy's bytes are freed at once, between runs in a Python
+// session too. Entries of weights whose storage was swapped (a load, ZeRO-3) are freed when the
+// next copy is attached and when an outermost autocast region begins (purge).
 #pragma once
 #include <cstddef>
 
@@ -44,10 +46,12 @@ class WeightShadowCache {
   void rewritten(const Tensor& w);
   // Forgets w's shadow (ZeRO-3 frees a gathered parameter's bytes in place).
   void drop(const TensorImpl* w);
-  // Whether an entry for w is held (current or not), and how many are.
+  // Whether an entry for w is held (current or not), how many are, and the bytes their copies
+  // take.
   bool holds(const Tensor& w) const;
   size_t size() const;
-  // Frees the entries of weights that are gone or have another storage now.
+  size_t bytes() const;
+  // Frees the entries of weights that have another storage now (a dead weight's went with it).
   void purge();
 };
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mixp/ops/op_list.h"
+#include "mixp/autograd/op_list.h"
 #include "mixp/tensor/tensor.h"
 
 namespace mixp {

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "mixp/autograd/op_list.h"
 #include "mixp/backend/backend.h"
-#include "mixp/ops/op_list.h"
 #include "mixp/tensor/generator.h"
 #include "mixp/tensor/tensor.h"
 

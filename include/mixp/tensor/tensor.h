@@ -63,10 +63,22 @@ struct TensorImpl {
   Device device = Device::cpu();
   // autograd
   bool requires_grad = false;
+  // Set by a module above that keeps data keyed by this impl (amp's cache of low-precision weight
+  // copies, amp/weight_shadow.h): its destruction then calls the one process-wide release
+  // callback that module registered (src/tensor/release_hook.h), which frees that data at once.
+  // Unflagged impls (nearly all) pay one test of this byte.
+  bool notify_release = false;
   uint32_t output_nr = 0;                // which output of grad_fn this tensor is
   std::shared_ptr<Node> grad_fn;         // null for leaves
   std::shared_ptr<TensorImpl> grad;      // accumulated gradient (leaves)
   std::weak_ptr<Node> grad_accumulator;  // cached AccumulateGrad node of a leaf
+
+  ~TensorImpl() {
+    if (notify_release) released();
+  }
+
+ private:
+  void released();
 };
 
 struct TensorOptions {
