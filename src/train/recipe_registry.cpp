@@ -37,23 +37,10 @@ constexpr RecipeDtypes kFp4 = dtypes(D::fp32, D::fp32, D::fp4_e2m1, D::fp32, D::
 constexpr std::string_view kNotGpt[] = {"gpt",        "gpt2",        "gpt2-medium",    "llama",
                                         "llama-tiny", "smollm-135m", "tinyllama-1.1b", "llama2-7b"};
 
+// An FP8 or FP4 recipe whose scaling starts from amp's preset `kScaling` (amp/fp8_scaling.h).
+template <amp::Fp8Recipe (*kScaling)()>
 std::unique_ptr<PrecisionRecipe> make_fp8(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::delayed());
-}
-std::unique_ptr<PrecisionRecipe> make_fp8_current(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::current());
-}
-std::unique_ptr<PrecisionRecipe> make_mxfp8(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp8());
-}
-std::unique_ptr<PrecisionRecipe> make_fp8_block(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::fp8_block());
-}
-std::unique_ptr<PrecisionRecipe> make_nvfp4(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::nvfp4());
-}
-std::unique_ptr<PrecisionRecipe> make_mxfp4(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp4());
+  return detail::make_fp8_recipe(spec, opt, kScaling());
 }
 
 // `mixp compare`'s default list, in the seeds' order (RecipeTraits::study_order is the place in
@@ -112,29 +99,29 @@ constexpr RecipeTraits kOtherRecipes[] = {
           "TransformerEngine's delayed-scaling recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
           "gradients, per-tensor scales from a 16-step amax history; fp8:preset=te for TE's "
           "1024), the rest as bf16, no loss scaling",
-          kFp8Family, kFp8, false, make_fp8),
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::delayed>),
     entry("fp8-current", "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)",
-          kFp8Family, kFp8, false, make_fp8_current),
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::current>),
     entry("mxfp8",
           "Linear layers in MXFP8 (E4M3, blocks of 32 with e8m0 scales), the rest as bf16 (TE's "
           "MXFP8BlockScaling, Blackwell)",
-          kFp8Family, kFp8, false, make_mxfp8),
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::mxfp8>),
     entry("fp8-block",
           "DeepSeek-V3 / TE Float8BlockScaling, emulated: Linear layers in E4M3 with 1x128 "
           "activation and gradient tiles and 128x128 weight blocks, fp32 scales "
           "(fp8-block:pow2=1 for powers of two; promote=128 emulates the 14-bit accumulator), "
           "the rest as bf16 (docs/fp8.md)",
-          kFp8Family, kFp8, false, make_fp8_block),
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::fp8_block>),
     entry("nvfp4",
           "NVIDIA's NVFP4 recipe / TE NVFP4BlockScaling, emulated: Linear layers in E2M1 with "
           "E4M3 scales per 16 and an fp32 tensor scale, 16x16 weight tiles, RHT on the wgrad "
           "operands, stochastic rounding of gradients (switches rht, 2d, sr, and bf16_last=N "
           "for the paper's last blocks in bf16; docs/fp4.md)",
-          kFp8Family, kFp4, false, make_nvfp4),
+          kFp8Family, kFp4, false, make_fp8<amp::Fp8Recipe::nvfp4>),
     entry("mxfp4",
           "MXFP4 training (OCP E2M1, E8M0 scales per 32; Tseng et al. / Quartet backward: RHT "
           "and stochastic rounding), emulated; switches rht, sr, bf16_last (docs/fp4.md)",
-          kFp8Family, kFp4, false, make_mxfp4),
+          kFp8Family, kFp4, false, make_fp8<amp::Fp8Recipe::mxfp4>),
     {.name = "int8-qat",
      .description = "fp32 training with fake quantization of weights (per channel) and "
                     "activations (per tensor), converted to an int8 model at the end "
