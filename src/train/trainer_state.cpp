@@ -248,7 +248,8 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   SafeTensorsFile weights = module_state(*model);
   weights.metadata["format"] = kCheckpointFormat;
   weights.metadata["model"] = cfg.model.name;
-  if (!cfg.lora.empty()) weights.metadata[nn::kLoraMetadataKey] = cfg.lora;  // `mixp convert` merges
+  if (!cfg.lora.empty())
+    weights.metadata[nn::kLoraMetadataKey] = cfg.lora;  // `mixp convert` merges
   opt_tensors.metadata["format"] = kCheckpointFormat;
   opt_tensors.metadata["optimizer"] = cfg.optimizer;
   const std::string text = state.dump(2) + "\n";

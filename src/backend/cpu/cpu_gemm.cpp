@@ -220,7 +220,8 @@ Tensor gemm(const Tensor& a, const Tensor& b) {
 
 std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t k) {
   const DType d = gemm_result_dtype(a, b);
-  if (is_fp8(a)) return "bf16 (fp8 widened) " + gemm_implementation(DType::bf16, DType::bf16, m, n, k);
+  if (is_fp8(a))
+    return "bf16 (fp8 widened) " + gemm_implementation(DType::bf16, DType::bf16, m, n, k);
   if (a == DType::bf16 && b == DType::bf16) {
     // Row-major operands, as mixp::gemm passes contiguous tensors (gemm_bf16.h decides).
     cpu::Bf16Gemm g;
@@ -231,7 +232,8 @@ std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t 
     g.a_cs = 1;
     g.b_rs = n;
     g.b_cs = 1;
-    if (cpu::own_bf16_gemm(g)) return "mixp:avx512_bf16 (8x48 VDPBF16PS, src/backend/cpu/gemm_bf16.h)";
+    if (cpu::own_bf16_gemm(g))
+      return "mixp:avx512_bf16 (8x48 VDPBF16PS, src/backend/cpu/gemm_bf16.h)";
   }
   std::string prefix;
   if (a == DType::bf16 && !onednn_bf16()) {
