@@ -301,7 +301,9 @@ Tensor gemm_nt(const Operand& a, const Operand& b, int promote) {
     return y;
   }
   const int64_t chunks = (K + 127) / 128;
-  {  // One pass where this CPU has the fused kernel (mixp/backend/gemm.h): the same numbers.
+  // One pass where this CPU has the fused kernel (mixp/backend/gemm.h): the same numbers. Asked
+  // first: where it declines (AMX hosts, small shapes) the scale arrays are not built.
+  if (gemm_chunk_scaled_runs(y, a.v, b.v.t())) {
     std::vector<float> ra(static_cast<size_t>(M * chunks)), cb(static_cast<size_t>(chunks * N));
     for (int64_t m = 0; m < M; ++m)
       for (int64_t c = 0; c < chunks; ++c) ra[static_cast<size_t>(m * chunks + c)] = a.tile(m, c);

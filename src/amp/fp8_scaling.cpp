@@ -17,12 +17,10 @@ namespace mixp::amp {
 namespace {
 constexpr mixp::detail::EnumName<Fp8Role> kRoleNames[] = {
     {Fp8Role::input, "input"}, {Fp8Role::weight, "weight"}, {Fp8Role::grad_output, "grad_output"}};
-constexpr mixp::detail::EnumName<Fp8Scaling> kScalingNames[] = {{Fp8Scaling::delayed, "delayed"},
-                                                                {Fp8Scaling::current, "current"},
-                                                                {Fp8Scaling::mxfp8, "mxfp8"},
-                                                                {Fp8Scaling::fp8_block, "fp8-block"},
-                                                                {Fp8Scaling::nvfp4, "nvfp4"},
-                                                                {Fp8Scaling::mxfp4, "mxfp4"}};
+constexpr mixp::detail::EnumName<Fp8Scaling> kScalingNames[] = {
+    {Fp8Scaling::delayed, "delayed"}, {Fp8Scaling::current, "current"},
+    {Fp8Scaling::mxfp8, "mxfp8"},     {Fp8Scaling::fp8_block, "fp8-block"},
+    {Fp8Scaling::nvfp4, "nvfp4"},     {Fp8Scaling::mxfp4, "mxfp4"}};
 }  // namespace
 
 std::string_view to_string(Fp8Role r) {

@@ -33,27 +33,6 @@ bool narrow(DType d) {
   return d == DType::bf16 || d == DType::fp16;
 }
 
-// The policy presets, in the order of docs/architecture.md 3.6 (`auto` resolves to one of them).
-// The recipe names around them (FP8, int8-qat) are train::recipe_registry()'s.
-std::span<const PrecisionPolicy> presets() {
-  using D = DType;
-  constexpr LossScaling kDynamic = LossScaling::dynamic;
-  static const PrecisionPolicy k[] = {
-      {.name = "fp64", .params = D::fp64, .compute = D::fp64, .output = D::fp64},
-      {.name = "fp32"},
-      {.name = "tf32", .compute = D::tf32},
-      {.name = "bf16", .compute = D::bf16, .autocast = true},
-      {.name = "bf16-pure", .params = D::bf16, .compute = D::bf16, .master_weights = false,
-       .rounding = Round::stochastic, .states = D::bf16},
-      {.name = "fp16", .compute = D::fp16, .autocast = true, .loss_scaling = kDynamic},
-      {.name = "fp16-o2", .params = D::fp16, .compute = D::fp16, .autocast = true,
-       .norm_fp32 = true, .loss_scaling = kDynamic},
-      {.name = "fp16-pure", .params = D::fp16, .compute = D::fp16, .master_weights = false,
-       .loss_scaling = kDynamic},
-  };
-  return k;
-}
-
 const std::vector<std::string>& key_names() {
   static const std::vector<std::string> k{
       "params",          "compute",         "output",         "autocast",       "master",
@@ -71,9 +50,48 @@ std::string dtype_list(std::initializer_list<DType> ds) {
 
 }  // namespace
 
+// The policy presets, in the order of docs/architecture.md 3.6 (`auto` resolves to one of them).
+// Each is a whole policy recipe: train::recipe_registry() makes one entry of each, so a new preset
+// is one row here (docs/architecture.md 8). The recipe names around them (FP8, int8-qat) are the
+// registry's own rows.
+std::span<const PolicyPreset> policy_presets() {
+  using D = DType;
+  constexpr LossScaling kDynamic = LossScaling::dynamic;
+  static const PolicyPreset k[] = {
+      {{.name = "fp64", .params = D::fp64, .compute = D::fp64, .output = D::fp64},
+       "the reference other precisions are judged against: parameters, compute and optimizer "
+       "states in fp64"},
+      {{.name = "fp32"}, "the baseline (Apex O0): everything in fp32"},
+      {{.name = "tf32", .compute = D::tf32},
+       "fp32 with GEMM inputs rounded to TF32: what an Ampere+ GPU does to fp32 by default; on a "
+       "CPU it only shows the accuracy cost"},
+      {{.name = "bf16", .compute = D::bf16, .autocast = true},
+       "Autocast bf16 over fp32 parameters, no loss scaling (bf16 has fp32's exponent range): the "
+       "default choice on hardware with bf16 (AVX512_BF16, AMX, Ampere+)"},
+      // Stochastic rounding of the write-back and of the bf16 Adam states (llm.c).
+      {{.name = "bf16-pure", .params = D::bf16, .compute = D::bf16, .master_weights = false,
+        .rounding = Round::stochastic, .states = D::bf16},
+       "bf16 parameters, activations and Adam states, no master copy, stochastic write-back: the "
+       "least memory; llm.c's way of training in pure bf16"},
+      {{.name = "fp16", .compute = D::fp16, .autocast = true, .loss_scaling = kDynamic},
+       "Autocast fp16 over fp32 parameters with dynamic loss scaling (Apex O1): hardware with "
+       "fp16 but no bf16 (Volta, Turing)"},
+      {{.name = "fp16-o2", .params = D::fp16, .compute = D::fp16, .autocast = true,
+        .norm_fp32 = true, .loss_scaling = kDynamic},
+       "fp16 parameters except BatchNorm, fp32 master weights, Autocast at the fp32/fp16 seams, "
+       "dynamic loss scaling (Apex O2): less weight memory than O1, same update accuracy"},
+      // Apex O3's default is a fixed scale of 1: fp16-pure:loss_scale=1 gives it.
+      {{.name = "fp16-pure", .params = D::fp16, .compute = D::fp16, .master_weights = false,
+        .loss_scaling = kDynamic},
+       "fp16 parameters and activations, no master copy, nearest write-back, dynamic loss "
+       "scaling (Apex O3): a speed-of-light baseline; small updates are lost"},
+  };
+  return k;
+}
+
 const PrecisionPolicy* find_preset(std::string_view n) {
-  for (const PrecisionPolicy& p : presets())
-    if (n == p.name) return &p;
+  for (const PolicyPreset& p : policy_presets())
+    if (n == p.policy.name) return &p.policy;
   return nullptr;
 }
 
@@ -117,7 +135,7 @@ std::string PrecisionPolicy::describe() const {
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> v = [] {
     std::vector<std::string> n;
-    for (const PrecisionPolicy& p : presets()) n.push_back(p.name);
+    for (const PolicyPreset& p : policy_presets()) n.push_back(p.policy.name);
     n.emplace_back("auto");
     return n;
   }();

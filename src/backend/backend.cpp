@@ -31,7 +31,8 @@ float fp8_scale_from_amax(float amax, float fp8_max, int margin, float previous)
 
 void Backend::embedding_backward_add(Tensor& dweight, const Tensor& ddst, const Tensor& indices) {
   // The dense sequence the override must match bit for bit.
-  Tensor dense = Tensor::empty(dweight.shape(), {.dtype = dweight.dtype(), .device = dweight.device()});
+  Tensor dense =
+      Tensor::empty(dweight.shape(), {.dtype = dweight.dtype(), .device = dweight.device()});
   fill(dense, 0.0);
   embedding_backward(dense, ddst, indices);
   add_inplace(dweight, dense, 1.0);

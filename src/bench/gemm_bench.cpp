@@ -175,7 +175,8 @@ LowBitPath lowbit_path(const std::string& f, int64_t n, uint64_t seed) {
       auto v = std::make_shared<std::vector<uint64_t>>(static_cast<size_t>(n * words));
       std::memcpy(v->data(), r.data_ptr(), v->size() * 8);
       for (int64_t i = 0; i < n; ++i) {  // the bits past n are zero
-        for (int64_t k = n; k < words * 64; ++k) (*v)[i * words + k / 64] &= ~(uint64_t{1} << (k % 64));
+        for (int64_t k = n; k < words * 64; ++k)
+          (*v)[i * words + k / 64] &= ~(uint64_t{1} << (k % 64));
       }
       return v;
     };

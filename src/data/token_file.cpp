@@ -51,26 +51,30 @@ struct Header {
   int64_t count;
 };
 
+// The two layouts llm.c writes: its magic and version, and the other one's, for the message.
+struct Layout {
+  int32_t magic, version;
+  const char* ids;
+};
+constexpr Layout kU16{kTokenFileMagic, kTokenFileVersion, "uint16"};
+constexpr Layout kU32{kTokenFileMagic32, kTokenFileVersion32, "uint32"};
+
+void check_version(const std::string& p, int32_t version, const Layout& is, const Layout& other) {
+  if (version == is.version) return;
+  throw DataError(fmt::format(
+      "token file '{}' has version {}; mixp reads llm.c's version {} ({} ids) with magic {} and "
+      "version {} ({} ids) with magic {}",
+      p, version, is.version, is.ids, is.magic, other.version, other.ids, other.magic));
+}
+
 Header check_header(const std::string& p, const int32_t* header) {
   Header h{};
   if (header[0] == kTokenFileMagic) {
     h.width = TokenWidth::u16;
-    if (header[1] != kTokenFileVersion) {
-      throw DataError(fmt::format(
-          "token file '{}' has version {}; mixp reads llm.c's version {} (uint16 ids) with magic "
-          "{} and version {} (uint32 ids) with magic {}",
-          p, header[1], kTokenFileVersion, kTokenFileMagic, kTokenFileVersion32,
-          kTokenFileMagic32));
-    }
+    check_version(p, header[1], kU16, kU32);
   } else if (header[0] == kTokenFileMagic32) {
     h.width = TokenWidth::u32;
-    if (header[1] != kTokenFileVersion32) {
-      throw DataError(fmt::format(
-          "token file '{}' has version {}; mixp reads llm.c's version {} (uint32 ids) with magic "
-          "{} and version {} (uint16 ids) with magic {}",
-          p, header[1], kTokenFileVersion32, kTokenFileMagic32, kTokenFileVersion,
-          kTokenFileMagic));
-    }
+    check_version(p, header[1], kU32, kU16);
   } else {
     throw DataError(fmt::format(
         "'{}' is not an llm.c token file: its first int32 is {}, the magic is {} (uint16 ids) or "

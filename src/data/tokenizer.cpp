@@ -198,7 +198,8 @@ BosMode parse_bos_mode(std::string_view name) {
   if (name == "line") return BosMode::line;
   if (name == "file") return BosMode::file;
   if (name == "none") return BosMode::none;
-  throw std::invalid_argument(fmt::format("unknown BOS mode '{}'; choose line, file or none", name));
+  throw std::invalid_argument(
+      fmt::format("unknown BOS mode '{}'; choose line, file or none", name));
 }
 
 std::string_view bos_mode_name(BosMode mode) {

@@ -43,7 +43,8 @@ float tensor_amax(const detail::BlockKernels& k, const float* x, int64_t n) {
   const int64_t nc = (n + kChunk - 1) / kChunk;
   float m = 0.0f;
 #pragma omp parallel for schedule(static) reduction(max : m) if (n >= kParallelWork)
-  for (int64_t c = 0; c < nc; ++c) m = std::max(m, k.amax(x + c * kChunk, std::min(kChunk, n - c * kChunk)));
+  for (int64_t c = 0; c < nc; ++c)
+    m = std::max(m, k.amax(x + c * kChunk, std::min(kChunk, n - c * kChunk)));
   return m;
 }
 
@@ -183,10 +184,11 @@ BlockScaledTensor block_scaled_quantize_with(const BlockKernels& k, std::span<co
   q.codes.resize(x.size());
   q.scales.resize(static_cast<size_t>(q.tile_grid_rows() * q.tile_grid_cols()));
   if (opt.scheme != BlockScheme::fp8_block) q.scale_codes.resize(q.scales.size());
-  const float amax = quantize_core(k, x.data(), rows, cols, opt,
-                                   {.codes = q.codes.data(),
-                                    .scale_codes = q.scale_codes.empty() ? nullptr : q.scale_codes.data(),
-                                    .scales = q.scales.data()});
+  const float amax =
+      quantize_core(k, x.data(), rows, cols, opt,
+                    {.codes = q.codes.data(),
+                     .scale_codes = q.scale_codes.empty() ? nullptr : q.scale_codes.data(),
+                     .scales = q.scales.data()});
   if (opt.scheme == BlockScheme::nvfp4) q.global_amax = amax;
   return q;
 }
@@ -208,8 +210,9 @@ void block_scaled_dequantize(const BlockScaledTensor& q, std::span<float> out) {
   // The element values by code (exact), then the reference's products in its order.
   float lut[256];
   for (int c = 0; c < 256; ++c)
-    lut[c] = q.scheme == BlockScheme::fp8_block ? static_cast<float>(decode_float(kFp8E4M3, static_cast<uint32_t>(c)))
-                                                : e2m1_value(static_cast<uint8_t>(c));
+    lut[c] = q.scheme == BlockScheme::fp8_block
+                 ? static_cast<float>(decode_float(kFp8E4M3, static_cast<uint32_t>(c)))
+                 : e2m1_value(static_cast<uint8_t>(c));
   const int64_t gc = q.tile_grid_cols(), cols = q.cols;
   const float gdec = q.global_amax / (kE4M3Max * kE2M1Max);
   const bool nv = q.scheme == BlockScheme::nvfp4;
@@ -288,14 +291,15 @@ void block_scaled_accumulate(std::span<float> y, std::span<const float> partial,
                              int64_t cols, std::span<const float> row_scale,
                              std::span<const float> col_scale, bool first) {
   if (static_cast<int64_t>(y.size()) != rows * cols || partial.size() != y.size() ||
-      static_cast<int64_t>(row_scale.size()) != rows || static_cast<int64_t>(col_scale.size()) != cols)
+      static_cast<int64_t>(row_scale.size()) != rows ||
+      static_cast<int64_t>(col_scale.size()) != cols)
     throw std::invalid_argument("block_scaled_accumulate: sizes do not match a " +
                                 std::to_string(rows) + "x" + std::to_string(cols) + " result");
   const detail::BlockKernels& k = detail::block_kernels();
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
   for (int64_t r = 0; r < rows; ++r)
-    k.scaled_add(y.data() + r * cols, partial.data() + r * cols, cols, row_scale[static_cast<size_t>(r)],
-                 col_scale.data(), first);
+    k.scaled_add(y.data() + r * cols, partial.data() + r * cols, cols,
+                 row_scale[static_cast<size_t>(r)], col_scale.data(), first);
 }
 
 void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, bool rht,
@@ -303,9 +307,9 @@ void block_scaled_columns(std::span<const float> x, int64_t rows, int64_t cols, 
   const int64_t rp = rht ? (rows + 15) / 16 * 16 : rows;
   if (rows < 0 || cols < 0 || static_cast<int64_t>(x.size()) != rows * cols ||
       static_cast<int64_t>(out.size()) != cols * rp)
-    throw std::invalid_argument("block_scaled_columns: " + std::to_string(x.size()) + " values in, " +
-                                std::to_string(out.size()) + " out, for a " + std::to_string(rows) +
-                                "x" + std::to_string(cols) + " tensor");
+    throw std::invalid_argument("block_scaled_columns: " + std::to_string(x.size()) +
+                                " values in, " + std::to_string(out.size()) + " out, for a " +
+                                std::to_string(rows) + "x" + std::to_string(cols) + " tensor");
   const detail::BlockKernels& k = detail::block_kernels();
   const float* s = x.data();
   float* d = out.data();

@@ -40,7 +40,8 @@ inline uint8_t e2m1_rne(float v) {
 inline uint8_t e2m1_encode(float v, Round round, uint32_t bits) {
   if (std::isnan(v)) return 0;  // TE: no threshold matches NaN, the code stays 0
   if (round == Round::stochastic)
-    return static_cast<uint8_t>(encode_float(kFp4E2M1, v, round, Overflow::saturate, bits, nullptr));
+    return static_cast<uint8_t>(
+        encode_float(kFp4E2M1, v, round, Overflow::saturate, bits, nullptr));
   return e2m1_rne(v);
 }
 
@@ -63,7 +64,8 @@ float tile_amax(std::span<const float> x, int64_t rows, int64_t cols, int64_t r0
   float m = 0.0f;
   const int64_t r1 = std::min(rows, r0 + th), c1 = std::min(cols, c0 + tw);
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t c = c0; c < c1; ++c) m = std::max(m, std::fabs(x[static_cast<size_t>(r * cols + c)]));
+    for (int64_t c = c0; c < c1; ++c)
+      m = std::max(m, std::fabs(x[static_cast<size_t>(r * cols + c)]));
   return m;
 }
 
@@ -105,7 +107,8 @@ BlockScaledTensor block_scaled_quantize_reference(std::span<const float> x, int6
       switch (opt.scheme) {
         case BlockScheme::nvfp4: {
           const float ds = clampf(std::min(vmax * gmult, FLT_MAX), -kE4M3Max, kE4M3Max);
-          const uint32_t sc = encode_float(kFp8E4M3, ds, Round::nearest_even, Overflow::saturate, 0, nullptr);
+          const uint32_t sc =
+              encode_float(kFp8E4M3, ds, Round::nearest_even, Overflow::saturate, 0, nullptr);
           const float s = static_cast<float>(decode_float(kFp8E4M3, sc));
           q.scale_codes[t] = static_cast<uint8_t>(sc);
           q.scales[t] = s;
@@ -143,10 +146,12 @@ BlockScaledTensor block_scaled_quantize_reference(std::span<const float> x, int6
           const float v = x[i] * enc;
           if (opt.scheme == BlockScheme::fp8_block) {
             q.codes[i] = static_cast<uint8_t>(encode_float(kFp8E4M3, clampf(v, -kE4M3Max, kE4M3Max),
-                                                           Round::nearest_even, Overflow::saturate, 0, nullptr));
+                                                           Round::nearest_even, Overflow::saturate,
+                                                           0, nullptr));
           } else {
             const uint32_t bits = opt.round == Round::stochastic ? sr_bits(opt.seed, i) : 0;
-            q.codes[i] = e2m1_encode(std::isnan(v) ? v : clampf(v, -kE2M1Max, kE2M1Max), opt.round, bits);
+            q.codes[i] =
+                e2m1_encode(std::isnan(v) ? v : clampf(v, -kE2M1Max, kE2M1Max), opt.round, bits);
           }
         }
       }

@@ -22,7 +22,8 @@ struct Range {
   double max_finite, min_normal, min_subnormal;
 };
 
-constexpr Range range_of(int bits, int E, int M, int bias, DKind kind, Specials sp, bool is_signed) {
+constexpr Range range_of(int bits, int E, int M, int bias, DKind kind, Specials sp,
+                         bool is_signed) {
   switch (kind) {
     case DKind::floating: {
       const int emin = 1 - bias;
@@ -46,11 +47,22 @@ constexpr Range range_of(int bits, int E, int M, int bias, DKind kind, Specials 
 constexpr int storage_bytes_of(int bits) { return bits <= 8 ? 1 : bits / 8; }
 
 constexpr std::array<DTypeTraits, kNumDTypes> kTable = {{
-#define MIXP_X(id, nm, bits, E, M, bias, kind, sp, sgn, block, scale, st)                          \
-  DTypeTraits{DType::id, nm, bits, E, M, bias, DKind::kind, Specials::sp, sgn, block, DType::scale, \
-              st, range_of(bits, E, M, bias, DKind::kind, Specials::sp, sgn).max_finite,           \
-              range_of(bits, E, M, bias, DKind::kind, Specials::sp, sgn).min_normal,               \
-              range_of(bits, E, M, bias, DKind::kind, Specials::sp, sgn).min_subnormal,            \
+#define MIXP_X(id, nm, bits, E, M, bias, kind, sp, sgn, block, scale, st)               \
+  DTypeTraits{DType::id,                                                                \
+              nm,                                                                       \
+              bits,                                                                     \
+              E,                                                                        \
+              M,                                                                        \
+              bias,                                                                     \
+              DKind::kind,                                                              \
+              Specials::sp,                                                             \
+              sgn,                                                                      \
+              block,                                                                    \
+              DType::scale,                                                             \
+              st,                                                                       \
+              range_of(bits, E, M, bias, DKind::kind, Specials::sp, sgn).max_finite,    \
+              range_of(bits, E, M, bias, DKind::kind, Specials::sp, sgn).min_normal,    \
+              range_of(bits, E, M, bias, DKind::kind, Specials::sp, sgn).min_subnormal, \
               storage_bytes_of(bits)},
     MIXP_DTYPE_LIST(MIXP_X)
 #undef MIXP_X

@@ -83,7 +83,8 @@ std::vector<LayerAdvice> advise_layers(const std::vector<StatRecord>& records,
       }
       continue;
     }
-    const bool forward = r.role == Role::activation || (r.role == Role::weight && r.tensor == "weight");
+    const bool forward =
+        r.role == Role::activation || (r.role == Role::weight && r.tensor == "weight");
     const bool grad = r.role == Role::activation_grad;
     if (!forward && !grad) continue;
     if (const FormatStats* f = format_of(s, StatFormat::bf16)) {

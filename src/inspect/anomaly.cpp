@@ -48,9 +48,10 @@ std::string AnomalyReport::message() const {
                                                    "the optimizer)")
                                      : fmt::format("in module {}{}", module,
                                                    kind.empty() ? "" : " (" + kind + ")");
-  std::string what = phase == KernelPhase::backward
-                         ? fmt::format("the backward of op '{}' (kernel {})", op.empty() ? "?" : op, kernel)
-                         : fmt::format("kernel {}", kernel);
+  std::string what =
+      phase == KernelPhase::backward
+          ? fmt::format("the backward of op '{}' (kernel {})", op.empty() ? "?" : op, kernel)
+          : fmt::format("kernel {}", kernel);
   std::string s = fmt::format(
       "detect-anomaly: step {}, {} pass: {} {} wrote {} NaN and {} inf (output {})", step,
       to_string(phase), what, where, nan, inf, output);

@@ -112,8 +112,9 @@ std::vector<StatRecord> read_inspect_jsonl(const std::filesystem::path& path) {
       }
       out.push_back(std::move(r));
     } catch (const std::exception& e) {
-      throw InspectError(fmt::format("mixp inspect report: {} line {} is not an --inspect record: {}",
-                                     path.string(), line_no, e.what()));
+      throw InspectError(
+          fmt::format("mixp inspect report: {} line {} is not an --inspect record: {}",
+                      path.string(), line_no, e.what()));
     }
   }
   if (out.empty()) {
@@ -191,9 +192,9 @@ std::string inspect_report_html(const std::vector<StatRecord>& records, const st
           }
           const TensorStats& st = it->second->stats;
           const double ov = st.fraction(fs->overflow), un = st.fraction(fs->underflow);
-          h += fmt::format("<td class=\"cell\" style=\"{}\" title=\"subnormal {} mse {}\">{} / {}</td>",
-                           heat_style(ov, un), pct(st.fraction(fs->subnormal)), num(fs->mse),
-                           pct(ov), pct(un));
+          h += fmt::format(
+              "<td class=\"cell\" style=\"{}\" title=\"subnormal {} mse {}\">{} / {}</td>",
+              heat_style(ov, un), pct(st.fraction(fs->subnormal)), num(fs->mse), pct(ov), pct(un));
         }
         h += "</tr>\n";
       }

@@ -77,7 +77,8 @@ void Profiler::after(const KernelCall& c) {
   const std::string op = *c.variant ? fmt::format("{}:{}", c.kernel, c.variant) : c.kernel;
   uint32_t index = 0;
   ProfileRow& r = row(op, dtype_of(c), kernel_phase(), &index);
-  const double ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count());
+  const double ns =
+      double(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count());
   ++r.calls;
   r.ns += ns;
   r.flops += c.flops;
@@ -114,7 +115,8 @@ double Profiler::phase_ns(KernelPhase phase) const {
 
 std::vector<ProfileRow> Profiler::rows() const {
   std::vector<ProfileRow> r = rows_;
-  std::sort(r.begin(), r.end(), [](const ProfileRow& a, const ProfileRow& b) { return a.ns > b.ns; });
+  std::sort(r.begin(), r.end(),
+            [](const ProfileRow& a, const ProfileRow& b) { return a.ns > b.ns; });
   return r;
 }
 

@@ -212,7 +212,8 @@ Tensor TensorInspector::on_output(const std::string& path, nn::Module& m, Tensor
   int64_t call = 0;
   if (!recompute) {
     call = calls_[path]++;
-    if (spec_.wants(Role::activation)) record(path, m.kind(), Role::activation, "output", y, 1.0, call);
+    if (spec_.wants(Role::activation))
+      record(path, m.kind(), Role::activation, "output", y, 1.0, call);
   } else {
     call = std::max<int64_t>(0, calls_[path] - 1);
   }

@@ -43,7 +43,8 @@ void LineFile::write_line(std::string_view line) {
   size_t done = 0;
   int err = 0;
   while (done < buf.size()) {
-    const ssize_t n = ::pwrite(fd_, buf.data() + done, buf.size() - done, off_t(end_) + off_t(done));
+    const ssize_t n =
+        ::pwrite(fd_, buf.data() + done, buf.size() - done, off_t(end_) + off_t(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       err = n < 0 ? errno : ENOSPC;

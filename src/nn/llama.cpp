@@ -65,7 +65,8 @@ Tensor llama_attention(const Tensor& q, const Tensor& k0, const Tensor& v0, cons
     throw std::invalid_argument(fmt::format(
         "mixp::nn::llama_attention: q [B, T, H D], k and v [B, T, Hkv D] with Hkv dividing H; got "
         "q {}, k {}, v {}, heads {}, kv_heads {}",
-        q.defined() ? q.shape().str() : "(undefined)", k0.defined() ? k0.shape().str() : "(undefined)",
+        q.defined() ? q.shape().str() : "(undefined)",
+        k0.defined() ? k0.shape().str() : "(undefined)",
         v0.defined() ? v0.shape().str() : "(undefined)", heads, kv_heads));
   }
   const int64_t B = q.size(0), T = q.size(1), C = q.size(2), H = heads, G = heads / kv_heads,
@@ -113,9 +114,11 @@ std::string LlamaAttention::describe() const {
 }
 
 LlamaMlp::LlamaMlp(int64_t width, int64_t mlp_width, Generator& gen) : Module("mlp") {
-  gate_ = register_module("gate_proj", std::make_shared<Linear>(width, mlp_width, gen, proj(false)));
+  gate_ =
+      register_module("gate_proj", std::make_shared<Linear>(width, mlp_width, gen, proj(false)));
   up_ = register_module("up_proj", std::make_shared<Linear>(width, mlp_width, gen, proj(false)));
-  down_ = register_module("down_proj", std::make_shared<Linear>(mlp_width, width, gen, proj(false)));
+  down_ =
+      register_module("down_proj", std::make_shared<Linear>(mlp_width, width, gen, proj(false)));
 }
 
 Tensor LlamaMlp::forward(const Tensor& x) {
@@ -188,8 +191,9 @@ std::string Llama::describe() const {
       "vocab={}, context={}, width={}, layers={}, heads={}, kv_heads={}, mlp_width={}, "
       "rope_theta={}, rope_scaling={}{}{}{}",
       cfg_.vocab, cfg_.context, cfg_.width, cfg_.layers, cfg_.heads, cfg_.kv(), cfg_.mlp_width,
-      cfg_.rope_theta, rope_scaling_name(cfg_.rope_scaling.type), cfg_.tied_head ? ", tied head" : "",
-      cfg_.qkv_bias ? ", qkv bias" : "", cfg_.checkpointing ? ", checkpointing" : "");
+      cfg_.rope_theta, rope_scaling_name(cfg_.rope_scaling.type),
+      cfg_.tied_head ? ", tied head" : "", cfg_.qkv_bias ? ", qkv bias" : "",
+      cfg_.checkpointing ? ", checkpointing" : "");
 }
 
 }  // namespace mixp::nn

@@ -188,7 +188,8 @@ std::shared_ptr<Llama> read_llama_hf(const fs::path& dir) {
 
 int write_llama_hf(const Llama& model, const fs::path& dir, const LlamaHfWriteOptions& opt) {
   const LlamaConfig& c = model.config();
-  const std::string type = opt.model_type.empty() ? (c.qkv_bias ? "qwen2" : "llama") : opt.model_type;
+  const std::string type =
+      opt.model_type.empty() ? (c.qkv_bias ? "qwen2" : "llama") : opt.model_type;
   if (type != "llama" && type != "mistral" && type != "qwen2")
     throw std::invalid_argument("mixp::nn::write_llama_hf: model_type must be llama, mistral or "
                                 "qwen2, got '" + type + "'");
@@ -223,8 +224,8 @@ int write_llama_hf(const Llama& model, const fs::path& dir, const LlamaHfWriteOp
     const size_t n = shards.size();
     json weight_map = json::object();
     for (size_t i = 0; i < n; ++i) {
-      const std::string file =
-          n == 1 ? std::string(kSingle) : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+      const std::string file = n == 1 ? std::string(kSingle)
+                                      : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
       SafeTensorsFile f;
       f.metadata["format"] = "pt";
       for (const auto& [name, t] : shards[i]) {

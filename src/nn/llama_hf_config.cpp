@@ -93,7 +93,9 @@ nlohmann::ordered_json llama_hf_config_json(const LlamaConfig& c, const std::str
   j["rope_theta"] = c.rope_theta;
   if (model_type == "qwen2") j["use_sliding_window"] = false;
   j["tie_word_embeddings"] = c.tied_head;
-  j["torch_dtype"] = dtype == DType::fp32 ? "float32" : dtype == DType::fp16 ? "float16" : "bfloat16";
+  j["torch_dtype"] = dtype == DType::fp32   ? "float32"
+                     : dtype == DType::fp16 ? "float16"
+                                            : "bfloat16";
   j["vocab_size"] = c.vocab;
   return j;
 }
@@ -127,7 +129,8 @@ struct Reader {
     if (x < lo || x > hi) fail(key, fmt::format("must be in [{}, {}], got {}", lo, hi, v.dump()));
     return x;
   }
-  double real(const json& o, const char* key, double lo, double hi, std::optional<double> def) const {
+  double real(const json& o, const char* key, double lo, double hi,
+              std::optional<double> def) const {
     if (!o.contains(key) || o[key].is_null()) {
       if (def) return *def;
       fail(key, "is missing");

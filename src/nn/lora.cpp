@@ -145,7 +145,8 @@ bool lora_target_matches(std::string_view pattern, std::string_view module_name)
 std::vector<std::string> apply_lora(Module& model, const LoraOptions& opt, uint64_t seed) {
   if (opt.r < 1) bad(fmt::format("r={} must be >= 1", opt.r));
   if (!(opt.alpha > 0)) bad(fmt::format("alpha={:g} must be > 0", opt.alpha));
-  if (!(opt.dropout >= 0 && opt.dropout < 1)) bad(fmt::format("dropout={:g} must be in [0, 1)", opt.dropout));
+  if (!(opt.dropout >= 0 && opt.dropout < 1))
+    bad(fmt::format("dropout={:g} must be in [0, 1)", opt.dropout));
   if (opt.targets.empty()) bad("no targets");
   if (!lora_layers(model).empty()) bad("the model has adapters already");
   const auto linears = base_linears(model);
@@ -190,7 +191,8 @@ std::vector<std::string> apply_lora(Module& model, const LoraOptions& opt, uint6
     std::shared_ptr<Dropout> drop;
     if (opt.dropout > 0) {
       drop = lin->register_module(
-          "lora_dropout", std::make_shared<Dropout>(opt.dropout, Generator::splitmix64(seed + ++k)));
+          "lora_dropout",
+          std::make_shared<Dropout>(opt.dropout, Generator::splitmix64(seed + ++k)));
     }
     lin->set_branch(LoraBranch{a.get(), b.get(), drop.get(), opt.scaling()});
     out.push_back(name);

@@ -68,7 +68,8 @@ std::string read_small_text(const std::filesystem::path& file) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(file, ec);
   if (ec) bad(file, "cannot be read (" + ec.message() + ")");
-  if (size > (1u << 20)) bad(file, fmt::format("is {} bytes; an adapter config is a few hundred", size));
+  if (size > (1u << 20))
+    bad(file, fmt::format("is {} bytes; an adapter config is a few hundred", size));
   std::ifstream in(file, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -89,7 +90,8 @@ std::string peft_module_path(Module& model, const std::string& mixp_name) {
 void save_lora_adapter(Module& model, const LoraOptions& opt, const std::filesystem::path& dir,
                        const std::string& base_model) {
   const auto layers = lora_layers(model);
-  if (layers.empty()) throw std::invalid_argument("mixp::nn::save_lora_adapter: the model has no LoRA adapters");
+  if (layers.empty())
+    throw std::invalid_argument("mixp::nn::save_lora_adapter: the model has no LoRA adapters");
   SafeTensorsFile file;
   file.metadata["format"] = "pt";  // what PEFT's safetensors save writes
   nlohmann::ordered_json targets = nlohmann::ordered_json::array();
@@ -145,7 +147,8 @@ LoraOptions read_lora_config(Module& model, const std::filesystem::path& dir) {
   if (field("peft_type") != "LORA")
     bad(file, fmt::format("peft_type is {}, not \"LORA\"", field("peft_type").dump()));
   if (j.contains("bias") && j["bias"] != "none")
-    bad(file, fmt::format("bias {} is not supported (only \"none\": biases stay frozen)", j["bias"].dump()));
+    bad(file, fmt::format("bias {} is not supported (only \"none\": biases stay frozen)",
+                          j["bias"].dump()));
   auto flag = [&](const char* key) {
     if (!j.contains(key) || j[key].is_null()) return false;
     if (!j[key].is_boolean()) bad(file, fmt::format("{} must be true or false", key));
@@ -161,7 +164,8 @@ LoraOptions read_lora_config(Module& model, const std::filesystem::path& dir) {
   if (!r.is_number_integer() || r.get<int64_t>() < 1) bad(file, "r must be an integer >= 1");
   o.r = r.get<int64_t>();
   const auto& alpha = field("lora_alpha");
-  if (!alpha.is_number() || !(alpha.get<double>() > 0)) bad(file, "lora_alpha must be a number > 0");
+  if (!alpha.is_number() || !(alpha.get<double>() > 0))
+    bad(file, "lora_alpha must be a number > 0");
   o.alpha = alpha.get<double>();
   if (j.contains("lora_dropout")) {
     if (!j["lora_dropout"].is_number()) bad(file, "lora_dropout must be a number");
@@ -176,7 +180,8 @@ LoraOptions read_lora_config(Module& model, const std::filesystem::path& dir) {
   const auto index = path_index(model);
   for (const auto& t : h.tensors) {
     std::string n = t.name;
-    if (!n.starts_with(kPrefix)) bad(wfile, fmt::format("tensor '{}' does not start with '{}'", n, kPrefix));
+    if (!n.starts_with(kPrefix))
+      bad(wfile, fmt::format("tensor '{}' does not start with '{}'", n, kPrefix));
     n = n.substr(std::string(kPrefix).size());
     const char* suffix = n.ends_with(".lora_A.weight") ? ".lora_A.weight"
                          : n.ends_with(".lora_B.weight") ? ".lora_B.weight" : nullptr;
@@ -212,8 +217,9 @@ void load_lora_adapter(Module& model, const std::filesystem::path& dir, uint64_t
       Tensor w = mod->weight();
       const std::vector<int64_t> want(w.shape().begin(), w.shape().end());
       if (s->shape != want) {
-        bad(wfile, fmt::format("tensor '{}' has shape {} but r={} on '{}' needs {}", s->name,
-                               Shape(s->shape.begin(), s->shape.end()).str(), o.r, path, w.shape().str()));
+        bad(wfile,
+            fmt::format("tensor '{}' has shape {} but r={} on '{}' needs {}", s->name,
+                        Shape(s->shape.begin(), s->shape.end()).str(), o.r, path, w.shape().str()));
       }
       copy_from_safetensor(w, *s);
       ++used;
@@ -242,11 +248,13 @@ void merge_lora_tensors(SafeTensorsFile& file, const std::string& source) {
   try {
     o = LoraOptions::parse(it->second);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("{}: metadata '{}': {}", source, kLoraMetadataKey, e.what()));
+    throw std::invalid_argument(
+        fmt::format("{}: metadata '{}': {}", source, kLoraMetadataKey, e.what()));
   }
   auto tensor = [&](const std::string& name) {
     const SafeTensor* s = file.find(name);
-    if (!s) throw std::invalid_argument(fmt::format("{}: has no '{}' for its adapter", source, name));
+    if (!s)
+      throw std::invalid_argument(fmt::format("{}: has no '{}' for its adapter", source, name));
     Tensor t = empty(Shape(std::span<const int64_t>(s->shape)), {.dtype = s->dtype});
     copy_from_safetensor(t, *s);
     return t;

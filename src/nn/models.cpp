@@ -54,6 +54,16 @@ void require_unset(const ModelConfig& c, const char* field, int64_t v) {
   }
 }
 
+// mlp and cnn (image models): none of the sequence models' sizes, and no checkpointing (gpt's).
+void require_image_model_options(const ModelConfig& c) {
+  require_unset(c, "heads", c.heads);
+  require_unset(c, "context", c.context);
+  require_unset(c, "vocab", c.vocab);
+  require_unset(c, "kv_heads", c.kv_heads);
+  if (c.checkpointing)
+    throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
+}
+
 std::shared_ptr<Module> make_mlp(const ModelConfig& c, Generator& gen) {
   auto m = std::make_shared<ImageClassifier>("mlp", true);
   m->add("flatten", std::make_shared<Flatten>());
@@ -154,13 +164,8 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
   }
   Generator gen(c.seed);
   if (c.name == "mlp") {
-    require_unset(c, "heads", c.heads);
-    require_unset(c, "context", c.context);
-    require_unset(c, "vocab", c.vocab);
     require_unset(c, "mlp_width", c.mlp_width);
-    require_unset(c, "kv_heads", c.kv_heads);
-    if (c.checkpointing)
-      throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
+    require_image_model_options(c);
     return make_mlp(c, gen);
   }
   if (c.name == "cnn") {
@@ -168,12 +173,7 @@ std::shared_ptr<Module> make_model(const ModelConfig& cfg) {
       throw std::invalid_argument(
           fmt::format("mixp::nn::make_model: 'cnn' has 2 conv layers, got layers={}", c.layers));
     }
-    require_unset(c, "heads", c.heads);
-    require_unset(c, "context", c.context);
-    require_unset(c, "vocab", c.vocab);
-    require_unset(c, "kv_heads", c.kv_heads);
-    if (c.checkpointing)
-      throw std::invalid_argument("mixp::nn::make_model: checkpointing is supported by 'gpt' only");
+    require_image_model_options(c);
     return make_cnn(c, gen);
   }
   if (is_llama_model(c.name)) return std::make_shared<Llama>(llama_config_of(c), gen);

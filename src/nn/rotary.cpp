@@ -27,7 +27,8 @@ std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScal
     throw std::invalid_argument(
         fmt::format("mixp::nn::rope: the head dim must be even and positive, got {}", head_dim));
   if (!(theta > 1.0) || !std::isfinite(theta))
-    throw std::invalid_argument(fmt::format("mixp::nn::rope: rope_theta must be > 1, got {}", theta));
+    throw std::invalid_argument(
+        fmt::format("mixp::nn::rope: rope_theta must be > 1, got {}", theta));
   if (s.type != RopeScaling::Type::none && !(s.factor >= 1.0 && std::isfinite(s.factor)))
     throw std::invalid_argument(
         fmt::format("mixp::nn::rope: rope_scaling factor must be >= 1, got {}", s.factor));

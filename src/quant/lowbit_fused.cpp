@@ -116,7 +116,8 @@ void thresholds(const PackedStep& layer, PackedModel::Runtime& rt, const PackedS
       flip = !phi[o];
     }
     rt.thr[o] = clamp32(t);
-    if (shifted) rt.thr_shifted[o] = plo[o] == phi[o] ? rt.thr[o] : clamp32(t + 128 * int64_t{rt.wsum[o]});
+    if (shifted)
+      rt.thr_shifted[o] = plo[o] == phi[o] ? rt.thr[o] : clamp32(t + 128 * int64_t{rt.wsum[o]});
     if (flip) rt.flip[o / 64] |= uint64_t{1} << (o % 64);
   }
 }

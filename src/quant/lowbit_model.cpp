@@ -79,7 +79,8 @@ void PackedModel::add_step(PackedStep s) {
       std::copy(rt->w8.begin(), rt->w8.end(), rt->w8_oihw.data<int8_t>());
       rt->wsum.assign(static_cast<size_t>(s.out), 0);
       for (int64_t o = 0; o < s.out; ++o) {
-        for (int64_t k = 0; k < K; ++k) rt->wsum[static_cast<size_t>(o)] += rt->w8[static_cast<size_t>(o * K + k)];
+        for (int64_t k = 0; k < K; ++k)
+          rt->wsum[static_cast<size_t>(o)] += rt->w8[static_cast<size_t>(o * K + k)];
       }
     }
     if (s.scheme == LowBitScheme::int4 || s.scheme == LowBitScheme::int2) {
@@ -223,7 +224,9 @@ struct LayerRun {
         for (int64_t kh = 0; kh < KS; ++kh) {
           for (int64_t kw = 0; kw < KS; ++kw) {
             const bool pad = kh < pat[0] || kh >= KS - pat[1] || kw < pat[2] || kw >= KS - pat[3];
-            if (pad) c[static_cast<size_t>(o)] += rt.w8[static_cast<size_t>(o * K + (ci * KS + kh) * KS + kw)];
+            if (pad)
+              c[static_cast<size_t>(o)] +=
+                  rt.w8[static_cast<size_t>(o * K + (ci * KS + kh) * KS + kw)];
           }
         }
       }
@@ -255,7 +258,8 @@ struct LayerRun {
           const int64_t wi = w - P;
           for (int64_t c = 0; c < C; ++c) {
             const float v = wi < 0 || wi >= W ? 0.0f : xp[((n * C + c) * H + h) * W + wi];
-            row[w * C + c] = static_cast<uint8_t>(sgn ? static_cast<int>(v) + 128 : static_cast<int>(v));
+            row[w * C + c] =
+                static_cast<uint8_t>(sgn ? static_cast<int>(v) + 128 : static_cast<int>(v));
           }
         }
       }
@@ -283,7 +287,8 @@ struct LayerRun {
     const float inv = codes ? 1.0f / codes->scale : 1.0f;
     const float qmin = codes ? static_cast<float>(codes->qmin()) : 0.0f;
     const float qmax = codes ? static_cast<float>(codes->qmax()) : 0.0f;
-    if (codes && (codes->kind == ActCodeKind::sign || sgn != (codes->kind == ActCodeKind::signed8))) {
+    if (codes &&
+        (codes->kind == ActCodeKind::sign || sgn != (codes->kind == ActCodeKind::signed8))) {
       return std::nullopt;
     }
     Tensor img = empty(Shape{N * C * HP * WPS}, {.dtype = DType::uint8});
@@ -345,7 +350,8 @@ struct LayerRun {
       }
       N = x->size(0), H = x->size(2), W = x->size(3);
     }
-    const int64_t OH = conv_out(H, KS, s.stride, s.padding), OW = conv_out(W, KS, s.stride, s.padding);
+    const int64_t OH = conv_out(H, KS, s.stride, s.padding),
+                  OW = conv_out(W, KS, s.stride, s.padding);
     if (OH <= 0 || OW <= 0) {
       throw std::invalid_argument(fmt::format(
           "mixp::quant::PackedModel: layer '{}': input [{}, {}, {}, {}] is smaller than the kernel",
@@ -482,7 +488,8 @@ struct LayerRun {
         return Tensor();
       }
       std::vector<const int32_t*> rows(static_cast<size_t>(M));
-      for (int64_t m = 0; m < M; ++m) rows[static_cast<size_t>(m)] = pos_thr[static_cast<size_t>(m % (OH * OW))];
+      for (int64_t m = 0; m < M; ++m)
+        rows[static_cast<size_t>(m)] = pos_thr[static_cast<size_t>(m % (OH * OW))];
       gemm(M, K, fill, sw, rows.data());
       return Tensor();
     }
@@ -754,7 +761,8 @@ std::shared_ptr<PackedModel> convert_to_packed(const nn::Module& prepared) {
         s.bias = detail::as_fp32_contiguous(l->bias().to(Device::cpu())).clone();
       }
       model->add_step(std::move(s));
-      if (l->output_quant()) model->add_step(act_step(name + ".output_quant", *l->output_quant(), false));
+      if (l->output_quant())
+        model->add_step(act_step(name + ".output_quant", *l->output_quant(), false));
     } else if (const auto* bn = as<QatBatchNorm2d>(m)) {
       PackedStep s;
       s.kind = "batch_norm";

@@ -252,7 +252,8 @@ void prepare_tree(nn::Module& model, const LowBitConfig& cfg) {
     std::function<Tensor(const Tensor&)> post;
     if (act == Activation::relu) post = [](const Tensor& y) { return mixp::relu(y); };
     // As nn::Linear's fused GELU (linear.cpp): the tanh form.
-    if (act == Activation::gelu) post = [](const Tensor& y) { return mixp::gelu(y, GeluApprox::tanh); };
+    if (act == Activation::gelu)
+      post = [](const Tensor& y) { return mixp::gelu(y, GeluApprox::tanh); };
     attach_qat(*m, q, [run](const Tensor& x) { return run->forward(x); }, std::move(post));
   }
 }
@@ -317,7 +318,8 @@ void prepare_lowbit_qat(nn::Module& model, const LowBitConfig& cfg) {
       layer->link_input(prev);
     }
     seq->replace(name, layer);
-    if (layer->is_conv() && i + 1 < children.size() && as<nn::BatchNorm2d>(children[i + 1].second)) {
+    if (layer->is_conv() && i + 1 < children.size() &&
+        as<nn::BatchNorm2d>(children[i + 1].second)) {
       ++i;
       seq->replace(children[i].first, std::make_shared<QatBatchNorm2d>(
                                           *as<nn::BatchNorm2d>(children[i].second)));

@@ -29,27 +29,26 @@ bool default_reduce_range() {
   return !has(dnnl::cpu_isa::avx512_core_vnni) && !has(dnnl::cpu_isa::avx2_vnni);
 }
 
-QConfig default_qat_qconfig() {
+namespace {
+
+// PyTorch's default qconfigs differ only in the observer: quint8 affine activations per tensor
+// (reduce_range where the CPU has no VNNI), qint8 symmetric weights per channel.
+QConfig default_qconfig(ObserverKind observer) {
   QConfig q;
-  q.activation = {ObserverKind::moving_average,
-                  false,
-                  0,
-                  0.01f,
-                  {QDType::quint8, QScheme::affine, default_reduce_range()}};
-  q.weight = {
-      ObserverKind::moving_average, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
+  q.activation = {
+      observer, false, 0, 0.01f, {QDType::quint8, QScheme::affine, default_reduce_range()}};
+  q.weight = {observer, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
   return q;
 }
 
+}  // namespace
+
+QConfig default_qat_qconfig() {
+  return default_qconfig(ObserverKind::moving_average);
+}
+
 QConfig default_ptq_qconfig() {
-  QConfig q;
-  q.activation = {ObserverKind::min_max,
-                  false,
-                  0,
-                  0.01f,
-                  {QDType::quint8, QScheme::affine, default_reduce_range()}};
-  q.weight = {ObserverKind::min_max, true, 0, 0.01f, {QDType::qint8, QScheme::symmetric, false}};
-  return q;
+  return default_qconfig(ObserverKind::min_max);
 }
 
 namespace {

@@ -34,7 +34,8 @@ std::optional<uint64_t> cgroup_room() {
                                "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
     const auto limit = read_number(f.limit), usage = read_number(f.usage);
     // cgroup v1 writes "no limit" as a number near 2^63.
-    if (limit && usage && *limit < (uint64_t{1} << 62)) return *limit > *usage ? *limit - *usage : 0;
+    if (limit && usage && *limit < (uint64_t{1} << 62))
+      return *limit > *usage ? *limit - *usage : 0;
   }
   return std::nullopt;
 }

@@ -521,7 +521,8 @@ MemoryNeed plan_training_memory(const train::TrainConfig& c) {
       // Targets the analytic shape does not name: price the run as full fine-tuning (an upper
       // bound), in the bf16 recipe's formats for qlora-*.
       run.lora.clear();
-      if (train::is_recipe_family(run.precision, train::RecipeFamily::qlora)) run.precision = "bf16";
+      if (train::is_recipe_family(run.precision, train::RecipeFamily::qlora))
+        run.precision = "bf16";
       p = plan_shape(shape_of(g), run, opt);
     }
     need.peak_bytes = p.peak_bytes;

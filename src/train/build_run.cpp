@@ -137,8 +137,9 @@ RunParts build_run(const TrainConfig& config, RunPurpose purpose, bool with_mode
   }
   c.model = detail::resolve_model(c.model);  // explicit shape in state.json
   if (!c.lora_from.empty() && !c.lora.empty() && training && c.resume_dir.empty()) {
-    throw ConfigError("--lora and --lora-from both given: the adapter's adapter_config.json sets r, "
-                      "alpha, dropout and the targets; give one");
+    throw ConfigError(
+        "--lora and --lora-from both given: the adapter's adapter_config.json sets r, "
+        "alpha, dropout and the targets; give one");
   }
   if (with_model) p.model = detail::build_model(c, *p.recipe, training && c.resume_dir.empty());
   // The loaded adapter's options, recorded (state.json) so that a resumed run rebuilds them.

@@ -41,6 +41,18 @@ std::string saved_model_name(const std::vector<std::byte>& bytes) {
 
 }  // namespace
 
+void detail::check_recorded_recipe_name(const std::string& source, const nlohmann::json& state,
+                                        const std::string& precision,
+                                        const PrecisionRecipe& recipe) {
+  if (state.contains("recipe") && state["recipe"].contains("name") &&
+      state["recipe"]["name"] != recipe.name()) {
+    throw TrainError(fmt::format(
+        "{}: \"recipe.name\" is {} but \"config.precision\" \"{}\" makes the recipe \"{}\": the "
+        "file contradicts itself (edited by hand?); the checkpoint is refused",
+        source, state["recipe"]["name"].dump(), precision, recipe.name()));
+  }
+}
+
 std::unique_ptr<PrecisionRecipe> check_checkpoint_config(const CheckpointFiles& ck) {
   const std::string source = ck.path(kStateFile).string();
   const nlohmann::json state = nlohmann::json::parse(ck.state_text);  // validated already
@@ -108,13 +120,7 @@ std::unique_ptr<PrecisionRecipe> check_checkpoint_config(const CheckpointFiles& 
   } catch (const ConfigError& e) {
     refuse(source, "config.layer_precision", nlohmann::json(c.layer_precision).dump(), e.what());
   }
-  if (state.contains("recipe") && state["recipe"].contains("name") &&
-      state["recipe"]["name"] != recipe->name()) {
-    throw TrainError(fmt::format(
-        "{}: \"recipe.name\" is {} but \"config.precision\" \"{}\" makes the recipe \"{}\": the "
-        "file contradicts itself (edited by hand?); the checkpoint is refused",
-        source, state["recipe"]["name"].dump(), c.precision, recipe->name()));
-  }
+  detail::check_recorded_recipe_name(source, state, c.precision, *recipe);
   return recipe;
 }
 

@@ -354,7 +354,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["ranks"] = r.ranks;
     j["hosts"] = r.hosts;
     auto per_host = nlohmann::json::array();
-    for (const auto& [host, n] : r.ranks_per_host) per_host.push_back({{"host", host}, {"ranks", n}});
+    for (const auto& [host, n] : r.ranks_per_host)
+      per_host.push_back({{"host", host}, {"ranks", n}});
     j["ranks_per_host"] = per_host;
     j["threads_per_rank"] = r.threads;
     j["shared_memory"] = r.shared_memory;

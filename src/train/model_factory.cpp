@@ -100,7 +100,8 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
   if (nn::is_llama_model(c.model.name) && !c.init_from.empty()) {
     // The architecture (theta, rope scaling, tied head, biases) is config.json's, also on resume.
     Generator gen(c.model.seed);
-    auto llama = as_config_error([&] { return std::make_shared<nn::Llama>(llama_hf_config(c), gen); });
+    auto llama =
+        as_config_error([&] { return std::make_shared<nn::Llama>(llama_hf_config(c), gen); });
     if (with_init) {
       try {
         nn::load_llama_hf(*llama, c.init_from);
@@ -123,7 +124,8 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, const PrecisionRec
       return 0;
     });
   } else if (!c.lora.empty()) {
-    as_config_error([&] { return nn::apply_lora(*model, nn::LoraOptions::parse(c.lora), lora_seed); });
+    as_config_error(
+        [&] { return nn::apply_lora(*model, nn::LoraOptions::parse(c.lora), lora_seed); });
   }
   return model;
 }

@@ -244,7 +244,8 @@ std::unique_ptr<PrecisionRecipe> make_recipe(std::string_view name, const Recipe
       (opt.qat_freeze_bn_epoch || opt.qat_disable_observer_epoch)) {
     throw ConfigError(std::string(opt.qat_freeze_bn_epoch ? "--qat-freeze-bn-epoch"
                                                           : "--qat-disable-observer-epoch") +
-                      " only applies to the QAT recipes (int8-qat, int4-qat, int2-qat, ternary, binary, binary-act)");
+                      " only applies to the QAT recipes (int8-qat, int4-qat, int2-qat, ternary, "
+                      "binary, binary-act)");
   }
   return t.make(name, opt);
 }

@@ -37,29 +37,20 @@ constexpr RecipeDtypes kFp4 = dtypes(D::fp32, D::fp32, D::fp4_e2m1, D::fp32, D::
 constexpr std::string_view kNotGpt[] = {"gpt",        "gpt2",        "gpt2-medium",    "llama",
                                         "llama-tiny", "smollm-135m", "tinyllama-1.1b", "llama2-7b"};
 
+// An FP8 or FP4 recipe whose scaling starts from amp's preset `kScaling` (amp/fp8_scaling.h).
+template <amp::Fp8Recipe (*kScaling)()>
 std::unique_ptr<PrecisionRecipe> make_fp8(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::delayed());
+  return detail::make_fp8_recipe(spec, opt, kScaling());
 }
-std::unique_ptr<PrecisionRecipe> make_fp8_current(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::current());
-}
-std::unique_ptr<PrecisionRecipe> make_mxfp8(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp8());
-}
-std::unique_ptr<PrecisionRecipe> make_fp8_block(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::fp8_block());
-}
-std::unique_ptr<PrecisionRecipe> make_nvfp4(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::nvfp4());
-}
-std::unique_ptr<PrecisionRecipe> make_mxfp4(std::string_view spec, const RecipeOptions& opt) {
-  return detail::make_fp8_recipe(spec, opt, amp::Fp8Recipe::mxfp4());
-}
+
+// `mixp compare`'s default list, in the seeds' order (RecipeTraits::study_order is the place in
+// it): a recipe joins the default study here, whichever file defines it.
+constexpr std::string_view kStudyDefault[] = {"fp32",      "tf32", "bf16",    "fp16",
+                                              "bf16-pure", "fp8",  "int8-qat"};
 
 // A recipe whose accuracy is the trained model's, trained on any built-in model.
 constexpr RecipeTraits entry(std::string_view name, std::string_view description,
                              RecipeFamily family, std::optional<RecipeDtypes> d, bool loss_scaling,
-                             int study_order,
                              std::unique_ptr<PrecisionRecipe> (*make)(std::string_view,
                                                                       const RecipeOptions&)) {
   return {.name = name,
@@ -71,17 +62,16 @@ constexpr RecipeTraits entry(std::string_view name, std::string_view description
           .models_note = {},
           .accuracy = ReportedModel::trained,
           .accuracy_note = "the trained model",
-          .study_order = study_order,
+          .study_order = 0,
           .make = make};
 }
 
-// A policy recipe: its formats and loss scaling are those of the amp preset of the same name
-// (amp::find_preset, src/amp/policy.cpp), the one definition of what "bf16" means.
-RecipeTraits policy(std::string_view name, std::string_view description, int study_order) {
-  const amp::PrecisionPolicy* p = amp::find_preset(name);
-  if (!p) throw std::logic_error(fmt::format("recipe '{}' has no amp preset", name));
-  return entry(name, description, RecipeFamily::policy, detail::policy_dtypes(*p),
-               p->loss_scaling == amp::LossScaling::dynamic, study_order, make_policy_recipe);
+// The entry of an amp policy preset (amp::policy_presets, src/amp/policy.cpp, the one definition
+// of what "bf16" means): its name, description, formats and loss scaling all come from there.
+RecipeTraits policy_entry(const amp::PolicyPreset& preset) {
+  const amp::PrecisionPolicy& p = preset.policy;
+  return entry(p.name, preset.description, RecipeFamily::policy, detail::policy_dtypes(p),
+               p.loss_scaling == amp::LossScaling::dynamic, make_policy_recipe);
 }
 
 // A low-bit QAT recipe (recipe_lowbit_qat.cpp): mlp and cnn, accuracy of the packed model.
@@ -103,114 +93,95 @@ constexpr RecipeTraits lowbit(std::string_view name, std::string_view descriptio
 
 constexpr RecipeFamily kFp8Family = RecipeFamily::fp8;
 
-// A function-local table: the policy rows read amp's presets, so it is built on first use and no
-// other file's static initialiser can see it half-made.
+// The entries other than the policy presets, in the order of docs/architecture.md 3.6 after them.
+constexpr RecipeTraits kOtherRecipes[] = {
+    entry("fp8",
+          "TransformerEngine's delayed-scaling recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
+          "gradients, per-tensor scales from a 16-step amax history; fp8:preset=te for TE's "
+          "1024), the rest as bf16, no loss scaling",
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::delayed>),
+    entry("fp8-current", "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)",
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::current>),
+    entry("mxfp8",
+          "Linear layers in MXFP8 (E4M3, blocks of 32 with e8m0 scales), the rest as bf16 (TE's "
+          "MXFP8BlockScaling, Blackwell)",
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::mxfp8>),
+    entry("fp8-block",
+          "DeepSeek-V3 / TE Float8BlockScaling, emulated: Linear layers in E4M3 with 1x128 "
+          "activation and gradient tiles and 128x128 weight blocks, fp32 scales "
+          "(fp8-block:pow2=1 for powers of two; promote=128 emulates the 14-bit accumulator), "
+          "the rest as bf16 (docs/fp8.md)",
+          kFp8Family, kFp8, false, make_fp8<amp::Fp8Recipe::fp8_block>),
+    entry("nvfp4",
+          "NVIDIA's NVFP4 recipe / TE NVFP4BlockScaling, emulated: Linear layers in E2M1 with "
+          "E4M3 scales per 16 and an fp32 tensor scale, 16x16 weight tiles, RHT on the wgrad "
+          "operands, stochastic rounding of gradients (switches rht, 2d, sr, and bf16_last=N "
+          "for the paper's last blocks in bf16; docs/fp4.md)",
+          kFp8Family, kFp4, false, make_fp8<amp::Fp8Recipe::nvfp4>),
+    entry("mxfp4",
+          "MXFP4 training (OCP E2M1, E8M0 scales per 32; Tseng et al. / Quartet backward: RHT "
+          "and stochastic rounding), emulated; switches rht, sr, bf16_last (docs/fp4.md)",
+          kFp8Family, kFp4, false, make_fp8<amp::Fp8Recipe::mxfp4>),
+    {.name = "int8-qat",
+     .description = "fp32 training with fake quantization of weights (per channel) and "
+                    "activations (per tensor), converted to an int8 model at the end "
+                    "(docs/quantization.md)",
+     .family = RecipeFamily::int8_qat,
+     .dtypes = kFp32,  // fake quantization: the GEMMs run in fp32 on quantized values
+     .loss_scaling = false,
+     .unsupported_models = kNotGpt,
+     .models_note = "its fake-quantization wrappers (quant::prepare_qat) cover a Sequential of "
+                    "Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d layers: the mlp and the cnn",
+     .accuracy = ReportedModel::converted_int8,
+     .accuracy_note = "int8 model converted after training",
+     .study_order = 0,
+     .make = make_int8_qat_recipe},
+    lowbit("int4-qat",
+           "fp32 latent weights trained through 4-bit weights (per channel) and 4-bit "
+           "activations (per tensor), first and last layers int8; packed to 4-bit codes at the "
+           "end (docs/quantization.md, \"Below 8 bits\")"),
+    lowbit("int2-qat",
+           "as int4-qat with 2-bit weights and activations: 1/16 of the fp32 weight bytes"),
+    lowbit("ternary",
+           "TWN weights {-a, 0, +a} (threshold 0.7 mean|w| per layer) with 8-bit activations, "
+           "packed as two bit-planes"),
+    lowbit("binary",
+           "binary weights {-a, +a} (a = mean|w| per output channel) with 8-bit activations, "
+           "bit-packed: 1/32 of the fp32 weight bytes"),
+    lowbit("binary-act",
+           "binary weights and sign activations (XNOR-Net; STE clipped at |x| <= 1): the "
+           "packed model runs XNOR + popcount"),
+    entry("qlora-nf4",
+          "QLoRA (Dettmers et al. 2023): the frozen base Linear layers in NF4 with double "
+          "quantization, dequantized to bf16 for each GEMM; LoRA adapters (--lora, required) "
+          "with fp32 masters under bf16 autocast; head, embeddings and norms unquantized "
+          "(docs/lora.md)",
+          RecipeFamily::qlora, kQlora, false, detail::make_qlora_recipe),
+    entry("qlora-int4",
+          "as qlora-nf4 with symmetric int4 codes (absmax / 7) instead of the NF4 code book",
+          RecipeFamily::qlora, kQlora, false, detail::make_qlora_recipe),
+    entry("auto",
+          "what `mixp doctor` recommends for this CPU: bf16 with AVX512_BF16 or AMX-BF16, else "
+          "fp32",
+          RecipeFamily::automatic, std::nullopt, false, make_policy_recipe),
+};
+
+// A function-local table: the policy entries read amp's presets, so it is built on first use and
+// no other file's static initialiser can see it half-made.
 std::span<const RecipeTraits> registry() {
-  static const RecipeTraits kRegistry[] = {
-      policy("fp64",
-             "the reference other precisions are judged against: parameters, compute and optimizer "
-             "states in fp64",
-             0),
-      policy("fp32", "the baseline (Apex O0): everything in fp32", 1),
-      policy(
-          "tf32",
-          "fp32 with GEMM inputs rounded to TF32: what an Ampere+ GPU does to fp32 by default; on "
-          "a CPU it only shows the accuracy cost",
-          2),
-      policy(
-          "bf16",
-          "Autocast bf16 over fp32 parameters, no loss scaling (bf16 has fp32's exponent range): "
-          "the default choice on hardware with bf16 (AVX512_BF16, AMX, Ampere+)",
-          3),
-      policy("bf16-pure",
-             "bf16 parameters, activations and Adam states, no master copy, stochastic write-back: "
-             "the least memory; llm.c's way of training in pure bf16",
-             5),
-      policy(
-          "fp16",
-          "Autocast fp16 over fp32 parameters with dynamic loss scaling (Apex O1): hardware with "
-          "fp16 but no bf16 (Volta, Turing)",
-          4),
-      policy(
-          "fp16-o2",
-          "fp16 parameters except BatchNorm, fp32 master weights, Autocast at the fp32/fp16 "
-          "seams, dynamic loss scaling (Apex O2): less weight memory than O1, same update accuracy",
-          0),
-      policy("fp16-pure",
-             "fp16 parameters and activations, no master copy, nearest write-back, dynamic loss "
-             "scaling (Apex O3): a speed-of-light baseline; small updates are lost",
-             0),
-      entry("fp8",
-            "TransformerEngine's delayed-scaling recipe: Linear layers in FP8 (E4M3 forward, E5M2 "
-            "gradients, per-tensor scales from a 16-step amax history; fp8:preset=te for TE's "
-            "1024), the rest as bf16, no loss scaling",
-            kFp8Family, kFp8, false, 6, make_fp8),
-      entry("fp8-current",
-            "as fp8, each tensor scaled from its own amax (TE's Float8CurrentScaling)", kFp8Family,
-            kFp8, false, 0, make_fp8_current),
-      entry("mxfp8",
-            "Linear layers in MXFP8 (E4M3, blocks of 32 with e8m0 scales), the rest as bf16 (TE's "
-            "MXFP8BlockScaling, Blackwell)",
-            kFp8Family, kFp8, false, 0, make_mxfp8),
-      entry("fp8-block",
-            "DeepSeek-V3 / TE Float8BlockScaling, emulated: Linear layers in E4M3 with 1x128 "
-            "activation and gradient tiles and 128x128 weight blocks, fp32 scales "
-            "(fp8-block:pow2=1 for powers of two; promote=128 emulates the 14-bit accumulator), "
-            "the rest as bf16 (docs/fp8.md)",
-            kFp8Family, kFp8, false, 0, make_fp8_block),
-      entry("nvfp4",
-            "NVIDIA's NVFP4 recipe / TE NVFP4BlockScaling, emulated: Linear layers in E2M1 with "
-            "E4M3 scales per 16 and an fp32 tensor scale, 16x16 weight tiles, RHT on the wgrad "
-            "operands, stochastic rounding of gradients (switches rht, 2d, sr, and bf16_last=N "
-            "for the paper's last blocks in bf16; docs/fp4.md)",
-            kFp8Family, kFp4, false, 0, make_nvfp4),
-      entry("mxfp4",
-            "MXFP4 training (OCP E2M1, E8M0 scales per 32; Tseng et al. / Quartet backward: RHT "
-            "and stochastic rounding), emulated; switches rht, sr, bf16_last (docs/fp4.md)",
-            kFp8Family, kFp4, false, 0, make_mxfp4),
-      {.name = "int8-qat",
-       .description = "fp32 training with fake quantization of weights (per channel) and "
-                      "activations (per tensor), converted to an int8 model at the end "
-                      "(docs/quantization.md)",
-       .family = RecipeFamily::int8_qat,
-       .dtypes = kFp32,  // fake quantization: the GEMMs run in fp32 on quantized values
-       .loss_scaling = false,
-       .unsupported_models = kNotGpt,
-       .models_note = "its fake-quantization wrappers (quant::prepare_qat) cover a Sequential of "
-                      "Linear/Conv2d/BatchNorm2d/ReLU/MaxPool2d layers: the mlp and the cnn",
-       .accuracy = ReportedModel::converted_int8,
-       .accuracy_note = "int8 model converted after training",
-       .study_order = 7,
-       .make = make_int8_qat_recipe},
-      lowbit("int4-qat",
-             "fp32 latent weights trained through 4-bit weights (per channel) and 4-bit "
-             "activations (per tensor), first and last layers int8; packed to 4-bit codes at the "
-             "end (docs/quantization.md, \"Below 8 bits\")"),
-      lowbit("int2-qat",
-             "as int4-qat with 2-bit weights and activations: 1/16 of the fp32 weight bytes"),
-      lowbit("ternary",
-             "TWN weights {-a, 0, +a} (threshold 0.7 mean|w| per layer) with 8-bit activations, "
-             "packed as two bit-planes"),
-      lowbit("binary",
-             "binary weights {-a, +a} (a = mean|w| per output channel) with 8-bit activations, "
-             "bit-packed: 1/32 of the fp32 weight bytes"),
-      lowbit("binary-act",
-             "binary weights and sign activations (XNOR-Net; STE clipped at |x| <= 1): the "
-             "packed model runs XNOR + popcount"),
-      entry("qlora-nf4",
-            "QLoRA (Dettmers et al. 2023): the frozen base Linear layers in NF4 with double "
-            "quantization, dequantized to bf16 for each GEMM; LoRA adapters (--lora, required) "
-            "with fp32 masters under bf16 autocast; head, embeddings and norms unquantized "
-            "(docs/lora.md)",
-            RecipeFamily::qlora, kQlora, false, 0, detail::make_qlora_recipe),
-      entry("qlora-int4",
-            "as qlora-nf4 with symmetric int4 codes (absmax / 7) instead of the NF4 code book",
-            RecipeFamily::qlora, kQlora, false, 0, detail::make_qlora_recipe),
-      entry("auto",
-            "what `mixp doctor` recommends for this CPU: bf16 with AVX512_BF16 or AMX-BF16, else "
-            "fp32",
-            RecipeFamily::automatic, std::nullopt, false, 0, make_policy_recipe),
-  };
+  static const std::vector<RecipeTraits> kRegistry = [] {
+    std::vector<RecipeTraits> rows;
+    for (const amp::PolicyPreset& p : amp::policy_presets()) rows.push_back(policy_entry(p));
+    rows.insert(rows.end(), std::begin(kOtherRecipes), std::end(kOtherRecipes));
+    for (size_t i = 0; i < std::size(kStudyDefault); ++i) {
+      auto it = std::find_if(rows.begin(), rows.end(),
+                             [&](const RecipeTraits& t) { return t.name == kStudyDefault[i]; });
+      if (it == rows.end())
+        throw std::logic_error(fmt::format("study recipe '{}' is not a recipe", kStudyDefault[i]));
+      it->study_order = static_cast<int>(i) + 1;
+    }
+    return rows;
+  }();
   return kRegistry;
 }
 

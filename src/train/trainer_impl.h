@@ -53,6 +53,11 @@ void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
                           const nlohmann::json& scalars, const std::string& source,
                           bool shard = false);
 
+// TrainError unless state.json's "recipe.name" (when recorded) is the name of `recipe`, the one
+// its "config.precision" makes (check_checkpoint_config and the resume path both ask).
+void check_recorded_recipe_name(const std::string& source, const nlohmann::json& state,
+                                const std::string& precision, const PrecisionRecipe& recipe);
+
 // The states of the model's Dropout mask streams ({"name": {"seed", "counter"}}), and back. The
 // built-in models have no dropout; a custom model with some still resumes bit-identically.
 nlohmann::json dropout_streams(nn::Module& model);

@@ -248,7 +248,8 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   SafeTensorsFile weights = module_state(*model);
   weights.metadata["format"] = kCheckpointFormat;
   weights.metadata["model"] = cfg.model.name;
-  if (!cfg.lora.empty()) weights.metadata[nn::kLoraMetadataKey] = cfg.lora;  // `mixp convert` merges
+  if (!cfg.lora.empty())
+    weights.metadata[nn::kLoraMetadataKey] = cfg.lora;  // `mixp convert` merges
   opt_tensors.metadata["format"] = kCheckpointFormat;
   opt_tensors.metadata["optimizer"] = cfg.optimizer;
   const std::string text = state.dump(2) + "\n";
@@ -277,13 +278,7 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
        "the parameters' storage, the optimizer state (master weights) and the loss-scale or FP8 "
        "scaling state belong to the recipe (and its options) it was trained in; the loss scale's "
        "growth interval can change with --growth-interval");
-  if (state.contains("recipe") && state["recipe"].contains("name") &&
-      state["recipe"]["name"] != recipe->name()) {
-    throw TrainError(fmt::format(
-        "{}: \"recipe.name\" is {} but \"config.precision\" \"{}\" makes the recipe \"{}\": the "
-        "file contradicts itself (edited by hand?); the checkpoint is refused",
-        state_file, state["recipe"]["name"].dump(), saved.precision, recipe->name()));
-  }
+  detail::check_recorded_recipe_name(state_file, state, saved.precision, *recipe);
   const SafeTensorsFile weights = ck->safetensors(kModelFile);
   const SafeTensorsFile opt_tensors = ck->safetensors(kOptimizerFile);
   check_checkpoint_weights(*ck, weights, model.get());  // the run's recipe is the recorded one

@@ -71,8 +71,10 @@ TEST(GemmChunkScaled, GivesTheChunkLoopsBitsInEveryLayout) {
         const std::vector<float> ra = scales(static_cast<size_t>(M * C), 7),
                                  cb = scales(static_cast<size_t>(C * N), 9);
         Tensor y = full({M, N}, 42.0f);
+        const bool asked = gemm_chunk_scaled_runs(y, a, b);
         const bool took = gemm_chunk_scaled(y, a, b, ra.data(), cb.data());
         SCOPED_TRACE(testing::Message() << "K " << K << " a_t " << a_t << " b_t " << b_t);
+        ASSERT_EQ(asked, took) << "gemm_chunk_scaled_runs answers for gemm_chunk_scaled";
         ASSERT_EQ(took, kernel_takes(a, b));
         if (!took) {
           for (float v : y.to_vector<float>()) ASSERT_EQ(v, 42.0f) << "dst touched";
@@ -90,10 +92,15 @@ TEST(GemmChunkScaled, DeclinesWhatTheKernelWouldNot) {
   const std::vector<float> s(64 * 64, 1.0f);
   // Too small for the kernel (oneDNN runs the chunks), and K not a multiple of 128.
   Tensor y = full({40, 64}, 1.0f);
+  EXPECT_FALSE(gemm_chunk_scaled_runs(y, operand(40, 256, false, 1), operand(256, 64, false, 2)));
   EXPECT_FALSE(gemm_chunk_scaled(y, operand(40, 256, false, 1), operand(256, 64, false, 2), s.data(), s.data()));
   Tensor z = full({600, 64}, 1.0f);
   const std::vector<float> big(600 * 4, 1.0f);
+  EXPECT_FALSE(gemm_chunk_scaled_runs(z, operand(600, 200, false, 1), operand(200, 64, false, 2)));
   EXPECT_FALSE(gemm_chunk_scaled(z, operand(600, 200, false, 1), operand(200, 64, false, 2), big.data(), big.data()));
+  // fp32 operands: the kernel reads bf16 only.
+  Tensor w = full({600, 64}, 1.0f);
+  EXPECT_FALSE(gemm_chunk_scaled_runs(w, full({600, 256}, 1.0f), full({256, 64}, 1.0f)));
   for (float v : y.to_vector<float>()) ASSERT_EQ(v, 1.0f);
   for (float v : z.to_vector<float>()) ASSERT_EQ(v, 1.0f);
 }

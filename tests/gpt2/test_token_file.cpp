@@ -107,7 +107,10 @@ TEST(TokenFile, ErrorsSayWhatIsWrong) {
   bad = b;
   bad[4] = 2;
   write_bytes(dir / "v2.bin", bad);
-  EXPECT_NE(error_of(dir / "v2.bin").find("version 2"), std::string::npos);
+  EXPECT_NE(error_of(dir / "v2.bin").find(
+                "has version 2; mixp reads llm.c's version 1 (uint16 ids) with magic 20240520 "
+                "and version 7 (uint32 ids) with magic 20240801"),
+            std::string::npos);
   bad = b;
   bad.resize(bad.size() - 2);
   write_bytes(dir / "cut.bin", bad);
@@ -190,6 +193,16 @@ TEST(TokenFile, WidthAndVocabularyErrors) {
   std::memcpy(b.data() + 12, &huge, 4);
   write_bytes(dir / "huge.bin", b);
   EXPECT_NE(error_of(dir / "huge.bin").find("states a vocabulary of 1073741824"),
+            std::string::npos);
+  // A uint32 file of another version names its own layout first.
+  data::write_token_file(dir / "u32.bin", ids, 70000);
+  auto v32 = read_bytes(dir / "u32.bin");
+  const int32_t v8 = 8;
+  std::memcpy(v32.data() + 4, &v8, 4);
+  write_bytes(dir / "v8.bin", v32);
+  EXPECT_NE(error_of(dir / "v8.bin").find(
+                "has version 8; mixp reads llm.c's version 7 (uint32 ids) with magic 20240801 "
+                "and version 1 (uint16 ids) with magic 20240520"),
             std::string::npos);
   // uint32 ids under the uint16 magic: the size disagrees with the count.
   data::write_token_file(dir / "l.bin", ids, 70000);

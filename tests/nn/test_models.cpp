@@ -147,6 +147,24 @@ TEST(Models, ConfigErrors) {
   EXPECT_THROW(make_model({.name = "mlp", .vocab = 10}), std::invalid_argument);
   EXPECT_THROW(make_model({.name = "mlp", .checkpointing = true}), std::invalid_argument);
   EXPECT_THROW(make_model({.name = "cnn", .layers = 3}), std::invalid_argument);
+  // The image models refuse the sequence models' sizes and checkpointing alike, naming the field;
+  // mlp_width is the cnn's fc1 size, refused by the mlp only.
+  for (const std::string m : {"mlp", "cnn"}) {
+    SCOPED_TRACE(m);
+    for (const ModelConfig& c : {ModelConfig{.name = m, .heads = 2}, ModelConfig{.name = m, .context = 8},
+                                 ModelConfig{.name = m, .vocab = 10},
+                                 ModelConfig{.name = m, .kv_heads = 1}}) {
+      try {
+        make_model(c);
+        ADD_FAILURE() << "accepted";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_THAT(e.what(), HasSubstr("model '" + m + "' has no '"));
+      }
+    }
+    EXPECT_THROW(make_model({.name = m, .checkpointing = true}), std::invalid_argument);
+  }
+  EXPECT_THROW(make_model({.name = "mlp", .mlp_width = 8}), std::invalid_argument);
+  EXPECT_NO_THROW(make_model({.name = "cnn", .width = 4, .mlp_width = 8}));
   EXPECT_THROW(make_model({.name = "gpt", .width = 100, .heads = 3}), std::invalid_argument);
   // A width the heads do not divide says which head counts would (issue 28 item 12).
   try {

@@ -39,6 +39,27 @@ TEST(RecipeRegistry, NamesInTheDocumentedOrder) {
                                                          "fp8-block", "nvfp4", "mxfp4"}));
 }
 
+// A policy recipe is defined once, by its amp preset (docs/architecture.md 8): the registry's
+// first entries are amp's presets in their order, with the preset's name, description and loss
+// scaling, and no other entry is of the policy family.
+TEST(RecipeRegistry, PolicyEntriesAreAmpsPresets) {
+  const std::span<const amp::PolicyPreset> presets = amp::policy_presets();
+  const std::span<const RecipeTraits> reg = recipe_registry();
+  ASSERT_GT(reg.size(), presets.size());
+  for (size_t i = 0; i < presets.size(); ++i) {
+    const amp::PolicyPreset& p = presets[i];
+    SCOPED_TRACE(p.policy.name);
+    EXPECT_EQ(reg[i].name, p.policy.name);
+    EXPECT_EQ(reg[i].description, p.description);
+    EXPECT_EQ(reg[i].description.data(), p.description.data()) << "the preset's own text";
+    EXPECT_EQ(reg[i].family, RecipeFamily::policy);
+    EXPECT_EQ(reg[i].loss_scaling, p.policy.loss_scaling == amp::LossScaling::dynamic);
+    EXPECT_EQ(amp::find_preset(p.policy.name), &p.policy);
+  }
+  for (size_t i = presets.size(); i < reg.size(); ++i)
+    EXPECT_NE(reg[i].family, RecipeFamily::policy) << reg[i].name;
+}
+
 TEST(RecipeRegistry, EveryEntryBuildsTheRecipeItDescribes) {
   for (const RecipeTraits& t : recipe_registry()) {
     SCOPED_TRACE(std::string(t.name));

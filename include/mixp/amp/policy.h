@@ -36,20 +36,10 @@
 //                                range) and the skipped steps at the floor that stop the run
 //                                (default 20; 0 = never)
 //
-// The presets (Apex opt levels in brackets):
-//   fp64       params fp64, compute fp64: the reference
-//   fp32       everything fp32 [O0]
-//   tf32       fp32 parameters and activations, GEMM inputs rounded to TF32
-//   bf16       fp32 params, Autocast bf16, no loss scaling (bf16 has fp32's 8 exponent bits)
-//   fp16       fp32 params, Autocast fp16, dynamic loss scaling [O1]
-//   fp16-o2    fp16 params except BatchNorm, fp32 master weights, Autocast fp16 at the op
-//              boundaries where BatchNorm's fp32 meets fp16, dynamic loss scaling [O2]
-//   fp16-pure  fp16 params and activations, no master, nearest write-back, dynamic scaling [O3;
-//              Apex O3's default is a fixed scale of 1: loss_scale=1 gives it]
-//   bf16-pure  bf16 params, activations and Adam states, no master copy, stochastic rounding of
-//              the write-back and of the states (llm.c)
-//   auto       the precision `mixp doctor` recommends for the CPU training runs on (bf16 with
-//              AVX512_BF16 or AMX-BF16, else fp32; recommend_precision of backend/platform.h)
+// The presets are the rows of policy_presets() (src/amp/policy.cpp), each with its one-line
+// description (Apex's opt levels O0-O3 among them); docs/amp-training.md's recipe table shows
+// them. `auto` is the precision `mixp doctor` recommends for the CPU training runs on (bf16 with
+// AVX512_BF16 or AMX-BF16, else fp32; recommend_precision of backend/platform.h).
 //
 // Per-layer rules (`--layer-precision embed=fp32,attn=bf16,mlp=bf16,head=fp32`) name modules by
 // kind (nn/module.h: embedding, attention, mlp, block, linear, conv2d, layer_norm, batch_norm2d,
@@ -58,6 +48,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -104,14 +95,26 @@ struct PrecisionPolicy {
   std::string describe() const;
 };
 
-// The policy presets, in the order of docs/architecture.md 3.6, `auto` last. The training recipes
-// around them (every recipe name, FP8 and int8-qat included) are train::recipe_registry()'s.
+// A named policy preset: the one definition of a policy recipe (docs/architecture.md 8). The
+// recipe registry (train/recipe_registry.h) has one entry per preset, built from it: the name,
+// the description, the formats of each role and the loss scaling all come from here.
+struct PolicyPreset {
+  PrecisionPolicy policy;        // policy.name is the recipe name
+  std::string_view description;  // one line: what it is and when to use it (the recipe table
+                                 // of docs/amp-training.md)
+};
+
+// The presets, in the order of docs/architecture.md 3.6 (the registry lists them first, in this
+// order); `auto` is not one (it resolves to one of them).
+std::span<const PolicyPreset> policy_presets();
+
+// The preset names of policy_presets(), then `auto`. The training recipes around them (every
+// recipe name, FP8 and int8-qat included) are train::recipe_registry()'s.
 const std::vector<std::string>& preset_names();
 // The keys a policy string accepts, in the order of the list above.
 const std::vector<std::string>& policy_keys();
 
-// The preset of that exact (lower-case) name, nullptr when there is none: the one definition of
-// a policy recipe's formats, which train::recipe_registry()'s rows read (docs/architecture.md 8).
+// The policy of the preset of that exact (lower-case) name, nullptr when there is none.
 const PrecisionPolicy* find_preset(std::string_view name);
 
 // The preset `auto` resolves to on this machine (bf16 or fp32).

@@ -46,6 +46,9 @@ Tensor gemm(const Tensor& a, const Tensor& b);  // allocates dst
 // and returns true; elsewhere returns false, dst untouched, and the caller runs the chunks.
 bool gemm_chunk_scaled(Tensor& dst, const Tensor& a, const Tensor& b, const float* row_scale,
                        const float* col_scale);
+// Whether gemm_chunk_scaled(dst, a, b, ...) runs (true) or declines (false), without running it
+// or writing dst: the same checks, so a caller builds the scale arrays only when they are read.
+bool gemm_chunk_scaled_runs(Tensor& dst, const Tensor& a, const Tensor& b);
 // Whether gemm_chunk_scaled runs for a row-major a [m, k] (and then for any layout of a and b the
 // kernel reads: row- or column-major, a 4-byte aligned row-major a). Describes, runs nothing.
 bool gemm_chunk_scaled_runs(int64_t m, int64_t n, int64_t k);

@@ -20,7 +20,8 @@
 namespace mixp::train {
 
 enum class RecipeFamily : uint8_t {
-  policy,     // a preset of amp/policy.h, refined by policy keys (PolicyRecipe)
+  policy,     // a preset of amp/policy.h, refined by policy keys (PolicyRecipe); the entry is
+              // built from amp::policy_presets()'s row, its one definition
   fp8,        // FP8 Linear layers on the bf16 policy (Fp8TrainingRecipe, train/fp8_recipe.h)
   int8_qat,   // fp32 training with fake quantization, converted to int8 at the end
   lowbit_qat,  // fp32 latent weights with fake quantization below 8 bits, packed at the end
@@ -50,7 +51,7 @@ struct RecipeTraits {
   ReportedModel accuracy;
   std::string_view accuracy_note;  // what test_accuracy is, for the study's records
   // Its place in `mixp compare`'s default list (the seeds' order: fp32 tf32 bf16 fp16 bf16-pure
-  // fp8 int8-qat), 0 when not in it.
+  // fp8 int8-qat; kStudyDefault in recipe_registry.cpp), 0 when not in it.
   int study_order;
   // Builds the recipe from the whole spec ("fp8:margin=1"); throws ConfigError.
   std::unique_ptr<PrecisionRecipe> (*make)(std::string_view spec, const RecipeOptions& opt);

@@ -158,6 +158,20 @@ int64_t attention_chunk(int64_t BH, int64_t Tq, int64_t Tk) {
   const int64_t per_head = std::max<int64_t>(1, Tq * Tk);
   return std::clamp<int64_t>((int64_t{1} << 18) / per_head, 1, std::max<int64_t>(BH, 1));
 }
+
+// What the chunked attention kernels (forward and backward) share: their GEMMs' precision (bf16
+// with fp32 accumulation when the operands are bf16, else fp32), the sizes of q [B, H, Tq, D] and
+// k [B, H, Tk, D], and the batch-heads per chunk.
+struct ChunkedAttention {
+  MatmulConfig cfg;
+  int64_t BH, Tq, Tk, D, chunk;
+};
+ChunkedAttention chunked_attention(const Tensor& q, const Tensor& k, bool bf16) {
+  MatmulConfig cfg;
+  cfg.compute = bf16 ? DType::bf16 : DType::fp32;
+  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2];
+  return {cfg, BH, Tq, Tk, q.shape()[3], attention_chunk(BH, Tq, Tk)};
+}
 // Rounds n fp32 values (nearest even) to bf16 at dst with the bulk (AVX-512) converter: P and dS
 // where they become a GEMM operand, in both kernels.
 void round_bf16(uint16_t* dst, const float* src, int64_t n) {
@@ -468,17 +482,13 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
     attention_per_head(dst, lse, q, k, v, causal, static_cast<float>(scale));
     return;
   }
-  const DType gd = bf16 ? DType::bf16 : DType::fp32;
-  MatmulConfig cfg;
-  cfg.compute = gd;
-  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
-                D = q.shape()[3];
+  const ChunkedAttention ca = chunked_attention(q, k, bf16);
+  const int64_t BH = ca.BH, Tq = ca.Tq, Tk = ca.Tk, D = ca.D, chunk = ca.chunk;
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
   // Batch-heads in chunks, so that the fp32 scores S (and bf16 P) exist for one chunk at a time
   // (about 1 MB) rather than for all B*H heads: the full [B*H, Tq, Tk] buffer was the largest
   // temporary of a transformer step.
-  const int64_t chunk = attention_chunk(BH, Tq, Tk);
   Tensor s = empty(Shape{std::min(chunk, BH), Tq, Tk});
   Tensor p16 = bf16 ? Tensor::empty(s.shape(), {.dtype = DType::bf16}) : Tensor();
   const int64_t cb = std::min(chunk, BH);
@@ -493,7 +503,7 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
     const Tensor q3 = head_block(q, h0, nb, qbuf, true), k3 = head_block(k, h0, nb, kbuf, true);
     const Tensor kT = view_of(k3, Shape{nb, D, Tk}, Shape{Tk * D, 1, D}, k3.storage_offset());
     Tensor sm = sb;
-    matmul(sm, q3, kT, Tensor(), cfg);
+    matmul(sm, q3, kT, Tensor(), ca.cfg);
     parallel_for(nb * Tq, sb.numel() * 8, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t i = r % Tq;
@@ -511,7 +521,7 @@ void CpuBackend::attention(Tensor& dst, Tensor& lse, const Tensor& q, const Tens
     });
     const Tensor v3 = head_block(v, h0, nb, vbuf, true);
     Tensor o3 = head_block(dst, h0, nb, obuf, false);
-    matmul(o3, bf16 ? pb : sb, v3, Tensor(), cfg);
+    matmul(o3, bf16 ? pb : sb, v3, Tensor(), ca.cfg);
     scatter_heads(dst, h0, o3);
   }
 }
@@ -550,16 +560,12 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
                                 static_cast<float>(scale));
     return;
   }
-  const DType gd = bf16 ? DType::bf16 : DType::fp32;
-  MatmulConfig cfg;
-  cfg.compute = gd;
-  const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], Tk = k.shape()[2],
-                D = q.shape()[3];
+  const ChunkedAttention ca = chunked_attention(q, k, bf16);
+  const int64_t BH = ca.BH, Tq = ca.Tq, Tk = ca.Tk, D = ca.D, chunk = ca.chunk;
   const auto& kern = vec::kernels();
   const float sc = static_cast<float>(scale);
   // Batch-heads in chunks, as in the forward: P, dP (fp32) and their bf16 copies exist for one
   // chunk at a time.
-  const int64_t chunk = attention_chunk(BH, Tq, Tk);
   const Shape ps{std::min(chunk, BH), Tq, Tk};
   Tensor p = empty(ps), dp = empty(ps);
   Tensor p16 = bf16 ? Tensor::empty(ps, {.dtype = DType::bf16}) : Tensor();
@@ -589,9 +595,9 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
     Tensor pb = part(p), dpb = part(dp);
     const Tensor p16b = part(p16), ds16b = part(ds16);
     // Recompute P from the saved log-sum-exp.
-    matmul(pb, q3, tr(k3, Tk), Tensor(), cfg);
+    matmul(pb, q3, tr(k3, Tk), Tensor(), ca.cfg);
     // dP = dO V^T
-    matmul(dpb, g3, tr(v3, Tk), Tensor(), cfg);
+    matmul(dpb, g3, tr(v3, Tk), Tensor(), ca.cfg);
     parallel_for(nb * Tq, pb.numel() * 8, [&](int64_t lo, int64_t hi) {
       std::vector<float> bg(static_cast<size_t>(D)), bo(static_cast<size_t>(D));
       for (int64_t r = lo; r < hi; ++r) {
@@ -619,13 +625,13 @@ void CpuBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Te
     const Tensor pT = view_of(pg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, pg.storage_offset());
     const Tensor dsT = view_of(dsg, Shape{nb, Tk, Tq}, Shape{Tq * Tk, 1, Tk}, dsg.storage_offset());
     Tensor dv3 = head_block(dv, h0, nb, dvbuf, false);
-    matmul(dv3, pT, g3, Tensor(), cfg);  // dV = P^T dO
+    matmul(dv3, pT, g3, Tensor(), ca.cfg);  // dV = P^T dO
     scatter_heads(dv, h0, dv3);
     Tensor dq3 = head_block(dq, h0, nb, dqbuf, false);
-    matmul(dq3, dsg, k3, Tensor(), cfg);  // dQ = dS K
+    matmul(dq3, dsg, k3, Tensor(), ca.cfg);  // dQ = dS K
     scatter_heads(dq, h0, dq3);
     Tensor dk3 = head_block(dk, h0, nb, dkbuf, false);
-    matmul(dk3, dsT, q3, Tensor(), cfg);  // dK = dS^T Q
+    matmul(dk3, dsT, q3, Tensor(), ca.cfg);  // dK = dS^T Q
     scatter_heads(dk, h0, dk3);
   }
 }

@@ -2,6 +2,7 @@
 // share its primitive cache and every improvement made there; the int8 pairs, which
 // Backend::matmul does not take yet (its dst is fp32), run a cached oneDNN s32 primitive here.
 // When CpuBackend::matmul grows an int32 dst, the int8 branch should move there.
+#include <optional>
 #include <stdexcept>
 
 #include "backend/cpu/gemm_bf16.h"
@@ -155,23 +156,39 @@ void gemm(Tensor& dst, const Tensor& a_in, const Tensor& b_in) {
   onednn::execute(p, args);
 }
 
-bool gemm_chunk_scaled(Tensor& dst, const Tensor& a, const Tensor& b, const float* row_scale,
-                       const float* col_scale) {
+namespace {
+
+// The one decision of gemm_chunk_scaled and gemm_chunk_scaled_runs: the kernel's description of
+// (dst, a, b) when it runs, nullopt where it declines.
+std::optional<cpu::Bf16Gemm> chunk_scaled_gemm(Tensor& dst, const Tensor& a, const Tensor& b) {
   check_shapes(dst, a, b);
   const int64_t K = a.shape()[1];
   if (a.dtype() != DType::bf16 || b.dtype() != DType::bf16 || dst.dtype() != DType::fp32 ||
       !dst.device().is_cpu() || !a.device().is_cpu() || !b.device().is_cpu() ||
       !dst.is_contiguous() || K == 0 || K % 128 != 0 || !onednn_bf16())
-    return false;
+    return std::nullopt;
   // Taken exactly where gemm() would run every 128-deep chunk on mixp's kernel (the chunk's
   // GEMM differs from the whole one only in k), so the numbers are those of the chunk loop.
   cpu::Bf16Gemm g = cpu::describe_bf16_gemm(dst, a, b, Tensor(), false);
   g.k = 128;
-  if (!cpu::own_bf16_gemm(g)) return false;
+  if (!cpu::own_bf16_gemm(g)) return std::nullopt;
   g.k = K;
-  g.row_scale = row_scale;
-  g.col_scale = col_scale;
-  cpu::gemm_bf16_chunk_scaled(g);
+  return g;
+}
+
+}  // namespace
+
+bool gemm_chunk_scaled_runs(Tensor& dst, const Tensor& a, const Tensor& b) {
+  return chunk_scaled_gemm(dst, a, b).has_value();
+}
+
+bool gemm_chunk_scaled(Tensor& dst, const Tensor& a, const Tensor& b, const float* row_scale,
+                       const float* col_scale) {
+  std::optional<cpu::Bf16Gemm> g = chunk_scaled_gemm(dst, a, b);
+  if (!g) return false;
+  g->row_scale = row_scale;
+  g->col_scale = col_scale;
+  cpu::gemm_bf16_chunk_scaled(*g);
   dst.bump_version();
   return true;
 }
@@ -203,7 +220,8 @@ Tensor gemm(const Tensor& a, const Tensor& b) {
 
 std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t k) {
   const DType d = gemm_result_dtype(a, b);
-  if (is_fp8(a)) return "bf16 (fp8 widened) " + gemm_implementation(DType::bf16, DType::bf16, m, n, k);
+  if (is_fp8(a))
+    return "bf16 (fp8 widened) " + gemm_implementation(DType::bf16, DType::bf16, m, n, k);
   if (a == DType::bf16 && b == DType::bf16) {
     // Row-major operands, as mixp::gemm passes contiguous tensors (gemm_bf16.h decides).
     cpu::Bf16Gemm g;
@@ -214,7 +232,8 @@ std::string gemm_implementation(DType a, DType b, int64_t m, int64_t n, int64_t 
     g.a_cs = 1;
     g.b_rs = n;
     g.b_cs = 1;
-    if (cpu::own_bf16_gemm(g)) return "mixp:avx512_bf16 (8x48 VDPBF16PS, src/backend/cpu/gemm_bf16.h)";
+    if (cpu::own_bf16_gemm(g))
+      return "mixp:avx512_bf16 (8x48 VDPBF16PS, src/backend/cpu/gemm_bf16.h)";
   }
   std::string prefix;
   if (a == DType::bf16 && !onednn_bf16()) {

@@ -109,7 +109,8 @@ RowOccurrences row_occurrences(const Tensor& indices, int64_t V) {
   for (size_t u = 0; u < o.rows.size(); ++u) o.start[u + 1] = o.start[u] + count[u];
   o.pos.resize(static_cast<size_t>(n));
   std::vector<int64_t> next(o.start.begin(), o.start.end() - 1);
-  for (int64_t i = 0; i < n; ++i) o.pos[static_cast<size_t>(next[static_cast<size_t>(which[static_cast<size_t>(i)])]++)] = i;
+  for (int64_t i = 0; i < n; ++i)
+    o.pos[static_cast<size_t>(next[static_cast<size_t>(which[static_cast<size_t>(i)])]++)] = i;
   return o;
 }
 }  // namespace
@@ -133,7 +134,8 @@ void CpuBackend::embedding_backward_add(Tensor& dweight, const Tensor& ddst,
       for (int64_t e0 = 0; e0 < E; e0 += kChunk) {
         const int64_t m = std::min(kChunk, E - e0);
         for (int64_t k = 0; k < m; ++k) acc[k] = 0.0f;
-        for (int64_t p = o.start[static_cast<size_t>(u)]; p < o.start[static_cast<size_t>(u) + 1]; ++p) {
+        for (int64_t p = o.start[static_cast<size_t>(u)]; p < o.start[static_cast<size_t>(u) + 1];
+             ++p) {
           const float* s = g + o.pos[static_cast<size_t>(p)] * E + e0;
 #pragma omp simd
           for (int64_t k = 0; k < m; ++k) acc[k] += s[k];

@@ -190,7 +190,8 @@ void CpuBackend::layer_norm_xhat(Tensor& out, const Tensor& x, const Tensor& mea
     for (int64_t r = 0; r < rows; ++r) {
       const float* xr = xp + r * n;
       const float m = mp[r], rs = rp[r];
-      for (int64_t i = 0; i < n; ++i) row[static_cast<size_t>(i)] = kern::layer_norm_xhat(xr[i], m, rs);
+      for (int64_t i = 0; i < n; ++i)
+        row[static_cast<size_t>(i)] = kern::layer_norm_xhat(xr[i], m, rs);
       convert_f32_to(low, row, ob + static_cast<size_t>(r * n) * es, rne);
     }
   }

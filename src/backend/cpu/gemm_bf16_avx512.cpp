@@ -95,9 +95,9 @@ void micro(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const O
 
 // fp8-block (gemm_bf16_chunk_scaled): per 128-deep chunk of the K block, the chunk's sums of
 // products from zero (what micro computes for a K = 128 GEMM), then
-// c32 = (first chunk ? +0 : c32) + P * (rs * cs). The _round_ forms (zero-masked: all lanes) (round to nearest even, as
-// MXCSR's default) are builtins the compiler never contracts into an FMA, so each multiply and
-// the add round separately, as block_scaled_accumulate's scalar code does.
+// c32 = (first chunk ? +0 : c32) + P * (rs * cs). The _round_ forms (zero-masked: all lanes) (round
+// to nearest even, as MXCSR's default) are builtins the compiler never contracts into an FMA, so
+// each multiply and the add round separately, as block_scaled_accumulate's scalar code does.
 template <int MR, int NV, bool INPLACE>
 void micro_chunked(const uint32_t* a, int64_t as, const uint32_t* b, int64_t k2, const Out& o,
                    __mmask16 last_mask) {

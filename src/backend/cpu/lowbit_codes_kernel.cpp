@@ -47,7 +47,8 @@ void lowbit_codes_loop(const LowBitCodesSpec& spec, const float* w, int64_t O, i
     case Kind::weight_ternary: {
       double sum = 0;
       for (size_t i = 0; i < n; ++i) sum += std::fabs(static_cast<double>(w[i]));
-      const float delta = static_cast<float>(0.7 * sum / static_cast<double>(std::max<size_t>(n, 1)));
+      const float delta =
+          static_cast<float>(0.7 * sum / static_cast<double>(std::max<size_t>(n, 1)));
       double above = 0;
       int64_t count = 0;
       for (size_t i = 0; i < n; ++i) {

@@ -178,7 +178,8 @@ bool lowbit_vnni() {
 int code_at(const uint8_t* row, int64_t k, int bits) {
   if (bits == 4) {
     const uint8_t b = row[k / 2];
-    return k % 2 ? static_cast<int8_t>(b) >> 4 : static_cast<int8_t>(static_cast<uint8_t>(b << 4)) >> 4;
+    return k % 2 ? static_cast<int8_t>(b) >> 4
+                 : static_cast<int8_t>(static_cast<uint8_t>(b << 4)) >> 4;
   }
   const int sh = 6 - 2 * static_cast<int>(k % 4);
   return static_cast<int8_t>(static_cast<uint8_t>(row[k / 4] << sh)) >> 6;

@@ -54,6 +54,19 @@ inline void store_pairs(float* p, int64_t n, __m512 even, __m512 odd) {
   _mm512_mask_storeu_ps(p + 16, m1, _mm512_permutex2var_ps(even, hi_interleave_index(), odd));
 }
 
+// The 2x2 windows of outputs ow..ow+n-1 (n <= 16) of rows r0, r1: their inputs in row-major
+// order (a b / c d) and their NaN-aware max, as forward and backward both need them.
+struct Windows {
+  __m512 a, b, c, d, max;
+};
+inline Windows load_windows(const float* r0, const float* r1, int64_t ow, int64_t n) {
+  Windows w;
+  load_pairs(r0 + 2 * ow, n, w.a, w.b);
+  load_pairs(r1 + 2 * ow, n, w.c, w.d);
+  w.max = max_nan(max_nan(max_nan(w.a, w.b), w.c), w.d);
+  return w;
+}
+
 }  // namespace
 
 void maxpool2x2_avx512(float* y, const float* x, int64_t W, int64_t OH, int64_t OW) {
@@ -63,11 +76,8 @@ void maxpool2x2_avx512(float* y, const float* x, int64_t W, int64_t OH, int64_t 
     float* yr = y + oh * OW;
     for (int64_t ow = 0; ow < OW; ow += 16) {
       const int64_t n = OW - ow < 16 ? OW - ow : 16;
-      __m512 a, b, c, d;
-      load_pairs(r0 + 2 * ow, n, a, b);
-      load_pairs(r1 + 2 * ow, n, c, d);
-      const __m512 m = max_nan(max_nan(max_nan(a, b), c), d);
-      _mm512_mask_storeu_ps(yr + ow, static_cast<__mmask16>((1u << n) - 1), m);
+      _mm512_mask_storeu_ps(yr + ow, static_cast<__mmask16>((1u << n) - 1),
+                            load_windows(r0, r1, ow, n).max);
     }
   }
 }
@@ -83,11 +93,8 @@ void maxpool2x2_bwd_avx512(float* gi, const float* g, const float* x, int64_t W,
     const float* gr = g + oh * OW;
     for (int64_t ow = 0; ow < OW; ow += 16) {
       const int64_t n = OW - ow < 16 ? OW - ow : 16;
-      __m512 a, b, c, d;
-      load_pairs(r0 + 2 * ow, n, a, b);
-      load_pairs(r1 + 2 * ow, n, c, d);
-      const __m512 m = max_nan(max_nan(max_nan(a, b), c), d);
-      const __mmask16 ea = is_max(a, m), eb = is_max(b, m), ec = is_max(c, m);
+      const Windows w = load_windows(r0, r1, ow, n);
+      const __mmask16 ea = is_max(w.a, w.max), eb = is_max(w.b, w.max), ec = is_max(w.c, w.max);
       const __mmask16 ta = ea, tb = static_cast<__mmask16>(~ea & eb),
                       tc = static_cast<__mmask16>(~ea & ~eb & ec);
       const __mmask16 td = static_cast<__mmask16>(~ea & ~eb & ~ec);

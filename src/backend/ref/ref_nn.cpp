@@ -89,6 +89,16 @@ PoolGeom geom(const Tensor& src, const Tensor& dst) {
   return {src.shape()[0], src.shape()[1], src.shape()[2],
           src.shape()[3], dst.shape()[2], dst.shape()[3]};
 }
+// Calls f(n, c, oh, ow, lin) for every output of a pooling, in row-major order; lin is the
+// output's index in a contiguous [N, C, OH, OW] tensor.
+template <class F>
+void for_each_pool_output(const PoolGeom& g, F&& f) {
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow)
+          f(n, c, oh, ow, ((n * g.C + c) * g.OH + oh) * g.OW + ow);
+}
 }  // namespace
 
 void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& p) {
@@ -97,17 +107,14 @@ void RefBackend::max_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
     using T = decltype(t);
     const PoolGeom g = geom(src, dst);
     const auto& ss = src.strides();
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            T best = -std::numeric_limits<T>::infinity();
-            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
-              const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
-              if (v > best || std::isnan(v)) best = v;
-            });
-            ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = best;
-          }
+    for_each_pool_output(g, [&](int64_t n, int64_t c, int64_t oh, int64_t ow, int64_t lin) {
+      T best = -std::numeric_limits<T>::infinity();
+      for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+        const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
+        if (v > best || std::isnan(v)) best = v;
+      });
+      ptr<T>(dst)[lin] = best;
+    });
   });
 }
 
@@ -120,24 +127,20 @@ void RefBackend::max_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Ten
     const auto& ss = src.strides();
     T* gi = ptr<T>(dsrc);
     for (int64_t i = 0; i < dsrc.numel(); ++i) gi[i] = T(0);
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            T best = -std::numeric_limits<T>::infinity();
-            int64_t arg = -1;
-            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
-              const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
-              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-                best = v;
-                arg = h * g.W + w;
-              }
-            });
-            const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
-            if (arg >= 0)
-              gi[(n * g.C + c) * g.H * g.W + arg] +=
-                  ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
-          }
+    for_each_pool_output(g, [&](int64_t n, int64_t c, int64_t oh, int64_t ow, int64_t lin) {
+      T best = -std::numeric_limits<T>::infinity();
+      int64_t arg = -1;
+      for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+        const T v = ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]];
+        if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+          best = v;
+          arg = h * g.W + w;
+        }
+      });
+      if (arg >= 0)
+        gi[(n * g.C + c) * g.H * g.W + arg] +=
+            ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)];
+    });
   });
 }
 
@@ -148,16 +151,13 @@ void RefBackend::avg_pool2d(Tensor& dst, const Tensor& src, const Pool2dParams& 
     const PoolGeom g = geom(src, dst);
     const auto& ss = src.strides();
     const double area = static_cast<double>(p.kernel_h * p.kernel_w);
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            double s = 0;
-            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
-              s += static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
-            });
-            ptr<T>(dst)[((n * g.C + c) * g.OH + oh) * g.OW + ow] = static_cast<T>(s / area);
-          }
+    for_each_pool_output(g, [&](int64_t n, int64_t c, int64_t oh, int64_t ow, int64_t lin) {
+      double s = 0;
+      for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+        s += static_cast<double>(ptr<T>(src)[n * ss[0] + c * ss[1] + h * ss[2] + w * ss[3]]);
+      });
+      ptr<T>(dst)[lin] = static_cast<T>(s / area);
+    });
   });
 }
 
@@ -169,18 +169,14 @@ void RefBackend::avg_pool2d_backward(Tensor& dsrc, const Tensor& ddst, const Poo
     const double area = static_cast<double>(p.kernel_h * p.kernel_w);
     T* gi = ptr<T>(dsrc);
     for (int64_t i = 0; i < dsrc.numel(); ++i) gi[i] = T(0);
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            const int64_t lin = ((n * g.C + c) * g.OH + oh) * g.OW + ow;
-            const double gv = static_cast<double>(
-                                  ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]) /
-                              area;
-            for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
-              gi[(n * g.C + c) * g.H * g.W + h * g.W + w] += static_cast<T>(gv);
-            });
-          }
+    for_each_pool_output(g, [&](int64_t n, int64_t c, int64_t oh, int64_t ow, int64_t lin) {
+      const double gv =
+          static_cast<double>(ptr<T>(ddst)[ddst.is_contiguous() ? lin : offset_of(ddst, lin)]) /
+          area;
+      for_each_in_window(p, oh, ow, g.H, g.W, [&](int64_t h, int64_t w) {
+        gi[(n * g.C + c) * g.H * g.W + h * g.W + w] += static_cast<T>(gv);
+      });
+    });
   });
 }
 

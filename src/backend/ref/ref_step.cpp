@@ -1,13 +1,13 @@
 // The training-step kernels of the ref backend: plain element loops through load_element /
 // store_element (tensor/element.h), written from the contracts in backend.h and independent of
-// the cpu backend's tiered loops (backend/cpu/step_kernels.h; the 16-bit xhat: ref_norm.cpp, cpu_norm.cpp), which
-// tests/backend/test_step_kernels.cpp compares with them: bit for bit where the arithmetic is
-// defined element by element (the unscale, found_inf, the 16-bit xhat, the optimizer update),
-// within a relative 1e-12 for the sum of squares (the cpu sums in 16 fp64 partial sums, this loop
-// in one). optimizer_update: every value widened through load_element, the rule in the values'
-// precision (fp32, or fp64 for fp64 parameters) written out as optim/adam.h and optim/sgd.h state
-// it, each result rounded once with store_element (stochastic bits sr_bits(seed, i), each narrow
-// state slot k on its own stream, as the cpu backend's chunks do).
+// the cpu backend's tiered loops (backend/cpu/step_kernels.h; the 16-bit xhat: ref_norm.cpp,
+// cpu_norm.cpp), which tests/backend/test_step_kernels.cpp compares with them: bit for bit where
+// the arithmetic is defined element by element (the unscale, found_inf, the 16-bit xhat, the
+// optimizer update), within a relative 1e-12 for the sum of squares (the cpu sums in 16 fp64
+// partial sums, this loop in one). optimizer_update: every value widened through load_element, the
+// rule in the values' precision (fp32, or fp64 for fp64 parameters) written out as optim/adam.h and
+// optim/sgd.h state it, each result rounded once with store_element (stochastic bits
+// sr_bits(seed, i), each narrow state slot k on its own stream, as the cpu backend's chunks do).
 #include <cmath>
 #include <stdexcept>
 

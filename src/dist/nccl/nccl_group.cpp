@@ -2,9 +2,9 @@
 // over NCCL, one communicator per process on its GPU, on the CUDA backend's stream of that GPU
 // (so a collective is ordered after the kernels that produced its buffers, as every kernel of the
 // backend is), which it gets through the device interface (DeviceMemoryHooks::stream,
-// mixp/tensor/allocator.h) without including the backend. Compiled with the CUDA backend when nccl.h is
-// found (cmake/MixpCuda.cmake); libnccl.so.2 is loaded with dlopen on first use, so no binary
-// links it (it is 200+ MB, and a machine without it still runs everything else).
+// mixp/tensor/allocator.h) without including the backend. Compiled with the CUDA backend when
+// nccl.h is found (cmake/MixpCuda.cmake); libnccl.so.2 is loaded with dlopen on first use, so no
+// binary links it (it is 200+ MB, and a machine without it still runs everything else).
 //
 // Bootstrap: rank 0 makes the ncclUniqueId, the bootstrap group (world(): MPI under mpirun)
 // broadcasts it, every rank calls ncclCommInitRank. A single process without MPI calls
@@ -192,7 +192,8 @@ class NcclGroup final : public ProcessGroup {
     Timed t(*this, send.size() * static_cast<size_t>(size_ - 1));
     const bool in_place = send.data() == recv.data() + send.size() * static_cast<size_t>(rank_);
     Staged r(*this, recv.data(), recv.size(), in_place);
-    const void* sp = in_place ? static_cast<const std::byte*>(r.ptr) + send.size() * rank_ : nullptr;
+    const void* sp =
+        in_place ? static_cast<const std::byte*>(r.ptr) + send.size() * rank_ : nullptr;
     std::unique_ptr<Staged> s;
     if (!in_place) {
       s = std::make_unique<Staged>(*this, const_cast<std::byte*>(send.data()), send.size(), true);
@@ -217,7 +218,8 @@ class NcclGroup final : public ProcessGroup {
     if (!r.pending()) return;
     const auto t0 = std::chrono::steady_clock::now();
     MIXP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(r.handle.get())));
-    stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats_.ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.handle.reset();
   }
   void sendrecv(std::span<const std::byte> send, int to, std::span<std::byte> recv,
@@ -266,7 +268,8 @@ class NcclGroup final : public ProcessGroup {
       bytes = n;
     }
     void copy_back(void* host) const {
-      if (buf) MIXP_CUDA_CHECK(cudaMemcpyAsync(host, ptr, bytes, cudaMemcpyDeviceToHost, g.stream_));
+      if (buf)
+        MIXP_CUDA_CHECK(cudaMemcpyAsync(host, ptr, bytes, cudaMemcpyDeviceToHost, g.stream_));
     }
     size_t bytes = 0;
   };
@@ -279,7 +282,8 @@ class NcclGroup final : public ProcessGroup {
       ++g.stats_.calls;
     }
     ~Timed() {
-      g.stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      g.stats_.ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
   };
   void sync() { MIXP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -299,15 +303,20 @@ class NcclGroup final : public ProcessGroup {
     size_t so = 0, ro = 0;
     MIXP_NCCL_CHECK(nccl().group_start());
     for (int j = 0; j < size_; ++j) {
-      const size_t sc = send_counts[static_cast<size_t>(j)], rc = recv_counts[static_cast<size_t>(j)];
+      const size_t sc = send_counts[static_cast<size_t>(j)],
+                   rc = recv_counts[static_cast<size_t>(j)];
       if (j == rank_) {
         if (own_piece && sc)
           MIXP_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(r.ptr) + ro,
                                           static_cast<const std::byte*>(s.ptr) + so, sc,
                                           cudaMemcpyDeviceToDevice, stream_));
       } else {
-        if (sc) MIXP_NCCL_CHECK(nccl().send(static_cast<std::byte*>(s.ptr) + so, sc, ncclUint8, j, comm_, stream_));
-        if (rc) MIXP_NCCL_CHECK(nccl().recv(static_cast<std::byte*>(r.ptr) + ro, rc, ncclUint8, j, comm_, stream_));
+        if (sc)
+          MIXP_NCCL_CHECK(
+              nccl().send(static_cast<std::byte*>(s.ptr) + so, sc, ncclUint8, j, comm_, stream_));
+        if (rc)
+          MIXP_NCCL_CHECK(
+              nccl().recv(static_cast<std::byte*>(r.ptr) + ro, rc, ncclUint8, j, comm_, stream_));
       }
       so += sc;
       ro += rc;
@@ -332,7 +341,8 @@ class NcclGroup final : public ProcessGroup {
     MIXP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     MIXP_CUDA_CHECK(cudaEventRecord(ev, stream_));
     Request req;
-    req.handle = std::shared_ptr<void>(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+    req.handle =
+        std::shared_ptr<void>(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
     return req;
   }
 
