@@ -23,7 +23,8 @@ which ids the batches hold. It runs, interleaved over --rounds:
     --zero 1 (the median ms/step of each run; the lowest over the rounds), their ratios (the
     target is <= 1.15), and where ZeRO 3's gathers spend the training thread's time per step
     (param_gather_ms_per_step and its wait, pack and unpack parts, from --json).
---speed-only skips the memory runs.
+--speed-only skips the memory runs. --checkpointing checkpoints each block in every run and plan,
+on both sides of each ratio (activation memory is what ZeRO does not shard).
 Every rank runs 1 thread (--threads); the wire is --grad-comm (default bf16).
 """
 import argparse
@@ -45,6 +46,8 @@ def shape_args(a):
     for flag in ("width", "layers", "heads"):
         if getattr(a, flag):
             out += ["--" + flag, str(getattr(a, flag))]
+    if a.checkpointing:
+        out.append("--checkpointing")
     return out
 
 
@@ -82,6 +85,8 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--speed-only", action="store_true")
+    p.add_argument("--checkpointing", action="store_true",
+                   help="checkpoint each block in every run and plan (both sides of each ratio)")
     a = p.parse_args()
     if not a.data:
         from gpt2_step_time import write_tokens
