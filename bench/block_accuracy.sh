@@ -6,6 +6,11 @@
 #
 #   bench/block_accuracy.sh [OUT]          # OUT defaults to block-accuracy/
 #
+# The defaults are the first study's (fortunes-min, 4 x 32 tokens a step). The second study, whose
+# results are in the repository and which the next runs resume (docs/fp4.md "The second study"):
+#   DATA=<Debian's fortunes, unpacked with dpkg -x> BATCH=16 CONTEXT=64 \
+#     bench/block_accuracy.sh bench/results/block_accuracy_fortunes
+#
 # Resumable: a run whose result file OUT/<config>.s<seed>.json exists is skipped; results are
 # written to a temporary name and renamed, so an interrupted run leaves no result behind. A run
 # that fails (non-zero exit) leaves OUT/<config>.s<seed>.err and no result; the summary counts it
