@@ -182,9 +182,12 @@ def main():
         paired = (f"{r['paired_mean']:.4f} ({r['paired_min']:.4f}..{r['paired_max']:.4f})"
                   if r["paired_mean"] is not None else "-")
         se = fmt(r["paired_se"], "7.4f") + ("*" if r["paired_resolved"] else " ")
-        to_full = (fmt(r["paired_to_full_mean"], ".4f") + "+-" + fmt(r["paired_to_full_se"], ".4f")
-                   + ("*" if r["paired_to_full_resolved"] else "")
-                   if r["paired_to_full_mean"] is not None else "-")
+        to_full = "-"
+        if r["paired_to_full_mean"] is not None:
+            to_full = fmt(r["paired_to_full_mean"], ".4f")
+            if r["paired_to_full_se"] is not None:  # two seeds or more
+                to_full += "+-" + fmt(r["paired_to_full_se"], ".4f")
+                to_full += "*" if r["paired_to_full_resolved"] else ""
         bar = f"{r['bar'] * 100:.1f}%" if r["bar"] is not None else "-"
         print(f"{r['config']:16} {len(r['losses']):>2} {fmt(r['mean'], '13.4f')} "
               f"{fmt(r['std'], '7.4f')} {rng:>15} {fmt(r['ratio'], '7.4f')} {bar:>6} "
