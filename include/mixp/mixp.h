@@ -28,6 +28,7 @@
 // Backends and ops.
 #include "mixp/backend/backend.h"
 #include "mixp/backend/cuda.h"
+#include "mixp/backend/cuda_block.h"
 #include "mixp/backend/cuda_gemm.h"
 #include "mixp/backend/gemm.h"
 #include "mixp/backend/host_parallel.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/math/block_quant_math.h"
+#include "format/block_quant_math.h"
 #include "format/block_scaled_kernels.h"
 #include "mixp/format/float_codec.h"
 

@@ -1,5 +1,5 @@
 // The block-scaled recipes' CUDA arithmetic, on any machine (docs/cuda.md "Block-scaled
-// recipes"): src/backend/math/block_quant_math.h is the one header the CPU path and the CUDA
+// recipes"): src/format/block_quant_math.h is the one header the CPU path and the CUDA
 // kernels (src/backend/cuda/cuda_block_quant.cu) share. Here:
 //  - the CPU path includes it and keeps no second copy of its functions (a source check: if
 //    someone re-adds a private copy, the GPU's math is no longer what the CPU tests cover);
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/math/block_quant_math.h"
+#include "format/block_quant_math.h"
 #include "common/test_paths.h"
 #include "mixp/backend/cuda_block.h"
 #include "mixp/format/block_scaled.h"
@@ -46,7 +46,7 @@ TEST(CudaBlockMath, TheCpuPathRunsTheSharedHeader) {
   // A packed test binary (scripts/gpu-pack.sh) runs where this build's source tree is not.
   if (read_source("src/format/block_scaled.cpp").empty())
     GTEST_SKIP() << "the source tree " << MIXP_SOURCE_DIR << " is not on this machine";
-  const char* header = "#include \"backend/math/block_quant_math.h\"";
+  const char* header = "#include \"format/block_quant_math.h\"";
   for (const char* file : {"src/format/block_scaled_kernels.inc", "src/format/block_scaled.cpp",
                            "src/backend/cuda/cuda_block_quant.cu"}) {
     const std::string src = read_source(file);

@@ -69,6 +69,10 @@ SHARED_INTERNAL = {
     "tensor/method_hooks.h": {"ops"},
     # a weight's shadow dies with it: amp registers the callback ~TensorImpl calls
     "tensor/release_hook.h": {"amp"},
+    # the block formats' scalar math, one copy for the CPU quantizers and the CUDA kernels
+    "format/block_quant_math.h": {"backend"},
+    # the CUDA block GEMM validates its operands with the CPU path's own check
+    "format/block_scaled_kernels.h": {"backend"},
     "backend/narrow.h": {"ops"},
     "backend/kernel_util.h": {"ops"},
 }

@@ -18,7 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_block_quant_kernels.h"
 #include "backend/cuda/cuda_quant_kernels.h"
-#include "backend/math/block_quant_math.h"
+#include "format/block_quant_math.h"
 #include "format/block_scaled_kernels.h"
 #include "mixp/backend/cuda_block.h"
 

@@ -1,5 +1,5 @@
 // The block-scaled quantizer kernels (nvfp4, mxfp4, fp8-block; docs/cuda.md "Block-scaled
-// recipes"). Every code, scale and value comes from src/backend/math/block_quant_math.h, the
+// recipes"). Every code, scale and value comes from src/format/block_quant_math.h, the
 // functions the CPU path runs (src/format/block_scaled_kernels.inc, block_scaled.cpp), with the
 // same inputs: a tile's amax is a max (order-free, taken over |x|'s bits as the CPU does), so
 // the GPU's codes and scales equal the CPU's bit for bit (tests/cuda/test_cuda_block_device.cpp
@@ -7,7 +7,7 @@
 // per-tile structure on the host against the CPU path everywhere).
 #include "backend/cuda/cuda_block_quant_kernels.h"
 #include "backend/cuda/cuda_elem.cuh"
-#include "backend/math/block_quant_math.h"
+#include "format/block_quant_math.h"
 #include "mixp/format/rounding.h"
 
 namespace mixp::cuda {

@@ -1,6 +1,6 @@
 // Internal: the launchers of the block-scaled quantizer kernels (cuda_block_quant.cu) for the
 // nvfp4, mxfp4 and fp8-block recipes, over raw device pointers. Element and tile rules:
-// src/backend/math/block_quant_math.h, the header the CPU path (src/format/block_scaled*.cpp)
+// src/format/block_quant_math.h, the header the CPU path (src/format/block_scaled*.cpp)
 // runs, so the CPU exactness tests cover this arithmetic (docs/cuda.md "Block-scaled recipes").
 // Every launcher enqueues on `stream`.
 #pragma once

@@ -1,6 +1,6 @@
 // The scalar math of the block-scaled training quantizers (nvfp4, mxfp4, fp8_block; definitions
 // and the Transformer Engine references they equal: include/mixp/format/block_scaled.h), in ONE
-// header compiled by both compilers (MIXP_HD, host_device.h): the CPU fast path
+// header compiled by both compilers (MIXP_BQ below): the CPU fast path
 // (src/format/block_scaled_kernels.inc, block_scaled.cpp's tile scales) and the CUDA kernels
 // (src/backend/cuda/cuda_block_quant.cu) call these same functions, so the CPU exactness tests
 // (tests/block/test_block_scaled*.cpp, against the scalar reference and TE's definitions) cover
@@ -18,12 +18,17 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backend/math/host_device.h"
-
+// It lives with the formats it defines (format is the lowest layer; the CUDA backend includes it
+// from above, tests/lint/layering.py SHARED_INTERNAL), so it cannot use backend's MIXP_HD
+// (src/backend/math/host_device.h) and spells the same two cases out itself.
 // Internal linkage (static): the CPU compiles this header into translation units with different
 // target flags (block_scaled_kernels_generic.cpp, _avx512.cpp); an inline function with external
 // linkage could be emitted by both and the linker would keep one, possibly the AVX-512 one.
-#define MIXP_BQ static MIXP_HD
+#if defined(__CUDACC__)
+#define MIXP_BQ static __host__ __device__ inline
+#else
+#define MIXP_BQ static inline
+#endif
 
 namespace mixp::block_math {
 
