@@ -28,6 +28,24 @@ struct CublasLtApi {
 // Throws std::runtime_error naming the library, what the loader said and what to do.
 const CublasLtApi& lt();
 
+// RAII for the descriptors of one cuBLASLt GEMM (cuda_gemm.cpp's plain GEMMs and
+// cuda_block_gemm.cpp's block-scaled ones): destroyed in reverse order of creation.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtDescs() = default;
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+  ~LtDescs() {
+    if (pref) lt().cublasLtMatmulPreferenceDestroy(pref);
+    if (c) lt().cublasLtMatrixLayoutDestroy(c);
+    if (b) lt().cublasLtMatrixLayoutDestroy(b);
+    if (a) lt().cublasLtMatrixLayoutDestroy(a);
+    if (op) lt().cublasLtMatmulDescDestroy(op);
+  }
+};
+
 // Whether this process has mapped libcublasLt (reads /proc/self/maps); detail::cublaslt_mapped
 // (backend/cuda_entry.h) for tests/cuda/test_cublaslt_lazy.cpp.
 bool mapped();

@@ -173,20 +173,6 @@ Tensor gemm_dequantized(DeviceContext& ctx, const Tensor& a, const Tensor& b,
   return y;
 }
 
-// RAII for the descriptors of one native GEMM.
-struct Descs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descs() {
-    if (pref) lt().cublasLtMatmulPreferenceDestroy(pref);
-    if (d) lt().cublasLtMatrixLayoutDestroy(d);
-    if (b) lt().cublasLtMatrixLayoutDestroy(b);
-    if (a) lt().cublasLtMatrixLayoutDestroy(a);
-    if (op) lt().cublasLtMatmulDescDestroy(op);
-  }
-};
-
 // One operand for cuBLASLt: its data (E4M3 bytes, or E2M1 two per byte) and its scales in the
 // layout of its mode.
 struct NativeOperand {
@@ -234,7 +220,7 @@ bool gemm_native(DeviceContext& ctx, Tensor& y, const Tensor& a, const Tensor& b
   if (fp8 && oa.tile_rows == 128 && ob.tile_rows == 128) return false;  // no 2-D x 2-D kernel
   const NativeOperand na = native_operand(ctx, a, oa), nb = native_operand(ctx, b, ob);
   const cudaDataType_t t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_4F_E2M1;
-  Descs d;
+  LtDescs d;
   MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes) {
     MIXP_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(d.op, attr, v, bytes));
@@ -252,7 +238,7 @@ bool gemm_native(DeviceContext& ctx, Tensor& y, const Tensor& a, const Tensor& b
   const auto uK = static_cast<uint64_t>(K);
   MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.a, t, uK, static_cast<uint64_t>(N), K));
   MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.b, t, uK, static_cast<uint64_t>(M), K));
-  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, static_cast<uint64_t>(N),
+  MIXP_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<uint64_t>(N),
                                                     static_cast<uint64_t>(M), N));
   MIXP_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceCreate(&d.pref));
   MIXP_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(
@@ -260,7 +246,7 @@ bool gemm_native(DeviceContext& ctx, Tensor& y, const Tensor& a, const Tensor& b
       sizeof(ctx.workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  const cublasStatus_t hs = lt().cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.d, d.d,
+  const cublasStatus_t hs = lt().cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c,
                                                                 d.pref, 1, &heur, &found);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
     static std::once_flag said;
@@ -276,8 +262,8 @@ bool gemm_native(DeviceContext& ctx, Tensor& y, const Tensor& a, const Tensor& b
   }
   const float alpha = 1.0f, beta = 0.0f;
   MIXP_CUBLAS_CHECK(lt().cublasLtMatmul(ctx.lt, d.op, &alpha, dev_ptr(nb.data), d.a,
-                                        dev_ptr(na.data), d.b, &beta, dev_ptr(y), d.d, dev_ptr(y),
-                                        d.d, &heur.algo, ctx.workspace, ctx.workspace_bytes,
+                                        dev_ptr(na.data), d.b, &beta, dev_ptr(y), d.c, dev_ptr(y),
+                                        d.c, &heur.algo, ctx.workspace, ctx.workspace_bytes,
                                         ctx.stream));
   if (oa.scheme == BlockScheme::nvfp4) {  // the per-tensor factors after the GEMM, as the CPU
     launch_scale_by_product(fptr_mut(y), M * N, fptr(na.q.amax), fptr(nb.q.amax), ctx.stream);

@@ -74,19 +74,6 @@ Operand operand_of(const Tensor& x) {
   return o;
 }
 
-// RAII for the cuBLASLt descriptors.
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) lt().cublasLtMatmulPreferenceDestroy(pref);
-    if (c) lt().cublasLtMatrixLayoutDestroy(c);
-    if (b) lt().cublasLtMatrixLayoutDestroy(b);
-    if (a) lt().cublasLtMatrixLayoutDestroy(a);
-    if (op) lt().cublasLtMatmulDescDestroy(op);
-  }
-};
 
 void set_batch(cublasLtMatrixLayout_t l, int32_t count, int64_t stride) {
   if (count <= 1) return;
