@@ -371,9 +371,7 @@ Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Ac
                             : Tensor();
     backend_for(y, bf).scale_bias_act(y, y, bf, 1.0f, relu ? Activation::relu : Activation::none);
   }
-  Shape out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = N;
-  Tensor out = mixp::detail::raw_reshape(y, out_shape);
+  Tensor out = linear_output(y, x.shape(), N);
   if (!rec) return out;
 
   Tensor keep_y = relu ? y.detach() : Tensor();

@@ -26,6 +26,9 @@ bool records_amax();
 // forward kept its output (keep_y defined): where fp8_linear's and block_scaled_linear's
 // backward start (fp8_linear.cpp).
 Tensor linear_output_grad(const Tensor& grad, const Tensor& keep_y, int64_t M, int64_t N);
+// The forward's [M, N] result y viewed in the input's shape with its last dimension N: the
+// Linear's output, as fp8_linear's and the block-scaled Linears' forwards return it.
+Tensor linear_output(const Tensor& y, const Shape& x_shape, int64_t N);
 
 // fp8_linear for the block-scaled recipes (fp8_block, nvfp4, mxfp4): block_linear.cpp.
 Tensor block_scaled_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,

@@ -144,9 +144,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
     backend_for(y, bf).scale_bias_act(y, y, bf, sinv_x * sinv_w,
                                       relu ? Activation::relu : Activation::none);
   }
-  Shape out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = N;
-  Tensor out = mixp::detail::raw_reshape(y, out_shape);
+  Tensor out = detail::linear_output(y, x.shape(), N);
   if (!rec) return out;
 
   Tensor keep_y = relu ? y.detach() : Tensor();
@@ -199,6 +197,12 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation 
 }
 
 namespace detail {
+Tensor linear_output(const Tensor& y, const Shape& x_shape, int64_t N) {
+  Shape out_shape = x_shape;
+  out_shape[out_shape.size() - 1] = N;
+  return mixp::detail::raw_reshape(y, out_shape);
+}
+
 Tensor linear_output_grad(const Tensor& grad, const Tensor& keep_y, int64_t M, int64_t N) {
   Tensor g = mixp::detail::raw_reshape(mixp::detail::raw_contiguous(grad), Shape{M, N});
   if (!keep_y.defined()) return g;
