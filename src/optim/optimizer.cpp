@@ -192,13 +192,15 @@ uint64_t Optimizer::write_back_seed(size_t index, int64_t step) const {
       Generator::splitmix64(stream * 0x100000001B3ULL + static_cast<uint64_t>(step)));
 }
 
-void Optimizer::set_write_back_streams(std::vector<uint64_t> streams) {
-  if (streams.size() != params_.size()) {
+void Optimizer::set_write_back_streams(std::vector<uint64_t> streams,
+                                       std::vector<uint64_t> offsets) {
+  if (streams.size() != params_.size() || (!offsets.empty() && offsets.size() != params_.size())) {
     throw std::invalid_argument(
-        fmt::format("mixp::optim: {} write-back streams for {} parameters", streams.size(),
-                    params_.size()));
+        fmt::format("mixp::optim: {} write-back streams and {} offsets for {} parameters",
+                    streams.size(), offsets.size(), params_.size()));
   }
   streams_ = std::move(streams);
+  offsets_ = std::move(offsets);
 }
 
 void Optimizer::step_param(size_t index) {
@@ -236,6 +238,7 @@ void Optimizer::step_param(size_t index) {
     u.write_back = precision_.write_back;
     u.overflow = precision_.overflow;
     u.seed = write_back_seed(index, st.step);
+    u.offset = offsets_.empty() ? 0 : offsets_[index];
     u.step = st.step;
     be.optimizer_update(u, update_rule(st.step));
     finish_param_write(st, u.shadow.defined());
@@ -263,6 +266,24 @@ void Optimizer::step_param(size_t index) {
 void Optimizer::write_back(size_t index, const Tensor& from) {
   ParamState& st = params_[index];
   Tensor dst = st.param.detach();  // same storage
+  const uint64_t offset = offsets_.empty() ? 0 : offsets_[index];
+  if (offset != 0 && precision_.write_back == Round::stochastic) {
+    // A ZeRO 3 shard's rows (set_write_back_streams): the draws of its place in the whole
+    // parameter, which the backends' convert (element 0 first) cannot be told.
+    if (!dst.device().is_cpu() || !dst.is_contiguous() || !from.is_contiguous() ||
+        from.dtype() != DType::fp32) {
+      throw std::logic_error("mixp::optim: a write-back stream offset needs contiguous CPU "
+                             "parameters with fp32 masters");
+    }
+    convert_f32_to(dst.dtype(),
+                   std::span<const float>(from.data<float>(), size_t(from.numel())),
+                   dst.data_ptr(),
+                   {.round = precision_.write_back,
+                    .overflow = precision_.overflow,
+                    .seed = write_back_seed(index, st.step),
+                    .offset = offset});
+    return;
+  }
   backend_for(dst, from).convert(dst, from, precision_.write_back, precision_.overflow,
                                  write_back_seed(index, st.step));
 }

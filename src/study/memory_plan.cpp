@@ -32,48 +32,42 @@ int64_t bytes_of(DType d) {
 // ZeRO 3 (docs/distributed.md, "ZeRO stage 3: --zero 3", "Memory"): what a rank holds at its
 // peak beyond its shards, as src/train/trainer_zero3.cpp gathers. The peak is in backward
 // (zero3_backward_moment), at the head's backward or, with a small vocabulary, at the last
-// block's. Gathered then: the root unit (the final norm: whole from its forward to the end of
-// its backward) and either the head's unit (GPT-2's tied wte) or the last block, each as
-// gathered for its backward: the autocast copies of its GEMM weights only (which its backward
-// reads, `cast_bytes` a value), its other parameters' values; without casts, all its values.
-// Of each the other ranks' (R-1)/R, or the whole unit with a 16-bit wire over fp32 parameters
-// (the owner computes with a rounded copy, gathered and freed like the others' values; the
-// cast-copy row is then 0). Besides, the head weight's gradient is whole on every rank from the
-// head's backward to its reduction (the tied wte's at the end of backward: the token
-// embedding's backward adds to it), `grad_bytes` a value. The prefetch (src/train/
-// zero3_prefetch.h) adds no row: the next unit's bytes wait in a wire buffer outside the tensor
-// allocator (as the blocking gather's staging buffer did) and reach the parameters at the
-// moment the blocking gather would have put them there.
+// block's. Gathered then, whole on every rank (its own rows are copied in with the others'):
+// the root unit (the final norm: whole from its forward to the end of its backward) and either
+// the head's unit (GPT-2's tied wte) or the last block, each as gathered for its backward: the
+// autocast copies of its GEMM weights only (which its backward reads, `cast_bytes` a value),
+// its other parameters' values; without casts, all its values. Besides, the head weight's
+// gradient is whole on every rank from the head's backward to its reduction (the tied wte's at
+// the end of backward: the token embedding's backward adds to it), `grad_bytes` a value. The
+// prefetch (src/train/zero3_prefetch.h) adds no row: the next unit's bytes wait in a wire
+// buffer outside the tensor allocator (as the blocking gather's staging buffer did) and reach
+// the parameters at the moment the blocking gather would have put them there.
 struct Zero3Units {
   int64_t root = 0, head = 0, block = 0;  // parameter values
   int64_t head_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)
 };
 
-int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t ranks, int64_t param_bytes,
-                             int64_t cast_bytes, int64_t grad_bytes, bool rounded) {
+int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t param_bytes, int64_t cast_bytes,
+                             int64_t grad_bytes) {
   auto in_backward = [&](int64_t values, int64_t gemm) {
     return cast_bytes > 0 ? gemm * cast_bytes + (values - gemm) * param_bytes
                           : values * param_bytes;
   };
-  const int64_t gathered = u.root * param_bytes + std::max(in_backward(u.head, u.head_gemm),
-                                                           in_backward(u.block, u.block_gemm));
-  return (rounded ? gathered : gathered * (ranks - 1) / ranks) + u.head_gemm * grad_bytes;
+  return u.root * param_bytes +
+         std::max(in_backward(u.head, u.head_gemm), in_backward(u.block, u.block_gemm)) +
+         u.head_gemm * grad_bytes;
 }
 
-// The fraction of the sharded rows the most-loaded rank holds. The ranks own whole parameters,
-// largest first to the least-loaded (train/data_parallel.cpp DataParallel::partition), so one
-// rank owns at least the largest parameter: at GPT-2 124M over 4 ranks rank 0 owns the tied
-// wte alone, 0.31 of the values rather than 0.25 (docs/distributed.md, "Memory"). The plan is
-// for that rank: the one that runs out first. `largest` 0: an even 1/R.
-double zero_share(int64_t largest, int64_t total, int64_t ranks) {
+// The fraction of the sharded rows the most-loaded rank holds. In stages 1 and 2 the ranks own
+// whole parameters, largest first to the least-loaded (train/data_parallel.cpp
+// DataParallel::partition), so one rank owns at least the largest parameter: at GPT-2 124M over
+// 4 ranks rank 0 owns the tied wte alone, 0.31 of the values rather than 0.25 (docs/distributed.md,
+// "Memory"). The plan is for that rank: the one that runs out first. Stage 3 splits every
+// parameter by rows (row_piece): an even 1/R. `largest` 0: an even 1/R.
+double zero_share(int64_t largest, int64_t total, int64_t ranks, int stage) {
   const double even = 1.0 / double(ranks);
+  if (stage >= 3) return even;
   return total > 0 ? std::max(even, double(largest) / double(total)) : even;
-}
-
-// Whether ZeRO 3 gathers fp32 parameters rounded to a 16-bit wire (trainer_zero3.cpp
-// wire_dtype): the owner computes with a rounded copy then, and keeps no cast copy between uses.
-bool zero3_rounds(const std::string& grad_comm, DType params) {
-  return params == DType::fp32 && (grad_comm == "bf16" || grad_comm == "fp16");
 }
 
 // The gradients in reduction at the peak: one bucket (PyTorch DDP's 25 MiB). From ZeRO 2 on a
@@ -295,7 +289,7 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
   const train::RecipeDtypes d = parts.recipe->dtypes();
   const int64_t P = p.parameters;
   const int64_t R = opt.ranks;
-  const double share = zero_share(p.lora ? 0 : largest, P, R);
+  const double share = zero_share(p.lora ? 0 : largest, P, R, opt.zero_stage);
   auto shard = [&](int64_t bytes, int from_stage) {
     return opt.zero_stage >= from_stage ? int64_t(std::ceil(double(bytes) * share)) : bytes;
   };
@@ -331,7 +325,6 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
       p.param_bytes + p.grad_bytes + p.master_bytes + p.state_bytes + p.cast_copy_bytes;
   p.activation_bytes = std::max<int64_t>(0, measured - persistent);
   const bool zero3 = opt.zero_stage >= 3 && R > 1;
-  const bool rounded = zero3 && zero3_rounds(c.grad_comm, d.params);
   p.param_bytes = shard(p.param_bytes, 3);
   if (zero3 && lm && !p.lora) {
     const nn::GptConfig g = nn::gpt_config_of(parts.config.model);
@@ -341,16 +334,15 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     u.head = u.head_gemm = gemm_params - g.layers * u.block_gemm;  // the head's matrix
     u.root = 2 * g.width;  // the final LayerNorm: the embeddings and head are units of their own
     const int64_t cast = p.cast_copy_bytes > 0 ? bytes_of(sp.compute) : 0;
-    p.param_bytes += zero3_gathered_bytes(u, R, bytes_of(d.params), cast,
-                                          grad_bytes_per_value(d, sp), rounded);
+    p.param_bytes += zero3_gathered_bytes(u, bytes_of(d.params), cast,
+                                          grad_bytes_per_value(d, sp));
   }
   p.grad_bytes = shard(p.grad_bytes, 2);
   p.master_bytes = shard(p.master_bytes, 1);
   p.state_bytes = shard(p.state_bytes, 1);
   // ZeRO 3 frees a released parameter's autocast copy with it (src/train/trainer_zero3.cpp):
-  // the owners keep theirs between steps (a shard of the copies), except under a 16-bit wire,
-  // where they compute with a rounded copy gathered and freed like the others' parameters.
-  p.cast_copy_bytes = rounded ? 0 : shard(p.cast_copy_bytes, 3);
+  // no rank keeps one between uses.
+  if (zero3) p.cast_copy_bytes = 0;
   p.comm_bytes = comm_bytes(opt, std::min<int64_t>(kDdpBucketBytes, P * bytes_of(sp.grad)));
 
   const double tokens = double(c.batch) * double(c.grad_accum) * (lm ? double(p.context) : 1.0);
@@ -448,12 +440,11 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
   const int64_t head_matrix =
       2 * gemm_weight_values(one_block) - gemm_weight_values(two_blocks);
   const int64_t largest = run.lora.empty() ? std::max(head_matrix, shape.width * shape.ffn) : 0;
-  const double share = zero_share(largest, p.parameters, R);
+  const double share = zero_share(largest, p.parameters, R, opt.zero_stage);
   auto shard = [&](int64_t bytes, int from_stage) {
     return opt.zero_stage >= from_stage ? int64_t(std::ceil(double(bytes) * share)) : bytes;
   };
   const bool zero3 = opt.zero_stage >= 3 && R > 1;
-  const bool rounded = zero3 && zero3_rounds(run.grad_comm, d.params);
   p.param_bytes = shard(am.param_bytes, 3);
   if (zero3 && run.lora.empty()) {
     ModelShape one = shape, two = shape;
@@ -468,15 +459,15 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
     const int64_t positions = shape.family == ShapeFamily::gpt2 ? shape.context * shape.width : 0;
     u.root = p.parameters - shape.layers * u.block - (untied ? 2 : 1) * u.head - positions;
     const int64_t cast = mf.casts_per_use || mf.block_cast_bits > 0 ? 0 : mf.cast_bytes;
-    p.param_bytes += zero3_gathered_bytes(u, R, am.param_bytes / p.parameters, cast,
-                                          am.grad_bytes / p.parameters, rounded);
+    p.param_bytes += zero3_gathered_bytes(u, am.param_bytes / p.parameters, cast,
+                                          am.grad_bytes / p.parameters);
   }
   p.grad_bytes = shard(am.grad_bytes, 2);
   p.master_bytes = shard(am.master_bytes, 1);
   p.state_bytes = shard(am.state_bytes, 1);
-  // ZeRO 3 gathers each unit's weights when it runs: the cast copies are sharded with them, and
-  // none is kept between uses under a 16-bit wire (as in plan_memory).
-  p.cast_copy_bytes = rounded ? 0 : shard(am.cast_bytes, 3);
+  // ZeRO 3 gathers each unit's weights when it runs: no cast copy is kept between uses (as in
+  // plan_memory).
+  p.cast_copy_bytes = zero3 ? 0 : am.cast_bytes;
   p.comm_bytes = comm_bytes(opt, std::min<int64_t>(kDdpBucketBytes, am.grad_bytes));
   // The analytic peak is one of two moments (model_shape.h); the row shows what it adds to the
   // persistent tensors at that moment, so that the rows add up to the peak.

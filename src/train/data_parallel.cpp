@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mixp/amp/fp8_linear.h"
+#include "mixp/autograd/node.h"
 #include "mixp/format/convert.h"
 #include "mixp/optim/clip_grad.h"
 #include "mixp/optim/step_reductions.h"
@@ -98,6 +99,36 @@ void DataParallel::install_step_reducers(bool sharded) {
                               g->allreduce(v, dist::ReduceOp::max);
                             });
   }
+}
+
+RowPiece row_piece(const Shape& shape, int ranks, int rank) {
+  const int64_t d0 = shape.size() == 0 ? 1 : shape[0];
+  int64_t numel = 1;
+  for (int i = 0; i < int(shape.size()); ++i) numel *= shape[i];
+  const int64_t per = ranks > 0 ? (d0 + ranks - 1) / ranks : d0;
+  RowPiece p;
+  p.row0 = std::min(d0, per * rank);
+  p.rows = std::min(d0, p.row0 + per) - p.row0;
+  const int64_t row_elems = d0 > 0 ? numel / d0 : 0;
+  p.elem0 = p.row0 * row_elems;
+  p.numel = p.rows * row_elems;
+  return p;
+}
+
+double DataParallel::row_sharded_grad_norm(std::span<const Tensor> pieces) {
+  const size_t n = pieces.size();
+  std::vector<double> mine(n, 0.0);
+  for (size_t k = 0; k < n; ++k) {
+    if (pieces[k].defined()) mine[k] = optim::grad_sum_squares(pieces[k]);
+  }
+  std::vector<double> all(n * size_t(size()), 0.0);
+  group_.allgather(std::as_bytes(std::span<const double>(mine)),
+                   std::as_writable_bytes(std::span<double>(all)));
+  double sq = 0.0;
+  for (size_t k = 0; k < n; ++k) {
+    for (size_t r = 0; r < size_t(size()); ++r) sq += all[r * n + k];
+  }
+  return std::sqrt(sq);
 }
 
 double DataParallel::sharded_grad_norm(std::span<const Tensor> params,
@@ -205,7 +236,14 @@ void DataParallel::layout(std::span<const Tensor> params) {
       b.elems += size_t(params[--j].numel());
     }
     for (size_t k = j; k < i; ++k) bucket_of_[k] = buckets_.size();
-    if (grad_owner_.empty()) {
+    if (rows_) {
+      for (size_t k = i; k-- > j;) b.order.push_back(k);
+      b.counts.assign(size_t(size()), 0);
+      for (int r = 0; r < size(); ++r) {
+        for (size_t k = j; k < i; ++k)
+          b.counts[size_t(r)] += size_t(row_piece(params[k].shape(), size(), r).numel);
+      }
+    } else if (grad_owner_.empty()) {
       for (size_t k = i; k-- > j;) b.order.push_back(k);
     } else {
       b.counts.assign(size_t(size()), 0);
@@ -234,6 +272,13 @@ void DataParallel::layout(std::span<const Tensor> params) {
 void DataParallel::shard_gradients(std::vector<int> owner) {
   grad_owner_ = std::move(owner);
   buckets_.clear();  // laid out again, grouped by owner
+}
+
+void DataParallel::shard_gradient_rows(std::vector<Tensor> pieces) {
+  row_pieces_ = std::move(pieces);
+  rows_ = true;
+  grad_owner_.clear();
+  buckets_.clear();  // laid out again, with each rank's rows
 }
 
 void DataParallel::begin_gradients(std::span<const Tensor> params, double weight) {
@@ -275,6 +320,10 @@ void DataParallel::start_next_bucket() {
   }
   b.work = free_.back();
   free_.pop_back();
+  if (rows_) {
+    start_rows(b);
+    return;
+  }
   // fp32 contiguous gradients are reduced where they are; the others (16-bit, strided, absent:
   // zeros) are widened into the workspace first and rounded back by write_back.
   b.staged.assign(b.order.size(), -1);
@@ -318,6 +367,74 @@ void DataParallel::start_next_bucket() {
   if (!b.reduce.active()) write_back(b);  // finished inside start (one rank, or the ring)
 }
 
+// ZeRO 3 (shard_gradient_rows): the bucket's gradients reduce-scattered by rows. Each rank's
+// rows of each parameter go to it, ranks in order (start_to_owners' layout); the other ranks'
+// rows are read where they are (start_to_owners copies them out before it returns), this rank's
+// are copied into the workspace, where their sum lands, so that every whole gradient can be
+// dropped at once. 16-bit, strided or absent (zeros) gradients are widened into the workspace
+// whole first, as without ZeRO.
+void DataParallel::start_rows(Bucket& b) {
+  const int n = size(), me = rank();
+  b.staged.assign(b.order.size(), -1);
+  std::vector<int64_t> whole(b.order.size(), -1);  // offset of a gradient widened whole
+  size_t staged = 0;
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const Tensor& p = params_[b.order[i]];
+    const Tensor g = p.grad();
+    if (!(g.defined() && g.dtype() == DType::fp32 && g.is_contiguous())) {
+      whole[i] = int64_t(staged);
+      staged += size_t(p.numel());
+    }
+  }
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const RowPiece own = row_piece(params_[b.order[i]].shape(), n, me);
+    if (own.numel == 0) continue;
+    if (whole[i] >= 0) {
+      b.staged[i] = whole[i] + own.elem0;
+    } else {
+      b.staged[i] = int64_t(staged);
+      staged += size_t(own.numel);
+    }
+  }
+  std::vector<float>& flat = b.work->flat;
+  flat.resize(staged);
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const Tensor& p = params_[b.order[i]];
+    const Tensor g = p.grad();
+    if (whole[i] >= 0) {
+      const std::span<float> dst(flat.data() + whole[i], size_t(p.numel()));
+      if (g.defined()) {
+        const Tensor c = g.contiguous();
+        convert_to_f32(c.dtype(), c.data_ptr(), dst);
+      } else {
+        std::fill(dst.begin(), dst.end(), 0.0f);
+      }
+    } else if (b.staged[i] >= 0) {
+      const RowPiece own = row_piece(p.shape(), n, me);
+      const float* src = g.data<float>() + own.elem0;
+      std::copy(src, src + own.numel, flat.data() + b.staged[i]);
+    }
+  }
+  dist::Segments segs;
+  segs.reserve(b.order.size() * size_t(n));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < b.order.size(); ++i) {
+      const Tensor& p = params_[b.order[i]];
+      const RowPiece pc = row_piece(p.shape(), n, r);
+      if (pc.numel == 0) continue;
+      float* at = r == me          ? flat.data() + b.staged[i]
+                  : whole[i] >= 0 ? flat.data() + whole[i] + pc.elem0
+                                  : p.grad().data<float>() + pc.elem0;
+      segs.emplace_back(at, size_t(pc.numel));
+    }
+  }
+  b.reduce.start_to_owners(group_, std::move(segs), b.counts, weight_, opts_.grad_comm, *b.work,
+                           b.shared.get());
+  // Every whole gradient is on its way (or summed, one rank): this rank keeps only its rows.
+  for (size_t k : b.order) const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+  if (!b.reduce.active()) write_back(b);
+}
+
 // Writes back the buckets whose all-gather has completed (never blocks).
 void DataParallel::progress() {
   for (size_t k = 0; k < next_; ++k) {
@@ -329,6 +446,27 @@ void DataParallel::progress() {
 void DataParallel::write_back(Bucket& b) {
   b.reduce.finish();  // fp32 gradients hold their sums now
   const std::vector<float>& flat = b.work->flat;
+  if (rows_) {
+    // This rank's rows of each parameter, summed in the workspace, into its piece's gradient.
+    for (size_t i = 0; i < b.order.size(); ++i) {
+      const Tensor& piece = row_pieces_[b.order[i]];
+      if (b.staged[i] < 0 || !piece.defined()) continue;
+      Tensor g = piece.grad();
+      if (!g.defined() || !g.is_contiguous()) {
+        // The dtype autograd gives the whole parameter's gradient (fp32 for bf16 leaves,
+        // autograd/node.h), so that the optimizer reads what it reads without ZeRO.
+        g = Tensor::empty(piece.shape(), TensorOptions{.dtype = grad_dtype_for(piece.dtype())});
+        const_cast<Tensor&>(piece).set_grad(g);
+      }
+      convert_f32_to(g.dtype(),
+                     std::span<const float>(flat.data() + b.staged[i], size_t(piece.numel())),
+                     g.data_ptr(), kNearest);
+      g.bump_version();
+    }
+    free_.push_back(b.work);
+    b.work = nullptr;
+    return;
+  }
   for (size_t i = 0; i < b.order.size(); ++i) {
     const size_t k = b.order[i];
     const Tensor& p = params_[k];

@@ -2,6 +2,8 @@
 // names, the learning-rate schedule, and optimizer state in checkpoints.
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "mixp/nn/dropout.h"
 #include "mixp/nn/gpt2_weights.h"
 #include "mixp/nn/llama_hf.h"
@@ -165,13 +167,40 @@ void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
   for (const auto& [name, v] : sd.scalars) scalars[name] = v;
 }
 
+namespace {
+// The rows `rows` of a whole state tensor `s` (ZeRO 3's piece of it), or null when `s` is not
+// whole along dim 0 with the piece's other extents.
+std::optional<SafeTensor> state_rows(const SafeTensor& s, const Tensor& piece, const RowPiece& rows) {
+  const std::vector<int64_t> want = dims(piece.shape());
+  if (want.empty() || s.shape.size() != want.size() || s.shape[0] < rows.row0 + rows.rows ||
+      !std::equal(want.begin() + 1, want.end(), s.shape.begin() + 1)) {
+    return std::nullopt;
+  }
+  const size_t row_bytes = s.shape[0] > 0 ? s.data.size() / size_t(s.shape[0]) : 0;
+  SafeTensor out;
+  out.name = s.name;
+  out.dtype = s.dtype;
+  out.shape = want;
+  out.data.assign(s.data.begin() + ptrdiff_t(size_t(rows.row0) * row_bytes),
+                  s.data.begin() + ptrdiff_t(size_t(rows.row0 + rows.rows) * row_bytes));
+  return out;
+}
+}  // namespace
+
 void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
-                          const nlohmann::json& scalars, const std::string& source, bool shard) {
+                          const nlohmann::json& scalars, const std::string& source, bool shard,
+                          const std::map<std::string, RowPiece>* rows) {
   // Shapes, names and dtypes of what the optimizer expects, from its own (fresh) state.
   const optim::StateDict expected = opt.state_dict();
   optim::StateDict sd;
   for (const auto& [name, t] : expected.tensors) {
     const SafeTensor* s = tensors.find(name);
+    std::optional<SafeTensor> piece;
+    if (s && rows && s->shape != dims(t.shape())) {
+      // ZeRO 3: this rank's rows of the state ("<parameter>.<slot>").
+      const auto it = rows->find(name.substr(0, name.rfind('.')));
+      if (it != rows->end() && (piece = state_rows(*s, t, it->second))) s = &*piece;
+    }
     if (!s) {
       throw TrainError(
           fmt::format("{} has no optimizer state '{}' (shape {}); the checkpoint belongs "

@@ -67,11 +67,32 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   // A frozen parameter (LoRA's base, nn/lora.h) gets neither a gradient nor optimizer state: the
   // step (clipping, data parallelism, the optimizer) sees the trainable parameters only.
   std::erase_if(named, [](const auto& e) { return !e.second.requires_grad(); });
-  for (const auto& [name, p] : named) params.push_back(p);
+  for (const auto& [name, p] : named) {
+    params.push_back(p);
+    param_names.push_back(name);
+  }
   nn::NamedTensors mine = named;
   // The owned parameters' places in the whole list: their stochastic write-back streams.
   std::vector<uint64_t> streams;
-  if (dp && cfg.zero > 0) {
+  std::vector<uint64_t> offsets;
+  if (dp && cfg.zero == 3) {
+    // ZeRO stage 3 (trainer_zero3.h): every parameter split by rows over the ranks; this rank's
+    // optimizer steps its rows of each (the pieces), and their rows of the reduced gradients
+    // reach them. The parameters stay whole until the first step (a checkpoint is loaded into
+    // them first).
+    zero3 = std::make_unique<Zero3>(*dp, *model, named, dist::parse_grad_comm(cfg.grad_comm),
+                                    cfg.zero3_prefetch);
+    dp->shard_gradient_rows(zero3->pieces());
+    mine.clear();
+    for (size_t i = 0; i < named.size(); ++i) {
+      const Tensor& piece = zero3->pieces()[i];
+      if (!piece.defined()) continue;
+      mine.emplace_back(named[i].first, piece);
+      owned.push_back(piece);
+      streams.push_back(i);
+    }
+    offsets = zero3->piece_offsets();
+  } else if (dp && cfg.zero > 0) {
     // ZeRO stage 1 (data_parallel.h): this rank's optimizer holds only the parameters it owns;
     // stage 2: and only their reduced gradients reach it.
     owner = dp->partition(params);
@@ -91,13 +112,8 @@ void Trainer::Impl::init(RunParts parts, const OptimizerFactory& make_optimizer)
   if (dp && cfg.zero > 0 && opt->params().size() == owned.size()) {
     // The shard's parameters draw the stochastic write-back streams of their places in the whole
     // list, so bf16-pure rounds as under --zero 0 (the unsharded optimizer's index i).
-    opt->set_write_back_streams(std::move(streams));
-  }
-  if (dp && cfg.zero == 3) {
-    // ZeRO stage 3 (trainer_zero3.h): the parameters too; whole until the first step (a
-    // checkpoint is loaded into them first).
-    zero3 = std::make_unique<Zero3>(*dp, *model, named, owner,
-                                    dist::parse_grad_comm(cfg.grad_comm), cfg.zero3_prefetch);
+    // A ZeRO 3 piece draws from its place in the whole parameter too (offsets).
+    opt->set_write_back_streams(std::move(streams), std::move(offsets));
   }
   steps_per_epoch = ceil_div(source->batches_per_epoch(), cfg.grad_accum);
   total = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
@@ -226,6 +242,9 @@ TrainResult Trainer::fit() {
   // The peak of the memory the run's tensors live in: the training device's caching allocator
   // (the default device, which the model and data were made on: a GPU's under --device cuda).
   const Device mem_device = default_device();
+  // ZeRO 3: the parameters whole since the start (or a resume's load) are this rank's pieces
+  // from here on; released before the peak is reset, so that it counts the steps' memory only.
+  if (s.zero3) s.zero3->release_all();
   reset_peak_memory(mem_device);
   EnergyMeter meter;
   meter.start();

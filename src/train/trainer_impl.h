@@ -48,10 +48,13 @@ double schedule_lr(const TrainConfig& c, int64_t step, int64_t total);
 void save_optimizer_state(const optim::Optimizer& opt, SafeTensorsFile& tensors,
                           nlohmann::json& scalars);
 // `shard`: the optimizer holds a part of the parameters (ZeRO, data_parallel.h); the file's
-// entries for the other parameters are skipped instead of refused.
+// entries for the other parameters are skipped instead of refused. `rows` (ZeRO 3): by
+// parameter name, the rows of it the optimizer's parameter of that name holds; its states are
+// those rows of the file's whole ones.
 void load_optimizer_state(optim::Optimizer& opt, const SafeTensorsFile& tensors,
                           const nlohmann::json& scalars, const std::string& source,
-                          bool shard = false);
+                          bool shard = false,
+                          const std::map<std::string, RowPiece>* rows = nullptr);
 
 // TrainError unless state.json's "recipe.name" (when recorded) is the name of `recipe`, the one
 // its "config.precision" makes (check_checkpoint_config and the resume path both ask).
@@ -98,6 +101,7 @@ struct Trainer::Impl {
   std::unique_ptr<PrecisionRecipe> recipe;
   std::shared_ptr<nn::Module> model;
   std::vector<Tensor> params;  // cached: the step loop never rebuilds the list
+  std::vector<std::string> param_names;  // theirs
   std::unique_ptr<optim::Optimizer> opt;
   LossFunction loss = cross_entropy_loss;
   bool default_loss = true;  // `loss` is cross_entropy_loss: a GPT computes it in its forward
@@ -121,8 +125,9 @@ struct Trainer::Impl {
   std::unique_ptr<FolderLock> save_lock;
   // Data parallelism (data_parallel.h): null in a single process.
   std::unique_ptr<DataParallel> dp;
-  std::vector<int> owner;          // ZeRO 1-3: the rank that owns each of params (else empty)
-  std::vector<Tensor> owned;       // ZeRO 1-3: the params this rank owns, in order
+  std::vector<int> owner;          // ZeRO 1-2: the rank that owns each of params (else empty)
+  // ZeRO 1-2: the params this rank owns, in order; ZeRO 3: its pieces (rows) of them.
+  std::vector<Tensor> owned;
   // ZeRO 3 (trainer_zero3.h): the parameters gathered around each unit's forward and backward.
   std::unique_ptr<Zero3> zero3;
   std::vector<double> comm_ms;     // per step of this run

@@ -184,12 +184,27 @@ std::string serialize_optimizer_shard(const SafeTensorsFile& tensors, const nloh
   out.append(reinterpret_cast<const char*>(st.data()), st.size());
   return out + s.dump();
 }
+// `rows` (ZeRO 3): a state already there is this parameter's rows of the ranks before; the
+// shard's rows follow them (ranks in order: the whole state, as one process holds it).
 void merge_optimizer_shard(const std::vector<std::byte>& b, SafeTensorsFile& tensors,
-                           nlohmann::json& scalars) {
+                           nlohmann::json& scalars, bool rows) {
   uint64_t n = 0;
   std::memcpy(&n, b.data(), 8);
   SafeTensorsFile shard = parse_safetensors(std::span<const std::byte>(b.data() + 8, n));
-  for (auto& t : shard.tensors) tensors.tensors.push_back(std::move(t));
+  for (auto& t : shard.tensors) {
+    SafeTensor* have = rows ? tensors.find(t.name) : nullptr;
+    if (!have) {
+      tensors.tensors.push_back(std::move(t));
+      continue;
+    }
+    if (have->shape.empty() || t.shape.size() != have->shape.size() || t.dtype != have->dtype ||
+        !std::equal(t.shape.begin() + 1, t.shape.end(), have->shape.begin() + 1)) {
+      throw std::logic_error("ZeRO 3: the ranks' rows of optimizer state '" + t.name +
+                             "' do not fit together");
+    }
+    have->shape[0] += t.shape[0];
+    have->data.insert(have->data.end(), t.data.begin(), t.data.end());
+  }
   const auto s = nlohmann::json::parse(reinterpret_cast<const char*>(b.data()) + 8 + n,
                                        reinterpret_cast<const char*>(b.data()) + b.size());
   for (auto it = s.begin(); it != s.end(); ++it) scalars[it.key()] = it.value();
@@ -204,15 +219,16 @@ void Trainer::Impl::save(const std::filesystem::path& dir) const {
   SafeTensorsFile opt_tensors;
   nlohmann::json opt_scalars = nlohmann::json::object();
   detail::save_optimizer_state(*opt, opt_tensors, opt_scalars);
-  if (!owner.empty()) {
-    // ZeRO: each rank holds the optimizer state of its parameters; rank 0 gathers them into one
-    // file, the same a single process writes (resumable on any number of ranks).
+  if (!owner.empty() || zero3) {
+    // ZeRO: each rank holds the optimizer state of its parameters (ZeRO 3: of its rows of each);
+    // rank 0 gathers them into one file, the same a single process writes (resumable on any
+    // number of ranks).
     const std::string mine = serialize_optimizer_shard(opt_tensors, opt_scalars);
     for (int r = 1; r < dp->size(); ++r) {
       std::vector<std::byte> b(mine.size());
       std::memcpy(b.data(), mine.data(), b.size());
       b = dp->broadcast_bytes(std::move(b), r);
-      if (is_rank0()) merge_optimizer_shard(b, opt_tensors, opt_scalars);
+      if (is_rank0()) merge_optimizer_shard(b, opt_tensors, opt_scalars, zero3 != nullptr);
     }
   }
   if (!is_rank0()) return;  // the replicas are identical: rank 0 writes for all
@@ -284,8 +300,16 @@ void Trainer::Impl::resume(const std::filesystem::path& dir) {
   check_checkpoint_weights(*ck, weights, model.get());  // the run's recipe is the recorded one
   load_module_state(*model, weights, ck->path(kModelFile).string());
   const auto& os = state.at("optimizer");
+  std::map<std::string, RowPiece> rows;  // ZeRO 3: this rank's rows of each parameter
+  if (zero3) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (zero3->pieces()[k].defined())
+        rows[param_names[k]] = row_piece(params[k].shape(), dp->size(), dp->rank());
+    }
+  }
   detail::load_optimizer_state(*opt, opt_tensors, os.value("state", nlohmann::json::object()),
-                               ck->path(kOptimizerFile).string(), /*shard=*/!owner.empty());
+                               ck->path(kOptimizerFile).string(),
+                               /*shard=*/!owner.empty() || zero3, zero3 ? &rows : nullptr);
   // The fields below were type-checked by read_checkpoint; what each loader still finds wrong
   // is reported with the file's name.
   try {

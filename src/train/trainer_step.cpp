@@ -77,6 +77,11 @@ Trainer::Impl::StepState Trainer::Impl::begin_step() {
     if (owner[i] != dp->rank()) params[i].set_grad(Tensor());
   }
   if (zero3) {
+    // ZeRO 3: the whole gradients were dropped once their rows were on the wire; the pieces'
+    // were cleared by the optimizer.
+    for (Tensor& p : params) p.set_grad(Tensor());
+  }
+  if (zero3) {
     // ZeRO 3: every parameter this rank does not own freed (whole after a checkpoint, an
     // evaluation or at the start); the units gather them as the forward reaches them.
     zero3->release_all();
@@ -170,8 +175,7 @@ void Trainer::Impl::reduce_gradients(StepState& st) {
     if (zero3) {
       // ZeRO 3: the parameters gathered during the last backward through the group went out in
       // the same window (with prefetch they go through its duplicate, not counted there); and
-      // every parameter back to its released state (the owners' fp32 masters in place for the
-      // optimizer).
+      // every parameter back to its released state (the optimizer steps the pieces).
       grad_bytes -= zero3->group_bytes_sent() - st.param_bytes_sync;
       zero3->release_all();
     }
@@ -199,6 +203,10 @@ void Trainer::Impl::unscale_clip_check(StepState& st) {
       for (const double v : grad_sq) sq += v;
       optim::reduce_step_values(optim::StepValue::grad_sum_squares, std::span<double>(&sq, 1));
       st.norm = std::sqrt(sq);
+    } else if (zero3) {
+      // ZeRO 3: this rank unscaled (and steps) only its rows; the norm is the global one.
+      st.norm = dp->row_sharded_grad_norm(zero3->pieces());
+      if (cfg.clip > 0) optim::clip_grads_by_norm(owned, st.norm, cfg.clip);
     } else if (!owner.empty()) {
       // ZeRO: this rank unscaled (and steps) only its own gradients; the norm is the global one.
       st.norm = dp->sharded_grad_norm(params, owner);

@@ -21,9 +21,6 @@ namespace mixp::train {
 namespace {
 
 constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
-// A rounded copy's version is the master's plus this: never the master's own, so that a weight
-// shadow made from one is not taken for the other (amp/weight_shadow.h).
-constexpr uint64_t kRoundedVersion = uint64_t(1) << 48;
 
 // A Storage's bytes given back to its allocator, the Storage kept (its size, version and
 // allocator; every tensor that views it loses them too), as FSDP's storage().resize_(0).
@@ -63,7 +60,7 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 }  // namespace
 
 Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
-             std::vector<int> owner, dist::GradComm wire, bool prefetch)
+             dist::GradComm wire, bool prefetch)
     : dp_(dp), wire_(wire) {
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, t] = params[i];
@@ -81,10 +78,20 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
     }
     Param p;
     p.t = t;
-    p.owner = owner[i];
     params_.push_back(std::move(p));
     index_[t.impl()] = i;
+    // This rank's rows: a leaf of its own, which the optimizer steps (take_pieces fills it).
+    const RowPiece rp = row_piece(t.shape(), dp_.size(), dp_.rank());
+    Tensor piece;
+    if (rp.numel > 0) {
+      Shape shape = t.shape();
+      if (shape.size() > 0) shape[0] = rp.rows;
+      piece = Tensor::empty(shape, TensorOptions{.dtype = t.dtype(), .device = t.device()});
+      piece.requires_grad_();
+    }
+    pieces_.push_back(piece);
   }
+  take_pieces();
   // The uses, in module order: the root; every child of a Sequential not inside another use
   // (FSDP's transformer auto-wrap: a GPT's blocks); every embedding and head outside those (FSDP
   // wraps the embeddings on their own).
@@ -269,30 +276,37 @@ void Zero3::release(Unit& u) {
 }
 
 void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backward) {
-  // One broadcast per owner: its parameters of `which`, packed in order at the wire's format.
+  // One broadcast per rank: its pieces of `which`, packed in order at the wire's format (an
+  // all-gather), into one buffer, ranks in order.
   dist::ProcessGroup& g = dp_.group();
   const int me = dp_.rank();
   const std::vector<size_t> bytes = owner_bytes(which, exact);
+  size_t total = 0;
+  for (size_t b : bytes) total += b;
+  wire_buf_.resize(total);
+  size_t at = 0;
   for (int r = 0; r < dp_.size(); ++r) {
-    const size_t total = bytes[size_t(r)];
-    if (total == 0) continue;  // the same on every rank: nothing of r's here
-    wire_buf_.resize(total);
+    const size_t b = bytes[size_t(r)];
+    if (b == 0) continue;  // the same on every rank: nothing of r's here
+    const std::span<std::byte> part(wire_buf_.data() + at, b);
     if (r == me) {
-      pack(which, exact, wire_buf_.data());
-      bytes_sent_ += total * size_t(dp_.size() - 1);
-      group_bytes_sent_ += total * size_t(dp_.size() - 1);
+      pack(which, exact, part.data());
+      bytes_sent_ += b * size_t(dp_.size() - 1);
+      group_bytes_sent_ += b * size_t(dp_.size() - 1);
     }
-    g.broadcast(wire_buf_, r);
-    unpack(which, exact, backward, r, wire_buf_.data());
+    g.broadcast(part, r);
+    at += b;
   }
+  unpack(which, exact, backward, wire_buf_.data(), bytes);
 }
 
 std::vector<size_t> Zero3::owner_bytes(std::span<const size_t> which, bool exact) const {
   std::vector<size_t> bytes(size_t(dp_.size()), 0);
   for (size_t k : which) {
     const Param& p = params_[k];
-    const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-    bytes[size_t(p.owner)] += size_t(p.t.numel()) * size_t(traits(wd).storage_bytes);
+    const size_t es = traits(exact ? p.t.dtype() : wire_dtype(p)).storage_bytes;
+    for (int r = 0; r < dp_.size(); ++r)
+      bytes[size_t(r)] += size_t(row_piece(p.t.shape(), dp_.size(), r).numel) * es;
   }
   return bytes;
 }
@@ -302,84 +316,90 @@ void Zero3::pack(std::span<const size_t> which, bool exact, std::byte* dst) {
   size_t at = 0;
   for (size_t k : which) {
     const Param& p = params_[k];
-    if (p.owner != dp_.rank()) continue;
+    const Tensor& piece = pieces_[k];
+    if (!piece.defined()) continue;
     const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-    const size_t n = size_t(p.t.numel());
-    if (wd == p.t.dtype()) {
-      std::memcpy(dst + at, p.t.impl()->storage->data, p.t.nbytes());
+    const size_t n = size_t(piece.numel());
+    if (wd == piece.dtype()) {
+      std::memcpy(dst + at, piece.data_ptr(), piece.nbytes());
     } else {
-      convert_f32_to(wd, std::span<const float>(p.t.data<float>(), n), dst + at, kNearest);
+      convert_f32_to(wd, std::span<const float>(piece.data<float>(), n), dst + at, kNearest);
     }
     at += n * size_t(traits(wd).storage_bytes);
   }
 }
 
-void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward, int r,
-                   const std::byte* wire) {
-  const int me = dp_.rank();
+void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
+                   const std::byte* wire, std::span<const size_t> bytes) {
   const AddElapsed timed{unpack_ms_, !exact};  // the units' gathers (gather_all's are exact)
-  size_t at = 0;
+  const int n = dp_.size();
+  // Each rank's part starts where the ranks before it end; a cursor per rank.
+  std::vector<const std::byte*> src(static_cast<size_t>(n));
+  size_t start = 0;
+  for (int r = 0; r < n; ++r) {
+    src[size_t(r)] = wire + start;
+    start += bytes[size_t(r)];
+  }
   for (size_t k : which) {
     Param& p = params_[k];
-    if (p.owner != r) continue;
     const DType wd = exact ? p.t.dtype() : wire_dtype(p);
-    const size_t n = size_t(p.t.numel());
-    const std::byte* src = wire + at;
-    at += n * size_t(traits(wd).storage_bytes);
+    const size_t es = traits(wd).storage_bytes;
     const bool convert = wd != p.t.dtype();
-    if (r == me && !convert) continue;  // the owner computes with its own values
-    TensorImpl* ti = p.t.impl();
-    auto write = [&](void* dst) {
-      if (convert) {
-        convert_to_f32(wd, src, std::span<float>(static_cast<float*>(dst), n));
-      } else {
-        std::memcpy(dst, src, p.t.nbytes());
+    const bool same = p.generation == generation_ && !exact && !p.exact;
+    // Every rank's rows of p, in rank order, through `write(rows' first element, count, src)`.
+    auto each_piece = [&](auto write) {
+      for (int r = 0; r < n; ++r) {
+        const RowPiece rp = row_piece(p.t.shape(), n, r);
+        if (rp.numel == 0) continue;
+        write(size_t(rp.elem0), size_t(rp.numel), src[size_t(r)]);
+        src[size_t(r)] += size_t(rp.numel) * es;
       }
     };
-    const bool same = p.generation == generation_ && !exact;
     if (backward && same && p.shadow.defined() &&
         (wd == p.shadow.dtype() || wd == DType::fp32)) {
       // The gather before the unit's backward: the forward's autocast copy is what its
       // backward reads (the GEMMs saved it, linalg_ops.cpp keep_w), not the fp32 values, so
       // only the copy gets bytes, straight from the wire (the same bits: the wire's 16-bit
       // values are the copy's, or the fp32 values rounded as autocast rounds them). The
-      // parameter's own Storage (the owner's rounded copy) stays empty until the next
-      // forward: a unit's backward holds 2 bytes a GEMM weight value, not 4 + 2.
+      // parameter's own Storage stays empty until the next forward: a unit's backward holds 2
+      // bytes a GEMM weight value, not 4 + 2.
       Storage& sh = *p.shadow.impl()->storage;
       alloc_bytes(sh);
-      if (wd == p.shadow.dtype()) {
-        std::memcpy(sh.data, src, sh.nbytes);
-      } else {
-        convert_f32_to(p.shadow.dtype(),
-                       std::span<const float>(reinterpret_cast<const float*>(src), n), sh.data,
-                       {.round = kShadowRound, .overflow = kShadowOverflow});
-      }
-      if (r == me) p.master = std::exchange(ti->storage, p.rounded);  // released as usual
+      const size_t she = p.shadow.element_size();
+      auto* dst = static_cast<std::byte*>(sh.data);
+      each_piece([&](size_t e0, size_t count, const std::byte* from) {
+        if (wd == p.shadow.dtype()) {
+          std::memcpy(dst + e0 * she, from, count * she);
+        } else {
+          convert_f32_to(p.shadow.dtype(),
+                         std::span<const float>(reinterpret_cast<const float*>(from), count),
+                         dst + e0 * she, {.round = kShadowRound, .overflow = kShadowOverflow});
+        }
+      });
       amp::weight_shadows().attach(p.t, p.shadow);  // current at the storage's version now
       continue;
     }
-    if (r == me) {
-      // The owner computes with the rounded values too (every rank the same); its master
-      // waits. The rounded copy's Storage is the same at every gather (see Param::rounded).
-      if (!p.rounded) {
-        p.rounded = std::make_shared<Storage>(p.t.nbytes(), p.t.device());
+    // The bytes come back into the same Storage (the views autograd saved in the forward, a
+    // Linear's detached weight, see them again), as FSDP resizes a parameter's storage. This
+    // rank's own rows too, from what it sent: with a 16-bit wire every rank computes with the
+    // same rounded values.
+    Storage& st = *p.t.impl()->storage;
+    alloc_bytes(st);
+    auto* dst = static_cast<std::byte*>(st.data);
+    const size_t pe = p.t.element_size();
+    each_piece([&](size_t e0, size_t count, const std::byte* from) {
+      if (convert) {
+        convert_to_f32(wd, from, std::span<float>(reinterpret_cast<float*>(dst) + e0, count));
       } else {
-        alloc_bytes(*p.rounded);
+        std::memcpy(dst + e0 * pe, from, count * pe);
       }
-      write(p.rounded->data);
-      p.rounded->version.store(ti->storage->version.load() + kRoundedVersion);
-      p.master = std::exchange(ti->storage, p.rounded);
-    } else {
-      // The bytes come back into the same Storage (the views autograd saved in the forward, a
-      // Linear's detached weight, see them again), as FSDP resizes a parameter's storage.
-      Storage& st = *ti->storage;
-      alloc_bytes(st);
-      write(st.data);
-      // New values after an optimizer step: a new version, so that no copy made from the old
-      // ones (an autocast cache entry) is reused; the same values again within a step keep it.
-      if (p.generation != generation_) st.version.fetch_add(1);
-    }
+    });
+    // New values (an optimizer step, or the stored values after rounded ones): a new version, so
+    // that no copy made from the old ones (an autocast cache entry) is reused; the same values
+    // again within a step keep it.
+    if (p.generation != generation_ || p.exact != exact) st.version.fetch_add(1);
     p.generation = generation_;
+    p.exact = exact;
     if (!same) p.shadow = Tensor();  // new values: autocast casts them afresh
     restore_shadow(p);
   }
@@ -395,8 +415,8 @@ void Zero3::submit(size_t unit) {
     total += pd.bytes[size_t(r)];
   }
   prefetch_buf_.resize(total);
-  // This rank's part packed now, on the training thread: the owners' values may be swapped for a
-  // rounded copy once the unit is gathered, which the other thread must not race with.
+  // This rank's part packed now, on the training thread: the optimizer writes the pieces, which
+  // the other thread must not race with.
   pack(u.params, /*exact=*/false, prefetch_buf_.data() + mine);
   bytes_sent_ += pd.bytes[size_t(dp_.rank())] * size_t(dp_.size() - 1);
   std::vector<GatherThread::Piece> pieces;
@@ -420,14 +440,7 @@ void Zero3::finish_pending(bool use, bool backward) {
   thread_->wait(pd.ticket);
   wait_ms_ += ms_since(t0);
   if (!use) return;
-  size_t at = 0;
-  for (int r = 0; r < dp_.size(); ++r) {
-    const size_t b = pd.bytes[size_t(r)];
-    if (b > 0) {
-      unpack(units_[pd.unit].params, /*exact=*/false, backward, r, prefetch_buf_.data() + at);
-    }
-    at += b;
-  }
+  unpack(units_[pd.unit].params, /*exact=*/false, backward, prefetch_buf_.data(), pd.bytes);
 }
 
 void Zero3::restore_shadow(Param& p) {
@@ -446,8 +459,6 @@ void Zero3::restore_shadow(Param& p) {
 
 void Zero3::release_param(Param& p) {
   TensorImpl* ti = p.t.impl();
-  const bool mine = p.owner == dp_.rank();
-  if (mine && !p.master) return;  // the owner's own values (fp32 wire): its shadow stays too
   // Autocast's 16-bit copy of the gathered values (a weight shadow, amp/weight_shadow.h):
   // autograd saved it for the unit's backward, so dropping the shadow alone would keep its bytes
   // until then (a block's GEMM weights at 2 bytes a value, for every block between its forward
@@ -461,21 +472,40 @@ void Zero3::release_param(Param& p) {
     free_bytes(*sh.impl()->storage);
   }
   amp::weight_shadows().drop(ti);
-  if (mine) {
-    ti->storage = std::move(p.master);
-    p.master.reset();
-    free_bytes(*p.rounded);  // the views autograd saved of it lose the bytes too
-    return;
-  }
   // The bytes freed in place: every view of the parameter (what autograd saved in the forward)
   // loses them too, as FSDP's storage.resize_(0); a use while freed reads a null pointer rather
   // than stale values. The Storage keeps its size, version and allocator for the next gather.
   free_bytes(*ti->storage);
 }
 
+void Zero3::take_pieces() {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor& piece = pieces_[k];
+    const Tensor& t = params_[k].t;
+    if (!piece.defined() || !t.impl()->storage->data) continue;
+    const RowPiece rp = row_piece(t.shape(), dp_.size(), dp_.rank());
+    const size_t es = t.element_size();
+    std::memcpy(piece.data_ptr(), static_cast<const std::byte*>(t.data_ptr()) + rp.elem0 * es,
+                piece.nbytes());
+    piece.bump_version();
+  }
+}
+
+std::vector<uint64_t> Zero3::piece_offsets() const {
+  std::vector<uint64_t> out;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (pieces_[k].defined())
+      out.push_back(uint64_t(row_piece(params_[k].t.shape(), dp_.size(), dp_.rank()).elem0));
+  }
+  return out;
+}
+
 void Zero3::release_all() {
+  // Whole parameters (gather_all's exact values, a resume's load, the start): this rank's rows
+  // are what its pieces hold from now on.
+  if (full_) take_pieces();
   // Every parameter (releasing a released one does nothing): a backward gather leaves a
-  // non-owner's own bytes empty and only its autocast copy filled.
+  // parameter's own bytes empty and only its autocast copy filled.
   for (Param& p : params_) release_param(p);
   for (Unit& u : units_) u.gathered = false;
   gathered_now_ = 0;
@@ -515,10 +545,10 @@ void Zero3::on_grad_ready(const Tensor& leaf) {
 
 uint64_t Zero3::expected_bytes_per_step() const {
   uint64_t total = 0;
-  for (const Param& p : params_) {
-    if (p.owner != dp_.rank()) continue;
-    const DType wd = wire_dtype(p);
-    const uint64_t b = uint64_t(p.t.numel()) * traits(wd).storage_bytes;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Param& p = params_[k];
+    const uint64_t b = uint64_t(pieces_[k].defined() ? pieces_[k].numel() : 0) *
+                       traits(wire_dtype(p)).storage_bytes;
     total += b * uint64_t(units_[p.unit].gathers_per_step) * uint64_t(dp_.size() - 1);
   }
   return total;

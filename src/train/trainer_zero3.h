@@ -1,41 +1,42 @@
 // ZeRO stage 3 (docs/distributed.md, "ZeRO stage 3: --zero 3"): the parameters are sharded
 // across the ranks too. Internal to the Trainer (trainer.cpp, trainer_step.cpp).
 //
-// Each trainable parameter has one owner (DataParallel::partition, whole parameters as in
-// stages 1 and 2). The owner keeps its values (the fp32 master, with its optimizer state); every
-// other rank frees the parameter's storage between uses. The model is cut into units, as FSDP's
-// auto-wrap policy cuts it: every child of a Sequential (a GPT's transformer blocks) is a unit,
-// every embedding and LM head outside them (modules of kind "embedding" and "head") is one (as
-// FSDP wraps the embeddings on their own), a head whose weight is an embedding's (GPT-2's tied
-// wte) joining that embedding's unit, and the root module holds the rest (the final norm). A
-// unit is gathered around each use: the tied wte for the embedding's forward, then for the
-// head's forward and again for the head's backward, freed in between (its gradient accumulates
-// both uses before its reduction); an embedding's backward reads only the ids and gathers
-// nothing.
+// Every trainable parameter is split along dim 0 into one piece per rank (DataParallel's
+// row_piece: torch.chunk's split, as FSDP2 shards each parameter). A rank keeps its pieces as
+// tensors of their own (pieces()): the Trainer's optimizer steps them (their fp32 masters, with
+// the optimizer state), and their gradients are this rank's rows of the reduced gradients
+// (DataParallel::shard_gradient_rows). The model's parameters themselves hold no bytes between
+// uses, on any rank. The model is cut into units, as FSDP's auto-wrap policy cuts it: every
+// child of a Sequential (a GPT's transformer blocks) is a unit, every embedding and LM head
+// outside them (modules of kind "embedding" and "head") is one (as FSDP wraps the embeddings on
+// their own), a head whose weight is an embedding's (GPT-2's tied wte) joining that
+// embedding's unit, and the root module holds the rest (the final norm). A unit is gathered
+// around each use: the tied wte for the embedding's forward, then for the head's forward and
+// again for the head's backward, freed in between (its gradient accumulates both uses before
+// its reduction); an embedding's backward reads only the ids and gathers nothing.
 //   - forward: a forward wrapper (nn::Module::set_forward_wrapper, chained to the recipe's)
-//     gathers the unit's parameters just before its forward (each owner broadcasts its
-//     parameters of the unit, packed; 16-bit on the wire with a bf16/fp16 wire, else in the
-//     storage dtype), and frees them after it. The root stays gathered from its forward to the
-//     end of its backward (FSDP keeps the root unsharded after forward, since its backward comes
-//     first);
+//     gathers the unit's parameters just before its forward (each rank broadcasts its pieces of
+//     the unit, packed; 16-bit on the wire with a bf16/fp16 wire, else in the storage dtype:
+//     an all-gather), and frees them after it. The root stays gathered from its forward to the
+//     end of its backward (FSDP keeps the root unsharded after forward, since its backward
+//     comes first);
 //   - backward: a backward pre-hook on the unit's output (autograd/backward_pre_hook.h) gathers
 //     them again before the unit's backward; the grad-ready hook (autograd/grad_ready_hook.h)
 //     frees them once backward has finished the gradients of all of them, or, for an embedding's
 //     or a head's unit, a backward pre-hook on the module's input once backward has passed
 //     through the module (a tied weight's gradient is finished only at the step's last node);
-//   - the gradients are reduced to their owners only (ZeRO 2, DataParallel::shard_gradients);
+//   - the gradients are reduce-scattered by rows (DataParallel::shard_gradient_rows);
 //   - prefetch (on by default, --zero3-prefetch): the broadcasts run on a thread of their own
 //     (zero3_prefetch.h), and each gather starts the next one's, the unit that followed it the
 //     last time (forward: the next block; backward: the previous one), so that its transfer
 //     overlaps this unit's compute (FSDP's forward_prefetch/backward_prefetch); the guesses
 //     are kept per use of a unit (the tied wte's three gathers each have their own). The same bytes
 //     arrive and are unpacked at the same moment as without it: the same results, bit for bit.
-// With a 16-bit wire every rank, the owner too, computes with the values rounded to the wire
-// format (FSDP's MixedPrecision(param_dtype=bf16)); the owner's fp32 master is put back before
-// the optimizer step. The gathered values live in the parameter's own dtype (fp32 buffers);
-// under autocast the unit's 16-bit weight copies (which autograd saves for its backward) are
-// freed with it and, before its backward, gathered alone (docs/distributed.md, "What is
-// gathered when").
+// With a 16-bit wire every rank computes with the values rounded to the wire format (FSDP's
+// MixedPrecision(param_dtype=bf16)), its own rows too: they are unpacked from what it sent. The
+// gathered values live in the parameter's own dtype (fp32 buffers); under autocast the unit's
+// 16-bit weight copies (which autograd saves for its backward) are freed with it and, before
+// its backward, gathered alone (docs/distributed.md, "What is gathered when").
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,38 +54,45 @@ namespace mixp::train {
 
 class Zero3 {
  public:
-  // `params`: the trainable parameters (in the Trainer's order) and `names` theirs; `owner` from
-  // DataParallel::partition. Installs the forward wrappers; the parameters stay whole until
-  // release_all (so that a checkpoint can still be loaded into them). `prefetch`: gathers on a
-  // thread of their own, the next unit's started before this one computes (collective: the
-  // group is duplicated; without MPI_THREAD_MULTIPLE the gathers stay blocking, prefetching()
-  // says which).
-  Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
-        std::vector<int> owner, dist::GradComm wire, bool prefetch = true);
+  // `params`: the trainable parameters (in the Trainer's order) with their names. Makes this
+  // rank's pieces (copies of its rows) and installs the forward wrappers; the parameters stay
+  // whole until release_all, which takes this rank's rows of them into its pieces again (so that
+  // a checkpoint can still be loaded into them). `prefetch`: gathers on a thread of their own,
+  // the next unit's started before this one computes (collective: the group is duplicated;
+  // without MPI_THREAD_MULTIPLE the gathers stay blocking, prefetching() says which).
+  Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params, dist::GradComm wire,
+        bool prefetch = true);
   ~Zero3();  // puts the modules' previous wrappers back
   Zero3(const Zero3&) = delete;
   Zero3& operator=(const Zero3&) = delete;
 
-  // Frees every parameter this rank does not own (puts the owners' masters back): before a step,
-  // and before the optimizer step. Local: no communication.
+  // This rank's rows of each parameter (row_piece), a leaf tensor of its own in the parameter's
+  // dtype; undefined where it holds none. The optimizer's parameters.
+  const std::vector<Tensor>& pieces() const { return pieces_; }
+  // Where each piece starts in its parameter's elements (row_piece's elem0).
+  std::vector<uint64_t> piece_offsets() const;
+
+  // Frees every parameter's bytes (after a gather_all, or at the start, this rank's rows are
+  // first copied into its pieces): before a step, and before the optimizer step. Local: no
+  // communication.
   void release_all();
   // Every parameter whole on every rank (collective): for a checkpoint, evaluation, the replicas'
   // check; the wrappers do nothing until release_all.
   void gather_all();
-  // The owners' parameters changed (the optimizer stepped): the next gather sends new values.
+  // The pieces changed (the optimizer stepped): the next gather sends new values.
   void parameters_updated() { ++generation_; }
   // Installs, for one backward, the grad-ready hook that frees each unit after its backward
   // (chained after the hook already installed on this thread: data parallelism's).
   std::unique_ptr<GradReadyHookScope> backward_scope();
-  // Parameter bytes this rank has sent since it was made (its owned parameters, to N-1 ranks, at
-  // each gather).
+  // Parameter bytes this rank has sent since it was made (its pieces, to N-1 ranks, at each
+  // gather).
   uint64_t bytes_sent() const { return bytes_sent_; }
   // Of them, the bytes sent through the data-parallel group itself (counted in its CommStats):
   // all of them without prefetch, only gather_all's with it.
   uint64_t group_bytes_sent() const { return group_bytes_sent_; }
   // Milliseconds the training thread spent in the gathers of units (packing, the transfer or
   // the wait for it, unpacking) and, of them, waiting for the prefetch thread.
-  // Of gather_ms, packing this rank's parameters and unpacking every owner's.
+  // Of gather_ms, packing this rank's pieces and unpacking every rank's.
   double gather_ms() const { return gather_ms_; }
   double wait_ms() const { return wait_ms_; }
   double pack_ms() const { return pack_ms_; }
@@ -95,8 +103,8 @@ class Zero3 {
   uint64_t gathers() const { return gathers_; }
   uint64_t prefetched() const { return prefetched_; }
   // The largest size of the units gathered at once since reset_gathered_peak (the whole units'
-  // parameters in their storage dtype, the owners' parts included; what reached a rank from
-  // the others is (N-1)/N of it): the tied embedding is not held across the blocks.
+  // parameters in their storage dtype, this rank's rows included): the tied embedding is not
+  // held across the blocks.
   uint64_t gathered_peak_bytes() const { return gathered_peak_; }
   void reset_gathered_peak() { gathered_peak_ = gathered_now_; }
   // Units (the root included) and, per step without accumulation or recomputation, how many
@@ -107,18 +115,13 @@ class Zero3 {
  private:
   struct Param {
     Tensor t;
-    int owner = 0;
     size_t unit = 0;
-    std::shared_ptr<Storage> master;  // the owner's fp32 values while a rounded copy is in use
-    // The owner's rounded copy (16-bit wire): one Storage for the run, its bytes freed in place
-    // between uses as a non-owner's parameter is, so that the views autograd saved of it in the
-    // forward do not keep it alive until the backward.
-    std::shared_ptr<Storage> rounded;
     // Autocast's 16-bit copy of the gathered values (the weight shadow the forward made and
     // autograd saved for the backward), its bytes freed in place between the unit's forward and
     // backward and made again from the re-gathered values; dropped when the values change.
     Tensor shadow;
     uint64_t generation = 0;  // generation_ at its last gather
+    bool exact = false;       // its last gather was gather_all's (the stored values, not rounded)
   };
   struct Unit {
     std::vector<size_t> params;
@@ -143,23 +146,27 @@ class Zero3 {
   Tensor forward(size_t use, nn::Module& self, const Tensor& x);
   void gather(size_t use, bool backward = false);
   void release(Unit& u);
-  // The parameters `which` from their owners: one broadcast per owner, its parameters packed.
+  // The parameters `which` from every rank's pieces: one broadcast per rank, its pieces packed.
   // exact: in the storage dtype, whatever the wire.
   // backward: the gather before a unit's backward, which needs only the autocast copies of the
-  // parameters that have one (see gather_params).
+  // parameters that have one (see unpack).
   void gather_params(std::span<const size_t> which, bool exact, bool backward = false);
-  // The bytes of each owner's parameters of `which` on the wire, by rank.
+  // The bytes of each rank's pieces of `which` on the wire, by rank.
   std::vector<size_t> owner_bytes(std::span<const size_t> which, bool exact) const;
-  // This rank's parameters of `which`, packed at the wire's format into `dst`.
+  // This rank's pieces of `which`, packed at the wire's format into `dst`.
   void pack(std::span<const size_t> which, bool exact, std::byte* dst);
-  // Rank r's parameters of `which` from `src` (what it packed) into the parameters.
-  void unpack(std::span<const size_t> which, bool exact, bool backward, int r,
-              const std::byte* src);
+  // Every rank's pieces of `which` from `wire` (rank r's packed part at wire + at[r], ranks in
+  // order, `bytes` from owner_bytes) into the parameters.
+  void unpack(std::span<const size_t> which, bool exact, bool backward, const std::byte* wire,
+              std::span<const size_t> bytes);
   // Prefetch: starts unit `unit`'s gather on the thread (packs this rank's part now).
   void submit(size_t unit);
   // Waits for the gather in flight; unpacks it when `use` (else drops it: a wrong guess).
   void finish_pending(bool use, bool backward);
   void release_param(Param& p);
+  // This rank's rows of the whole parameters into its pieces (after gather_all, a resume's
+  // load, or at the start).
+  void take_pieces();
   // After a gather: the autocast copy saved in this unit's forward, made again in place.
   void restore_shadow(Param& p);
   void on_grad_ready(const Tensor& leaf);
@@ -168,11 +175,12 @@ class Zero3 {
   DataParallel& dp_;
   dist::GradComm wire_;
   std::vector<Param> params_;
+  std::vector<Tensor> pieces_;  // per parameter: this rank's rows (undefined: none)
   std::vector<Unit> units_;
   std::vector<Use> uses_;
   std::unordered_map<const TensorImpl*, size_t> index_;  // parameter by its TensorImpl
   bool full_ = true;    // every parameter whole (gather_all, or not yet released)
-  uint64_t generation_ = 0;  // optimizer steps the owners took (parameters_updated)
+  uint64_t generation_ = 0;  // optimizer steps taken (parameters_updated)
   uint64_t bytes_sent_ = 0;
   uint64_t group_bytes_sent_ = 0;
   double gather_ms_ = 0, wait_ms_ = 0, pack_ms_ = 0, unpack_ms_ = 0;

@@ -158,13 +158,14 @@ TEST(ZeroThree, CheckpointsResumeBitIdentically) {
   EXPECT_EQ(one.exit_code, 0) << one.err;
 }
 
-// Bytes per step and rank, against the arithmetic: the partition (whole parameters, largest
-// first to the least-loaded rank: DataParallel::partition), the units (each block, each
-// embedding, the head; the root: the final norm), each block's and the head's parameters
-// gathered twice (forward, backward), the embeddings' once (their backward reads only the ids),
-// GPT-2's tied wte three times (the token embedding's forward, the head's forward and backward),
-// the root's once (kept from its forward to its backward); each owner sends its parameters to
-// N-1 ranks. The gradients go to their owners only (ZeRO 2): rank 0 sends what the others own.
+// Bytes per step and rank, against the arithmetic: the row shards (each parameter split along
+// dim 0 as torch.chunk splits it: ceil(rows / N) rows to each rank in order, DataParallel's
+// row_piece), the units (each block, each embedding, the head; the root: the final norm), each
+// block's and the head's parameters gathered twice (forward, backward), the embeddings' once
+// (their backward reads only the ids), GPT-2's tied wte three times (the token embedding's
+// forward, the head's forward and backward), the root's once (kept from its forward to its
+// backward); each rank sends its rows to N-1 ranks. The gradients are reduce-scattered by the
+// same rows: rank 0 sends the others' rows of every gradient.
 TEST(ZeroThree, BytesSentPerStepMatchTheArithmetic) {
   TempDir dir;
   const std::string gpt2 = "train --model gpt2 --width 64 --layers 2 --heads 2 --context 32 "
@@ -176,35 +177,20 @@ TEST(ZeroThree, BytesSentPerStepMatchTheArithmetic) {
                                        wire + " --save " + path(dir, name));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const SafeTensorsFile f = read_safetensors(dir / name / "model.safetensors");
-    std::vector<std::pair<std::string, int64_t>> params;
-    for (const SafeTensor& t : f.tensors) {
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      params.emplace_back(t.name, n);
-    }
-    std::vector<size_t> order(params.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return params[a].second > params[b].second; });
-    int64_t load[2] = {0, 0};
-    std::vector<int> owner(params.size());
-    for (size_t i : order) {
-      owner[i] = load[1] < load[0] ? 1 : 0;
-      load[owner[i]] += params[i].second;
-    }
     const double bytes = std::string(wire) == "fp32" ? 4 : 2;
     auto gathers = [&](const std::string& p) {
       if (p == "tok_emb.weight" && model == gpt2) return 3;  // the tied head's weight
       return p.rfind("blocks.", 0) == 0 || p.rfind("head.", 0) == 0 ? 2 : 1;
     };
     double param_bytes = 0, grad_bytes = 0, total = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      total += double(params[i].second);
-      if (owner[i] != 0) {
-        grad_bytes += bytes * double(params[i].second);
-        continue;
-      }
-      param_bytes += bytes * double(params[i].second) * gathers(params[i].first);
+    for (const SafeTensor& t : f.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+      const int64_t mine = std::min(rows, (rows + 1) / 2) * (n / rows);  // rank 0's rows
+      total += double(n);
+      param_bytes += bytes * double(mine) * gathers(t.name);
+      grad_bytes += bytes * double(n - mine);
     }
     const nlohmann::json j = r.json();
     EXPECT_EQ(total, j["parameters"].get<double>()) << name;

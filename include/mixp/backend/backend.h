@@ -104,6 +104,9 @@ struct ParamUpdate {
   Round write_back = Round::nearest_even;
   Overflow overflow = Overflow::ieee;
   uint64_t seed = 0;
+  // Where `values` starts in the elements of the stream `seed` draws (a ZeRO 3 shard's rows of a
+  // parameter, optim/optimizer.h set_write_back_streams): element e rounds with draw offset + e.
+  uint64_t offset = 0;
   int64_t step = 0;
 };
 

@@ -133,9 +133,12 @@ class Optimizer {
   uint64_t write_back_seed(size_t index, int64_t step) const;
   // Gives parameter i the write-back stream streams[i] instead of i. A ZeRO shard's optimizer
   // holds a subset of the model's parameters; given their indices in the whole list it rounds
-  // exactly as the unsharded optimizer does (train/trainer.cpp). Throws std::invalid_argument
-  // when the size is not params().size().
-  void set_write_back_streams(std::vector<uint64_t> streams);
+  // exactly as the unsharded optimizer does (train/trainer.cpp). `offsets` (empty: all 0): where
+  // parameter i starts in its stream's elements, for a ZeRO 3 shard that holds rows of a
+  // parameter (its element e draws the whole parameter's element offsets[i] + e); stochastic
+  // write-back with an offset is for CPU parameters. Throws std::invalid_argument when a size
+  // is not params().size().
+  void set_write_back_streams(std::vector<uint64_t> streams, std::vector<uint64_t> offsets = {});
 
  protected:
   // params: named leaves (floating, contiguous, distinct); unnamed ones are called "0", "1", ...
@@ -156,6 +159,7 @@ class Optimizer {
   std::vector<std::string> slot_names_;
   PrecisionOptions precision_;
   std::vector<uint64_t> streams_;  // empty: parameter i draws stream i
+  std::vector<uint64_t> offsets_;  // empty: every parameter starts at element 0 of its stream
   double lr_;
   int64_t steps_ = 0;
 };

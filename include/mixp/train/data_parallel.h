@@ -31,6 +31,16 @@
 
 namespace mixp::train {
 
+// ZeRO stage 3's shards (docs/distributed.md, "ZeRO stage 3"; FSDP2's per-parameter sharding):
+// rank `rank`'s rows of a parameter of `shape`, split along dim 0 as torch.chunk splits it,
+// ceil(rows / ranks) rows a rank, so the last ranks hold fewer or none. A 0-d parameter is one
+// row. elem0/numel: the same piece in elements of the contiguous parameter.
+struct RowPiece {
+  int64_t row0 = 0, rows = 0;
+  int64_t elem0 = 0, numel = 0;
+};
+RowPiece row_piece(const Shape& shape, int ranks, int rank);
+
 struct DataParallelOptions {
   dist::GradComm grad_comm = dist::GradComm::fp32;
   double bucket_mb = 25;  // MiB of fp32 gradient per bucket
@@ -58,6 +68,12 @@ class DataParallel {
   // The global L2 norm of sharded gradients, bit-identical to optim::grad_norm over all of
   // `params` unsharded: each rank contributes the terms of the parameters it owns.
   double sharded_grad_norm(std::span<const Tensor> params, const std::vector<int>& owner);
+  // The same for row shards (shard_gradient_rows): pieces[k] is this rank's rows of parameter k
+  // with their reduced gradient (undefined where it holds none). Each piece's sum of squares
+  // (fp64) is gathered from every rank and added parameter by parameter, rows in rank order:
+  // the same number on every rank, equal to the unsharded norm up to the order of the fp64
+  // additions.
+  double row_sharded_grad_norm(std::span<const Tensor> pieces);
 
   dist::ProcessGroup& group() const { return group_; }
   int rank() const { return group_.rank(); }
@@ -108,6 +124,12 @@ class DataParallel {
   // from partition()); the other ranks drop their copy of it as soon as its bucket is on the wire,
   // during backward when overlapping. The owners' gradients are the same, bit for bit.
   void shard_gradients(std::vector<int> owner);
+  // ZeRO stage 3: every parameter's gradient reduce-scattered by rows (row_piece): rank r gets
+  // the sum of its rows of each, written into pieces[k]'s gradient (pieces[k]: this rank's rows
+  // of parameter k, a tensor of its own; undefined where it holds none), and every rank drops
+  // the whole gradient as soon as its bucket is on the wire. The sums are the same, bit for bit,
+  // as the unsharded reduction's rows.
+  void shard_gradient_rows(std::vector<Tensor> pieces);
   // Each parameter from its owner to every rank, in its storage dtype (after the owners' step).
   void broadcast_from_owners(std::span<const Tensor> params, const std::vector<int>& owner);
   // `bytes` of rank `root` to every rank (any length).
@@ -123,8 +145,10 @@ class DataParallel {
   DataParallelOptions opts_;
   struct Bucket {
     std::vector<size_t> order;   // its parameters, last first (ZeRO 2: grouped by owner)
-    std::vector<size_t> counts;  // ZeRO 2: elements per owner rank
-    std::vector<int64_t> staged;  // per order entry: offset in work->flat, or -1 (in place)
+    std::vector<size_t> counts;  // ZeRO 2 and 3: elements per owner rank
+    // Per order entry: offset in work->flat, or -1 (in place). Row shards: of this rank's rows
+    // (-1: it holds none).
+    std::vector<int64_t> staged;
     size_t elems = 0;
     int waiting = 0;  // parameters whose gradient backward has not finished yet
     dist::PendingReduce reduce;
@@ -138,6 +162,7 @@ class DataParallel {
   void layout(std::span<const Tensor> params);
   void on_grad_ready(const Tensor& leaf);
   void start_next_bucket();
+  void start_rows(Bucket& b);
   void progress();
   void write_back(Bucket& b);
 
@@ -148,6 +173,8 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;                    // per parameter
   std::vector<int> grad_owner_;                      // ZeRO 2: per parameter (else empty)
+  std::vector<Tensor> row_pieces_;                   // ZeRO 3: this rank's rows, per parameter
+  bool rows_ = false;                                // ZeRO 3: shard_gradient_rows
   std::unordered_map<const void*, size_t> index_;   // TensorImpl* -> parameter index
   std::vector<uint8_t> completed_;                   // per parameter: times backward finished it
   size_t next_ = 0;                                  // the next bucket to start

@@ -240,14 +240,14 @@ void update_chunked(const ParamUpdate& u, const UpdateRule& r) {
                      {.round = state_round,
                       .overflow = Overflow::ieee,
                       .seed = Generator::splitmix64(seed + 0x9E3779B97F4A7C15ULL * (k + 1)),
-                      .offset = static_cast<uint64_t>(lo)});
+                      .offset = u.offset + static_cast<uint64_t>(lo)});
     }
     if (!narrow_param) {
       if (shadow) write_shadow(shadow, shadow_dtype, w, lo, len);
       return;
     }
     ConvertOptions pr = param_round;
-    pr.offset = static_cast<uint64_t>(lo);
+    pr.offset = u.offset + static_cast<uint64_t>(lo);
     if (!kahan) {
       convert_f32_to(pd, {w, ulen}, pbits + lo * pes, pr);
       return;
