@@ -38,6 +38,7 @@
 #include "mixp/backend/platform.h"
 #include "mixp/backend/quant_kernels.h"
 #include "mixp/format/cpu_features.h"
+#include "mixp/ops/deferred_weight_grad.h"
 #include "mixp/ops/matmul_precision.h"
 #include "mixp/ops/ops.h"
 

@@ -1,5 +1,5 @@
 // with_backward_pre_hook (autograd/backward_pre_hook.h): an identity node whose apply runs the
-// hook first.
+// hook first; with_grad_for: an identity node with a second edge, to w.
 #include "mixp/autograd/backward_pre_hook.h"
 
 #include <utility>
@@ -24,12 +24,22 @@ class BackwardPreHookNode final : public Node {
   std::function<void()> hook_;
 };
 
-}  // namespace
+class GradForNode final : public Node {
+ public:
+  explicit GradForNode(std::function<Tensor()> make) : make_(std::move(make)) {}
+  void apply(std::span<Tensor> grad_outputs, std::span<Tensor> grad_inputs) override {
+    grad_inputs[0] = std::move(grad_outputs[0]);  // unchanged: the same tensor
+    if (make_) grad_inputs[1] = make_();
+  }
+  void release() override { make_ = nullptr; }
+  std::string name() const override { return "GradFor"; }
 
-Tensor with_backward_pre_hook(const Tensor& y, std::function<void()> hook) {
-  if (!GradMode::is_enabled() || !y.defined() || !y.requires_grad()) return y;
-  auto node = std::make_shared<BackwardPreHookNode>(std::move(hook));
-  node->next_edges.push_back(gradient_edge(y));
+ private:
+  std::function<Tensor()> make_;
+};
+
+// An alias of y (its storage, shape, strides) whose gradient goes to `node`.
+Tensor alias_into(const Tensor& y, std::shared_ptr<Node> node) {
   node->outputs.push_back(OutputMeta{y.shape(), y.dtype(), y.device()});
   const TensorImpl& src = *y.impl();
   auto alias = std::make_shared<TensorImpl>();
@@ -43,6 +53,23 @@ Tensor with_backward_pre_hook(const Tensor& y, std::function<void()> hook) {
   alias->output_nr = 0;
   alias->grad_fn = std::move(node);
   return Tensor(std::move(alias));
+}
+
+}  // namespace
+
+Tensor with_grad_for(const Tensor& y, const Tensor& w, std::function<Tensor()> make) {
+  if (!GradMode::is_enabled() || !y.defined() || !y.requires_grad()) return y;
+  auto node = std::make_shared<GradForNode>(std::move(make));
+  node->next_edges.push_back(gradient_edge(y));
+  node->next_edges.push_back(gradient_edge(w));
+  return alias_into(y, std::move(node));
+}
+
+Tensor with_backward_pre_hook(const Tensor& y, std::function<void()> hook) {
+  if (!GradMode::is_enabled() || !y.defined() || !y.requires_grad()) return y;
+  auto node = std::make_shared<BackwardPreHookNode>(std::move(hook));
+  node->next_edges.push_back(gradient_edge(y));
+  return alias_into(y, std::move(node));
 }
 
 }  // namespace mixp

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "backend/narrow.h"
+#include "mixp/ops/deferred_weight_grad.h"
 #include "mixp/ops/matmul_precision.h"
 #include "ops/dispatch.h"
 
@@ -209,8 +210,12 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
     Tensor keep_y = act == Activation::relu ? y2.detach() : Tensor();
     const Shape x_shape = x.shape();
     const bool dw32 = weight_grad_in_fp32(w);
+    // A deferred weight gradient (ops/deferred_weight_grad.h): w0 is the caller's weight (a
+    // module's parameter), before the cast policy.
+    std::shared_ptr<DeferredWeightGrad> defer =
+        w.requires_grad() ? deferred_weight_grad_for(w0) : nullptr;
     record(OpId::linear, c, {&x, &w, &b}, {&out},
-           [keep_x, keep_w, keep_y, x_shape, plan, dw32](BackwardContext& ctx) mutable {
+           [keep_x, keep_w, keep_y, x_shape, plan, dw32, defer](BackwardContext& ctx) mutable {
              Tensor g2 = rows_of(raw_contiguous(ctx.grad()));
              if (keep_y.defined()) {
                Tensor gz = new_tensor(g2.shape(), g2.dtype(), g2.device());
@@ -237,8 +242,15 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0, Activation a
                keep_w = Tensor();
              }
              if (ctx.needs(1)) {
-               ctx.grad_inputs[1] = gemm(raw_t(g2), keep_x, Tensor(), plan, Activation::none,
-                                         dw32 ? std::optional<DType>(DType::fp32) : std::nullopt);
+               auto dw = [g2, keep_x, plan, dw32] {
+                 return gemm(raw_t(g2), keep_x, Tensor(), plan, Activation::none,
+                             dw32 ? std::optional<DType>(DType::fp32) : std::nullopt);
+               };
+               if (defer) {
+                 defer->stash(std::move(dw));  // w gets no gradient from this node now
+               } else {
+                 ctx.grad_inputs[1] = dw();
+               }
              }
              if (ctx.last_use()) keep_x = Tensor();
              if (ctx.needs(0) && !dx_first) dx();

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "mixp/amp/weight_shadow.h"
 #include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
+#include "mixp/autograd/node.h"
 #include "mixp/format/convert.h"
 #include "mixp/tensor/allocator.h"
 #include "mixp/train/train_config.h"
@@ -158,6 +160,16 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
     u.params.push_back(i);
     u.bytes += uint64_t(p.t.nbytes());
   }
+  // A tied head: a unit of one parameter used by an embedding and by a head that reads it in
+  // backward (GPT-2's wte). Its weight gradient is deferred to the embedding's backward.
+  for (size_t e = 1; e < uses_.size(); ++e) {
+    if (uses_[e].backward_reads || units_[uses_[e].unit].params.size() != 1) continue;
+    for (size_t h = 1; h < uses_.size(); ++h) {
+      if (h == e || uses_[h].unit != uses_[e].unit || !uses_[h].backward_reads) continue;
+      uses_[e].delivers_head_grad = true;
+      uses_[h].defers_weight_grad = true;
+    }
+  }
   units_[0].gathers_per_step = 1;  // kept from its forward to the end of its backward
   for (size_t k = 1; k < uses_.size(); ++k) {
     units_[uses_[k].unit].gathers_per_step += uses_[k].backward_reads ? 2 : 1;
@@ -212,10 +224,34 @@ Tensor Zero3::forward(size_t k, nn::Module& self, const Tensor& x) {
     const size_t unit = use.unit;
     in = with_backward_pre_hook(x, [this, unit] { release(units_[unit]); });
   }
-  Tensor y = run(in);
+  Tensor y;
+  {
+    // The tied head: its linear stashes its weight gradient in the deferral the embedding's
+    // forward made (ops/deferred_weight_grad.h).
+    std::optional<DeferWeightGradScope> defer;
+    if (use.defers_weight_grad && GradMode::is_enabled()) {
+      if (auto it = deferred_.find(use.unit); it != deferred_.end() && it->second)
+        defer.emplace(params_[u.params[0]].t, std::move(it->second));
+    }
+    y = run(in);
+  }
   const bool backward = GradMode::is_enabled() && y.defined() && y.requires_grad();
   if (u.root && backward) return y;  // kept until its backward has finished (on_grad_ready)
   release(u);
+  if (use.delivers_head_grad && backward) {
+    // When backward reaches the token embedding's output, the head's weight gradient is computed
+    // and given to the tied weight, before the embedding adds its rows (autograd/
+    // backward_pre_hook.h with_grad_for): the order the head's own backward would have given.
+    auto d = std::make_shared<DeferredWeightGrad>();
+    deferred_[use.unit] = d;
+    const Tensor w = params_[u.params[0]].t;
+    y = with_grad_for(y, w, [d, w] {
+      Tensor g = d->compute();
+      const DType gd = grad_dtype_for(w.dtype());
+      if (g.defined() && g.dtype() != gd) g = g.to(gd);  // as the weight's cast node widens it
+      return g;
+    });
+  }
   if (!backward || !use.backward_reads) return y;
   if (thread_ && !pending_.active) {
     // The use's own backward gather comes next (the last block's: the head computes in between;

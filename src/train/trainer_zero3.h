@@ -25,6 +25,11 @@
 //     frees them once backward has finished the gradients of all of them, or, for an embedding's
 //     or a head's unit, a backward pre-hook on the module's input once backward has passed
 //     through the module (a tied weight's gradient is finished only at the step's last node);
+//   - a tied head's weight gradient (GPT-2's wte) is computed when backward reaches the token
+//     embedding rather than at the head's backward (ops/deferred_weight_grad.h), so that the
+//     whole [vocab, C] fp32 gradient does not live at the head's backward, where the step's
+//     memory peaks; the same GEMM, and it reaches the weight's gradient before the embedding's
+//     rows are added, as without ZeRO: the same values, bit for bit;
 //   - the gradients are reduce-scattered by rows (DataParallel::shard_gradient_rows);
 //   - prefetch (on by default, --zero3-prefetch): the broadcasts run on a thread of their own
 //     (zero3_prefetch.h), and each gather starts the next one's, the unit that followed it the
@@ -47,6 +52,7 @@
 #include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/dist/grad_reduce.h"
 #include "mixp/nn/module.h"
+#include "mixp/ops/deferred_weight_grad.h"
 #include "mixp/train/data_parallel.h"
 #include "zero3_prefetch.h"
 
@@ -142,6 +148,11 @@ class Zero3 {
     // Freed when backward has passed through the module (a pre-hook on its input), not when its
     // unit's gradients are all finished: an embedding's or head's unit.
     bool release_after_backward = false;
+    // A tied head's weight gradient deferred (ops/deferred_weight_grad.h) to the moment backward
+    // reaches the token embedding: set on the embedding's use (which delivers it, with_grad_for)
+    // and on the head's (whose linear stashes it).
+    bool delivers_head_grad = false;
+    bool defers_weight_grad = false;
   };
   Tensor forward(size_t use, nn::Module& self, const Tensor& x);
   void gather(size_t use, bool backward = false);
@@ -200,6 +211,9 @@ class Zero3 {
     std::vector<size_t> bytes;  // by owner
   } pending_;
   std::unordered_map<size_t, size_t> next_;
+  // Per unit: the tied head's deferred weight gradient of the forward in progress, made at the
+  // token embedding's forward and filled by the head's.
+  std::unordered_map<size_t, std::shared_ptr<DeferredWeightGrad>> deferred_;
   size_t last_key_ = SIZE_MAX;  // the previous gather since release_all
 };
 

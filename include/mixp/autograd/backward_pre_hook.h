@@ -18,4 +18,13 @@ namespace mixp {
 
 Tensor with_backward_pre_hook(const Tensor& y, std::function<void()> hook);
 
+// An alias of y whose backward passes y's gradient on unchanged and gives `w` (a tensor that
+// requires grad) the tensor `make` returns at that moment (nothing when it returns an undefined
+// tensor; otherwise w's shape, in its gradient's dtype). It reaches w before any node that
+// computed y runs, so before whatever those add to w's gradient. ZeRO stage 3 delivers GPT-2's
+// tied head weight gradient this way, computed when backward reaches the token embedding
+// (ops/deferred_weight_grad.h, train/trainer_zero3.h). Outside grad mode, or for a y that does
+// not require grad, y is returned.
+Tensor with_grad_for(const Tensor& y, const Tensor& w, std::function<Tensor()> make);
+
 }  // namespace mixp
