@@ -233,6 +233,15 @@ namespace {
 bool is_autocast_enabled() {
   return tls().cur.enabled;
 }
+
+bool autocast_reads_shadow(OpId op, const Tensor& w) {
+  // cast_lower's path to from_shadow, condition by condition.
+  const ThreadState& s = tls();
+  return s.cur.enabled && cast_policy(op, s.cur.dtype) == CastPolicy::lower_precision &&
+         eligible(w) && w.dtype() == DType::fp32 && s.cur.dtype != DType::fp32 &&
+         s.cur.cache_enabled && s.nesting > 0 && w.is_leaf() && w.requires_grad() &&
+         weight_shadows_enabled() && s.cur.weight_shadows;
+}
 DType autocast_dtype() {
   return tls().cur.dtype;
 }

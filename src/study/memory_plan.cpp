@@ -36,15 +36,19 @@ int64_t bytes_of(DType d) {
 // the root unit (the final norm: whole from its forward to the end of its backward) and either
 // the head's unit (GPT-2's tied wte) or the last block, each as gathered for its backward: the
 // autocast copies of its GEMM weights only (which its backward reads, `cast_bytes` a value),
-// its other parameters' values; without casts, all its values. Besides, the head weight's
-// gradient is whole on every rank from the head's backward to its reduction (the tied wte's at
-// the end of backward: the token embedding's backward adds to it), `grad_bytes` a value. The
+// its other parameters' values; without casts, all its values. Besides, an untied head weight's
+// gradient is whole on every rank from the head's backward to its reduction, `grad_bytes` a
+// value; a tied one's (GPT-2's wte) is computed at the end of backward (Zero3Units::tied). The
 // prefetch (src/train/zero3_prefetch.h) adds no row: the next unit's bytes wait in a wire
 // buffer outside the tensor allocator (as the blocking gather's staging buffer did) and reach
 // the parameters at the moment the blocking gather would have put them there.
 struct Zero3Units {
   int64_t root = 0, head = 0, block = 0;  // parameter values
   int64_t head_gemm = 0, block_gemm = 0;  // GEMM weight values (autocast's casts)
+  // A head tied to the token embedding (GPT-2's): its weight gradient is computed when backward
+  // reaches the embedding (ops/deferred_weight_grad.h), after the activations are gone, so it
+  // is not whole at the head's backward.
+  bool tied = false;
 };
 
 int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t param_bytes, int64_t cast_bytes,
@@ -55,7 +59,7 @@ int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t param_bytes, int64_t c
   };
   return u.root * param_bytes +
          std::max(in_backward(u.head, u.head_gemm), in_backward(u.block, u.block_gemm)) +
-         u.head_gemm * grad_bytes;
+         (u.tied ? 0 : u.head_gemm * grad_bytes);
 }
 
 // The fraction of the sharded rows the most-loaded rank holds. In stages 1 and 2 the ranks own
@@ -333,6 +337,7 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     u.block_gemm = 4 * g.width * g.width + 2 * g.width * g.mlp_width;
     u.head = u.head_gemm = gemm_params - g.layers * u.block_gemm;  // the head's matrix
     u.root = 2 * g.width;  // the final LayerNorm: the embeddings and head are units of their own
+    u.tied = g.tied_head;
     const int64_t cast = p.cast_copy_bytes > 0 ? bytes_of(sp.compute) : 0;
     p.param_bytes += zero3_gathered_bytes(u, bytes_of(d.params), cast,
                                           grad_bytes_per_value(d, sp));
@@ -458,6 +463,7 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
     const bool untied = shape.family == ShapeFamily::llama && !shape.tied_head;
     const int64_t positions = shape.family == ShapeFamily::gpt2 ? shape.context * shape.width : 0;
     u.root = p.parameters - shape.layers * u.block - (untied ? 2 : 1) * u.head - positions;
+    u.tied = !untied;
     const int64_t cast = mf.casts_per_use || mf.block_cast_bits > 0 ? 0 : mf.cast_bytes;
     p.param_bytes += zero3_gathered_bytes(u, am.param_bytes / p.parameters, cast,
                                           am.grad_bytes / p.parameters);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mixp/amp/autocast.h"
 #include "mixp/amp/weight_shadow.h"
 #include "mixp/autograd/backward_pre_hook.h"
 #include "mixp/autograd/grad_mode.h"
@@ -170,6 +171,14 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
       uses_[h].defers_weight_grad = true;
     }
   }
+  for (size_t h = 1; h < uses_.size(); ++h) {
+    auto* lin = dynamic_cast<nn::Linear*>(uses_[h].module);
+    const Unit& u = units_[uses_[h].unit];
+    if (lin && uses_[h].module->kind() == "head" && u.params.size() == 1 &&
+        params_[u.params[0]].t.impl() == lin->weight().impl()) {
+      uses_[h].linear_head = lin;
+    }
+  }
   units_[0].gathers_per_step = 1;  // kept from its forward to the end of its backward
   for (size_t k = 1; k < uses_.size(); ++k) {
     units_[uses_[k].unit].gathers_per_step += uses_[k].backward_reads ? 2 : 1;
@@ -262,11 +271,27 @@ Tensor Zero3::forward(size_t k, nn::Module& self, const Tensor& x) {
   return with_backward_pre_hook(y, [this, k] { gather(k, /*backward=*/true); });
 }
 
+bool Zero3::forward_copy_only(size_t k) const {
+  const Use& use = uses_[k];
+  if (!use.linear_head || use.linear_head->forward_impl() || use.linear_head->has_branch())
+    return false;
+  const Param& p = params_[units_[use.unit].params[0]];
+  // The copy is made from the wire's values: fp32 ones, or 16-bit ones of its own dtype.
+  const DType wd = wire_dtype(p);
+  if (wd != DType::fp32 && wd != amp::autocast_dtype()) return false;
+  return amp::autocast_reads_shadow(OpId::linear, p.t);
+}
+
 void Zero3::gather(size_t k, bool backward) {
   const size_t unit = uses_[k].unit;
   Unit& u = units_[unit];
   if (u.gathered || full_) return;
   const auto t0 = std::chrono::steady_clock::now();
+  copy_only_ = !backward && forward_copy_only(k);
+  struct Reset {
+    bool& b;
+    ~Reset() { b = false; }
+  } reset{copy_only_};
   if (!thread_) {
     gather_params(u.params, /*exact=*/false, backward);
   } else {
@@ -413,6 +438,34 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
         }
       });
       amp::weight_shadows().attach(p.t, p.shadow);  // current at the storage's version now
+      continue;
+    }
+    if (copy_only_ && !exact && !backward) {
+      // A head's forward that reads only the weight's autocast copy (forward_copy_only): the
+      // copy is made straight from the wire, as autocast would make it from the gathered
+      // values (the same bits), and attached as the weight's shadow, which autocast then uses;
+      // the fp32 values stay unallocated.
+      const DType sd = amp::autocast_dtype();
+      Tensor sh = p.shadow.defined() && p.shadow.dtype() == sd
+                      ? p.shadow
+                      : Tensor::empty(p.t.shape(), TensorOptions{.dtype = sd, .device = p.t.device()});
+      Storage& shs = *sh.impl()->storage;
+      alloc_bytes(shs);
+      const size_t she = sh.element_size();
+      auto* dst = static_cast<std::byte*>(shs.data);
+      each_piece([&](size_t e0, size_t count, const std::byte* from) {
+        if (wd == sd) {
+          std::memcpy(dst + e0 * she, from, count * she);
+        } else {
+          convert_f32_to(sd, std::span<const float>(reinterpret_cast<const float*>(from), count),
+                         dst + e0 * she, {.round = kShadowRound, .overflow = kShadowOverflow});
+        }
+      });
+      if (p.generation != generation_ || p.exact) p.t.impl()->storage->version.fetch_add(1);
+      p.generation = generation_;
+      p.exact = false;
+      p.shadow = sh;
+      amp::weight_shadows().attach(p.t, sh);
       continue;
     }
     // The bytes come back into the same Storage (the views autograd saved in the forward, a

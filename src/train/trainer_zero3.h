@@ -51,6 +51,7 @@
 
 #include "mixp/autograd/grad_ready_hook.h"
 #include "mixp/dist/grad_reduce.h"
+#include "mixp/nn/linear.h"
 #include "mixp/nn/module.h"
 #include "mixp/ops/deferred_weight_grad.h"
 #include "mixp/train/data_parallel.h"
@@ -153,9 +154,17 @@ class Zero3 {
     // and on the head's (whose linear stashes it).
     bool delivers_head_grad = false;
     bool defers_weight_grad = false;
+    // A head that is a plain Linear of one weight (no forward implementation, no branch): under
+    // autocast with weight shadows its forward reads only the weight's 16-bit copy, so only that
+    // is gathered for it (forward_copy_only).
+    nn::Linear* linear_head = nullptr;
   };
   Tensor forward(size_t use, nn::Module& self, const Tensor& x);
   void gather(size_t use, bool backward = false);
+  // Whether use `k`'s forward gather fills only its weight's autocast copy (Use::linear_head,
+  // amp::autocast_reads_shadow): the [vocab, C] fp32 values of GPT-2's tied head are then never
+  // whole at the head's forward, where they would sit beside its copy and the logits.
+  bool forward_copy_only(size_t k) const;
   void release(Unit& u);
   // The parameters `which` from every rank's pieces: one broadcast per rank, its pieces packed.
   // exact: in the storage dtype, whatever the wire.
@@ -192,6 +201,7 @@ class Zero3 {
   std::unordered_map<const TensorImpl*, size_t> index_;  // parameter by its TensorImpl
   bool full_ = true;    // every parameter whole (gather_all, or not yet released)
   uint64_t generation_ = 0;  // optimizer steps taken (parameters_updated)
+  bool copy_only_ = false;   // the gather in progress is a forward_copy_only one
   uint64_t bytes_sent_ = 0;
   uint64_t group_bytes_sent_ = 0;
   double gather_ms_ = 0, wait_ms_ = 0, pack_ms_ = 0, unpack_ms_ = 0;

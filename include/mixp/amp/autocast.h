@@ -105,6 +105,12 @@ bool is_autocast_cache_enabled();
 AutocastOptions autocast_options();
 // Guards alive on this thread (enabled or not); the cache lives while this is > 0.
 int autocast_nesting();
+// Whether autocast, as it stands on this thread now, would give op `op` the weight `w` (an fp32
+// leaf that requires grad) as its 16-bit copy without reading w's values: the op's policy lowers
+// it to autocast_dtype(), through the region's cache and w's weight shadow
+// (amp/weight_shadow.h), which a caller that attaches a current shadow of that dtype first
+// provides. ZeRO 3 then gathers only that copy for a head's forward (train/trainer_zero3.cpp).
+bool autocast_reads_shadow(OpId op, const Tensor& w);
 
 // Cast-cache counters of this thread since the last reset: a hit reuses the region's copy, a
 // miss makes one, by converting or (shadow_hits, counted among the misses too) from the weight's
