@@ -25,6 +25,8 @@
 //     frees them once backward has finished the gradients of all of them, or, for an embedding's
 //     or a head's unit, a backward pre-hook on the module's input once backward has passed
 //     through the module (a tied weight's gradient is finished only at the step's last node);
+//   - a plain Linear head's forward gathers only the weight's 16-bit copy when autocast would
+//     read nothing else (forward_copy_only, amp::autocast_reads_shadow);
 //   - a tied head's weight gradient (GPT-2's wte) is computed when backward reaches the token
 //     embedding rather than at the head's backward (ops/deferred_weight_grad.h), so that the
 //     whole [vocab, C] fp32 gradient does not live at the head's backward, where the step's
