@@ -51,11 +51,14 @@ struct Zero3Units {
   bool tied = false;
 };
 
+// `per_use_cast_bytes`: autocast casts the GEMM weights at each use, with no weight shadows
+// (--checkpointing): a unit's gather holds its values, and the GEMMs save their 16-bit copies
+// beside them.
 int64_t zero3_gathered_bytes(const Zero3Units& u, int64_t param_bytes, int64_t cast_bytes,
-                             int64_t grad_bytes) {
+                             int64_t grad_bytes, int64_t per_use_cast_bytes) {
   auto in_backward = [&](int64_t values, int64_t gemm) {
     return cast_bytes > 0 ? gemm * cast_bytes + (values - gemm) * param_bytes
-                          : values * param_bytes;
+                          : values * param_bytes + gemm * per_use_cast_bytes;
   };
   return u.root * param_bytes +
          std::max(in_backward(u.head, u.head_gemm), in_backward(u.block, u.block_gemm)) +
@@ -339,8 +342,10 @@ MemoryPlan plan_memory(const train::TrainConfig& config, const PlanOptions& opt)
     u.root = 2 * g.width;  // the final LayerNorm: the embeddings and head are units of their own
     u.tied = g.tied_head;
     const int64_t cast = p.cast_copy_bytes > 0 ? bytes_of(sp.compute) : 0;
+    const int64_t per_use =
+        sp.casts_weights && casts_per_use(d, sp, c.model.checkpointing) ? bytes_of(sp.compute) : 0;
     p.param_bytes += zero3_gathered_bytes(u, bytes_of(d.params), cast,
-                                          grad_bytes_per_value(d, sp));
+                                          grad_bytes_per_value(d, sp), per_use);
   }
   p.grad_bytes = shard(p.grad_bytes, 2);
   p.master_bytes = shard(p.master_bytes, 1);
@@ -465,8 +470,9 @@ MemoryPlan plan_shape(const ModelShape& shape, const ShapeRun& run, const PlanOp
     u.root = p.parameters - shape.layers * u.block - (untied ? 2 : 1) * u.head - positions;
     u.tied = !untied;
     const int64_t cast = mf.casts_per_use || mf.block_cast_bits > 0 ? 0 : mf.cast_bytes;
+    const int64_t per_use = mf.casts_per_use && mf.block_cast_bits == 0 ? mf.cast_bytes : 0;
     p.param_bytes += zero3_gathered_bytes(u, am.param_bytes / p.parameters, cast,
-                                          am.grad_bytes / p.parameters);
+                                          am.grad_bytes / p.parameters, per_use);
   }
   p.grad_bytes = shard(am.grad_bytes, 2);
   p.master_bytes = shard(am.master_bytes, 1);
