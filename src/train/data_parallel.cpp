@@ -66,6 +66,19 @@ void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
   }
 }
 
+// The fp32 sum at `sum` (t's numel values) into t's gradient, rounded to its dtype (nearest
+// even); a missing or strided gradient is first replaced by a contiguous one of `dtype`.
+Tensor write_sum(const Tensor& t, DType dtype, const float* sum) {
+  Tensor g = t.grad();
+  if (!g.defined() || !g.is_contiguous()) {
+    g = Tensor::empty(t.shape(), TensorOptions{.dtype = dtype});
+    const_cast<Tensor&>(t).set_grad(g);
+  }
+  convert_f32_to(g.dtype(), std::span<const float>(sum, size_t(t.numel())), g.data_ptr(),
+                 kNearest);
+  return g;
+}
+
 }  // namespace
 
 DataParallel::DataParallel(dist::ProcessGroup& group, const DataParallelOptions& o)
@@ -451,17 +464,9 @@ void DataParallel::write_back(Bucket& b) {
     for (size_t i = 0; i < b.order.size(); ++i) {
       const Tensor& piece = row_pieces_[b.order[i]];
       if (b.staged[i] < 0 || !piece.defined()) continue;
-      Tensor g = piece.grad();
-      if (!g.defined() || !g.is_contiguous()) {
-        // The dtype autograd gives the whole parameter's gradient (fp32 for bf16 leaves,
-        // autograd/node.h), so that the optimizer reads what it reads without ZeRO.
-        g = Tensor::empty(piece.shape(), TensorOptions{.dtype = grad_dtype_for(piece.dtype())});
-        const_cast<Tensor&>(piece).set_grad(g);
-      }
-      convert_f32_to(g.dtype(),
-                     std::span<const float>(flat.data() + b.staged[i], size_t(piece.numel())),
-                     g.data_ptr(), kNearest);
-      g.bump_version();
+      // A new gradient gets the dtype autograd gives the whole parameter's (fp32 for bf16
+      // leaves, autograd/node.h), so that the optimizer reads what it reads without ZeRO.
+      write_sum(piece, grad_dtype_for(piece.dtype()), flat.data() + b.staged[i]).bump_version();
     }
     free_.push_back(b.work);
     b.work = nullptr;
@@ -473,17 +478,8 @@ void DataParallel::write_back(Bucket& b) {
     // ZeRO 2: summed by its owner.
     if (!grad_owner_.empty() && grad_owner_[k] != rank()) continue;
     Tensor g = p.grad();
-    if (b.staged[i] >= 0) {
-      if (!g.defined() || !g.is_contiguous()) {
-        Tensor fresh = Tensor::empty(
-            p.shape(), TensorOptions{.dtype = g.defined() ? g.dtype() : p.dtype()});
-        const_cast<Tensor&>(p).set_grad(fresh);
-        g = fresh;
-      }
-      convert_f32_to(g.dtype(),
-                     std::span<const float>(flat.data() + b.staged[i], size_t(p.numel())),
-                     g.data_ptr(), kNearest);
-    }
+    if (b.staged[i] >= 0)
+      g = write_sum(p, g.defined() ? g.dtype() : p.dtype(), flat.data() + b.staged[i]);
     g.bump_version();
   }
   free_.push_back(b.work);
