@@ -372,6 +372,8 @@ std::string result_to_json(const TrainResult& r, int indent) {
       j["zero3_prefetch"] = r.zero3_prefetch;
       j["param_gathers_last_step"] = r.param_gathers_last_step;
       j["param_gathers_prefetched_last_step"] = r.param_gathers_prefetched_last_step;
+      j["param_gathers_copy_only_last_step"] = r.param_gathers_copy_only_last_step;
+      j["head_grads_deferred_last_step"] = r.head_grads_deferred_last_step;
       j["param_gathered_peak_bytes_last_step"] = r.param_gathered_peak_bytes_last_step;
     }
     j["comm_ms_per_step"] = r.comm_ms_per_step;

@@ -350,6 +350,8 @@ TrainResult Trainer::fit() {
       r.zero3_prefetch = s.zero3->prefetching();
       r.param_gathers_last_step = int64_t(s.gathers_last);
       r.param_gathers_prefetched_last_step = int64_t(s.prefetched_last);
+      r.param_gathers_copy_only_last_step = int64_t(s.copy_only_last);
+      r.head_grads_deferred_last_step = int64_t(s.deferred_last);
       r.param_gathered_peak_bytes_last_step = int64_t(s.gathered_peak_last);
     }
   }

@@ -134,6 +134,7 @@ struct Trainer::Impl {
   // ZeRO 3: time in the parameter gathers per step: all, waiting, packing, unpacking
   std::vector<std::array<double, 4>> gather_ms;
   uint64_t gathers_last = 0, prefetched_last = 0;  // ZeRO 3: in the last step
+  uint64_t copy_only_last = 0, deferred_last = 0;    // ZeRO 3: in the last step
   uint64_t gathered_peak_last = 0;  // ZeRO 3: Zero3::gathered_peak_bytes() of the last step
   uint64_t comm_bytes_total = 0;   // gradient bytes sent by this rank in this run
   uint64_t comm_param_bytes_total = 0;  // ZeRO 3: parameter bytes sent by this rank in this run
@@ -179,6 +180,7 @@ struct Trainer::Impl {
     // ZeRO 3: Zero3::gather_ms(), wait_ms(), pack_ms(), unpack_ms() at the step's start
     std::array<double, 4> gather0{};
     uint64_t gathers0 = 0, prefetched0 = 0;  // Zero3::gathers(), prefetched()
+    uint64_t copy_only0 = 0, deferred0 = 0;  // Zero3::copy_only_gathers(), deferred_grads()
   };
   StepState begin_step();                        // clear gradients, buffers, window
   Tensor forward_loss(const Batch& b);           // one micro-batch's loss

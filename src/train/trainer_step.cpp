@@ -89,6 +89,8 @@ Trainer::Impl::StepState Trainer::Impl::begin_step() {
     st.gather0 = {zero3->gather_ms(), zero3->wait_ms(), zero3->pack_ms(), zero3->unpack_ms()};
     st.gathers0 = zero3->gathers();
     st.prefetched0 = zero3->prefetched();
+    st.copy_only0 = zero3->copy_only_gathers();
+    st.deferred0 = zero3->deferred_grads();
     zero3->reset_gathered_peak();
   }
   // DDP's broadcast_buffers: rank 0's BatchNorm statistics, observers and FP8 scaling state.
@@ -273,6 +275,8 @@ StepInfo Trainer::Impl::end_step(const StepState& st) {
                          zero3->pack_ms() - st.gather0[2], zero3->unpack_ms() - st.gather0[3]});
     gathers_last = zero3->gathers() - st.gathers0;
     prefetched_last = zero3->prefetched() - st.prefetched0;
+    copy_only_last = zero3->copy_only_gathers() - st.copy_only0;
+    deferred_last = zero3->deferred_grads() - st.deferred0;
     gathered_peak_last = zero3->gathered_peak_bytes();
   }
 

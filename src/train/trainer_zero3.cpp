@@ -254,8 +254,9 @@ Tensor Zero3::forward(size_t k, nn::Module& self, const Tensor& x) {
     auto d = std::make_shared<DeferredWeightGrad>();
     deferred_[use.unit] = d;
     const Tensor w = params_[u.params[0]].t;
-    y = with_grad_for(y, w, [d, w] {
+    y = with_grad_for(y, w, [d, w, count = deferred_grads_] {
       Tensor g = d->compute();
+      if (g.defined()) ++*count;
       const DType gd = grad_dtype_for(w.dtype());
       if (g.defined() && g.dtype() != gd) g = g.to(gd);  // as the weight's cast node widens it
       return g;
@@ -288,6 +289,7 @@ void Zero3::gather(size_t k, bool backward) {
   if (u.gathered || full_) return;
   const auto t0 = std::chrono::steady_clock::now();
   copy_only_ = !backward && forward_copy_only(k);
+  if (copy_only_) ++copy_only_gathers_;
   struct Reset {
     bool& b;
     ~Reset() { b = false; }

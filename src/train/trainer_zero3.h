@@ -111,6 +111,10 @@ class Zero3 {
   // (the guess was right).
   uint64_t gathers() const { return gathers_; }
   uint64_t prefetched() const { return prefetched_; }
+  // Of the gathers, the forward_copy_only ones; and the tied head weight gradients computed when
+  // backward reached the token embedding (counted by the backward, on the training thread).
+  uint64_t copy_only_gathers() const { return copy_only_gathers_; }
+  uint64_t deferred_grads() const { return *deferred_grads_; }
   // The largest size of the units gathered at once since reset_gathered_peak (the whole units'
   // parameters in their storage dtype, this rank's rows included): the tied embedding is not
   // held across the blocks.
@@ -207,7 +211,9 @@ class Zero3 {
   uint64_t bytes_sent_ = 0;
   uint64_t group_bytes_sent_ = 0;
   double gather_ms_ = 0, wait_ms_ = 0, pack_ms_ = 0, unpack_ms_ = 0;
-  uint64_t gathers_ = 0, prefetched_ = 0;
+  uint64_t gathers_ = 0, prefetched_ = 0, copy_only_gathers_ = 0;
+  // Shared with the deferred gradients' closures, which the autograd graph may hold past a step.
+  std::shared_ptr<uint64_t> deferred_grads_ = std::make_shared<uint64_t>(0);
   uint64_t gathered_now_ = 0, gathered_peak_ = 0;
   std::vector<std::byte> wire_buf_;
   // Prefetch: the gather in flight (into prefetch_buf_, every owner's part in rank order), the

@@ -243,6 +243,19 @@ TEST(ZeroThree, TheTiedEmbeddingIsGatheredAroundItsUsesOnly) {
   EXPECT_EQ(j["param_gathers_last_step"], 9);
   EXPECT_EQ(j["param_gathered_peak_bytes_last_step"].get<double>(), wte + root)
       << "wte " << wte << ", root " << root << ", block " << block;
+  // The head's forward gathers only the wte's bf16 copy, and its weight gradient is computed
+  // when backward reaches the token embedding, once a step each (docs/distributed.md, "What is
+  // gathered when"): the 4-byte wte is whole neither at the head's forward nor at its backward.
+  EXPECT_EQ(j["param_gathers_copy_only_last_step"], 1);
+  EXPECT_EQ(j["head_grads_deferred_last_step"], 1);
+  // Under --checkpointing autocast casts per use (no weight shadows): the values are gathered.
+  const CliResult ck = run_mpi(
+      2, "train --model gpt2 --width 64 --layers 2 --heads 2 --context 32 --no-eval --threads 1 "
+         "--steps 2 --batch 2 --zero 3 --precision bf16 --grad-comm bf16 --json --checkpointing "
+         "--data " + path(dir, "tokens.bin"));
+  ASSERT_EQ(ck.exit_code, 0) << ck.err;
+  EXPECT_EQ(ck.json()["param_gathers_copy_only_last_step"], 0);
+  EXPECT_EQ(ck.json()["head_grads_deferred_last_step"], 1);
 }
 
 // The memory: at batch 1 (parameters, gradients and optimizer state make the peak) on a gpt of

@@ -151,6 +151,11 @@ struct TrainResult {
   // Units gathered in the last step, and of them those whose transfer a prefetch had started.
   int64_t param_gathers_last_step = 0;
   int64_t param_gathers_prefetched_last_step = 0;
+  // Of them, the head's forward gathers that filled only its weight's 16-bit copy, and the tied
+  // head weight gradients computed when backward reached the token embedding (docs/
+  // distributed.md, "What is gathered when").
+  int64_t param_gathers_copy_only_last_step = 0;
+  int64_t head_grads_deferred_last_step = 0;
   // The most parameter bytes gathered at once in the last step: the units held together (whole,
   // in their storage dtype; train/trainer_zero3.h gathered_peak_bytes).
   int64_t param_gathered_peak_bytes_last_step = 0;
