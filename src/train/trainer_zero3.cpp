@@ -418,6 +418,27 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
         src[size_t(r)] += size_t(rp.numel) * es;
       }
     };
+    // Every rank's rows into `copy`'s bytes, a 16-bit autocast copy of p: the wire's values when
+    // they are of its dtype, else fp32 ones rounded as autocast rounds them.
+    auto fill_copy = [&](const Tensor& copy) {
+      Storage& cs = *copy.impl()->storage;
+      alloc_bytes(cs);
+      const size_t ce = copy.element_size();
+      auto* dst = static_cast<std::byte*>(cs.data);
+      each_piece([&](size_t e0, size_t count, const std::byte* from) {
+        if (wd == copy.dtype()) {
+          std::memcpy(dst + e0 * ce, from, count * ce);
+        } else {
+          convert_f32_to(copy.dtype(),
+                         std::span<const float>(reinterpret_cast<const float*>(from), count),
+                         dst + e0 * ce, {.round = kShadowRound, .overflow = kShadowOverflow});
+        }
+      });
+    };
+    // New values (an optimizer step, or the stored values after rounded ones): a new version, so
+    // that no copy made from the old ones (an autocast cache entry) is reused; the same values
+    // again within a step keep it.
+    const bool new_values = p.generation != generation_ || p.exact != exact;
     if (backward && same && p.shadow.defined() &&
         (wd == p.shadow.dtype() || wd == DType::fp32)) {
       // The gather before the unit's backward: the forward's autocast copy is what its
@@ -426,19 +447,7 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
       // values are the copy's, or the fp32 values rounded as autocast rounds them). The
       // parameter's own Storage stays empty until the next forward: a unit's backward holds 2
       // bytes a GEMM weight value, not 4 + 2.
-      Storage& sh = *p.shadow.impl()->storage;
-      alloc_bytes(sh);
-      const size_t she = p.shadow.element_size();
-      auto* dst = static_cast<std::byte*>(sh.data);
-      each_piece([&](size_t e0, size_t count, const std::byte* from) {
-        if (wd == p.shadow.dtype()) {
-          std::memcpy(dst + e0 * she, from, count * she);
-        } else {
-          convert_f32_to(p.shadow.dtype(),
-                         std::span<const float>(reinterpret_cast<const float*>(from), count),
-                         dst + e0 * she, {.round = kShadowRound, .overflow = kShadowOverflow});
-        }
-      });
+      fill_copy(p.shadow);
       amp::weight_shadows().attach(p.t, p.shadow);  // current at the storage's version now
       continue;
     }
@@ -451,19 +460,8 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
       Tensor sh = p.shadow.defined() && p.shadow.dtype() == sd
                       ? p.shadow
                       : Tensor::empty(p.t.shape(), TensorOptions{.dtype = sd, .device = p.t.device()});
-      Storage& shs = *sh.impl()->storage;
-      alloc_bytes(shs);
-      const size_t she = sh.element_size();
-      auto* dst = static_cast<std::byte*>(shs.data);
-      each_piece([&](size_t e0, size_t count, const std::byte* from) {
-        if (wd == sd) {
-          std::memcpy(dst + e0 * she, from, count * she);
-        } else {
-          convert_f32_to(sd, std::span<const float>(reinterpret_cast<const float*>(from), count),
-                         dst + e0 * she, {.round = kShadowRound, .overflow = kShadowOverflow});
-        }
-      });
-      if (p.generation != generation_ || p.exact) p.t.impl()->storage->version.fetch_add(1);
+      fill_copy(sh);
+      if (new_values) p.t.impl()->storage->version.fetch_add(1);
       p.generation = generation_;
       p.exact = false;
       p.shadow = sh;
@@ -485,10 +483,7 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
         std::memcpy(dst + e0 * pe, from, count * pe);
       }
     });
-    // New values (an optimizer step, or the stored values after rounded ones): a new version, so
-    // that no copy made from the old ones (an autocast cache entry) is reused; the same values
-    // again within a step keep it.
-    if (p.generation != generation_ || p.exact != exact) st.version.fetch_add(1);
+    if (new_values) st.version.fetch_add(1);
     p.generation = generation_;
     p.exact = exact;
     if (!same) p.shadow = Tensor();  // new values: autocast casts them afresh
