@@ -15,16 +15,6 @@ namespace {
 
 constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
 
-DType wire_dtype(GradComm c) {
-  switch (c) {
-    case GradComm::fp32: return DType::fp32;
-    case GradComm::bf16: return DType::bf16;
-    case GradComm::fp16: return DType::fp16;
-    case GradComm::bf16_ring: return DType::bf16;
-  }
-  return DType::fp32;
-}
-
 std::span<std::byte> bytes_of(std::vector<std::byte>& v) {
   return {v.data(), v.size()};
 }
@@ -176,6 +166,16 @@ std::string grad_comm_name(GradComm c) {
 const std::vector<std::string>& grad_comm_names() {
   static const std::vector<std::string> names{"fp32", "bf16", "fp16", "bf16-ring"};
   return names;
+}
+
+DType wire_dtype(GradComm c) {
+  switch (c) {
+    case GradComm::fp32: return DType::fp32;
+    case GradComm::bf16: return DType::bf16;
+    case GradComm::fp16: return DType::fp16;
+    case GradComm::bf16_ring: return DType::bf16;
+  }
+  return DType::fp32;
 }
 
 int wire_bytes(GradComm c) {

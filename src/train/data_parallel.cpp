@@ -19,14 +19,17 @@
 #include "mixp/optim/clip_grad.h"
 #include "mixp/optim/step_reductions.h"
 #include "mixp/train/train_config.h"
+#include "device_grad_reduce.h"
 
 namespace mixp::train {
 namespace {
 
 constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
 
-std::span<std::byte> bytes_of(const Tensor& t) {
-  return {static_cast<std::byte*>(t.data_ptr()), t.nbytes()};
+// The group that moves t's memory: `host` (the run's group) for host memory, the NCCL group of
+// cuda:i for a GPU's (dist::group_for).
+dist::ProcessGroup& group_of(const Tensor& t, dist::ProcessGroup& host) {
+  return t.device().is_host_memory() ? host : dist::group_for(t.device());
 }
 
 uint64_t fnv1a(const std::byte* p, size_t n) {
@@ -61,7 +64,7 @@ void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
     if (!t.is_contiguous()) {
       throw std::logic_error("data parallelism needs contiguous parameters and buffers: " + name);
     }
-    g.broadcast(bytes_of(t), 0);
+    group_of(t, g).broadcast(detail::transport_bytes(t), 0);
     t.bump_version();
   }
 }
@@ -77,6 +80,18 @@ Tensor write_sum(const Tensor& t, DType dtype, const float* sum) {
   convert_f32_to(g.dtype(), std::span<const float>(sum, size_t(t.numel())), g.data_ptr(),
                  kNearest);
   return g;
+}
+
+// write_sum for gradients in device memory: `sum` (t's numel values in the wire format, on t's
+// device) into t's gradient, converted to its dtype (nearest even; exact from a wire format no
+// wider than it). The same values as write_sum of the widened sum.
+void write_sum_on_device(const Tensor& t, DType dtype, const Tensor& sum) {
+  Tensor g = t.grad();
+  if (!g.defined() || !g.is_contiguous()) {
+    g = Tensor::empty(t.shape(), TensorOptions{.dtype = dtype, .device = t.device()});
+    const_cast<Tensor&>(t).set_grad(g);
+  }
+  g.view({t.numel()}).copy_(sum);  // bumps the version, as write_sum's caller does
 }
 
 }  // namespace
@@ -182,6 +197,11 @@ std::vector<std::pair<std::string, int>> DataParallel::ranks_per_host() {
 
 std::string DataParallel::shared_memory_off_reason(int hosts) const {
   if (shared_memory_reduction() || size() <= 1) return "";
+  if (device_path_) {
+    return fmt::format("the gradients are in {} memory: {} reduces them there",
+                       params_.empty() ? "device" : params_[0].device().str(),
+                       grads_group_->backend_name());
+  }
   // The shared-memory reduction needs every rank to map every other rank's region
   // (src/dist/mpi_group.cpp, init_shared_memory): with ranks on several hosts it is off for all
   // of them, and MPI carries every byte -- between the ranks of one host over its own
@@ -233,6 +253,11 @@ void DataParallel::layout(std::span<const Tensor> params) {
     return;
   }
   buckets_.clear();
+  // Where the gradients live decides how they are reduced (device_reduction()); the parameters
+  // of one run share a device (ops refuse mixed devices).
+  const Device dev = params.empty() ? Device::cpu() : params[0].device();
+  device_path_ = !dev.is_cpu();
+  grads_group_ = device_path_ ? &group_of(params[0], group_) : &group_;
   const size_t cap = std::max<size_t>(1, size_t(opts_.bucket_mb * 1024 * 1024 / sizeof(float)));
   // DDP's first bucket is small (1 MiB), so that the first reduction starts early in backward.
   const size_t first_cap = std::min<size_t>(cap, 1024 * 1024 / sizeof(float));
@@ -274,7 +299,7 @@ void DataParallel::layout(std::span<const Tensor> params) {
   for (size_t k = 0; k < params.size(); ++k) index_[params[k].impl()] = k;
   // Ranks on one machine reduce through memory they all map (grad_reduce.h): mapped here, once,
   // in bucket order on every rank (map_shared is a collective).
-  if (size() > 1 && opts_.grad_comm != dist::GradComm::bf16_ring) {
+  if (size() > 1 && opts_.grad_comm != dist::GradComm::bf16_ring && !device_path_) {
     for (Bucket& b : buckets_) {
       b.shared = group_.map_shared(dist::PendingReduce::shared_bytes(
           b.elems, size(), opts_.grad_comm, /*to_owners=*/!b.counts.empty()));
@@ -299,11 +324,12 @@ void DataParallel::begin_gradients(std::span<const Tensor> params, double weight
   params_ = params;
   weight_ = float(weight);
   bytes0_ = group_.stats().bytes_sent;
+  grads_bytes0_ = grads_group_->stats().bytes_sent;
   next_ = 0;
   late_ = false;
   completed_.assign(params.size(), 0);
   for (Bucket& b : buckets_) b.waiting = int(b.order.size());
-  if (opts_.overlap && overlap_state_ != Overlap::off) {
+  if (opts_.overlap && overlap_state_ != Overlap::off && !device_path_) {
     hook_ = std::make_unique<GradReadyHookScope>([this](const Tensor& t) { on_grad_ready(t); });
   }
 }
@@ -488,6 +514,10 @@ void DataParallel::write_back(Bucket& b) {
 
 void DataParallel::finish_gradients() {
   hook_.reset();
+  if (device_path_) {
+    reduce_buckets_on_device();
+    return;
+  }
   started_in_backward_ = int(next_);
   if (overlap_state_ == Overlap::learning) {
     // Overlap is safe when backward finishes every parameter at most once (the same on every
@@ -508,6 +538,89 @@ void DataParallel::finish_gradients() {
   last_bytes_ = group_.stats().bytes_sent - bytes0_;
 }
 
+// The buckets of gradients in device memory, in bucket order, each one reduce_on_device
+// (device_grad_reduce.h) whose values are what start / start_to_owners / start_rows would give:
+// the same contributions in the same order, the same pieces to the same ranks.
+void DataParallel::reduce_buckets_on_device() {
+  const int n = size(), me = rank();
+  const Device dev = params_.empty() ? Device::cpu() : params_[0].device();
+  // A gradient as a flat tensor (a strided one copied), or undefined (zeros).
+  auto flat_grad = [&](size_t k) {
+    const Tensor g = params_[k].grad();
+    return g.defined() ? g.reshape({params_[k].numel()}) : Tensor();
+  };
+  for (Bucket& b : buckets_) {
+    std::vector<Tensor> parts;
+    std::vector<int64_t> numels;
+    if (rows_) {
+      // ZeRO 3: rank r's rows of each parameter go to rank r (start_rows' layout).
+      std::vector<Tensor> whole;
+      for (size_t k : b.order) whole.push_back(flat_grad(k));
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < b.order.size(); ++i) {
+          const RowPiece pc = row_piece(params_[b.order[i]].shape(), n, r);
+          if (pc.numel == 0) continue;
+          parts.push_back(whole[i].defined()
+                              ? whole[i].slice(0, pc.elem0, pc.elem0 + pc.numel)
+                              : Tensor());
+          numels.push_back(pc.numel);
+        }
+      }
+      const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
+                                                  opts_.grad_comm, b.counts);
+      int64_t at = 0;
+      for (size_t k : b.order) {
+        const RowPiece own = row_piece(params_[k].shape(), n, me);
+        const Tensor& piece = row_pieces_[k];
+        if (own.numel > 0 && piece.defined()) {
+          write_sum_on_device(piece, grad_dtype_for(piece.dtype()),
+                              sum.slice(0, at, at + own.numel));
+        }
+        at += own.numel;
+        const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+      }
+      continue;
+    }
+    for (size_t k : b.order) {
+      parts.push_back(flat_grad(k));
+      numels.push_back(params_[k].numel());
+    }
+    const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
+                                                opts_.grad_comm, b.counts);
+    int64_t at = 0;
+    for (size_t k : b.order) {
+      const int64_t m = params_[k].numel();
+      if (grad_owner_.empty()) {
+        const Tensor g = params_[k].grad();
+        write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
+                            sum.slice(0, at, at + m));
+        at += m;
+      } else if (grad_owner_[k] == me) {
+        // ZeRO 2: the sum holds this rank's parameters only, in bucket order.
+        const Tensor g = params_[k].grad();
+        write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
+                            sum.slice(0, at, at + m));
+        at += m;
+      } else {
+        const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+      }
+    }
+  }
+  started_in_backward_ = 0;
+  last_bytes_ = group_.stats().bytes_sent - bytes0_;
+  if (grads_group_ != &group_) last_bytes_ += grads_group_->stats().bytes_sent - grads_bytes0_;
+}
+
+double DataParallel::comm_ms() const {
+  const double own = group_.stats().ms;
+  return grads_group_ && grads_group_ != &group_ ? own + grads_group_->stats().ms : own;
+}
+
+std::string DataParallel::gradient_transport() const {
+  if (shared_memory_reduction()) return "shared memory";
+  return (grads_group_ ? grads_group_ : &group_)->backend_name();
+}
+
 std::vector<int> DataParallel::partition(std::span<const Tensor> params) const {
   std::vector<size_t> order(params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -526,7 +639,7 @@ std::vector<int> DataParallel::partition(std::span<const Tensor> params) const {
 void DataParallel::broadcast_from_owners(std::span<const Tensor> params,
                                          const std::vector<int>& owner) {
   for (size_t i = 0; i < params.size(); ++i) {
-    group_.broadcast(bytes_of(params[i]), owner[i]);
+    group_of(params[i], group_).broadcast(detail::transport_bytes(params[i]), owner[i]);
     params[i].bump_version();
   }
 }
@@ -542,7 +655,8 @@ std::vector<std::byte> DataParallel::broadcast_bytes(std::vector<std::byte> byte
 void DataParallel::check_replicas(const nn::NamedTensors& params, int64_t step) {
   std::vector<double> mine;
   for (const auto& [name, t] : params) {
-    const Tensor c = t.contiguous();
+    // On the host (a copy of device memory), contiguous.
+    const Tensor c = t.to(Device::cpu()).contiguous();
     // The hash's low 52 bits, exact in a double.
     mine.push_back(double(fnv1a(static_cast<const std::byte*>(c.data_ptr()), c.nbytes()) &
                           ((uint64_t(1) << 52) - 1)));

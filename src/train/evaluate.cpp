@@ -360,6 +360,7 @@ std::string result_to_json(const TrainResult& r, int indent) {
     j["threads_per_rank"] = r.threads;
     j["shared_memory"] = r.shared_memory;
     if (!r.shared_memory) j["shared_memory_note"] = r.shared_memory_note;
+    j["gradient_transport"] = r.gradient_transport;
     j["global_batch"] = r.batch * r.ranks;
     j["grad_comm"] = r.grad_comm;
     j["comm_bytes_per_step"] = r.comm_bytes_per_step;

@@ -320,6 +320,7 @@ TrainResult Trainer::fit() {
     r.hosts = int(r.ranks_per_host.size());
     r.shared_memory = s.dp->shared_memory_reduction();
     if (!r.shared_memory) r.shared_memory_note = s.dp->shared_memory_off_reason(r.hosts);
+    r.gradient_transport = s.dp->gradient_transport();
     r.grad_comm = s.cfg.grad_comm;
     r.zero = s.cfg.zero;
     r.comm_buckets = s.dp->buckets();

@@ -70,7 +70,7 @@ Trainer::Impl::StepState Trainer::Impl::begin_step() {
   StepState st;
   st.t0 = now_ms();
   st.c0 = process_cpu_ms();
-  st.comm0 = dp ? dp->group().stats().ms : 0;
+  st.comm0 = dp ? dp->comm_ms() : 0;
   opt->zero_grad();
   // ZeRO: the optimizer clears its own parameters' gradients; the others are cleared here.
   for (size_t i = 0; i < owner.size(); ++i) {
@@ -267,7 +267,7 @@ StepInfo Trainer::Impl::end_step(const StepState& st) {
   // ZeRO 3 with prefetch: the gathers' transfers run on another thread; what this one waited for
   // them is its time in communication.
   if (dp) {
-    comm_ms.push_back(dp->group().stats().ms - st.comm0 +
+    comm_ms.push_back(dp->comm_ms() - st.comm0 +
                       (zero3 ? zero3->wait_ms() - st.gather0[1] : 0.0));
   }
   if (zero3) {

@@ -277,11 +277,11 @@ void run(Flags& f) {
   look.profile_trace = f.profile_trace;
 
   // Every tensor of the run (model, optimizer state, batches) is made on this device.
-  const DefaultDeviceGuard on_device(parse_device_flag(f.device));
+  const DefaultDeviceGuard on_device(parse_device_flag(f.device, /*allow_guarded=*/true));
   // Memory the run cannot have is refused now, with what it needs, rather than by a
   // std::bad_alloc while the Trainer allocates its batch buffers or mid-step
   // (study/memory_check.h; docs/cli.md "Numeric flags").
-  if (parse_device_flag(f.device).is_host_memory()) refuse_if_it_cannot_fit(c);
+  if (parse_device_flag(f.device, true).is_host_memory()) refuse_if_it_cannot_fit(c);
   std::unique_ptr<train::Trainer> trainer;
   try {
     trainer = std::make_unique<train::Trainer>(c);
@@ -392,7 +392,7 @@ RegisterCommand reg(30, [](CLI::App& app) {
                   "(default 1)");
   sub->add_option("--seed", c.seed, "seed of initialization and data order (default 0)");
   sub->add_option("--threads", c.threads, "CPU threads (default: all)");
-  sub->add_option("--device", f->device, kDeviceHelp);
+  sub->add_option("--device", f->device, std::string(kDeviceHelp) + kGuardedDeviceHelp);
   sub->add_option("--width", c.model.width,
                   "model width (mlp: hidden size, cnn: conv1 channels, gpt: embedding)");
   sub->add_option("--layers", c.model.layers, "number of layers (mlp hidden layers, gpt blocks)");

@@ -10,8 +10,9 @@
 
 namespace mixp::cli {
 
-Device parse_device_flag(const std::string& s) {
+Device parse_device_flag(const std::string& s, bool allow_guarded) {
   if (s == "cpu") return Device::cpu();
+  if (s == "guarded" && allow_guarded) return Device::guarded();
   int index = 0;
   if (s != "cuda") {
     const std::string digits = s.rfind("cuda:", 0) == 0 ? s.substr(5) : std::string();

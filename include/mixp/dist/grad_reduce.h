@@ -37,7 +37,8 @@ enum class GradComm { fp32, bf16, fp16, bf16_ring };
 GradComm parse_grad_comm(std::string_view name);
 std::string grad_comm_name(GradComm c);
 const std::vector<std::string>& grad_comm_names();
-// Bytes of one element on the wire (4 or 2).
+// The format of one element on the wire (fp32, bf16, fp16; bf16-ring's is bf16) and its bytes.
+DType wire_dtype(GradComm c);
 int wire_bytes(GradComm c);
 
 // Scratch buffers of reduce_weighted_sum, kept between calls so that a training step allocates

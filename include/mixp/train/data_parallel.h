@@ -139,6 +139,16 @@ class DataParallel {
 
   // Gradient bytes this rank sent in the last step (begin_gradients to finish_gradients).
   uint64_t last_gradient_bytes() const { return last_bytes_; }
+  // Milliseconds this rank spent in collectives so far: group()'s and, for gradients in GPU
+  // memory, those of the group that reduced them.
+  double comm_ms() const;
+  // Gradients outside ordinary host memory (a GPU's, the guarded test device's) are reduced by
+  // backend ops on their device over dist::group_for(device) (src/train/device_grad_reduce.h):
+  // the same sums bit for bit, without overlap or shared memory. Known after the first
+  // begin_gradients.
+  bool device_reduction() const { return device_path_; }
+  // The transport of the gradients: "shared memory", or the group's backend ("mpi", "nccl").
+  std::string gradient_transport() const;
 
  private:
   dist::ProcessGroup& group_;
@@ -165,9 +175,15 @@ class DataParallel {
   void start_rows(Bucket& b);
   void progress();
   void write_back(Bucket& b);
+  void reduce_buckets_on_device();
 
   uint64_t last_bytes_ = 0;
   uint64_t bytes0_ = 0;
+  // Gradients in device memory (device_reduction()), and the group that reduces them: group_
+  // for host memory, the NCCL group of cuda:i (dist::group_for) for a GPU's.
+  bool device_path_ = false;
+  dist::ProcessGroup* grads_group_ = nullptr;
+  uint64_t grads_bytes0_ = 0;
   std::span<const Tensor> params_;
   float weight_ = 1;
   std::vector<Bucket> buckets_;

@@ -170,6 +170,9 @@ struct TrainResult {
   // than MPI: only when every rank runs on one host (docs/distributed.md, "Shared memory").
   bool shared_memory = false;
   std::string shared_memory_note;  // when off: why
+  // What carried the gradients: "shared memory", "mpi", or "nccl" (gradients in a GPU's memory,
+  // reduced there: train/data_parallel.h device_reduction()).
+  std::string gradient_transport;
   // Whether the run trained (docs/train.md "When a run did not train"): false when the loss of
   // this run's last step or the evaluation loss is not finite, or the loss scaler skipped more
   // than half of this run's optimizer steps. The one rule behind `mixp train`'s exit code 1 and
