@@ -106,11 +106,12 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
   return from_values(values, shape, opts);
 }
 
-Tensor from_blob(void* data, const Shape& shape, DType dtype) {
+Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
   const size_t bytes =
       static_cast<size_t>(shape.numel()) * static_cast<size_t>(traits(dtype).storage_bytes);
-  impl->storage = std::make_shared<Storage>(data, bytes, Device::cpu());
+  impl->storage = std::make_shared<Storage>(data, bytes, device);
+  impl->device = device;
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -17,8 +17,11 @@
 #include "mixp/autograd/grad_mode.h"
 #include "mixp/autograd/node.h"
 #include "mixp/format/convert.h"
+#include "mixp/backend/backend.h"
 #include "mixp/tensor/allocator.h"
+#include "mixp/tensor/factories.h"
 #include "mixp/train/train_config.h"
+#include "device_grad_reduce.h"
 
 namespace mixp::train {
 namespace {
@@ -39,6 +42,23 @@ void alloc_bytes(Storage& st) {
   const CachingAllocator::Block b = st.allocator->allocate(st.nbytes);
   st.data = b.ptr;
   st.block_size = b.size;
+}
+
+// Device memory (a GPU's, the guarded test device's): the host code's memcpy and conversions as
+// backend copy kernels (nearest even, IEEE overflow: convert_f32_to's kNearest and autocast's
+// kShadowRound/kShadowOverflow alike), which, like a memcpy, leave the destination's version
+// alone (the callers bump it where the host code does).
+//   `count` elements of dtype `dt` at `p` in `dev`'s memory (a part of the wire buffer);
+Tensor wire_view(std::byte* p, size_t count, DType dt, Device dev) {
+  return from_blob(p, {int64_t(count)}, dt, dev);
+}
+//   elements [e0, e0 + count) of a contiguous tensor's storage, flat;
+Tensor flat_part(const Tensor& t, size_t e0, size_t count) {
+  return t.detach().view({t.numel()}).slice(0, int64_t(e0), int64_t(e0 + count));
+}
+//   dst <- src, converted.
+void device_copy(Tensor dst, const Tensor& src) {
+  backend_for(dst, src).copy(dst, src);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -65,15 +85,16 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params,
              dist::GradComm wire, bool prefetch)
     : dp_(dp), wire_(wire) {
+  if (!params.empty()) device_ = params[0].second.device();
+  host_ = device_.is_cpu();
+  // The group that moves the parameters' memory: the data-parallel group's for host memory, the
+  // NCCL group of cuda:i for a GPU's (collective: every rank asks at the same point).
+  group_ = device_.is_host_memory() ? &dp_.group() : &dist::group_for(device_);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, t] = params[i];
-    if (!t.device().is_cpu()) {
-      // The gathers copy and convert on the host (std::memcpy, convert_f32_to); the CUDA build
-      // compiles this file but a GPU's parameters would need device copies.
-      throw ConfigError(fmt::format(
-          "--zero 3 shards parameters in CPU memory only; parameter '{}' is on {}: use --zero 2 "
-          "on GPUs (it shards the optimizer state and gradients)",
-          name, t.device().str()));
+    if (!(t.device() == device_)) {
+      throw ConfigError(fmt::format("--zero 3: parameter '{}' is on {} but '{}' on {}", name,
+                                    t.device().str(), params[0].first, device_.str()));
     }
     if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage()->nbytes != t.nbytes() ||
         !t.storage()->owned || !t.storage()->allocator) {
@@ -189,9 +210,11 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
     use.module->set_forward_wrapper(
         [this, k](nn::Module& self, const Tensor& x) { return forward(k, self, x); });
   }
-  if (prefetch) {
+  if (prefetch && host_) {
     // Collective (every rank makes its Zero3 at the same point); null without
-    // MPI_THREAD_MULTIPLE, on every rank: the gathers stay blocking.
+    // MPI_THREAD_MULTIPLE, on every rank: the gathers stay blocking. Device memory's gathers
+    // stay blocking too (NCCL's group has no duplicate; the GPU's would overlap on a stream of
+    // their own, not a thread).
     if (auto g = dp_.group().duplicate()) thread_ = std::make_unique<GatherThread>(std::move(g));
   }
 }
@@ -341,17 +364,29 @@ void Zero3::release(Unit& u) {
 void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backward) {
   // One broadcast per rank: its pieces of `which`, packed in order at the wire's format (an
   // all-gather), into one buffer, ranks in order.
-  dist::ProcessGroup& g = dp_.group();
+  dist::ProcessGroup& g = *group_;
   const int me = dp_.rank();
   const std::vector<size_t> bytes = owner_bytes(which, exact);
   size_t total = 0;
   for (size_t b : bytes) total += b;
-  wire_buf_.resize(total);
+  std::byte* buf = nullptr;
+  if (host_) {
+    wire_buf_.resize(total);
+    buf = wire_buf_.data();
+  } else {
+    // In the device's memory, kept and grown to the largest gather (as wire_buf_).
+    if (!wire_dev_.defined() || size_t(wire_dev_.numel()) < total) {
+      wire_dev_ = Tensor();
+      wire_dev_ = Tensor::empty({int64_t(std::max<size_t>(total, 1))},
+                                TensorOptions{.dtype = DType::uint8, .device = device_});
+    }
+    buf = detail::transport_bytes(wire_dev_).data();
+  }
   size_t at = 0;
   for (int r = 0; r < dp_.size(); ++r) {
     const size_t b = bytes[size_t(r)];
     if (b == 0) continue;  // the same on every rank: nothing of r's here
-    const std::span<std::byte> part(wire_buf_.data() + at, b);
+    const std::span<std::byte> part(buf + at, b);
     if (r == me) {
       pack(which, exact, part.data());
       bytes_sent_ += b * size_t(dp_.size() - 1);
@@ -360,7 +395,7 @@ void Zero3::gather_params(std::span<const size_t> which, bool exact, bool backwa
     g.broadcast(part, r);
     at += b;
   }
-  unpack(which, exact, backward, wire_buf_.data(), bytes);
+  unpack(which, exact, backward, buf, bytes);
 }
 
 std::vector<size_t> Zero3::owner_bytes(std::span<const size_t> which, bool exact) const {
@@ -383,7 +418,9 @@ void Zero3::pack(std::span<const size_t> which, bool exact, std::byte* dst) {
     if (!piece.defined()) continue;
     const DType wd = exact ? p.t.dtype() : wire_dtype(p);
     const size_t n = size_t(piece.numel());
-    if (wd == piece.dtype()) {
+    if (!host_) {
+      device_copy(wire_view(dst + at, n, wd, device_), piece.detach().view({piece.numel()}));
+    } else if (wd == piece.dtype()) {
       std::memcpy(dst + at, piece.data_ptr(), piece.nbytes());
     } else {
       convert_f32_to(wd, std::span<const float>(piece.data<float>(), n), dst + at, kNearest);
@@ -426,7 +463,10 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
       const size_t ce = copy.element_size();
       auto* dst = static_cast<std::byte*>(cs.data);
       each_piece([&](size_t e0, size_t count, const std::byte* from) {
-        if (wd == copy.dtype()) {
+        if (!host_) {
+          device_copy(flat_part(copy, e0, count),
+                      wire_view(const_cast<std::byte*>(from), count, wd, device_));
+        } else if (wd == copy.dtype()) {
           std::memcpy(dst + e0 * ce, from, count * ce);
         } else {
           convert_f32_to(copy.dtype(),
@@ -477,7 +517,10 @@ void Zero3::unpack(std::span<const size_t> which, bool exact, bool backward,
     auto* dst = static_cast<std::byte*>(st.data);
     const size_t pe = p.t.element_size();
     each_piece([&](size_t e0, size_t count, const std::byte* from) {
-      if (convert) {
+      if (!host_) {
+        device_copy(flat_part(p.t, e0, count),
+                    wire_view(const_cast<std::byte*>(from), count, wd, device_));
+      } else if (convert) {
         convert_to_f32(wd, from, std::span<float>(reinterpret_cast<float*>(dst) + e0, count));
       } else {
         std::memcpy(dst + e0 * pe, from, count * pe);
@@ -536,6 +579,11 @@ void Zero3::restore_shadow(Param& p) {
   // kShadowRound/kShadowOverflow, backend.h), into the Storage autograd saved.
   Storage& sh = *p.shadow.impl()->storage;
   alloc_bytes(sh);
+  if (!host_) {
+    device_copy(p.shadow.detach(), p.t.detach());
+    amp::weight_shadows().attach(p.t, p.shadow);
+    return;
+  }
   convert_f32_to(p.shadow.dtype(),
                  std::span<const float>(static_cast<const float*>(ti->storage->data),
                                         size_t(p.t.numel())),
@@ -570,6 +618,12 @@ void Zero3::take_pieces() {
     const Tensor& t = params_[k].t;
     if (!piece.defined() || !t.impl()->storage->data) continue;
     const RowPiece rp = row_piece(t.shape(), dp_.size(), dp_.rank());
+    if (!host_) {
+      device_copy(piece.detach().view({piece.numel()}),
+                  flat_part(t, size_t(rp.elem0), size_t(rp.numel)));
+      piece.bump_version();
+      continue;
+    }
     const size_t es = t.element_size();
     std::memcpy(piece.data_ptr(), static_cast<const std::byte*>(t.data_ptr()) + rp.elem0 * es,
                 piece.nbytes());
@@ -615,7 +669,7 @@ void Zero3::gather_all() {
 
 std::unique_ptr<GradReadyHookScope> Zero3::backward_scope() {
   GradReadyHook previous;
-  if (const GradReadyHook* h = detail::grad_ready_hook()) previous = *h;
+  if (const GradReadyHook* h = mixp::detail::grad_ready_hook()) previous = *h;
   return std::make_unique<GradReadyHookScope>([this, previous](const Tensor& leaf) {
     if (previous) previous(leaf);
     on_grad_ready(leaf);

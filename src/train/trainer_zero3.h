@@ -216,6 +216,14 @@ class Zero3 {
   std::shared_ptr<uint64_t> deferred_grads_ = std::make_shared<uint64_t>(0);
   uint64_t gathered_now_ = 0, gathered_peak_ = 0;
   std::vector<std::byte> wire_buf_;
+  // The parameters' device; host_: plain host memory (cpu), where the gathers pack and unpack
+  // with memcpy and convert_f32_to; elsewhere (a GPU's, the guarded test device's) with backend
+  // copy kernels, through wire_dev_, a buffer in that memory, and group_: the group that moves
+  // that memory (dist::group_for: NCCL for cuda).
+  Device device_ = Device::cpu();
+  bool host_ = true;
+  dist::ProcessGroup* group_ = nullptr;
+  Tensor wire_dev_;
   // Prefetch: the gather in flight (into prefetch_buf_, every owner's part in rank order), the
   // thread (declared after the buffer: it is joined before the buffer goes) and, per gather
   // (use * 2 + backward), the one that followed it the last time.

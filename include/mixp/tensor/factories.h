@@ -27,8 +27,10 @@ Tensor from_vector(const std::vector<float>& values, const Shape& shape,
                    const TensorOptions& opts = {});
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
                    const TensorOptions& opts = {.dtype = DType::int64});
-// Wraps caller-owned memory (not copied, not freed); the caller keeps it alive.
-Tensor from_blob(void* data, const Shape& shape, DType dtype);
+// Wraps caller-owned memory (not copied, not freed); the caller keeps it alive. `device`: where
+// that memory is (a view of a device buffer's bytes as another dtype: ZeRO 3's wire buffer,
+// train/trainer_zero3.cpp).
+Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
 
 // start, start+step, ... < end (like numpy.arange); default dtype fp32.
 Tensor arange(double start, double end, double step = 1.0, const TensorOptions& opts = {});
