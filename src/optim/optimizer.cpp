@@ -269,11 +269,24 @@ void Optimizer::write_back(size_t index, const Tensor& from) {
   const uint64_t offset = offsets_.empty() ? 0 : offsets_[index];
   if (offset != 0 && precision_.write_back == Round::stochastic) {
     // A ZeRO 3 shard's rows (set_write_back_streams): the draws of its place in the whole
-    // parameter, which the backends' convert (element 0 first) cannot be told.
-    if (!dst.device().is_cpu() || !dst.is_contiguous() || !from.is_contiguous() ||
-        from.dtype() != DType::fp32) {
-      throw std::logic_error("mixp::optim: a write-back stream offset needs contiguous CPU "
-                             "parameters with fp32 masters");
+    // parameter, which the backends' convert (element 0 first) cannot be told. Device memory
+    // (a GPU's) is rounded on the host, a copy there and back: only masters with stochastic
+    // write-back take this path (bf16-pure's fused update is told the offset).
+    if (from.dtype() != DType::fp32) {
+      throw std::logic_error("mixp::optim: a write-back stream offset needs fp32 masters");
+    }
+    if (!dst.device().is_cpu() || !dst.is_contiguous() || !from.is_contiguous()) {
+      const Tensor src = from.to(Device::cpu()).contiguous();
+      Tensor out = empty(dst.shape(), {.dtype = dst.dtype(), .device = Device::cpu()});
+      convert_f32_to(out.dtype(), std::span<const float>(src.data<float>(), size_t(src.numel())),
+                     out.data_ptr(),
+                     {.round = precision_.write_back,
+                      .overflow = precision_.overflow,
+                      .seed = write_back_seed(index, st.step),
+                      .offset = offset});
+      const Tensor back = out.to(dst.device());
+      backend_for(dst, back).copy(dst, back);
+      return;
     }
     convert_f32_to(dst.dtype(),
                    std::span<const float>(from.data<float>(), size_t(from.numel())),

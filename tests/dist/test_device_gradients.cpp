@@ -66,7 +66,11 @@ TEST(DeviceGradients, ZeroThreeInGuardedMemoryTrainsLikeHostMemory) {
   for (const std::string variant :
        {"--zero 3 --grad-comm fp32", "--zero 3 --precision bf16 --grad-comm bf16",
         "--zero 3 --precision fp16 --loss-scale-init 131072 --clip 0.5 --grad-comm fp16",
-        "--zero 3 --precision bf16-pure --grad-comm bf16 --checkpointing"}) {
+        "--zero 3 --precision bf16-pure --grad-comm bf16 --checkpointing",
+        // fp32 masters with stochastic write-back: the optimizer rounds a shard with the draws
+        // of its place in the whole parameter (optimizer.cpp write_back, on the host for device
+        // memory).
+        "--zero 3 --precision bf16-pure:master=on --grad-comm bf16"}) {
     for (int n : {2, 3}) {
       const std::string tag = std::to_string(k++);
       // Device memory's gathers are not prefetched (a wrong guess under --checkpointing sends a

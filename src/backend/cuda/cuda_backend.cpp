@@ -493,9 +493,9 @@ void CudaBackend::optimizer_update(const ParamUpdate& u, const UpdateRule& rule)
   a.write_back = u.write_back;
   a.overflow = u.overflow;
   a.seed = u.seed;
-  // A ZeRO 3 row shard's draw offset (backend.h ParamUpdate::offset): ZeRO 3 shards CPU
-  // parameters only (train/trainer_zero3.cpp), so the kernels start every stream at element 0.
-  if (u.offset != 0) unsupported(op, "a write-back stream offset (ZeRO 3 shards)");
+  // A ZeRO 3 row shard's draw offset (backend.h ParamUpdate::offset): element i rounds with the
+  // draw of element offset + i of the whole parameter, as on the cpu.
+  a.offset = u.offset;
   if (u.shadow.defined()) {
     a.shadow = dev_ptr(u.shadow);
     a.shadow_type = elem_of(u.shadow.dtype(), op);

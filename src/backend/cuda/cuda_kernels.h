@@ -146,6 +146,9 @@ struct OptimArgs {
   Round write_back = Round::nearest_even;
   Overflow overflow = Overflow::ieee;
   uint64_t seed = 0;
+  // Element i draws sr_bits(seed, offset + i): a ZeRO 3 row shard's place in its whole parameter
+  // (backend.h ParamUpdate::offset).
+  uint64_t offset = 0;
   void* shadow = nullptr;    // weight shadow (shadow_type) rewritten from the new w, or null
   Elem shadow_type = Elem::bf16;
 };

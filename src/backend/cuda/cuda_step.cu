@@ -65,7 +65,7 @@ __global__ void optimizer_kernel(const OptimArgs a) {
     if (a.shadow) store_rne(a.shadow, a.shadow_type, i, w);
     if (!a.param) continue;
     const uint32_t r =
-        a.write_back == Round::stochastic ? sr_bits(a.seed, static_cast<uint64_t>(i)) : 0;
+        a.write_back == Round::stochastic ? sr_bits(a.seed, a.offset + static_cast<uint64_t>(i)) : 0;
     if (!a.comp) {
       store_f(a.param, a.param_type, i, w, a.write_back, a.overflow, r);
       continue;
