@@ -44,6 +44,9 @@
 // gathered values live in the parameter's own dtype (fp32 buffers); under autocast the unit's
 // 16-bit weight copies (which autograd saves for its backward) are freed with it and, before
 // its backward, gathered alone (docs/distributed.md, "What is gathered when").
+// Parameters in device memory (a GPU's, the guarded test device's) go through a buffer in that
+// memory, packed and unpacked by backend copy kernels, over the device's group (NCCL for cuda),
+// without prefetch: the same bytes and values as in host memory.
 #pragma once
 #include <cstdint>
 #include <memory>
