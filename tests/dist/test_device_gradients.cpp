@@ -7,7 +7,9 @@
 // path's, bit for bit.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
+#include <utility>
 
 #include "common/temp_dir.h"
 #include "dist/checkpoint_compare.h"
@@ -21,6 +23,25 @@ const std::string kGpt =
     "train --model gpt --width 64 --layers 2 --heads 2 --context 32 --no-eval --threads 1 "
     "--steps 3 --batch 3 --bucket-mb 0.05 --json --check-replicas 1 ";
 
+// `args` (ending in an open quote of a --save path prefix) on n ranks, in host memory and on the
+// guarded device; both must succeed and train the same: the losses, skipped steps, bytes per
+// step, and the saved weights bit for bit. Returns their --json summaries (host, device).
+std::pair<nlohmann::json, nlohmann::json> host_and_guarded(int n, const std::string& args,
+                                                           const std::filesystem::path& save) {
+  const CliResult host = run_mpi(n, args + "cpu'");
+  const CliResult dev = run_mpi(n, args + "dev' --device guarded");
+  EXPECT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_EQ(dev.exit_code, 0) << dev.err;
+  if (host.exit_code != 0 || dev.exit_code != 0) return {};
+  const nlohmann::json a = host.json(), b = dev.json();
+  EXPECT_EQ(b["final_loss"], a["final_loss"]);
+  EXPECT_EQ(b["skipped_steps"], a["skipped_steps"]);
+  EXPECT_EQ(b["comm_bytes_per_step"], a["comm_bytes_per_step"]);
+  EXPECT_EQ(b["gradient_transport"], "mpi");
+  EXPECT_TRUE(same_weights(save.string() + "cpu", save.string() + "dev"));
+  return {a, b};
+}
+
 // Every wire format, accumulation, loss scaling with skipped steps, ZeRO 1 and 2 (stochastic
 // rounding of bf16-pure), on 2 ranks and on 3 (pieces of unequal length).
 TEST(DeviceGradients, GuardedMemoryTrainsLikeHostMemory) {
@@ -31,21 +52,13 @@ TEST(DeviceGradients, GuardedMemoryTrainsLikeHostMemory) {
         "--precision fp16 --loss-scale-init 131072 --clip 0.5 --grad-comm fp16",
         "--zero 1 --grad-comm bf16", "--zero 2 --precision bf16-pure --grad-comm bf16"}) {
     for (int n : {2, 3}) {
-      const std::string tag = std::to_string(k++);
-      const std::string args = kGpt + variant + " --save '" + (dir / tag).string();
-      const CliResult host = run_mpi(n, args + "cpu'");
-      const CliResult dev = run_mpi(n, args + "dev' --device guarded");
-      ASSERT_EQ(host.exit_code, 0) << host.err;
-      ASSERT_EQ(dev.exit_code, 0) << dev.err;
-      const nlohmann::json a = host.json(), b = dev.json();
+      const std::filesystem::path save = dir / std::to_string(k++);
       SCOPED_TRACE(variant + " on " + std::to_string(n) + " ranks");
-      EXPECT_EQ(b["final_loss"], a["final_loss"]);
-      EXPECT_EQ(b["skipped_steps"], a["skipped_steps"]);
-      EXPECT_EQ(b["comm_bytes_per_step"], a["comm_bytes_per_step"]);
-      EXPECT_TRUE(same_weights(dir / (tag + "cpu"), dir / (tag + "dev")));
+      const auto [a, b] =
+          host_and_guarded(n, kGpt + variant + " --save '" + save.string(), save);
+      if (b.is_null()) continue;
       // The summary says where the gradients went: MPI reduced the guarded memory's, with no
       // overlap and no shared memory (the device path has neither).
-      EXPECT_EQ(b["gradient_transport"], "mpi");
       EXPECT_EQ(b["shared_memory"], false);
       EXPECT_NE(b["shared_memory_note"].get<std::string>().find("guarded memory"),
                 std::string::npos)
@@ -72,25 +85,16 @@ TEST(DeviceGradients, ZeroThreeInGuardedMemoryTrainsLikeHostMemory) {
         // memory).
         "--zero 3 --precision bf16-pure:master=on --grad-comm bf16"}) {
     for (int n : {2, 3}) {
-      const std::string tag = std::to_string(k++);
+      const std::filesystem::path save = dir / std::to_string(k++);
+      SCOPED_TRACE(variant + " on " + std::to_string(n) + " ranks");
       // Device memory's gathers are not prefetched (a wrong guess under --checkpointing sends a
       // unit more): the host's neither, so that the bytes compare too.
-      const std::string args =
-          kGpt + variant + " --zero3-prefetch 0 --save '" + (dir / tag).string();
-      const CliResult host = run_mpi(n, args + "cpu'");
-      const CliResult dev = run_mpi(n, args + "dev' --device guarded");
-      ASSERT_EQ(host.exit_code, 0) << host.err;
-      ASSERT_EQ(dev.exit_code, 0) << dev.err;
-      const nlohmann::json a = host.json(), b = dev.json();
-      SCOPED_TRACE(variant + " on " + std::to_string(n) + " ranks");
-      EXPECT_EQ(b["final_loss"], a["final_loss"]);
-      EXPECT_EQ(b["skipped_steps"], a["skipped_steps"]);
-      EXPECT_EQ(b["comm_bytes_per_step"], a["comm_bytes_per_step"]);
+      const auto [a, b] = host_and_guarded(
+          n, kGpt + variant + " --zero3-prefetch 0 --save '" + save.string(), save);
+      if (b.is_null()) continue;
       EXPECT_EQ(b["comm_param_bytes_per_step"], a["comm_param_bytes_per_step"]);
       EXPECT_EQ(b["zero3_prefetch"], false);
       EXPECT_EQ(b["param_gathers_copy_only_last_step"], a["param_gathers_copy_only_last_step"]);
-      EXPECT_EQ(b["gradient_transport"], "mpi");
-      EXPECT_TRUE(same_weights(dir / (tag + "cpu"), dir / (tag + "dev")));
     }
   }
   // Resume: 2 ranks x batch 3 for 5 steps, then 3 ranks x batch 2 to step 8.
