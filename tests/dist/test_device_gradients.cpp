@@ -113,6 +113,18 @@ TEST(DeviceGradients, ZeroThreeInGuardedMemoryTrainsLikeHostMemory) {
   EXPECT_TRUE(same_weights(dir / "rcpu2", dir / "rguarded2"));
 }
 
+// The guarded device computes on one thread (its access check covers the calling thread, not
+// the kernels' OpenMP workers): --threads defaults to 1 there, and another count is refused
+// with the reason instead of ending in std::terminate inside a worker.
+TEST(DeviceGradients, TheGuardedDeviceRunsOnOneThread) {
+  const CliResult ok = run_cli("train --model mlp --steps 2 --no-eval --json --device guarded");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.json()["threads"], 1);
+  const CliResult bad = run_cli("train --model mlp --steps 2 --device guarded --threads 2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--device guarded computes on one thread"), std::string::npos) << bad.err;
+}
+
 // The naive ring is a host-memory demonstration: refused with a reason for device memory.
 TEST(DeviceGradients, TheBf16RingIsRefusedForDeviceMemory) {
   const CliResult r = run_mpi(2, kGpt + "--grad-comm bf16-ring --device guarded");

@@ -278,6 +278,17 @@ void run(Flags& f) {
 
   // Every tensor of the run (model, optimizer state, batches) is made on this device.
   const DefaultDeviceGuard on_device(parse_device_flag(f.device, /*allow_guarded=*/true));
+  if (default_device().kind == DeviceKind::guarded) {
+    // The guarded device's access check (tensor/device.h DeviceAccessScope) covers the thread
+    // that calls a kernel, not the kernel's OpenMP workers: it computes on one thread.
+    if (f.given("--threads") && c.threads != 1) {
+      throw UsageError(fmt::format(
+          "--device guarded computes on one thread (its access check covers the calling thread "
+          "only); give --threads 1 or leave --threads out, not {}",
+          c.threads));
+    }
+    c.threads = 1;
+  }
   // Memory the run cannot have is refused now, with what it needs, rather than by a
   // std::bad_alloc while the Trainer allocates its batch buffers or mid-step
   // (study/memory_check.h; docs/cli.md "Numeric flags").
