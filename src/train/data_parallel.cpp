@@ -329,7 +329,7 @@ void DataParallel::begin_gradients(std::span<const Tensor> params, double weight
   late_ = false;
   completed_.assign(params.size(), 0);
   for (Bucket& b : buckets_) b.waiting = int(b.order.size());
-  if (opts_.overlap && overlap_state_ != Overlap::off && !device_path_) {
+  if (opts_.overlap && overlap_state_ != Overlap::off) {
     hook_ = std::make_unique<GradReadyHookScope>([this](const Tensor& t) { on_grad_ready(t); });
   }
 }
@@ -351,6 +351,12 @@ void DataParallel::on_grad_ready(const Tensor& leaf) {
 // Starts bucket next_. The previous bucket's all-gather is started first, so that every rank
 // starts the collectives in the same order: all-to-all 0, all-gather 0, all-to-all 1, ...
 void DataParallel::start_next_bucket() {
+  if (device_path_) {
+    // Device memory: the whole reduction now (it blocks), so that ZeRO 2 and 3 drop the other
+    // ranks' gradients during backward, as the host path does.
+    reduce_bucket_on_device(buckets_[next_++]);
+    return;
+  }
   if (next_ > 0) buckets_[next_ - 1].reduce.scatter_sum();
   Bucket& b = buckets_[next_++];
   if (free_.empty()) {
@@ -514,10 +520,6 @@ void DataParallel::write_back(Bucket& b) {
 
 void DataParallel::finish_gradients() {
   hook_.reset();
-  if (device_path_) {
-    reduce_buckets_on_device();
-    return;
-  }
   started_in_backward_ = int(next_);
   if (overlap_state_ == Overlap::learning) {
     // Overlap is safe when backward finishes every parameter at most once (the same on every
@@ -536,12 +538,13 @@ void DataParallel::finish_gradients() {
     if (b.work) write_back(b);
   }
   last_bytes_ = group_.stats().bytes_sent - bytes0_;
+  if (grads_group_ != &group_) last_bytes_ += grads_group_->stats().bytes_sent - grads_bytes0_;
 }
 
-// The buckets of gradients in device memory, in bucket order, each one reduce_on_device
-// (device_grad_reduce.h) whose values are what start / start_to_owners / start_rows would give:
-// the same contributions in the same order, the same pieces to the same ranks.
-void DataParallel::reduce_buckets_on_device() {
+// A bucket of gradients in device memory: one reduce_on_device (device_grad_reduce.h) whose
+// values are what start / start_to_owners / start_rows would give: the same contributions in the
+// same order, the same pieces to the same ranks. Blocking: it is done on return.
+void DataParallel::reduce_bucket_on_device(Bucket& b) {
   const int n = size(), me = rank();
   const Device dev = params_.empty() ? Device::cpu() : params_[0].device();
   // A gradient as a flat tensor (a strided one copied), or undefined (zeros).
@@ -549,66 +552,61 @@ void DataParallel::reduce_buckets_on_device() {
     const Tensor g = params_[k].grad();
     return g.defined() ? g.reshape({params_[k].numel()}) : Tensor();
   };
-  for (Bucket& b : buckets_) {
-    std::vector<Tensor> parts;
-    std::vector<int64_t> numels;
-    if (rows_) {
-      // ZeRO 3: rank r's rows of each parameter go to rank r (start_rows' layout).
-      std::vector<Tensor> whole;
-      for (size_t k : b.order) whole.push_back(flat_grad(k));
-      for (int r = 0; r < n; ++r) {
-        for (size_t i = 0; i < b.order.size(); ++i) {
-          const RowPiece pc = row_piece(params_[b.order[i]].shape(), n, r);
-          if (pc.numel == 0) continue;
-          parts.push_back(whole[i].defined()
-                              ? whole[i].slice(0, pc.elem0, pc.elem0 + pc.numel)
-                              : Tensor());
-          numels.push_back(pc.numel);
-        }
+  std::vector<Tensor> parts;
+  std::vector<int64_t> numels;
+  if (rows_) {
+    // ZeRO 3: rank r's rows of each parameter go to rank r (start_rows' layout).
+    std::vector<Tensor> whole;
+    for (size_t k : b.order) whole.push_back(flat_grad(k));
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < b.order.size(); ++i) {
+        const RowPiece pc = row_piece(params_[b.order[i]].shape(), n, r);
+        if (pc.numel == 0) continue;
+        parts.push_back(whole[i].defined()
+                            ? whole[i].slice(0, pc.elem0, pc.elem0 + pc.numel)
+                            : Tensor());
+        numels.push_back(pc.numel);
       }
-      const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
-                                                  opts_.grad_comm, b.counts);
-      int64_t at = 0;
-      for (size_t k : b.order) {
-        const RowPiece own = row_piece(params_[k].shape(), n, me);
-        const Tensor& piece = row_pieces_[k];
-        if (own.numel > 0 && piece.defined()) {
-          write_sum_on_device(piece, grad_dtype_for(piece.dtype()),
-                              sum.slice(0, at, at + own.numel));
-        }
-        at += own.numel;
-        const_cast<Tensor&>(params_[k]).set_grad(Tensor());
-      }
-      continue;
-    }
-    for (size_t k : b.order) {
-      parts.push_back(flat_grad(k));
-      numels.push_back(params_[k].numel());
     }
     const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
                                                 opts_.grad_comm, b.counts);
     int64_t at = 0;
     for (size_t k : b.order) {
-      const int64_t m = params_[k].numel();
-      if (grad_owner_.empty()) {
-        const Tensor g = params_[k].grad();
-        write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
-                            sum.slice(0, at, at + m));
-        at += m;
-      } else if (grad_owner_[k] == me) {
-        // ZeRO 2: the sum holds this rank's parameters only, in bucket order.
-        const Tensor g = params_[k].grad();
-        write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
-                            sum.slice(0, at, at + m));
-        at += m;
-      } else {
-        const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+      const RowPiece own = row_piece(params_[k].shape(), n, me);
+      const Tensor& piece = row_pieces_[k];
+      if (own.numel > 0 && piece.defined()) {
+        write_sum_on_device(piece, grad_dtype_for(piece.dtype()),
+                            sum.slice(0, at, at + own.numel));
       }
+      at += own.numel;
+      const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+    }
+    return;
+  }
+  for (size_t k : b.order) {
+    parts.push_back(flat_grad(k));
+    numels.push_back(params_[k].numel());
+  }
+  const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
+                                              opts_.grad_comm, b.counts);
+  int64_t at = 0;
+  for (size_t k : b.order) {
+    const int64_t m = params_[k].numel();
+    if (grad_owner_.empty()) {
+      const Tensor g = params_[k].grad();
+      write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
+                          sum.slice(0, at, at + m));
+      at += m;
+    } else if (grad_owner_[k] == me) {
+      // ZeRO 2: the sum holds this rank's parameters only, in bucket order.
+      const Tensor g = params_[k].grad();
+      write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
+                          sum.slice(0, at, at + m));
+      at += m;
+    } else {
+      const_cast<Tensor&>(params_[k]).set_grad(Tensor());
     }
   }
-  started_in_backward_ = 0;
-  last_bytes_ = group_.stats().bytes_sent - bytes0_;
-  if (grads_group_ != &group_) last_bytes_ += grads_group_->stats().bytes_sent - grads_bytes0_;
 }
 
 double DataParallel::comm_ms() const {

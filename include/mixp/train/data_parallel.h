@@ -144,8 +144,9 @@ class DataParallel {
   double comm_ms() const;
   // Gradients outside ordinary host memory (a GPU's, the guarded test device's) are reduced by
   // backend ops on their device over dist::group_for(device) (src/train/device_grad_reduce.h):
-  // the same sums bit for bit, without overlap or shared memory. Known after the first
-  // begin_gradients.
+  // the same sums bit for bit, each bucket at once when backward has finished it (blocking: the
+  // reduction itself does not overlap the rest of backward), without shared memory. Known after
+  // the first begin_gradients.
   bool device_reduction() const { return device_path_; }
   // The transport of the gradients: "shared memory", or the group's backend ("mpi", "nccl").
   std::string gradient_transport() const;
@@ -175,7 +176,7 @@ class DataParallel {
   void start_rows(Bucket& b);
   void progress();
   void write_back(Bucket& b);
-  void reduce_buckets_on_device();
+  void reduce_bucket_on_device(Bucket& b);
 
   uint64_t last_bytes_ = 0;
   uint64_t bytes0_ = 0;
