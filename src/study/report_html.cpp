@@ -556,10 +556,15 @@ void results_table(std::string& o, const Page& pg) {
       "<th scope=\"col\" class=\"num\">Final loss</th><th scope=\"col\" class=\"num\">ms/step</th>";
   o += pg.lm ? "<th scope=\"col\" class=\"num\">tokens/s</th>"
              : "<th scope=\"col\" class=\"num\">samples/s</th>";
+  // LoRA studies (--lora): what each run trained, next to its peak memory (the gradients and
+  // optimizer state are the adapters'), as report.md's table and the terminal's say.
+  const bool lora = std::any_of(runs.begin(), runs.end(),
+                                [](const RunRecord& r) { return !trainable_text(r).empty(); });
   o += "<th scope=\"col\" class=\"num\">Train time</th><th scope=\"col\" class=\"num\">Peak memory"
-       "</th><th scope=\"col\" class=\"num\">Peak RSS</th><th scope=\"col\" class=\"num\">Energy"
-       "</th><th scope=\"col\" class=\"num\">Steps<small>skipped</small></th></tr></thead>\n"
-       "<tbody>\n";
+       "</th><th scope=\"col\" class=\"num\">Peak RSS</th>";
+  if (lora) o += "<th scope=\"col\" class=\"num\">Trainable<small>parameters</small></th>";
+  o += "<th scope=\"col\" class=\"num\">Energy</th><th scope=\"col\" class=\"num\">Steps"
+       "<small>skipped</small></th></tr></thead>\n<tbody>\n";
   using Format = std::string (*)(double);
   Format acc = [](double v) { return format_accuracy(v); };
   Format loss = [](double v) { return format_loss(v); };
@@ -604,6 +609,10 @@ void results_table(std::string& o, const Page& pg) {
     o += cell(r, "train_time_s", r.train_time_s, dur);
     o += cell(r, "peak_memory_bytes", double(r.peak_memory_bytes), bytes);
     o += cell(r, "peak_rss_bytes", double(r.peak_rss_bytes), bytes);
+    if (lora) {
+      const std::string t = trainable_text(r);
+      o += "<td class=\"num\">" + (t.empty() ? std::string("–") : e(t)) + "</td>";
+    }
     o += "<td class=\"num\">" + energy_html(r, true) + "</td>";
     o +=
         fmt::format("<td class=\"num\">{}{}<small>{}</small></td></tr>\n", e(format_count(r.steps)),

@@ -12,6 +12,8 @@
 #include "mixp/io/atomic_file.h"
 #include "mixp/study/report.h"
 #include "mixp/study/verdict.h"
+#include "study/report_detail.h"
+#include "study/text_format.h"
 #include "study_fixtures.h"
 #include "common/test_paths.h"
 
@@ -412,6 +414,31 @@ TEST(Report, OneMinusSignInTheReports) {
     EXPECT_NE(t->find("\u22128%"), std::string::npos);
     EXPECT_NE(t->find("\u22120.03 points"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace mixp::study
+
+namespace mixp::study {
+namespace {
+
+// A LoRA study (`mixp compare --lora`): every report says what each run trained. report.md's
+// LoRA table and the HTML results table both carry the same "N of M (x%)" text; a study without
+// adapters has no such column.
+TEST(Report, LoraStudiesShowTheTrainableParameters) {
+  StudyResults s = test::crafted_study();
+  EXPECT_EQ(render_report_html(s).find("Trainable<small>parameters"), std::string::npos);
+  for (RunRecord& r : s.runs) r.extra_json = R"({"trainable_parameters": 3680, "parameters": 97824})";
+  const std::string t = detail::trainable_text(s.runs[0]);
+  ASSERT_FALSE(t.empty());
+  const std::string html = render_report_html(s);
+  EXPECT_NE(html.find("Trainable<small>parameters"), std::string::npos);
+  size_t cells = 0;
+  for (size_t at = html.find(detail::html_escape(t)); at != std::string::npos;
+       at = html.find(detail::html_escape(t), at + 1))
+    ++cells;
+  EXPECT_EQ(cells, s.runs.size()) << t;
+  EXPECT_NE(render_report_markdown(s).find("| " + t + " |"), std::string::npos) << t;
 }
 
 }  // namespace
