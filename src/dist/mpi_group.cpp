@@ -62,8 +62,20 @@ class MpiGroup final : public ProcessGroup {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // MIXP_MPI_THREAD=funneled asks for MPI_THREAD_FUNNELED instead (only the training thread
+      // calls MPI; ZeRO 3's prefetch is then off): to measure what MPI_THREAD_MULTIPLE costs
+      // the other runs (docs/benchmarks.md, "The cost of MPI_THREAD_MULTIPLE").
+      const char* level = std::getenv("MIXP_MPI_THREAD");
+      const std::string want = level ? level : "multiple";
+      if (want != "multiple" && want != "funneled") {
+        throw std::runtime_error("MIXP_MPI_THREAD must be multiple (the default) or funneled, not '" +
+                                 want + "'");
+      }
       int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      check(MPI_Init_thread(nullptr, nullptr,
+                            want == "funneled" ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE,
+                            &provided),
+            "MPI_Init_thread");
     }
     MPI_Query_thread(&thread_level_);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
