@@ -92,6 +92,18 @@ TEST(ZeroThree, PrefetchStartsEachGatherWhileTheUnitBeforeComputes) {
   EXPECT_EQ(on.json()["comm_param_bytes_per_step"], off.json()["comm_param_bytes_per_step"]);
   EXPECT_EQ(on.json()["comm_bytes_per_step"], off.json()["comm_bytes_per_step"]);
   EXPECT_EQ(log_losses(dir / "on.jsonl"), log_losses(dir / "off.jsonl"));
+  // MPI asked for MPI_THREAD_FUNNELED (MIXP_MPI_THREAD, src/dist/mpi_group.cpp): no second thread
+  // may call MPI, so the gathers are blocking, with the same training; another value is an error.
+  const CliResult funneled = run_mpi(2, args + path(dir, "funneled.jsonl"), "",
+                                     "-x MIXP_MPI_THREAD=funneled");
+  ASSERT_EQ(funneled.exit_code, 0) << funneled.err;
+  EXPECT_EQ(funneled.json()["zero3_prefetch"], false);
+  EXPECT_EQ(log_losses(dir / "funneled.jsonl"), log_losses(dir / "on.jsonl"));
+  const CliResult level = run_mpi(2, kGpt + "--steps 1", "", "-x MIXP_MPI_THREAD=single");
+  EXPECT_NE(level.exit_code, 0);
+  EXPECT_NE(level.err.find("MIXP_MPI_THREAD must be multiple (the default) or funneled"),
+            std::string::npos)
+      << level.err;
   // A switch, not a number: anything but 0 or 1 is a usage error.
   const CliResult bad = run_cli("train --zero3-prefetch 2");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
