@@ -556,20 +556,24 @@ void DataParallel::reduce_bucket_on_device(Bucket& b) {
   std::vector<int64_t> numels;
   if (rows_) {
     // ZeRO 3: rank r's rows of each parameter go to rank r (start_rows' layout).
-    std::vector<Tensor> whole;
-    for (size_t k : b.order) whole.push_back(flat_grad(k));
-    for (int r = 0; r < n; ++r) {
-      for (size_t i = 0; i < b.order.size(); ++i) {
-        const RowPiece pc = row_piece(params_[b.order[i]].shape(), n, r);
-        if (pc.numel == 0) continue;
-        parts.push_back(whole[i].defined()
-                            ? whole[i].slice(0, pc.elem0, pc.elem0 + pc.numel)
-                            : Tensor());
-        numels.push_back(pc.numel);
+    {
+      std::vector<Tensor> whole;
+      for (size_t k : b.order) whole.push_back(flat_grad(k));
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < b.order.size(); ++i) {
+          const RowPiece pc = row_piece(params_[b.order[i]].shape(), n, r);
+          if (pc.numel == 0) continue;
+          parts.push_back(whole[i].defined()
+                              ? whole[i].slice(0, pc.elem0, pc.elem0 + pc.numel)
+                              : Tensor());
+          numels.push_back(pc.numel);
+        }
       }
     }
-    const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
-                                                opts_.grad_comm, b.counts);
+    // Every rank keeps only its rows: the whole gradients go as soon as they are packed.
+    for (size_t k : b.order) const_cast<Tensor&>(params_[k]).set_grad(Tensor());
+    const Tensor sum = detail::reduce_on_device(*grads_group_, std::move(parts), numels, dev,
+                                                weight_, opts_.grad_comm, b.counts);
     int64_t at = 0;
     for (size_t k : b.order) {
       const RowPiece own = row_piece(params_[k].shape(), n, me);
@@ -579,33 +583,30 @@ void DataParallel::reduce_bucket_on_device(Bucket& b) {
                             sum.slice(0, at, at + own.numel));
       }
       at += own.numel;
-      const_cast<Tensor&>(params_[k]).set_grad(Tensor());
     }
     return;
   }
+  // The dtype each sum is written back in (a gradient's own, else the parameter's); ZeRO 2:
+  // the gradients other ranks own go as soon as they are packed.
+  std::vector<DType> grad_dtype;
   for (size_t k : b.order) {
+    const Tensor g = params_[k].grad();
     parts.push_back(flat_grad(k));
     numels.push_back(params_[k].numel());
-  }
-  const Tensor sum = detail::reduce_on_device(*grads_group_, parts, numels, dev, weight_,
-                                              opts_.grad_comm, b.counts);
-  int64_t at = 0;
-  for (size_t k : b.order) {
-    const int64_t m = params_[k].numel();
-    if (grad_owner_.empty()) {
-      const Tensor g = params_[k].grad();
-      write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
-                          sum.slice(0, at, at + m));
-      at += m;
-    } else if (grad_owner_[k] == me) {
-      // ZeRO 2: the sum holds this rank's parameters only, in bucket order.
-      const Tensor g = params_[k].grad();
-      write_sum_on_device(params_[k], g.defined() ? g.dtype() : params_[k].dtype(),
-                          sum.slice(0, at, at + m));
-      at += m;
-    } else {
+    grad_dtype.push_back(g.defined() ? g.dtype() : params_[k].dtype());
+    if (!grad_owner_.empty() && grad_owner_[k] != me)
       const_cast<Tensor&>(params_[k]).set_grad(Tensor());
-    }
+  }
+  const Tensor sum = detail::reduce_on_device(*grads_group_, std::move(parts), numels, dev,
+                                              weight_, opts_.grad_comm, b.counts);
+  int64_t at = 0;
+  for (size_t i = 0; i < b.order.size(); ++i) {
+    const size_t k = b.order[i];
+    // ZeRO 2: the sum holds this rank's parameters only, in bucket order.
+    if (!grad_owner_.empty() && grad_owner_[k] != me) continue;
+    const int64_t m = params_[k].numel();
+    write_sum_on_device(params_[k], grad_dtype[i], sum.slice(0, at, at + m));
+    at += m;
   }
 }
 

@@ -18,7 +18,7 @@ std::span<std::byte> transport_bytes(const Tensor& t) {
   return {static_cast<std::byte*>(t.data_ptr()), t.nbytes()};
 }
 
-Tensor reduce_on_device(dist::ProcessGroup& g, std::span<const Tensor> parts,
+Tensor reduce_on_device(dist::ProcessGroup& g, std::vector<Tensor> parts,
                         std::span<const int64_t> numels, Device device, float weight,
                         dist::GradComm mode, std::span<const size_t> counts) {
   if (mode == dist::GradComm::bf16_ring) {
@@ -51,6 +51,7 @@ Tensor reduce_on_device(dist::ProcessGroup& g, std::span<const Tensor> parts,
     } else {
       dst.zero_();
     }
+    parts[i] = Tensor();  // packed: this reference is not needed any more
     at += numels[i];
   }
   if (padded > total) send.slice(0, total, padded).zero_();
@@ -63,6 +64,7 @@ Tensor reduce_on_device(dist::ProcessGroup& g, std::span<const Tensor> parts,
   dist::Request req =
       g.ialltoallv(transport_bytes(send), send_bytes, transport_bytes(recv), recv_bytes);
   g.wait(req);
+  send = Tensor();  // on the wire and arrived: each buffer goes as soon as it is read
   // The owner's sum in fp32 from +0, ranks in order (add_inplace widens a 16-bit contribution
   // exactly; alpha 1 makes its product exact), rounded once to the wire format.
   Tensor acc = Tensor::empty({int64_t(mine)}, TensorOptions{.dtype = DType::fp32, .device = device});
@@ -70,7 +72,9 @@ Tensor reduce_on_device(dist::ProcessGroup& g, std::span<const Tensor> parts,
   for (int r = 0; r < n; ++r) {
     if (mine > 0) acc.add_(recv.slice(0, int64_t(mine) * r, int64_t(mine) * (r + 1)));
   }
+  recv = Tensor();
   const Tensor sum = acc.to(wd);
+  acc = Tensor();  // the rounded sum is what goes on (acc itself when the wire is fp32)
   if (!whole) return sum;
   // The rounded pieces to every rank (the all-gather in place: this rank's piece is in `out`).
   Tensor out = Tensor::empty({padded}, TensorOptions{.dtype = wd, .device = device});

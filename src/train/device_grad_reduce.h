@@ -27,8 +27,11 @@ namespace mixp::train::detail {
 // zeros). With `counts` empty every rank gets the whole sum (a 1-D tensor of the wire dtype);
 // with counts (elements per rank, summing to the total: the reduction to owners of ZeRO 2 and 3)
 // rank r gets only its counts[r] elements, those that follow the first counts[0..r) ones.
+// Each part is let go once it is packed for the wire: a caller that holds no other reference
+// (ZeRO 2 and 3 drop the whole gradients first) frees them before the exchange, as the host path
+// drops them once their bucket is on the wire.
 // A collective over `g`: every rank calls it with the same numels and counts.
-Tensor reduce_on_device(dist::ProcessGroup& g, std::span<const Tensor> parts,
+Tensor reduce_on_device(dist::ProcessGroup& g, std::vector<Tensor> parts,
                         std::span<const int64_t> numels, Device device, float weight,
                         dist::GradComm mode, std::span<const size_t> counts = {});
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -28,11 +29,11 @@ TEST(CudaDataParallel, OneRankReducesOnTheGpu) {
   const dist::NcclStatus s = dist::nccl_status();
   if (!s.loaded) GTEST_SKIP() << "needs NCCL: " << s.message;
   const Tensor a = host_randn({5, 3}, 1), b = host_randn({7}, 2).to(DType::bf16);
-  const std::vector<Tensor> parts{a.to(kGpu), Tensor(), b.to(kGpu)};
+  std::vector<Tensor> parts{a.to(kGpu), Tensor(), b.to(kGpu)};
   const std::vector<int64_t> numels{15, 4, 7};
   const float w = 0.375f;
-  const Tensor got = train::detail::reduce_on_device(dist::group_for(kGpu), parts, numels, kGpu,
-                                                     w, dist::GradComm::bf16)
+  const Tensor got = train::detail::reduce_on_device(dist::group_for(kGpu), std::move(parts),
+                                                     numels, kGpu, w, dist::GradComm::bf16)
                          .to(Device::cpu());
   ASSERT_EQ(got.numel(), 26);
   const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
