@@ -275,26 +275,22 @@ void Optimizer::write_back(size_t index, const Tensor& from) {
     if (from.dtype() != DType::fp32) {
       throw std::logic_error("mixp::optim: a write-back stream offset needs fp32 masters");
     }
-    if (!dst.device().is_cpu() || !dst.is_contiguous() || !from.is_contiguous()) {
-      const Tensor src = from.to(Device::cpu()).contiguous();
-      Tensor out = empty(dst.shape(), {.dtype = dst.dtype(), .device = Device::cpu()});
-      convert_f32_to(out.dtype(), std::span<const float>(src.data<float>(), size_t(src.numel())),
-                     out.data_ptr(),
-                     {.round = precision_.write_back,
-                      .overflow = precision_.overflow,
-                      .seed = write_back_seed(index, st.step),
-                      .offset = offset});
-      const Tensor back = out.to(dst.device());
-      backend_for(dst, back).copy(dst, back);
-      return;
-    }
-    convert_f32_to(dst.dtype(),
-                   std::span<const float>(from.data<float>(), size_t(from.numel())),
-                   dst.data_ptr(),
+    // Rounded on the host, into the parameter itself when it is contiguous CPU memory, else
+    // into a host copy written back by the backend.
+    const bool in_place = dst.device().is_cpu() && dst.is_contiguous();
+    const Tensor src = from.to(Device::cpu()).contiguous();
+    Tensor out =
+        in_place ? dst : empty(dst.shape(), {.dtype = dst.dtype(), .device = Device::cpu()});
+    convert_f32_to(out.dtype(), std::span<const float>(src.data<float>(), size_t(src.numel())),
+                   out.data_ptr(),
                    {.round = precision_.write_back,
                     .overflow = precision_.overflow,
                     .seed = write_back_seed(index, st.step),
                     .offset = offset});
+    if (!in_place) {
+      const Tensor back = out.to(dst.device());
+      backend_for(dst, back).copy(dst, back);
+    }
     return;
   }
   backend_for(dst, from).convert(dst, from, precision_.write_back, precision_.overflow,

@@ -26,11 +26,6 @@ namespace {
 
 constexpr ConvertOptions kNearest{.round = Round::nearest_even, .overflow = Overflow::ieee};
 
-// The group that moves t's memory: `host` (the run's group) for host memory, the NCCL group of
-// cuda:i for a GPU's (dist::group_for).
-dist::ProcessGroup& group_of(const Tensor& t, dist::ProcessGroup& host) {
-  return t.device().is_host_memory() ? host : dist::group_for(t.device());
-}
 
 uint64_t fnv1a(const std::byte* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -59,24 +54,31 @@ std::string differences(const nlohmann::json& mine, const nlohmann::json& root) 
   return out;
 }
 
-void broadcast_tensors(dist::ProcessGroup& g, const nn::NamedTensors& named) {
+void broadcast_tensors(const DataParallel& dp, const nn::NamedTensors& named) {
   for (const auto& [name, t] : named) {
     if (!t.is_contiguous()) {
       throw std::logic_error("data parallelism needs contiguous parameters and buffers: " + name);
     }
-    group_of(t, g).broadcast(detail::transport_bytes(t), 0);
+    dp.memory_group(t.device()).broadcast(detail::transport_bytes(t), 0);
     t.bump_version();
   }
 }
 
-// The fp32 sum at `sum` (t's numel values) into t's gradient, rounded to its dtype (nearest
-// even); a missing or strided gradient is first replaced by a contiguous one of `dtype`.
-Tensor write_sum(const Tensor& t, DType dtype, const float* sum) {
+// t's gradient, to be overwritten: a missing or strided one is first replaced by a contiguous
+// one of `dtype` on t's device.
+Tensor writable_grad(const Tensor& t, DType dtype) {
   Tensor g = t.grad();
   if (!g.defined() || !g.is_contiguous()) {
-    g = Tensor::empty(t.shape(), TensorOptions{.dtype = dtype});
+    g = Tensor::empty(t.shape(), TensorOptions{.dtype = dtype, .device = t.device()});
     const_cast<Tensor&>(t).set_grad(g);
   }
+  return g;
+}
+
+// The fp32 sum at `sum` (t's numel values) into t's gradient (writable_grad), rounded to its
+// dtype (nearest even).
+Tensor write_sum(const Tensor& t, DType dtype, const float* sum) {
+  Tensor g = writable_grad(t, dtype);
   convert_f32_to(g.dtype(), std::span<const float>(sum, size_t(t.numel())), g.data_ptr(),
                  kNearest);
   return g;
@@ -86,12 +88,8 @@ Tensor write_sum(const Tensor& t, DType dtype, const float* sum) {
 // device) into t's gradient, converted to its dtype (nearest even; exact from a wire format no
 // wider than it). The same values as write_sum of the widened sum.
 void write_sum_on_device(const Tensor& t, DType dtype, const Tensor& sum) {
-  Tensor g = t.grad();
-  if (!g.defined() || !g.is_contiguous()) {
-    g = Tensor::empty(t.shape(), TensorOptions{.dtype = dtype, .device = t.device()});
-    const_cast<Tensor&>(t).set_grad(g);
-  }
-  g.view({t.numel()}).copy_(sum);  // bumps the version, as write_sum's caller does
+  // copy_ bumps the version, as write_sum's caller does.
+  writable_grad(t, dtype).view({t.numel()}).copy_(sum);
 }
 
 }  // namespace
@@ -239,12 +237,12 @@ void DataParallel::check_same_config(const std::string& config_json) {
 }
 
 void DataParallel::broadcast_parameters(nn::Module& model) {
-  broadcast_tensors(group_, model.named_parameters());
+  broadcast_tensors(*this, model.named_parameters());
   broadcast_buffers(model);
 }
 
 void DataParallel::broadcast_buffers(nn::Module& model) {
-  broadcast_tensors(group_, model.named_buffers());
+  broadcast_tensors(*this, model.named_buffers());
 }
 
 void DataParallel::layout(std::span<const Tensor> params) {
@@ -257,7 +255,7 @@ void DataParallel::layout(std::span<const Tensor> params) {
   // of one run share a device (ops refuse mixed devices).
   const Device dev = params.empty() ? Device::cpu() : params[0].device();
   device_path_ = !dev.is_cpu();
-  grads_group_ = device_path_ ? &group_of(params[0], group_) : &group_;
+  grads_group_ = &memory_group(dev);
   const size_t cap = std::max<size_t>(1, size_t(opts_.bucket_mb * 1024 * 1024 / sizeof(float)));
   // DDP's first bucket is small (1 MiB), so that the first reduction starts early in backward.
   const size_t first_cap = std::min<size_t>(cap, 1024 * 1024 / sizeof(float));
@@ -638,7 +636,8 @@ std::vector<int> DataParallel::partition(std::span<const Tensor> params) const {
 void DataParallel::broadcast_from_owners(std::span<const Tensor> params,
                                          const std::vector<int>& owner) {
   for (size_t i = 0; i < params.size(); ++i) {
-    group_of(params[i], group_).broadcast(detail::transport_bytes(params[i]), owner[i]);
+    memory_group(params[i].device())
+        .broadcast(detail::transport_bytes(params[i]), owner[i]);
     params[i].bump_version();
   }
 }

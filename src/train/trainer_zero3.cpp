@@ -87,9 +87,8 @@ Zero3::Zero3(DataParallel& dp, nn::Module& model, const nn::NamedTensors& params
     : dp_(dp), wire_(wire) {
   if (!params.empty()) device_ = params[0].second.device();
   host_ = device_.is_cpu();
-  // The group that moves the parameters' memory: the data-parallel group's for host memory, the
-  // NCCL group of cuda:i for a GPU's (collective: every rank asks at the same point).
-  group_ = device_.is_host_memory() ? &dp_.group() : &dist::group_for(device_);
+  // The group that moves the parameters' memory (collective: every rank asks at the same point).
+  group_ = &dp_.memory_group(device_);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, t] = params[i];
     if (!(t.device() == device_)) {

@@ -292,7 +292,7 @@ void run(Flags& f) {
   // Memory the run cannot have is refused now, with what it needs, rather than by a
   // std::bad_alloc while the Trainer allocates its batch buffers or mid-step
   // (study/memory_check.h; docs/cli.md "Numeric flags").
-  if (parse_device_flag(f.device, true).is_host_memory()) refuse_if_it_cannot_fit(c);
+  if (default_device().is_host_memory()) refuse_if_it_cannot_fit(c);
   std::unique_ptr<train::Trainer> trainer;
   try {
     trainer = std::make_unique<train::Trainer>(c);

@@ -76,6 +76,11 @@ class DataParallel {
   double row_sharded_grad_norm(std::span<const Tensor> pieces);
 
   dist::ProcessGroup& group() const { return group_; }
+  // The group that moves memory of `device`: group() for host memory, the NCCL group of cuda:i
+  // for a GPU's (dist::group_for; collective when it makes that group).
+  dist::ProcessGroup& memory_group(Device device) const {
+    return device.is_host_memory() ? group_ : dist::group_for(device);
+  }
   int rank() const { return group_.rank(); }
   int size() const { return group_.size(); }
   const DataParallelOptions& options() const { return opts_; }
